@@ -1,0 +1,197 @@
+//! Elementwise, reduction and indexing kernels of the CPU device, generic over the element type.
+//!
+//! Work is split into fixed-size blocks (independent of the thread count, so results never
+//! depend on it) and run on rayon below `PAR_MIN` elements sequentially.
+
+use rayon::prelude::*;
+
+use crate::{BinaryOp, Elem, HistOp, UnaryOp};
+
+/// Below this many elements a kernel runs sequentially: spawning costs more than it saves.
+pub const PAR_MIN: usize = 1 << 15;
+/// Block length of parallel elementwise loops.
+pub const BLOCK: usize = 1 << 14;
+
+/// `out[i] = f(i)` for every i, in parallel blocks.
+#[inline]
+pub fn fill_with<T: Send, F: Fn(usize) -> T + Sync>(out: &mut [T], f: F) {
+    if out.len() < PAR_MIN {
+        out.iter_mut().enumerate().for_each(|(i, o)| *o = f(i));
+    } else {
+        out.par_chunks_mut(BLOCK)
+            .enumerate()
+            .for_each(|(c, block)| {
+                let base = c * BLOCK;
+                block
+                    .iter_mut()
+                    .enumerate()
+                    .for_each(|(j, o)| *o = f(base + j));
+            });
+    }
+}
+
+/// Sets every element to `value`, in parallel blocks.
+pub fn par_fill<T: Copy + Send + Sync>(out: &mut [T], value: T) {
+    if out.len() < PAR_MIN {
+        out.fill(value);
+    } else {
+        out.par_chunks_mut(BLOCK).for_each(|b| b.fill(value));
+    }
+}
+
+/// Copies `src` into `out`, in parallel blocks.
+pub fn par_copy<T: Copy + Send + Sync>(out: &mut [T], src: &[T]) {
+    if out.len() < PAR_MIN {
+        out.copy_from_slice(src);
+    } else {
+        out.par_chunks_mut(BLOCK)
+            .zip(src.par_chunks(BLOCK))
+            .for_each(|(o, s)| o.copy_from_slice(s));
+    }
+}
+
+#[inline]
+pub fn unary<T: Elem>(op: UnaryOp, x: T) -> T {
+    let one = T::one();
+    match op {
+        UnaryOp::Neg => -x,
+        UnaryOp::Exp => x.exp(),
+        UnaryOp::Log => x.ln(),
+        UnaryOp::Log1p => x.ln_1p(),
+        UnaryOp::Sin => x.sin(),
+        UnaryOp::Cos => x.cos(),
+        UnaryOp::Sqrt => x.sqrt(),
+        UnaryOp::Tanh => x.tanh(),
+        UnaryOp::Sigmoid => {
+            // Two branches so that exp never overflows.
+            if x >= T::zero() {
+                one / (one + (-x).exp())
+            } else {
+                let e = x.exp();
+                e / (one + e)
+            }
+        }
+        UnaryOp::Abs => x.abs(),
+        UnaryOp::Sign => {
+            if x > T::zero() {
+                one
+            } else if x < T::zero() {
+                -one
+            } else {
+                T::zero()
+            }
+        }
+        UnaryOp::Recip => one / x,
+        UnaryOp::Square => x * x,
+    }
+}
+
+#[inline]
+fn truth<T: Elem>(b: bool) -> T {
+    if b { T::one() } else { T::zero() }
+}
+
+#[inline]
+pub fn binary<T: Elem>(op: BinaryOp, a: T, b: T) -> T {
+    match op {
+        BinaryOp::Add => a + b,
+        BinaryOp::Sub => a - b,
+        BinaryOp::Mul => a * b,
+        BinaryOp::Div => a / b,
+        BinaryOp::Pow => a.powf(b),
+        // The left operand wins ties, matching the asymmetric partials of min and max.
+        BinaryOp::Min => {
+            if b < a {
+                b
+            } else {
+                a
+            }
+        }
+        BinaryOp::Max => {
+            if b > a {
+                b
+            } else {
+                a
+            }
+        }
+        BinaryOp::Lt => truth(a < b),
+        BinaryOp::Le => truth(a <= b),
+        BinaryOp::Gt => truth(a > b),
+        BinaryOp::Ge => truth(a >= b),
+        BinaryOp::Eq => truth(a == b),
+    }
+}
+
+/// The histogram operator on elements.
+#[inline]
+pub fn combine<T: Elem>(op: HistOp, a: T, b: T) -> T {
+    match op {
+        HistOp::Add => a + b,
+        HistOp::Mul => a * b,
+        HistOp::Min => {
+            if b < a {
+                b
+            } else {
+                a
+            }
+        }
+        HistOp::Max => {
+            if b > a {
+                b
+            } else {
+                a
+            }
+        }
+    }
+}
+
+/// Reduces a slice with `op` over fixed blocks (deterministic for any thread count).
+pub fn reduce<T: Elem>(op: HistOp, x: &[T]) -> T {
+    let neutral = T::of_f64(op.neutral());
+    let fold = |s: &[T]| s.iter().fold(neutral, |acc, &v| combine(op, acc, v));
+    if x.len() < PAR_MIN {
+        return fold(x);
+    }
+    let partials: Vec<T> = x.par_chunks(BLOCK).map(fold).collect();
+    partials.iter().fold(neutral, |acc, &v| combine(op, acc, v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sigmoid_does_not_overflow_at_either_end() {
+        assert_eq!(unary(UnaryOp::Sigmoid, -1000.0f32), 0.0);
+        assert_eq!(unary(UnaryOp::Sigmoid, 1000.0f32), 1.0);
+        assert!((unary(UnaryOp::Sigmoid, 0.0f64) - 0.5).abs() < 1e-15);
+    }
+
+    #[test]
+    fn min_and_max_keep_the_left_operand_on_ties() {
+        let l = binary(BinaryOp::Min, 0.0f64, -0.0);
+        assert!(l.is_sign_positive());
+        let r = binary(BinaryOp::Max, -0.0f64, 0.0);
+        assert!(r.is_sign_negative());
+    }
+
+    #[test]
+    fn blocked_reduction_is_independent_of_the_thread_count() {
+        let x: Vec<f32> = (0..200_000)
+            .map(|i| ((i * 7919) % 1000) as f32 * 1e-3)
+            .collect();
+        let one = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        let three = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
+        let a = one.install(|| reduce(HistOp::Add, &x));
+        let b = three.install(|| reduce(HistOp::Add, &x));
+        assert_eq!(a.to_bits(), b.to_bits());
+        let exact: f64 = x.iter().map(|&v| v as f64).sum();
+        assert!((a as f64 - exact).abs() / exact < 1e-5);
+    }
+}

@@ -1,0 +1,698 @@
+//! The CPU device: rayon over fixed-size blocks, a caching allocator, and histogram kernels with
+//! per-chunk private rows. Results never depend on the thread count.
+
+mod hist;
+mod kernels;
+mod pool;
+mod sort;
+
+use std::sync::Arc;
+
+use crate::device::Device;
+use crate::ops::{Extremum, IndexMeta, OutOfRange, TensorMeta};
+use crate::{BinaryOp, DType, Elem, HistOp, OpError, Ops, Result, UnaryOp};
+use kernels::{fill_with, par_copy};
+pub use pool::{Buf, Pool};
+
+/// Values of a CPU tensor.
+enum Values {
+    F32(Buf<f32>),
+    F64(Buf<f64>),
+}
+
+/// Element types the CPU device stores.
+trait CpuElem: Elem {
+    fn wrap(b: Buf<Self>) -> Values;
+    fn view(v: &Values) -> Option<&[Self]>;
+}
+
+impl CpuElem for f32 {
+    fn wrap(b: Buf<Self>) -> Values {
+        Values::F32(b)
+    }
+    fn view(v: &Values) -> Option<&[Self]> {
+        match v {
+            Values::F32(b) => Some(b),
+            Values::F64(_) => None,
+        }
+    }
+}
+
+impl CpuElem for f64 {
+    fn wrap(b: Buf<Self>) -> Values {
+        Values::F64(b)
+    }
+    fn view(v: &Values) -> Option<&[Self]> {
+        match v {
+            Values::F64(b) => Some(b),
+            Values::F32(_) => None,
+        }
+    }
+}
+
+/// A value tensor on the CPU: shared, immutable storage plus a shape.
+#[derive(Clone)]
+pub struct CpuTensor {
+    values: Arc<Values>,
+    shape: Vec<usize>,
+}
+
+impl TensorMeta for CpuTensor {
+    fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    fn dtype(&self) -> DType {
+        match *self.values {
+            Values::F32(_) => DType::F32,
+            Values::F64(_) => DType::F64,
+        }
+    }
+}
+
+impl CpuTensor {
+    fn slice<T: CpuElem>(&self) -> Result<&[T]> {
+        T::view(&self.values).ok_or_else(|| {
+            OpError::Device(format!(
+                "internal: tensor is {} but {} was expected",
+                self.dtype(),
+                T::DTYPE
+            ))
+        })
+    }
+}
+
+impl std::fmt::Debug for CpuTensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CpuTensor({}, {:?})", self.dtype(), self.shape)
+    }
+}
+
+/// An index tensor on the CPU.
+#[derive(Clone)]
+pub struct CpuIndex {
+    data: Arc<Buf<i64>>,
+}
+
+impl IndexMeta for CpuIndex {
+    fn len(&self) -> usize {
+        self.data.len()
+    }
+}
+
+impl std::fmt::Debug for CpuIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CpuIndex({})", self.data.len())
+    }
+}
+
+struct CpuInner {
+    pool: Arc<Pool>,
+    threads: rayon::ThreadPool,
+    nthreads: usize,
+}
+
+/// The CPU device. Cloning is cheap and shares the thread pool and buffer cache.
+#[derive(Clone)]
+pub struct Cpu {
+    inner: Arc<CpuInner>,
+}
+
+macro_rules! by_dtype {
+    ($dt:expr, $s:ident . $m:ident ( $($a:expr),* $(,)? )) => {
+        match $dt {
+            DType::F32 => $s.$m::<f32>($($a),*),
+            DType::F64 => $s.$m::<f64>($($a),*),
+        }
+    };
+}
+
+fn same_dtype(op: &'static str, a: &CpuTensor, b: &CpuTensor) -> Result<DType> {
+    if a.dtype() != b.dtype() {
+        return Err(OpError::DType {
+            op,
+            left: a.dtype(),
+            right: b.dtype(),
+        });
+    }
+    Ok(a.dtype())
+}
+
+fn same_len(op: &'static str, what: &str, a: usize, b: usize) -> Result<()> {
+    if a != b {
+        return Err(OpError::Shape {
+            op,
+            detail: format!("{what}: {a} vs {b}"),
+        });
+    }
+    Ok(())
+}
+
+/// The shape of a broadcasting elementwise result: equal shapes, or one operand of one element.
+fn broadcast_shape(op: &'static str, a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
+    let (na, nb): (usize, usize) = (a.iter().product(), b.iter().product());
+    if a == b || nb == 1 {
+        Ok(a.to_vec())
+    } else if na == 1 {
+        Ok(b.to_vec())
+    } else {
+        Err(OpError::Shape {
+            op,
+            detail: format!("{a:?} vs {b:?} do not broadcast"),
+        })
+    }
+}
+
+impl Cpu {
+    /// A CPU device on `threads` worker threads (all cores when `None`).
+    pub fn new(threads: Option<usize>) -> Result<Cpu> {
+        let mut b = rayon::ThreadPoolBuilder::new().thread_name(|i| format!("adgauge-cpu-{i}"));
+        if let Some(t) = threads {
+            b = b.num_threads(t.max(1));
+        }
+        let pool = b
+            .build()
+            .map_err(|e| OpError::Device(format!("cannot start CPU threads: {e}")))?;
+        let nthreads = pool.current_num_threads();
+        Ok(Cpu {
+            inner: Arc::new(CpuInner {
+                pool: Pool::new(),
+                threads: pool,
+                nthreads,
+            }),
+        })
+    }
+
+    fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        self.inner.threads.install(f)
+    }
+
+    fn pool(&self) -> &Arc<Pool> {
+        &self.inner.pool
+    }
+
+    fn wrap<T: CpuElem>(&self, b: Buf<T>, shape: Vec<usize>) -> CpuTensor {
+        CpuTensor {
+            values: Arc::new(T::wrap(b)),
+            shape,
+        }
+    }
+
+    fn wrap_index(&self, b: Buf<i64>) -> CpuIndex {
+        CpuIndex { data: Arc::new(b) }
+    }
+
+    fn tensor_t<T: CpuElem>(&self, data: &[f64], shape: &[usize]) -> Result<CpuTensor> {
+        let mut out = self.pool().take::<T>(data.len());
+        fill_with(&mut out, |i| T::of_f64(data[i]));
+        Ok(self.wrap(out, shape.to_vec()))
+    }
+
+    fn full_t<T: CpuElem>(&self, shape: &[usize], value: f64) -> Result<CpuTensor> {
+        let n = shape.iter().product();
+        Ok(self.wrap(self.pool().filled(n, T::of_f64(value)), shape.to_vec()))
+    }
+
+    fn to_vec_t<T: CpuElem>(&self, t: &CpuTensor) -> Result<Vec<f64>> {
+        Ok(t.slice::<T>()?.iter().map(|v| v.as_f64()).collect())
+    }
+
+    fn unary_t<T: CpuElem>(&self, op: UnaryOp, x: &CpuTensor) -> Result<CpuTensor> {
+        let xs = x.slice::<T>()?;
+        let mut out = self.pool().take::<T>(xs.len());
+        fill_with(&mut out, |i| kernels::unary(op, xs[i]));
+        Ok(self.wrap(out, x.shape.clone()))
+    }
+
+    fn binary_t<T: CpuElem>(
+        &self,
+        op: BinaryOp,
+        a: &CpuTensor,
+        b: &CpuTensor,
+    ) -> Result<CpuTensor> {
+        let shape = broadcast_shape("binary", &a.shape, &b.shape)?;
+        let (xs, ys) = (a.slice::<T>()?, b.slice::<T>()?);
+        let n: usize = shape.iter().product();
+        let mut out = self.pool().take::<T>(n);
+        match (xs.len() == n, ys.len() == n) {
+            (true, true) => fill_with(&mut out, |i| kernels::binary(op, xs[i], ys[i])),
+            (false, true) => {
+                let x = xs[0];
+                fill_with(&mut out, |i| kernels::binary(op, x, ys[i]))
+            }
+            (true, false) => {
+                let y = ys[0];
+                fill_with(&mut out, |i| kernels::binary(op, xs[i], y))
+            }
+            (false, false) => unreachable!("broadcast_shape admits no such pair"),
+        }
+        Ok(self.wrap(out, shape))
+    }
+
+    fn select_t<T: CpuElem>(
+        &self,
+        mask: &CpuTensor,
+        a: &CpuTensor,
+        b: &CpuTensor,
+    ) -> Result<CpuTensor> {
+        let n = mask.numel();
+        let (ms, xs, ys) = (mask.slice::<T>()?, a.slice::<T>()?, b.slice::<T>()?);
+        for (what, len) in [("a", xs.len()), ("b", ys.len())] {
+            if len != n && len != 1 {
+                return Err(OpError::Shape {
+                    op: "select",
+                    detail: format!("mask has {n} elements, {what} {len}"),
+                });
+            }
+        }
+        let (sx, sy) = (
+            usize::from(xs.len() == n && n != 1),
+            usize::from(ys.len() == n && n != 1),
+        );
+        let mut out = self.pool().take::<T>(n);
+        // A stride of 0 broadcasts a one-element operand.
+        fill_with(&mut out, |i| {
+            if ms[i] != T::zero() {
+                xs[i * sx]
+            } else {
+                ys[i * sy]
+            }
+        });
+        Ok(self.wrap(out, mask.shape.clone()))
+    }
+
+    fn index_eq_t<T: CpuElem>(&self, i: &CpuIndex, value: i64) -> Result<CpuTensor> {
+        let ix = &i.data;
+        let mut out = self.pool().take::<T>(ix.len());
+        fill_with(
+            &mut out,
+            |j| if ix[j] == value { T::one() } else { T::zero() },
+        );
+        Ok(self.wrap(out, vec![ix.len()]))
+    }
+
+    fn reduce_t<T: CpuElem>(&self, op: HistOp, x: &CpuTensor) -> Result<CpuTensor> {
+        let r = kernels::reduce(op, x.slice::<T>()?);
+        let mut out = self.pool().take::<T>(1);
+        out[0] = r;
+        Ok(self.wrap(out, vec![1]))
+    }
+
+    fn gather_t<T: CpuElem>(
+        &self,
+        src: &CpuTensor,
+        idx: &CpuIndex,
+        oob: OutOfRange,
+    ) -> Result<CpuTensor> {
+        let s = src.slice::<T>()?;
+        let ix = &idx.data[..];
+        let len = s.len();
+        let fill = match oob {
+            OutOfRange::Fill(v) => T::of_f64(v),
+            OutOfRange::Error => {
+                if let Some(position) = ix.iter().position(|&b| (b as u64) >= len as u64) {
+                    return Err(OpError::IndexOutOfRange {
+                        op: "gather",
+                        index: ix[position],
+                        position,
+                        len,
+                    });
+                }
+                T::zero()
+            }
+        };
+        let mut out = self.pool().take::<T>(ix.len());
+        fill_with(&mut out, |i| {
+            let b = ix[i];
+            if (b as u64) < len as u64 {
+                s[b as usize]
+            } else {
+                fill
+            }
+        });
+        Ok(self.wrap(out, vec![ix.len()]))
+    }
+
+    fn scatter_t<T: CpuElem>(
+        &self,
+        dest: &CpuTensor,
+        idx: &CpuIndex,
+        vals: &CpuTensor,
+    ) -> Result<CpuTensor> {
+        let (d, v) = (dest.slice::<T>()?, vals.slice::<T>()?);
+        let ix = &idx.data[..];
+        same_len("scatter", "indices vs values", ix.len(), v.len())?;
+        let mut out = self.pool().take::<T>(d.len());
+        par_copy(&mut out, d);
+        let k = d.len() as u64;
+        for (j, &b) in ix.iter().enumerate() {
+            if (b as u64) < k {
+                out[b as usize] = v[j];
+            }
+        }
+        Ok(self.wrap(out, dest.shape.clone()))
+    }
+
+    fn reduce_by_index_t<T: CpuElem>(
+        &self,
+        dest: &CpuTensor,
+        op: HistOp,
+        inds: &CpuIndex,
+        vals: &CpuTensor,
+    ) -> Result<CpuTensor> {
+        let (d, v) = (dest.slice::<T>()?, vals.slice::<T>()?);
+        let ix = &inds.data[..];
+        same_len("reduce_by_index", "indices vs values", ix.len(), v.len())?;
+        let (k, pool) = (d.len(), self.pool());
+        let neutral = T::of_f64(op.neutral());
+        // One closure pair per operator, so each inner loop is specialised.
+        let totals = match op {
+            HistOp::Add => hist::bin_totals(
+                pool,
+                ix,
+                k,
+                neutral,
+                |a, i| *a = *a + v[i],
+                |a, b| *a = *a + b,
+            ),
+            HistOp::Mul => hist::bin_totals(
+                pool,
+                ix,
+                k,
+                neutral,
+                |a, i| *a = *a * v[i],
+                |a, b| *a = *a * b,
+            ),
+            HistOp::Min => hist::bin_totals(
+                pool,
+                ix,
+                k,
+                neutral,
+                |a, i| {
+                    if v[i] < *a {
+                        *a = v[i]
+                    }
+                },
+                |a, b| {
+                    if b < *a {
+                        *a = b
+                    }
+                },
+            ),
+            HistOp::Max => hist::bin_totals(
+                pool,
+                ix,
+                k,
+                neutral,
+                |a, i| {
+                    if v[i] > *a {
+                        *a = v[i]
+                    }
+                },
+                |a, b| {
+                    if b > *a {
+                        *a = b
+                    }
+                },
+            ),
+        };
+        let mut out = pool.take::<T>(k);
+        fill_with(&mut out, |b| kernels::combine(op, d[b], totals[b]));
+        Ok(self.wrap(out, dest.shape.clone()))
+    }
+
+    fn arg_reduce_by_index_t<T: CpuElem>(
+        &self,
+        dest: &CpuTensor,
+        ext: Extremum,
+        inds: &CpuIndex,
+        vals: &CpuTensor,
+    ) -> Result<(CpuTensor, CpuIndex)> {
+        let (d, v) = (dest.slice::<T>()?, vals.slice::<T>()?);
+        let ix = &inds.data[..];
+        same_len(
+            "arg_reduce_by_index",
+            "indices vs values",
+            ix.len(),
+            v.len(),
+        )?;
+        let (k, pool) = (d.len(), self.pool());
+        let totals = match ext {
+            Extremum::Min => self.arg_totals::<T, false>(ix, v, k),
+            Extremum::Max => self.arg_totals::<T, true>(ix, v, k),
+        };
+        let mut vals_out = pool.take::<T>(k);
+        let mut pos_out = pool.take::<i64>(k);
+        // dest sits at position -1: it wins every tie.
+        fill_with(&mut vals_out, |b| {
+            let (tv, tp) = totals[b];
+            if ext.beats(tv, tp, d[b], -1) {
+                tv
+            } else {
+                d[b]
+            }
+        });
+        fill_with(&mut pos_out, |b| {
+            let (tv, tp) = totals[b];
+            if ext.beats(tv, tp, d[b], -1) { tp } else { -1 }
+        });
+        Ok((
+            self.wrap(vals_out, dest.shape.clone()),
+            self.wrap_index(pos_out),
+        ))
+    }
+
+    /// Per-bin (winning value, position) of the elements alone; empty bins hold
+    /// (neutral, i64::MAX), which any element beats.
+    fn arg_totals<T: CpuElem, const MAX: bool>(
+        &self,
+        ix: &[i64],
+        v: &[T],
+        k: usize,
+    ) -> Buf<(T, i64)> {
+        let ext = if MAX { Extremum::Max } else { Extremum::Min };
+        let neutral = if MAX {
+            T::neg_infinity()
+        } else {
+            T::infinity()
+        };
+        hist::bin_totals(
+            self.pool(),
+            ix,
+            k,
+            (neutral, i64::MAX),
+            |a, i| {
+                if ext.beats(v[i], i as i64, a.0, a.1) {
+                    *a = (v[i], i as i64)
+                }
+            },
+            |a, b| {
+                if ext.beats(b.0, b.1, a.0, a.1) {
+                    *a = b
+                }
+            },
+        )
+    }
+
+    fn prod_nonzero_by_index_t<T: CpuElem>(
+        &self,
+        inds: &CpuIndex,
+        vals: &CpuTensor,
+        k: usize,
+    ) -> Result<(CpuTensor, CpuIndex)> {
+        let v = vals.slice::<T>()?;
+        let ix = &inds.data[..];
+        same_len(
+            "prod_nonzero_by_index",
+            "indices vs values",
+            ix.len(),
+            v.len(),
+        )?;
+        let pool = self.pool();
+        let totals = hist::bin_totals(
+            pool,
+            ix,
+            k,
+            (T::one(), 0i64),
+            |a, i| {
+                if v[i] == T::zero() {
+                    a.1 += 1
+                } else {
+                    a.0 = a.0 * v[i]
+                }
+            },
+            |a, b| *a = (a.0 * b.0, a.1 + b.1),
+        );
+        let mut p = pool.take::<T>(k);
+        let mut z = pool.take::<i64>(k);
+        fill_with(&mut p, |b| totals[b].0);
+        fill_with(&mut z, |b| totals[b].1);
+        Ok((self.wrap(p, vec![k]), self.wrap_index(z)))
+    }
+
+    fn prod_vals_adjoint_t<T: CpuElem>(
+        &self,
+        inds: &CpuIndex,
+        vals: &CpuTensor,
+        c0: &CpuTensor,
+        c1: &CpuTensor,
+    ) -> Result<CpuTensor> {
+        let (v, z0, z1) = (vals.slice::<T>()?, c0.slice::<T>()?, c1.slice::<T>()?);
+        let ix = &inds.data[..];
+        same_len("prod_vals_adjoint", "indices vs values", ix.len(), v.len())?;
+        same_len("prod_vals_adjoint", "c0 vs c1", z0.len(), z1.len())?;
+        let k = z0.len() as u64;
+        let mut out = self.pool().take::<T>(v.len());
+        fill_with(&mut out, |i| {
+            let b = ix[i];
+            if (b as u64) >= k {
+                T::zero()
+            } else if v[i] == T::zero() {
+                z1[b as usize]
+            } else {
+                z0[b as usize] / v[i]
+            }
+        });
+        Ok(self.wrap(out, vals.shape.clone()))
+    }
+}
+
+impl Ops for Cpu {
+    type T = CpuTensor;
+    type I = CpuIndex;
+
+    fn engine_name(&self) -> String {
+        "cpu".into()
+    }
+
+    fn tensor(&self, data: &[f64], shape: &[usize], dtype: DType) -> Result<CpuTensor> {
+        let n: usize = shape.iter().product();
+        same_len("tensor", "data length vs shape", data.len(), n)?;
+        self.install(|| by_dtype!(dtype, self.tensor_t(data, shape)))
+    }
+
+    fn full(&self, shape: &[usize], value: f64, dtype: DType) -> Result<CpuTensor> {
+        self.install(|| by_dtype!(dtype, self.full_t(shape, value)))
+    }
+
+    fn index(&self, data: &[i64]) -> Result<CpuIndex> {
+        let mut out = self.pool().take::<i64>(data.len());
+        self.install(|| par_copy(&mut out, data));
+        Ok(self.wrap_index(out))
+    }
+
+    fn to_vec(&self, t: &CpuTensor) -> Result<Vec<f64>> {
+        by_dtype!(t.dtype(), self.to_vec_t(t))
+    }
+
+    fn index_to_vec(&self, i: &CpuIndex) -> Result<Vec<i64>> {
+        Ok(i.data.to_vec())
+    }
+
+    fn reshape(&self, t: &CpuTensor, shape: &[usize]) -> Result<CpuTensor> {
+        same_len(
+            "reshape",
+            "element count",
+            t.numel(),
+            shape.iter().product(),
+        )?;
+        Ok(CpuTensor {
+            values: t.values.clone(),
+            shape: shape.to_vec(),
+        })
+    }
+
+    fn unary(&self, op: UnaryOp, x: &CpuTensor) -> Result<CpuTensor> {
+        self.install(|| by_dtype!(x.dtype(), self.unary_t(op, x)))
+    }
+
+    fn binary(&self, op: BinaryOp, a: &CpuTensor, b: &CpuTensor) -> Result<CpuTensor> {
+        let dt = same_dtype("binary", a, b)?;
+        self.install(|| by_dtype!(dt, self.binary_t(op, a, b)))
+    }
+
+    fn select(&self, mask: &CpuTensor, a: &CpuTensor, b: &CpuTensor) -> Result<CpuTensor> {
+        same_dtype("select", mask, a)?;
+        let dt = same_dtype("select", a, b)?;
+        self.install(|| by_dtype!(dt, self.select_t(mask, a, b)))
+    }
+
+    fn index_eq(&self, i: &CpuIndex, value: i64, dtype: DType) -> Result<CpuTensor> {
+        self.install(|| by_dtype!(dtype, self.index_eq_t(i, value)))
+    }
+
+    fn reduce(&self, op: HistOp, x: &CpuTensor) -> Result<CpuTensor> {
+        self.install(|| by_dtype!(x.dtype(), self.reduce_t(op, x)))
+    }
+
+    fn gather(&self, src: &CpuTensor, idx: &CpuIndex, oob: OutOfRange) -> Result<CpuTensor> {
+        self.install(|| by_dtype!(src.dtype(), self.gather_t(src, idx, oob)))
+    }
+
+    fn scatter(&self, dest: &CpuTensor, idx: &CpuIndex, vals: &CpuTensor) -> Result<CpuTensor> {
+        let dt = same_dtype("scatter", dest, vals)?;
+        self.install(|| by_dtype!(dt, self.scatter_t(dest, idx, vals)))
+    }
+
+    fn sort_by_key(&self, keys: &CpuIndex, num_keys: usize) -> Result<CpuIndex> {
+        let perm = sort::sort_by_key(&keys.data, num_keys);
+        Ok(self.wrap_index(Buf::from_vec(perm, self.pool())))
+    }
+
+    fn reduce_by_index(
+        &self,
+        dest: &CpuTensor,
+        op: HistOp,
+        inds: &CpuIndex,
+        vals: &CpuTensor,
+    ) -> Result<CpuTensor> {
+        let dt = same_dtype("reduce_by_index", dest, vals)?;
+        self.install(|| by_dtype!(dt, self.reduce_by_index_t(dest, op, inds, vals)))
+    }
+
+    fn arg_reduce_by_index(
+        &self,
+        dest: &CpuTensor,
+        ext: Extremum,
+        inds: &CpuIndex,
+        vals: &CpuTensor,
+    ) -> Result<(CpuTensor, CpuIndex)> {
+        let dt = same_dtype("arg_reduce_by_index", dest, vals)?;
+        self.install(|| by_dtype!(dt, self.arg_reduce_by_index_t(dest, ext, inds, vals)))
+    }
+
+    fn prod_nonzero_by_index(
+        &self,
+        inds: &CpuIndex,
+        vals: &CpuTensor,
+        k: usize,
+    ) -> Result<(CpuTensor, CpuIndex)> {
+        self.install(|| by_dtype!(vals.dtype(), self.prod_nonzero_by_index_t(inds, vals, k)))
+    }
+
+    fn prod_vals_adjoint(
+        &self,
+        inds: &CpuIndex,
+        vals: &CpuTensor,
+        c0: &CpuTensor,
+        c1: &CpuTensor,
+    ) -> Result<CpuTensor> {
+        same_dtype("prod_vals_adjoint", vals, c0)?;
+        let dt = same_dtype("prod_vals_adjoint", c0, c1)?;
+        self.install(|| by_dtype!(dt, self.prod_vals_adjoint_t(inds, vals, c0, c1)))
+    }
+}
+
+impl Device for Cpu {
+    fn device_name(&self) -> String {
+        format!("cpu ({} threads)", self.inner.nthreads)
+    }
+    fn threads(&self) -> usize {
+        self.inner.nthreads
+    }
+    fn synchronize(&self) -> Result<()> {
+        Ok(()) // every CPU op has finished when it returns
+    }
+    fn trim_cache(&self) {
+        self.inner.pool.trim()
+    }
+}

@@ -1,0 +1,49 @@
+//! Devices: what the harness needs beyond the op API (a name, synchronisation, the buffer cache),
+//! and the availability probe that `adgauge backends` prints.
+
+use crate::Ops;
+
+/// A device executes the op API's primitives on buffers it owns.
+pub trait Device: Ops {
+    /// Human-readable name, e.g. `cpu (2 threads)`.
+    fn device_name(&self) -> String;
+    /// Worker threads (CPU) or compute units the device uses.
+    fn threads(&self) -> usize;
+    /// Waits until every queued op has finished (timing needs this inside the timed region).
+    fn synchronize(&self) -> crate::Result<()>;
+    /// Releases cached buffers (before a memory measurement).
+    fn trim_cache(&self);
+}
+
+/// Whether a device kind can be used on this machine, and why not.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceStatus {
+    pub name: &'static str,
+    pub available: bool,
+    /// What was found (device model, version) or why the device is unavailable.
+    pub detail: String,
+}
+
+/// Probes every device kind adgauge knows. Never panics: an absent driver is a reported state.
+pub fn probe_devices() -> Vec<DeviceStatus> {
+    let threads = rayon::current_num_threads();
+    vec![
+        DeviceStatus {
+            name: "cpu",
+            available: true,
+            detail: format!("rayon, {threads} threads"),
+        },
+        DeviceStatus {
+            name: "opencl",
+            available: false,
+            detail: "not built yet: the OpenCL device is planned (issue: OpenCL and CUDA devices)"
+                .into(),
+        },
+        DeviceStatus {
+            name: "cuda",
+            available: false,
+            detail: "not built yet: the CUDA device is planned (issue: OpenCL and CUDA devices)"
+                .into(),
+        },
+    ]
+}

@@ -1,0 +1,30 @@
+//! adgauge's backends: devices that execute array primitives, the op API workloads are written
+//! against, and the AD engines that give that API its modes.
+//!
+//! * [`Ops`] is the op API. A [`Device`] implements it directly, so primal evaluation runs on
+//!   the device itself ([`Primal`]).
+//! * [`Reverse`] decorates any `Ops` with a tape and applies per-primitive VJP rules
+//!   (see [`rules`]); rules are written in the inner engine's ops, so they run on every device.
+//! * [`oracle`] is a sequential f64 reference straight from the semantics, used by tests and by
+//!   the harness's validation.
+//!
+//! This crate depends on no other adgauge crate.
+
+pub mod cpu;
+pub mod device;
+mod dtype;
+mod error;
+mod ops;
+pub mod oracle;
+pub mod reverse;
+pub mod rules;
+
+pub use cpu::Cpu;
+pub use device::{Device, DeviceStatus, probe_devices};
+pub use dtype::{DType, Elem};
+pub use error::{OpError, Result};
+pub use ops::{
+    BinaryOp, Extremum, HistOp, IndexMeta, Ops, OutOfRange, Primal, TensorMeta, UnaryOp,
+};
+pub use reverse::{Grads, Reverse, Var};
+pub use rules::hist::HistRule;

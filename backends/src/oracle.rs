@@ -1,0 +1,149 @@
+//! A sequential reference for `reduce_by_index` and its derivatives, written straight from the
+//! semantics in f64 and sharing no code with the devices or the rules: the oracle that tests and
+//! the harness's validation compare against.
+//!
+//! Each bin is a left fold that starts with dest and takes the bin's elements in index order.
+//! Derivatives are computed the slow, obvious way: for min/max the winner is found by scanning
+//! the fold (a later element must be strictly better to win, so dest wins ties); for `*` the
+//! derivative with respect to an element is dest times the product of the bin's *other*
+//! elements (prefix and suffix products, no division and no zero counting).
+
+use crate::HistOp;
+
+/// Bins of `k`, each with the positions of its elements in index order.
+fn bins(k: usize, inds: &[i64]) -> Vec<Vec<usize>> {
+    let mut out = vec![Vec::new(); k];
+    for (i, &b) in inds.iter().enumerate() {
+        if b >= 0 && (b as u64) < k as u64 {
+            out[b as usize].push(i);
+        }
+    }
+    out
+}
+
+/// The histogram: per bin, dest folded with the bin's values in index order.
+pub fn hist(op: HistOp, dest: &[f64], inds: &[i64], vals: &[f64]) -> Vec<f64> {
+    bins(dest.len(), inds)
+        .iter()
+        .zip(dest)
+        .map(|(members, &d)| members.iter().fold(d, |acc, &i| op.combine(acc, vals[i])))
+        .collect()
+}
+
+/// For min/max: per bin the winning position, -1 when dest wins.
+pub fn winners(op: HistOp, dest: &[f64], inds: &[i64], vals: &[f64]) -> Vec<i64> {
+    let better = |a: f64, b: f64| match op {
+        HistOp::Min => a < b,
+        HistOp::Max => a > b,
+        _ => panic!("winners() is for min and max"),
+    };
+    bins(dest.len(), inds)
+        .iter()
+        .zip(dest)
+        .map(|(members, &d)| {
+            let (mut best, mut pos) = (d, -1i64);
+            for &i in members {
+                if better(vals[i], best) {
+                    best = vals[i];
+                    pos = i as i64;
+                }
+            }
+            pos
+        })
+        .collect()
+}
+
+/// The reverse-mode derivative: `(hist, dest_bar, vals_bar)` for the adjoint `hist_bar`.
+pub fn hist_vjp(
+    op: HistOp,
+    dest: &[f64],
+    inds: &[i64],
+    vals: &[f64],
+    hist_bar: &[f64],
+) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let k = dest.len();
+    let h = hist(op, dest, inds, vals);
+    let mut dest_bar = vec![0.0; k];
+    let mut vals_bar = vec![0.0; vals.len()];
+    match op {
+        HistOp::Add => {
+            dest_bar.copy_from_slice(hist_bar);
+            for (i, &b) in inds.iter().enumerate() {
+                if b >= 0 && (b as u64) < k as u64 {
+                    vals_bar[i] = hist_bar[b as usize];
+                }
+            }
+        }
+        HistOp::Min | HistOp::Max => {
+            for (b, &w) in winners(op, dest, inds, vals).iter().enumerate() {
+                if w < 0 {
+                    dest_bar[b] = hist_bar[b];
+                } else {
+                    vals_bar[w as usize] = hist_bar[b];
+                }
+            }
+        }
+        HistOp::Mul => {
+            for (b, members) in bins(k, inds).iter().enumerate() {
+                let m = members.len();
+                // prefix[j] = product of the first j members; suffix[j] = of members j.. .
+                let mut prefix = vec![1.0; m + 1];
+                let mut suffix = vec![1.0; m + 1];
+                for j in 0..m {
+                    prefix[j + 1] = prefix[j] * vals[members[j]];
+                    suffix[m - 1 - j] = suffix[m - j] * vals[members[m - 1 - j]];
+                }
+                dest_bar[b] = prefix[m] * hist_bar[b];
+                for (j, &i) in members.iter().enumerate() {
+                    vals_bar[i] = dest[b] * prefix[j] * suffix[j + 1] * hist_bar[b];
+                }
+            }
+        }
+    }
+    (h, dest_bar, vals_bar)
+}
+
+/// The forward-mode derivative: `(hist, hist_dot)` for tangents of vals and dest.
+pub fn hist_jvp(
+    op: HistOp,
+    dest: &[f64],
+    inds: &[i64],
+    vals: &[f64],
+    dest_dot: &[f64],
+    vals_dot: &[f64],
+) -> (Vec<f64>, Vec<f64>) {
+    // The JVP is the VJP's transpose: hist_dot[b] = sum over inputs of d hist[b] / d input * dot.
+    // Compute it from one-hot adjoints per bin (slow, independent, fine for tests).
+    let k = dest.len();
+    let h = hist(op, dest, inds, vals);
+    let mut hist_dot = vec![0.0; k];
+    for (b, hd) in hist_dot.iter_mut().enumerate() {
+        let mut e = vec![0.0; k];
+        e[b] = 1.0;
+        let (_, db, vb) = hist_vjp(op, dest, inds, vals, &e);
+        *hd = db.iter().zip(dest_dot).map(|(x, y)| x * y).sum::<f64>()
+            + vb.iter().zip(vals_dot).map(|(x, y)| x * y).sum::<f64>();
+    }
+    (h, hist_dot)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_oracle_agrees_with_hand_computed_bins() {
+        let dest = [1.0, 5.0, 2.0];
+        let inds = [0, 1, 0, 7, -1, 1];
+        let vals = [3.0, 4.0, 3.0, 100.0, 100.0, 0.5];
+        assert_eq!(hist(HistOp::Add, &dest, &inds, &vals), vec![7.0, 9.5, 2.0]);
+        assert_eq!(hist(HistOp::Mul, &dest, &inds, &vals), vec![9.0, 10.0, 2.0]);
+        assert_eq!(hist(HistOp::Min, &dest, &inds, &vals), vec![1.0, 0.5, 2.0]);
+        assert_eq!(hist(HistOp::Max, &dest, &inds, &vals), vec![3.0, 5.0, 2.0]);
+        // The first 3.0 (position 0) wins bin 0's tie; dest wins bin 2 (empty).
+        assert_eq!(winners(HistOp::Max, &dest, &inds, &vals), vec![0, -1, -1]);
+        let (_, db, vb) = hist_vjp(HistOp::Mul, &dest, &inds, &vals, &[1.0, 1.0, 1.0]);
+        assert_eq!(db, vec![9.0, 2.0, 1.0]);
+        assert_eq!(vb, vec![3.0, 2.5, 3.0, 0.0, 0.0, 20.0]);
+    }
+}

@@ -1,0 +1,8 @@
+//! Derivative rules, one file per primitive family. Each rule is written in the ops of the engine
+//! it runs on (`B: Ops`), so it runs on every device and under every outer engine; each file
+//! keeps its rules next to their tests.
+
+pub mod elementwise;
+pub mod hist;
+pub mod indexing;
+pub mod reduce;
