@@ -1,1 +1,7 @@
+//! adgauge's workloads, each written once against the op API ([`adgauge_backends::Ops`]) so
+//! that every engine (primal, reverse, forward) and every device runs the same definition.
+//! One workload per file.
 
+pub mod hist;
+
+pub use hist::{HistInputs, HistVjp, HistWorkload};

@@ -1,0 +1,320 @@
+//! Explicit histogram cases in JSON (`adgauge eval hist-<op> --input case.json`) and the JSON the
+//! command prints.
+//!
+//! Input: `{"k": K, "inds": [..n integers], "vals": [..n], "dest": [..K], "hist_bar": [..K],
+//! "vals_dot": [..n], "dest_dot": [..K], "op": "<name>"}`; numbers may also be the strings
+//! "inf", "-inf" and "nan". Every problem is reported with the field (and element) it concerns,
+//! and sizes are checked against the arrays actually present before anything is allocated from
+//! them, so an absurd `k` is an error, never an allocation.
+
+use serde_json::{Map, Value};
+
+use adgauge_backends::DType;
+use adgauge_datasets::hist::HistData;
+
+use crate::exit::bad_input;
+
+/// Largest accepted number of bins.
+pub const MAX_K: u64 = 1 << 32;
+
+const FIELDS: [&str; 8] = [
+    "k", "inds", "vals", "dest", "hist_bar", "vals_dot", "dest_dot", "op",
+];
+
+/// A parsed histogram case.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HistCase {
+    pub data: HistData,
+    pub hist_bar: Option<Vec<f64>>,
+    pub vals_dot: Option<Vec<f64>>,
+    pub dest_dot: Option<Vec<f64>>,
+}
+
+/// Parses a case; `source` names the file in messages, `op` is the workload's operator name.
+pub fn parse_hist_case(text: &str, source: &str, op: &str) -> anyhow::Result<HistCase> {
+    let value: Value = serde_json::from_str(text)
+        .map_err(|e| bad_input(format!("{source}: not valid JSON: {e}")))?;
+    let Value::Object(obj) = value else {
+        return Err(bad_input(format!(
+            "{source}: expected a JSON object at the top level, found {}",
+            kind(&value)
+        )));
+    };
+    if let Some(extra) = obj.keys().find(|key| !FIELDS.contains(&key.as_str())) {
+        return Err(bad_input(format!(
+            "{source}: unknown field '{extra}' (expected {})",
+            FIELDS.join(", ")
+        )));
+    }
+    let err = |field: &str, msg: String| bad_input(format!("{source}: field {field}: {msg}"));
+    if let Some(v) = obj.get("op") {
+        match v.as_str() {
+            Some(s) if s == op => {}
+            Some(s) => {
+                return Err(err(
+                    "op",
+                    format!("'{s}' does not match the workload's operator '{op}'"),
+                ));
+            }
+            None => return Err(err("op", format!("expected a string, found {}", kind(v)))),
+        }
+    }
+    let k = match obj.get("k") {
+        None => return Err(err("k", "missing (the number of bins is required)".into())),
+        Some(v) => parse_k(v).map_err(|m| err("k", m))?,
+    };
+    let inds = parse_indices(&obj, "inds").map_err(|(f, m)| err(&f, m))?;
+    let n = inds.len();
+    let vals = required_numbers(&obj, "vals", n, "len(inds)").map_err(|(f, m)| err(&f, m))?;
+    let dest = required_numbers(&obj, "dest", k, "k").map_err(|(f, m)| err(&f, m))?;
+    let optional = |name: &str, len: usize, what: &str| -> anyhow::Result<Option<Vec<f64>>> {
+        match obj.get(name) {
+            None => Ok(None),
+            Some(_) => required_numbers(&obj, name, len, what)
+                .map(Some)
+                .map_err(|(f, m)| err(&f, m)),
+        }
+    };
+    Ok(HistCase {
+        hist_bar: optional("hist_bar", k, "k")?,
+        vals_dot: optional("vals_dot", n, "len(inds)")?,
+        dest_dot: optional("dest_dot", k, "k")?,
+        data: HistData {
+            k,
+            inds,
+            vals,
+            dest,
+        },
+    })
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn parse_k(v: &Value) -> Result<usize, String> {
+    if let Some(k) = v.as_u64() {
+        if k > MAX_K {
+            return Err(format!("{k} bins is more than the limit of {MAX_K}"));
+        }
+        return Ok(k as usize);
+    }
+    match v {
+        Value::Number(x) if x.as_i64().is_some() => Err(format!("must be >= 0, got {x}")),
+        Value::Number(x) => Err(format!("must be a whole number of bins, got {x}")),
+        other => Err(format!("expected an integer, found {}", kind(other))),
+    }
+}
+
+type FieldError = (String, String);
+
+fn array<'a>(obj: &'a Map<String, Value>, name: &str) -> Result<&'a Vec<Value>, FieldError> {
+    match obj.get(name) {
+        None => Err((name.into(), "missing".into())),
+        Some(Value::Array(a)) => Ok(a),
+        Some(other) => Err((
+            name.into(),
+            format!("expected an array, found {}", kind(other)),
+        )),
+    }
+}
+
+fn parse_indices(obj: &Map<String, Value>, name: &str) -> Result<Vec<i64>, FieldError> {
+    array(obj, name)?
+        .iter()
+        .enumerate()
+        .map(|(i, v)| match v {
+            Value::Number(x) => x.as_i64().ok_or_else(|| {
+                (
+                    format!("{name}[{i}]"),
+                    format!("expected an integer index, got {x}"),
+                )
+            }),
+            other => Err((
+                format!("{name}[{i}]"),
+                format!("expected an integer index, found {}", kind(other)),
+            )),
+        })
+        .collect()
+}
+
+fn required_numbers(
+    obj: &Map<String, Value>,
+    name: &str,
+    len: usize,
+    what: &str,
+) -> Result<Vec<f64>, FieldError> {
+    let a = array(obj, name)?;
+    if a.len() != len {
+        return Err((
+            name.into(),
+            format!("has {} elements but {what} is {len}", a.len()),
+        ));
+    }
+    a.iter()
+        .enumerate()
+        .map(|(i, v)| parse_number(v).map_err(|m| (format!("{name}[{i}]"), m)))
+        .collect()
+}
+
+/// A number, or one of the strings "inf", "-inf", "nan".
+pub fn parse_number(v: &Value) -> Result<f64, String> {
+    match v {
+        Value::Number(x) => x
+            .as_f64()
+            .ok_or_else(|| format!("{x} is not representable")),
+        Value::String(s) => match s.as_str() {
+            "inf" | "+inf" => Ok(f64::INFINITY),
+            "-inf" => Ok(f64::NEG_INFINITY),
+            "nan" => Ok(f64::NAN),
+            _ => Err(format!(
+                "expected a number or \"inf\", \"-inf\", \"nan\", got \"{s}\""
+            )),
+        },
+        other => Err(format!("expected a number, found {}", kind(other))),
+    }
+}
+
+/// One value as JSON: the shortest decimal that reads back as the same value of `dtype`;
+/// non-finite values as the strings "inf", "-inf", "nan".
+pub fn format_number(x: f64, dtype: DType) -> String {
+    if x.is_nan() {
+        "\"nan\"".into()
+    } else if x.is_infinite() {
+        if x > 0.0 {
+            "\"inf\"".into()
+        } else {
+            "\"-inf\"".into()
+        }
+    } else {
+        match dtype {
+            DType::F32 => format!("{:?}", x as f32),
+            DType::F64 => format!("{x:?}"),
+        }
+    }
+}
+
+/// `{"name": [..], ...}` with the fields in the given order.
+pub fn format_object(fields: &[(&str, &[f64])], dtype: DType) -> String {
+    let parts: Vec<String> = fields
+        .iter()
+        .map(|(name, xs)| {
+            let nums: Vec<String> = xs.iter().map(|&x| format_number(x, dtype)).collect();
+            format!("\"{name}\": [{}]", nums.join(", "))
+        })
+        .collect();
+    format!("{{{}}}", parts.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exit::{Code, code_of};
+
+    fn msg(text: &str) -> String {
+        let e = parse_hist_case(text, "case.json", "add").unwrap_err();
+        assert_eq!(code_of(&e), Code::BadInput);
+        e.to_string()
+    }
+
+    #[test]
+    fn a_full_case_parses_with_special_numbers() {
+        let c = parse_hist_case(
+            r#"{"k": 2, "inds": [0, -1, 5], "vals": [1, "inf", "nan"], "dest": ["-inf", 0.5],
+                "hist_bar": [1, 2], "op": "add"}"#,
+            "c",
+            "add",
+        )
+        .unwrap();
+        assert_eq!(c.data.inds, vec![0, -1, 5]);
+        assert_eq!(c.data.vals[1], f64::INFINITY);
+        assert!(c.data.vals[2].is_nan());
+        assert_eq!(c.data.dest, vec![f64::NEG_INFINITY, 0.5]);
+        assert_eq!(c.hist_bar, Some(vec![1.0, 2.0]));
+        assert_eq!(c.vals_dot, None);
+    }
+
+    #[test]
+    fn every_malformation_names_its_field() {
+        assert!(msg("[1, 2]").contains("expected a JSON object"));
+        assert!(msg("{\"k\": 1,").contains("not valid JSON"));
+        assert!(msg(r#"{"inds": [], "vals": [], "dest": []}"#).contains("field k: missing"));
+        assert!(
+            msg(r#"{"k": -3, "inds": [], "vals": [], "dest": []}"#)
+                .contains("field k: must be >= 0")
+        );
+        assert!(
+            msg(r#"{"k": 1.5, "inds": [], "vals": [], "dest": []}"#)
+                .contains("field k: must be a whole number")
+        );
+        assert!(msg(r#"{"k": 1e30, "inds": [], "vals": [], "dest": []}"#).contains("field k"));
+        assert!(
+            msg(r#"{"k": 99999999999999, "inds": [], "vals": [], "dest": []}"#)
+                .contains("more than the limit")
+        );
+        assert!(
+            msg(r#"{"k": "2", "inds": [], "vals": [], "dest": []}"#)
+                .contains("field k: expected an integer")
+        );
+        assert!(
+            msg(r#"{"k": 1, "inds": [0, 0.5], "vals": [1, 2], "dest": [0]}"#)
+                .contains("field inds[1]")
+        );
+        assert!(
+            msg(r#"{"k": 1, "inds": [0, "1"], "vals": [1, 2], "dest": [0]}"#)
+                .contains("field inds[1]")
+        );
+        assert!(
+            msg(r#"{"k": 1, "inds": [0], "vals": [1, 2], "dest": [0]}"#)
+                .contains("field vals: has 2 elements")
+        );
+        assert!(
+            msg(r#"{"k": 2, "inds": [0], "vals": [1], "dest": [0]}"#)
+                .contains("field dest: has 1 elements but k is 2")
+        );
+        assert!(
+            msg(r#"{"k": 1, "inds": [0], "vals": [true], "dest": [0]}"#).contains("field vals[0]")
+        );
+        assert!(
+            msg(r#"{"k": 1, "inds": [0], "vals": ["infinity"], "dest": [0]}"#)
+                .contains("field vals[0]")
+        );
+        assert!(
+            msg(r#"{"k": 1, "inds": [0], "vals": [1], "dest": [0], "hist_bar": [1, 2]}"#)
+                .contains("field hist_bar")
+        );
+        assert!(
+            msg(r#"{"k": 1, "inds": [0], "vals": [1], "dest": [0], "op": "mul"}"#)
+                .contains("field op")
+        );
+        assert!(
+            msg(r#"{"k": 1, "inds": [0], "vals": [1], "dest": [0], "kk": 1}"#)
+                .contains("unknown field 'kk'")
+        );
+        assert!(
+            msg(r#"{"k": 1, "inds": 3, "vals": [1], "dest": [0]}"#)
+                .contains("field inds: expected an array")
+        );
+    }
+
+    #[test]
+    fn numbers_print_as_the_shortest_decimal_of_their_dtype() {
+        assert_eq!(format_number(0.1f32 as f64, DType::F32), "0.1");
+        assert_eq!(format_number(0.1, DType::F64), "0.1");
+        assert_eq!(format_number(1.0, DType::F64), "1.0");
+        assert_eq!(format_number(f64::NEG_INFINITY, DType::F32), "\"-inf\"");
+        assert_eq!(format_number(f64::NAN, DType::F64), "\"nan\"");
+        assert_eq!(format_number(1e300, DType::F64), "1e300");
+        let s = format_object(&[("hist", &[1.5, f64::INFINITY]), ("x", &[])], DType::F64);
+        assert_eq!(s, "{\"hist\": [1.5, \"inf\"], \"x\": []}");
+        let v: Value = serde_json::from_str(&s).unwrap();
+        assert_eq!(v["hist"][0], 1.5);
+    }
+}

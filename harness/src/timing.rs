@@ -1,0 +1,102 @@
+//! Timing methodology (DESIGN.md, harness): inputs are resident on the device and excluded; the
+//! timed closure includes everything a user pays for (forward sweep, taping, reverse sweep,
+//! allocation) and ends with a device synchronisation; one warm-up call; calls are batched until
+//! a sample lasts at least `min_sample`; samples are kept until `samples` are taken or
+//! `time_limit` has passed (at least one sample is always taken).
+
+use std::time::{Duration, Instant};
+
+use adgauge_reports::Timing;
+
+/// How long and how often to measure.
+#[derive(Clone, Copy, Debug)]
+pub struct Budget {
+    pub min_sample: Duration,
+    pub samples: usize,
+    pub time_limit: Duration,
+}
+
+impl Default for Budget {
+    fn default() -> Self {
+        Budget {
+            min_sample: Duration::from_millis(5),
+            samples: 7,
+            time_limit: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Measures `f` (which must synchronise the device before returning) under `budget`.
+pub fn measure<E>(budget: &Budget, mut f: impl FnMut() -> Result<(), E>) -> Result<Timing, E> {
+    let start = Instant::now();
+    let t0 = Instant::now();
+    f()?; // warm-up: first-touch pages, caches, lazily built kernels
+    let first = t0.elapsed();
+    let batch = if first >= budget.min_sample {
+        1
+    } else {
+        (budget.min_sample.as_secs_f64() / first.as_secs_f64().max(1e-9))
+            .ceil()
+            .min(1e6) as usize
+    };
+    let mut per_call = Vec::with_capacity(budget.samples);
+    while per_call.len() < budget.samples.max(1) {
+        let t = Instant::now();
+        for _ in 0..batch {
+            f()?;
+        }
+        per_call.push(t.elapsed().as_secs_f64() / batch as f64);
+        if start.elapsed() >= budget.time_limit {
+            break;
+        }
+    }
+    per_call.sort_by(f64::total_cmp);
+    let m = per_call.len();
+    let median = if m % 2 == 1 {
+        per_call[m / 2]
+    } else {
+        0.5 * (per_call[m / 2 - 1] + per_call[m / 2])
+    };
+    Ok(Timing {
+        min_s: per_call[0],
+        median_s: median,
+        max_s: per_call[m - 1],
+        batch,
+        samples: m,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fast_calls_are_batched_and_order_statistics_are_consistent() {
+        let budget = Budget {
+            min_sample: Duration::from_millis(2),
+            samples: 5,
+            time_limit: Duration::from_secs(5),
+        };
+        let mut calls = 0usize;
+        let t = measure::<()>(&budget, || {
+            calls += 1;
+            std::hint::black_box((0..100).sum::<u64>());
+            Ok(())
+        })
+        .unwrap();
+        assert!(
+            t.batch > 1,
+            "a call of well under 2 ms must be batched, batch = {}",
+            t.batch
+        );
+        assert_eq!(t.samples, 5);
+        assert_eq!(calls, 1 + t.batch * t.samples);
+        assert!(t.min_s <= t.median_s && t.median_s <= t.max_s);
+    }
+
+    #[test]
+    fn errors_stop_the_measurement() {
+        let r = measure(&Budget::default(), || Err::<(), _>("device lost"));
+        assert_eq!(r.unwrap_err(), "device lost");
+    }
+}

@@ -1,0 +1,275 @@
+//! `adgauge eval` end to end: the binary's JSON answers against the sequential oracle on
+//! adversarial inputs, and its refusals of malformed input (exit 2, the field named).
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use adgauge_backends::{DType, HistOp, oracle};
+use serde_json::{Value, json};
+
+fn write_case(name: &str, v: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("adgauge-eval-tests-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, v).unwrap();
+    p
+}
+
+fn adgauge(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_adgauge"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn number(v: &Value) -> f64 {
+    match v {
+        Value::Number(x) => x.as_f64().unwrap(),
+        Value::String(s) if s == "inf" => f64::INFINITY,
+        Value::String(s) if s == "-inf" => f64::NEG_INFINITY,
+        Value::String(s) if s == "nan" => f64::NAN,
+        other => panic!("not a number: {other}"),
+    }
+}
+
+fn numbers(v: &Value) -> Vec<f64> {
+    v.as_array().unwrap().iter().map(number).collect()
+}
+
+struct Case {
+    name: &'static str,
+    dest: Vec<f64>,
+    inds: Vec<i64>,
+    vals: Vec<f64>,
+}
+
+/// Ties with dest and between elements, bins with 0, 1 and 2+ zeros, empty bins, indices -1 and
+/// >= k, and the degenerate n = 0 and k = 1.
+fn adversarial() -> Vec<Case> {
+    vec![
+        Case {
+            name: "mixed",
+            dest: vec![1.0, 0.0, 2.5, -1.0, 3.0],
+            inds: vec![0, 1, 0, 1, 2, 2, 2, -1, 5, 9, 0, 1, 3],
+            vals: vec![
+                1.0, 0.0, 0.3, 0.0, 2.5, 0.0, 0.7, 4.0, 5.0, 6.0, 1.0, 0.0, -1.0,
+            ],
+        },
+        Case {
+            name: "empty",
+            dest: vec![0.5, -0.25],
+            inds: vec![],
+            vals: vec![],
+        },
+        Case {
+            name: "one-bin",
+            dest: vec![0.75],
+            inds: vec![0, 0, 0, -1],
+            vals: vec![0.75, 1.5, 0.1, 9.0],
+        },
+        Case {
+            name: "zeros",
+            dest: vec![2.0, 3.0],
+            inds: vec![0, 0, 1, 1, 1],
+            vals: vec![0.0, 0.0, 0.0, 0.5, 0.25],
+        },
+    ]
+}
+
+fn case_json(c: &Case, bar: &[f64]) -> String {
+    json!({"k": c.dest.len(), "inds": c.inds, "vals": c.vals, "dest": c.dest, "hist_bar": bar})
+        .to_string()
+}
+
+#[test]
+fn eval_matches_the_oracle_on_adversarial_inputs_for_every_op_rule_mode_and_dtype() {
+    for c in adversarial() {
+        let k = c.dest.len();
+        let bar: Vec<f64> = (0..k).map(|b| 1.0 + 0.5 * b as f64).collect();
+        let path = write_case(&format!("{}.json", c.name), &case_json(&c, &bar));
+        for op in HistOp::ALL {
+            for dt in DType::ALL {
+                let r = |xs: &[f64]| -> Vec<f64> { xs.iter().map(|&x| dt.round(x)).collect() };
+                let (h, db, vb) = oracle::hist_vjp(op, &r(&c.dest), &c.inds, &r(&c.vals), &bar);
+                let exact = matches!(op, HistOp::Min | HistOp::Max);
+                let close = |got: &[f64], want: &[f64]| {
+                    got.len() == want.len()
+                        && got.iter().zip(want).all(|(&g, &w)| {
+                            // The JSON holds the shortest decimal of the dtype's value.
+                            let g = dt.round(g);
+                            if exact {
+                                g == w
+                            } else {
+                                (g - w).abs() <= 8.0 * dt.epsilon() * w.abs().max(1.0)
+                            }
+                        })
+                };
+                for rule in ["auto", "special"] {
+                    for mode in ["primal", "vjp"] {
+                        let out = adgauge(&[
+                            "eval",
+                            &format!("hist-{}", op.name()),
+                            "--input",
+                            path.to_str().unwrap(),
+                            "--mode",
+                            mode,
+                            "--rule",
+                            rule,
+                            "--dtype",
+                            dt.name(),
+                        ]);
+                        let what = format!("{} {op} {rule} {mode} {dt}", c.name);
+                        assert!(
+                            out.status.success(),
+                            "{what}: {}",
+                            String::from_utf8_lossy(&out.stderr)
+                        );
+                        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+                        assert!(
+                            close(&numbers(&v["hist"]), &h),
+                            "{what}: hist {} vs {h:?}",
+                            v["hist"]
+                        );
+                        if mode == "vjp" {
+                            assert!(
+                                close(&numbers(&v["vals_bar"]), &vb),
+                                "{what}: vals_bar {} vs {vb:?}",
+                                v["vals_bar"]
+                            );
+                            assert!(
+                                close(&numbers(&v["dest_bar"]), &db),
+                                "{what}: dest_bar {} vs {db:?}",
+                                v["dest_bar"]
+                            );
+                        } else {
+                            assert!(v.get("vals_bar").is_none());
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn f32_results_print_as_the_shortest_f32_decimal_and_non_finite_as_strings() {
+    let path = write_case(
+        "f32.json",
+        r#"{"k": 3, "inds": [0, 1], "vals": [0.1, "inf"], "dest": [0, 1, "nan"]}"#,
+    );
+    let out = adgauge(&[
+        "eval",
+        "hist-add",
+        "--input",
+        path.to_str().unwrap(),
+        "--dtype",
+        "f32",
+    ]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(text.trim(), r#"{"hist": [0.1, "inf", "nan"]}"#);
+}
+
+#[test]
+fn malformed_inputs_exit_2_and_name_the_field() {
+    let cases = [
+        ("notjson.json", "{\"k\": ", "not valid JSON"),
+        ("array.json", "[]", "expected a JSON object"),
+        (
+            "nok.json",
+            r#"{"inds": [], "vals": [], "dest": []}"#,
+            "field k",
+        ),
+        (
+            "negk.json",
+            r#"{"k": -1, "inds": [], "vals": [], "dest": []}"#,
+            "field k",
+        ),
+        (
+            "hugek.json",
+            r#"{"k": 1000000000000000, "inds": [], "vals": [], "dest": []}"#,
+            "field k",
+        ),
+        (
+            "frac.json",
+            r#"{"k": 1, "inds": [0.5], "vals": [1], "dest": [0]}"#,
+            "field inds[0]",
+        ),
+        (
+            "len.json",
+            r#"{"k": 2, "inds": [0], "vals": [1], "dest": [0]}"#,
+            "field dest",
+        ),
+        (
+            "vals.json",
+            r#"{"k": 1, "inds": [0], "vals": [1, 2], "dest": [0]}"#,
+            "field vals",
+        ),
+        (
+            "op.json",
+            r#"{"k": 1, "inds": [0], "vals": [1], "dest": [0], "op": "max"}"#,
+            "field op",
+        ),
+        (
+            "nobar.json",
+            r#"{"k": 1, "inds": [0], "vals": [1], "dest": [0]}"#,
+            "field hist_bar",
+        ),
+    ];
+    for (name, text, needle) in cases {
+        let path = write_case(name, text);
+        let out = adgauge(&[
+            "eval",
+            "hist-add",
+            "--input",
+            path.to_str().unwrap(),
+            "--mode",
+            "vjp",
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name}: {err}");
+        assert!(
+            err.contains(needle),
+            "{name}: '{err}' does not mention {needle}"
+        );
+        assert!(!err.contains("panicked"), "{name}: {err}");
+        assert!(out.stdout.is_empty());
+    }
+    let out = adgauge(&["eval", "hist-add", "--input", "/nonexistent/case.json"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/case.json"));
+}
+
+#[test]
+fn usage_errors_exit_2_and_unavailable_backends_exit_4() {
+    let path = write_case(
+        "ok.json",
+        r#"{"k": 1, "inds": [0], "vals": [1], "dest": [0]}"#,
+    );
+    let p = path.to_str().unwrap();
+    assert_eq!(
+        adgauge(&["eval", "hist-nope", "--input", p]).status.code(),
+        Some(2)
+    );
+    assert_eq!(
+        adgauge(&["eval", "hist-add", "--input", p, "--dtype", "f16"])
+            .status
+            .code(),
+        Some(2)
+    );
+    assert_eq!(
+        adgauge(&["eval", "hist-add", "--input", p, "--rule", "magic"])
+            .status
+            .code(),
+        Some(2)
+    );
+    assert_eq!(
+        adgauge(&["eval", "hist-add", "--input", p, "--backend", "tpu"])
+            .status
+            .code(),
+        Some(2)
+    );
+    let out = adgauge(&["eval", "hist-add", "--input", p, "--backend", "opencl"]);
+    assert_eq!(out.status.code(), Some(4));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("opencl"));
+}

@@ -1,0 +1,166 @@
+//! The result row: one per case and measurement, with a stable case id and a schema version so
+//! that histories and gates survive releases. Bump [`SCHEMA_VERSION`] on any incompatible change.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Version of the row layout below.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// How a case ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Ran, and every check passed.
+    Ok,
+    /// Ran, and a derivative check failed.
+    Failed,
+    /// Could not run (an error or a panic); the message says why.
+    Error,
+    /// Not run (e.g. the backend is unavailable); the message says why.
+    Skipped,
+    /// Ran past its time limit.
+    Timeout,
+}
+
+impl Status {
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Failed => "failed",
+            Status::Error => "error",
+            Status::Skipped => "skipped",
+            Status::Timeout => "timeout",
+        }
+    }
+}
+
+/// Timing of one mode: seconds per evaluation over the kept samples.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Timing {
+    pub min_s: f64,
+    pub median_s: f64,
+    pub max_s: f64,
+    /// Evaluations per sample (batched until a sample is long enough to measure).
+    pub batch: usize,
+    pub samples: usize,
+}
+
+/// One validation check of a case.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Check {
+    /// e.g. `dot-product`, `fd-vjp`, `oracle-vjp`.
+    pub name: String,
+    /// The worst metric value found.
+    pub worst: f64,
+    pub tolerance: f64,
+    pub passed: bool,
+}
+
+/// One result row.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ResultRow {
+    pub schema_version: u32,
+    /// Stable identity of the case across runs: see [`case_id`].
+    pub case_id: String,
+    pub workload: String,
+    /// Workload parameters (n, k, distribution, ...), as strings.
+    pub params: BTreeMap<String, String>,
+    pub backend: String,
+    pub dtype: String,
+    pub rule: String,
+    pub threads: usize,
+    pub seed: u64,
+    pub primal: Option<Timing>,
+    pub vjp: Option<Timing>,
+    pub jvp: Option<Timing>,
+    pub checks: Vec<Check>,
+    pub status: Status,
+    pub message: Option<String>,
+}
+
+impl ResultRow {
+    /// vjp median / primal median, when both were measured.
+    pub fn vjp_overhead(&self) -> Option<f64> {
+        Some(self.vjp.as_ref()?.median_s / self.primal.as_ref()?.median_s)
+    }
+    /// jvp median / primal median, when both were measured.
+    pub fn jvp_overhead(&self) -> Option<f64> {
+        Some(self.jvp.as_ref()?.median_s / self.primal.as_ref()?.median_s)
+    }
+}
+
+/// The stable id of a case: workload, sorted parameters, backend, dtype and rule.
+pub fn case_id(
+    workload: &str,
+    params: &BTreeMap<String, String>,
+    backend: &str,
+    dtype: &str,
+    rule: &str,
+) -> String {
+    let p: Vec<String> = params.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    format!("{workload}[{}]/{backend}/{dtype}/{rule}", p.join(","))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn case_ids_do_not_depend_on_parameter_insertion_order() {
+        let mut a = BTreeMap::new();
+        a.insert("n".to_string(), "1000".to_string());
+        a.insert("k".to_string(), "10".to_string());
+        let mut b = BTreeMap::new();
+        b.insert("k".to_string(), "10".to_string());
+        b.insert("n".to_string(), "1000".to_string());
+        assert_eq!(
+            case_id("hist-add", &a, "cpu", "f32", "auto"),
+            case_id("hist-add", &b, "cpu", "f32", "auto")
+        );
+        assert_eq!(
+            case_id("hist-add", &a, "cpu", "f32", "auto"),
+            "hist-add[k=10,n=1000]/cpu/f32/auto"
+        );
+    }
+
+    #[test]
+    fn rows_round_trip_through_json_with_lowercase_status() {
+        let row = ResultRow {
+            schema_version: SCHEMA_VERSION,
+            case_id: "x".into(),
+            workload: "hist-add".into(),
+            params: BTreeMap::new(),
+            backend: "cpu".into(),
+            dtype: "f64".into(),
+            rule: "auto".into(),
+            threads: 2,
+            seed: 1,
+            primal: Some(Timing {
+                min_s: 1.0,
+                median_s: 2.0,
+                max_s: 3.0,
+                batch: 1,
+                samples: 3,
+            }),
+            vjp: Some(Timing {
+                min_s: 4.0,
+                median_s: 5.0,
+                max_s: 6.0,
+                batch: 1,
+                samples: 3,
+            }),
+            jvp: None,
+            checks: vec![],
+            status: Status::Timeout,
+            message: None,
+        };
+        let s = serde_json::to_string(&row).unwrap();
+        assert!(s.contains("\"status\":\"timeout\""));
+        let back: ResultRow = serde_json::from_str(&s).unwrap();
+        assert_eq!(back, row);
+        assert_eq!(back.vjp_overhead(), Some(2.5));
+        assert_eq!(back.jvp_overhead(), None);
+    }
+}
