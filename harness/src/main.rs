@@ -4,14 +4,22 @@ mod case_json;
 mod devices;
 mod eval;
 mod exit;
-mod quick;
+mod hist_case;
+mod memory;
+mod run;
+mod runner;
+mod suite;
 mod timing;
+mod validation;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
 use exit::{Code, code_of};
+
+#[global_allocator]
+static ALLOCATOR: memory::Counting = memory::Counting;
 
 /// adgauge: a benchmark and validation suite for automatic differentiation.
 ///
@@ -30,31 +38,41 @@ struct Cli {
 enum Command {
     /// Evaluate one explicit input (JSON) and print one JSON object.
     Eval(eval::EvalArgs),
-    /// Run the embedded default suite (the default command).
-    Run(quick::RunArgs),
+    /// Run the embedded default suite: validation and timing, one row per case (the default).
+    Run(run::RunArgs),
+    /// Validate derivatives only: one line per case and check; exit 1 on any failure.
+    Check(run::CheckArgs),
     /// List devices with their availability.
-    Backends,
+    Backends {
+        /// One JSON object per device.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let command = cli
-        .command
-        .unwrap_or(Command::Run(quick::RunArgs::default()));
+    let command = cli.command.unwrap_or(Command::Run(run::RunArgs::default()));
     let result = match command {
         Command::Eval(args) => eval::run(&args, cli.threads).map(|json| {
             println!("{json}");
             Code::Success
         }),
-        Command::Run(args) => quick::run(&args, cli.threads),
-        Command::Backends => {
+        Command::Run(args) => run::run(&args, cli.threads),
+        Command::Check(args) => run::check(&args, cli.threads),
+        Command::Backends { json } => {
             for d in adgauge_backends::probe_devices() {
-                let state = if d.available {
-                    "available"
+                if json {
+                    let v = serde_json::json!({"name": d.name, "available": d.available, "detail": d.detail});
+                    println!("{v}");
                 } else {
-                    "unavailable"
-                };
-                println!("{:<8} {:<12} {}", d.name, state, d.detail);
+                    let state = if d.available {
+                        "available"
+                    } else {
+                        "unavailable"
+                    };
+                    println!("{:<8} {:<12} {}", d.name, state, d.detail);
+                }
             }
             Ok(Code::Success)
         }

@@ -75,6 +75,10 @@ pub struct ResultRow {
     pub primal: Option<Timing>,
     pub vjp: Option<Timing>,
     pub jvp: Option<Timing>,
+    /// Peak bytes allocated above the resident inputs during one evaluation of each mode.
+    pub primal_peak_bytes: Option<u64>,
+    pub vjp_peak_bytes: Option<u64>,
+    pub jvp_peak_bytes: Option<u64>,
     pub checks: Vec<Check>,
     pub status: Status,
     pub message: Option<String>,
@@ -88,6 +92,14 @@ impl ResultRow {
     /// jvp median / primal median, when both were measured.
     pub fn jvp_overhead(&self) -> Option<f64> {
         Some(self.jvp.as_ref()?.median_s / self.primal.as_ref()?.median_s)
+    }
+    /// vjp peak bytes / primal peak bytes.
+    pub fn vjp_memory_ratio(&self) -> Option<f64> {
+        Some(self.vjp_peak_bytes? as f64 / self.primal_peak_bytes?.max(1) as f64)
+    }
+    /// jvp peak bytes / primal peak bytes.
+    pub fn jvp_memory_ratio(&self) -> Option<f64> {
+        Some(self.jvp_peak_bytes? as f64 / self.primal_peak_bytes?.max(1) as f64)
     }
 }
 
@@ -152,6 +164,9 @@ mod tests {
                 samples: 3,
             }),
             jvp: None,
+            primal_peak_bytes: Some(100),
+            vjp_peak_bytes: Some(250),
+            jvp_peak_bytes: None,
             checks: vec![],
             status: Status::Timeout,
             message: None,
@@ -162,5 +177,7 @@ mod tests {
         assert_eq!(back, row);
         assert_eq!(back.vjp_overhead(), Some(2.5));
         assert_eq!(back.jvp_overhead(), None);
+        assert_eq!(back.vjp_memory_ratio(), Some(2.5));
+        assert_eq!(back.jvp_memory_ratio(), None);
     }
 }

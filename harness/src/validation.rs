@@ -1,0 +1,381 @@
+//! Derivative validation (DESIGN.md, harness): every check works on a flattened view of a case —
+//! inputs x in R^n, outputs y in R^m — so that every workload is validated the same way.
+//!
+//! * dot-product test: <v, J^T w> vs <J v, w> for random v, w, accumulated in f64, relative to the
+//!   sum of |terms|;
+//! * central finite differences, directional (random v), evaluated in f64 on inputs rounded to the
+//!   dtype under test, step h = cbrt(eps_f64) * max(|x|_inf, 1) made representable
+//!   (h = (s + h) - s); compared with J v from the JVP and, through w, with J^T w from the VJP;
+//! * full Jacobians at small sizes: one-hot VJPs (rows) against one-hot JVPs (columns);
+//! * against a reference (the oracle, or another rule) elementwise.
+//!
+//! Metrics: rho(x, y) = |x - y| / max(1, |x| + |y|) elementwise (ADBench's), and the relative L2
+//! error ||x - y|| / ||y||, which catches errors on gradients much smaller than 1 that rho lets
+//! pass. A check passes when both are within [`tolerance`].
+
+use adgauge_backends::DType;
+use rand::RngExt;
+
+/// A case seen as a differentiable function of one flat input vector.
+pub trait FlatFn {
+    fn n_in(&self) -> usize;
+    fn n_out(&self) -> usize;
+    /// The point derivatives are taken at (already rounded to the dtype under test).
+    fn x0(&self) -> &[f64];
+    /// The primal in f64 at any x (for finite differences).
+    fn eval_f64(&self, x: &[f64]) -> anyhow::Result<Vec<f64>>;
+    /// J^T w at x0, in the dtype under test.
+    fn vjp(&self, w: &[f64]) -> anyhow::Result<Vec<f64>>;
+    /// J v at x0, in the dtype under test.
+    fn jvp(&self, v: &[f64]) -> anyhow::Result<Vec<f64>>;
+    /// Why finite differences would be meaningless at x0 (a kink within the step), if they are.
+    fn fd_unsafe(&self, h: f64) -> Option<String>;
+}
+
+/// The checks, as named in results and in the tolerance table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CheckKind {
+    DotProduct,
+    FdJvp,
+    FdVjp,
+    FullJacobian,
+    OracleVjp,
+    OracleJvp,
+    RuleAgreement,
+}
+
+impl CheckKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            CheckKind::DotProduct => "dot-product",
+            CheckKind::FdJvp => "fd-jvp",
+            CheckKind::FdVjp => "fd-vjp",
+            CheckKind::FullJacobian => "full-jacobian",
+            CheckKind::OracleVjp => "oracle-vjp",
+            CheckKind::OracleJvp => "oracle-jvp",
+            CheckKind::RuleAgreement => "rule-agreement",
+        }
+    }
+}
+
+/// The one tolerance table (README.md repeats it): the largest accepted metric per check and
+/// dtype. Finite differences carry O(h^2) truncation error and, in f32, the f32 rounding of the
+/// derivative under test; everything else compares two computations of the same quantity.
+pub fn tolerance(check: CheckKind, dtype: DType) -> f64 {
+    match (check, dtype) {
+        (CheckKind::DotProduct, DType::F64) => 1e-12,
+        (CheckKind::DotProduct, DType::F32) => 1e-5,
+        (CheckKind::FdJvp | CheckKind::FdVjp, DType::F64) => 1e-6,
+        (CheckKind::FdJvp | CheckKind::FdVjp, DType::F32) => 1e-3,
+        (CheckKind::FullJacobian, DType::F64) => 1e-12,
+        (CheckKind::FullJacobian, DType::F32) => 1e-5,
+        (CheckKind::OracleVjp | CheckKind::OracleJvp | CheckKind::RuleAgreement, DType::F64) => {
+            1e-10
+        }
+        (CheckKind::OracleVjp | CheckKind::OracleJvp | CheckKind::RuleAgreement, DType::F32) => {
+            1e-4
+        }
+    }
+}
+
+/// The outcome of one check.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Outcome {
+    pub kind: CheckKind,
+    /// The worst metric (max of rho and relative L2, or the dot-product discrepancy).
+    pub worst: f64,
+    pub tolerance: f64,
+    /// Set when the check could not run meaningfully (e.g. a kink within the FD step).
+    pub skipped: Option<String>,
+}
+
+impl Outcome {
+    pub fn passed(&self) -> bool {
+        self.skipped.is_some() || self.worst <= self.tolerance
+    }
+    fn new(kind: CheckKind, dtype: DType, worst: f64) -> Outcome {
+        Outcome {
+            kind,
+            worst,
+            tolerance: tolerance(kind, dtype),
+            skipped: None,
+        }
+    }
+}
+
+/// max_i rho(x_i, y_i); NaN anywhere counts as infinitely wrong.
+pub fn rho(x: &[f64], y: &[f64]) -> f64 {
+    if x.len() != y.len() {
+        return f64::INFINITY;
+    }
+    x.iter()
+        .zip(y)
+        .map(|(a, b)| {
+            if a == b {
+                0.0 // also equal infinities
+            } else {
+                let r = (a - b).abs() / (a.abs() + b.abs()).max(1.0);
+                if r.is_nan() { f64::INFINITY } else { r }
+            }
+        })
+        .fold(0.0, f64::max)
+}
+
+/// ||x - y|| / ||y|| (0 when both are zero; infinite when only y is).
+pub fn rel_l2(x: &[f64], y: &[f64]) -> f64 {
+    if x.len() != y.len() {
+        return f64::INFINITY;
+    }
+    let diff: f64 = x
+        .iter()
+        .zip(y)
+        .map(|(a, b)| if a == b { 0.0 } else { (a - b) * (a - b) })
+        .sum();
+    let norm: f64 = y.iter().map(|b| b * b).sum();
+    if diff == 0.0 {
+        0.0
+    } else if diff.is_nan() || norm == 0.0 {
+        f64::INFINITY
+    } else {
+        (diff / norm).sqrt()
+    }
+}
+
+/// The metric compared with tolerances: the worse of rho and relative L2.
+pub fn discrepancy(got: &[f64], want: &[f64]) -> f64 {
+    rho(got, want).max(rel_l2(got, want))
+}
+
+fn dot(a: &[f64], b: &[f64]) -> (f64, f64) {
+    a.iter()
+        .zip(b)
+        .fold((0.0, 0.0), |(s, m), (x, y)| (s + x * y, m + (x * y).abs()))
+}
+
+fn random_vec(rng: &mut impl RngExt, n: usize) -> Vec<f64> {
+    (0..n).map(|_| rng.random_range(-1.0..1.0)).collect()
+}
+
+/// Rounds a direction to the dtype so that both modes see exactly the same v and w.
+fn rounded(dt: DType, v: Vec<f64>) -> Vec<f64> {
+    v.into_iter().map(|x| dt.round(x)).collect()
+}
+
+/// <v, J^T w> vs <J v, w>, relative to the sum of |terms| of both.
+pub fn dot_product_test(f: &dyn FlatFn, dtype: DType, seed: u64) -> anyhow::Result<Outcome> {
+    let mut rng = adgauge_datasets::rng(seed);
+    let v = rounded(dtype, random_vec(&mut rng, f.n_in()));
+    let w = rounded(dtype, random_vec(&mut rng, f.n_out()));
+    let (a, ma) = dot(&v, &f.vjp(&w)?);
+    let (b, mb) = dot(&f.jvp(&v)?, &w);
+    let scale = ma + mb;
+    let worst = if a == b {
+        0.0
+    } else if scale == 0.0 {
+        f64::INFINITY
+    } else {
+        (a - b).abs() / scale
+    };
+    Ok(Outcome::new(
+        CheckKind::DotProduct,
+        dtype,
+        if worst.is_nan() { f64::INFINITY } else { worst },
+    ))
+}
+
+/// A directional central difference at x0: random directions v (inputs) and w (outputs),
+/// rounded to the dtype, and fd ~ J v computed in f64.
+pub struct Directional {
+    pub v: Vec<f64>,
+    pub w: Vec<f64>,
+    pub fd: Vec<f64>,
+}
+
+/// Computes [`Directional`], or says why finite differences would straddle a kink at x0.
+pub fn finite_difference(
+    f: &dyn FlatFn,
+    dtype: DType,
+    seed: u64,
+) -> anyhow::Result<Result<Directional, String>> {
+    let mut rng = adgauge_datasets::rng(seed ^ 0x005e_edfd);
+    let x = f.x0();
+    let v = rounded(dtype, random_vec(&mut rng, f.n_in()));
+    let w = rounded(dtype, random_vec(&mut rng, f.n_out()));
+    let s = x.iter().fold(1.0f64, |m, a| m.max(a.abs()));
+    let h = f64::EPSILON.cbrt() * s;
+    let h = (s + h) - s; // representable step
+    if let Some(why) = f.fd_unsafe(h) {
+        return Ok(Err(why));
+    }
+    let plus: Vec<f64> = x.iter().zip(&v).map(|(a, d)| a + h * d).collect();
+    let minus: Vec<f64> = x.iter().zip(&v).map(|(a, d)| a - h * d).collect();
+    let (fp, fm) = (f.eval_f64(&plus)?, f.eval_f64(&minus)?);
+    let fd = fp
+        .iter()
+        .zip(&fm)
+        .map(|(p, m)| (p - m) / (2.0 * h))
+        .collect();
+    Ok(Ok(Directional { v, w, fd }))
+}
+
+fn skipped(kind: CheckKind, dtype: DType, why: &str) -> Outcome {
+    Outcome {
+        skipped: Some(why.to_string()),
+        ..Outcome::new(kind, dtype, 0.0)
+    }
+}
+
+/// J v from the JVP against the finite difference, elementwise.
+pub fn fd_jvp_test(
+    f: &dyn FlatFn,
+    dtype: DType,
+    d: &Result<Directional, String>,
+) -> anyhow::Result<Outcome> {
+    let d = match d {
+        Ok(d) => d,
+        Err(why) => return Ok(skipped(CheckKind::FdJvp, dtype, why)),
+    };
+    Ok(Outcome::new(
+        CheckKind::FdJvp,
+        dtype,
+        discrepancy(&f.jvp(&d.v)?, &d.fd),
+    ))
+}
+
+/// <J^T w, v> from the VJP against <fd, w>, as one number relative to the sum of |terms|.
+pub fn fd_vjp_test(
+    f: &dyn FlatFn,
+    dtype: DType,
+    d: &Result<Directional, String>,
+) -> anyhow::Result<Outcome> {
+    let d = match d {
+        Ok(d) => d,
+        Err(why) => return Ok(skipped(CheckKind::FdVjp, dtype, why)),
+    };
+    let (a, ma) = dot(&f.vjp(&d.w)?, &d.v);
+    let (b, mb) = dot(&d.fd, &d.w);
+    let err = if a == b {
+        0.0
+    } else {
+        (a - b).abs() / (ma + mb).max(f64::MIN_POSITIVE)
+    };
+    Ok(Outcome::new(
+        CheckKind::FdVjp,
+        dtype,
+        if err.is_nan() { f64::INFINITY } else { err },
+    ))
+}
+
+/// The whole Jacobian both ways (n_in JVPs, n_out VJPs); only for small cases.
+pub fn full_jacobian_test(f: &dyn FlatFn, dtype: DType) -> anyhow::Result<Outcome> {
+    let (n, m) = (f.n_in(), f.n_out());
+    let mut by_rows = vec![0.0; n * m]; // row-major m x n from VJPs
+    for r in 0..m {
+        let mut e = vec![0.0; m];
+        e[r] = 1.0;
+        by_rows[r * n..(r + 1) * n].copy_from_slice(&f.vjp(&e)?);
+    }
+    let mut by_cols = vec![0.0; n * m];
+    for c in 0..n {
+        let mut e = vec![0.0; n];
+        e[c] = 1.0;
+        for (r, x) in f.jvp(&e)?.into_iter().enumerate() {
+            by_cols[r * n + c] = x;
+        }
+    }
+    Ok(Outcome::new(
+        CheckKind::FullJacobian,
+        dtype,
+        discrepancy(&by_rows, &by_cols),
+    ))
+}
+
+/// Compares two results of the same quantity.
+pub fn compare(kind: CheckKind, dtype: DType, got: &[f64], want: &[f64]) -> Outcome {
+    Outcome::new(kind, dtype, discrepancy(got, want))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// f(x) = [x0 * x1, sin(x2)] with an optional bug in the VJP.
+    struct Toy {
+        x: Vec<f64>,
+        wrong_vjp: bool,
+    }
+
+    impl FlatFn for Toy {
+        fn n_in(&self) -> usize {
+            3
+        }
+        fn n_out(&self) -> usize {
+            2
+        }
+        fn x0(&self) -> &[f64] {
+            &self.x
+        }
+        fn eval_f64(&self, x: &[f64]) -> anyhow::Result<Vec<f64>> {
+            Ok(vec![x[0] * x[1], x[2].sin()])
+        }
+        fn vjp(&self, w: &[f64]) -> anyhow::Result<Vec<f64>> {
+            let x = &self.x;
+            let d0 = if self.wrong_vjp { 0.0 } else { w[0] * x[1] };
+            Ok(vec![d0, w[0] * x[0], w[1] * x[2].cos()])
+        }
+        fn jvp(&self, v: &[f64]) -> anyhow::Result<Vec<f64>> {
+            let x = &self.x;
+            Ok(vec![v[0] * x[1] + v[1] * x[0], v[2] * x[2].cos()])
+        }
+        fn fd_unsafe(&self, _h: f64) -> Option<String> {
+            None
+        }
+    }
+
+    #[test]
+    fn correct_derivatives_pass_every_check() {
+        let f = Toy {
+            x: vec![0.5, -2.0, 1.25],
+            wrong_vjp: false,
+        };
+        assert!(dot_product_test(&f, DType::F64, 1).unwrap().passed());
+        let d = finite_difference(&f, DType::F64, 1).unwrap();
+        for o in [
+            fd_jvp_test(&f, DType::F64, &d).unwrap(),
+            fd_vjp_test(&f, DType::F64, &d).unwrap(),
+        ] {
+            assert!(o.passed(), "{o:?}");
+            assert!(o.worst < 1e-8, "{o:?}");
+        }
+        let j = full_jacobian_test(&f, DType::F64).unwrap();
+        assert_eq!(j.worst, 0.0);
+    }
+
+    #[test]
+    fn a_wrong_vjp_fails_the_dot_product_fd_and_jacobian_checks() {
+        let f = Toy {
+            x: vec![0.5, -2.0, 1.25],
+            wrong_vjp: true,
+        };
+        assert!(!dot_product_test(&f, DType::F64, 1).unwrap().passed());
+        let d = finite_difference(&f, DType::F64, 1).unwrap();
+        let (jvp, vjp) = (
+            fd_jvp_test(&f, DType::F64, &d).unwrap(),
+            fd_vjp_test(&f, DType::F64, &d).unwrap(),
+        );
+        assert!(jvp.passed() && !vjp.passed(), "{jvp:?} {vjp:?}");
+        assert!(!full_jacobian_test(&f, DType::F64).unwrap().passed());
+    }
+
+    #[test]
+    fn metrics_catch_small_gradients_that_rho_alone_lets_pass() {
+        let want = [1e-6, 2e-6];
+        let got = [2e-6, 4e-6];
+        assert!(rho(&got, &want) < 1e-5);
+        assert!(rel_l2(&got, &want) > 0.9);
+        assert_eq!(discrepancy(&want, &want), 0.0);
+        assert_eq!(discrepancy(&[f64::NAN], &[1.0]), f64::INFINITY);
+        assert_eq!(discrepancy(&[f64::INFINITY], &[f64::INFINITY]), 0.0);
+        assert_eq!(discrepancy(&[1.0], &[1.0, 2.0]), f64::INFINITY);
+    }
+}
