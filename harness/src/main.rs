@@ -2,9 +2,11 @@
 
 mod case_json;
 mod devices;
+mod environment;
 mod eval;
 mod exit;
 mod hist_case;
+mod history;
 mod memory;
 mod run;
 mod runner;
@@ -42,6 +44,10 @@ enum Command {
     Run(run::RunArgs),
     /// Validate derivatives only: one line per case and check; exit 1 on any failure.
     Check(run::CheckArgs),
+    /// Compare a run against a baseline: exit 1 on failing checks, 3 on slowdowns.
+    Gate(history::GateArgs),
+    /// Combine runs (shards, machines) into one run.
+    Merge(history::MergeArgs),
     /// List devices with their availability.
     Backends {
         /// One JSON object per device.
@@ -60,6 +66,8 @@ fn main() -> ExitCode {
         }),
         Command::Run(args) => run::run(&args, cli.threads),
         Command::Check(args) => run::check(&args, cli.threads),
+        Command::Gate(args) => history::gate_command(&args),
+        Command::Merge(args) => history::merge_command(&args),
         Command::Backends { json } => {
             for d in adgauge_backends::probe_devices() {
                 if json {

@@ -1,6 +1,7 @@
 //! `adgauge run` (the default command) and `adgauge check`.
 
 use std::io::Write;
+use std::path::PathBuf;
 
 use clap::Args;
 
@@ -10,6 +11,7 @@ use adgauge_workloads::HistWorkload;
 
 use crate::devices::open_cpu;
 use crate::exit::{Code, bad_input};
+use crate::history::RunWriter;
 use crate::runner::{Options, is_unsupported, run_case, validate};
 use crate::suite::{CaseSpec, default_suite};
 
@@ -27,6 +29,33 @@ pub struct RunArgs {
     /// Backend to run on.
     #[arg(long, default_value = "cpu")]
     pub backend: Option<String>,
+    /// Write the run as `<run id>.csv` into this directory.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Append the run to this history directory (earlier runs are never rewritten).
+    #[arg(long)]
+    pub history: Option<PathBuf>,
+    /// Run only shard I of N (1-based, e.g. 2/4): cases are dealt round-robin, deterministically.
+    #[arg(long, value_parser = parse_shard)]
+    pub shard: Option<(usize, usize)>,
+}
+
+fn parse_shard(s: &str) -> Result<(usize, usize), String> {
+    let (i, n) = s
+        .split_once('/')
+        .ok_or_else(|| format!("'{s}' is not I/N"))?;
+    let i: usize = i
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{i}' is not a shard number"))?;
+    let n: usize = n
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{n}' is not a shard count"))?;
+    if n == 0 || i == 0 || i > n {
+        return Err(format!("shard {i}/{n}: need 1 <= I <= N"));
+    }
+    Ok((i, n))
 }
 
 #[derive(Args, Debug, Default)]
@@ -114,6 +143,14 @@ fn code_for(row: &ResultRow) -> Code {
 
 pub fn run(args: &RunArgs, threads: Option<usize>) -> anyhow::Result<Code> {
     let mut cases = default_suite();
+    if let Some((i, n)) = args.shard {
+        cases = cases
+            .into_iter()
+            .enumerate()
+            .filter(|(j, _)| j % n == i - 1)
+            .map(|(_, c)| c)
+            .collect();
+    }
     if let Some(f) = &args.filter {
         cases.retain(|c| c.id("cpu").contains(f.as_str()));
         if cases.is_empty() {
@@ -140,6 +177,13 @@ pub fn run(args: &RunArgs, threads: Option<usize>) -> anyhow::Result<Code> {
         print_header();
     }
     let opts = Options::default();
+    let info = crate::environment::run_info();
+    let dirs: Vec<PathBuf> = args.out.iter().chain(&args.history).cloned().collect();
+    let mut writer = if dirs.is_empty() {
+        None
+    } else {
+        Some(RunWriter::new(dirs, info.clone())?)
+    };
     let mut code = Code::Success;
     for c in &cases {
         let row = run_case(&cpu, c, &opts);
@@ -150,6 +194,14 @@ pub fn run(args: &RunArgs, threads: Option<usize>) -> anyhow::Result<Code> {
             print_row(&row);
         }
         std::io::stdout().flush()?;
+        if let Some(w) = writer.as_mut() {
+            w.push(row)?;
+        }
+    }
+    if let Some(w) = writer {
+        for path in w.finish()? {
+            eprintln!("wrote run {} to {}", info.run_id, path.display());
+        }
     }
     Ok(code)
 }

@@ -3,6 +3,8 @@
 //!
 //! This crate depends on no other adgauge crate.
 
+pub mod gate;
 pub mod schema;
+pub mod store;
 
-pub use schema::{Check, ResultRow, SCHEMA_VERSION, Status, Timing, case_id};
+pub use schema::{Check, ResultRow, RunInfo, SCHEMA_VERSION, Status, Timing, case_id};

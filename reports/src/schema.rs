@@ -36,6 +36,23 @@ impl Status {
     }
 }
 
+/// What identifies a run and the machine it ran on (repeated on every row of the run's file).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunInfo {
+    /// Sortable and unique: `<UTC timestamp>-<random hex>`.
+    pub run_id: String,
+    /// UTC, RFC 3339.
+    pub timestamp: String,
+    pub git_revision: String,
+    pub adgauge_version: String,
+    /// Host name and OS.
+    pub machine: String,
+    pub cpu_model: String,
+    pub cores: usize,
+    /// CPU frequency governor (Linux), or "unknown".
+    pub governor: String,
+}
+
 /// Timing of one mode: seconds per evaluation over the kept samples.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Timing {

@@ -1,0 +1,117 @@
+//! What a run records about itself: id, time, git revision, version and machine.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use adgauge_reports::RunInfo;
+
+/// Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+fn civil(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+/// (RFC 3339 UTC timestamp, compact sortable form) for a time in seconds since the epoch.
+pub fn utc(secs: u64) -> (String, String) {
+    let (y, mo, d) = civil((secs / 86_400) as i64);
+    let s = secs % 86_400;
+    let (h, mi, se) = (s / 3600, s % 3600 / 60, s % 60);
+    (
+        format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{se:02}Z"),
+        format!("{y:04}{mo:02}{d:02}T{h:02}{mi:02}{se:02}Z"),
+    )
+}
+
+fn read_trimmed(path: &str) -> Option<String> {
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into())
+}
+
+fn git_revision() -> String {
+    if let Ok(rev) = std::env::var("ADGAUGE_GIT_REV") {
+        return rev;
+    }
+    std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// Information about this run and machine.
+pub fn run_info() -> RunInfo {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let (timestamp, compact) = utc(now.as_secs());
+    // Unique within a second: sub-second time and the process id.
+    let tag = (now.subsec_nanos() as u64 ^ (u64::from(std::process::id()) << 32)) & 0xff_ffff;
+    let host = read_trimmed("/proc/sys/kernel/hostname").unwrap_or_else(|| "unknown-host".into());
+    RunInfo {
+        run_id: format!("{compact}-{tag:06x}"),
+        timestamp,
+        git_revision: git_revision(),
+        adgauge_version: env!("CARGO_PKG_VERSION").into(),
+        machine: format!(
+            "{host} ({} {})",
+            std::env::consts::OS,
+            std::env::consts::ARCH
+        ),
+        cpu_model: cpu_model(),
+        cores: std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1),
+        governor: read_trimmed("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")
+            .unwrap_or_else(|| "unknown".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_formats_known_instants() {
+        assert_eq!(utc(0).0, "1970-01-01T00:00:00Z");
+        // 2026-11-22T05:00:00Z
+        assert_eq!(
+            utc(1_795_323_600),
+            (
+                "2026-11-22T05:00:00Z".to_string(),
+                "20261122T050000Z".to_string()
+            )
+        );
+        // A leap day.
+        assert_eq!(utc(951_782_400).0, "2000-02-29T00:00:00Z");
+    }
+
+    #[test]
+    fn run_ids_sort_by_time() {
+        let a = run_info();
+        assert!(a.run_id.len() > 17 && a.run_id.as_bytes()[8] == b'T');
+        assert!(a.cores >= 1);
+    }
+}
