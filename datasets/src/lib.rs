@@ -2,8 +2,29 @@
 //!
 //! Every random input comes from a generator seeded explicitly ([`rng`]), so a run can record its
 //! seeds and be reproduced. This crate depends on no other adgauge crate.
+//!
+//! The ADBench formats ([`gmm`], [`ba`], [`lstm`]) are read line by line with these rules:
+//! numbers are whitespace-separated (trailing spaces and `\r\n` are fine), blank lines are
+//! skipped, every non-blank line must hold exactly its count of numbers, numbers must be finite,
+//! and nothing may follow the last expected line. Errors ([`DatasetError`]) name the file, the
+//! 1-based line and what was expected; readers never panic. Sizes announced by a header are
+//! checked before anything is allocated: the numbers to read must fit in the text (each takes
+//! at least two bytes), and a replicated problem may expand to at most
+//! [`MAX_REPLICATED_ELEMENTS`] numbers. Writers emit numbers in shortest round-trip form, so
+//! reading what was written gives back the same values bit for bit.
+//!
+//! The real ADBench files are not part of this repository; [`adbench`] locates them for tests.
 
+pub mod adbench;
+pub mod ba;
+mod error;
+pub mod gmm;
 pub mod hist;
+pub mod lstm;
+mod text;
+
+pub use error::{DatasetError, Result};
+pub use text::MAX_REPLICATED_ELEMENTS;
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
