@@ -248,3 +248,32 @@ pub fn merge_command(args: &MergeArgs) -> anyhow::Result<Code> {
     );
     Ok(Code::Success)
 }
+
+#[derive(Args, Debug)]
+pub struct ReportArgs {
+    /// History directory (or a single run file).
+    #[arg(long)]
+    pub history: PathBuf,
+    /// Directory to write index.html into.
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+/// Writes the self-contained HTML report of a history.
+pub fn report_command(args: &ReportArgs) -> anyhow::Result<Code> {
+    let runs = if args.history.is_dir() {
+        store::read_history(&args.history).map_err(|e| bad_input(e.to_string()))?
+    } else {
+        vec![read_run(&args.history).map_err(|e| bad_input(e.to_string()))?]
+    };
+    if runs.is_empty() {
+        return Err(bad_input(format!(
+            "{}: no runs to report on",
+            args.history.display()
+        )));
+    }
+    let path = args.out.join("index.html");
+    store::write_atomic(&path, &adgauge_reports::html::render(&runs))?;
+    println!("wrote {} ({} runs)", path.display(), runs.len());
+    Ok(Code::Success)
+}

@@ -46,6 +46,8 @@ enum Command {
     Check(run::CheckArgs),
     /// Compare a run against a baseline: exit 1 on failing checks, 3 on slowdowns.
     Gate(history::GateArgs),
+    /// Write the self-contained HTML report of a history.
+    Report(history::ReportArgs),
     /// Combine runs (shards, machines) into one run.
     Merge(history::MergeArgs),
     /// List devices with their availability.
@@ -68,6 +70,7 @@ fn main() -> ExitCode {
         Command::Check(args) => run::check(&args, cli.threads),
         Command::Gate(args) => history::gate_command(&args),
         Command::Merge(args) => history::merge_command(&args),
+        Command::Report(args) => history::report_command(&args),
         Command::Backends { json } => {
             for d in adgauge_backends::probe_devices() {
                 if json {

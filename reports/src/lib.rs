@@ -3,7 +3,9 @@
 //!
 //! This crate depends on no other adgauge crate.
 
+pub mod charts;
 pub mod gate;
+pub mod html;
 pub mod schema;
 pub mod store;
 
