@@ -28,22 +28,16 @@ pub struct DeviceStatus {
 pub fn probe_devices() -> Vec<DeviceStatus> {
     let threads = rayon::current_num_threads();
     vec![
-        DeviceStatus {
-            name: "cpu",
-            available: true,
-            detail: format!("rayon, {threads} threads"),
-        },
+        DeviceStatus { name: "cpu", available: true, detail: format!("rayon, {threads} threads") },
         DeviceStatus {
             name: "opencl",
             available: false,
-            detail: "not built yet: the OpenCL device is planned (issue: OpenCL and CUDA devices)"
-                .into(),
+            detail: "not built yet: the OpenCL device is planned (issue: OpenCL and CUDA devices)".into(),
         },
         DeviceStatus {
             name: "cuda",
             available: false,
-            detail: "not built yet: the CUDA device is planned (issue: OpenCL and CUDA devices)"
-                .into(),
+            detail: "not built yet: the CUDA device is planned (issue: OpenCL and CUDA devices)".into(),
         },
     ]
 }

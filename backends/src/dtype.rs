@@ -70,6 +70,8 @@ pub trait Elem: Float + Default + Send + Sync + fmt::Debug + fmt::Display + 'sta
     const DTYPE: DType;
     fn of_f64(x: f64) -> Self;
     fn as_f64(self) -> f64;
+    /// A general operator's functions for this type.
+    fn general_fns(op: &crate::GeneralOp) -> &crate::general::GeneralFns<Self>;
 }
 
 impl Elem for f32 {
@@ -82,6 +84,10 @@ impl Elem for f32 {
     fn as_f64(self) -> f64 {
         self as f64
     }
+    #[inline]
+    fn general_fns(op: &crate::GeneralOp) -> &crate::general::GeneralFns<Self> {
+        &op.f32
+    }
 }
 
 impl Elem for f64 {
@@ -93,5 +99,9 @@ impl Elem for f64 {
     #[inline]
     fn as_f64(self) -> f64 {
         self
+    }
+    #[inline]
+    fn general_fns(op: &crate::GeneralOp) -> &crate::general::GeneralFns<Self> {
+        &op.f64
     }
 }

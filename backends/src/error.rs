@@ -12,19 +12,10 @@ pub enum OpError {
     Shape { op: &'static str, detail: String },
     /// Two operands have different element types.
     #[error("dtype mismatch in {op}: {left} vs {right}")]
-    DType {
-        op: &'static str,
-        left: DType,
-        right: DType,
-    },
+    DType { op: &'static str, left: DType, right: DType },
     /// A gather that requires in-range indices met one outside `[0, len)`.
     #[error("{op}: index {index} at position {position} is outside [0, {len})")]
-    IndexOutOfRange {
-        op: &'static str,
-        index: i64,
-        position: usize,
-        len: usize,
-    },
+    IndexOutOfRange { op: &'static str, index: i64, position: usize, len: usize },
     /// The op exists but not with these arguments (an unsupported rule, dtype or operator).
     #[error("unsupported: {0}")]
     Unsupported(String),

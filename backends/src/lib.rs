@@ -3,6 +3,10 @@
 //!
 //! * [`Ops`] is the op API. A [`Device`] implements it directly, so primal evaluation runs on
 //!   the device itself ([`Primal`]).
+//! * [`Forward`] decorates any `Ops` with tangents (dual numbers) and applies per-primitive JVP
+//!   rules; `Reverse<Forward<D>>` (forward over reverse) gives Hessian-vector products.
+//! * [`GeneralOp`] describes an associative operator as data (`logaddexp`, `hypot`, ...); it
+//!   plugs into reductions, scans and `reduce_by_index` as [`HistOp::General`].
 //! * [`Reverse`] decorates any `Ops` with a tape and applies per-primitive VJP rules
 //!   (see [`rules`]); rules are written in the inner engine's ops, so they run on every device.
 //! * [`oracle`] is a sequential f64 reference straight from the semantics, used by tests and by
@@ -14,6 +18,8 @@ pub mod cpu;
 pub mod device;
 mod dtype;
 mod error;
+pub mod forward;
+pub mod general;
 mod ops;
 pub mod oracle;
 pub mod reverse;
@@ -23,8 +29,10 @@ pub use cpu::Cpu;
 pub use device::{Device, DeviceStatus, probe_devices};
 pub use dtype::{DType, Elem};
 pub use error::{OpError, Result};
+pub use forward::{Dual, Forward};
+pub use general::GeneralOp;
 pub use ops::{
-    BinaryOp, Extremum, HistOp, IndexMeta, Ops, OutOfRange, Primal, TensorMeta, UnaryOp,
+    BinaryOp, ChunkedHist, Extremum, HistOp, IndexMeta, Operand, Ops, OutOfRange, Primal, ScanSpec, TensorMeta, UnaryOp,
 };
 pub use reverse::{Grads, Reverse, Var};
 pub use rules::hist::HistRule;

@@ -12,6 +12,7 @@
 use std::fmt;
 use std::str::FromStr;
 
+use crate::general::{self, GeneralOp};
 use crate::{DType, Result};
 
 /// Shape and dtype of a value tensor.
@@ -69,25 +70,34 @@ pub enum BinaryOp {
 
 impl BinaryOp {
     pub fn is_comparison(self) -> bool {
-        matches!(
-            self,
-            BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge | BinaryOp::Eq
-        )
+        matches!(self, BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge | BinaryOp::Eq)
     }
 }
 
-/// An associative and commutative operator with its neutral element, as used by reductions and
-/// `reduce_by_index`.
+/// An associative and commutative operator with its neutral element, as used by reductions,
+/// scans and `reduce_by_index`: the four special operators, which have their own rules and
+/// kernels, or a general operator given as data ([`GeneralOp`]; a static reference keeps
+/// `HistOp` `Copy`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum HistOp {
     Add,
     Mul,
     Min,
     Max,
+    General(&'static GeneralOp),
 }
 
 impl HistOp {
+    /// The special operators.
     pub const ALL: [HistOp; 4] = [HistOp::Add, HistOp::Mul, HistOp::Min, HistOp::Max];
+
+    /// Every operator with a name users can ask for: the special ones, then the shipped general
+    /// operators (`logaddexp`, `hypot`, and the general versions of the special ones).
+    pub fn named() -> Vec<HistOp> {
+        let mut out = HistOp::ALL.to_vec();
+        out.extend(general::ALL.iter().map(|&g| HistOp::General(g)));
+        out
+    }
 
     pub fn name(self) -> &'static str {
         match self {
@@ -95,6 +105,7 @@ impl HistOp {
             HistOp::Mul => "mul",
             HistOp::Min => "min",
             HistOp::Max => "max",
+            HistOp::General(g) => g.name,
         }
     }
 
@@ -105,14 +116,32 @@ impl HistOp {
             HistOp::Mul => 1.0,
             HistOp::Min => f64::INFINITY,
             HistOp::Max => f64::NEG_INFINITY,
+            HistOp::General(g) => g.neutral,
         }
     }
 
-    /// The min/max kind, for operators that have an arg-histogram.
+    /// The min/max kind, for the special operators that have an arg-histogram.
     pub fn extremum(self) -> Option<Extremum> {
         match self {
             HistOp::Min => Some(Extremum::Min),
             HistOp::Max => Some(Extremum::Max),
+            _ => None,
+        }
+    }
+
+    /// The min/max kind of any operator whose ties make a lifted (dual-number) reduction
+    /// order-dependent: the special min/max and general operators declaring a tie break.
+    pub fn tie_break(self) -> Option<Extremum> {
+        match self {
+            HistOp::General(g) => g.tie_break,
+            op => op.extremum(),
+        }
+    }
+
+    /// The general operator, if this is one.
+    pub fn general(self) -> Option<&'static GeneralOp> {
+        match self {
+            HistOp::General(g) => Some(g),
             _ => None,
         }
     }
@@ -136,6 +165,17 @@ impl HistOp {
                     a
                 }
             }
+            HistOp::General(g) => g.combine(a, b),
+        }
+    }
+
+    /// The partial of `a op b` with respect to one operand, in f64 (asymmetric for min/max:
+    /// the left operand wins ties).
+    pub fn partial(self, side: Operand, a: f64, b: f64) -> f64 {
+        let g = general::as_general(self);
+        match side {
+            Operand::Left => g.d1(a, b),
+            Operand::Right => g.d2(a, b),
         }
     }
 }
@@ -148,12 +188,61 @@ impl fmt::Display for HistOp {
 
 impl FromStr for HistOp {
     type Err = String;
+    /// `add`, `mul`, `min`, `max` are the special operators; any other name is looked up among
+    /// the shipped general operators (`logaddexp`, `hypot`, `general-add`, ...).
     fn from_str(s: &str) -> Result<Self, String> {
-        HistOp::ALL
-            .into_iter()
-            .find(|op| op.name() == s)
-            .ok_or_else(|| format!("unknown operator '{s}' (expected add, mul, min or max)"))
+        HistOp::named().into_iter().find(|op| op.name() == s).ok_or_else(|| {
+            let names: Vec<&str> = HistOp::named().iter().map(|op| op.name()).collect();
+            format!("unknown operator '{s}' (expected one of {})", names.join(", "))
+        })
     }
+}
+
+/// Which operand of a binary operator a partial is taken with respect to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Operand {
+    /// d(a op b)/da, "d1".
+    Left,
+    /// d(a op b)/db, "d2".
+    Right,
+}
+
+/// How a scan runs. A forward scan is the left fold of each prefix, starting from the neutral
+/// element; a reverse scan is a forward scan of the reversed sequence (reversed back), so its
+/// left operand is the fold of the later elements. Inclusive scans include the element itself,
+/// exclusive ones stop just before it (neutral at the start).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct ScanSpec {
+    pub exclusive: bool,
+    pub reverse: bool,
+}
+
+impl ScanSpec {
+    pub const INCLUSIVE: ScanSpec = ScanSpec { exclusive: false, reverse: false };
+    pub const EXCLUSIVE: ScanSpec = ScanSpec { exclusive: true, reverse: false };
+    /// The same scan in the other direction.
+    pub fn flipped(self) -> ScanSpec {
+        ScanSpec { reverse: !self.reverse, ..self }
+    }
+    /// The exclusive scan in the same direction.
+    pub fn to_exclusive(self) -> ScanSpec {
+        ScanSpec { exclusive: true, ..self }
+    }
+}
+
+/// The forward sweep of the sort-free ("chunked") general histogram rule: the input is cut into
+/// contiguous chunks whose boundaries depend only on (n, k), and each chunk's running array of k
+/// partial results is summarised by what comes before and after it.
+#[derive(Clone, Debug)]
+pub struct ChunkedHist<T> {
+    /// `dest op h` per bin.
+    pub hist: T,
+    /// Per bin, the fold of the bin's elements alone (neutral for an empty bin).
+    pub elements: T,
+    /// Shape `[chunks, k]`: row c holds dest folded with the totals of chunks 0..c.
+    pub chunk_prefix: T,
+    /// Shape `[chunks, k]`: row c holds the fold of the totals of chunks c+1.. (neutral last).
+    pub chunk_suffix: T,
 }
 
 /// Minimum or maximum, for the arg-histogram.
@@ -234,17 +323,15 @@ pub trait Ops: Clone + 'static {
     /// Stable sort by key: the permutation that orders `keys` (all in `[0, num_keys)`, others
     /// sorted last in index order).
     fn sort_by_key(&self, keys: &Self::I, num_keys: usize) -> Result<Self::I>;
+    /// [`Ops::sort_by_key`]'s permutation together with its inverse, the ranks (where each
+    /// element lands): gathering by the ranks undoes gathering by the permutation, so sorted
+    /// results go back to index order without a (sequential) scatter.
+    fn sort_by_key_ranked(&self, keys: &Self::I, num_keys: usize) -> Result<(Self::I, Self::I)>;
 
     // ---- generalised histograms ----
     /// `hist = dest; for i in order: if 0 <= inds[i] < k { hist[inds[i]] = hist[inds[i]] op vals[i] }`
     /// with `k = len(dest)`; out-of-range indices are legal and ignored.
-    fn reduce_by_index(
-        &self,
-        dest: &Self::T,
-        op: HistOp,
-        inds: &Self::I,
-        vals: &Self::T,
-    ) -> Result<Self::T>;
+    fn reduce_by_index(&self, dest: &Self::T, op: HistOp, inds: &Self::I, vals: &Self::T) -> Result<Self::T>;
     /// The arg-histogram: per bin the winning value and its position (-1 when dest wins; ties go
     /// to the lowest position, so dest wins ties).
     fn arg_reduce_by_index(
@@ -257,20 +344,80 @@ pub trait Ops: Clone + 'static {
 
     // ---- fused rule kernels (composition is too slow for these; see rules/hist.rs) ----
     /// Per bin of `k`: the product of the non-zero values and the number of zeros.
-    fn prod_nonzero_by_index(
-        &self,
-        inds: &Self::I,
-        vals: &Self::T,
-        k: usize,
-    ) -> Result<(Self::T, Self::I)>;
+    fn prod_nonzero_by_index(&self, inds: &Self::I, vals: &Self::T, k: usize) -> Result<(Self::T, Self::I)>;
     /// `out[i] = vals[i] == 0 ? c1[inds[i]] : c0[inds[i]] / vals[i]`, 0 for out-of-range
     /// indices: the `*` histogram's value adjoint without ever dividing by zero.
-    fn prod_vals_adjoint(
+    fn prod_vals_adjoint(&self, inds: &Self::I, vals: &Self::T, c0: &Self::T, c1: &Self::T) -> Result<Self::T>;
+
+    // ---- general operators, scans and the general histogram rule's kernels ----
+    /// Elementwise `a op b` (broadcasting like [`Ops::binary`]).
+    fn combine(&self, op: HistOp, a: &Self::T, b: &Self::T) -> Result<Self::T>;
+    /// Elementwise partial of `a op b` with respect to one operand (broadcasting).
+    fn combine_partial(&self, op: HistOp, side: Operand, a: &Self::T, b: &Self::T) -> Result<Self::T>;
+    /// Elementwise `d2(l, a) * d1(l op a, r) * g`, and 0 where `g == 0`: the adjoint of element
+    /// `a` sitting in the fold `(l op a) op r` (a fused rule kernel; all four are tensors of
+    /// the same shape).
+    fn fold_adjoint(&self, op: HistOp, l: &Self::T, a: &Self::T, r: &Self::T, g: &Self::T) -> Result<Self::T>;
+    /// `out[i] = total(vals[i], hist[inds[i]]) * hist_bar[inds[i]]`, 0 for out-of-range indices
+    /// and where the adjoint is 0: the value adjoint of an operator's total form
+    /// (`OpError::Unsupported` for an operator without one).
+    fn total_form_adjoint(
         &self,
+        op: HistOp,
         inds: &Self::I,
         vals: &Self::T,
-        c0: &Self::T,
-        c1: &Self::T,
+        hist: &Self::T,
+        hist_bar: &Self::T,
+    ) -> Result<Self::T>;
+    /// `out[i] = src[idx[i]]` on index tensors; -1 for an index outside `[0, len(src))`.
+    fn gather_index(&self, src: &Self::I, idx: &Self::I) -> Result<Self::I>;
+    /// A scan of a one-dimensional tensor with `op` (see [`ScanSpec`]). With `segments`, each
+    /// maximal run of equal keys is scanned on its own.
+    fn scan(&self, op: HistOp, x: &Self::T, spec: ScanSpec, segments: Option<&Self::I>) -> Result<Self::T>;
+    /// The linear recurrence `y[j] = a[j] + b[j] * y[prev]` with `y[prev] = 0` at the start (of
+    /// each segment), where prev is j-1 (forward) or j+1 (reverse); an exclusive recurrence
+    /// returns `y[prev]` at j. It is the scan of the affine maps `y -> a + b y` under
+    /// composition `(a1,b1) then (a2,b2) = (a2 + b2 a1, b2 b1)`, and solves the adjoint and
+    /// tangent recurrences of scans.
+    fn linear_recurrence(
+        &self,
+        a: &Self::T,
+        b: &Self::T,
+        spec: ScanSpec,
+        segments: Option<&Self::I>,
+    ) -> Result<Self::T>;
+    /// The histogram of dual numbers under the lifted operator
+    /// `(a,da) op (b,db) = (a op b, d1(a,b) da + d2(a,b) db)`: `(hist, hist_dot)`. Exact for
+    /// smooth operators (and `*`); order-dependent at ties of min/max, whose forward rule uses
+    /// the arg-histogram instead.
+    fn reduce_by_index_dual(
+        &self,
+        dest: &Self::T,
+        dest_dot: &Self::T,
+        op: HistOp,
+        inds: &Self::I,
+        vals: &Self::T,
+        vals_dot: &Self::T,
+    ) -> Result<(Self::T, Self::T)>;
+    /// The forward sweep of the chunked general rule (see [`ChunkedHist`]).
+    fn reduce_by_index_chunked(
+        &self,
+        dest: &Self::T,
+        op: HistOp,
+        inds: &Self::I,
+        vals: &Self::T,
+    ) -> Result<ChunkedHist<Self::T>>;
+    /// The value adjoint of the chunked general rule: per chunk, a forward pass from
+    /// `chunk_prefix` gives each element's l (and l op a), a backward pass from `chunk_suffix`
+    /// its r, and `vals_bar[i] = d2(l, a) * d1(l op a, r) * hist_bar[inds[i]]` (0 out of range).
+    fn chunked_vals_adjoint(
+        &self,
+        op: HistOp,
+        inds: &Self::I,
+        vals: &Self::T,
+        chunk_prefix: &Self::T,
+        chunk_suffix: &Self::T,
+        hist_bar: &Self::T,
     ) -> Result<Self::T>;
 
     // ---- conveniences composed from the above ----

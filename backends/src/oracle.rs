@@ -6,9 +6,17 @@
 //! Derivatives are computed the slow, obvious way: for min/max the winner is found by scanning
 //! the fold (a later element must be strictly better to win, so dest wins ties); for `*` the
 //! derivative with respect to an element is dest times the product of the bin's *other*
-//! elements (prefix and suffix products, no division and no zero counting).
+//! elements (prefix and suffix products, no division and no zero counting); for a general
+//! operator (and the general versions of +, *, min, max) each element's l (the fold of dest and
+//! the bin's earlier elements) and r (the fold of its later elements) are refolded from scratch,
+//! O(m^2) per bin, and the derivative is d2(l, a) d1(l op a, r): the explicit formula, with the
+//! operator's own partials and nothing of the rules' scans, sorts or chunks.
+//!
+//! Scans (and their derivatives) follow the same pattern: every output is refolded from its
+//! segment, and its derivative with respect to each element it covers comes from the l/r
+//! formula. A reverse scan folds from the segment's end towards the element.
 
-use crate::HistOp;
+use crate::{HistOp, Operand, ScanSpec};
 
 /// Bins of `k`, each with the positions of its elements in index order.
 fn bins(k: usize, inds: &[i64]) -> Vec<Vec<usize>> {
@@ -32,10 +40,10 @@ pub fn hist(op: HistOp, dest: &[f64], inds: &[i64], vals: &[f64]) -> Vec<f64> {
 
 /// For min/max: per bin the winning position, -1 when dest wins.
 pub fn winners(op: HistOp, dest: &[f64], inds: &[i64], vals: &[f64]) -> Vec<i64> {
-    let better = |a: f64, b: f64| match op {
-        HistOp::Min => a < b,
-        HistOp::Max => a > b,
-        _ => panic!("winners() is for min and max"),
+    let better = |a: f64, b: f64| match op.tie_break() {
+        Some(crate::Extremum::Min) => a < b,
+        Some(crate::Extremum::Max) => a > b,
+        None => panic!("winners() is for min and max"),
     };
     bins(dest.len(), inds)
         .iter()
@@ -51,6 +59,19 @@ pub fn winners(op: HistOp, dest: &[f64], inds: &[i64], vals: &[f64]) -> Vec<i64>
             pos
         })
         .collect()
+}
+
+/// Left fold of `xs` from `init`.
+fn fold(op: HistOp, init: f64, xs: impl IntoIterator<Item = f64>) -> f64 {
+    xs.into_iter().fold(init, |acc, x| op.combine(acc, x))
+}
+
+/// d(l op a op r)/da = d2(l, a) d1(l op a, r), times `g` (0 when g is 0, as in the rules).
+fn fold_derivative(op: HistOp, l: f64, a: f64, r: f64, g: f64) -> f64 {
+    if g == 0.0 {
+        return 0.0;
+    }
+    op.partial(Operand::Right, l, a) * op.partial(Operand::Left, op.combine(l, a), r) * g
 }
 
 /// The reverse-mode derivative: `(hist, dest_bar, vals_bar)` for the adjoint `hist_bar`.
@@ -99,6 +120,21 @@ pub fn hist_vjp(
                 }
             }
         }
+        HistOp::General(_) => {
+            let n = op.neutral();
+            for (b, members) in bins(k, inds).iter().enumerate() {
+                let value = |j: usize| vals[members[j]];
+                let m = members.len();
+                let h = fold(op, n, (0..m).map(value));
+                dest_bar[b] =
+                    if hist_bar[b] == 0.0 { 0.0 } else { op.partial(Operand::Left, dest[b], h) * hist_bar[b] };
+                for (j, &i) in members.iter().enumerate() {
+                    let l = fold(op, dest[b], (0..j).map(value));
+                    let r = fold(op, n, (j + 1..m).map(value));
+                    vals_bar[i] = fold_derivative(op, l, vals[i], r, hist_bar[b]);
+                }
+            }
+        }
     }
     (h, dest_bar, vals_bar)
 }
@@ -125,6 +161,67 @@ pub fn hist_jvp(
             + vb.iter().zip(vals_dot).map(|(x, y)| x * y).sum::<f64>();
     }
     (h, hist_dot)
+}
+
+/// The positions output j of a scan folds, in fold order.
+fn scan_sequence(n: usize, j: usize, spec: ScanSpec, segments: Option<&[i64]>) -> Vec<usize> {
+    let same = |a: usize, b: usize| segments.is_none_or(|s| s[a] == s[b]);
+    let mut start = j;
+    while start > 0 && same(start - 1, j) {
+        start -= 1;
+    }
+    let mut end = j;
+    while end + 1 < n && same(end + 1, j) {
+        end += 1;
+    }
+    let mut seq: Vec<usize> = if spec.reverse { (j..=end).rev().collect() } else { (start..=j).collect() };
+    if spec.exclusive {
+        seq.pop();
+    }
+    seq
+}
+
+/// A scan (see [`ScanSpec`]); with `segments`, each run of equal keys on its own.
+pub fn scan(op: HistOp, x: &[f64], spec: ScanSpec, segments: Option<&[i64]>) -> Vec<f64> {
+    (0..x.len())
+        .map(|j| {
+            let seq = scan_sequence(x.len(), j, spec, segments);
+            fold(op, op.neutral(), seq.iter().map(|&p| x[p]))
+        })
+        .collect()
+}
+
+/// The reverse-mode derivative of a scan: x_bar for the adjoint `y_bar` of the scan.
+pub fn scan_vjp(op: HistOp, x: &[f64], spec: ScanSpec, segments: Option<&[i64]>, y_bar: &[f64]) -> Vec<f64> {
+    let mut x_bar = vec![0.0; x.len()];
+    let n = op.neutral();
+    for (j, &g) in y_bar.iter().enumerate() {
+        let seq = scan_sequence(x.len(), j, spec, segments);
+        for (q, &p) in seq.iter().enumerate() {
+            let l = fold(op, n, seq[..q].iter().map(|&i| x[i]));
+            let r = fold(op, n, seq[q + 1..].iter().map(|&i| x[i]));
+            x_bar[p] += fold_derivative(op, l, x[p], r, g);
+        }
+    }
+    x_bar
+}
+
+/// The forward-mode derivative of a scan: y_dot for the tangent `x_dot`.
+pub fn scan_jvp(op: HistOp, x: &[f64], spec: ScanSpec, segments: Option<&[i64]>, x_dot: &[f64]) -> Vec<f64> {
+    let n = op.neutral();
+    (0..x.len())
+        .map(|j| {
+            let seq = scan_sequence(x.len(), j, spec, segments);
+            seq.iter()
+                .enumerate()
+                .map(|(q, &p)| {
+                    let l = fold(op, n, seq[..q].iter().map(|&i| x[i]));
+                    let r = fold(op, n, seq[q + 1..].iter().map(|&i| x[i]));
+                    fold_derivative(op, l, x[p], r, x_dot[p])
+                })
+                .sum()
+        })
+        .collect()
 }
 
 #[cfg(test)]

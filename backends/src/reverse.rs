@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::ops::{Extremum, IndexMeta, OutOfRange, TensorMeta};
+use crate::ops::{ChunkedHist, Extremum, IndexMeta, Operand, OutOfRange, ScanSpec, TensorMeta};
 use crate::rules::{self, hist::HistRule};
 use crate::{BinaryOp, DType, HistOp, OpError, Ops, Result, UnaryOp};
 
@@ -38,11 +38,7 @@ pub struct Var<B: Ops> {
 
 impl<B: Ops> Clone for Var<B> {
     fn clone(&self) -> Self {
-        Var {
-            value: self.value.clone(),
-            node: self.node,
-            tape: self.tape,
-        }
+        Var { value: self.value.clone(), node: self.node, tape: self.tape }
     }
 }
 
@@ -76,12 +72,7 @@ pub struct Reverse<B: Ops> {
 
 impl<B: Ops> Clone for Reverse<B> {
     fn clone(&self) -> Self {
-        Reverse {
-            inner: self.inner.clone(),
-            tape: self.tape.clone(),
-            id: self.id,
-            hist_rule: self.hist_rule,
-        }
+        Reverse { inner: self.inner.clone(), tape: self.tape.clone(), id: self.id, hist_rule: self.hist_rule }
     }
 }
 
@@ -143,23 +134,18 @@ impl<B: Ops> Reverse<B> {
     /// Registers `value` as a variable to differentiate with respect to.
     pub fn var(&self, value: B::T) -> Var<B> {
         let mut tape = self.tape.borrow_mut();
-        tape.push(Node {
-            inputs: Vec::new(),
-            pullback: None,
-        });
-        Var {
-            value,
-            node: Some(tape.len() - 1),
-            tape: self.id,
-        }
+        tape.push(Node { inputs: Vec::new(), pullback: None });
+        Var { value, node: Some(tape.len() - 1), tape: self.id }
+    }
+
+    /// Wraps a value of the inner engine as a constant of this tape (no derivative flows to it;
+    /// with a nested inner engine it keeps its own tangents).
+    pub fn lift(&self, value: B::T) -> Var<B> {
+        self.constant(value)
     }
 
     fn constant(&self, value: B::T) -> Var<B> {
-        Var {
-            value,
-            node: None,
-            tape: self.id,
-        }
+        Var { value, node: None, tape: self.id }
     }
 
     fn node_of(&self, v: &Var<B>) -> Result<Option<usize>> {
@@ -187,15 +173,8 @@ impl<B: Ops> Reverse<B> {
             return Ok(self.constant(value));
         }
         let mut tape = self.tape.borrow_mut();
-        tape.push(Node {
-            inputs: ids,
-            pullback: Some(Box::new(pullback)),
-        });
-        Ok(Var {
-            value,
-            node: Some(tape.len() - 1),
-            tape: self.id,
-        })
+        tape.push(Node { inputs: ids, pullback: Some(Box::new(pullback)) });
+        Ok(Var { value, node: Some(tape.len() - 1), tape: self.id })
     }
 
     /// Fails when any of `inputs` is tracked: for ops without derivative rules.
@@ -212,19 +191,12 @@ impl<B: Ops> Reverse<B> {
     pub fn backward(&self, output: &Var<B>, seed: B::T) -> Result<Grads<B>> {
         let mut by_node = HashMap::new();
         let Some(out) = self.node_of(output)? else {
-            return Ok(Grads {
-                by_node,
-                tape: self.id,
-            });
+            return Ok(Grads { by_node, tape: self.id });
         };
         if seed.shape() != output.value.shape() {
             return Err(OpError::Shape {
                 op: "backward",
-                detail: format!(
-                    "seed {:?} vs output {:?}",
-                    seed.shape(),
-                    output.value.shape()
-                ),
+                detail: format!("seed {:?} vs output {:?}", seed.shape(), output.value.shape()),
             });
         }
         let tape = self.tape.borrow();
@@ -249,10 +221,7 @@ impl<B: Ops> Reverse<B> {
                 }
             }
         }
-        Ok(Grads {
-            by_node,
-            tape: self.id,
-        })
+        Ok(Grads { by_node, tape: self.id })
     }
 }
 
@@ -293,9 +262,7 @@ impl<B: Ops> Ops for Reverse<B> {
     fn unary(&self, op: UnaryOp, x: &Var<B>) -> Result<Var<B>> {
         let y = self.inner.unary(op, &x.value)?;
         let (xv, yv) = (x.value.clone(), y.clone());
-        self.record(y, &[x], move |b, g| {
-            Ok(vec![rules::elementwise::unary_vjp(b, op, &xv, &yv, g)?])
-        })
+        self.record(y, &[x], move |b, g| Ok(vec![rules::elementwise::unary_vjp(b, op, &xv, &yv, g)?]))
     }
 
     fn binary(&self, op: BinaryOp, a: &Var<B>, c: &Var<B>) -> Result<Var<B>> {
@@ -315,11 +282,7 @@ impl<B: Ops> Ops for Reverse<B> {
     fn select(&self, mask: &Var<B>, a: &Var<B>, c: &Var<B>) -> Result<Var<B>> {
         self.node_of(mask)?;
         let y = self.inner.select(&mask.value, &a.value, &c.value)?;
-        let (m, ashape, cshape) = (
-            mask.value.clone(),
-            a.value.shape().to_vec(),
-            c.value.shape().to_vec(),
-        );
+        let (m, ashape, cshape) = (mask.value.clone(), a.value.shape().to_vec(), c.value.shape().to_vec());
         self.record(y, &[a, c], move |b, g| {
             let (ga, gc) = rules::elementwise::select_vjp(b, &m, &ashape, &cshape, g)?;
             Ok(vec![Some(ga), Some(gc)])
@@ -338,9 +301,7 @@ impl<B: Ops> Ops for Reverse<B> {
     fn gather(&self, src: &Var<B>, idx: &B::I, oob: OutOfRange) -> Result<Var<B>> {
         let y = self.inner.gather(&src.value, idx, oob)?;
         let (s, ix) = (src.value.clone(), idx.clone());
-        self.record(y, &[src], move |b, g| {
-            Ok(vec![Some(rules::indexing::gather_vjp(b, &s, &ix, g)?)])
-        })
+        self.record(y, &[src], move |b, g| Ok(vec![Some(rules::indexing::gather_vjp(b, &s, &ix, g)?)]))
     }
 
     fn scatter(&self, dest: &Var<B>, idx: &B::I, vals: &Var<B>) -> Result<Var<B>> {
@@ -356,47 +317,27 @@ impl<B: Ops> Ops for Reverse<B> {
         self.inner.sort_by_key(keys, num_keys)
     }
 
-    fn reduce_by_index(
-        &self,
-        dest: &Var<B>,
-        op: HistOp,
-        inds: &B::I,
-        vals: &Var<B>,
-    ) -> Result<Var<B>> {
+    fn sort_by_key_ranked(&self, keys: &B::I, num_keys: usize) -> Result<(B::I, B::I)> {
+        self.inner.sort_by_key_ranked(keys, num_keys)
+    }
+
+    fn reduce_by_index(&self, dest: &Var<B>, op: HistOp, inds: &B::I, vals: &Var<B>) -> Result<Var<B>> {
         if inds.len() != vals.value.numel() {
             return Err(OpError::Shape {
                 op: "reduce_by_index",
-                detail: format!(
-                    "indices vs values: {} vs {}",
-                    inds.len(),
-                    vals.value.numel()
-                ),
+                detail: format!("indices vs values: {} vs {}", inds.len(), vals.value.numel()),
             });
         }
-        let (hist, pullback) = rules::hist::reduce_by_index_vjp(
-            &self.inner,
-            self.hist_rule,
-            &dest.value,
-            op,
-            inds,
-            &vals.value,
-        )?;
+        let (hist, pullback) =
+            rules::hist::reduce_by_index_vjp(&self.inner, self.hist_rule, &dest.value, op, inds, &vals.value)?;
         self.record(hist, &[dest, vals], move |b, g| {
             let (dest_bar, vals_bar) = pullback(b, g)?;
             Ok(vec![Some(dest_bar), Some(vals_bar)])
         })
     }
 
-    fn arg_reduce_by_index(
-        &self,
-        dest: &Var<B>,
-        ext: Extremum,
-        inds: &B::I,
-        vals: &Var<B>,
-    ) -> Result<(Var<B>, B::I)> {
-        let (hist, winners) =
-            self.inner
-                .arg_reduce_by_index(&dest.value, ext, inds, &vals.value)?;
+    fn arg_reduce_by_index(&self, dest: &Var<B>, ext: Extremum, inds: &B::I, vals: &Var<B>) -> Result<(Var<B>, B::I)> {
+        let (hist, winners) = self.inner.arg_reduce_by_index(&dest.value, ext, inds, &vals.value)?;
         let (w, n) = (winners.clone(), vals.value.numel());
         let y = self.record(hist, &[dest, vals], move |b, g| {
             let (dest_bar, vals_bar) = rules::hist::winner_pullback(b, &w, n, g)?;
@@ -405,28 +346,129 @@ impl<B: Ops> Ops for Reverse<B> {
         Ok((y, winners))
     }
 
-    fn prod_nonzero_by_index(
-        &self,
-        inds: &B::I,
-        vals: &Var<B>,
-        k: usize,
-    ) -> Result<(Var<B>, B::I)> {
+    fn prod_nonzero_by_index(&self, inds: &B::I, vals: &Var<B>, k: usize) -> Result<(Var<B>, B::I)> {
         self.untracked("prod_nonzero_by_index (a rule kernel)", &[vals])?;
         let (p, z) = self.inner.prod_nonzero_by_index(inds, &vals.value, k)?;
         Ok((self.constant(p), z))
     }
 
-    fn prod_vals_adjoint(
+    fn prod_vals_adjoint(&self, inds: &B::I, vals: &Var<B>, c0: &Var<B>, c1: &Var<B>) -> Result<Var<B>> {
+        self.untracked("prod_vals_adjoint (a rule kernel)", &[vals, c0, c1])?;
+        Ok(self.constant(self.inner.prod_vals_adjoint(inds, &vals.value, &c0.value, &c1.value)?))
+    }
+
+    fn combine(&self, op: HistOp, a: &Var<B>, c: &Var<B>) -> Result<Var<B>> {
+        let y = self.inner.combine(op, &a.value, &c.value)?;
+        let (av, cv) = (a.value.clone(), c.value.clone());
+        self.record(y, &[a, c], move |b, g| {
+            let (ga, gc) = rules::elementwise::combine_vjp(b, op, &av, &cv, g)?;
+            Ok(vec![Some(ga), Some(gc)])
+        })
+    }
+
+    fn combine_partial(&self, op: HistOp, side: Operand, a: &Var<B>, c: &Var<B>) -> Result<Var<B>> {
+        let y = self.inner.combine_partial(op, side, &a.value, &c.value)?;
+        if self.node_of(a)?.is_some() || self.node_of(c)?.is_some() {
+            // Fails now, not in the backward pass, when the second derivatives are unknown.
+            let g0 = self.inner.zeros_like(&y)?;
+            rules::elementwise::combine_partial_vjp(&self.inner, op, side, &a.value, &c.value, &g0)?;
+        }
+        let (av, cv) = (a.value.clone(), c.value.clone());
+        self.record(y, &[a, c], move |b, g| {
+            let (ga, gc) = rules::elementwise::combine_partial_vjp(b, op, side, &av, &cv, g)?;
+            Ok(vec![ga, gc])
+        })
+    }
+
+    fn fold_adjoint(&self, op: HistOp, l: &Var<B>, a: &Var<B>, r: &Var<B>, g: &Var<B>) -> Result<Var<B>> {
+        self.untracked("fold_adjoint (a rule kernel)", &[l, a, r, g])?;
+        Ok(self.constant(self.inner.fold_adjoint(op, &l.value, &a.value, &r.value, &g.value)?))
+    }
+
+    fn total_form_adjoint(
         &self,
+        op: HistOp,
         inds: &B::I,
         vals: &Var<B>,
-        c0: &Var<B>,
-        c1: &Var<B>,
+        hist: &Var<B>,
+        hist_bar: &Var<B>,
     ) -> Result<Var<B>> {
-        self.untracked("prod_vals_adjoint (a rule kernel)", &[vals, c0, c1])?;
-        Ok(self.constant(
-            self.inner
-                .prod_vals_adjoint(inds, &vals.value, &c0.value, &c1.value)?,
-        ))
+        self.untracked("total_form_adjoint (a rule kernel)", &[vals, hist, hist_bar])?;
+        Ok(self.constant(self.inner.total_form_adjoint(op, inds, &vals.value, &hist.value, &hist_bar.value)?))
+    }
+
+    fn gather_index(&self, src: &B::I, idx: &B::I) -> Result<B::I> {
+        self.inner.gather_index(src, idx)
+    }
+
+    fn scan(&self, op: HistOp, x: &Var<B>, spec: ScanSpec, segments: Option<&B::I>) -> Result<Var<B>> {
+        if self.node_of(x)?.is_none() {
+            return Ok(self.constant(self.inner.scan(op, &x.value, spec, segments)?));
+        }
+        let (y, pullback) = rules::scan::scan_vjp(&self.inner, op, &x.value, spec, segments)?;
+        self.record(y, &[x], move |b, g| Ok(vec![Some(pullback(b, g)?)]))
+    }
+
+    fn linear_recurrence(&self, a: &Var<B>, m: &Var<B>, spec: ScanSpec, segments: Option<&B::I>) -> Result<Var<B>> {
+        if self.node_of(a)?.is_none() && self.node_of(m)?.is_none() {
+            return Ok(self.constant(self.inner.linear_recurrence(&a.value, &m.value, spec, segments)?));
+        }
+        let (y, pullback) = rules::scan::linear_recurrence_vjp(&self.inner, &a.value, &m.value, spec, segments)?;
+        self.record(y, &[a, m], move |b, g| {
+            let (ga, gm) = pullback(b, g)?;
+            Ok(vec![Some(ga), Some(gm)])
+        })
+    }
+
+    fn reduce_by_index_dual(
+        &self,
+        dest: &Var<B>,
+        dest_dot: &Var<B>,
+        op: HistOp,
+        inds: &B::I,
+        vals: &Var<B>,
+        vals_dot: &Var<B>,
+    ) -> Result<(Var<B>, Var<B>)> {
+        self.untracked("reduce_by_index_dual (a forward-rule kernel)", &[dest, dest_dot, vals, vals_dot])?;
+        let (h, hd) =
+            self.inner.reduce_by_index_dual(&dest.value, &dest_dot.value, op, inds, &vals.value, &vals_dot.value)?;
+        Ok((self.constant(h), self.constant(hd)))
+    }
+
+    fn reduce_by_index_chunked(
+        &self,
+        dest: &Var<B>,
+        op: HistOp,
+        inds: &B::I,
+        vals: &Var<B>,
+    ) -> Result<ChunkedHist<Var<B>>> {
+        self.untracked("reduce_by_index_chunked (a rule kernel)", &[dest, vals])?;
+        let ch = self.inner.reduce_by_index_chunked(&dest.value, op, inds, &vals.value)?;
+        Ok(ChunkedHist {
+            hist: self.constant(ch.hist),
+            elements: self.constant(ch.elements),
+            chunk_prefix: self.constant(ch.chunk_prefix),
+            chunk_suffix: self.constant(ch.chunk_suffix),
+        })
+    }
+
+    fn chunked_vals_adjoint(
+        &self,
+        op: HistOp,
+        inds: &B::I,
+        vals: &Var<B>,
+        chunk_prefix: &Var<B>,
+        chunk_suffix: &Var<B>,
+        hist_bar: &Var<B>,
+    ) -> Result<Var<B>> {
+        self.untracked("chunked_vals_adjoint (a rule kernel)", &[vals, chunk_prefix, chunk_suffix, hist_bar])?;
+        Ok(self.constant(self.inner.chunked_vals_adjoint(
+            op,
+            inds,
+            &vals.value,
+            &chunk_prefix.value,
+            &chunk_suffix.value,
+            &hist_bar.value,
+        )?))
     }
 }

@@ -54,14 +54,9 @@ pub fn require_or_skip(what: &str, path: &Path) -> bool {
     if path.exists() {
         return true;
     }
-    let reason = format!(
-        "{what} not found at {} (set {ADBENCH_DIR_ENV} to their directory)",
-        path.display()
-    );
+    let reason = format!("{what} not found at {} (set {ADBENCH_DIR_ENV} to their directory)", path.display());
     if is_required(REQUIRE_WORD) {
-        panic!(
-            "{REQUIRE_ENV} contains '{REQUIRE_WORD}' but the ADBench files are missing: {reason}"
-        );
+        panic!("{REQUIRE_ENV} contains '{REQUIRE_WORD}' but the ADBench files are missing: {reason}");
     }
     eprintln!("skipped: {reason}");
     false
@@ -90,15 +85,11 @@ mod tests {
     fn a_missing_file_is_skipped_unless_required() {
         let missing = Path::new("/nonexistent/adgauge/adbench/file.txt");
         if is_required(REQUIRE_WORD) {
-            let r =
-                std::panic::catch_unwind(|| require_or_skip("(self-test) a missing file", missing));
+            let r = std::panic::catch_unwind(|| require_or_skip("(self-test) a missing file", missing));
             assert!(r.is_err(), "a required missing file must fail");
         } else {
             assert!(!require_or_skip("(self-test) a missing file", missing));
         }
-        assert!(require_or_skip(
-            "this crate",
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-        ));
+        assert!(require_or_skip("this crate", Path::new(env!("CARGO_MANIFEST_DIR"))));
     }
 }

@@ -59,13 +59,8 @@ pub struct BaInput {
 const SOURCE_IN_MEMORY: &str = "<BA input>";
 
 fn rodrigues_rotate(rot: &[f64], v: [f64; 3]) -> [f64; 3] {
-    let cross = |a: &[f64], b: [f64; 3]| {
-        [
-            a[1] * b[2] - a[2] * b[1],
-            a[2] * b[0] - a[0] * b[2],
-            a[0] * b[1] - a[1] * b[0],
-        ]
-    };
+    let cross =
+        |a: &[f64], b: [f64; 3]| [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]];
     let sqtheta = rot.iter().map(|r| r * r).sum::<f64>();
     if sqtheta != 0.0 {
         let theta = sqtheta.sqrt();
@@ -103,36 +98,18 @@ impl BaInput {
     pub fn parse(text: &str, source: &str) -> Result<Self> {
         let mut r = TextReader::new(text, source);
         let (h, [n, m, p]) = r.header(["n", "m", "p"])?;
-        let total = product(&[n, N_CAM_PARAMS as u64])
-            .saturating_add(product(&[m, 3]))
-            .saturating_add(product(&[p, 5]));
-        r.check_limit(
-            h,
-            "numbers after replication (11n + 3m + 5p)",
-            total,
-            MAX_REPLICATED_ELEMENTS,
-        )?;
+        let total =
+            product(&[n, N_CAM_PARAMS as u64]).saturating_add(product(&[m, 3])).saturating_add(product(&[p, 5]));
+        r.check_limit(h, "numbers after replication (11n + 3m + 5p)", total, MAX_REPLICATED_ELEMENTS)?;
         let (n, m, p) = (n as usize, m as usize, p as usize);
         let mut cam = Vec::with_capacity(N_CAM_PARAMS);
-        r.numbers(
-            N_CAM_PARAMS,
-            &|| format!("the camera replicated {n} times"),
-            &mut cam,
-        )?;
+        r.numbers(N_CAM_PARAMS, &|| format!("the camera replicated {n} times"), &mut cam)?;
         let mut point = Vec::with_capacity(3);
         r.numbers(3, &|| format!("the point replicated {m} times"), &mut point)?;
         let mut weight = Vec::with_capacity(1);
-        r.numbers(
-            1,
-            &|| format!("the weight replicated {p} times"),
-            &mut weight,
-        )?;
+        r.numbers(1, &|| format!("the weight replicated {p} times"), &mut weight)?;
         let mut feat = Vec::with_capacity(2);
-        r.numbers(
-            2,
-            &|| format!("the feature replicated {p} times"),
-            &mut feat,
-        )?;
+        r.numbers(2, &|| format!("the feature replicated {p} times"), &mut feat)?;
         r.finish()?;
         Ok(BaInput {
             n,
@@ -149,15 +126,10 @@ impl BaInput {
     /// Checks that the sizes are positive, the vectors match them, observations index existing
     /// cameras and points, and every number is finite.
     pub fn validate(&self) -> Result<()> {
-        let invalid = |what: String| DatasetError::Invalid {
-            file: SOURCE_IN_MEMORY.into(),
-            what,
-        };
+        let invalid = |what: String| DatasetError::Invalid { file: SOURCE_IN_MEMORY.into(), what };
         let (n, m, p) = (self.n, self.m, self.p);
         if n == 0 || m == 0 || p == 0 {
-            return Err(invalid(format!(
-                "sizes must be positive (n = {n}, m = {m}, p = {p})"
-            )));
+            return Err(invalid(format!("sizes must be positive (n = {n}, m = {m}, p = {p})")));
         }
         let sizes = [
             ("cams", self.cams.len(), n.checked_mul(N_CAM_PARAMS)),
@@ -173,12 +145,7 @@ impl BaInput {
                 )));
             }
         }
-        if let Some((i, o)) = self
-            .obs
-            .iter()
-            .enumerate()
-            .find(|(_, o)| o.0 >= n || o.1 >= m)
-        {
+        if let Some((i, o)) = self.obs.iter().enumerate().find(|(_, o)| o.0 >= n || o.1 >= m) {
             return Err(invalid(format!("observation {i} = {o:?} is out of range")));
         }
         let all = [&self.cams, &self.x, &self.w, &self.feats];
@@ -193,19 +160,14 @@ impl BaInput {
     pub fn is_replicated(&self) -> bool {
         fn same_rows(v: &[f64], width: usize) -> bool {
             let first = &v[..width.min(v.len())];
-            v.chunks(width.max(1))
-                .all(|r| r.iter().zip(first).all(|(a, b)| a.to_bits() == b.to_bits()))
+            v.chunks(width.max(1)).all(|r| r.iter().zip(first).all(|(a, b)| a.to_bits() == b.to_bits()))
         }
         let (n, m) = (self.n.max(1), self.m.max(1));
         same_rows(&self.cams, N_CAM_PARAMS)
             && same_rows(&self.x, 3)
             && same_rows(&self.w, 1)
             && same_rows(&self.feats, 2)
-            && self
-                .obs
-                .iter()
-                .enumerate()
-                .all(|(i, &o)| o == (i % n, i % m))
+            && self.obs.iter().enumerate().all(|(i, &o)| o == (i % n, i % m))
     }
 
     fn check_writable(&self) -> Result<()> {
@@ -255,10 +217,7 @@ impl BaInput {
     /// # Panics
     /// When n, m or p is zero.
     pub fn generate(n: usize, m: usize, p: usize, seed: u64) -> Self {
-        assert!(
-            n > 0 && m > 0 && p > 0,
-            "BA sizes must be positive (n = {n}, m = {m}, p = {p})"
-        );
+        assert!(n > 0 && m > 0 && p > 0, "BA sizes must be positive (n = {n}, m = {m}, p = {p})");
         let mut rng = crate::rng(seed);
         let cam = random_camera(&mut rng);
         let point = random_point(&mut rng);
@@ -295,10 +254,7 @@ impl BaInput {
     /// When n, m or p is zero.
     pub fn generate_varied(n: usize, m: usize, p: usize, seed: u64) -> Self {
         use rand::RngExt;
-        assert!(
-            n > 0 && m > 0 && p > 0,
-            "BA sizes must be positive (n = {n}, m = {m}, p = {p})"
-        );
+        assert!(n > 0 && m > 0 && p > 0, "BA sizes must be positive (n = {n}, m = {m}, p = {p})");
         let mut rng = crate::rng(seed);
         let cams: Vec<f64> = (0..n).flat_map(|_| random_camera(&mut rng)).collect();
         let x: Vec<f64> = (0..m).flat_map(|_| random_point(&mut rng)).collect();
@@ -313,16 +269,7 @@ impl BaInput {
             let point = x[j * 3..][..3].try_into().unwrap();
             feats.extend(random_feature(&mut rng, cam, point));
         }
-        BaInput {
-            n,
-            m,
-            p,
-            cams,
-            x,
-            w,
-            obs,
-            feats,
-        }
+        BaInput { n, m, p, cams, x, w, obs, feats }
     }
 }
 
@@ -351,11 +298,7 @@ fn random_weight(rng: &mut impl rand::RngExt) -> f64 {
     text::uniform(rng, 0.5, 1.5)
 }
 
-fn random_feature(
-    rng: &mut impl rand::RngExt,
-    cam: &[f64; N_CAM_PARAMS],
-    point: &[f64; 3],
-) -> [f64; 2] {
+fn random_feature(rng: &mut impl rand::RngExt, cam: &[f64; N_CAM_PARAMS], point: &[f64; 3]) -> [f64; 2] {
     project(cam, point).map(|c| c + text::uniform(rng, -2.0, 2.0))
 }
 
@@ -390,10 +333,7 @@ mod tests {
         };
         assert_eq!((b.n, b.m, b.p), (2, 10, 10));
         assert_eq!(b.cams[0], 1.797201);
-        assert_eq!(
-            &b.cams[6..11],
-            [211.628116, -0.284531, -14.762924, 0.058931, 0.069976]
-        );
+        assert_eq!(&b.cams[6..11], [211.628116, -0.284531, -14.762924, 0.058931, 0.069976]);
         assert_eq!(&b.x[..3], [4.173048, 5.586898, 1.403869]);
         assert_eq!(b.w[9], 0.417022);
         assert_eq!(&b.feats[18..], [-525.672849, 161.811929]);
@@ -420,10 +360,7 @@ mod tests {
 
     #[test]
     fn round_trips_generated_inputs_exactly() {
-        for (seed, (n, m, p)) in [(1, 1, 1), (2, 10, 10), (5, 3, 17), (49, 100, 300)]
-            .into_iter()
-            .enumerate()
-        {
+        for (seed, (n, m, p)) in [(1, 1, 1), (2, 10, 10), (5, 3, 17), (49, 100, 300)].into_iter().enumerate() {
             let b = BaInput::generate(n, m, p, seed as u64);
             check_replication(&b);
             let text = b.to_text().unwrap();
@@ -560,10 +497,7 @@ mod tests {
             let mut bad = lines.clone();
             bad[0] = h.into();
             let e = parse_err(&bad);
-            assert!(
-                matches!(e, DatasetError::TooLarge { line: 1, .. }),
-                "{h}: {e}"
-            );
+            assert!(matches!(e, DatasetError::TooLarge { line: 1, .. }), "{h}: {e}");
         }
     }
 

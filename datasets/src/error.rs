@@ -14,22 +14,11 @@ pub enum DatasetError {
     /// The text does not follow the format: at `line` (1-based; one past the last line for an
     /// unexpected end of file) the reader expected `expected` and found `found`.
     #[error("{file}:{line}: expected {expected}, found {found}")]
-    Parse {
-        file: String,
-        line: usize,
-        expected: String,
-        found: String,
-    },
+    Parse { file: String, line: usize, expected: String, found: String },
     /// A size announced at `line` would need more than the file can hold or than the documented
     /// limit allows (checked before anything is allocated). `value` saturates at `u64::MAX`.
     #[error("{file}:{line}: {what} = {value} exceeds the limit {limit}")]
-    TooLarge {
-        file: String,
-        line: usize,
-        what: String,
-        value: u64,
-        limit: u64,
-    },
+    TooLarge { file: String, line: usize, what: String, value: u64, limit: u64 },
     /// An in-memory dataset that cannot be written: its vectors do not match its sizes, or the
     /// format cannot express it (e.g. a BA problem that is not a replication of one observation).
     #[error("{file}: cannot write: {what}")]

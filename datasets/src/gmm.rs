@@ -79,11 +79,7 @@ impl GmmInput {
         let (h, [d, k, n]) = r.header(["d", "k", "n"])?;
         let icf_sz = u128::from(d) * (u128::from(d) + 1) / 2; // < 2^127: no overflow
         let params = product(&[k]).saturating_mul(icf_sz.saturating_add(u128::from(d) + 1));
-        r.check_fits(
-            h,
-            "numbers announced for alphas, means and icf (k*(1 + d + d(d+1)/2))",
-            params,
-        )?;
+        r.check_fits(h, "numbers announced for alphas, means and icf (k*(1 + d + d(d+1)/2))", params)?;
         // The checks bound k, d and the icf size by the text length: they fit in usize.
         let (d, k, icf_sz) = (d as usize, k as usize, icf_sz as usize);
 
@@ -118,11 +114,7 @@ impl GmmInput {
             }
             x
         } else {
-            r.check_fits(
-                h,
-                "numbers announced (k*(1 + d + d(d+1)/2) + n*d)",
-                params.saturating_add(points),
-            )?;
+            r.check_fits(h, "numbers announced (k*(1 + d + d(d+1)/2) + n*d)", params.saturating_add(points))?;
             let n = n as usize;
             let mut x = Vec::with_capacity(n * d);
             for i in 0..n {
@@ -134,34 +126,17 @@ impl GmmInput {
         let what = "Wishart parameters 'gamma m'";
         let (line, [gamma, m]) = r.fields::<2>(what)?;
         let gamma = r.float(line, gamma, &|| "number (Wishart gamma)".to_string())?;
-        let m = m
-            .parse::<i32>()
-            .map_err(|_| r.error(line, "an integer (Wishart m)", text::quote(m)))?;
+        let m = m.parse::<i32>().map_err(|_| r.error(line, "an integer (Wishart m)", text::quote(m)))?;
         r.finish()?;
-        Ok(GmmInput {
-            d,
-            k,
-            n: n as usize,
-            alphas,
-            means,
-            icf,
-            x,
-            wishart: Wishart { gamma, m },
-        })
+        Ok(GmmInput { d, k, n: n as usize, alphas, means, icf, x, wishart: Wishart { gamma, m } })
     }
 
     /// Checks that the sizes are positive, the vectors match them and every number is finite
     /// (what the reader guarantees, and the writer needs to produce a readable file).
     pub fn validate(&self) -> Result<()> {
-        let invalid = |what: String| DatasetError::Invalid {
-            file: SOURCE_IN_MEMORY.into(),
-            what,
-        };
+        let invalid = |what: String| DatasetError::Invalid { file: SOURCE_IN_MEMORY.into(), what };
         if self.d == 0 || self.k == 0 || self.n == 0 {
-            return Err(invalid(format!(
-                "sizes must be positive (d = {}, k = {}, n = {})",
-                self.d, self.k, self.n
-            )));
+            return Err(invalid(format!("sizes must be positive (d = {}, k = {}, n = {})", self.d, self.k, self.n)));
         }
         let sizes = [
             ("alphas", self.alphas.len(), Some(self.k)),
@@ -191,9 +166,7 @@ impl GmmInput {
     pub fn points_replicated(&self) -> bool {
         let d = self.d.max(1);
         let first = &self.x[..d.min(self.x.len())];
-        self.x
-            .chunks(d)
-            .all(|p| p.iter().zip(first).all(|(a, b)| a.to_bits() == b.to_bits()))
+        self.x.chunks(d).all(|p| p.iter().zip(first).all(|(a, b)| a.to_bits() == b.to_bits()))
     }
 
     fn write_body<W: Write>(&self, out: &mut W, replicate_point: bool) -> std::io::Result<()> {
@@ -207,11 +180,7 @@ impl GmmInput {
         for row in self.icf.chunks(icf_size(self.d)) {
             write_row(out, row)?;
         }
-        let points = if replicate_point {
-            &self.x[..self.d]
-        } else {
-            &self.x[..]
-        };
+        let points = if replicate_point { &self.x[..self.d] } else { &self.x[..] };
         for row in points.chunks(self.d) {
             write_row(out, row)?;
         }
@@ -270,34 +239,18 @@ impl GmmInput {
     }
 
     fn generate_impl(d: usize, k: usize, n: usize, seed: u64, replicate: bool) -> Self {
-        assert!(
-            d > 0 && k > 0 && n > 0,
-            "GMM sizes must be positive (d = {d}, k = {k}, n = {n})"
-        );
+        assert!(d > 0 && k > 0 && n > 0, "GMM sizes must be positive (d = {d}, k = {k}, n = {n})");
         let mut rng = crate::rng(seed);
         let alphas = (0..k).map(|_| text::normal(&mut rng)).collect();
-        let means = (0..k * d)
-            .map(|_| text::uniform(&mut rng, 0.0, 1.0))
-            .collect();
-        let icf = (0..k * icf_size(d))
-            .map(|_| text::normal(&mut rng))
-            .collect();
+        let means = (0..k * d).map(|_| text::uniform(&mut rng, 0.0, 1.0)).collect();
+        let icf = (0..k * icf_size(d)).map(|_| text::normal(&mut rng)).collect();
         let x = if replicate {
             let point: Vec<f64> = (0..d).map(|_| text::normal(&mut rng)).collect();
             point.repeat(n)
         } else {
             (0..n * d).map(|_| text::normal(&mut rng)).collect()
         };
-        GmmInput {
-            d,
-            k,
-            n,
-            alphas,
-            means,
-            icf,
-            x,
-            wishart: Wishart { gamma: 1.0, m: 0 },
-        }
+        GmmInput { d, k, n, alphas, means, icf, x, wishart: Wishart { gamma: 1.0, m: 0 } }
     }
 }
 
@@ -381,10 +334,7 @@ mod tests {
 
     #[test]
     fn round_trips_generated_inputs_exactly() {
-        for (seed, (d, k, n)) in [(1, 1, 1), (2, 3, 5), (5, 2, 17), (10, 4, 3), (3, 7, 2)]
-            .into_iter()
-            .enumerate()
-        {
+        for (seed, (d, k, n)) in [(1, 1, 1), (2, 3, 5), (5, 2, 17), (10, 4, 3), (3, 7, 2)].into_iter().enumerate() {
             let seed = seed as u64;
             let g = GmmInput::generate(d, k, n, seed);
             g.validate().unwrap();
@@ -426,14 +376,8 @@ mod tests {
 
     #[test]
     fn generator_is_deterministic_per_seed() {
-        assert_eq!(
-            GmmInput::generate(3, 4, 50, 7),
-            GmmInput::generate(3, 4, 50, 7)
-        );
-        assert_ne!(
-            GmmInput::generate(3, 4, 50, 7),
-            GmmInput::generate(3, 4, 50, 8)
-        );
+        assert_eq!(GmmInput::generate(3, 4, 50, 7), GmmInput::generate(3, 4, 50, 7));
+        assert_ne!(GmmInput::generate(3, 4, 50, 7), GmmInput::generate(3, 4, 50, 8));
         let g = GmmInput::generate(3, 4, 2000, 1);
         assert!(g.means.iter().all(|&m| (0.0..1.0).contains(&m)));
         let mean = g.x.iter().sum::<f64>() / g.x.len() as f64;
@@ -447,16 +391,10 @@ mod tests {
         assert!(matches!(g.to_text(true), Err(DatasetError::Invalid { .. })));
         let mut bad = g.clone();
         bad.x.pop();
-        assert!(matches!(
-            bad.to_text(false),
-            Err(DatasetError::Invalid { .. })
-        ));
+        assert!(matches!(bad.to_text(false), Err(DatasetError::Invalid { .. })));
         let mut bad = g.clone();
         bad.icf[0] = f64::NAN;
-        assert!(matches!(
-            bad.to_text(false),
-            Err(DatasetError::Invalid { .. })
-        ));
+        assert!(matches!(bad.to_text(false), Err(DatasetError::Invalid { .. })));
     }
 
     /// A small valid text: header line 1, alphas 2-3, means 4-5, icf 6-7, points 8-10, Wishart 11.
@@ -537,25 +475,15 @@ mod tests {
             let e = parse_err(&lines, mode);
             assert!(matches!(e, DatasetError::TooLarge { line: 1, .. }), "{e}");
         }
-        for header in [
-            "1000000000000 2 3",
-            "2 1000000000000 3",
-            "4294967296 4294967296 1",
-        ] {
+        for header in ["1000000000000 2 3", "2 1000000000000 3", "4294967296 4294967296 1"] {
             lines[0] = header.into();
             let e = parse_err(&lines, None);
             assert!(matches!(e, DatasetError::TooLarge { line: 1, .. }), "{e}");
         }
         lines[0] = "18446744073709551615 18446744073709551615 18446744073709551615".into();
-        assert!(matches!(
-            parse_err(&lines, None),
-            DatasetError::TooLarge { line: 1, .. }
-        ));
+        assert!(matches!(parse_err(&lines, None), DatasetError::TooLarge { line: 1, .. }));
         lines[0] = "18446744073709551616 2 3".into();
-        assert!(matches!(
-            parse_err(&lines, None),
-            DatasetError::Parse { line: 1, .. }
-        ));
+        assert!(matches!(parse_err(&lines, None), DatasetError::Parse { line: 1, .. }));
     }
 
     #[test]

@@ -46,9 +46,7 @@ impl std::str::FromStr for IndexDist {
         match s {
             "uniform" => Ok(IndexDist::Uniform),
             "skewed" => Ok(IndexDist::Skewed),
-            _ => Err(format!(
-                "unknown index distribution '{s}' (expected uniform or skewed)"
-            )),
+            _ => Err(format!("unknown index distribution '{s}' (expected uniform or skewed)")),
         }
     }
 }
@@ -86,25 +84,14 @@ pub struct HistData {
 
 /// Generates the case `spec` describes. The same spec always gives the same data.
 pub fn generate(spec: &HistSpec) -> HistData {
-    let HistSpec {
-        n,
-        k,
-        dist,
-        out_of_range,
-        values,
-        seed,
-    } = *spec;
+    let HistSpec { n, k, dist, out_of_range, values, seed } = *spec;
     let mut rng = crate::rng(seed);
     let oob = out_of_range.clamp(0.0, 1.0);
     let inds: Vec<i64> = (0..n)
         .map(|_| {
             if k == 0 || rng.random::<f64>() < oob {
                 // Half below, half above the valid range.
-                if rng.random::<bool>() {
-                    -1
-                } else {
-                    k as i64 + rng.random_range(0..4)
-                }
+                if rng.random::<bool>() { -1 } else { k as i64 + rng.random_range(0..4) }
             } else {
                 match dist {
                     IndexDist::Uniform => rng.random_range(0..k) as i64,
@@ -119,18 +106,9 @@ pub fn generate(spec: &HistSpec) -> HistData {
     let in_range = (n as f64 * (1.0 - oob)).max(1.0);
     let mean_bin = (in_range / k.max(1) as f64).max(1.0);
     let (vals, dest) = match values {
-        Values::Sum => (
-            uniform(&mut rng, n, -1.0, 1.0),
-            uniform(&mut rng, k, -1.0, 1.0),
-        ),
-        Values::Logs => (
-            uniform(&mut rng, n, -5.0, 5.0),
-            uniform(&mut rng, k, -5.0, 5.0),
-        ),
-        Values::Magnitudes => (
-            uniform(&mut rng, n, 0.0, 1.0),
-            uniform(&mut rng, k, 0.0, 1.0),
-        ),
+        Values::Sum => (uniform(&mut rng, n, -1.0, 1.0), uniform(&mut rng, k, -1.0, 1.0)),
+        Values::Logs => (uniform(&mut rng, n, -5.0, 5.0), uniform(&mut rng, k, -5.0, 5.0)),
+        Values::Magnitudes => (uniform(&mut rng, n, 0.0, 1.0), uniform(&mut rng, k, 0.0, 1.0)),
         Values::Product => {
             let a = (3.0 / mean_bin.sqrt()).min(0.5);
             let p_zero = (1.0 / mean_bin).min(0.5);
@@ -141,16 +119,12 @@ pub fn generate(spec: &HistSpec) -> HistData {
                     if zero { 0.0 } else { v }
                 })
                 .collect();
-            let dest = (0..k)
-                .map(|_| rng.random_range(-0.5..0.5f64).exp())
-                .collect();
+            let dest = (0..k).map(|_| rng.random_range(-0.5..0.5f64).exp()).collect();
             (vals, dest)
         }
         Values::Separated => {
             let total = n + k;
-            let mut grid: Vec<f64> = (0..total)
-                .map(|j| -1.0 + 2.0 * (j as f64 + 0.5) / total as f64)
-                .collect();
+            let mut grid: Vec<f64> = (0..total).map(|j| -1.0 + 2.0 * (j as f64 + 0.5) / total as f64).collect();
             // Fisher-Yates with the seeded generator.
             for j in (1..total).rev() {
                 let r = rng.random_range(0..=j);
@@ -160,12 +134,7 @@ pub fn generate(spec: &HistSpec) -> HistData {
             (vals, grid)
         }
     };
-    HistData {
-        k,
-        inds,
-        vals,
-        dest,
-    }
+    HistData { k, inds, vals, dest }
 }
 
 fn uniform(rng: &mut impl RngExt, len: usize, lo: f64, hi: f64) -> Vec<f64> {
@@ -177,24 +146,14 @@ mod tests {
     use super::*;
 
     fn spec(n: usize, k: usize, values: Values) -> HistSpec {
-        HistSpec {
-            n,
-            k,
-            dist: IndexDist::Uniform,
-            out_of_range: 0.05,
-            values,
-            seed: 7,
-        }
+        HistSpec { n, k, dist: IndexDist::Uniform, out_of_range: 0.05, values, seed: 7 }
     }
 
     #[test]
     fn the_same_seed_gives_the_same_case_and_another_seed_another() {
         let a = generate(&spec(1000, 10, Values::Sum));
         assert_eq!(a, generate(&spec(1000, 10, Values::Sum)));
-        let b = generate(&HistSpec {
-            seed: 8,
-            ..spec(1000, 10, Values::Sum)
-        });
+        let b = generate(&HistSpec { seed: 8, ..spec(1000, 10, Values::Sum) });
         assert_ne!(a.vals, b.vals);
     }
 
@@ -210,11 +169,7 @@ mod tests {
 
     #[test]
     fn skewed_indices_favour_low_bins() {
-        let d = generate(&HistSpec {
-            dist: IndexDist::Skewed,
-            out_of_range: 0.0,
-            ..spec(100_000, 1000, Values::Sum)
-        });
+        let d = generate(&HistSpec { dist: IndexDist::Skewed, out_of_range: 0.0, ..spec(100_000, 1000, Values::Sum) });
         let low = d.inds.iter().filter(|&&b| b < 100).count();
         // P(u^3 < 0.1) = 0.1^(1/3) = 0.46
         assert!((low as f64 / 1e5 - 0.464).abs() < 0.01, "low {low}");
@@ -224,10 +179,7 @@ mod tests {
     #[test]
     fn products_have_bins_with_zero_one_and_several_zeros_and_stay_in_range() {
         for &(n, k) in &[(10_000usize, 100usize), (1_000_000, 10)] {
-            let d = generate(&HistSpec {
-                out_of_range: 0.0,
-                ..spec(n, k, Values::Product)
-            });
+            let d = generate(&HistSpec { out_of_range: 0.0, ..spec(n, k, Values::Product) });
             let mut zeros = vec![0usize; k];
             let mut log_prod = vec![0.0f64; k];
             for (&b, &v) in d.inds.iter().zip(&d.vals) {
@@ -237,30 +189,18 @@ mod tests {
                     log_prod[b as usize] += v.ln();
                 }
             }
-            let frac = |f: &dyn Fn(usize) -> bool| {
-                zeros.iter().filter(|&&z| f(z)).count() as f64 / k as f64
-            };
+            let frac = |f: &dyn Fn(usize) -> bool| zeros.iter().filter(|&&z| f(z)).count() as f64 / k as f64;
             if k >= 100 {
-                assert!(
-                    frac(&|z| z == 0) > 0.2 && frac(&|z| z == 1) > 0.2 && frac(&|z| z >= 2) > 0.1
-                );
+                assert!(frac(&|z| z == 0) > 0.2 && frac(&|z| z == 1) > 0.2 && frac(&|z| z >= 2) > 0.1);
             }
-            assert!(
-                log_prod.iter().all(|l| l.abs() < 30.0),
-                "a product would leave f32's range"
-            );
+            assert!(log_prod.iter().all(|l| l.abs() < 30.0), "a product would leave f32's range");
         }
     }
 
     #[test]
     fn separated_values_never_tie_and_are_far_apart() {
         let d = generate(&spec(5000, 20, Values::Separated));
-        let mut all: Vec<f64> = d
-            .vals
-            .iter()
-            .chain(&d.dest)
-            .map(|&x| x as f32 as f64)
-            .collect();
+        let mut all: Vec<f64> = d.vals.iter().chain(&d.dest).map(|&x| x as f32 as f64).collect();
         all.sort_by(f64::total_cmp);
         let h = f64::EPSILON.cbrt();
         assert!(all.windows(2).all(|w| w[1] - w[0] > 2.0 * h));

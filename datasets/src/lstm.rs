@@ -58,11 +58,7 @@ impl LstmInput {
         let mut r = TextReader::new(text, source);
         let (h, [l, c, b]) = r.header(["l", "c", "b"])?;
         // 2l*4b + 3b + 2l*b + c*b = b * (10l + 3 + c)
-        let total = product(&[b]).saturating_mul(
-            product(&[l, 10])
-                .saturating_add(3)
-                .saturating_add(u128::from(c)),
-        );
+        let total = product(&[b]).saturating_mul(product(&[l, 10]).saturating_add(3).saturating_add(u128::from(c)));
         r.check_fits(h, "numbers announced (b*(10l + 3 + c))", total)?;
         let (l, c, b) = (l as usize, c as usize, b as usize);
 
@@ -74,11 +70,7 @@ impl LstmInput {
         }
         let mut extra_params = Vec::with_capacity(3 * b);
         for name in ["input weights", "output weights", "output bias"] {
-            r.numbers(
-                b,
-                &|| format!("extra parameters: {name}"),
-                &mut extra_params,
-            )?;
+            r.numbers(b, &|| format!("extra parameters: {name}"), &mut extra_params)?;
         }
         let mut state = Vec::with_capacity(2 * l * b);
         for i in 0..2 * l {
@@ -91,41 +83,20 @@ impl LstmInput {
             r.numbers(b, &|| format!("character {} of {c}", i + 1), &mut sequence)?;
         }
         r.finish()?;
-        Ok(LstmInput {
-            l,
-            c,
-            b,
-            main_params,
-            extra_params,
-            state,
-            sequence,
-        })
+        Ok(LstmInput { l, c, b, main_params, extra_params, state, sequence })
     }
 
     /// Checks that the sizes are positive, the vectors match them and every number is finite.
     pub fn validate(&self) -> Result<()> {
-        let invalid = |what: String| DatasetError::Invalid {
-            file: SOURCE_IN_MEMORY.into(),
-            what,
-        };
+        let invalid = |what: String| DatasetError::Invalid { file: SOURCE_IN_MEMORY.into(), what };
         let (l, c, b) = (self.l, self.c, self.b);
         if l == 0 || c == 0 || b == 0 {
-            return Err(invalid(format!(
-                "sizes must be positive (l = {l}, c = {c}, b = {b})"
-            )));
+            return Err(invalid(format!("sizes must be positive (l = {l}, c = {c}, b = {b})")));
         }
         let sizes = [
-            (
-                "main_params",
-                self.main_params.len(),
-                l.checked_mul(8).and_then(|v| v.checked_mul(b)),
-            ),
+            ("main_params", self.main_params.len(), l.checked_mul(8).and_then(|v| v.checked_mul(b))),
             ("extra_params", self.extra_params.len(), b.checked_mul(3)),
-            (
-                "state",
-                self.state.len(),
-                l.checked_mul(2).and_then(|v| v.checked_mul(b)),
-            ),
+            ("state", self.state.len(), l.checked_mul(2).and_then(|v| v.checked_mul(b))),
             ("sequence", self.sequence.len(), c.checked_mul(b)),
         ];
         for (name, len, want) in sizes {
@@ -135,12 +106,7 @@ impl LstmInput {
                 )));
             }
         }
-        let all = [
-            &self.main_params,
-            &self.extra_params,
-            &self.state,
-            &self.sequence,
-        ];
+        let all = [&self.main_params, &self.extra_params, &self.state, &self.sequence];
         if let Some(v) = all.iter().flat_map(|v| v.iter()).find(|v| !v.is_finite()) {
             return Err(invalid(format!("non-finite value {v}")));
         }
@@ -150,12 +116,8 @@ impl LstmInput {
     fn write_body<W: Write>(&self, out: &mut W) -> std::io::Result<()> {
         writeln!(out, "{} {} {}", self.l, self.c, self.b)?;
         let b = self.b;
-        let sections: [(&[f64], usize); 4] = [
-            (&self.main_params, 4 * b),
-            (&self.extra_params, b),
-            (&self.state, b),
-            (&self.sequence, b),
-        ];
+        let sections: [(&[f64], usize); 4] =
+            [(&self.main_params, 4 * b), (&self.extra_params, b), (&self.state, b), (&self.sequence, b)];
         for (values, width) in sections {
             writeln!(out)?;
             for row in values.chunks(width) {
@@ -192,27 +154,14 @@ impl LstmInput {
     /// When l, c or b is zero.
     pub fn generate(l: usize, c: usize, b: usize, seed: u64) -> Self {
         use rand::RngExt;
-        assert!(
-            l > 0 && c > 0 && b > 0,
-            "LSTM sizes must be positive (l = {l}, c = {c}, b = {b})"
-        );
+        assert!(l > 0 && c > 0 && b > 0, "LSTM sizes must be positive (l = {l}, c = {c}, b = {b})");
         let mut rng = crate::rng(seed);
         let mut unit = |len: usize| -> Vec<f64> { (0..len).map(|_| rng.random::<f64>()).collect() };
         let main_params = unit(8 * l * b);
         let extra_params = unit(3 * b);
         let state = unit(2 * l * b);
-        let sequence = (0..c * b)
-            .map(|_| if rng.random::<bool>() { 1.0 } else { 0.0 })
-            .collect();
-        LstmInput {
-            l,
-            c,
-            b,
-            main_params,
-            extra_params,
-            state,
-            sequence,
-        }
+        let sequence = (0..c * b).map(|_| if rng.random::<bool>() { 1.0 } else { 0.0 }).collect();
+        LstmInput { l, c, b, main_params, extra_params, state, sequence }
     }
 }
 
@@ -229,10 +178,7 @@ mod tests {
         let s = LstmInput::read(&path).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((s.l, s.c, s.b), (2, 1024, 14));
         assert_eq!(s.main_params.len(), 2 * 2 * 4 * 14);
-        assert_eq!(
-            &s.main_params[..2],
-            [0.7477620204927391, 0.26762747231198525]
-        );
+        assert_eq!(&s.main_params[..2], [0.7477620204927391, 0.26762747231198525]);
         assert_eq!(s.main_params[4 * 56 - 1], 0.9544461199510779);
         assert_eq!(s.extra_params[0], 0.5848465223020524);
         assert_eq!(s.extra_params[2 * 14], 0.743816244074173);
@@ -241,14 +187,8 @@ mod tests {
         assert_eq!(s.state[0], 0.9368207218464604);
         assert_eq!(s.state[3 * 14], 0.5607967723731909);
         let bits = |row: &[f64]| row.iter().map(|&v| v as u8).collect::<Vec<_>>();
-        assert_eq!(
-            bits(&s.sequence[..14]),
-            [0, 0, 0, 0, 0, 0, 0, 1, 0, 1, 0, 1, 0, 0]
-        );
-        assert_eq!(
-            bits(&s.sequence[1023 * 14..]),
-            [0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 0, 0, 0, 0]
-        );
+        assert_eq!(bits(&s.sequence[..14]), [0, 0, 0, 0, 0, 0, 0, 1, 0, 1, 0, 1, 0, 0]);
+        assert_eq!(bits(&s.sequence[1023 * 14..]), [0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 0, 0, 0, 0]);
         assert!(s.sequence.iter().all(|&v| v == 0.0 || v == 1.0));
         let text = s.to_text().unwrap();
         assert_eq!(LstmInput::parse(&text, "rt").unwrap(), s);
@@ -256,10 +196,7 @@ mod tests {
 
     #[test]
     fn round_trips_generated_inputs_exactly() {
-        for (seed, (l, c, b)) in [(1, 1, 1), (2, 10, 14), (4, 3, 5), (1, 7, 2)]
-            .into_iter()
-            .enumerate()
-        {
+        for (seed, (l, c, b)) in [(1, 1, 1), (2, 10, 14), (4, 3, 5), (1, 7, 2)].into_iter().enumerate() {
             let s = LstmInput::generate(l, c, b, seed as u64);
             s.validate().unwrap();
             let text = s.to_text().unwrap();
@@ -267,11 +204,7 @@ mod tests {
             assert_eq!(text.lines().count(), 1 + 4 + 4 * l + 3 + c);
             assert_eq!(LstmInput::parse(&text, "gen").unwrap(), s);
             // Blank lines are optional.
-            let dense: String = text
-                .lines()
-                .filter(|l| !l.is_empty())
-                .map(|l| format!("{l}\n"))
-                .collect();
+            let dense: String = text.lines().filter(|l| !l.is_empty()).map(|l| format!("{l}\n")).collect();
             assert_eq!(LstmInput::parse(&dense, "gen").unwrap(), s);
         }
         let s = LstmInput::generate(2, 4, 3, 8);
@@ -360,10 +293,7 @@ mod tests {
             let mut bad = lines.clone();
             bad[0] = h.into();
             let e = parse_err(&bad);
-            assert!(
-                matches!(e, DatasetError::TooLarge { line: 1, .. }),
-                "{h}: {e}"
-            );
+            assert!(matches!(e, DatasetError::TooLarge { line: 1, .. }), "{h}: {e}");
         }
     }
 

@@ -18,10 +18,7 @@ pub const MAX_REPLICATED_ELEMENTS: u64 = 1 << 31;
 /// Reads a file as UTF-8 text.
 pub(crate) fn read_file(path: &Path) -> Result<String> {
     let file = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|source| DatasetError::Io {
-        file: file.clone(),
-        source,
-    })?;
+    let bytes = std::fs::read(path).map_err(|source| DatasetError::Io { file: file.clone(), source })?;
     String::from_utf8(bytes).map_err(|e| {
         let valid = e.utf8_error().valid_up_to();
         let bytes = e.as_bytes();
@@ -40,19 +37,11 @@ pub(crate) fn quote(s: &str) -> String {
     const MAX: usize = 40;
     let mut chars = s.chars();
     let head: String = chars.by_ref().take(MAX).collect();
-    if chars.next().is_some() {
-        format!("'{head}...'")
-    } else {
-        format!("'{head}'")
-    }
+    if chars.next().is_some() { format!("'{head}...'") } else { format!("'{head}'") }
 }
 
 fn plural(count: usize, what: &str) -> String {
-    if count == 1 {
-        format!("1 {what}")
-    } else {
-        format!("{count} {what}s")
-    }
+    if count == 1 { format!("1 {what}") } else { format!("{count} {what}s") }
 }
 
 /// A cursor over the non-blank lines of a text, with the file name for error messages.
@@ -67,26 +56,11 @@ pub(crate) struct TextReader<'a> {
 
 impl<'a> TextReader<'a> {
     pub(crate) fn new(text: &'a str, file: &'a str) -> Self {
-        TextReader {
-            file,
-            lines: text.lines().enumerate(),
-            seen: 0,
-            capacity: (text.len() as u64).div_ceil(2),
-        }
+        TextReader { file, lines: text.lines().enumerate(), seen: 0, capacity: (text.len() as u64).div_ceil(2) }
     }
 
-    pub(crate) fn error(
-        &self,
-        line: usize,
-        expected: impl Into<String>,
-        found: impl Into<String>,
-    ) -> DatasetError {
-        DatasetError::Parse {
-            file: self.file.to_string(),
-            line,
-            expected: expected.into(),
-            found: found.into(),
-        }
+    pub(crate) fn error(&self, line: usize, expected: impl Into<String>, found: impl Into<String>) -> DatasetError {
+        DatasetError::Parse { file: self.file.to_string(), line, expected: expected.into(), found: found.into() }
     }
 
     fn next_nonblank(&mut self) -> Option<(usize, &'a str)> {
@@ -101,10 +75,7 @@ impl<'a> TextReader<'a> {
 
     /// The number of non-blank lines not yet consumed (no allocation).
     pub(crate) fn remaining_lines(&self) -> usize {
-        self.lines
-            .clone()
-            .filter(|(_, l)| !l.trim_ascii().is_empty())
-            .count()
+        self.lines.clone().filter(|(_, l)| !l.trim_ascii().is_empty()).count()
     }
 
     /// The next non-blank line, or an error saying what was expected there.
@@ -135,12 +106,7 @@ impl<'a> TextReader<'a> {
 
     /// Reads the next non-blank line, which must hold exactly `count` finite numbers, appending
     /// them to `out`. Returns the line number.
-    pub(crate) fn numbers(
-        &mut self,
-        count: usize,
-        what: &dyn Fn() -> String,
-        out: &mut Vec<f64>,
-    ) -> Result<usize> {
+    pub(crate) fn numbers(&mut self, count: usize, what: &dyn Fn() -> String, out: &mut Vec<f64>) -> Result<usize> {
         let expected = || format!("{} ({})", plural(count, "number"), what());
         let (line, text) = self.line(&expected)?;
         let found = text.split_ascii_whitespace().count();
@@ -148,9 +114,7 @@ impl<'a> TextReader<'a> {
             return Err(self.error(line, expected(), plural(found, "number")));
         }
         for (j, tok) in text.split_ascii_whitespace().enumerate() {
-            let v = self.float(line, tok, &|| {
-                format!("number {} of {count} ({})", j + 1, what())
-            })?;
+            let v = self.float(line, tok, &|| format!("number {} of {count} ({})", j + 1, what()))?;
             out.push(v);
         }
         Ok(line)
@@ -197,13 +161,7 @@ impl<'a> TextReader<'a> {
     }
 
     /// Fails with `TooLarge` unless `value <= limit`.
-    pub(crate) fn check_limit(
-        &self,
-        line: usize,
-        what: &str,
-        value: u128,
-        limit: u64,
-    ) -> Result<()> {
+    pub(crate) fn check_limit(&self, line: usize, what: &str, value: u128, limit: u64) -> Result<()> {
         if value > u128::from(limit) {
             return Err(DatasetError::TooLarge {
                 file: self.file.to_string(),
@@ -219,9 +177,7 @@ impl<'a> TextReader<'a> {
 
 /// Product of sizes without overflow (saturating at u128::MAX).
 pub(crate) fn product(factors: &[u64]) -> u128 {
-    factors
-        .iter()
-        .fold(1u128, |acc, &f| acc.saturating_mul(u128::from(f)))
+    factors.iter().fold(1u128, |acc, &f| acc.saturating_mul(u128::from(f)))
 }
 
 /// Writes one line of numbers in shortest round-trip form (`{:?}`), separated by single spaces.
@@ -242,12 +198,7 @@ pub(crate) fn write_named<W: Write>(
     body: impl FnOnce(&mut std::io::BufWriter<W>) -> std::io::Result<()>,
 ) -> Result<()> {
     let mut out = std::io::BufWriter::new(out);
-    body(&mut out)
-        .and_then(|()| out.flush())
-        .map_err(|source| DatasetError::Io {
-            file: file.to_string(),
-            source,
-        })
+    body(&mut out).and_then(|()| out.flush()).map_err(|source| DatasetError::Io { file: file.to_string(), source })
 }
 
 /// Creates `path` and writes into it.
@@ -256,10 +207,7 @@ pub(crate) fn write_path(
     body: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>,
 ) -> Result<()> {
     let file = path.display().to_string();
-    let f = std::fs::File::create(path).map_err(|source| DatasetError::Io {
-        file: file.clone(),
-        source,
-    })?;
+    let f = std::fs::File::create(path).map_err(|source| DatasetError::Io { file: file.clone(), source })?;
     write_named(&file, f, body)
 }
 

@@ -30,8 +30,7 @@ fn txt_files(dir: &Path) -> Vec<PathBuf> {
 /// Sizes encoded in an ADBench file name, e.g. `ba1_n49_m7776_p31843` -> n = 49.
 fn name_size(path: &Path, key: char) -> Option<usize> {
     let stem = path.file_stem()?.to_str()?;
-    stem.split('_')
-        .find_map(|part| part.strip_prefix(key)?.parse().ok())
+    stem.split('_').find_map(|part| part.strip_prefix(key)?.parse().ok())
 }
 
 #[test]

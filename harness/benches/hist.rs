@@ -10,10 +10,7 @@ use adgauge_datasets::hist::{IndexDist, generate};
 use adgauge_workloads::HistWorkload;
 
 fn hist(c: &mut Criterion) {
-    let n: usize = std::env::var("ADGAUGE_BENCH_N")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1_000_000);
+    let n: usize = std::env::var("ADGAUGE_BENCH_N").ok().and_then(|s| s.parse().ok()).unwrap_or(1_000_000);
     let cpu = Cpu::new(None).expect("CPU device");
     let dt = DType::F32;
     for w in HistWorkload::all() {
@@ -23,9 +20,7 @@ fn hist(c: &mut Criterion) {
             let bar = cpu.full(&[k], 1.0, dt).expect("adjoint");
             let mut group = c.benchmark_group(format!("cpu/{}", w.name()));
             group.sample_size(10);
-            group.bench_function(format!("primal/k={k}"), |b| {
-                b.iter(|| w.primal(&cpu, &x).expect("primal"))
-            });
+            group.bench_function(format!("primal/k={k}"), |b| b.iter(|| w.primal(&cpu, &x).expect("primal")));
             for rule in HistRule::ALL {
                 if let Err(e) = w.vjp(&cpu, rule, &x, &bar) {
                     println!("skipping cpu/{}/vjp/{rule}/k={k}: {e}", w.name());

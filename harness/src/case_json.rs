@@ -17,9 +17,7 @@ use crate::exit::bad_input;
 /// Largest accepted number of bins.
 pub const MAX_K: u64 = 1 << 32;
 
-const FIELDS: [&str; 8] = [
-    "k", "inds", "vals", "dest", "hist_bar", "vals_dot", "dest_dot", "op",
-];
+const FIELDS: [&str; 8] = ["k", "inds", "vals", "dest", "hist_bar", "vals_dot", "dest_dot", "op"];
 
 /// A parsed histogram case.
 #[derive(Clone, Debug, PartialEq)]
@@ -32,29 +30,19 @@ pub struct HistCase {
 
 /// Parses a case; `source` names the file in messages, `op` is the workload's operator name.
 pub fn parse_hist_case(text: &str, source: &str, op: &str) -> anyhow::Result<HistCase> {
-    let value: Value = serde_json::from_str(text)
-        .map_err(|e| bad_input(format!("{source}: not valid JSON: {e}")))?;
+    let value: Value = serde_json::from_str(text).map_err(|e| bad_input(format!("{source}: not valid JSON: {e}")))?;
     let Value::Object(obj) = value else {
-        return Err(bad_input(format!(
-            "{source}: expected a JSON object at the top level, found {}",
-            kind(&value)
-        )));
+        return Err(bad_input(format!("{source}: expected a JSON object at the top level, found {}", kind(&value))));
     };
     if let Some(extra) = obj.keys().find(|key| !FIELDS.contains(&key.as_str())) {
-        return Err(bad_input(format!(
-            "{source}: unknown field '{extra}' (expected {})",
-            FIELDS.join(", ")
-        )));
+        return Err(bad_input(format!("{source}: unknown field '{extra}' (expected {})", FIELDS.join(", "))));
     }
     let err = |field: &str, msg: String| bad_input(format!("{source}: field {field}: {msg}"));
     if let Some(v) = obj.get("op") {
         match v.as_str() {
             Some(s) if s == op => {}
             Some(s) => {
-                return Err(err(
-                    "op",
-                    format!("'{s}' does not match the workload's operator '{op}'"),
-                ));
+                return Err(err("op", format!("'{s}' does not match the workload's operator '{op}'")));
             }
             None => return Err(err("op", format!("expected a string, found {}", kind(v)))),
         }
@@ -70,21 +58,14 @@ pub fn parse_hist_case(text: &str, source: &str, op: &str) -> anyhow::Result<His
     let optional = |name: &str, len: usize, what: &str| -> anyhow::Result<Option<Vec<f64>>> {
         match obj.get(name) {
             None => Ok(None),
-            Some(_) => required_numbers(&obj, name, len, what)
-                .map(Some)
-                .map_err(|(f, m)| err(&f, m)),
+            Some(_) => required_numbers(&obj, name, len, what).map(Some).map_err(|(f, m)| err(&f, m)),
         }
     };
     Ok(HistCase {
         hist_bar: optional("hist_bar", k, "k")?,
         vals_dot: optional("vals_dot", n, "len(inds)")?,
         dest_dot: optional("dest_dot", k, "k")?,
-        data: HistData {
-            k,
-            inds,
-            vals,
-            dest,
-        },
+        data: HistData { k, inds, vals, dest },
     })
 }
 
@@ -119,10 +100,7 @@ fn array<'a>(obj: &'a Map<String, Value>, name: &str) -> Result<&'a Vec<Value>, 
     match obj.get(name) {
         None => Err((name.into(), "missing".into())),
         Some(Value::Array(a)) => Ok(a),
-        Some(other) => Err((
-            name.into(),
-            format!("expected an array, found {}", kind(other)),
-        )),
+        Some(other) => Err((name.into(), format!("expected an array, found {}", kind(other)))),
     }
 }
 
@@ -131,52 +109,31 @@ fn parse_indices(obj: &Map<String, Value>, name: &str) -> Result<Vec<i64>, Field
         .iter()
         .enumerate()
         .map(|(i, v)| match v {
-            Value::Number(x) => x.as_i64().ok_or_else(|| {
-                (
-                    format!("{name}[{i}]"),
-                    format!("expected an integer index, got {x}"),
-                )
-            }),
-            other => Err((
-                format!("{name}[{i}]"),
-                format!("expected an integer index, found {}", kind(other)),
-            )),
+            Value::Number(x) => {
+                x.as_i64().ok_or_else(|| (format!("{name}[{i}]"), format!("expected an integer index, got {x}")))
+            }
+            other => Err((format!("{name}[{i}]"), format!("expected an integer index, found {}", kind(other)))),
         })
         .collect()
 }
 
-fn required_numbers(
-    obj: &Map<String, Value>,
-    name: &str,
-    len: usize,
-    what: &str,
-) -> Result<Vec<f64>, FieldError> {
+fn required_numbers(obj: &Map<String, Value>, name: &str, len: usize, what: &str) -> Result<Vec<f64>, FieldError> {
     let a = array(obj, name)?;
     if a.len() != len {
-        return Err((
-            name.into(),
-            format!("has {} elements but {what} is {len}", a.len()),
-        ));
+        return Err((name.into(), format!("has {} elements but {what} is {len}", a.len())));
     }
-    a.iter()
-        .enumerate()
-        .map(|(i, v)| parse_number(v).map_err(|m| (format!("{name}[{i}]"), m)))
-        .collect()
+    a.iter().enumerate().map(|(i, v)| parse_number(v).map_err(|m| (format!("{name}[{i}]"), m))).collect()
 }
 
 /// A number, or one of the strings "inf", "-inf", "nan".
 pub fn parse_number(v: &Value) -> Result<f64, String> {
     match v {
-        Value::Number(x) => x
-            .as_f64()
-            .ok_or_else(|| format!("{x} is not representable")),
+        Value::Number(x) => x.as_f64().ok_or_else(|| format!("{x} is not representable")),
         Value::String(s) => match s.as_str() {
             "inf" | "+inf" => Ok(f64::INFINITY),
             "-inf" => Ok(f64::NEG_INFINITY),
             "nan" => Ok(f64::NAN),
-            _ => Err(format!(
-                "expected a number or \"inf\", \"-inf\", \"nan\", got \"{s}\""
-            )),
+            _ => Err(format!("expected a number or \"inf\", \"-inf\", \"nan\", got \"{s}\"")),
         },
         other => Err(format!("expected a number, found {}", kind(other))),
     }
@@ -188,11 +145,7 @@ pub fn format_number(x: f64, dtype: DType) -> String {
     if x.is_nan() {
         "\"nan\"".into()
     } else if x.is_infinite() {
-        if x > 0.0 {
-            "\"inf\"".into()
-        } else {
-            "\"-inf\"".into()
-        }
+        if x > 0.0 { "\"inf\"".into() } else { "\"-inf\"".into() }
     } else {
         match dtype {
             DType::F32 => format!("{:?}", x as f32),
@@ -246,62 +199,25 @@ mod tests {
         assert!(msg("[1, 2]").contains("expected a JSON object"));
         assert!(msg("{\"k\": 1,").contains("not valid JSON"));
         assert!(msg(r#"{"inds": [], "vals": [], "dest": []}"#).contains("field k: missing"));
-        assert!(
-            msg(r#"{"k": -3, "inds": [], "vals": [], "dest": []}"#)
-                .contains("field k: must be >= 0")
-        );
-        assert!(
-            msg(r#"{"k": 1.5, "inds": [], "vals": [], "dest": []}"#)
-                .contains("field k: must be a whole number")
-        );
+        assert!(msg(r#"{"k": -3, "inds": [], "vals": [], "dest": []}"#).contains("field k: must be >= 0"));
+        assert!(msg(r#"{"k": 1.5, "inds": [], "vals": [], "dest": []}"#).contains("field k: must be a whole number"));
         assert!(msg(r#"{"k": 1e30, "inds": [], "vals": [], "dest": []}"#).contains("field k"));
+        assert!(msg(r#"{"k": 99999999999999, "inds": [], "vals": [], "dest": []}"#).contains("more than the limit"));
+        assert!(msg(r#"{"k": "2", "inds": [], "vals": [], "dest": []}"#).contains("field k: expected an integer"));
+        assert!(msg(r#"{"k": 1, "inds": [0, 0.5], "vals": [1, 2], "dest": [0]}"#).contains("field inds[1]"));
+        assert!(msg(r#"{"k": 1, "inds": [0, "1"], "vals": [1, 2], "dest": [0]}"#).contains("field inds[1]"));
+        assert!(msg(r#"{"k": 1, "inds": [0], "vals": [1, 2], "dest": [0]}"#).contains("field vals: has 2 elements"));
         assert!(
-            msg(r#"{"k": 99999999999999, "inds": [], "vals": [], "dest": []}"#)
-                .contains("more than the limit")
+            msg(r#"{"k": 2, "inds": [0], "vals": [1], "dest": [0]}"#).contains("field dest: has 1 elements but k is 2")
         );
+        assert!(msg(r#"{"k": 1, "inds": [0], "vals": [true], "dest": [0]}"#).contains("field vals[0]"));
+        assert!(msg(r#"{"k": 1, "inds": [0], "vals": ["infinity"], "dest": [0]}"#).contains("field vals[0]"));
         assert!(
-            msg(r#"{"k": "2", "inds": [], "vals": [], "dest": []}"#)
-                .contains("field k: expected an integer")
+            msg(r#"{"k": 1, "inds": [0], "vals": [1], "dest": [0], "hist_bar": [1, 2]}"#).contains("field hist_bar")
         );
-        assert!(
-            msg(r#"{"k": 1, "inds": [0, 0.5], "vals": [1, 2], "dest": [0]}"#)
-                .contains("field inds[1]")
-        );
-        assert!(
-            msg(r#"{"k": 1, "inds": [0, "1"], "vals": [1, 2], "dest": [0]}"#)
-                .contains("field inds[1]")
-        );
-        assert!(
-            msg(r#"{"k": 1, "inds": [0], "vals": [1, 2], "dest": [0]}"#)
-                .contains("field vals: has 2 elements")
-        );
-        assert!(
-            msg(r#"{"k": 2, "inds": [0], "vals": [1], "dest": [0]}"#)
-                .contains("field dest: has 1 elements but k is 2")
-        );
-        assert!(
-            msg(r#"{"k": 1, "inds": [0], "vals": [true], "dest": [0]}"#).contains("field vals[0]")
-        );
-        assert!(
-            msg(r#"{"k": 1, "inds": [0], "vals": ["infinity"], "dest": [0]}"#)
-                .contains("field vals[0]")
-        );
-        assert!(
-            msg(r#"{"k": 1, "inds": [0], "vals": [1], "dest": [0], "hist_bar": [1, 2]}"#)
-                .contains("field hist_bar")
-        );
-        assert!(
-            msg(r#"{"k": 1, "inds": [0], "vals": [1], "dest": [0], "op": "mul"}"#)
-                .contains("field op")
-        );
-        assert!(
-            msg(r#"{"k": 1, "inds": [0], "vals": [1], "dest": [0], "kk": 1}"#)
-                .contains("unknown field 'kk'")
-        );
-        assert!(
-            msg(r#"{"k": 1, "inds": 3, "vals": [1], "dest": [0]}"#)
-                .contains("field inds: expected an array")
-        );
+        assert!(msg(r#"{"k": 1, "inds": [0], "vals": [1], "dest": [0], "op": "mul"}"#).contains("field op"));
+        assert!(msg(r#"{"k": 1, "inds": [0], "vals": [1], "dest": [0], "kk": 1}"#).contains("unknown field 'kk'"));
+        assert!(msg(r#"{"k": 1, "inds": 3, "vals": [1], "dest": [0]}"#).contains("field inds: expected an array"));
     }
 
     #[test]

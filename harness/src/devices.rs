@@ -10,16 +10,10 @@ pub fn open_cpu(name: &str, threads: Option<usize>) -> anyhow::Result<Cpu> {
     match name {
         "cpu" => Ok(Cpu::new(threads)?),
         other => match probe_devices().into_iter().find(|d| d.name == other) {
-            Some(status) => Err(unavailable(format!(
-                "backend {other} is unavailable: {}",
-                status.detail
-            ))),
+            Some(status) => Err(unavailable(format!("backend {other} is unavailable: {}", status.detail))),
             None => {
                 let known: Vec<&str> = probe_devices().iter().map(|d| d.name).collect();
-                Err(bad_input(format!(
-                    "unknown backend '{other}' (known: {})",
-                    known.join(", ")
-                )))
+                Err(bad_input(format!("unknown backend '{other}' (known: {})", known.join(", "))))
             }
         },
     }

@@ -22,17 +22,11 @@ pub fn utc(secs: u64) -> (String, String) {
     let (y, mo, d) = civil((secs / 86_400) as i64);
     let s = secs % 86_400;
     let (h, mi, se) = (s / 3600, s % 3600 / 60, s % 60);
-    (
-        format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{se:02}Z"),
-        format!("{y:04}{mo:02}{d:02}T{h:02}{mi:02}{se:02}Z"),
-    )
+    (format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{se:02}Z"), format!("{y:04}{mo:02}{d:02}T{h:02}{mi:02}{se:02}Z"))
 }
 
 fn read_trimmed(path: &str) -> Option<String> {
-    std::fs::read_to_string(path)
-        .ok()
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
+    std::fs::read_to_string(path).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
 }
 
 fn cpu_model() -> String {
@@ -63,9 +57,7 @@ fn git_revision() -> String {
 
 /// Information about this run and machine.
 pub fn run_info() -> RunInfo {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
     let (timestamp, compact) = utc(now.as_secs());
     // Unique within a second: sub-second time and the process id.
     let tag = (now.subsec_nanos() as u64 ^ (u64::from(std::process::id()) << 32)) & 0xff_ffff;
@@ -75,15 +67,9 @@ pub fn run_info() -> RunInfo {
         timestamp,
         git_revision: git_revision(),
         adgauge_version: env!("CARGO_PKG_VERSION").into(),
-        machine: format!(
-            "{host} ({} {})",
-            std::env::consts::OS,
-            std::env::consts::ARCH
-        ),
+        machine: format!("{host} ({} {})", std::env::consts::OS, std::env::consts::ARCH),
         cpu_model: cpu_model(),
-        cores: std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1),
+        cores: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         governor: read_trimmed("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")
             .unwrap_or_else(|| "unknown".into()),
     }
@@ -97,13 +83,7 @@ mod tests {
     fn utc_formats_known_instants() {
         assert_eq!(utc(0).0, "1970-01-01T00:00:00Z");
         // 2026-11-22T05:00:00Z
-        assert_eq!(
-            utc(1_795_323_600),
-            (
-                "2026-11-22T05:00:00Z".to_string(),
-                "20261122T050000Z".to_string()
-            )
-        );
+        assert_eq!(utc(1_795_323_600), ("2026-11-22T05:00:00Z".to_string(), "20261122T050000Z".to_string()));
         // A leap day.
         assert_eq!(utc(951_782_400).0, "2000-02-29T00:00:00Z");
     }

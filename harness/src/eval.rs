@@ -56,65 +56,42 @@ fn read_input(path: &PathBuf) -> anyhow::Result<(String, String)> {
     let name = path.display().to_string();
     let mut text = String::new();
     if name == "-" {
-        std::io::stdin()
-            .read_to_string(&mut text)
-            .map_err(|e| bad_input(format!("standard input: {e}")))?;
+        std::io::stdin().read_to_string(&mut text).map_err(|e| bad_input(format!("standard input: {e}")))?;
         return Ok(("<stdin>".into(), text));
     }
-    let mut f =
-        std::fs::File::open(path).map_err(|e| bad_input(format!("{name}: cannot open: {e}")))?;
-    f.read_to_string(&mut text)
-        .map_err(|e| bad_input(format!("{name}: cannot read: {e}")))?;
+    let mut f = std::fs::File::open(path).map_err(|e| bad_input(format!("{name}: cannot open: {e}")))?;
+    f.read_to_string(&mut text).map_err(|e| bad_input(format!("{name}: cannot read: {e}")))?;
     Ok((name, text))
 }
 
 pub fn run(args: &EvalArgs, threads: Option<usize>) -> anyhow::Result<String> {
     let workload = HistWorkload::parse(&args.workload).ok_or_else(|| {
         let known: Vec<String> = HistWorkload::all().iter().map(|w| w.name()).collect();
-        bad_input(format!(
-            "unknown workload '{}' (known: {})",
-            args.workload,
-            known.join(", ")
-        ))
+        bad_input(format!("unknown workload '{}' (known: {})", args.workload, known.join(", ")))
     })?;
     let (source, text) = read_input(&args.input)?;
     let case = parse_hist_case(&text, &source, workload.op.name())?;
     let device = open_cpu(&args.backend, threads)?;
     let dt = args.dtype;
-    let x = workload
-        .upload(&device, &case.data, dt)
-        .map_err(input_error)?;
+    let x = workload.upload(&device, &case.data, dt).map_err(input_error)?;
     let out = match args.mode {
         Mode::Primal => {
             let hist = device.to_vec(&workload.primal(&device, &x).map_err(input_error)?)?;
             format_object(&[("hist", &hist)], dt)
         }
         Mode::Vjp => {
-            let bar = case.hist_bar.as_ref().ok_or_else(|| {
-                bad_input(format!("{source}: field hist_bar: required for --mode vjp"))
-            })?;
+            let bar = case
+                .hist_bar
+                .as_ref()
+                .ok_or_else(|| bad_input(format!("{source}: field hist_bar: required for --mode vjp")))?;
             let bar = device.tensor(bar, &[bar.len()], dt).map_err(input_error)?;
-            let r = workload
-                .vjp(&device, args.rule, &x, &bar)
-                .map_err(input_error)?;
-            let (hist, vals_bar, dest_bar) = (
-                device.to_vec(&r.hist)?,
-                device.to_vec(&r.vals_bar)?,
-                device.to_vec(&r.dest_bar)?,
-            );
-            format_object(
-                &[
-                    ("hist", &hist),
-                    ("vals_bar", &vals_bar),
-                    ("dest_bar", &dest_bar),
-                ],
-                dt,
-            )
+            let r = workload.vjp(&device, args.rule, &x, &bar).map_err(input_error)?;
+            let (hist, vals_bar, dest_bar) =
+                (device.to_vec(&r.hist)?, device.to_vec(&r.vals_bar)?, device.to_vec(&r.dest_bar)?);
+            format_object(&[("hist", &hist), ("vals_bar", &vals_bar), ("dest_bar", &dest_bar)], dt)
         }
         Mode::Jvp => {
-            return Err(bad_input(
-                "--mode jvp is not available yet: the forward engine has not landed",
-            ));
+            return Err(bad_input("--mode jvp is not available yet: the forward engine has not landed"));
         }
     };
     Ok(out)

@@ -48,27 +48,17 @@ impl std::error::Error for Failure {}
 
 /// Bad input or usage: exit 2.
 pub fn bad_input(message: impl Into<String>) -> anyhow::Error {
-    Failure {
-        code: Code::BadInput,
-        message: message.into(),
-    }
-    .into()
+    Failure { code: Code::BadInput, message: message.into() }.into()
 }
 
 /// A requested backend is unavailable: exit 4.
 pub fn unavailable(message: impl Into<String>) -> anyhow::Error {
-    Failure {
-        code: Code::Unavailable,
-        message: message.into(),
-    }
-    .into()
+    Failure { code: Code::Unavailable, message: message.into() }.into()
 }
 
 /// The exit code an error maps to.
 pub fn code_of(e: &anyhow::Error) -> Code {
-    e.chain()
-        .find_map(|c| c.downcast_ref::<Failure>().map(|f| f.code))
-        .unwrap_or(Code::Failed)
+    e.chain().find_map(|c| c.downcast_ref::<Failure>().map(|f| f.code)).unwrap_or(Code::Failed)
 }
 
 #[cfg(test)]

@@ -19,30 +19,11 @@ pub struct HistFlat {
 }
 
 impl HistFlat {
-    pub fn new(
-        cpu: Cpu,
-        workload: HistWorkload,
-        rule: HistRule,
-        dtype: DType,
-        data: &HistData,
-    ) -> HistFlat {
+    pub fn new(cpu: Cpu, workload: HistWorkload, rule: HistRule, dtype: DType, data: &HistData) -> HistFlat {
         let round = |xs: &[f64]| -> Vec<f64> { xs.iter().map(|&x| dtype.round(x)).collect() };
-        let data = HistData {
-            k: data.k,
-            inds: data.inds.clone(),
-            vals: round(&data.vals),
-            dest: round(&data.dest),
-        };
+        let data = HistData { k: data.k, inds: data.inds.clone(), vals: round(&data.vals), dest: round(&data.dest) };
         let x0 = data.vals.iter().chain(&data.dest).copied().collect();
-        HistFlat {
-            cpu,
-            workload,
-            rule,
-            dtype,
-            data,
-            drop_dest_adjoint: false,
-            x0,
-        }
+        HistFlat { cpu, workload, rule, dtype, data, drop_dest_adjoint: false, x0 }
     }
 
     fn n(&self) -> usize {
@@ -68,13 +49,7 @@ impl HistFlat {
 
     /// The oracle's J^T w, flattened like `vjp`.
     pub fn oracle_vjp(&self, w: &[f64]) -> Vec<f64> {
-        let (_, db, vb) = oracle::hist_vjp(
-            self.workload.op,
-            &self.data.dest,
-            &self.data.inds,
-            &self.data.vals,
-            w,
-        );
+        let (_, db, vb) = oracle::hist_vjp(self.workload.op, &self.data.dest, &self.data.inds, &self.data.vals, w);
         vb.into_iter().chain(db).collect()
     }
 }
@@ -84,15 +59,7 @@ impl HistFlat {
     pub fn oracle_jvp(&self, v: &[f64]) -> Vec<f64> {
         let d = &self.data;
         let (vals_dot, dest_dot) = v.split_at(d.vals.len());
-        oracle::hist_jvp(
-            self.workload.op,
-            &d.dest,
-            &d.inds,
-            &d.vals,
-            dest_dot,
-            vals_dot,
-        )
-        .1
+        oracle::hist_jvp(self.workload.op, &d.dest, &d.inds, &d.vals, dest_dot, vals_dot).1
     }
 }
 
@@ -127,20 +94,10 @@ impl FlatFn for HistFlat {
         let d = &self.data;
         let k = d.k;
         let mut best = d.dest.clone();
-        let mut second = vec![
-            if ext == adgauge_backends::Extremum::Min {
-                f64::INFINITY
-            } else {
-                f64::NEG_INFINITY
-            };
-            k
-        ];
+        let mut second =
+            vec![if ext == adgauge_backends::Extremum::Min { f64::INFINITY } else { f64::NEG_INFINITY }; k];
         let better = |a: f64, b: f64| {
-            if self.workload.op == HistOp::Min {
-                a < b
-            } else {
-                a > b
-            }
+            if self.workload.op == HistOp::Min { a < b } else { a > b }
         };
         for (&b, &v) in d.inds.iter().zip(&d.vals) {
             if b < 0 || b as usize >= k {
@@ -154,15 +111,8 @@ impl FlatFn for HistFlat {
                 second[b] = v;
             }
         }
-        (0..k)
-            .find(|&b| second[b].is_finite() && (best[b] - second[b]).abs() <= 2.0 * h)
-            .map(|b| {
-                format!(
-                    "bin {b}: competing values {} and {} are within the step 2h = {:.1e}",
-                    best[b],
-                    second[b],
-                    2.0 * h
-                )
-            })
+        (0..k).find(|&b| second[b].is_finite() && (best[b] - second[b]).abs() <= 2.0 * h).map(|b| {
+            format!("bin {b}: competing values {} and {} are within the step 2h = {:.1e}", best[b], second[b], 2.0 * h)
+        })
     }
 }

@@ -27,8 +27,7 @@ impl RunWriter {
     pub fn new(dirs: Vec<PathBuf>, run: RunInfo) -> anyhow::Result<RunWriter> {
         let mut partials = Vec::new();
         for d in &dirs {
-            fs::create_dir_all(d)
-                .map_err(|e| bad_input(format!("{}: cannot create directory: {e}", d.display())))?;
+            fs::create_dir_all(d).map_err(|e| bad_input(format!("{}: cannot create directory: {e}", d.display())))?;
             let p = d.join(format!(".{}.partial.csv", run.run_id));
             let mut f = OpenOptions::new()
                 .create(true)
@@ -38,12 +37,7 @@ impl RunWriter {
             writeln!(f, "{}", COLUMNS.join(","))?;
             partials.push((p, f));
         }
-        Ok(RunWriter {
-            dirs,
-            partials,
-            run,
-            rows: Vec::new(),
-        })
+        Ok(RunWriter { dirs, partials, run, rows: Vec::new() })
     }
 
     pub fn push(&mut self, row: ResultRow) -> anyhow::Result<()> {
@@ -78,18 +72,11 @@ pub fn resolve_run(path: &Path) -> anyhow::Result<(RunInfo, Vec<ResultRow>)> {
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| {
                 p.extension().is_some_and(|x| x == "csv")
-                    && !p
-                        .file_name()
-                        .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+                    && !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.'))
             })
             .collect();
         runs.sort();
-        runs.pop().ok_or_else(|| {
-            bad_input(format!(
-                "{}: no run files (*.csv) in this directory",
-                path.display()
-            ))
-        })?
+        runs.pop().ok_or_else(|| bad_input(format!("{}: no run files (*.csv) in this directory", path.display())))?
     } else {
         path.to_path_buf()
     };
@@ -120,21 +107,11 @@ pub struct GateArgs {
 
 pub fn gate_command(args: &GateArgs) -> anyhow::Result<Code> {
     if args.max_slowdown.is_nan() || args.max_slowdown < 1.0 {
-        return Err(bad_input(format!(
-            "--max-slowdown must be >= 1, got {}",
-            args.max_slowdown
-        )));
+        return Err(bad_input(format!("--max-slowdown must be >= 1, got {}", args.max_slowdown)));
     }
     let (_, base) = resolve_run(&args.baseline)?;
     let (_, cur) = resolve_run(&args.current)?;
-    let report = gate(
-        &base,
-        &cur,
-        &GateConfig {
-            max_slowdown: args.max_slowdown,
-            min_seconds: args.min_seconds,
-        },
-    );
+    let report = gate(&base, &cur, &GateConfig { max_slowdown: args.max_slowdown, min_seconds: args.min_seconds });
     if args.json {
         let findings: Vec<serde_json::Value> = report
             .findings
@@ -143,14 +120,7 @@ pub fn gate_command(args: &GateArgs) -> anyhow::Result<Code> {
                 Finding::Broken { case_id, detail } => {
                     serde_json::json!({"kind": "broken", "case_id": case_id, "detail": detail})
                 }
-                Finding::Slower {
-                    case_id,
-                    metric,
-                    baseline,
-                    current,
-                    ratio,
-                    noise,
-                } => serde_json::json!({
+                Finding::Slower { case_id, metric, baseline, current, ratio, noise } => serde_json::json!({
                     "kind": "slower", "case_id": case_id, "metric": metric, "baseline_s": baseline,
                     "current_s": current, "ratio": ratio, "noise": noise}),
                 Finding::Missing { case_id } => {
@@ -158,27 +128,13 @@ pub fn gate_command(args: &GateArgs) -> anyhow::Result<Code> {
                 }
             })
             .collect();
-        println!(
-            "{}",
-            serde_json::json!({"compared": report.compared, "findings": findings})
-        );
+        println!("{}", serde_json::json!({"compared": report.compared, "findings": findings}));
     } else {
-        println!(
-            "compared {} cases; {} finding(s)",
-            report.compared,
-            report.findings.len()
-        );
+        println!("compared {} cases; {} finding(s)", report.compared, report.findings.len());
         for f in &report.findings {
             match f {
                 Finding::Broken { case_id, detail } => println!("BROKEN   {case_id}: {detail}"),
-                Finding::Slower {
-                    case_id,
-                    metric,
-                    baseline,
-                    current,
-                    ratio,
-                    noise,
-                } => println!(
+                Finding::Slower { case_id, metric, baseline, current, ratio, noise } => println!(
                     "SLOWER   {case_id}: {metric} {:.3} ms -> {:.3} ms ({ratio:.2}x; noise {:.0}%)",
                     baseline * 1e3,
                     current * 1e3,
@@ -228,10 +184,7 @@ pub fn merge_command(args: &MergeArgs) -> anyhow::Result<Code> {
     }
     let mut seen = std::collections::BTreeSet::new();
     if let Some(dup) = rows.iter().find(|r| !seen.insert(r.case_id.clone())) {
-        return Err(bad_input(format!(
-            "case {} appears in more than one of the merged runs",
-            dup.case_id
-        )));
+        return Err(bad_input(format!("case {} appears in more than one of the merged runs", dup.case_id)));
     }
     let mut info = crate::environment::run_info();
     if let Some(f) = first {
@@ -240,12 +193,7 @@ pub fn merge_command(args: &MergeArgs) -> anyhow::Result<Code> {
     }
     info.machine = machines.join(" + ");
     let path = store::append_run(&args.out, &info, &rows)?;
-    println!(
-        "merged {} rows from {} runs into {}",
-        rows.len(),
-        args.runs.len(),
-        path.display()
-    );
+    println!("merged {} rows from {} runs into {}", rows.len(), args.runs.len(), path.display());
     Ok(Code::Success)
 }
 
@@ -267,10 +215,7 @@ pub fn report_command(args: &ReportArgs) -> anyhow::Result<Code> {
         vec![read_run(&args.history).map_err(|e| bad_input(e.to_string()))?]
     };
     if runs.is_empty() {
-        return Err(bad_input(format!(
-            "{}: no runs to report on",
-            args.history.display()
-        )));
+        return Err(bad_input(format!("{}: no runs to report on", args.history.display())));
     }
     let path = args.out.join("index.html");
     store::write_atomic(&path, &adgauge_reports::html::render(&runs))?;

@@ -77,11 +77,7 @@ fn main() -> ExitCode {
                     let v = serde_json::json!({"name": d.name, "available": d.available, "detail": d.detail});
                     println!("{v}");
                 } else {
-                    let state = if d.available {
-                        "available"
-                    } else {
-                        "unavailable"
-                    };
+                    let state = if d.available { "available" } else { "unavailable" };
                     println!("{:<8} {:<12} {}", d.name, state, d.detail);
                 }
             }

@@ -1,11 +1,13 @@
 //! `adgauge run` (the default command) and `adgauge check`.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
 use clap::Args;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use adgauge_backends::{Cpu, DType, Device};
+use adgauge_backends::{Cpu, DType, Device, HistRule};
+use adgauge_datasets::hist::IndexDist;
 use adgauge_reports::{ResultRow, Status, Timing};
 use adgauge_workloads::HistWorkload;
 
@@ -13,10 +15,13 @@ use crate::devices::open_cpu;
 use crate::exit::{Code, bad_input};
 use crate::history::RunWriter;
 use crate::runner::{Options, is_unsupported, run_case, validate};
-use crate::suite::{CaseSpec, default_suite};
+use crate::suite::{CaseSpec, DEFAULT_SEED, Mode, Suite, default_suite, parse_suite};
 
 #[derive(Args, Debug, Default)]
 pub struct RunArgs {
+    /// Suite file (YAML); default: the embedded default suite.
+    #[arg(long)]
+    pub suite: Option<PathBuf>,
     /// Only cases whose id contains this text (ids: `adgauge run --list`).
     #[arg(long)]
     pub filter: Option<String>,
@@ -26,9 +31,6 @@ pub struct RunArgs {
     /// Print one JSON result row per case (JSON lines) instead of the table.
     #[arg(long)]
     pub json: bool,
-    /// Backend to run on.
-    #[arg(long, default_value = "cpu")]
-    pub backend: Option<String>,
     /// Write the run as `<run id>.csv` into this directory.
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -38,20 +40,15 @@ pub struct RunArgs {
     /// Run only shard I of N (1-based, e.g. 2/4): cases are dealt round-robin, deterministically.
     #[arg(long, value_parser = parse_shard)]
     pub shard: Option<(usize, usize)>,
+    /// No progress bar (it is also hidden when stderr is not a terminal).
+    #[arg(long)]
+    pub quiet: bool,
 }
 
 fn parse_shard(s: &str) -> Result<(usize, usize), String> {
-    let (i, n) = s
-        .split_once('/')
-        .ok_or_else(|| format!("'{s}' is not I/N"))?;
-    let i: usize = i
-        .trim()
-        .parse()
-        .map_err(|_| format!("'{i}' is not a shard number"))?;
-    let n: usize = n
-        .trim()
-        .parse()
-        .map_err(|_| format!("'{n}' is not a shard count"))?;
+    let (i, n) = s.split_once('/').ok_or_else(|| format!("'{s}' is not I/N"))?;
+    let i: usize = i.trim().parse().map_err(|_| format!("'{i}' is not a shard number"))?;
+    let n: usize = n.trim().parse().map_err(|_| format!("'{n}' is not a shard count"))?;
     if n == 0 || i == 0 || i > n {
         return Err(format!("shard {i}/{n}: need 1 <= I <= N"));
     }
@@ -62,7 +59,7 @@ fn parse_shard(s: &str) -> Result<(usize, usize), String> {
 pub struct CheckArgs {
     /// Backend to validate.
     #[arg(long, default_value = "cpu")]
-    pub backend: Option<String>,
+    pub backend: String,
     /// Only these workloads (repeatable), e.g. --workload hist-add.
     #[arg(long)]
     pub workload: Vec<String>,
@@ -76,18 +73,16 @@ pub struct CheckArgs {
 }
 
 fn ms(t: &Option<Timing>, f: impl Fn(&Timing) -> f64) -> String {
-    t.as_ref()
-        .map(|t| format!("{:.3}", f(t) * 1e3))
-        .unwrap_or_else(|| "-".into())
+    t.as_ref().map(|t| format!("{:.3}", f(t) * 1e3)).unwrap_or_else(|| "-".into())
 }
 
 fn ratio(x: Option<f64>) -> String {
     x.map(|r| format!("{r:.2}")).unwrap_or_else(|| "-".into())
 }
 
-fn print_header() {
-    println!(
-        "{:<15} {:>8} {:>6} {:<15} {:<4} {:>3} {:>17} {:>17} {:>17} {:>7} {:>7} {:>7} {:>7}  check",
+fn header() -> String {
+    format!(
+        "{:<15} {:>9} {:>8} {:<15} {:<4} {:>3} {:>17} {:>17} {:>17} {:>7} {:>7} {:>7} {:>7}  check",
         "workload",
         "n",
         "k",
@@ -101,22 +96,18 @@ fn print_header() {
         "jvp/pri",
         "mem vjp",
         "mem jvp"
-    );
+    )
 }
 
-fn print_row(row: &ResultRow) {
+fn table_row(row: &ResultRow) -> String {
     let p = |k: &str| row.params.get(k).cloned().unwrap_or_default();
     let both = |t: &Option<Timing>| format!("{}/{}", ms(t, |t| t.min_s), ms(t, |t| t.median_s));
     let status = match row.status {
         Status::Ok => "ok".to_string(),
-        other => format!(
-            "{}: {}",
-            other.name().to_uppercase(),
-            row.message.clone().unwrap_or_default()
-        ),
+        other => format!("{}: {}", other.name().to_uppercase(), row.message.clone().unwrap_or_default()),
     };
-    println!(
-        "{:<15} {:>8} {:>6} {:<15} {:<4} {:>3} {:>17} {:>17} {:>17} {:>7} {:>7} {:>7} {:>7}  {}",
+    format!(
+        "{:<15} {:>9} {:>8} {:<15} {:<4} {:>3} {:>17} {:>17} {:>17} {:>7} {:>7} {:>7} {:>7}  {}",
         row.workload,
         p("n"),
         p("k"),
@@ -131,7 +122,7 @@ fn print_row(row: &ResultRow) {
         ratio(row.vjp_memory_ratio()),
         ratio(row.jvp_memory_ratio()),
         status
-    );
+    )
 }
 
 fn code_for(row: &ResultRow) -> Code {
@@ -141,63 +132,85 @@ fn code_for(row: &ResultRow) -> Code {
     }
 }
 
+fn load_suite(path: &Option<PathBuf>) -> anyhow::Result<Suite> {
+    match path {
+        None => Ok(default_suite()),
+        Some(p) => {
+            let text =
+                std::fs::read_to_string(p).map_err(|e| bad_input(format!("{}: cannot read: {e}", p.display())))?;
+            parse_suite(&text, &p.display().to_string()).map_err(bad_input)
+        }
+    }
+}
+
+/// A progress bar on stderr, only when stderr is a terminal and not `--quiet`.
+fn progress(len: usize, quiet: bool) -> ProgressBar {
+    let bar = ProgressBar::new(len as u64);
+    if quiet || !std::io::stderr().is_terminal() {
+        bar.set_draw_target(ProgressDrawTarget::hidden());
+    } else if let Ok(style) =
+        ProgressStyle::with_template("{bar:30} {pos}/{len} cases  elapsed {elapsed}  eta {eta}  {msg}")
+    {
+        bar.set_style(style);
+    }
+    bar
+}
+
 pub fn run(args: &RunArgs, threads: Option<usize>) -> anyhow::Result<Code> {
-    let mut cases = default_suite();
+    let suite = load_suite(&args.suite)?;
+    let mut cases = suite.cases.clone();
     if let Some((i, n)) = args.shard {
-        cases = cases
-            .into_iter()
-            .enumerate()
-            .filter(|(j, _)| j % n == i - 1)
-            .map(|(_, c)| c)
-            .collect();
+        cases = cases.into_iter().enumerate().filter(|(j, _)| j % n == i - 1).map(|(_, c)| c).collect();
     }
     if let Some(f) = &args.filter {
-        cases.retain(|c| c.id("cpu").contains(f.as_str()));
+        cases.retain(|c| c.id().contains(f.as_str()));
         if cases.is_empty() {
-            return Err(bad_input(format!(
-                "--filter '{f}' matches no case (see `adgauge run --list`)"
-            )));
+            return Err(bad_input(format!("--filter '{f}' matches no case (see `adgauge run --list`)")));
         }
     }
     if args.list {
         for c in &cases {
-            println!("{}", c.id("cpu"));
+            println!("{}", c.id());
         }
         return Ok(Code::Success);
     }
-    let cpu = open_cpu(args.backend.as_deref().unwrap_or("cpu"), threads)?;
+    let cpu = Cpu::new(threads)?;
+    let info = crate::environment::run_info();
     if !args.json {
         println!(
-            "adgauge {} on {} — {} cases, seed {}",
+            "adgauge {} — suite {} ({} cases) on {}, seed {}, run {}",
             env!("CARGO_PKG_VERSION"),
-            cpu.device_name(),
+            suite.name,
             cases.len(),
-            crate::suite::DEFAULT_SEED
+            cpu.device_name(),
+            suite.seed,
+            info.run_id
         );
-        print_header();
+        if let Some(d) = &suite.description {
+            println!("{d}");
+        }
+        println!("{}", header());
     }
-    let opts = Options::default();
-    let info = crate::environment::run_info();
+    let opts = Options::from_suite(&suite);
     let dirs: Vec<PathBuf> = args.out.iter().chain(&args.history).cloned().collect();
-    let mut writer = if dirs.is_empty() {
-        None
-    } else {
-        Some(RunWriter::new(dirs, info.clone())?)
-    };
+    let mut writer = if dirs.is_empty() { None } else { Some(RunWriter::new(dirs, info.clone())?) };
+    let bar = progress(cases.len(), args.quiet);
     let mut code = Code::Success;
     for c in &cases {
+        bar.set_message(c.id());
         let row = run_case(&cpu, c, &opts);
         code = code.combine(code_for(&row));
-        if args.json {
-            println!("{}", serde_json::to_string(&row)?);
-        } else {
-            print_row(&row);
-        }
-        std::io::stdout().flush()?;
+        let line = if args.json { serde_json::to_string(&row)? } else { table_row(&row) };
+        bar.suspend(|| {
+            println!("{line}");
+            let _ = std::io::stdout().flush();
+        });
         if let Some(w) = writer.as_mut() {
             w.push(row)?;
         }
+        bar.inc(1);
     }
+    bar.finish_and_clear();
     if let Some(w) = writer {
         for path in w.finish()? {
             eprintln!("wrote run {} to {}", info.run_id, path.display());
@@ -206,7 +219,7 @@ pub fn run(args: &RunArgs, threads: Option<usize>) -> anyhow::Result<Code> {
     Ok(code)
 }
 
-/// Validation cases: every selected workload x rule x dtype, at validation sizes.
+/// Validation cases: every selected workload x rule x dtype at validation size.
 fn check_cases(args: &CheckArgs) -> anyhow::Result<Vec<CaseSpec>> {
     let workloads: Vec<HistWorkload> = if args.workload.is_empty() {
         HistWorkload::all()
@@ -216,23 +229,29 @@ fn check_cases(args: &CheckArgs) -> anyhow::Result<Vec<CaseSpec>> {
             .map(|name| {
                 HistWorkload::parse(name).ok_or_else(|| {
                     let known: Vec<String> = HistWorkload::all().iter().map(|w| w.name()).collect();
-                    bad_input(format!(
-                        "unknown workload '{name}' (known: {})",
-                        known.join(", ")
-                    ))
+                    bad_input(format!("unknown workload '{name}' (known: {})", known.join(", ")))
                 })
             })
             .collect::<anyhow::Result<_>>()?
     };
-    let dtypes: Vec<DType> = args
-        .dtype
-        .map(|d| vec![d])
-        .unwrap_or_else(|| DType::ALL.to_vec());
+    let dtypes: Vec<DType> = args.dtype.map(|d| vec![d]).unwrap_or_else(|| DType::ALL.to_vec());
     let mut out = Vec::new();
-    for c in default_suite() {
-        if workloads.contains(&c.workload) && c.k == 1000 {
-            for &dtype in &dtypes {
-                out.push(CaseSpec { dtype, ..c.clone() });
+    for &workload in &workloads {
+        for &dtype in &dtypes {
+            for rule in HistRule::ALL {
+                out.push(CaseSpec {
+                    workload,
+                    n: 2000,
+                    k: 64,
+                    dist: IndexDist::Uniform,
+                    out_of_range: 0.05,
+                    dtype,
+                    rule,
+                    seed: DEFAULT_SEED,
+                    backend: args.backend.clone(),
+                    modes: vec![Mode::Primal, Mode::Vjp, Mode::Jvp],
+                    validate: true,
+                });
             }
         }
     }
@@ -244,16 +263,15 @@ pub fn check(args: &CheckArgs, threads: Option<usize>) -> anyhow::Result<Code> {
         None => false,
         Some("drop-dest-adjoint") => true,
         Some(other) => {
-            return Err(bad_input(format!(
-                "unknown fault '{other}' (known: drop-dest-adjoint)"
-            )));
+            return Err(bad_input(format!("unknown fault '{other}' (known: drop-dest-adjoint)")));
         }
     };
     let cases = check_cases(args)?;
-    let cpu: Cpu = open_cpu(args.backend.as_deref().unwrap_or("cpu"), threads)?;
+    let cpu: Cpu = open_cpu(&args.backend, threads)?;
     let mut failures = Vec::new();
+    let mut skipped = 0;
     for c in &cases {
-        let id = c.id("cpu");
+        let id = c.id();
         match validate(&cpu, c, drop_dest_adjoint) {
             Ok(outcomes) => {
                 for o in outcomes {
@@ -263,7 +281,7 @@ pub fn check(args: &CheckArgs, threads: Option<usize>) -> anyhow::Result<Code> {
                         (None, false) => "FAILED".into(),
                     };
                     println!(
-                        "{id:<60} {:<15} worst {:>10.3e}  tol {:>7.1e}  {state}",
+                        "{id:<62} {:<15} worst {:>10.3e}  tol {:>7.1e}  {state}",
                         o.kind.name(),
                         o.worst,
                         o.tolerance
@@ -279,16 +297,17 @@ pub fn check(args: &CheckArgs, threads: Option<usize>) -> anyhow::Result<Code> {
                 }
             }
             Err(e) if is_unsupported(&e) => {
-                println!("{id:<60} skipped: {e:#}");
+                skipped += 1;
+                println!("{id:<62} skipped: {e:#}");
             }
             Err(e) => {
-                println!("{id:<60} ERROR {e:#}");
+                println!("{id:<62} ERROR {e:#}");
                 failures.push(format!("{id}: error: {e:#}"));
             }
         }
     }
     if failures.is_empty() {
-        println!("all {} cases passed every check", cases.len());
+        println!("{} cases passed every check ({skipped} skipped as unsupported)", cases.len() - skipped);
         Ok(Code::Success)
     } else {
         eprintln!("{} failure(s):", failures.len());

@@ -2,42 +2,40 @@
 //! that errors or panics becomes an error row and the run goes on; a case past its time limit
 //! stops at the next phase boundary with status `timeout`.
 
+use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::{Duration, Instant};
 
-use adgauge_backends::{Cpu, Device, HistRule, OpError, Ops};
-use adgauge_datasets::hist::generate;
+use adgauge_backends::{Cpu, DType, Device, HistRule, OpError, Ops};
+use adgauge_datasets::hist::{HistData, generate};
 use adgauge_reports::{Check, ResultRow, SCHEMA_VERSION, Status, Timing};
 
 use crate::hist_case::HistFlat;
 use crate::memory::peak_during;
-use crate::suite::CaseSpec;
+use crate::suite::{CaseSpec, Mode, Suite};
 use crate::timing::{Budget, measure};
 use crate::validation::{self, CheckKind, Outcome};
 
-/// What to do with each case.
+/// What to do with each case (a suite's settings).
 #[derive(Clone, Debug)]
 pub struct Options {
-    pub validate: bool,
     pub time: bool,
     pub budget: Budget,
     /// Per-case time limit.
     pub case_limit: Duration,
+    /// Tolerance overrides: (check, dtype) -> tolerance.
+    pub tolerances: BTreeMap<(CheckKind, DType), f64>,
     /// Fault injection (tests of the validator): drop dest's adjoint.
     pub drop_dest_adjoint: bool,
 }
 
-impl Default for Options {
-    fn default() -> Self {
+impl Options {
+    pub fn from_suite(suite: &Suite) -> Options {
         Options {
-            validate: true,
             time: true,
-            budget: Budget {
-                min_sample: Duration::from_millis(5),
-                samples: 5,
-                time_limit: Duration::from_millis(400),
-            },
-            case_limit: Duration::from_secs(120),
+            budget: suite.budget,
+            case_limit: suite.case_limit,
+            tolerances: suite.tolerances.clone(),
             drop_dest_adjoint: false,
         }
     }
@@ -50,16 +48,16 @@ const CHECK_K: usize = 64;
 const JACOBIAN_N: usize = 40;
 const JACOBIAN_K: usize = 6;
 
-fn empty_row(cpu: &Cpu, spec: &CaseSpec) -> ResultRow {
+fn empty_row(threads: usize, spec: &CaseSpec) -> ResultRow {
     ResultRow {
         schema_version: SCHEMA_VERSION,
-        case_id: spec.id("cpu"),
+        case_id: spec.id(),
         workload: spec.workload.name(),
         params: spec.params(),
-        backend: "cpu".into(),
+        backend: spec.backend.clone(),
         dtype: spec.dtype.name().into(),
         rule: spec.rule.name().into(),
-        threads: cpu.threads(),
+        threads,
         seed: spec.seed,
         primal: None,
         vjp: None,
@@ -75,27 +73,31 @@ fn empty_row(cpu: &Cpu, spec: &CaseSpec) -> ResultRow {
 
 /// Whether an error says the rule or mode is not supported (rather than broken).
 pub fn is_unsupported(e: &anyhow::Error) -> bool {
-    e.chain()
-        .any(|c| matches!(c.downcast_ref::<OpError>(), Some(OpError::Unsupported(_))))
+    e.chain().any(|c| matches!(c.downcast_ref::<OpError>(), Some(OpError::Unsupported(_))))
 }
 
 /// Runs one case; never panics.
 pub fn run_case(cpu: &Cpu, spec: &CaseSpec, opts: &Options) -> ResultRow {
-    let mut row = empty_row(cpu, spec);
+    let mut row = empty_row(cpu.threads(), spec);
+    if spec.backend != "cpu" {
+        // Only the CPU device exists so far; other backends report why they are unavailable.
+        let why = adgauge_backends::probe_devices()
+            .into_iter()
+            .find(|d| d.name == spec.backend)
+            .map(|d| d.detail)
+            .unwrap_or_else(|| format!("unknown backend '{}'", spec.backend));
+        row.status = Status::Skipped;
+        row.message = Some(format!("backend {} unavailable: {why}", spec.backend));
+        return row;
+    }
     let started = Instant::now();
-    let outcome = catch_unwind(AssertUnwindSafe(|| {
-        run_phases(cpu, spec, opts, started, &mut row)
-    }));
+    let outcome = catch_unwind(AssertUnwindSafe(|| run_phases(cpu, spec, opts, started, &mut row)));
     match outcome {
         Ok(Ok(())) => {}
         Ok(Err(e)) => {
             // A rule or mode the workload does not support is a skip, not a failure (e.g. the
             // `special` rule of an operator without a total form).
-            row.status = if is_unsupported(&e) {
-                Status::Skipped
-            } else {
-                Status::Error
-            };
+            row.status = if is_unsupported(&e) { Status::Skipped } else { Status::Error };
             row.message = Some(format!("{e:#}"));
         }
         Err(panic) => {
@@ -111,27 +113,23 @@ pub fn run_case(cpu: &Cpu, spec: &CaseSpec, opts: &Options) -> ResultRow {
     row
 }
 
-fn run_phases(
-    cpu: &Cpu,
-    spec: &CaseSpec,
-    opts: &Options,
-    started: Instant,
-    row: &mut ResultRow,
-) -> anyhow::Result<()> {
+fn run_phases(cpu: &Cpu, spec: &CaseSpec, opts: &Options, started: Instant, row: &mut ResultRow) -> anyhow::Result<()> {
     let over = |row: &mut ResultRow, phase: &str| {
         if started.elapsed() > opts.case_limit {
             row.status = Status::Timeout;
-            row.message = Some(format!(
-                "time limit of {:?} reached before {phase}",
-                opts.case_limit
-            ));
+            row.message = Some(format!("time limit of {:?} reached before {phase}", opts.case_limit));
             true
         } else {
             false
         }
     };
-    if opts.validate {
-        let outcomes = validate(cpu, spec, opts.drop_dest_adjoint)?;
+    if spec.validate {
+        let mut outcomes = validate(cpu, spec, opts.drop_dest_adjoint)?;
+        for o in &mut outcomes {
+            if let Some(&t) = opts.tolerances.get(&(o.kind, spec.dtype)) {
+                o.tolerance = t;
+            }
+        }
         for o in &outcomes {
             row.checks.push(Check {
                 name: o.kind.name().into(),
@@ -142,48 +140,31 @@ fn run_phases(
         }
         if let Some(bad) = outcomes.iter().find(|o| !o.passed()) {
             row.status = Status::Failed;
-            row.message = Some(format!(
-                "{} worst {:.3e} > tolerance {:.1e}",
-                bad.kind.name(),
-                bad.worst,
-                bad.tolerance
-            ));
+            row.message =
+                Some(format!("{} worst {:.3e} > tolerance {:.1e}", bad.kind.name(), bad.worst, bad.tolerance));
         }
     }
     if opts.time {
         if over(row, "timing") {
             return Ok(());
         }
-        let (primal, vjp, jvp) = time_case(cpu, spec, &opts.budget)?;
-        (row.primal, row.vjp, row.jvp) = (Some(primal), Some(vjp), jvp);
+        let data = generate(&spec.workload.spec(spec.n, spec.k, spec.dist, spec.out_of_range, spec.seed));
+        let (primal, vjp, jvp) = time_case(cpu, spec, &data, &opts.budget)?;
+        (row.primal, row.vjp, row.jvp) = (primal, vjp, jvp);
         if over(row, "memory") {
             return Ok(());
         }
-        let (p, v, j) = memory_case(cpu, spec)?;
-        (
-            row.primal_peak_bytes,
-            row.vjp_peak_bytes,
-            row.jvp_peak_bytes,
-        ) = (Some(p), Some(v), j);
+        let (p, v, j) = memory_case(cpu, spec, &data)?;
+        (row.primal_peak_bytes, row.vjp_peak_bytes, row.jvp_peak_bytes) = (p, v, j);
     }
     Ok(())
 }
 
 /// All checks of a case at validation sizes.
-pub fn validate(
-    cpu: &Cpu,
-    spec: &CaseSpec,
-    drop_dest_adjoint: bool,
-) -> anyhow::Result<Vec<Outcome>> {
+pub fn validate(cpu: &Cpu, spec: &CaseSpec, drop_dest_adjoint: bool) -> anyhow::Result<Vec<Outcome>> {
     let w = spec.workload;
     let dt = spec.dtype;
-    let small = generate(&w.spec(
-        spec.n.min(CHECK_N),
-        spec.k.min(CHECK_K),
-        spec.dist,
-        spec.out_of_range,
-        spec.seed,
-    ));
+    let small = generate(&w.spec(spec.n.min(CHECK_N), spec.k.min(CHECK_K), spec.dist, spec.out_of_range, spec.seed));
     let mut f = HistFlat::new(cpu.clone(), w, spec.rule, dt, &small);
     f.drop_dest_adjoint = drop_dest_adjoint;
     let mut out = Vec::new();
@@ -191,16 +172,9 @@ pub fn validate(
     out.push(validation::fd_vjp_test(&f, dt, &fd)?);
     // Against the oracle, for a random adjoint.
     let mut rng = adgauge_datasets::rng(spec.seed ^ 0x04ac1e);
-    let bar: Vec<f64> = (0..small.k)
-        .map(|_| dt.round(rand::RngExt::random_range(&mut rng, -1.0..1.0)))
-        .collect();
+    let bar: Vec<f64> = (0..small.k).map(|_| dt.round(rand::RngExt::random_range(&mut rng, -1.0..1.0))).collect();
     let got = validation::FlatFn::vjp(&f, &bar)?;
-    out.push(validation::compare(
-        CheckKind::OracleVjp,
-        dt,
-        &got,
-        &f.oracle_vjp(&bar),
-    ));
+    out.push(validation::compare(CheckKind::OracleVjp, dt, &got, &f.oracle_vjp(&bar)));
     // Every other rule must agree with this one.
     let mut worst = Outcome {
         kind: CheckKind::RuleAgreement,
@@ -225,19 +199,9 @@ pub fn validate(
         let v: Vec<f64> = (0..f.data.vals.len() + f.data.k)
             .map(|_| dt.round(rand::RngExt::random_range(&mut rng, -1.0..1.0)))
             .collect();
-        out.push(validation::compare(
-            CheckKind::OracleJvp,
-            dt,
-            &validation::FlatFn::jvp(&f, &v)?,
-            &f.oracle_jvp(&v),
-        ));
-        let tiny = generate(&w.spec(
-            spec.n.min(JACOBIAN_N),
-            spec.k.min(JACOBIAN_K),
-            spec.dist,
-            spec.out_of_range,
-            spec.seed,
-        ));
+        out.push(validation::compare(CheckKind::OracleJvp, dt, &validation::FlatFn::jvp(&f, &v)?, &f.oracle_jvp(&v)));
+        let tiny =
+            generate(&w.spec(spec.n.min(JACOBIAN_N), spec.k.min(JACOBIAN_K), spec.dist, spec.out_of_range, spec.seed));
         let mut g = HistFlat::new(cpu.clone(), w, spec.rule, dt, &tiny);
         g.drop_dest_adjoint = drop_dest_adjoint;
         out.push(validation::full_jacobian_test(&g, dt)?);
@@ -245,40 +209,50 @@ pub fn validate(
     Ok(out)
 }
 
-/// Primal, vjp and (when available) jvp timings at the case's size, inputs resident.
+/// Timings of the modes the case asks for, at its size, inputs resident.
 fn time_case(
     cpu: &Cpu,
     spec: &CaseSpec,
+    data: &HistData,
     budget: &Budget,
-) -> anyhow::Result<(Timing, Timing, Option<Timing>)> {
+) -> anyhow::Result<(Option<Timing>, Option<Timing>, Option<Timing>)> {
     let w = spec.workload;
-    let data = generate(&w.spec(spec.n, spec.k, spec.dist, spec.out_of_range, spec.seed));
-    let x = w.upload(cpu, &data, spec.dtype)?;
+    let x = w.upload(cpu, data, spec.dtype)?;
     let bar = cpu.full(&[spec.k], 1.0, spec.dtype)?;
-    let primal = measure(budget, || {
-        w.primal(cpu, &x)?;
-        cpu.synchronize()
-    })?;
-    let vjp = measure(budget, || {
-        w.vjp(cpu, spec.rule, &x, &bar)?;
-        cpu.synchronize()
-    })?;
+    let primal = if spec.times(Mode::Primal) {
+        Some(measure(budget, || {
+            w.primal(cpu, &x)?;
+            cpu.synchronize()
+        })?)
+    } else {
+        None
+    };
+    let vjp = if spec.times(Mode::Vjp) {
+        Some(measure(budget, || {
+            w.vjp(cpu, spec.rule, &x, &bar)?;
+            cpu.synchronize()
+        })?)
+    } else {
+        None
+    };
     Ok((primal, vjp, None))
 }
 
 /// Peak bytes above the resident inputs of one evaluation per mode (buffer cache emptied first,
 /// so that every allocation the mode needs is counted).
-fn memory_case(cpu: &Cpu, spec: &CaseSpec) -> anyhow::Result<(u64, u64, Option<u64>)> {
+fn memory_case(cpu: &Cpu, spec: &CaseSpec, data: &HistData) -> anyhow::Result<(Option<u64>, Option<u64>, Option<u64>)> {
     let w = spec.workload;
-    let data = generate(&w.spec(spec.n, spec.k, spec.dist, spec.out_of_range, spec.seed));
-    let x = w.upload(cpu, &data, spec.dtype)?;
+    let x = w.upload(cpu, data, spec.dtype)?;
     let bar = cpu.full(&[spec.k], 1.0, spec.dtype)?;
+    let peak = |f: &mut dyn FnMut() -> anyhow::Result<()>| -> anyhow::Result<u64> {
+        cpu.trim_cache();
+        let (r, bytes) = peak_during(f);
+        r?;
+        Ok(bytes as u64)
+    };
+    let primal = if spec.times(Mode::Primal) { Some(peak(&mut || Ok(w.primal(cpu, &x).map(drop)?))?) } else { None };
+    let vjp =
+        if spec.times(Mode::Vjp) { Some(peak(&mut || Ok(w.vjp(cpu, spec.rule, &x, &bar).map(drop)?))?) } else { None };
     cpu.trim_cache();
-    let (r, primal) = peak_during(|| w.primal(cpu, &x).map(drop));
-    r?;
-    cpu.trim_cache();
-    let (r, vjp) = peak_during(|| w.vjp(cpu, spec.rule, &x, &bar).map(drop));
-    r?;
-    cpu.trim_cache();
-    Ok((primal as u64, vjp as u64, None))
+    Ok((primal, vjp, None))
 }

@@ -18,11 +18,7 @@ pub struct Budget {
 
 impl Default for Budget {
     fn default() -> Self {
-        Budget {
-            min_sample: Duration::from_millis(5),
-            samples: 7,
-            time_limit: Duration::from_secs(2),
-        }
+        Budget { min_sample: Duration::from_millis(5), samples: 7, time_limit: Duration::from_secs(2) }
     }
 }
 
@@ -35,9 +31,7 @@ pub fn measure<E>(budget: &Budget, mut f: impl FnMut() -> Result<(), E>) -> Resu
     let batch = if first >= budget.min_sample {
         1
     } else {
-        (budget.min_sample.as_secs_f64() / first.as_secs_f64().max(1e-9))
-            .ceil()
-            .min(1e6) as usize
+        (budget.min_sample.as_secs_f64() / first.as_secs_f64().max(1e-9)).ceil().min(1e6) as usize
     };
     let mut per_call = Vec::with_capacity(budget.samples);
     while per_call.len() < budget.samples.max(1) {
@@ -52,18 +46,8 @@ pub fn measure<E>(budget: &Budget, mut f: impl FnMut() -> Result<(), E>) -> Resu
     }
     per_call.sort_by(f64::total_cmp);
     let m = per_call.len();
-    let median = if m % 2 == 1 {
-        per_call[m / 2]
-    } else {
-        0.5 * (per_call[m / 2 - 1] + per_call[m / 2])
-    };
-    Ok(Timing {
-        min_s: per_call[0],
-        median_s: median,
-        max_s: per_call[m - 1],
-        batch,
-        samples: m,
-    })
+    let median = if m % 2 == 1 { per_call[m / 2] } else { 0.5 * (per_call[m / 2 - 1] + per_call[m / 2]) };
+    Ok(Timing { min_s: per_call[0], median_s: median, max_s: per_call[m - 1], batch, samples: m })
 }
 
 #[cfg(test)]
@@ -72,11 +56,7 @@ mod tests {
 
     #[test]
     fn fast_calls_are_batched_and_order_statistics_are_consistent() {
-        let budget = Budget {
-            min_sample: Duration::from_millis(2),
-            samples: 5,
-            time_limit: Duration::from_secs(5),
-        };
+        let budget = Budget { min_sample: Duration::from_millis(2), samples: 5, time_limit: Duration::from_secs(5) };
         let mut calls = 0usize;
         let t = measure::<()>(&budget, || {
             calls += 1;
@@ -84,11 +64,7 @@ mod tests {
             Ok(())
         })
         .unwrap();
-        assert!(
-            t.batch > 1,
-            "a call of well under 2 ms must be batched, batch = {}",
-            t.batch
-        );
+        assert!(t.batch > 1, "a call of well under 2 ms must be batched, batch = {}", t.batch);
         assert_eq!(t.samples, 5);
         assert_eq!(calls, 1 + t.batch * t.samples);
         assert!(t.min_s <= t.median_s && t.median_s <= t.max_s);

@@ -33,7 +33,7 @@ pub trait FlatFn {
 }
 
 /// The checks, as named in results and in the tolerance table.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum CheckKind {
     DotProduct,
     FdJvp,
@@ -45,6 +45,24 @@ pub enum CheckKind {
 }
 
 impl CheckKind {
+    pub const ALL: [CheckKind; 7] = [
+        CheckKind::DotProduct,
+        CheckKind::FdJvp,
+        CheckKind::FdVjp,
+        CheckKind::FullJacobian,
+        CheckKind::OracleVjp,
+        CheckKind::OracleJvp,
+        CheckKind::RuleAgreement,
+    ];
+
+    pub fn from_name(name: &str) -> Option<CheckKind> {
+        CheckKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    pub fn names() -> Vec<&'static str> {
+        CheckKind::ALL.iter().map(|k| k.name()).collect()
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             CheckKind::DotProduct => "dot-product",
@@ -69,12 +87,8 @@ pub fn tolerance(check: CheckKind, dtype: DType) -> f64 {
         (CheckKind::FdJvp | CheckKind::FdVjp, DType::F32) => 1e-3,
         (CheckKind::FullJacobian, DType::F64) => 1e-12,
         (CheckKind::FullJacobian, DType::F32) => 1e-5,
-        (CheckKind::OracleVjp | CheckKind::OracleJvp | CheckKind::RuleAgreement, DType::F64) => {
-            1e-10
-        }
-        (CheckKind::OracleVjp | CheckKind::OracleJvp | CheckKind::RuleAgreement, DType::F32) => {
-            1e-4
-        }
+        (CheckKind::OracleVjp | CheckKind::OracleJvp | CheckKind::RuleAgreement, DType::F64) => 1e-10,
+        (CheckKind::OracleVjp | CheckKind::OracleJvp | CheckKind::RuleAgreement, DType::F32) => 1e-4,
     }
 }
 
@@ -94,12 +108,7 @@ impl Outcome {
         self.skipped.is_some() || self.worst <= self.tolerance
     }
     fn new(kind: CheckKind, dtype: DType, worst: f64) -> Outcome {
-        Outcome {
-            kind,
-            worst,
-            tolerance: tolerance(kind, dtype),
-            skipped: None,
-        }
+        Outcome { kind, worst, tolerance: tolerance(kind, dtype), skipped: None }
     }
 }
 
@@ -126,11 +135,7 @@ pub fn rel_l2(x: &[f64], y: &[f64]) -> f64 {
     if x.len() != y.len() {
         return f64::INFINITY;
     }
-    let diff: f64 = x
-        .iter()
-        .zip(y)
-        .map(|(a, b)| if a == b { 0.0 } else { (a - b) * (a - b) })
-        .sum();
+    let diff: f64 = x.iter().zip(y).map(|(a, b)| if a == b { 0.0 } else { (a - b) * (a - b) }).sum();
     let norm: f64 = y.iter().map(|b| b * b).sum();
     if diff == 0.0 {
         0.0
@@ -147,9 +152,7 @@ pub fn discrepancy(got: &[f64], want: &[f64]) -> f64 {
 }
 
 fn dot(a: &[f64], b: &[f64]) -> (f64, f64) {
-    a.iter()
-        .zip(b)
-        .fold((0.0, 0.0), |(s, m), (x, y)| (s + x * y, m + (x * y).abs()))
+    a.iter().zip(b).fold((0.0, 0.0), |(s, m), (x, y)| (s + x * y, m + (x * y).abs()))
 }
 
 fn random_vec(rng: &mut impl RngExt, n: usize) -> Vec<f64> {
@@ -176,11 +179,7 @@ pub fn dot_product_test(f: &dyn FlatFn, dtype: DType, seed: u64) -> anyhow::Resu
     } else {
         (a - b).abs() / scale
     };
-    Ok(Outcome::new(
-        CheckKind::DotProduct,
-        dtype,
-        if worst.is_nan() { f64::INFINITY } else { worst },
-    ))
+    Ok(Outcome::new(CheckKind::DotProduct, dtype, if worst.is_nan() { f64::INFINITY } else { worst }))
 }
 
 /// A directional central difference at x0: random directions v (inputs) and w (outputs),
@@ -192,11 +191,7 @@ pub struct Directional {
 }
 
 /// Computes [`Directional`], or says why finite differences would straddle a kink at x0.
-pub fn finite_difference(
-    f: &dyn FlatFn,
-    dtype: DType,
-    seed: u64,
-) -> anyhow::Result<Result<Directional, String>> {
+pub fn finite_difference(f: &dyn FlatFn, dtype: DType, seed: u64) -> anyhow::Result<Result<Directional, String>> {
     let mut rng = adgauge_datasets::rng(seed ^ 0x005e_edfd);
     let x = f.x0();
     let v = rounded(dtype, random_vec(&mut rng, f.n_in()));
@@ -210,60 +205,33 @@ pub fn finite_difference(
     let plus: Vec<f64> = x.iter().zip(&v).map(|(a, d)| a + h * d).collect();
     let minus: Vec<f64> = x.iter().zip(&v).map(|(a, d)| a - h * d).collect();
     let (fp, fm) = (f.eval_f64(&plus)?, f.eval_f64(&minus)?);
-    let fd = fp
-        .iter()
-        .zip(&fm)
-        .map(|(p, m)| (p - m) / (2.0 * h))
-        .collect();
+    let fd = fp.iter().zip(&fm).map(|(p, m)| (p - m) / (2.0 * h)).collect();
     Ok(Ok(Directional { v, w, fd }))
 }
 
 fn skipped(kind: CheckKind, dtype: DType, why: &str) -> Outcome {
-    Outcome {
-        skipped: Some(why.to_string()),
-        ..Outcome::new(kind, dtype, 0.0)
-    }
+    Outcome { skipped: Some(why.to_string()), ..Outcome::new(kind, dtype, 0.0) }
 }
 
 /// J v from the JVP against the finite difference, elementwise.
-pub fn fd_jvp_test(
-    f: &dyn FlatFn,
-    dtype: DType,
-    d: &Result<Directional, String>,
-) -> anyhow::Result<Outcome> {
+pub fn fd_jvp_test(f: &dyn FlatFn, dtype: DType, d: &Result<Directional, String>) -> anyhow::Result<Outcome> {
     let d = match d {
         Ok(d) => d,
         Err(why) => return Ok(skipped(CheckKind::FdJvp, dtype, why)),
     };
-    Ok(Outcome::new(
-        CheckKind::FdJvp,
-        dtype,
-        discrepancy(&f.jvp(&d.v)?, &d.fd),
-    ))
+    Ok(Outcome::new(CheckKind::FdJvp, dtype, discrepancy(&f.jvp(&d.v)?, &d.fd)))
 }
 
 /// <J^T w, v> from the VJP against <fd, w>, as one number relative to the sum of |terms|.
-pub fn fd_vjp_test(
-    f: &dyn FlatFn,
-    dtype: DType,
-    d: &Result<Directional, String>,
-) -> anyhow::Result<Outcome> {
+pub fn fd_vjp_test(f: &dyn FlatFn, dtype: DType, d: &Result<Directional, String>) -> anyhow::Result<Outcome> {
     let d = match d {
         Ok(d) => d,
         Err(why) => return Ok(skipped(CheckKind::FdVjp, dtype, why)),
     };
     let (a, ma) = dot(&f.vjp(&d.w)?, &d.v);
     let (b, mb) = dot(&d.fd, &d.w);
-    let err = if a == b {
-        0.0
-    } else {
-        (a - b).abs() / (ma + mb).max(f64::MIN_POSITIVE)
-    };
-    Ok(Outcome::new(
-        CheckKind::FdVjp,
-        dtype,
-        if err.is_nan() { f64::INFINITY } else { err },
-    ))
+    let err = if a == b { 0.0 } else { (a - b).abs() / (ma + mb).max(f64::MIN_POSITIVE) };
+    Ok(Outcome::new(CheckKind::FdVjp, dtype, if err.is_nan() { f64::INFINITY } else { err }))
 }
 
 /// The whole Jacobian both ways (n_in JVPs, n_out VJPs); only for small cases.
@@ -283,11 +251,7 @@ pub fn full_jacobian_test(f: &dyn FlatFn, dtype: DType) -> anyhow::Result<Outcom
             by_cols[r * n + c] = x;
         }
     }
-    Ok(Outcome::new(
-        CheckKind::FullJacobian,
-        dtype,
-        discrepancy(&by_rows, &by_cols),
-    ))
+    Ok(Outcome::new(CheckKind::FullJacobian, dtype, discrepancy(&by_rows, &by_cols)))
 }
 
 /// Compares two results of the same quantity.
@@ -334,16 +298,10 @@ mod tests {
 
     #[test]
     fn correct_derivatives_pass_every_check() {
-        let f = Toy {
-            x: vec![0.5, -2.0, 1.25],
-            wrong_vjp: false,
-        };
+        let f = Toy { x: vec![0.5, -2.0, 1.25], wrong_vjp: false };
         assert!(dot_product_test(&f, DType::F64, 1).unwrap().passed());
         let d = finite_difference(&f, DType::F64, 1).unwrap();
-        for o in [
-            fd_jvp_test(&f, DType::F64, &d).unwrap(),
-            fd_vjp_test(&f, DType::F64, &d).unwrap(),
-        ] {
+        for o in [fd_jvp_test(&f, DType::F64, &d).unwrap(), fd_vjp_test(&f, DType::F64, &d).unwrap()] {
             assert!(o.passed(), "{o:?}");
             assert!(o.worst < 1e-8, "{o:?}");
         }
@@ -353,16 +311,10 @@ mod tests {
 
     #[test]
     fn a_wrong_vjp_fails_the_dot_product_fd_and_jacobian_checks() {
-        let f = Toy {
-            x: vec![0.5, -2.0, 1.25],
-            wrong_vjp: true,
-        };
+        let f = Toy { x: vec![0.5, -2.0, 1.25], wrong_vjp: true };
         assert!(!dot_product_test(&f, DType::F64, 1).unwrap().passed());
         let d = finite_difference(&f, DType::F64, 1).unwrap();
-        let (jvp, vjp) = (
-            fd_jvp_test(&f, DType::F64, &d).unwrap(),
-            fd_vjp_test(&f, DType::F64, &d).unwrap(),
-        );
+        let (jvp, vjp) = (fd_jvp_test(&f, DType::F64, &d).unwrap(), fd_vjp_test(&f, DType::F64, &d).unwrap());
         assert!(jvp.passed() && !vjp.passed(), "{jvp:?} {vjp:?}");
         assert!(!full_jacobian_test(&f, DType::F64).unwrap().passed());
     }

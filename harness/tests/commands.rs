@@ -5,10 +5,7 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 fn adgauge(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_adgauge"))
-        .args(args)
-        .output()
-        .unwrap()
+    Command::new(env!("CARGO_BIN_EXE_adgauge")).args(args).output().unwrap()
 }
 
 fn stdout(o: &Output) -> String {
@@ -22,23 +19,9 @@ fn stderr(o: &Output) -> String {
 #[test]
 fn check_passes_on_the_real_rules_in_both_dtypes() {
     let out = adgauge(&["check", "--workload", "hist-add", "--workload", "hist-min"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}{}",
-        stdout(&out),
-        stderr(&out)
-    );
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
     let text = stdout(&out);
-    for needle in [
-        "hist-add",
-        "hist-min",
-        "/f32/",
-        "/f64/",
-        "oracle-vjp",
-        "fd-vjp",
-        "rule-agreement",
-    ] {
+    for needle in ["hist-add", "hist-min", "/f32/", "/f64/", "oracle-vjp", "fd-vjp", "rule-agreement"] {
         assert!(text.contains(needle), "missing {needle} in\n{text}");
     }
     assert!(!text.contains("FAILED"));
@@ -46,28 +29,11 @@ fn check_passes_on_the_real_rules_in_both_dtypes() {
 
 #[test]
 fn check_catches_a_rule_that_drops_dests_adjoint_with_exit_1() {
-    let out = adgauge(&[
-        "check",
-        "--workload",
-        "hist-add",
-        "--dtype",
-        "f64",
-        "--inject-fault",
-        "drop-dest-adjoint",
-    ]);
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "{}{}",
-        stdout(&out),
-        stderr(&out)
-    );
+    let out = adgauge(&["check", "--workload", "hist-add", "--dtype", "f64", "--inject-fault", "drop-dest-adjoint"]);
+    assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
     let err = stderr(&out);
     // The failure names the case, the check and the worst value.
-    assert!(
-        err.contains("hist-add[") && err.contains("/cpu/f64/"),
-        "{err}"
-    );
+    assert!(err.contains("hist-add[") && err.contains("/cpu/f64/"), "{err}");
     assert!(err.contains("oracle-vjp worst"), "{err}");
     assert!(err.contains("fd-vjp worst"), "{err}");
 }
@@ -79,10 +45,7 @@ fn run_lists_filters_and_prints_json_rows() {
     let listing = stdout(&out);
     let ids: Vec<&str> = listing.lines().map(str::trim).collect();
     assert!(ids.len() >= 16);
-    assert!(
-        ids.iter()
-            .any(|id| id.starts_with("hist-mul[") && id.ends_with("/special"))
-    );
+    assert!(ids.iter().any(|id| id.starts_with("hist-mul[") && id.ends_with("/special")));
 
     let out = adgauge(&["run", "--filter", "no-such-case"]);
     assert_eq!(out.status.code(), Some(2));
@@ -90,10 +53,7 @@ fn run_lists_filters_and_prints_json_rows() {
 
     let out = adgauge(&["run", "--json", "--filter", "hist-max[dist=uniform,k=10,"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let rows: Vec<Value> = stdout(&out)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let rows: Vec<Value> = stdout(&out).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert!(!rows.is_empty());
     for row in &rows {
         assert_eq!(row["schema_version"], 1);
@@ -105,13 +65,7 @@ fn run_lists_filters_and_prints_json_rows() {
             assert!(row["primal"]["median_s"].as_f64().unwrap() > 0.0);
             assert!(row["vjp"]["median_s"].as_f64().unwrap() > 0.0);
             assert!(row["vjp_peak_bytes"].as_u64().unwrap() > 0);
-            assert!(
-                row["checks"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .all(|c| c["passed"] == true)
-            );
+            assert!(row["checks"].as_array().unwrap().iter().all(|c| c["passed"] == true));
         }
     }
 }
@@ -120,14 +74,8 @@ fn run_lists_filters_and_prints_json_rows() {
 fn backends_lists_every_device_with_a_reason() {
     let out = adgauge(&["backends", "--json"]);
     assert_eq!(out.status.code(), Some(0));
-    let devices: Vec<Value> = stdout(&out)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let names: Vec<&str> = devices
-        .iter()
-        .map(|d| d["name"].as_str().unwrap())
-        .collect();
+    let devices: Vec<Value> = stdout(&out).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let names: Vec<&str> = devices.iter().map(|d| d["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["cpu", "opencl", "cuda"]);
     assert_eq!(devices[0]["available"], true);
     for d in &devices {

@@ -16,10 +16,7 @@ fn write_case(name: &str, v: &str) -> PathBuf {
 }
 
 fn adgauge(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_adgauge"))
-        .args(args)
-        .output()
-        .unwrap()
+    Command::new(env!("CARGO_BIN_EXE_adgauge")).args(args).output().unwrap()
 }
 
 fn number(v: &Value) -> f64 {
@@ -51,34 +48,16 @@ fn adversarial() -> Vec<Case> {
             name: "mixed",
             dest: vec![1.0, 0.0, 2.5, -1.0, 3.0],
             inds: vec![0, 1, 0, 1, 2, 2, 2, -1, 5, 9, 0, 1, 3],
-            vals: vec![
-                1.0, 0.0, 0.3, 0.0, 2.5, 0.0, 0.7, 4.0, 5.0, 6.0, 1.0, 0.0, -1.0,
-            ],
+            vals: vec![1.0, 0.0, 0.3, 0.0, 2.5, 0.0, 0.7, 4.0, 5.0, 6.0, 1.0, 0.0, -1.0],
         },
-        Case {
-            name: "empty",
-            dest: vec![0.5, -0.25],
-            inds: vec![],
-            vals: vec![],
-        },
-        Case {
-            name: "one-bin",
-            dest: vec![0.75],
-            inds: vec![0, 0, 0, -1],
-            vals: vec![0.75, 1.5, 0.1, 9.0],
-        },
-        Case {
-            name: "zeros",
-            dest: vec![2.0, 3.0],
-            inds: vec![0, 0, 1, 1, 1],
-            vals: vec![0.0, 0.0, 0.0, 0.5, 0.25],
-        },
+        Case { name: "empty", dest: vec![0.5, -0.25], inds: vec![], vals: vec![] },
+        Case { name: "one-bin", dest: vec![0.75], inds: vec![0, 0, 0, -1], vals: vec![0.75, 1.5, 0.1, 9.0] },
+        Case { name: "zeros", dest: vec![2.0, 3.0], inds: vec![0, 0, 1, 1, 1], vals: vec![0.0, 0.0, 0.0, 0.5, 0.25] },
     ]
 }
 
 fn case_json(c: &Case, bar: &[f64]) -> String {
-    json!({"k": c.dest.len(), "inds": c.inds, "vals": c.vals, "dest": c.dest, "hist_bar": bar})
-        .to_string()
+    json!({"k": c.dest.len(), "inds": c.inds, "vals": c.vals, "dest": c.dest, "hist_bar": bar}).to_string()
 }
 
 #[test]
@@ -97,11 +76,7 @@ fn eval_matches_the_oracle_on_adversarial_inputs_for_every_op_rule_mode_and_dtyp
                         && got.iter().zip(want).all(|(&g, &w)| {
                             // The JSON holds the shortest decimal of the dtype's value.
                             let g = dt.round(g);
-                            if exact {
-                                g == w
-                            } else {
-                                (g - w).abs() <= 8.0 * dt.epsilon() * w.abs().max(1.0)
-                            }
+                            if exact { g == w } else { (g - w).abs() <= 8.0 * dt.epsilon() * w.abs().max(1.0) }
                         })
                 };
                 for rule in ["auto", "special"] {
@@ -119,17 +94,9 @@ fn eval_matches_the_oracle_on_adversarial_inputs_for_every_op_rule_mode_and_dtyp
                             dt.name(),
                         ]);
                         let what = format!("{} {op} {rule} {mode} {dt}", c.name);
-                        assert!(
-                            out.status.success(),
-                            "{what}: {}",
-                            String::from_utf8_lossy(&out.stderr)
-                        );
+                        assert!(out.status.success(), "{what}: {}", String::from_utf8_lossy(&out.stderr));
                         let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-                        assert!(
-                            close(&numbers(&v["hist"]), &h),
-                            "{what}: hist {} vs {h:?}",
-                            v["hist"]
-                        );
+                        assert!(close(&numbers(&v["hist"]), &h), "{what}: hist {} vs {h:?}", v["hist"]);
                         if mode == "vjp" {
                             assert!(
                                 close(&numbers(&v["vals_bar"]), &vb),
@@ -153,18 +120,8 @@ fn eval_matches_the_oracle_on_adversarial_inputs_for_every_op_rule_mode_and_dtyp
 
 #[test]
 fn f32_results_print_as_the_shortest_f32_decimal_and_non_finite_as_strings() {
-    let path = write_case(
-        "f32.json",
-        r#"{"k": 3, "inds": [0, 1], "vals": [0.1, "inf"], "dest": [0, 1, "nan"]}"#,
-    );
-    let out = adgauge(&[
-        "eval",
-        "hist-add",
-        "--input",
-        path.to_str().unwrap(),
-        "--dtype",
-        "f32",
-    ]);
+    let path = write_case("f32.json", r#"{"k": 3, "inds": [0, 1], "vals": [0.1, "inf"], "dest": [0, 1, "nan"]}"#);
+    let out = adgauge(&["eval", "hist-add", "--input", path.to_str().unwrap(), "--dtype", "f32"]);
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     assert_eq!(text.trim(), r#"{"hist": [0.1, "inf", "nan"]}"#);
@@ -175,63 +132,21 @@ fn malformed_inputs_exit_2_and_name_the_field() {
     let cases = [
         ("notjson.json", "{\"k\": ", "not valid JSON"),
         ("array.json", "[]", "expected a JSON object"),
-        (
-            "nok.json",
-            r#"{"inds": [], "vals": [], "dest": []}"#,
-            "field k",
-        ),
-        (
-            "negk.json",
-            r#"{"k": -1, "inds": [], "vals": [], "dest": []}"#,
-            "field k",
-        ),
-        (
-            "hugek.json",
-            r#"{"k": 1000000000000000, "inds": [], "vals": [], "dest": []}"#,
-            "field k",
-        ),
-        (
-            "frac.json",
-            r#"{"k": 1, "inds": [0.5], "vals": [1], "dest": [0]}"#,
-            "field inds[0]",
-        ),
-        (
-            "len.json",
-            r#"{"k": 2, "inds": [0], "vals": [1], "dest": [0]}"#,
-            "field dest",
-        ),
-        (
-            "vals.json",
-            r#"{"k": 1, "inds": [0], "vals": [1, 2], "dest": [0]}"#,
-            "field vals",
-        ),
-        (
-            "op.json",
-            r#"{"k": 1, "inds": [0], "vals": [1], "dest": [0], "op": "max"}"#,
-            "field op",
-        ),
-        (
-            "nobar.json",
-            r#"{"k": 1, "inds": [0], "vals": [1], "dest": [0]}"#,
-            "field hist_bar",
-        ),
+        ("nok.json", r#"{"inds": [], "vals": [], "dest": []}"#, "field k"),
+        ("negk.json", r#"{"k": -1, "inds": [], "vals": [], "dest": []}"#, "field k"),
+        ("hugek.json", r#"{"k": 1000000000000000, "inds": [], "vals": [], "dest": []}"#, "field k"),
+        ("frac.json", r#"{"k": 1, "inds": [0.5], "vals": [1], "dest": [0]}"#, "field inds[0]"),
+        ("len.json", r#"{"k": 2, "inds": [0], "vals": [1], "dest": [0]}"#, "field dest"),
+        ("vals.json", r#"{"k": 1, "inds": [0], "vals": [1, 2], "dest": [0]}"#, "field vals"),
+        ("op.json", r#"{"k": 1, "inds": [0], "vals": [1], "dest": [0], "op": "max"}"#, "field op"),
+        ("nobar.json", r#"{"k": 1, "inds": [0], "vals": [1], "dest": [0]}"#, "field hist_bar"),
     ];
     for (name, text, needle) in cases {
         let path = write_case(name, text);
-        let out = adgauge(&[
-            "eval",
-            "hist-add",
-            "--input",
-            path.to_str().unwrap(),
-            "--mode",
-            "vjp",
-        ]);
+        let out = adgauge(&["eval", "hist-add", "--input", path.to_str().unwrap(), "--mode", "vjp"]);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{name}: {err}");
-        assert!(
-            err.contains(needle),
-            "{name}: '{err}' does not mention {needle}"
-        );
+        assert!(err.contains(needle), "{name}: '{err}' does not mention {needle}");
         assert!(!err.contains("panicked"), "{name}: {err}");
         assert!(out.stdout.is_empty());
     }
@@ -242,33 +157,12 @@ fn malformed_inputs_exit_2_and_name_the_field() {
 
 #[test]
 fn usage_errors_exit_2_and_unavailable_backends_exit_4() {
-    let path = write_case(
-        "ok.json",
-        r#"{"k": 1, "inds": [0], "vals": [1], "dest": [0]}"#,
-    );
+    let path = write_case("ok.json", r#"{"k": 1, "inds": [0], "vals": [1], "dest": [0]}"#);
     let p = path.to_str().unwrap();
-    assert_eq!(
-        adgauge(&["eval", "hist-nope", "--input", p]).status.code(),
-        Some(2)
-    );
-    assert_eq!(
-        adgauge(&["eval", "hist-add", "--input", p, "--dtype", "f16"])
-            .status
-            .code(),
-        Some(2)
-    );
-    assert_eq!(
-        adgauge(&["eval", "hist-add", "--input", p, "--rule", "magic"])
-            .status
-            .code(),
-        Some(2)
-    );
-    assert_eq!(
-        adgauge(&["eval", "hist-add", "--input", p, "--backend", "tpu"])
-            .status
-            .code(),
-        Some(2)
-    );
+    assert_eq!(adgauge(&["eval", "hist-nope", "--input", p]).status.code(), Some(2));
+    assert_eq!(adgauge(&["eval", "hist-add", "--input", p, "--dtype", "f16"]).status.code(), Some(2));
+    assert_eq!(adgauge(&["eval", "hist-add", "--input", p, "--rule", "magic"]).status.code(), Some(2));
+    assert_eq!(adgauge(&["eval", "hist-add", "--input", p, "--backend", "tpu"]).status.code(), Some(2));
     let out = adgauge(&["eval", "hist-add", "--input", p, "--backend", "opencl"]);
     assert_eq!(out.status.code(), Some(4));
     assert!(String::from_utf8_lossy(&out.stderr).contains("opencl"));

@@ -7,10 +7,7 @@ use std::process::{Command, Output};
 use adgauge_reports::store::{read_history, read_run, to_csv, write_atomic};
 
 fn adgauge(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_adgauge"))
-        .args(args)
-        .output()
-        .unwrap()
+    Command::new(env!("CARGO_BIN_EXE_adgauge")).args(args).output().unwrap()
 }
 
 fn temp(name: &str) -> PathBuf {
@@ -24,8 +21,7 @@ fn csvs(dir: &Path) -> Vec<PathBuf> {
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| {
-            p.extension().is_some_and(|x| x == "csv")
-                && !p.file_name().unwrap().to_string_lossy().starts_with('.')
+            p.extension().is_some_and(|x| x == "csv") && !p.file_name().unwrap().to_string_lossy().starts_with('.')
         })
         .collect();
     v.sort();
@@ -38,19 +34,8 @@ const ONE_CASE: &str = "hist-add[dist=uniform,k=10,n=1000000,oob=0.05]/cpu/f32/s
 fn runs_accumulate_and_gates_judge_fixtures() {
     let hist = temp("gate");
     for _ in 0..2 {
-        let out = adgauge(&[
-            "run",
-            "--filter",
-            ONE_CASE,
-            "--history",
-            hist.to_str().unwrap(),
-        ]);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = adgauge(&["run", "--filter", ONE_CASE, "--history", hist.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     }
     let runs = csvs(&hist);
     assert_eq!(runs.len(), 2);
@@ -62,12 +47,7 @@ fn runs_accumulate_and_gates_judge_fixtures() {
     let base = runs[0].to_str().unwrap();
     // Identical runs: 0.
     let same = adgauge(&["gate", "--baseline", base, "--current", base]);
-    assert_eq!(
-        same.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&same.stdout)
-    );
+    assert_eq!(same.status.code(), Some(0), "{}", String::from_utf8_lossy(&same.stdout));
 
     // One case 2x slower (beyond its noise): 3.
     let (info, rows) = read_run(&runs[0]).unwrap();
@@ -91,56 +71,29 @@ fn runs_accumulate_and_gates_judge_fixtures() {
         "--junit",
         junit.to_str().unwrap(),
     ]);
-    assert_eq!(
-        out.status.code(),
-        Some(3),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stdout));
     assert!(String::from_utf8_lossy(&out.stdout).contains("SLOWER"));
-    assert!(
-        std::fs::read_to_string(&junit)
-            .unwrap()
-            .contains("type=\"slower\"")
-    );
+    assert!(std::fs::read_to_string(&junit).unwrap().contains("type=\"slower\""));
 
     // A check that now fails: 1 (and 1 beats 3 when both apply).
     let mut bad = slow.clone();
     bad[0].checks[0].passed = false;
     let bad_path = hist.join("fixture-bad.run");
     write_atomic(&bad_path, &to_csv(&info, &bad)).unwrap();
-    let out = adgauge(&[
-        "gate",
-        "--baseline",
-        base,
-        "--current",
-        bad_path.to_str().unwrap(),
-        "--json",
-    ]);
+    let out = adgauge(&["gate", "--baseline", base, "--current", bad_path.to_str().unwrap(), "--json"]);
     assert_eq!(out.status.code(), Some(1));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["findings"][0]["kind"], "broken");
 
     // Usage errors: 2.
-    assert_eq!(
-        adgauge(&["gate", "--baseline", "/nonexistent.csv", "--current", base])
-            .status
-            .code(),
-        Some(2)
-    );
+    assert_eq!(adgauge(&["gate", "--baseline", "/nonexistent.csv", "--current", base]).status.code(), Some(2));
     std::fs::remove_dir_all(&hist).unwrap();
 }
 
 #[test]
 fn a_killed_run_leaves_the_history_intact_and_no_half_written_run() {
     let hist = temp("kill");
-    let out = adgauge(&[
-        "run",
-        "--filter",
-        ONE_CASE,
-        "--history",
-        hist.to_str().unwrap(),
-    ]);
+    let out = adgauge(&["run", "--filter", ONE_CASE, "--history", hist.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0));
     let before = std::fs::read(&csvs(&hist)[0]).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_adgauge"))
@@ -152,29 +105,16 @@ fn a_killed_run_leaves_the_history_intact_and_no_half_written_run() {
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     let runs = csvs(&hist);
-    assert_eq!(
-        runs.len(),
-        1,
-        "only the complete earlier run is visible: {runs:?}"
-    );
+    assert_eq!(runs.len(), 1, "only the complete earlier run is visible: {runs:?}");
     assert_eq!(std::fs::read(&runs[0]).unwrap(), before);
     // The rows finished before the kill survive in the hidden partial file.
     let partial: Vec<PathBuf> = std::fs::read_dir(&hist)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| {
-            p.file_name()
-                .unwrap()
-                .to_string_lossy()
-                .ends_with(".partial.csv")
-        })
+        .filter(|p| p.file_name().unwrap().to_string_lossy().ends_with(".partial.csv"))
         .collect();
     assert_eq!(partial.len(), 1);
-    assert!(
-        std::fs::read_to_string(&partial[0])
-            .unwrap()
-            .starts_with("schema_version,run_id")
-    );
+    assert!(std::fs::read_to_string(&partial[0]).unwrap().starts_with("schema_version,run_id"));
     std::fs::remove_dir_all(&hist).unwrap();
 }
 
@@ -183,40 +123,13 @@ fn shards_cover_the_suite_once_and_merge_back() {
     let (a, b, merged) = (temp("shard-a"), temp("shard-b"), temp("merged"));
     let filter = "k=10,";
     for (shard, dir) in [("1/2", &a), ("2/2", &b)] {
-        let out = adgauge(&[
-            "run",
-            "--filter",
-            filter,
-            "--shard",
-            shard,
-            "--out",
-            dir.to_str().unwrap(),
-        ]);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = adgauge(&["run", "--filter", filter, "--shard", shard, "--out", dir.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     }
     let list = adgauge(&["run", "--list", "--filter", filter]);
-    let all: Vec<String> = String::from_utf8_lossy(&list.stdout)
-        .lines()
-        .map(String::from)
-        .collect();
-    let out = adgauge(&[
-        "merge",
-        a.to_str().unwrap(),
-        b.to_str().unwrap(),
-        "--out",
-        merged.to_str().unwrap(),
-    ]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let all: Vec<String> = String::from_utf8_lossy(&list.stdout).lines().map(String::from).collect();
+    let out = adgauge(&["merge", a.to_str().unwrap(), b.to_str().unwrap(), "--out", merged.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let (_, rows) = read_run(&csvs(&merged)[0]).unwrap();
     let mut ids: Vec<String> = rows.iter().map(|r| r.case_id.clone()).collect();
     ids.sort();
@@ -224,18 +137,9 @@ fn shards_cover_the_suite_once_and_merge_back() {
     want.sort();
     assert_eq!(ids, want);
     // Merging a shard with itself would duplicate cases: refused.
-    let out = adgauge(&[
-        "merge",
-        a.to_str().unwrap(),
-        a.to_str().unwrap(),
-        "--out",
-        merged.to_str().unwrap(),
-    ]);
+    let out = adgauge(&["merge", a.to_str().unwrap(), a.to_str().unwrap(), "--out", merged.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
-    assert_eq!(
-        adgauge(&["run", "--shard", "3/2", "--list"]).status.code(),
-        Some(2)
-    );
+    assert_eq!(adgauge(&["run", "--shard", "3/2", "--list"]).status.code(), Some(2));
     for d in [a, b, merged] {
         std::fs::remove_dir_all(d).unwrap();
     }

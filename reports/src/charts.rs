@@ -32,11 +32,7 @@ fn color(i: usize) -> RGBColor {
 
 /// A chart that says there is nothing to draw (keeps the report's layout when data is missing).
 pub fn placeholder(title: &str, why: &str) -> String {
-    let esc = |s: &str| {
-        s.replace('&', "&amp;")
-            .replace('<', "&lt;")
-            .replace('>', "&gt;")
-    };
+    let esc = |s: &str| s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
     format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"80\" viewBox=\"0 0 {w} 80\">\
          <text x=\"10\" y=\"30\" font-family=\"sans-serif\" font-size=\"16\">{}</text>\
@@ -55,11 +51,7 @@ fn finite_positive(s: &[Series]) -> impl Iterator<Item = (f64, f64)> + '_ {
 
 /// Padded log range covering `lo..hi`.
 fn log_range(lo: f64, hi: f64) -> std::ops::Range<f64> {
-    let (lo, hi) = if lo == hi {
-        (lo / 2.0, hi * 2.0)
-    } else {
-        (lo, hi)
-    };
+    let (lo, hi) = if lo == hi { (lo / 2.0, hi * 2.0) } else { (lo, hi) };
     lo / 1.3..hi * 1.3
 }
 
@@ -79,12 +71,8 @@ pub fn runtime_and_overhead(
     if pts.is_empty() {
         return Ok(placeholder(title, "no timings to plot"));
     }
-    let (x0, x1) = pts
-        .iter()
-        .fold((f64::MAX, f64::MIN), |(a, b), p| (a.min(p.0), b.max(p.0)));
-    let (y0, y1) = pts.iter().fold((f64::MAX, f64::MIN), |(a, b), p| {
-        (a.min(p.1 * 1e3), b.max(p.1 * 1e3))
-    });
+    let (x0, x1) = pts.iter().fold((f64::MAX, f64::MIN), |(a, b), p| (a.min(p.0), b.max(p.0)));
+    let (y0, y1) = pts.iter().fold((f64::MAX, f64::MIN), |(a, b), p| (a.min(p.1 * 1e3), b.max(p.1 * 1e3)));
     let o1 = opts.iter().fold(1.0f64, |a, p| a.max(p.1));
     let mut svg = String::new();
     {
@@ -107,47 +95,27 @@ pub fn runtime_and_overhead(
             .y_label_formatter(&|y| format!("{y:.3}"))
             .draw()
             .map_err(err)?;
-        chart
-            .configure_secondary_axes()
-            .y_desc("overhead (x), dashed")
-            .draw()
-            .map_err(err)?;
+        chart.configure_secondary_axes().y_desc("overhead (x), dashed").draw().map_err(err)?;
         for (i, s) in runtimes.iter().enumerate() {
             let c = color(i);
-            let p: Vec<(f64, f64)> = s
-                .points
-                .iter()
-                .map(|&(x, y)| (x, y * 1e3))
-                .filter(|(x, y)| *x > 0.0 && *y > 0.0)
-                .collect();
+            let p: Vec<(f64, f64)> =
+                s.points.iter().map(|&(x, y)| (x, y * 1e3)).filter(|(x, y)| *x > 0.0 && *y > 0.0).collect();
             chart
                 .draw_series(LineSeries::new(p.clone(), c.stroke_width(2)))
                 .map_err(err)?
                 .label(s.name.clone())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
-                });
-            chart
-                .draw_series(p.into_iter().map(|pt| Circle::new(pt, 3, c.filled())))
-                .map_err(err)?;
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
+            chart.draw_series(p.into_iter().map(|pt| Circle::new(pt, 3, c.filled()))).map_err(err)?;
         }
         for (i, s) in overheads.iter().enumerate() {
             let c = color(i + 1);
-            let p: Vec<(f64, f64)> = s
-                .points
-                .iter()
-                .copied()
-                .filter(|(x, y)| *x > 0.0 && y.is_finite())
-                .collect();
+            let p: Vec<(f64, f64)> = s.points.iter().copied().filter(|(x, y)| *x > 0.0 && y.is_finite()).collect();
             chart
                 .draw_secondary_series(DashedLineSeries::new(p, 6, 4, c.stroke_width(2)))
                 .map_err(err)?
                 .label(s.name.clone())
                 .legend(move |(x, y)| {
-                    PathElement::new(
-                        vec![(x, y), (x + 6, y), (x + 10, y), (x + 18, y)],
-                        c.stroke_width(1),
-                    )
+                    PathElement::new(vec![(x, y), (x + 6, y), (x + 10, y), (x + 18, y)], c.stroke_width(1))
                 });
         }
         chart
@@ -165,25 +133,13 @@ pub fn runtime_and_overhead(
 
 /// One horizontal bar per (label, value), labels on the left so they stay readable; an optional
 /// dashed reference line (e.g. overhead 1).
-pub fn bars(
-    title: &str,
-    x_label: &str,
-    values: &[(String, f64)],
-    reference: Option<f64>,
-) -> Result<String, String> {
-    let vals: Vec<(String, f64)> = values
-        .iter()
-        .filter(|(_, v)| v.is_finite())
-        .cloned()
-        .collect();
+pub fn bars(title: &str, x_label: &str, values: &[(String, f64)], reference: Option<f64>) -> Result<String, String> {
+    let vals: Vec<(String, f64)> = values.iter().filter(|(_, v)| v.is_finite()).cloned().collect();
     if vals.is_empty() {
         return Ok(placeholder(title, "no values to plot"));
     }
     let n = vals.len();
-    let top = vals
-        .iter()
-        .fold(reference.unwrap_or(0.0), |a, (_, v)| a.max(*v))
-        * 1.12;
+    let top = vals.iter().fold(reference.unwrap_or(0.0), |a, (_, v)| a.max(*v)) * 1.12;
     let height = 90 + 22 * n as u32;
     let labels: Vec<String> = vals.iter().map(|(l, _)| l.clone()).collect();
     let longest = labels.iter().map(|l| l.len()).max().unwrap_or(10) as u32;
@@ -206,10 +162,9 @@ pub fn bars(
             .y_label_style(("sans-serif", 12))
             .y_label_formatter(&|v| match v {
                 // Top to bottom in the given order.
-                SegmentValue::CenterOf(i) | SegmentValue::Exact(i) => labels
-                    .get(n.wrapping_sub(1).wrapping_sub(*i))
-                    .cloned()
-                    .unwrap_or_default(),
+                SegmentValue::CenterOf(i) | SegmentValue::Exact(i) => {
+                    labels.get(n.wrapping_sub(1).wrapping_sub(*i)).cloned().unwrap_or_default()
+                }
                 SegmentValue::Last => String::new(),
             })
             .draw()
@@ -218,10 +173,7 @@ pub fn bars(
             .draw_series(vals.iter().enumerate().map(|(i, (_, v))| {
                 let row = n - 1 - i;
                 let mut bar = Rectangle::new(
-                    [
-                        (0.0, SegmentValue::Exact(row)),
-                        (*v, SegmentValue::Exact(row + 1)),
-                    ],
+                    [(0.0, SegmentValue::Exact(row)), (*v, SegmentValue::Exact(row + 1))],
                     color(0).mix(0.8).filled(),
                 );
                 bar.set_margin(3, 3, 0, 0);
@@ -230,11 +182,7 @@ pub fn bars(
             .map_err(err)?;
         chart
             .draw_series(vals.iter().enumerate().map(|(i, (_, v))| {
-                Text::new(
-                    format!("{v:.2}"),
-                    (*v, SegmentValue::CenterOf(n - 1 - i)),
-                    ("sans-serif", 11),
-                )
+                Text::new(format!("{v:.2}"), (*v, SegmentValue::CenterOf(n - 1 - i)), ("sans-serif", 11))
             }))
             .map_err(err)?;
         if let Some(r) = reference {
@@ -254,11 +202,8 @@ pub fn bars(
 
 /// A metric per series over run indices 1..=runs (history trends).
 pub fn trend(title: &str, y_label: &str, series: &[Series], runs: usize) -> Result<String, String> {
-    let pts: Vec<(f64, f64)> = series
-        .iter()
-        .flat_map(|s| s.points.iter().copied())
-        .filter(|(_, y)| y.is_finite())
-        .collect();
+    let pts: Vec<(f64, f64)> =
+        series.iter().flat_map(|s| s.points.iter().copied()).filter(|(_, y)| y.is_finite()).collect();
     if pts.is_empty() || runs == 0 {
         return Ok(placeholder(title, "no history to plot"));
     }
@@ -288,12 +233,8 @@ pub fn trend(title: &str, y_label: &str, series: &[Series], runs: usize) -> Resu
                 .draw_series(LineSeries::new(s.points.clone(), c.stroke_width(2)))
                 .map_err(err)?
                 .label(s.name.clone())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
-                });
-            chart
-                .draw_series(s.points.iter().map(|&p| Circle::new(p, 3, c.filled())))
-                .map_err(err)?;
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
+            chart.draw_series(s.points.iter().map(|&p| Circle::new(p, 3, c.filled()))).map_err(err)?;
         }
         chart
             .configure_series_labels()
@@ -313,10 +254,7 @@ mod tests {
     use super::*;
 
     fn s(name: &str, pts: &[(f64, f64)]) -> Series {
-        Series {
-            name: name.into(),
-            points: pts.to_vec(),
-        }
+        Series { name: name.into(), points: pts.to_vec() }
     }
 
     #[test]
@@ -332,34 +270,21 @@ mod tests {
         )
         .unwrap();
         assert!(svg.starts_with("<svg"));
-        for needle in [
-            "hist-add vs k",
-            "runtime (ms), solid",
-            "overhead (x), dashed",
-            "primal",
-            "vjp/primal",
-            "k (bins)",
-        ] {
+        for needle in
+            ["hist-add vs k", "runtime (ms), solid", "overhead (x), dashed", "primal", "vjp/primal", "k (bins)"]
+        {
             assert!(svg.contains(needle), "missing {needle}");
         }
         assert!(
-            svg.contains("stroke-dasharray")
-                || svg.matches("<polyline").count() + svg.matches("<line").count() > 6
+            svg.contains("stroke-dasharray") || svg.matches("<polyline").count() + svg.matches("<line").count() > 6
         );
     }
 
     #[test]
     fn bars_label_each_value_and_empty_data_gives_a_placeholder() {
-        let svg = bars(
-            "overhead",
-            "x",
-            &[
-                ("hist-add cpu vjp".into(), 2.1),
-                ("hist-mul cpu vjp".into(), 2.9),
-            ],
-            Some(1.0),
-        )
-        .unwrap();
+        let svg =
+            bars("overhead", "x", &[("hist-add cpu vjp".into(), 2.1), ("hist-mul cpu vjp".into(), 2.9)], Some(1.0))
+                .unwrap();
         assert!(svg.contains("hist-add cpu vjp") && svg.contains("hist-mul cpu vjp"));
         assert!(svg.matches("<rect").count() >= 3, "background + 2 bars");
         let empty = bars("overhead", "x", &[("nan".into(), f64::NAN)], None).unwrap();

@@ -21,10 +21,7 @@ pub struct GateConfig {
 
 impl Default for GateConfig {
     fn default() -> Self {
-        GateConfig {
-            max_slowdown: 1.15,
-            min_seconds: 0.0,
-        }
+        GateConfig { max_slowdown: 1.15, min_seconds: 0.0 }
     }
 }
 
@@ -34,14 +31,7 @@ pub enum Finding {
     /// A correctness failure in the current run (check failed, or ok -> error/timeout).
     Broken { case_id: String, detail: String },
     /// A metric that got slower beyond threshold and noise.
-    Slower {
-        case_id: String,
-        metric: String,
-        baseline: f64,
-        current: f64,
-        ratio: f64,
-        noise: f64,
-    },
+    Slower { case_id: String, metric: String, baseline: f64, current: f64, ratio: f64, noise: f64 },
     /// A case of the baseline that the current run lacks.
     Missing { case_id: String },
 }
@@ -49,9 +39,7 @@ pub enum Finding {
 impl Finding {
     pub fn case_id(&self) -> &str {
         match self {
-            Finding::Broken { case_id, .. }
-            | Finding::Slower { case_id, .. }
-            | Finding::Missing { case_id } => case_id,
+            Finding::Broken { case_id, .. } | Finding::Slower { case_id, .. } | Finding::Missing { case_id } => case_id,
         }
     }
 }
@@ -66,38 +54,25 @@ pub struct GateReport {
 
 impl GateReport {
     pub fn broken(&self) -> bool {
-        self.findings
-            .iter()
-            .any(|f| matches!(f, Finding::Broken { .. }))
+        self.findings.iter().any(|f| matches!(f, Finding::Broken { .. }))
     }
     pub fn slower(&self) -> bool {
-        self.findings
-            .iter()
-            .any(|f| matches!(f, Finding::Slower { .. }))
+        self.findings.iter().any(|f| matches!(f, Finding::Slower { .. }))
     }
 }
 
 fn spread(t: &Timing) -> f64 {
-    if t.median_s > 0.0 {
-        (t.max_s - t.min_s) / t.median_s
-    } else {
-        0.0
-    }
+    if t.median_s > 0.0 { (t.max_s - t.min_s) / t.median_s } else { 0.0 }
 }
 
 fn failed(r: &ResultRow) -> Option<String> {
     if let Some(c) = r.checks.iter().find(|c| !c.passed) {
-        return Some(format!(
-            "check {} worst {:.3e} > tolerance {:.1e}",
-            c.name, c.worst, c.tolerance
-        ));
+        return Some(format!("check {} worst {:.3e} > tolerance {:.1e}", c.name, c.worst, c.tolerance));
     }
     match r.status {
-        Status::Failed | Status::Error | Status::Timeout => Some(format!(
-            "status {}: {}",
-            r.status.name(),
-            r.message.clone().unwrap_or_default()
-        )),
+        Status::Failed | Status::Error | Status::Timeout => {
+            Some(format!("status {}: {}", r.status.name(), r.message.clone().unwrap_or_default()))
+        }
         Status::Ok | Status::Skipped => None,
     }
 }
@@ -109,28 +84,19 @@ pub fn gate(baseline: &[ResultRow], current: &[ResultRow], cfg: &GateConfig) -> 
     // Failing checks in the current run fail the gate whatever the baseline says.
     for r in current {
         if let Some(detail) = failed(r) {
-            report.findings.push(Finding::Broken {
-                case_id: r.case_id.clone(),
-                detail,
-            });
+            report.findings.push(Finding::Broken { case_id: r.case_id.clone(), detail });
         }
     }
     for b in baseline {
         let Some(c) = cur.get(b.case_id.as_str()) else {
-            report.findings.push(Finding::Missing {
-                case_id: b.case_id.clone(),
-            });
+            report.findings.push(Finding::Missing { case_id: b.case_id.clone() });
             continue;
         };
         report.compared += 1;
         if failed(c).is_some() {
             continue; // already reported
         }
-        let timings = [
-            ("primal", &b.primal, &c.primal),
-            ("vjp", &b.vjp, &c.vjp),
-            ("jvp", &b.jvp, &c.jvp),
-        ];
+        let timings = [("primal", &b.primal, &c.primal), ("vjp", &b.vjp, &c.vjp), ("jvp", &b.jvp, &c.jvp)];
         for (mode, tb, tc) in timings {
             let (Some(tb), Some(tc)) = (tb, tc) else {
                 continue;
@@ -156,10 +122,7 @@ pub fn gate(baseline: &[ResultRow], current: &[ResultRow], cfg: &GateConfig) -> 
 }
 
 fn xml_escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
 /// A JUnit XML summary: one test case per compared case id, failures for findings.
@@ -180,10 +143,7 @@ pub fn junit(report: &GateReport, case_ids: &[String]) -> String {
         ids.len()
     );
     for id in ids {
-        s.push_str(&format!(
-            "  <testcase classname=\"adgauge\" name=\"{}\"",
-            xml_escape(id)
-        ));
+        s.push_str(&format!("  <testcase classname=\"adgauge\" name=\"{}\"", xml_escape(id)));
         match by_case.get(id) {
             None => s.push_str("/>\n"),
             Some(fs) => {
@@ -191,29 +151,16 @@ pub fn junit(report: &GateReport, case_ids: &[String]) -> String {
                 for f in fs {
                     let (kind, msg) = match f {
                         Finding::Broken { detail, .. } => ("broken", detail.clone()),
-                        Finding::Slower {
-                            metric,
-                            baseline,
-                            current,
-                            ratio,
-                            noise,
-                            ..
-                        } => (
+                        Finding::Slower { metric, baseline, current, ratio, noise, .. } => (
                             "slower",
                             format!(
                                 "{metric}: {baseline:.3e} s -> {current:.3e} s ({ratio:.2}x, noise {:.0}%)",
                                 noise * 100.0
                             ),
                         ),
-                        Finding::Missing { .. } => (
-                            "missing",
-                            "the case is missing from the current run".to_string(),
-                        ),
+                        Finding::Missing { .. } => ("missing", "the case is missing from the current run".to_string()),
                     };
-                    s.push_str(&format!(
-                        "    <failure type=\"{kind}\" message=\"{}\"/>\n",
-                        xml_escape(&msg)
-                    ));
+                    s.push_str(&format!("    <failure type=\"{kind}\" message=\"{}\"/>\n", xml_escape(&msg)));
                 }
                 s.push_str("  </testcase>\n");
             }
@@ -252,12 +199,7 @@ mod tests {
             primal_peak_bytes: None,
             vjp_peak_bytes: None,
             jvp_peak_bytes: None,
-            checks: vec![Check {
-                name: "fd-vjp".into(),
-                worst: 1e-9,
-                tolerance: 1e-6,
-                passed: true,
-            }],
+            checks: vec![Check { name: "fd-vjp".into(), worst: 1e-9, tolerance: 1e-6, passed: true }],
             status: Status::Ok,
             message: None,
         }
@@ -279,14 +221,7 @@ mod tests {
         assert!(r.slower() && !r.broken());
         let slow: Vec<&str> = r.findings.iter().map(|f| f.case_id()).collect();
         assert_eq!(slow, vec!["a", "a"]); // primal and vjp
-        let short = gate(
-            &base,
-            &cur,
-            &GateConfig {
-                min_seconds: 0.01,
-                ..GateConfig::default()
-            },
-        );
+        let short = gate(&base, &cur, &GateConfig { min_seconds: 0.01, ..GateConfig::default() });
         assert!(short.findings.is_empty());
     }
 
@@ -300,21 +235,13 @@ mod tests {
         assert!(r.broken());
         let xml = junit(&r, &["a".to_string(), "b<c".to_string()]);
         assert!(xml.contains("tests=\"2\" failures=\"1\""), "{xml}");
-        assert!(
-            xml.contains("<failure type=\"broken\" message=\"check fd-vjp worst 5.000e-1"),
-            "{xml}"
-        );
+        assert!(xml.contains("<failure type=\"broken\" message=\"check fd-vjp worst 5.000e-1"), "{xml}");
         assert!(xml.contains("name=\"b&lt;c\"/>"), "{xml}");
     }
 
     #[test]
     fn a_case_missing_from_the_current_run_is_reported() {
         let r = gate(&[row("a", 1e-3, 0.0)], &[], &GateConfig::default());
-        assert_eq!(
-            r.findings,
-            vec![Finding::Missing {
-                case_id: "a".into()
-            }]
-        );
+        assert_eq!(r.findings, vec![Finding::Missing { case_id: "a".into() }]);
     }
 }

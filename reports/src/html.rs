@@ -9,21 +9,15 @@ use crate::gate::{Finding, GateConfig, gate};
 use crate::schema::{ResultRow, RunInfo, Status};
 
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
 fn anchor(s: &str) -> String {
-    s.chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-        .collect()
+    s.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect()
 }
 
 fn ms(x: Option<f64>) -> String {
-    x.map(|s| format!("{:.3}", s * 1e3))
-        .unwrap_or_else(|| "–".into())
+    x.map(|s| format!("{:.3}", s * 1e3)).unwrap_or_else(|| "–".into())
 }
 
 fn ratio(x: Option<f64>) -> String {
@@ -46,16 +40,8 @@ type Ratios = (Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>);
 
 /// Mean of logs (geometric mean) of positive finite values.
 fn geo_mean(xs: &[f64]) -> Option<f64> {
-    let v: Vec<f64> = xs
-        .iter()
-        .copied()
-        .filter(|x| x.is_finite() && *x > 0.0)
-        .collect();
-    if v.is_empty() {
-        None
-    } else {
-        Some((v.iter().map(|x| x.ln()).sum::<f64>() / v.len() as f64).exp())
-    }
+    let v: Vec<f64> = xs.iter().copied().filter(|x| x.is_finite() && *x > 0.0).collect();
+    if v.is_empty() { None } else { Some((v.iter().map(|x| x.ln()).sum::<f64>() / v.len() as f64).exp()) }
 }
 
 fn status_class(s: Status) -> &'static str {
@@ -68,13 +54,7 @@ fn status_class(s: Status) -> &'static str {
 
 /// The parameter that varies within a group of rows (n or k), if any.
 fn varying(rows: &[&ResultRow]) -> Option<&'static str> {
-    ["k", "n"].into_iter().find(|p| {
-        rows.iter()
-            .filter_map(|r| r.params.get(*p))
-            .collect::<BTreeSet<_>>()
-            .len()
-            > 1
-    })
+    ["k", "n"].into_iter().find(|p| rows.iter().filter_map(|r| r.params.get(*p)).collect::<BTreeSet<_>>().len() > 1)
 }
 
 /// Renders the report for a history (oldest run first; the newest is the one reported on).
@@ -95,13 +75,7 @@ pub fn render(history: &[(RunInfo, Vec<ResultRow>)]) -> String {
         esc(&info.run_id),
         history.len()
     );
-    for a in [
-        "summary",
-        "environment",
-        "overheads",
-        "validation",
-        "trends",
-    ] {
+    for a in ["summary", "environment", "overheads", "validation", "trends"] {
         let _ = write!(h, "<a href=\"#{a}\">{a}</a>");
     }
     for w in &workloads {
@@ -138,37 +112,18 @@ pub fn render(history: &[(RunInfo, Vec<ResultRow>)]) -> String {
             esc(&prev_info.run_id),
             report.compared
         );
-        let mut slower: Vec<&Finding> = report
-            .findings
-            .iter()
-            .filter(|f| matches!(f, Finding::Slower { .. }))
-            .collect();
+        let mut slower: Vec<&Finding> =
+            report.findings.iter().filter(|f| matches!(f, Finding::Slower { .. })).collect();
         slower.sort_by(|a, b| match (a, b) {
             (Finding::Slower { ratio: x, .. }, Finding::Slower { ratio: y, .. }) => y.total_cmp(x),
             _ => std::cmp::Ordering::Equal,
         });
-        let broken = report
-            .findings
-            .iter()
-            .filter(|f| matches!(f, Finding::Broken { .. }))
-            .count();
-        let _ = write!(
-            h,
-            "{} slower beyond threshold and noise, {broken} broken.</p>",
-            slower.len()
-        );
+        let broken = report.findings.iter().filter(|f| matches!(f, Finding::Broken { .. })).count();
+        let _ = write!(h, "{} slower beyond threshold and noise, {broken} broken.</p>", slower.len());
         if !slower.is_empty() {
             h.push_str("<table><tr><th class=\"l\">worst regressions</th><th>metric</th><th>before ms</th><th>now ms</th><th>ratio</th></tr>");
             for f in slower.iter().take(10) {
-                if let Finding::Slower {
-                    case_id,
-                    metric,
-                    baseline,
-                    current,
-                    ratio,
-                    ..
-                } = f
-                {
+                if let Finding::Slower { case_id, metric, baseline, current, ratio, .. } = f {
                     let _ = write!(
                         h,
                         "<tr><td class=\"l\">{}</td><td>{}</td><td>{:.3}</td><td>{:.3}</td><td class=\"bad\">{ratio:.2}</td></tr>",
@@ -198,48 +153,25 @@ pub fn render(history: &[(RunInfo, Vec<ResultRow>)]) -> String {
         ("CPU", info.cpu_model.clone()),
         ("cores", info.cores.to_string()),
         ("frequency governor", info.governor.clone()),
-        (
-            "threads",
-            threads
-                .iter()
-                .map(|t| t.to_string())
-                .collect::<Vec<_>>()
-                .join(", "),
-        ),
-        (
-            "seeds",
-            seeds
-                .iter()
-                .map(|t| t.to_string())
-                .collect::<Vec<_>>()
-                .join(", "),
-        ),
+        ("threads", threads.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", ")),
+        ("seeds", seeds.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", ")),
     ];
     for (k, v) in env {
-        let _ = write!(
-            h,
-            "<tr><th class=\"l\">{k}</th><td class=\"l\">{}</td></tr>",
-            esc(&v)
-        );
+        let _ = write!(h, "<tr><th class=\"l\">{k}</th><td class=\"l\">{}</td></tr>", esc(&v));
     }
     h.push_str("</table>");
 
     // Overhead bars: geometric mean over each workload's cases per backend x mode x rule.
     let mut groups: BTreeMap<String, Ratios> = BTreeMap::new();
     for r in rows.iter().filter(|r| r.status == Status::Ok) {
-        let g = groups
-            .entry(format!("{} {} {}", r.workload, r.backend, r.rule))
-            .or_default();
+        let g = groups.entry(format!("{} {} {}", r.workload, r.backend, r.rule)).or_default();
         g.0.extend(r.vjp_overhead());
         g.1.extend(r.jvp_overhead());
         g.2.extend(r.vjp_memory_ratio());
         g.3.extend(r.jvp_memory_ratio());
     }
     let bar_set = |pick: &dyn Fn(&Ratios) -> &Vec<f64>, mode: &str| -> Vec<(String, f64)> {
-        groups
-            .iter()
-            .filter_map(|(k, g)| geo_mean(pick(g)).map(|m| (format!("{k} {mode}"), m)))
-            .collect()
+        groups.iter().filter_map(|(k, g)| geo_mean(pick(g)).map(|m| (format!("{k} {mode}"), m))).collect()
     };
     h.push_str("<h2 id=\"overheads\">AD overhead</h2><p class=\"note\">Geometric mean over each workload's cases; derivative time / primal time on the same device in the same run, and peak memory ratios.</p><div class=\"charts\">");
     let mut time_bars = bar_set(&|g| &g.0, "vjp");
@@ -266,11 +198,7 @@ pub fn render(history: &[(RunInfo, Vec<ResultRow>)]) -> String {
     for r in rows {
         for c in &r.checks {
             any = true;
-            let (class, word) = if c.passed {
-                ("ok", "pass")
-            } else {
-                ("bad", "FAIL")
-            };
+            let (class, word) = if c.passed { ("ok", "pass") } else { ("bad", "FAIL") };
             let _ = write!(
                 h,
                 "<tr><td class=\"l\"><a href=\"#c-{}\">{}</a></td><td class=\"l\">{}</td><td>{:.2e}</td><td>{:.0e}</td><td class=\"l {class}\">{word}</td></tr>",
@@ -292,29 +220,14 @@ pub fn render(history: &[(RunInfo, Vec<ResultRow>)]) -> String {
     for w in &workloads {
         let mut series: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
         for (i, (_, rs)) in history.iter().enumerate() {
-            for r in rs
-                .iter()
-                .filter(|r| &r.workload == w && (r.rule == "auto" || r.rule == "-"))
-            {
+            for r in rs.iter().filter(|r| &r.workload == w && (r.rule == "auto" || r.rule == "-")) {
                 if let Some(o) = r.vjp_overhead() {
-                    let label = r
-                        .params
-                        .iter()
-                        .map(|(k, v)| format!("{k}={v}"))
-                        .collect::<Vec<_>>()
-                        .join(" ");
-                    series
-                        .entry(format!("{} {} {label}", r.backend, r.dtype))
-                        .or_default()
-                        .push(((i + 1) as f64, o));
+                    let label = r.params.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ");
+                    series.entry(format!("{} {} {label}", r.backend, r.dtype)).or_default().push(((i + 1) as f64, o));
                 }
             }
         }
-        let s: Vec<Series> = series
-            .into_iter()
-            .take(6)
-            .map(|(name, points)| Series { name, points })
-            .collect();
+        let s: Vec<Series> = series.into_iter().take(6).map(|(name, points)| Series { name, points }).collect();
         h.push_str(&chart_or_note(charts::trend(
             &format!("{w}: vjp overhead over runs"),
             "vjp / primal",
@@ -327,56 +240,30 @@ pub fn render(history: &[(RunInfo, Vec<ResultRow>)]) -> String {
     // Per-workload sections.
     for w in &workloads {
         let mine: Vec<&ResultRow> = rows.iter().filter(|r| r.workload == *w).collect();
-        let _ = write!(
-            h,
-            "<h2 id=\"w-{}\">{}</h2><div class=\"charts\">",
-            anchor(w),
-            esc(w)
-        );
+        let _ = write!(h, "<h2 id=\"w-{}\">{}</h2><div class=\"charts\">", anchor(w), esc(w));
         let mut by_group: BTreeMap<String, Vec<&ResultRow>> = BTreeMap::new();
         for r in &mine {
-            by_group
-                .entry(format!("{} {} {}", r.backend, r.dtype, r.rule))
-                .or_default()
-                .push(r);
+            by_group.entry(format!("{} {} {}", r.backend, r.dtype, r.rule)).or_default().push(r);
         }
         for (g, rs) in &by_group {
             let Some(p) = varying(rs) else { continue };
             let x = |r: &ResultRow| r.params.get(p).and_then(|v| v.parse::<f64>().ok());
             let line = |pick: &dyn Fn(&ResultRow) -> Option<f64>| -> Vec<(f64, f64)> {
-                let mut v: Vec<(f64, f64)> =
-                    rs.iter().filter_map(|r| Some((x(r)?, pick(r)?))).collect();
+                let mut v: Vec<(f64, f64)> = rs.iter().filter_map(|r| Some((x(r)?, pick(r)?))).collect();
                 v.sort_by(|a, b| a.0.total_cmp(&b.0));
                 v
             };
             let runtimes = vec![
-                Series {
-                    name: "primal".into(),
-                    points: line(&|r| r.primal.as_ref().map(|t| t.median_s)),
-                },
-                Series {
-                    name: "vjp".into(),
-                    points: line(&|r| r.vjp.as_ref().map(|t| t.median_s)),
-                },
-                Series {
-                    name: "jvp".into(),
-                    points: line(&|r| r.jvp.as_ref().map(|t| t.median_s)),
-                },
+                Series { name: "primal".into(), points: line(&|r| r.primal.as_ref().map(|t| t.median_s)) },
+                Series { name: "vjp".into(), points: line(&|r| r.vjp.as_ref().map(|t| t.median_s)) },
+                Series { name: "jvp".into(), points: line(&|r| r.jvp.as_ref().map(|t| t.median_s)) },
             ];
             let overheads = vec![
-                Series {
-                    name: "vjp/primal".into(),
-                    points: line(&|r| r.vjp_overhead()),
-                },
-                Series {
-                    name: "jvp/primal".into(),
-                    points: line(&|r| r.jvp_overhead()),
-                },
+                Series { name: "vjp/primal".into(), points: line(&|r| r.vjp_overhead()) },
+                Series { name: "jvp/primal".into(), points: line(&|r| r.jvp_overhead()) },
             ];
             let title = format!("{w} {g}: runtime and overhead vs {p}");
-            h.push_str(&chart_or_note(charts::runtime_and_overhead(
-                &title, p, &runtimes, &overheads,
-            )));
+            h.push_str(&chart_or_note(charts::runtime_and_overhead(&title, p, &runtimes, &overheads)));
         }
         h.push_str("</div><table><tr><th class=\"l\">case</th><th>primal ms</th><th>vjp ms</th><th>jvp ms</th><th>vjp/primal</th><th>jvp/primal</th><th>mem vjp</th><th>mem jvp</th><th class=\"l\">status</th></tr>");
         for r in &mine {
@@ -396,16 +283,15 @@ pub fn render(history: &[(RunInfo, Vec<ResultRow>)]) -> String {
                 esc(&format!(
                     "{}{}",
                     r.status.name(),
-                    r.message
-                        .as_ref()
-                        .map(|m| format!(": {m}"))
-                        .unwrap_or_default()
+                    r.message.as_ref().map(|m| format!(": {m}")).unwrap_or_default()
                 ))
             );
         }
         h.push_str("</table>");
     }
-    h.push_str("<p class=\"note\">Generated by adgauge from result files alone; no scripts, no network.</p></body></html>");
+    h.push_str(
+        "<p class=\"note\">Generated by adgauge from result files alone; no scripts, no network.</p></body></html>",
+    );
     h
 }
 
@@ -416,13 +302,7 @@ mod tests {
 
     fn row(workload: &str, k: u64, vjp_ms: f64, passed: bool) -> ResultRow {
         let t = |ms: f64| {
-            Some(Timing {
-                min_s: ms * 0.9e-3,
-                median_s: ms * 1e-3,
-                max_s: ms * 1.1e-3,
-                batch: 1,
-                samples: 5,
-            })
+            Some(Timing { min_s: ms * 0.9e-3, median_s: ms * 1e-3, max_s: ms * 1.1e-3, batch: 1, samples: 5 })
         };
         let mut params = BTreeMap::new();
         params.insert("k".to_string(), k.to_string());
@@ -469,48 +349,21 @@ mod tests {
 
     #[test]
     fn the_report_has_every_section_charts_for_both_runs_and_no_scripts() {
-        let first = vec![
-            row("hist-add", 10, 2.0, true),
-            row("hist-add", 1000, 2.0, true),
-            row("hist-mul", 10, 2.5, true),
-        ];
-        let second = vec![
-            row("hist-add", 10, 5.0, true),
-            row("hist-add", 1000, 2.0, true),
-            row("hist-mul", 10, 2.5, false),
-        ];
+        let first =
+            vec![row("hist-add", 10, 2.0, true), row("hist-add", 1000, 2.0, true), row("hist-mul", 10, 2.5, true)];
+        let second =
+            vec![row("hist-add", 10, 5.0, true), row("hist-add", 1000, 2.0, true), row("hist-mul", 10, 2.5, false)];
         let html = render(&[(info("r1"), first), (info("r2"), second)]);
         assert!(html.starts_with("<!DOCTYPE html>") && html.ends_with("</html>"));
-        for id in [
-            "summary",
-            "environment",
-            "overheads",
-            "validation",
-            "trends",
-            "w-hist-add",
-            "w-hist-mul",
-        ] {
-            assert!(
-                html.contains(&format!("id=\"{id}\"")),
-                "missing section {id}"
-            );
-            assert!(
-                html.contains(&format!("href=\"#{id}\"")),
-                "missing link to {id}"
-            );
+        for id in ["summary", "environment", "overheads", "validation", "trends", "w-hist-add", "w-hist-mul"] {
+            assert!(html.contains(&format!("id=\"{id}\"")), "missing section {id}");
+            assert!(html.contains(&format!("href=\"#{id}\"")), "missing link to {id}");
         }
         // Runtime-vs-k chart for hist-add, 2 bar charts, 2 trend charts.
-        assert!(
-            html.matches("<svg").count() >= 5,
-            "{}",
-            html.matches("<svg").count()
-        );
+        assert!(html.matches("<svg").count() >= 5, "{}", html.matches("<svg").count());
         assert!(html.contains("runtime and overhead vs k"));
         // The 2.5x slower vjp of the k=10 case is listed among the regressions; the failed check shows.
-        assert!(
-            html.contains("worst regressions")
-                && html.contains("hist-add[k=10,n=1000000]/cpu/f32/auto")
-        );
+        assert!(html.contains("worst regressions") && html.contains("hist-add[k=10,n=1000000]/cpu/f32/auto"));
         assert!(html.contains("FAIL"));
         assert!(html.contains("host &lt;x&gt;"), "text is escaped");
         // Nothing is fetched: no scripts, no external references (the SVG namespace URI is a name).

@@ -121,13 +121,7 @@ impl ResultRow {
 }
 
 /// The stable id of a case: workload, sorted parameters, backend, dtype and rule.
-pub fn case_id(
-    workload: &str,
-    params: &BTreeMap<String, String>,
-    backend: &str,
-    dtype: &str,
-    rule: &str,
-) -> String {
+pub fn case_id(workload: &str, params: &BTreeMap<String, String>, backend: &str, dtype: &str, rule: &str) -> String {
     let p: Vec<String> = params.iter().map(|(k, v)| format!("{k}={v}")).collect();
     format!("{workload}[{}]/{backend}/{dtype}/{rule}", p.join(","))
 }
@@ -144,14 +138,8 @@ mod tests {
         let mut b = BTreeMap::new();
         b.insert("k".to_string(), "10".to_string());
         b.insert("n".to_string(), "1000".to_string());
-        assert_eq!(
-            case_id("hist-add", &a, "cpu", "f32", "auto"),
-            case_id("hist-add", &b, "cpu", "f32", "auto")
-        );
-        assert_eq!(
-            case_id("hist-add", &a, "cpu", "f32", "auto"),
-            "hist-add[k=10,n=1000]/cpu/f32/auto"
-        );
+        assert_eq!(case_id("hist-add", &a, "cpu", "f32", "auto"), case_id("hist-add", &b, "cpu", "f32", "auto"));
+        assert_eq!(case_id("hist-add", &a, "cpu", "f32", "auto"), "hist-add[k=10,n=1000]/cpu/f32/auto");
     }
 
     #[test]
@@ -166,20 +154,8 @@ mod tests {
             rule: "auto".into(),
             threads: 2,
             seed: 1,
-            primal: Some(Timing {
-                min_s: 1.0,
-                median_s: 2.0,
-                max_s: 3.0,
-                batch: 1,
-                samples: 3,
-            }),
-            vjp: Some(Timing {
-                min_s: 4.0,
-                median_s: 5.0,
-                max_s: 6.0,
-                batch: 1,
-                samples: 3,
-            }),
+            primal: Some(Timing { min_s: 1.0, median_s: 2.0, max_s: 3.0, batch: 1, samples: 3 }),
+            vjp: Some(Timing { min_s: 4.0, median_s: 5.0, max_s: 6.0, batch: 1, samples: 3 }),
             jvp: None,
             primal_peak_bytes: Some(100),
             vjp_peak_bytes: Some(250),

@@ -18,26 +18,15 @@ use crate::schema::{Check, ResultRow, RunInfo, SCHEMA_VERSION, Status, Timing};
 /// Errors reading or writing result files.
 #[derive(Debug)]
 pub enum StoreError {
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    Parse {
-        path: PathBuf,
-        line: usize,
-        message: String,
-    },
+    Io { path: PathBuf, source: std::io::Error },
+    Parse { path: PathBuf, line: usize, message: String },
 }
 
 impl fmt::Display for StoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StoreError::Io { path, source } => write!(f, "{}: {source}", path.display()),
-            StoreError::Parse {
-                path,
-                line,
-                message,
-            } => write!(f, "{}:{line}: {message}", path.display()),
+            StoreError::Parse { path, line, message } => write!(f, "{}:{line}: {message}", path.display()),
         }
     }
 }
@@ -45,10 +34,7 @@ impl fmt::Display for StoreError {
 impl std::error::Error for StoreError {}
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
-    move |source| StoreError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
+    move |source| StoreError::Io { path: path.to_path_buf(), source }
 }
 
 /// The columns, in order. Adding a column is a schema change: bump SCHEMA_VERSION.
@@ -128,15 +114,7 @@ pub fn to_csv_line(run: &RunInfo, row: &ResultRow) -> String {
     let checks: Vec<String> = row
         .checks
         .iter()
-        .map(|c| {
-            format!(
-                "{}={:e}/{:e}/{}",
-                c.name,
-                c.worst,
-                c.tolerance,
-                if c.passed { "ok" } else { "FAIL" }
-            )
-        })
+        .map(|c| format!("{}={:e}/{:e}/{}", c.name, c.worst, c.tolerance, if c.passed { "ok" } else { "FAIL" }))
         .collect();
     let mut f: Vec<String> = vec![
         row.schema_version.to_string(),
@@ -252,20 +230,13 @@ fn parse_timing(f: &[String]) -> Result<Option<Timing>, String> {
     if f[1].is_empty() {
         return Ok(None);
     }
-    let num = |s: &str| {
-        s.parse::<f64>()
-            .map_err(|_| format!("'{s}' is not a number"))
-    };
+    let num = |s: &str| s.parse::<f64>().map_err(|_| format!("'{s}' is not a number"));
     Ok(Some(Timing {
         min_s: num(&f[0])?,
         median_s: num(&f[1])?,
         max_s: num(&f[2])?,
-        samples: f[3]
-            .parse()
-            .map_err(|_| format!("'{}' is not a sample count", f[3]))?,
-        batch: f[4]
-            .parse()
-            .map_err(|_| format!("'{}' is not a batch size", f[4]))?,
+        samples: f[3].parse().map_err(|_| format!("'{}' is not a sample count", f[3]))?,
+        batch: f[4].parse().map_err(|_| format!("'{}' is not a batch size", f[4]))?,
     }))
 }
 
@@ -275,23 +246,13 @@ fn parse_checks(s: &str) -> Result<Vec<Check>, String> {
     }
     s.split(';')
         .map(|c| {
-            let (name, rest) = c
-                .split_once('=')
-                .ok_or_else(|| format!("check '{c}' has no '='"))?;
+            let (name, rest) = c.split_once('=').ok_or_else(|| format!("check '{c}' has no '='"))?;
             let parts: Vec<&str> = rest.split('/').collect();
             if parts.len() != 3 {
                 return Err(format!("check '{c}' is not name=worst/tolerance/state"));
             }
-            let num = |s: &str| {
-                s.parse::<f64>()
-                    .map_err(|_| format!("check '{c}': '{s}' is not a number"))
-            };
-            Ok(Check {
-                name: name.into(),
-                worst: num(parts[0])?,
-                tolerance: num(parts[1])?,
-                passed: parts[2] == "ok",
-            })
+            let num = |s: &str| s.parse::<f64>().map_err(|_| format!("check '{c}': '{s}' is not a number"));
+            Ok(Check { name: name.into(), worst: num(parts[0])?, tolerance: num(parts[1])?, passed: parts[2] == "ok" })
         })
         .collect()
 }
@@ -309,53 +270,31 @@ fn parse_status(s: &str) -> Result<Status, String> {
 
 /// Position of a column by name.
 fn col(name: &str) -> usize {
-    COLUMNS
-        .iter()
-        .position(|c| *c == name)
-        .unwrap_or_else(|| panic!("internal: no column {name}"))
+    COLUMNS.iter().position(|c| *c == name).unwrap_or_else(|| panic!("internal: no column {name}"))
 }
 
 /// Parses a run file: its run information and rows.
 pub fn parse_csv(text: &str, path: &Path) -> Result<(RunInfo, Vec<ResultRow>), StoreError> {
-    let err = |line: usize, message: String| StoreError::Parse {
-        path: path.to_path_buf(),
-        line,
-        message,
-    };
+    let err = |line: usize, message: String| StoreError::Parse { path: path.to_path_buf(), line, message };
     let recs = records(text).map_err(|(l, m)| err(l, m))?;
     let Some((_, header)) = recs.first() else {
         return Err(err(1, "empty file: expected the header line".into()));
     };
-    if header
-        .iter()
-        .map(String::as_str)
-        .ne(COLUMNS.iter().copied())
-    {
+    if header.iter().map(String::as_str).ne(COLUMNS.iter().copied()) {
         return Err(err(
             1,
-            format!(
-                "unexpected header (expected the {} columns of schema {SCHEMA_VERSION})",
-                COLUMNS.len()
-            ),
+            format!("unexpected header (expected the {} columns of schema {SCHEMA_VERSION})", COLUMNS.len()),
         ));
     }
     let mut run = None;
     let mut rows = Vec::new();
     for (line, f) in &recs[1..] {
         if f.len() != COLUMNS.len() {
-            return Err(err(
-                *line,
-                format!("{} fields, expected {}", f.len(), COLUMNS.len()),
-            ));
+            return Err(err(*line, format!("{} fields, expected {}", f.len(), COLUMNS.len())));
         }
-        let version: u32 = f[0]
-            .parse()
-            .map_err(|_| err(*line, format!("bad schema_version '{}'", f[0])))?;
+        let version: u32 = f[0].parse().map_err(|_| err(*line, format!("bad schema_version '{}'", f[0])))?;
         if version != SCHEMA_VERSION {
-            return Err(err(
-                *line,
-                format!("schema version {version}, this adgauge reads {SCHEMA_VERSION}"),
-            ));
+            return Err(err(*line, format!("schema version {version}, this adgauge reads {SCHEMA_VERSION}")));
         }
         let info = RunInfo {
             run_id: f[1].clone(),
@@ -364,9 +303,7 @@ pub fn parse_csv(text: &str, path: &Path) -> Result<(RunInfo, Vec<ResultRow>), S
             adgauge_version: f[4].clone(),
             machine: f[5].clone(),
             cpu_model: f[6].clone(),
-            cores: f[7]
-                .parse()
-                .map_err(|_| err(*line, format!("bad cores '{}'", f[7])))?,
+            cores: f[7].parse().map_err(|_| err(*line, format!("bad cores '{}'", f[7])))?,
             governor: f[8].clone(),
         };
         if run.is_none() {
@@ -374,21 +311,16 @@ pub fn parse_csv(text: &str, path: &Path) -> Result<(RunInfo, Vec<ResultRow>), S
         }
         let mut params = BTreeMap::new();
         for kv in f[11].split(';').filter(|s| !s.is_empty()) {
-            let (k, v) = kv
-                .split_once('=')
-                .ok_or_else(|| err(*line, format!("parameter '{kv}' has no '='")))?;
+            let (k, v) = kv.split_once('=').ok_or_else(|| err(*line, format!("parameter '{kv}' has no '='")))?;
             params.insert(k.to_string(), v.to_string());
         }
         let num = |i: usize| -> Result<Option<u64>, StoreError> {
             if f[i].is_empty() {
                 Ok(None)
             } else {
-                f[i].parse().map(Some).map_err(|_| {
-                    err(
-                        *line,
-                        format!("{}: '{}' is not a whole number", COLUMNS[i], f[i]),
-                    )
-                })
+                f[i].parse()
+                    .map(Some)
+                    .map_err(|_| err(*line, format!("{}: '{}' is not a whole number", COLUMNS[i], f[i])))
             }
         };
         rows.push(ResultRow {
@@ -399,12 +331,8 @@ pub fn parse_csv(text: &str, path: &Path) -> Result<(RunInfo, Vec<ResultRow>), S
             backend: f[12].clone(),
             dtype: f[13].clone(),
             rule: f[14].clone(),
-            threads: f[15]
-                .parse()
-                .map_err(|_| err(*line, format!("bad threads '{}'", f[15])))?,
-            seed: f[16]
-                .parse()
-                .map_err(|_| err(*line, format!("bad seed '{}'", f[16])))?,
+            threads: f[15].parse().map_err(|_| err(*line, format!("bad threads '{}'", f[15])))?,
+            seed: f[16].parse().map_err(|_| err(*line, format!("bad seed '{}'", f[16])))?,
             primal: parse_timing(&f[col("primal_min_s")..]).map_err(|m| err(*line, m))?,
             vjp: parse_timing(&f[col("vjp_min_s")..]).map_err(|m| err(*line, m))?,
             jvp: parse_timing(&f[col("jvp_min_s")..]).map_err(|m| err(*line, m))?,
@@ -430,10 +358,7 @@ pub fn read_run(path: &Path) -> Result<(RunInfo, Vec<ResultRow>), StoreError> {
 pub fn write_atomic(path: &Path, contents: &str) -> Result<(), StoreError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     fs::create_dir_all(dir).map_err(io(dir))?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
     let mut f = fs::File::create(&tmp).map_err(io(&tmp))?;
     f.write_all(contents.as_bytes()).map_err(io(&tmp))?;
@@ -470,9 +395,7 @@ pub fn read_history(dir: &Path) -> Result<Vec<(RunInfo, Vec<ResultRow>)>, StoreE
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| {
             p.extension().is_some_and(|x| x == "csv")
-                && !p
-                    .file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+                && !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.'))
         })
         .collect();
     paths.sort();
@@ -507,45 +430,17 @@ mod tests {
             rule: "auto".into(),
             threads: 2,
             seed: 42,
-            primal: Some(Timing {
-                min_s: 1e-3,
-                median_s: 1.5e-3,
-                max_s: 2e-3,
-                batch: 1,
-                samples: 5,
-            }),
-            vjp: Some(Timing {
-                min_s: 2e-3,
-                median_s: 3e-3,
-                max_s: 4e-3,
-                batch: 7,
-                samples: 5,
-            }),
+            primal: Some(Timing { min_s: 1e-3, median_s: 1.5e-3, max_s: 2e-3, batch: 1, samples: 5 }),
+            vjp: Some(Timing { min_s: 2e-3, median_s: 3e-3, max_s: 4e-3, batch: 7, samples: 5 }),
             jvp: None,
             primal_peak_bytes: Some(4000),
             vjp_peak_bytes: Some(8000),
             jvp_peak_bytes: None,
-            checks: vec![Check {
-                name: "fd-vjp".into(),
-                worst: 1.5e-9,
-                tolerance: 1e-6,
-                passed: true,
-            }],
+            checks: vec![Check { name: "fd-vjp".into(), worst: 1.5e-9, tolerance: 1e-6, passed: true }],
             status: Status::Failed,
             message: Some("line one\nline, two".into()),
         };
-        (
-            run,
-            vec![
-                row.clone(),
-                ResultRow {
-                    case_id: "other".into(),
-                    checks: vec![],
-                    message: None,
-                    ..row
-                },
-            ],
-        )
+        (run, vec![row.clone(), ResultRow { case_id: "other".into(), checks: vec![], message: None, ..row }])
     }
 
     #[test]
@@ -562,13 +457,9 @@ mod tests {
         let (run, rows) = sample();
         let text = to_csv(&run, &rows);
         let broken = text.replacen("cpu,f32", "cpu", 1);
-        let e = parse_csv(&broken, Path::new("h/r.csv"))
-            .unwrap_err()
-            .to_string();
+        let e = parse_csv(&broken, Path::new("h/r.csv")).unwrap_err().to_string();
         assert!(e.starts_with("h/r.csv:2:"), "{e}");
-        let e = parse_csv("a,b\n", Path::new("r.csv"))
-            .unwrap_err()
-            .to_string();
+        let e = parse_csv("a,b\n", Path::new("r.csv")).unwrap_err().to_string();
         assert!(e.contains("r.csv:1: unexpected header"), "{e}");
         let e = parse_csv("", Path::new("r.csv")).unwrap_err().to_string();
         assert!(e.contains("empty file"), "{e}");

@@ -55,22 +55,8 @@ impl HistWorkload {
     }
 
     /// The generator parameters of a case of this workload.
-    pub fn spec(
-        &self,
-        n: usize,
-        k: usize,
-        dist: IndexDist,
-        out_of_range: f64,
-        seed: u64,
-    ) -> HistSpec {
-        HistSpec {
-            n,
-            k,
-            dist,
-            out_of_range,
-            values: self.values(),
-            seed,
-        }
+    pub fn spec(&self, n: usize, k: usize, dist: IndexDist, out_of_range: f64, seed: u64) -> HistSpec {
+        HistSpec { n, k, dist, out_of_range, values: self.values(), seed }
     }
 
     /// Puts a case on the engine's device, rounded to `dtype`.
@@ -89,13 +75,7 @@ impl HistWorkload {
 
     /// Reverse mode: the histogram and the adjoints of dest and vals for `hist_bar`, with the
     /// reduce_by_index rule `rule`. Runs the forward sweep, tapes it, and runs the reverse sweep.
-    pub fn vjp<B: Ops>(
-        &self,
-        b: &B,
-        rule: HistRule,
-        x: &HistInputs<B>,
-        hist_bar: &B::T,
-    ) -> Result<HistVjp<B>> {
+    pub fn vjp<B: Ops>(&self, b: &B, rule: HistRule, x: &HistInputs<B>, hist_bar: &B::T) -> Result<HistVjp<B>> {
         let r = Reverse::new(b.clone()).with_hist_rule(rule);
         let dest = r.var(x.dest.clone());
         let vals = r.var(x.vals.clone());
@@ -139,30 +119,11 @@ mod tests {
             let bar_t = cpu.tensor(&bar, &[17], DType::F64).unwrap();
             let out = w.vjp(&cpu, HistRule::Auto, &x, &bar_t).unwrap();
             let (h, db, vb) = oracle::hist_vjp(w.op, &data.dest, &data.inds, &data.vals, &bar);
-            let close = |a: &[f64], b: &[f64]| {
-                a.iter()
-                    .zip(b)
-                    .all(|(x, y)| (x - y).abs() <= 1e-12 * y.abs().max(1.0))
-            };
-            assert!(
-                close(&cpu.to_vec(&out.hist).unwrap(), &h),
-                "{} hist",
-                w.name()
-            );
-            assert!(
-                close(&cpu.to_vec(&out.dest_bar).unwrap(), &db),
-                "{} dest_bar",
-                w.name()
-            );
-            assert!(
-                close(&cpu.to_vec(&out.vals_bar).unwrap(), &vb),
-                "{} vals_bar",
-                w.name()
-            );
-            assert!(close(
-                &cpu.to_vec(&w.primal(&cpu, &x).unwrap()).unwrap(),
-                &h
-            ));
+            let close = |a: &[f64], b: &[f64]| a.iter().zip(b).all(|(x, y)| (x - y).abs() <= 1e-12 * y.abs().max(1.0));
+            assert!(close(&cpu.to_vec(&out.hist).unwrap(), &h), "{} hist", w.name());
+            assert!(close(&cpu.to_vec(&out.dest_bar).unwrap(), &db), "{} dest_bar", w.name());
+            assert!(close(&cpu.to_vec(&out.vals_bar).unwrap(), &vb), "{} vals_bar", w.name());
+            assert!(close(&cpu.to_vec(&w.primal(&cpu, &x).unwrap()).unwrap(), &h));
         }
     }
 }

@@ -35,27 +35,15 @@ pub struct Plan {
 impl Plan {
     pub fn new(n: usize, k: usize) -> Plan {
         if n < PAR_MIN || k == 0 {
-            let subs = if k <= SMALL_K && n >= 4 * SUBS * k.max(1) {
-                SUBS
-            } else {
-                1
-            };
-            return Plan {
-                chunks: 1,
-                subs,
-                chunk_len: n.max(1),
-            };
+            let subs = if k <= SMALL_K && n >= 4 * SUBS * k.max(1) { SUBS } else { 1 };
+            return Plan { chunks: 1, subs, chunk_len: n.max(1) };
         }
         // Private rows cost O(chunks * k) to fill and merge; keep that well below n.
         let by_size = n / MIN_CHUNK;
         let by_k = n / (2 * k);
         let chunks = by_size.min(by_k).clamp(1, MAX_CHUNKS);
         let subs = if k <= SMALL_K { SUBS } else { 1 };
-        Plan {
-            chunks,
-            subs,
-            chunk_len: n.div_ceil(chunks),
-        }
+        Plan { chunks, subs, chunk_len: n.div_ceil(chunks) }
     }
 
     pub fn rows(&self) -> usize {
@@ -66,24 +54,13 @@ impl Plan {
 #[inline(always)]
 fn bin_of(inds: &[i64], i: usize, k: usize) -> Option<usize> {
     let b = inds[i];
-    if (b as u64) < k as u64 {
-        Some(b as usize)
-    } else {
-        None
-    }
+    if (b as u64) < k as u64 { Some(b as usize) } else { None }
 }
 
 /// Folds element i into the accumulator of its bin, for every i with an in-range index.
 /// `fold(acc, i)` adds element i; `merge(acc, later)` appends a later row's partial result.
 /// Returns the k per-bin totals (neutral for empty bins).
-pub fn bin_totals<A, F, M>(
-    pool: &Arc<Pool>,
-    inds: &[i64],
-    k: usize,
-    neutral: A,
-    fold: F,
-    merge: M,
-) -> Buf<A>
+pub fn bin_totals<A, F, M>(pool: &Arc<Pool>, inds: &[i64], k: usize, neutral: A, fold: F, merge: M) -> Buf<A>
 where
     A: Copy + Default + Send + Sync + 'static,
     F: Fn(&mut A, usize) + Sync,
@@ -119,9 +96,7 @@ where
             }
         }
     };
-    rows.par_chunks_mut(k * plan.subs)
-        .enumerate()
-        .for_each(|(c, block)| fold_chunk(c, block));
+    rows.par_chunks_mut(k * plan.subs).enumerate().for_each(|(c, block)| fold_chunk(c, block));
     let mut out = pool.take::<A>(k);
     let nrows = plan.rows();
     let merge_block = |bb: usize, o: &mut [A]| {
@@ -135,15 +110,61 @@ where
         }
     };
     if k < PAR_MIN {
-        out.chunks_mut(MERGE_BLOCK)
-            .enumerate()
-            .for_each(|(bb, o)| merge_block(bb, o));
+        out.chunks_mut(MERGE_BLOCK).enumerate().for_each(|(bb, o)| merge_block(bb, o));
     } else {
-        out.par_chunks_mut(MERGE_BLOCK)
-            .enumerate()
-            .for_each(|(bb, o)| merge_block(bb, o));
+        out.par_chunks_mut(MERGE_BLOCK).enumerate().for_each(|(bb, o)| merge_block(bb, o));
     }
     out
+}
+
+/// Like [`bin_totals`] but keeps one row of k totals per chunk (sub-histograms merged into
+/// their chunk's row, in order): the chunk totals of the chunked general rule. Returns the plan
+/// (its chunk boundaries) and the `plan.chunks * k` rows.
+pub fn chunk_totals<A, F, M>(pool: &Arc<Pool>, inds: &[i64], k: usize, neutral: A, fold: F, merge: M) -> (Plan, Buf<A>)
+where
+    A: Copy + Default + Send + Sync + 'static,
+    F: Fn(&mut A, usize) + Sync,
+    M: Fn(&mut A, A) + Sync,
+{
+    let n = inds.len();
+    let plan = Plan::new(n, k);
+    let mut rows = pool.take::<A>(plan.chunks * k);
+    let fold_chunk = |c: usize, row: &mut [A], scratch: &mut Vec<A>| {
+        row.fill(neutral);
+        let start = c * plan.chunk_len;
+        let end = n.min(start + plan.chunk_len);
+        if plan.subs == 1 {
+            for i in start..end {
+                if let Some(b) = bin_of(inds, i, k) {
+                    fold(&mut row[b], i);
+                }
+            }
+            return;
+        }
+        // Interleaved sub-histograms break the dependency chain on a hot bin (tiny k).
+        scratch.clear();
+        scratch.resize(SUBS * k, neutral);
+        for i in start..end {
+            if let Some(b) = bin_of(inds, i, k) {
+                fold(&mut scratch[((i - start) % SUBS) * k + b], i);
+            }
+        }
+        row.copy_from_slice(&scratch[..k]);
+        for s in 1..SUBS {
+            for (acc, &x) in row.iter_mut().zip(&scratch[s * k..(s + 1) * k]) {
+                merge(acc, x);
+            }
+        }
+    };
+    if plan.chunks == 1 || k == 0 {
+        let mut scratch = Vec::new();
+        for (c, row) in rows.chunks_mut(k.max(1)).enumerate().take(plan.chunks) {
+            fold_chunk(c, row, &mut scratch);
+        }
+    } else {
+        rows.par_chunks_mut(k).enumerate().for_each_init(Vec::new, |scratch, (c, row)| fold_chunk(c, row, scratch));
+    }
+    (plan, rows)
 }
 
 #[cfg(test)]
@@ -167,9 +188,7 @@ mod tests {
     fn totals_match_a_sequential_fold_and_ignore_out_of_range() {
         let pool = Pool::new();
         for &(n, k) in &[(0usize, 3usize), (5, 1), (100_000, 7), (300_000, 5000)] {
-            let inds: Vec<i64> = (0..n)
-                .map(|i| ((i * 2654435761) % (k + 3)) as i64 - 1)
-                .collect();
+            let inds: Vec<i64> = (0..n).map(|i| ((i * 2654435761) % (k + 3)) as i64 - 1).collect();
             let got = bin_totals(&pool, &inds, k, 0i64, |a, i| *a += i as i64, |a, b| *a += b);
             let mut want = vec![0i64; k];
             for (i, &b) in inds.iter().enumerate() {

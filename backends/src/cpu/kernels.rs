@@ -5,7 +5,7 @@
 
 use rayon::prelude::*;
 
-use crate::{BinaryOp, Elem, HistOp, UnaryOp};
+use crate::{BinaryOp, Elem, HistOp, Operand, UnaryOp};
 
 /// Below this many elements a kernel runs sequentially: spawning costs more than it saves.
 pub const PAR_MIN: usize = 1 << 15;
@@ -18,15 +18,10 @@ pub fn fill_with<T: Send, F: Fn(usize) -> T + Sync>(out: &mut [T], f: F) {
     if out.len() < PAR_MIN {
         out.iter_mut().enumerate().for_each(|(i, o)| *o = f(i));
     } else {
-        out.par_chunks_mut(BLOCK)
-            .enumerate()
-            .for_each(|(c, block)| {
-                let base = c * BLOCK;
-                block
-                    .iter_mut()
-                    .enumerate()
-                    .for_each(|(j, o)| *o = f(base + j));
-            });
+        out.par_chunks_mut(BLOCK).enumerate().for_each(|(c, block)| {
+            let base = c * BLOCK;
+            block.iter_mut().enumerate().for_each(|(j, o)| *o = f(base + j));
+        });
     }
 }
 
@@ -44,9 +39,7 @@ pub fn par_copy<T: Copy + Send + Sync>(out: &mut [T], src: &[T]) {
     if out.len() < PAR_MIN {
         out.copy_from_slice(src);
     } else {
-        out.par_chunks_mut(BLOCK)
-            .zip(src.par_chunks(BLOCK))
-            .for_each(|(o, s)| o.copy_from_slice(s));
+        out.par_chunks_mut(BLOCK).zip(src.par_chunks(BLOCK)).for_each(|(o, s)| o.copy_from_slice(s));
     }
 }
 
@@ -142,6 +135,24 @@ pub fn combine<T: Elem>(op: HistOp, a: T, b: T) -> T {
                 a
             }
         }
+        HistOp::General(g) => (g.fns::<T>().combine)(a, b),
+    }
+}
+
+/// The partial of `a op b` with respect to one operand (asymmetric for min/max: the left
+/// operand wins ties).
+#[inline]
+pub fn partial<T: Elem>(op: HistOp, side: Operand, a: T, b: T) -> T {
+    match (op, side) {
+        (HistOp::Add, _) => T::one(),
+        (HistOp::Mul, Operand::Left) => b,
+        (HistOp::Mul, Operand::Right) => a,
+        (HistOp::Min, Operand::Left) => truth(a <= b),
+        (HistOp::Min, Operand::Right) => truth(b < a),
+        (HistOp::Max, Operand::Left) => truth(a >= b),
+        (HistOp::Max, Operand::Right) => truth(b > a),
+        (HistOp::General(g), Operand::Left) => (g.fns::<T>().d1)(a, b),
+        (HistOp::General(g), Operand::Right) => (g.fns::<T>().d2)(a, b),
     }
 }
 
@@ -177,17 +188,9 @@ mod tests {
 
     #[test]
     fn blocked_reduction_is_independent_of_the_thread_count() {
-        let x: Vec<f32> = (0..200_000)
-            .map(|i| ((i * 7919) % 1000) as f32 * 1e-3)
-            .collect();
-        let one = rayon::ThreadPoolBuilder::new()
-            .num_threads(1)
-            .build()
-            .unwrap();
-        let three = rayon::ThreadPoolBuilder::new()
-            .num_threads(3)
-            .build()
-            .unwrap();
+        let x: Vec<f32> = (0..200_000).map(|i| ((i * 7919) % 1000) as f32 * 1e-3).collect();
+        let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+        let three = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
         let a = one.install(|| reduce(HistOp::Add, &x));
         let b = three.install(|| reduce(HistOp::Add, &x));
         assert_eq!(a.to_bits(), b.to_bits());

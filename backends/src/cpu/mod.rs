@@ -4,14 +4,17 @@
 mod hist;
 mod kernels;
 mod pool;
+mod scan;
 mod sort;
 
 use std::sync::Arc;
 
 use crate::device::Device;
-use crate::ops::{Extremum, IndexMeta, OutOfRange, TensorMeta};
+use rayon::prelude::*;
+
+use crate::ops::{ChunkedHist, Extremum, IndexMeta, Operand, OutOfRange, ScanSpec, TensorMeta};
 use crate::{BinaryOp, DType, Elem, HistOp, OpError, Ops, Result, UnaryOp};
-use kernels::{fill_with, par_copy};
+use kernels::{fill_with, par_copy, par_fill};
 pub use pool::{Buf, Pool};
 
 /// Values of a CPU tensor.
@@ -72,11 +75,7 @@ impl TensorMeta for CpuTensor {
 impl CpuTensor {
     fn slice<T: CpuElem>(&self) -> Result<&[T]> {
         T::view(&self.values).ok_or_else(|| {
-            OpError::Device(format!(
-                "internal: tensor is {} but {} was expected",
-                self.dtype(),
-                T::DTYPE
-            ))
+            OpError::Device(format!("internal: tensor is {} but {} was expected", self.dtype(), T::DTYPE))
         })
     }
 }
@@ -128,21 +127,14 @@ macro_rules! by_dtype {
 
 fn same_dtype(op: &'static str, a: &CpuTensor, b: &CpuTensor) -> Result<DType> {
     if a.dtype() != b.dtype() {
-        return Err(OpError::DType {
-            op,
-            left: a.dtype(),
-            right: b.dtype(),
-        });
+        return Err(OpError::DType { op, left: a.dtype(), right: b.dtype() });
     }
     Ok(a.dtype())
 }
 
 fn same_len(op: &'static str, what: &str, a: usize, b: usize) -> Result<()> {
     if a != b {
-        return Err(OpError::Shape {
-            op,
-            detail: format!("{what}: {a} vs {b}"),
-        });
+        return Err(OpError::Shape { op, detail: format!("{what}: {a} vs {b}") });
     }
     Ok(())
 }
@@ -155,10 +147,7 @@ fn broadcast_shape(op: &'static str, a: &[usize], b: &[usize]) -> Result<Vec<usi
     } else if na == 1 {
         Ok(b.to_vec())
     } else {
-        Err(OpError::Shape {
-            op,
-            detail: format!("{a:?} vs {b:?} do not broadcast"),
-        })
+        Err(OpError::Shape { op, detail: format!("{a:?} vs {b:?} do not broadcast") })
     }
 }
 
@@ -169,17 +158,9 @@ impl Cpu {
         if let Some(t) = threads {
             b = b.num_threads(t.max(1));
         }
-        let pool = b
-            .build()
-            .map_err(|e| OpError::Device(format!("cannot start CPU threads: {e}")))?;
+        let pool = b.build().map_err(|e| OpError::Device(format!("cannot start CPU threads: {e}")))?;
         let nthreads = pool.current_num_threads();
-        Ok(Cpu {
-            inner: Arc::new(CpuInner {
-                pool: Pool::new(),
-                threads: pool,
-                nthreads,
-            }),
-        })
+        Ok(Cpu { inner: Arc::new(CpuInner { pool: Pool::new(), threads: pool, nthreads }) })
     }
 
     fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
@@ -191,10 +172,7 @@ impl Cpu {
     }
 
     fn wrap<T: CpuElem>(&self, b: Buf<T>, shape: Vec<usize>) -> CpuTensor {
-        CpuTensor {
-            values: Arc::new(T::wrap(b)),
-            shape,
-        }
+        CpuTensor { values: Arc::new(T::wrap(b)), shape }
     }
 
     fn wrap_index(&self, b: Buf<i64>) -> CpuIndex {
@@ -223,70 +201,56 @@ impl Cpu {
         Ok(self.wrap(out, x.shape.clone()))
     }
 
-    fn binary_t<T: CpuElem>(
+    fn binary_t<T: CpuElem>(&self, op: BinaryOp, a: &CpuTensor, b: &CpuTensor) -> Result<CpuTensor> {
+        self.zip_t::<T>("binary", a, b, |x, y| kernels::binary(op, x, y))
+    }
+
+    /// `out[i] = f(a[i], b[i])` with broadcasting of a one-element operand.
+    fn zip_t<T: CpuElem>(
         &self,
-        op: BinaryOp,
+        name: &'static str,
         a: &CpuTensor,
         b: &CpuTensor,
+        f: impl Fn(T, T) -> T + Sync,
     ) -> Result<CpuTensor> {
-        let shape = broadcast_shape("binary", &a.shape, &b.shape)?;
+        let shape = broadcast_shape(name, &a.shape, &b.shape)?;
         let (xs, ys) = (a.slice::<T>()?, b.slice::<T>()?);
         let n: usize = shape.iter().product();
         let mut out = self.pool().take::<T>(n);
         match (xs.len() == n, ys.len() == n) {
-            (true, true) => fill_with(&mut out, |i| kernels::binary(op, xs[i], ys[i])),
+            (true, true) => fill_with(&mut out, |i| f(xs[i], ys[i])),
             (false, true) => {
                 let x = xs[0];
-                fill_with(&mut out, |i| kernels::binary(op, x, ys[i]))
+                fill_with(&mut out, |i| f(x, ys[i]))
             }
             (true, false) => {
                 let y = ys[0];
-                fill_with(&mut out, |i| kernels::binary(op, xs[i], y))
+                fill_with(&mut out, |i| f(xs[i], y))
             }
             (false, false) => unreachable!("broadcast_shape admits no such pair"),
         }
         Ok(self.wrap(out, shape))
     }
 
-    fn select_t<T: CpuElem>(
-        &self,
-        mask: &CpuTensor,
-        a: &CpuTensor,
-        b: &CpuTensor,
-    ) -> Result<CpuTensor> {
+    fn select_t<T: CpuElem>(&self, mask: &CpuTensor, a: &CpuTensor, b: &CpuTensor) -> Result<CpuTensor> {
         let n = mask.numel();
         let (ms, xs, ys) = (mask.slice::<T>()?, a.slice::<T>()?, b.slice::<T>()?);
         for (what, len) in [("a", xs.len()), ("b", ys.len())] {
             if len != n && len != 1 {
-                return Err(OpError::Shape {
-                    op: "select",
-                    detail: format!("mask has {n} elements, {what} {len}"),
-                });
+                return Err(OpError::Shape { op: "select", detail: format!("mask has {n} elements, {what} {len}") });
             }
         }
-        let (sx, sy) = (
-            usize::from(xs.len() == n && n != 1),
-            usize::from(ys.len() == n && n != 1),
-        );
+        let (sx, sy) = (usize::from(xs.len() == n && n != 1), usize::from(ys.len() == n && n != 1));
         let mut out = self.pool().take::<T>(n);
         // A stride of 0 broadcasts a one-element operand.
-        fill_with(&mut out, |i| {
-            if ms[i] != T::zero() {
-                xs[i * sx]
-            } else {
-                ys[i * sy]
-            }
-        });
+        fill_with(&mut out, |i| if ms[i] != T::zero() { xs[i * sx] } else { ys[i * sy] });
         Ok(self.wrap(out, mask.shape.clone()))
     }
 
     fn index_eq_t<T: CpuElem>(&self, i: &CpuIndex, value: i64) -> Result<CpuTensor> {
         let ix = &i.data;
         let mut out = self.pool().take::<T>(ix.len());
-        fill_with(
-            &mut out,
-            |j| if ix[j] == value { T::one() } else { T::zero() },
-        );
+        fill_with(&mut out, |j| if ix[j] == value { T::one() } else { T::zero() });
         Ok(self.wrap(out, vec![ix.len()]))
     }
 
@@ -297,12 +261,7 @@ impl Cpu {
         Ok(self.wrap(out, vec![1]))
     }
 
-    fn gather_t<T: CpuElem>(
-        &self,
-        src: &CpuTensor,
-        idx: &CpuIndex,
-        oob: OutOfRange,
-    ) -> Result<CpuTensor> {
+    fn gather_t<T: CpuElem>(&self, src: &CpuTensor, idx: &CpuIndex, oob: OutOfRange) -> Result<CpuTensor> {
         let s = src.slice::<T>()?;
         let ix = &idx.data[..];
         let len = s.len();
@@ -310,12 +269,7 @@ impl Cpu {
             OutOfRange::Fill(v) => T::of_f64(v),
             OutOfRange::Error => {
                 if let Some(position) = ix.iter().position(|&b| (b as u64) >= len as u64) {
-                    return Err(OpError::IndexOutOfRange {
-                        op: "gather",
-                        index: ix[position],
-                        position,
-                        len,
-                    });
+                    return Err(OpError::IndexOutOfRange { op: "gather", index: ix[position], position, len });
                 }
                 T::zero()
             }
@@ -323,21 +277,12 @@ impl Cpu {
         let mut out = self.pool().take::<T>(ix.len());
         fill_with(&mut out, |i| {
             let b = ix[i];
-            if (b as u64) < len as u64 {
-                s[b as usize]
-            } else {
-                fill
-            }
+            if (b as u64) < len as u64 { s[b as usize] } else { fill }
         });
         Ok(self.wrap(out, vec![ix.len()]))
     }
 
-    fn scatter_t<T: CpuElem>(
-        &self,
-        dest: &CpuTensor,
-        idx: &CpuIndex,
-        vals: &CpuTensor,
-    ) -> Result<CpuTensor> {
+    fn scatter_t<T: CpuElem>(&self, dest: &CpuTensor, idx: &CpuIndex, vals: &CpuTensor) -> Result<CpuTensor> {
         let (d, v) = (dest.slice::<T>()?, vals.slice::<T>()?);
         let ix = &idx.data[..];
         same_len("scatter", "indices vs values", ix.len(), v.len())?;
@@ -366,22 +311,8 @@ impl Cpu {
         let neutral = T::of_f64(op.neutral());
         // One closure pair per operator, so each inner loop is specialised.
         let totals = match op {
-            HistOp::Add => hist::bin_totals(
-                pool,
-                ix,
-                k,
-                neutral,
-                |a, i| *a = *a + v[i],
-                |a, b| *a = *a + b,
-            ),
-            HistOp::Mul => hist::bin_totals(
-                pool,
-                ix,
-                k,
-                neutral,
-                |a, i| *a = *a * v[i],
-                |a, b| *a = *a * b,
-            ),
+            HistOp::Add => hist::bin_totals(pool, ix, k, neutral, |a, i| *a = *a + v[i], |a, b| *a = *a + b),
+            HistOp::Mul => hist::bin_totals(pool, ix, k, neutral, |a, i| *a = *a * v[i], |a, b| *a = *a * b),
             HistOp::Min => hist::bin_totals(
                 pool,
                 ix,
@@ -414,6 +345,10 @@ impl Cpu {
                     }
                 },
             ),
+            HistOp::General(g) => {
+                let c = g.fns::<T>().combine;
+                hist::bin_totals(pool, ix, k, neutral, |a, i| *a = c(*a, v[i]), |a, b| *a = c(*a, b))
+            }
         };
         let mut out = pool.take::<T>(k);
         fill_with(&mut out, |b| kernels::combine(op, d[b], totals[b]));
@@ -429,12 +364,7 @@ impl Cpu {
     ) -> Result<(CpuTensor, CpuIndex)> {
         let (d, v) = (dest.slice::<T>()?, vals.slice::<T>()?);
         let ix = &inds.data[..];
-        same_len(
-            "arg_reduce_by_index",
-            "indices vs values",
-            ix.len(),
-            v.len(),
-        )?;
+        same_len("arg_reduce_by_index", "indices vs values", ix.len(), v.len())?;
         let (k, pool) = (d.len(), self.pool());
         let totals = match ext {
             Extremum::Min => self.arg_totals::<T, false>(ix, v, k),
@@ -445,36 +375,20 @@ impl Cpu {
         // dest sits at position -1: it wins every tie.
         fill_with(&mut vals_out, |b| {
             let (tv, tp) = totals[b];
-            if ext.beats(tv, tp, d[b], -1) {
-                tv
-            } else {
-                d[b]
-            }
+            if ext.beats(tv, tp, d[b], -1) { tv } else { d[b] }
         });
         fill_with(&mut pos_out, |b| {
             let (tv, tp) = totals[b];
             if ext.beats(tv, tp, d[b], -1) { tp } else { -1 }
         });
-        Ok((
-            self.wrap(vals_out, dest.shape.clone()),
-            self.wrap_index(pos_out),
-        ))
+        Ok((self.wrap(vals_out, dest.shape.clone()), self.wrap_index(pos_out)))
     }
 
     /// Per-bin (winning value, position) of the elements alone; empty bins hold
     /// (neutral, i64::MAX), which any element beats.
-    fn arg_totals<T: CpuElem, const MAX: bool>(
-        &self,
-        ix: &[i64],
-        v: &[T],
-        k: usize,
-    ) -> Buf<(T, i64)> {
+    fn arg_totals<T: CpuElem, const MAX: bool>(&self, ix: &[i64], v: &[T], k: usize) -> Buf<(T, i64)> {
         let ext = if MAX { Extremum::Max } else { Extremum::Min };
-        let neutral = if MAX {
-            T::neg_infinity()
-        } else {
-            T::infinity()
-        };
+        let neutral = if MAX { T::neg_infinity() } else { T::infinity() };
         hist::bin_totals(
             self.pool(),
             ix,
@@ -501,12 +415,7 @@ impl Cpu {
     ) -> Result<(CpuTensor, CpuIndex)> {
         let v = vals.slice::<T>()?;
         let ix = &inds.data[..];
-        same_len(
-            "prod_nonzero_by_index",
-            "indices vs values",
-            ix.len(),
-            v.len(),
-        )?;
+        same_len("prod_nonzero_by_index", "indices vs values", ix.len(), v.len())?;
         let pool = self.pool();
         let totals = hist::bin_totals(
             pool,
@@ -514,11 +423,7 @@ impl Cpu {
             k,
             (T::one(), 0i64),
             |a, i| {
-                if v[i] == T::zero() {
-                    a.1 += 1
-                } else {
-                    a.0 = a.0 * v[i]
-                }
+                if v[i] == T::zero() { a.1 += 1 } else { a.0 = a.0 * v[i] }
             },
             |a, b| *a = (a.0 * b.0, a.1 + b.1),
         );
@@ -552,6 +457,264 @@ impl Cpu {
                 z0[b as usize] / v[i]
             }
         });
+        Ok(self.wrap(out, vals.shape.clone()))
+    }
+
+    fn fold_adjoint_t<T: CpuElem>(
+        &self,
+        op: HistOp,
+        l: &CpuTensor,
+        a: &CpuTensor,
+        r: &CpuTensor,
+        g: &CpuTensor,
+    ) -> Result<CpuTensor> {
+        let (ls, xs, rs, gs) = (l.slice::<T>()?, a.slice::<T>()?, r.slice::<T>()?, g.slice::<T>()?);
+        let n = xs.len();
+        same_len("fold_adjoint", "l vs a", ls.len(), n)?;
+        same_len("fold_adjoint", "r vs a", rs.len(), n)?;
+        if gs.len() != n && gs.len() != 1 {
+            return Err(OpError::Shape { op: "fold_adjoint", detail: format!("g has {} elements, a {n}", gs.len()) });
+        }
+        let sg = usize::from(gs.len() == n);
+        let mut out = self.pool().take::<T>(n);
+        fill_with(&mut out, |i| {
+            let gi = gs[i * sg];
+            if gi == T::zero() {
+                return T::zero();
+            }
+            let y = kernels::combine(op, ls[i], xs[i]);
+            kernels::partial(op, Operand::Right, ls[i], xs[i]) * kernels::partial(op, Operand::Left, y, rs[i]) * gi
+        });
+        Ok(self.wrap(out, a.shape.clone()))
+    }
+
+    fn total_form_adjoint_t<T: CpuElem>(
+        &self,
+        op: HistOp,
+        inds: &CpuIndex,
+        vals: &CpuTensor,
+        hist: &CpuTensor,
+        hist_bar: &CpuTensor,
+    ) -> Result<CpuTensor> {
+        let total = op
+            .general()
+            .and_then(|g| g.fns::<T>().total)
+            .ok_or_else(|| OpError::Unsupported(format!("the operator {op} has no total form")))?;
+        let (v, h, g) = (vals.slice::<T>()?, hist.slice::<T>()?, hist_bar.slice::<T>()?);
+        let ix = &inds.data[..];
+        same_len("total_form_adjoint", "indices vs values", ix.len(), v.len())?;
+        same_len("total_form_adjoint", "hist vs hist_bar", h.len(), g.len())?;
+        let k = h.len() as u64;
+        let mut out = self.pool().take::<T>(v.len());
+        fill_with(&mut out, |i| {
+            let b = ix[i];
+            if (b as u64) >= k || g[b as usize] == T::zero() {
+                T::zero()
+            } else {
+                total(v[i], h[b as usize]) * g[b as usize]
+            }
+        });
+        Ok(self.wrap(out, vals.shape.clone()))
+    }
+
+    fn scan_t<T: CpuElem>(
+        &self,
+        op: HistOp,
+        x: &CpuTensor,
+        spec: ScanSpec,
+        segments: Option<&CpuIndex>,
+    ) -> Result<CpuTensor> {
+        let xs = x.slice::<T>()?;
+        let keys = segments.map(|s| &s.data[..]);
+        if let Some(k) = keys {
+            same_len("scan", "segments vs values", k.len(), xs.len())?;
+        }
+        let mut out = self.pool().take::<T>(xs.len());
+        let neutral = T::of_f64(op.neutral());
+        match op {
+            HistOp::Add => scan::scan(&mut out, xs, neutral, |a, b| a + b, spec, keys),
+            HistOp::General(g) => scan::scan(&mut out, xs, neutral, g.fns::<T>().combine, spec, keys),
+            _ => scan::scan(&mut out, xs, neutral, |a, b| kernels::combine(op, a, b), spec, keys),
+        }
+        Ok(self.wrap(out, x.shape.clone()))
+    }
+
+    fn linear_recurrence_t<T: CpuElem>(
+        &self,
+        a: &CpuTensor,
+        b: &CpuTensor,
+        spec: ScanSpec,
+        segments: Option<&CpuIndex>,
+    ) -> Result<CpuTensor> {
+        let (xa, xb) = (a.slice::<T>()?, b.slice::<T>()?);
+        same_len("linear_recurrence", "a vs b", xa.len(), xb.len())?;
+        let keys = segments.map(|s| &s.data[..]);
+        if let Some(k) = keys {
+            same_len("linear_recurrence", "segments vs values", k.len(), xa.len())?;
+        }
+        let mut out = self.pool().take::<T>(xa.len());
+        scan::linear_recurrence(&mut out, xa, xb, spec, keys);
+        Ok(self.wrap(out, a.shape.clone()))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn reduce_by_index_dual_t<T: CpuElem>(
+        &self,
+        dest: &CpuTensor,
+        dest_dot: &CpuTensor,
+        op: HistOp,
+        inds: &CpuIndex,
+        vals: &CpuTensor,
+        vals_dot: &CpuTensor,
+    ) -> Result<(CpuTensor, CpuTensor)> {
+        let (d, dd) = (dest.slice::<T>()?, dest_dot.slice::<T>()?);
+        let (v, vd) = (vals.slice::<T>()?, vals_dot.slice::<T>()?);
+        let ix = &inds.data[..];
+        same_len("reduce_by_index_dual", "indices vs values", ix.len(), v.len())?;
+        same_len("reduce_by_index_dual", "values vs tangents", v.len(), vd.len())?;
+        same_len("reduce_by_index_dual", "dest vs tangents", d.len(), dd.len())?;
+        let (k, pool) = (d.len(), self.pool());
+        let lift = |(a, da): (T, T), (b, db): (T, T)| {
+            (
+                kernels::combine(op, a, b),
+                kernels::partial(op, Operand::Left, a, b) * da + kernels::partial(op, Operand::Right, a, b) * db,
+            )
+        };
+        let totals = hist::bin_totals(
+            pool,
+            ix,
+            k,
+            (T::of_f64(op.neutral()), T::zero()),
+            |acc, i| *acc = lift(*acc, (v[i], vd[i])),
+            |acc, b| *acc = lift(*acc, b),
+        );
+        let mut h = pool.take::<T>(k);
+        let mut hd = pool.take::<T>(k);
+        fill_with(&mut h, |b| lift((d[b], dd[b]), totals[b]).0);
+        fill_with(&mut hd, |b| lift((d[b], dd[b]), totals[b]).1);
+        Ok((self.wrap(h, dest.shape.clone()), self.wrap(hd, dest.shape.clone())))
+    }
+
+    fn reduce_by_index_chunked_t<T: CpuElem>(
+        &self,
+        dest: &CpuTensor,
+        op: HistOp,
+        inds: &CpuIndex,
+        vals: &CpuTensor,
+    ) -> Result<ChunkedHist<CpuTensor>> {
+        let (d, v) = (dest.slice::<T>()?, vals.slice::<T>()?);
+        let ix = &inds.data[..];
+        same_len("reduce_by_index_chunked", "indices vs values", ix.len(), v.len())?;
+        let (k, pool) = (d.len(), self.pool());
+        let neutral = T::of_f64(op.neutral());
+        let comb = |a: T, b: T| kernels::combine(op, a, b);
+        let (plan, rows) =
+            hist::chunk_totals(pool, ix, k, neutral, |a, i| *a = comb(*a, v[i]), |a, b| *a = comb(*a, b));
+        let c = plan.chunks;
+        // Row c of the prefix: dest folded with chunk totals 0..c; of the suffix: the totals of
+        // chunks c+1.. (right-associated; the operator is associative).
+        let mut pre = pool.take::<T>(c * k);
+        let mut suf = pool.take::<T>(c * k);
+        par_copy(&mut pre[..k], d);
+        for ci in 1..c {
+            let (done, rest) = pre.split_at_mut(ci * k);
+            let prev = &done[(ci - 1) * k..];
+            let t = &rows[(ci - 1) * k..ci * k];
+            fill_with(&mut rest[..k], |b| comb(prev[b], t[b]));
+        }
+        par_fill(&mut suf[(c - 1) * k..], neutral);
+        for ci in (0..c - 1).rev() {
+            let (head, tail) = suf.split_at_mut((ci + 1) * k);
+            let next = &tail[..k];
+            let t = &rows[(ci + 1) * k..(ci + 2) * k];
+            fill_with(&mut head[ci * k..], |b| comb(t[b], next[b]));
+        }
+        let mut elements = pool.take::<T>(k);
+        fill_with(&mut elements, |b| (1..c).fold(rows[b], |acc, ci| comb(acc, rows[ci * k + b])));
+        let mut hist = pool.take::<T>(k);
+        fill_with(&mut hist, |b| comb(d[b], elements[b]));
+        Ok(ChunkedHist {
+            hist: self.wrap(hist, dest.shape.clone()),
+            elements: self.wrap(elements, dest.shape.clone()),
+            chunk_prefix: self.wrap(pre, vec![c, k]),
+            chunk_suffix: self.wrap(suf, vec![c, k]),
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn chunked_vals_adjoint_t<T: CpuElem>(
+        &self,
+        op: HistOp,
+        inds: &CpuIndex,
+        vals: &CpuTensor,
+        chunk_prefix: &CpuTensor,
+        chunk_suffix: &CpuTensor,
+        hist_bar: &CpuTensor,
+    ) -> Result<CpuTensor> {
+        let (v, pre, suf, g) =
+            (vals.slice::<T>()?, chunk_prefix.slice::<T>()?, chunk_suffix.slice::<T>()?, hist_bar.slice::<T>()?);
+        let ix = &inds.data[..];
+        let (n, k) = (v.len(), g.len());
+        same_len("chunked_vals_adjoint", "indices vs values", ix.len(), n)?;
+        let plan = hist::Plan::new(n, k);
+        if chunk_prefix.shape != [plan.chunks, k] || chunk_suffix.shape != [plan.chunks, k] {
+            return Err(OpError::Shape {
+                op: "chunked_vals_adjoint",
+                detail: format!(
+                    "chunk carries {:?} and {:?} do not fit {} chunks of {k} bins",
+                    chunk_prefix.shape, chunk_suffix.shape, plan.chunks
+                ),
+            });
+        }
+        let comb = |a: T, b: T| kernels::combine(op, a, b);
+        let bin = |i: usize| {
+            let b = ix[i];
+            if (b as u64) < k as u64 { Some(b as usize) } else { None }
+        };
+        let mut out = self.pool().take::<T>(n);
+        let chunk = |ci: usize, o: &mut [T], run: &mut Vec<T>, y1: &mut Vec<T>| {
+            let start = ci * plan.chunk_len;
+            // Forward: l = running value before the element, y1 = l op a; o holds d2(l, a).
+            run.clear();
+            run.extend_from_slice(&pre[ci * k..(ci + 1) * k]);
+            y1.clear();
+            y1.resize(o.len(), T::zero());
+            for j in 0..o.len() {
+                let i = start + j;
+                o[j] = match bin(i) {
+                    Some(b) => {
+                        let (l, a) = (run[b], v[i]);
+                        let y = comb(l, a);
+                        run[b] = y;
+                        y1[j] = y;
+                        kernels::partial(op, Operand::Right, l, a)
+                    }
+                    None => T::zero(),
+                };
+            }
+            // Backward: r = fold of the later elements and chunks.
+            run.copy_from_slice(&suf[ci * k..(ci + 1) * k]);
+            for j in (0..o.len()).rev() {
+                let i = start + j;
+                if let Some(b) = bin(i) {
+                    let r = run[b];
+                    run[b] = comb(v[i], r);
+                    let gb = g[b];
+                    o[j] = if gb == T::zero() {
+                        T::zero()
+                    } else {
+                        o[j] * kernels::partial(op, Operand::Left, y1[j], r) * gb
+                    };
+                }
+            }
+        };
+        if plan.chunks == 1 {
+            chunk(0, &mut out, &mut Vec::new(), &mut Vec::new());
+        } else {
+            out.par_chunks_mut(plan.chunk_len)
+                .enumerate()
+                .for_each_init(|| (Vec::new(), Vec::new()), |(run, y1), (ci, o)| chunk(ci, o, run, y1));
+        }
         Ok(self.wrap(out, vals.shape.clone()))
     }
 }
@@ -589,16 +752,8 @@ impl Ops for Cpu {
     }
 
     fn reshape(&self, t: &CpuTensor, shape: &[usize]) -> Result<CpuTensor> {
-        same_len(
-            "reshape",
-            "element count",
-            t.numel(),
-            shape.iter().product(),
-        )?;
-        Ok(CpuTensor {
-            values: t.values.clone(),
-            shape: shape.to_vec(),
-        })
+        same_len("reshape", "element count", t.numel(), shape.iter().product())?;
+        Ok(CpuTensor { values: t.values.clone(), shape: shape.to_vec() })
     }
 
     fn unary(&self, op: UnaryOp, x: &CpuTensor) -> Result<CpuTensor> {
@@ -634,17 +789,16 @@ impl Ops for Cpu {
     }
 
     fn sort_by_key(&self, keys: &CpuIndex, num_keys: usize) -> Result<CpuIndex> {
-        let perm = sort::sort_by_key(&keys.data, num_keys);
+        let (perm, _) = self.install(|| sort::sort_with_ranks(&keys.data, num_keys));
         Ok(self.wrap_index(Buf::from_vec(perm, self.pool())))
     }
 
-    fn reduce_by_index(
-        &self,
-        dest: &CpuTensor,
-        op: HistOp,
-        inds: &CpuIndex,
-        vals: &CpuTensor,
-    ) -> Result<CpuTensor> {
+    fn sort_by_key_ranked(&self, keys: &CpuIndex, num_keys: usize) -> Result<(CpuIndex, CpuIndex)> {
+        let (perm, ranks) = self.install(|| sort::sort_with_ranks(&keys.data, num_keys));
+        Ok((self.wrap_index(Buf::from_vec(perm, self.pool())), self.wrap_index(Buf::from_vec(ranks, self.pool()))))
+    }
+
+    fn reduce_by_index(&self, dest: &CpuTensor, op: HistOp, inds: &CpuIndex, vals: &CpuTensor) -> Result<CpuTensor> {
         let dt = same_dtype("reduce_by_index", dest, vals)?;
         self.install(|| by_dtype!(dt, self.reduce_by_index_t(dest, op, inds, vals)))
     }
@@ -660,12 +814,7 @@ impl Ops for Cpu {
         self.install(|| by_dtype!(dt, self.arg_reduce_by_index_t(dest, ext, inds, vals)))
     }
 
-    fn prod_nonzero_by_index(
-        &self,
-        inds: &CpuIndex,
-        vals: &CpuTensor,
-        k: usize,
-    ) -> Result<(CpuTensor, CpuIndex)> {
+    fn prod_nonzero_by_index(&self, inds: &CpuIndex, vals: &CpuTensor, k: usize) -> Result<(CpuTensor, CpuIndex)> {
         self.install(|| by_dtype!(vals.dtype(), self.prod_nonzero_by_index_t(inds, vals, k)))
     }
 
@@ -679,6 +828,119 @@ impl Ops for Cpu {
         same_dtype("prod_vals_adjoint", vals, c0)?;
         let dt = same_dtype("prod_vals_adjoint", c0, c1)?;
         self.install(|| by_dtype!(dt, self.prod_vals_adjoint_t(inds, vals, c0, c1)))
+    }
+
+    fn combine(&self, op: HistOp, a: &CpuTensor, b: &CpuTensor) -> Result<CpuTensor> {
+        let dt = same_dtype("combine", a, b)?;
+        self.install(|| match dt {
+            DType::F32 => self.zip_t::<f32>("combine", a, b, |x, y| kernels::combine(op, x, y)),
+            DType::F64 => self.zip_t::<f64>("combine", a, b, |x, y| kernels::combine(op, x, y)),
+        })
+    }
+
+    fn combine_partial(&self, op: HistOp, side: Operand, a: &CpuTensor, b: &CpuTensor) -> Result<CpuTensor> {
+        let dt = same_dtype("combine_partial", a, b)?;
+        self.install(|| match dt {
+            DType::F32 => self.zip_t::<f32>("combine_partial", a, b, |x, y| kernels::partial(op, side, x, y)),
+            DType::F64 => self.zip_t::<f64>("combine_partial", a, b, |x, y| kernels::partial(op, side, x, y)),
+        })
+    }
+
+    fn fold_adjoint(
+        &self,
+        op: HistOp,
+        l: &CpuTensor,
+        a: &CpuTensor,
+        r: &CpuTensor,
+        g: &CpuTensor,
+    ) -> Result<CpuTensor> {
+        same_dtype("fold_adjoint", l, a)?;
+        same_dtype("fold_adjoint", r, a)?;
+        let dt = same_dtype("fold_adjoint", g, a)?;
+        self.install(|| by_dtype!(dt, self.fold_adjoint_t(op, l, a, r, g)))
+    }
+
+    fn total_form_adjoint(
+        &self,
+        op: HistOp,
+        inds: &CpuIndex,
+        vals: &CpuTensor,
+        hist: &CpuTensor,
+        hist_bar: &CpuTensor,
+    ) -> Result<CpuTensor> {
+        same_dtype("total_form_adjoint", vals, hist)?;
+        let dt = same_dtype("total_form_adjoint", hist, hist_bar)?;
+        self.install(|| by_dtype!(dt, self.total_form_adjoint_t(op, inds, vals, hist, hist_bar)))
+    }
+
+    fn gather_index(&self, src: &CpuIndex, idx: &CpuIndex) -> Result<CpuIndex> {
+        let (s, ix) = (&src.data[..], &idx.data[..]);
+        let mut out = self.pool().take::<i64>(ix.len());
+        self.install(|| {
+            fill_with(&mut out, |i| {
+                let b = ix[i];
+                if (b as u64) < s.len() as u64 { s[b as usize] } else { -1 }
+            })
+        });
+        Ok(self.wrap_index(out))
+    }
+
+    fn scan(&self, op: HistOp, x: &CpuTensor, spec: ScanSpec, segments: Option<&CpuIndex>) -> Result<CpuTensor> {
+        self.install(|| by_dtype!(x.dtype(), self.scan_t(op, x, spec, segments)))
+    }
+
+    fn linear_recurrence(
+        &self,
+        a: &CpuTensor,
+        b: &CpuTensor,
+        spec: ScanSpec,
+        segments: Option<&CpuIndex>,
+    ) -> Result<CpuTensor> {
+        let dt = same_dtype("linear_recurrence", a, b)?;
+        self.install(|| by_dtype!(dt, self.linear_recurrence_t(a, b, spec, segments)))
+    }
+
+    fn reduce_by_index_dual(
+        &self,
+        dest: &CpuTensor,
+        dest_dot: &CpuTensor,
+        op: HistOp,
+        inds: &CpuIndex,
+        vals: &CpuTensor,
+        vals_dot: &CpuTensor,
+    ) -> Result<(CpuTensor, CpuTensor)> {
+        same_dtype("reduce_by_index_dual", dest, dest_dot)?;
+        same_dtype("reduce_by_index_dual", vals, vals_dot)?;
+        let dt = same_dtype("reduce_by_index_dual", dest, vals)?;
+        self.install(|| by_dtype!(dt, self.reduce_by_index_dual_t(dest, dest_dot, op, inds, vals, vals_dot)))
+    }
+
+    fn reduce_by_index_chunked(
+        &self,
+        dest: &CpuTensor,
+        op: HistOp,
+        inds: &CpuIndex,
+        vals: &CpuTensor,
+    ) -> Result<ChunkedHist<CpuTensor>> {
+        let dt = same_dtype("reduce_by_index_chunked", dest, vals)?;
+        self.install(|| by_dtype!(dt, self.reduce_by_index_chunked_t(dest, op, inds, vals)))
+    }
+
+    fn chunked_vals_adjoint(
+        &self,
+        op: HistOp,
+        inds: &CpuIndex,
+        vals: &CpuTensor,
+        chunk_prefix: &CpuTensor,
+        chunk_suffix: &CpuTensor,
+        hist_bar: &CpuTensor,
+    ) -> Result<CpuTensor> {
+        same_dtype("chunked_vals_adjoint", vals, chunk_prefix)?;
+        same_dtype("chunked_vals_adjoint", vals, chunk_suffix)?;
+        let dt = same_dtype("chunked_vals_adjoint", vals, hist_bar)?;
+        self.install(|| {
+            by_dtype!(dt, self.chunked_vals_adjoint_t(op, inds, vals, chunk_prefix, chunk_suffix, hist_bar))
+        })
     }
 }
 

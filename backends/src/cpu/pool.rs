@@ -34,14 +34,8 @@ pub struct Pool {
 
 impl Pool {
     pub fn new() -> Arc<Pool> {
-        let limit = std::env::var("ADGAUGE_POOL_BYTES")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(DEFAULT_LIMIT);
-        Arc::new(Pool {
-            shelves: Mutex::new(Shelves::default()),
-            limit,
-        })
+        let limit = std::env::var("ADGAUGE_POOL_BYTES").ok().and_then(|s| s.parse().ok()).unwrap_or(DEFAULT_LIMIT);
+        Arc::new(Pool { shelves: Mutex::new(Shelves::default()), limit })
     }
 
     /// A buffer of `len` elements with unspecified (but initialised) contents.
@@ -54,10 +48,7 @@ impl Pool {
             {
                 shelves.bytes -= bytes;
                 if let Ok(v) = boxed.downcast::<Vec<T>>() {
-                    return Buf {
-                        data: *v,
-                        pool: Some(self.clone()),
-                    };
+                    return Buf { data: *v, pool: Some(self.clone()) };
                 }
             }
         }
@@ -69,11 +60,7 @@ impl Pool {
     }
 
     /// A buffer filled with `value`.
-    pub fn filled<T: Copy + Default + Send + Sync + 'static>(
-        self: &Arc<Self>,
-        len: usize,
-        value: T,
-    ) -> Buf<T> {
+    pub fn filled<T: Copy + Default + Send + Sync + 'static>(self: &Arc<Self>, len: usize, value: T) -> Buf<T> {
         let mut b = self.take(len);
         super::kernels::par_fill(&mut b, value);
         b
@@ -90,11 +77,7 @@ impl Pool {
         }
         shelves.bytes += bytes;
         let len = v.len();
-        shelves
-            .by_kind
-            .entry((TypeId::of::<T>(), len))
-            .or_default()
-            .push(Box::new(v));
+        shelves.by_kind.entry((TypeId::of::<T>(), len)).or_default().push(Box::new(v));
     }
 
     /// Frees every cached buffer (before a memory measurement, or to give memory back).
@@ -119,10 +102,7 @@ pub struct Buf<T: Send + 'static> {
 impl<T: Send + 'static> Buf<T> {
     /// Wraps a vector that no pool has seen (it joins the pool when dropped).
     pub fn from_vec(data: Vec<T>, pool: &Arc<Pool>) -> Buf<T> {
-        Buf {
-            data,
-            pool: Some(pool.clone()),
-        }
+        Buf { data, pool: Some(pool.clone()) }
     }
 }
 

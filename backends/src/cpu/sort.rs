@@ -3,6 +3,19 @@
 //! Keys in `[0, num_keys)` are sorted; any other key goes to one extra bucket after them, in
 //! index order. A counting sort handles small key ranges in one pass; larger ranges use an LSD
 //! radix sort over ceil(log2(num_keys + 1)) bits, 11 bits per pass. Both are stable.
+//!
+//! [`sort_with_ranks`] also returns the ranks (the inverse permutation). Its counting pass runs
+//! in parallel over fixed chunks (boundaries from n and the bucket count only, so the result is
+//! the same for any thread count — and a stable sort has only one result anyway): per-chunk
+//! bucket counts, their exclusive prefix in (bucket, chunk) order, then every chunk ranks its
+//! elements in order.
+
+use rayon::prelude::*;
+
+/// Most chunks of the parallel counting pass.
+const MAX_SORT_CHUNKS: usize = 64;
+/// Fewest elements per chunk of the parallel counting pass.
+const MIN_SORT_CHUNK: usize = 1 << 15;
 
 const RADIX_BITS: u32 = 11;
 /// Up to this many buckets a single counting pass is used.
@@ -10,11 +23,7 @@ const COUNTING_MAX: usize = 1 << 16;
 
 #[inline]
 fn bucket(key: i64, num_keys: usize) -> usize {
-    if (key as u64) < num_keys as u64 {
-        key as usize
-    } else {
-        num_keys
-    }
+    if (key as u64) < num_keys as u64 { key as usize } else { num_keys }
 }
 
 /// Positions `0..keys.len()` ordered stably by key.
@@ -34,27 +43,61 @@ pub fn sort_by_key(keys: &[i64], num_keys: usize) -> Vec<i64> {
     perm
 }
 
+/// Stable sort by key: `(perm, ranks)` with `perm[ranks[i]] == i`.
+pub fn sort_with_ranks(keys: &[i64], num_keys: usize) -> (Vec<i64>, Vec<i64>) {
+    let n = keys.len();
+    let buckets = num_keys + 1;
+    if !(buckets <= COUNTING_MAX || buckets <= n / 4) {
+        let perm = sort_by_key(keys, num_keys);
+        let mut ranks = vec![0i64; n];
+        for (r, &p) in perm.iter().enumerate() {
+            ranks[p as usize] = r as i64;
+        }
+        return (perm, ranks);
+    }
+    // Chunks keep their count rows (chunks x buckets) well below n.
+    let chunks = (n / MIN_SORT_CHUNK).min(n / (2 * buckets).max(1)).clamp(1, MAX_SORT_CHUNKS);
+    let chunk_len = n.div_ceil(chunks).max(1);
+    let mut counts = vec![0usize; chunks * buckets];
+    counts.par_chunks_mut(buckets).zip(keys.par_chunks(chunk_len)).for_each(|(row, ks)| {
+        for &key in ks {
+            row[bucket(key, num_keys)] += 1;
+        }
+    });
+    // Exclusive prefix in (bucket, chunk) order: each chunk's first slot in each bucket.
+    let mut next = 0usize;
+    for d in 0..buckets {
+        for c in 0..chunks {
+            let here = counts[c * buckets + d];
+            counts[c * buckets + d] = next;
+            next += here;
+        }
+    }
+    let mut ranks = vec![0i64; n];
+    ranks.par_chunks_mut(chunk_len).zip(keys.par_chunks(chunk_len)).zip(counts.par_chunks_mut(buckets)).for_each(
+        |((rs, ks), slots)| {
+            for (r, &key) in rs.iter_mut().zip(ks) {
+                let d = bucket(key, num_keys);
+                *r = slots[d] as i64;
+                slots[d] += 1;
+            }
+        },
+    );
+    let mut perm = vec![0i64; n];
+    // Sequential: random writes, but a plain loop over one array (ranks are a permutation).
+    for (i, &r) in ranks.iter().enumerate() {
+        perm[r as usize] = i as i64;
+    }
+    (perm, ranks)
+}
+
 /// One stable counting pass over the digit `(bucket >> shift) & mask` of the keys at `perm`.
-fn counting_pass(
-    keys: &[i64],
-    num_keys: usize,
-    perm: Vec<i64>,
-    shift: u32,
-    width: u32,
-) -> Vec<i64> {
+fn counting_pass(keys: &[i64], num_keys: usize, perm: Vec<i64>, shift: u32, width: u32) -> Vec<i64> {
     let digit = |p: i64| -> usize {
         let b = bucket(keys[p as usize], num_keys);
-        if width >= usize::BITS {
-            b
-        } else {
-            (b >> shift) & ((1usize << width) - 1)
-        }
+        if width >= usize::BITS { b } else { (b >> shift) & ((1usize << width) - 1) }
     };
-    let size = if width >= usize::BITS {
-        num_keys + 1
-    } else {
-        1usize << width
-    };
+    let size = if width >= usize::BITS { num_keys + 1 } else { 1usize << width };
     let mut counts = vec![0usize; size + 1];
     for &p in &perm {
         counts[digit(p) + 1] += 1;
@@ -83,20 +126,17 @@ mod tests {
 
     #[test]
     fn counting_and_radix_paths_are_stable_and_agree_with_std() {
-        for &(n, k) in &[
-            (0usize, 5usize),
-            (1, 1),
-            (1000, 3),
-            (5000, 70_000),
-            (20_000, 3_000_000),
-        ] {
+        for &(n, k) in &[(0usize, 5usize), (1, 1), (1000, 3), (5000, 70_000), (20_000, 3_000_000), (300_000, 1000)] {
             let keys: Vec<i64> = (0..n)
-                .map(|i| {
-                    ((i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as i64 % (k as i64 + 2)
-                        - 1
-                })
+                .map(|i| ((i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as i64 % (k as i64 + 2) - 1)
                 .collect();
-            assert_eq!(sort_by_key(&keys, k), reference(&keys, k), "n={n} k={k}");
+            let want = reference(&keys, k);
+            assert_eq!(sort_by_key(&keys, k), want, "n={n} k={k}");
+            let (perm, ranks) = sort_with_ranks(&keys, k);
+            assert_eq!(perm, want, "ranked n={n} k={k}");
+            for (i, &r) in ranks.iter().enumerate() {
+                assert_eq!(perm[r as usize], i as i64);
+            }
         }
     }
 }

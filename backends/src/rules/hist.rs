@@ -11,12 +11,38 @@
 //!   of zeros, so h = (z > 0 ? 0 : p) and hist = dest * h. dest_bar = h * hist_bar and
 //!   vals_bar[i] = dest * hist_bar * (z == 0 ? p / v_i : (z == 1 and v_i == 0 ? p : 0)), which
 //!   never divides by zero (the v_i == 0 case takes the other branch).
+//! * general operator: each element sits in its bin's fold as y = (l op a) op r, with l the fold
+//!   of dest and the bin's earlier elements and r the fold of its later ones, so
+//!   vals_bar[i] = d2(l, a) d1(l op a, r) hist_bar[bin] and dest_bar = d1(dest, h) hist_bar with
+//!   h the fold of the bin's elements alone. l and r are kept apart (rather than using
+//!   d(a op c)/da with c = l op r) so that non-smooth operators keep the tie policy through
+//!   their asymmetric partials: applied to +, *, min and max the general rule gives the special
+//!   rules' answers, ties included. Two strategies find l and r:
+//!   - `general-sort`: a stable sort by bin, then exclusive segmented scans forwards and
+//!     backwards (dest folded in front of the forward one);
+//!   - `general-chunked`: no sort; fixed contiguous chunks (boundaries from (n, k) only), whose
+//!     totals the forward sweep computes in the same pass as the histogram; the pullback
+//!     re-runs each chunk's running array from the prefix of chunk totals (with dest) forwards
+//!     to get l and l op a, and from the suffix of chunk totals backwards to get r. O(n + P k).
+//! * total form (operators that have one, e.g. logaddexp, hypot): d hist / d a = total(a, t)
+//!   from the final bin value t alone, for elements and dest: one fused gather, like `+`.
+//!
+//! Rule choice ([`HistRule`]): `special` is the operator's own rule (the total form for a general
+//! operator, an error without one); `auto` is `special` where it exists, else `general-chunked`
+//! (sort-free, O(n + P k), and cheaper than sorting for any k the chunk plan accepts);
+//! `general-sort` and `general-chunked` always run the generic l/r path. Min/max never use a
+//! total form (at a tie every tied element equals t).
+//!
+//! Forward rules ([`reduce_by_index_jvp`]): `+` is the histogram of the tangents; min/max (and
+//! general operators with a tie break) gather the winner's tangent from the arg-histogram (dest's
+//! tangent when dest wins, position -1), because a lifted min/max would depend on the reduction
+//! order at ties; `*` and smooth general operators lift to dual numbers, which is exact.
 
 use std::fmt;
 use std::str::FromStr;
 
 use crate::ops::{Extremum, OutOfRange, TensorMeta};
-use crate::{HistOp, OpError, Ops, Result};
+use crate::{BinaryOp, HistOp, OpError, Operand, Ops, Result, ScanSpec};
 
 /// Which reverse rule `reduce_by_index` uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -32,12 +58,7 @@ pub enum HistRule {
 }
 
 impl HistRule {
-    pub const ALL: [HistRule; 4] = [
-        HistRule::Auto,
-        HistRule::Special,
-        HistRule::GeneralSort,
-        HistRule::GeneralChunked,
-    ];
+    pub const ALL: [HistRule; 4] = [HistRule::Auto, HistRule::Special, HistRule::GeneralSort, HistRule::GeneralChunked];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -61,17 +82,12 @@ impl FromStr for HistRule {
         HistRule::ALL
             .into_iter()
             .find(|r| r.name() == s)
-            .ok_or_else(|| {
-                format!(
-                    "unknown rule '{s}' (expected auto, special, general-sort or general-chunked)"
-                )
-            })
+            .ok_or_else(|| format!("unknown rule '{s}' (expected auto, special, general-sort or general-chunked)"))
     }
 }
 
 /// The pullback of a histogram: `(dest_bar, vals_bar)` from `hist_bar`.
-pub type HistPullback<B> =
-    Box<dyn Fn(&B, &<B as Ops>::T) -> Result<(<B as Ops>::T, <B as Ops>::T)>>;
+pub type HistPullback<B> = Box<dyn Fn(&B, &<B as Ops>::T) -> Result<(<B as Ops>::T, <B as Ops>::T)>>;
 
 /// Runs the forward sweep of `reduce_by_index` under `rule` and returns the histogram with its
 /// pullback.
@@ -83,28 +99,25 @@ pub fn reduce_by_index_vjp<B: Ops>(
     inds: &B::I,
     vals: &B::T,
 ) -> Result<(B::T, HistPullback<B>)> {
-    match rule {
-        HistRule::Auto | HistRule::Special => {}
-        HistRule::GeneralSort | HistRule::GeneralChunked => {
-            return Err(OpError::Unsupported(format!(
-                "the {rule} rule is not implemented yet (it arrives with the general operators)"
-            )));
+    match (rule, op) {
+        (HistRule::Auto | HistRule::Special, HistOp::Add) => add_rule(b, dest, inds, vals),
+        (HistRule::Auto | HistRule::Special, HistOp::Mul) => mul_rule(b, dest, inds, vals),
+        (HistRule::Auto | HistRule::Special, HistOp::Min) => extremum_rule(b, dest, Extremum::Min, inds, vals),
+        (HistRule::Auto | HistRule::Special, HistOp::Max) => extremum_rule(b, dest, Extremum::Max, inds, vals),
+        (HistRule::Auto | HistRule::Special, HistOp::General(g)) if g.has_total_form() => {
+            total_form_rule(b, dest, op, inds, vals)
         }
-    }
-    match op {
-        HistOp::Add => add_rule(b, dest, inds, vals),
-        HistOp::Mul => mul_rule(b, dest, inds, vals),
-        HistOp::Min => extremum_rule(b, dest, Extremum::Min, inds, vals),
-        HistOp::Max => extremum_rule(b, dest, Extremum::Max, inds, vals),
+        (HistRule::Special, HistOp::General(g)) => Err(OpError::Unsupported(format!(
+            "the special rule of a general operator is its total form, and {} has none \
+             (use auto, general-sort or general-chunked)",
+            g.name
+        ))),
+        (HistRule::Auto | HistRule::GeneralChunked, _) => general_chunked_rule(b, dest, op, inds, vals),
+        (HistRule::GeneralSort, _) => general_sort_rule(b, dest, op, inds, vals),
     }
 }
 
-fn add_rule<B: Ops>(
-    b: &B,
-    dest: &B::T,
-    inds: &B::I,
-    vals: &B::T,
-) -> Result<(B::T, HistPullback<B>)> {
+fn add_rule<B: Ops>(b: &B, dest: &B::T, inds: &B::I, vals: &B::T) -> Result<(B::T, HistPullback<B>)> {
     let hist = b.reduce_by_index(dest, HistOp::Add, inds, vals)?;
     let (inds, vals_shape) = (inds.clone(), vals.shape().to_vec());
     let pullback = move |b: &B, g: &B::T| {
@@ -143,12 +156,7 @@ pub fn winner_pullback<B: Ops>(b: &B, winners: &B::I, n: usize, g: &B::T) -> Res
     Ok((dest_bar, vals_bar))
 }
 
-fn mul_rule<B: Ops>(
-    b: &B,
-    dest: &B::T,
-    inds: &B::I,
-    vals: &B::T,
-) -> Result<(B::T, HistPullback<B>)> {
+fn mul_rule<B: Ops>(b: &B, dest: &B::T, inds: &B::I, vals: &B::T) -> Result<(B::T, HistPullback<B>)> {
     let (dt, k) = (dest.dtype(), dest.numel());
     let (p, zeros) = b.prod_nonzero_by_index(inds, vals, k)?;
     let p = b.reshape(&p, dest.shape())?;
@@ -170,12 +178,207 @@ fn mul_rule<B: Ops>(
     Ok((hist, Box::new(pullback)))
 }
 
+/// The total-form rule: `vals_bar[i] = total(v_i, t) hist_bar` and `dest_bar = total(dest, t)
+/// hist_bar` with t the final bin value.
+fn total_form_rule<B: Ops>(
+    b: &B,
+    dest: &B::T,
+    op: HistOp,
+    inds: &B::I,
+    vals: &B::T,
+) -> Result<(B::T, HistPullback<B>)> {
+    let hist = b.reduce_by_index(dest, op, inds, vals)?;
+    let k = dest.numel();
+    let bins = b.index(&(0..k as i64).collect::<Vec<_>>())?;
+    let (h, inds, vals, dest) = (hist.clone(), inds.clone(), vals.clone(), dest.clone());
+    let pullback = move |b: &B, g: &B::T| {
+        let vals_bar = b.total_form_adjoint(op, &inds, &vals, &h, g)?;
+        let dest_flat = b.reshape(&dest, &[k])?;
+        let dest_bar = b.total_form_adjoint(op, &bins, &dest_flat, &h, g)?;
+        Ok((b.reshape(&dest_bar, dest.shape())?, b.reshape(&vals_bar, vals.shape())?))
+    };
+    Ok((hist, Box::new(pullback)))
+}
+
+/// dest_bar = d1(dest, h) * hist_bar, h the fold of the bin's elements alone.
+fn general_dest_adjoint<B: Ops>(b: &B, op: HistOp, dest: &B::T, elements: &B::T, g: &B::T) -> Result<B::T> {
+    let d1 = b.combine_partial(op, Operand::Left, dest, elements)?;
+    b.mul(&d1, g)
+}
+
+/// The general rule, sort strategy: sort by bin (stable), exclusive segmented scans forwards
+/// (after dest) and backwards give l and r, and the adjoints are scattered back.
+fn general_sort_rule<B: Ops>(
+    b: &B,
+    dest: &B::T,
+    op: HistOp,
+    inds: &B::I,
+    vals: &B::T,
+) -> Result<(B::T, HistPullback<B>)> {
+    let (dt, k, n) = (dest.dtype(), dest.numel(), vals.numel());
+    let neutral = b.full(dest.shape(), op.neutral(), dt)?;
+    let elements = b.reduce_by_index(&neutral, op, inds, vals)?;
+    let hist = b.combine(op, dest, &elements)?;
+    let (dest, inds, vals) = (dest.clone(), inds.clone(), vals.clone());
+    let pullback = move |b: &B, g: &B::T| {
+        let (perm, ranks) = b.sort_by_key_ranked(&inds, k)?;
+        let keys = b.gather_index(&inds, &perm)?;
+        let flat = b.reshape(&vals, &[n])?;
+        let sorted = b.gather(&flat, &perm, OutOfRange::Error)?;
+        let before = b.scan(op, &sorted, ScanSpec::EXCLUSIVE, Some(&keys))?;
+        let dest_flat = b.reshape(&dest, &[k])?;
+        let dest_of = b.gather(&dest_flat, &keys, OutOfRange::Fill(op.neutral()))?;
+        let l = b.combine(op, &dest_of, &before)?;
+        let r = b.scan(op, &sorted, ScanSpec::EXCLUSIVE.flipped(), Some(&keys))?;
+        let g_flat = b.reshape(g, &[k])?;
+        let g_of = b.gather(&g_flat, &keys, OutOfRange::Fill(0.0))?;
+        let sorted_bar = b.fold_adjoint(op, &l, &sorted, &r, &g_of)?;
+        let vals_bar = b.gather(&sorted_bar, &ranks, OutOfRange::Error)?;
+        Ok((general_dest_adjoint(b, op, &dest, &elements, g)?, b.reshape(&vals_bar, vals.shape())?))
+    };
+    Ok((hist, Box::new(pullback)))
+}
+
+/// The general rule, chunked strategy (sort-free): the forward sweep keeps the chunk carries,
+/// the pullback re-runs each chunk's running array forwards and backwards.
+fn general_chunked_rule<B: Ops>(
+    b: &B,
+    dest: &B::T,
+    op: HistOp,
+    inds: &B::I,
+    vals: &B::T,
+) -> Result<(B::T, HistPullback<B>)> {
+    let ch = b.reduce_by_index_chunked(dest, op, inds, vals)?;
+    let (dest, inds, vals) = (dest.clone(), inds.clone(), vals.clone());
+    let hist = ch.hist.clone();
+    let pullback = move |b: &B, g: &B::T| {
+        let vals_bar = b.chunked_vals_adjoint(op, &inds, &vals, &ch.chunk_prefix, &ch.chunk_suffix, g)?;
+        Ok((general_dest_adjoint(b, op, &dest, &ch.elements, g)?, b.reshape(&vals_bar, vals.shape())?))
+    };
+    Ok((hist, Box::new(pullback)))
+}
+
+/// The tangent of an arg-histogram's values: the winner's tangent, dest's when dest won (-1).
+pub fn winner_tangent<B: Ops>(
+    b: &B,
+    winners: &B::I,
+    hist: &B::T,
+    dest_dot: Option<&B::T>,
+    vals_dot: Option<&B::T>,
+) -> Result<B::T> {
+    let k = hist.numel();
+    // Position -1 is out of range: the gather fills 0 there, and dest's tangent goes in.
+    let from_vals = match vals_dot {
+        Some(dv) => {
+            let flat = b.reshape(dv, &[dv.numel()])?;
+            b.gather(&flat, winners, OutOfRange::Fill(0.0))?
+        }
+        None => b.full(&[k], 0.0, hist.dtype())?,
+    };
+    let from_vals = b.reshape(&from_vals, hist.shape())?;
+    match dest_dot {
+        Some(dd) => {
+            let dest_won = b.reshape(&b.index_eq(winners, -1, hist.dtype())?, hist.shape())?;
+            b.select(&dest_won, dd, &from_vals)
+        }
+        None => Ok(from_vals),
+    }
+}
+
+/// The forward rule of `reduce_by_index`: `(hist, hist_dot)`, hist_dot None when neither input
+/// has a tangent.
+pub fn reduce_by_index_jvp<B: Ops>(
+    b: &B,
+    dest: &B::T,
+    dest_dot: Option<&B::T>,
+    op: HistOp,
+    inds: &B::I,
+    vals: &B::T,
+    vals_dot: Option<&B::T>,
+) -> Result<(B::T, Option<B::T>)> {
+    if dest_dot.is_none() && vals_dot.is_none() {
+        return Ok((b.reduce_by_index(dest, op, inds, vals)?, None));
+    }
+    if let Some(ext) = op.tie_break() {
+        let (hist, winners) = b.arg_reduce_by_index(dest, ext, inds, vals)?;
+        let dot = winner_tangent(b, &winners, &hist, dest_dot, vals_dot)?;
+        return Ok((hist, Some(dot)));
+    }
+    if op == HistOp::Add {
+        let hist = b.reduce_by_index(dest, op, inds, vals)?;
+        let dot = match (dest_dot, vals_dot) {
+            (dd, Some(dv)) => {
+                let base = match dd {
+                    Some(dd) => dd.clone(),
+                    None => b.zeros_like(dest)?,
+                };
+                b.reduce_by_index(&base, HistOp::Add, inds, dv)?
+            }
+            (Some(dd), None) => dd.clone(),
+            (None, None) => unreachable!("handled above"),
+        };
+        return Ok((hist, Some(dot)));
+    }
+    // `*` and smooth general operators: the lifted (dual-number) histogram is exact.
+    let dd = match dest_dot {
+        Some(dd) => dd.clone(),
+        None => b.zeros_like(dest)?,
+    };
+    let dv = match vals_dot {
+        Some(dv) => dv.clone(),
+        None => b.zeros_like(vals)?,
+    };
+    let (hist, dot) = b.reduce_by_index_dual(dest, &dd, op, inds, vals, &dv)?;
+    Ok((hist, Some(dot)))
+}
+
+/// Forward rule of the `*` rule kernel `prod_nonzero_by_index`: the product p of a bin's
+/// non-zero values has dp = p * sum over them of dv / v (the zero count has no tangent).
+pub fn prod_nonzero_by_index_jvp<B: Ops>(b: &B, inds: &B::I, vals: &B::T, vals_dot: &B::T, p: &B::T) -> Result<B::T> {
+    let zero = b.scalar(0.0, vals.dtype())?;
+    let is_zero = b.binary(BinaryOp::Eq, vals, &zero)?;
+    // The division by a zero value lands in the branch the select discards.
+    let rel = b.select(&is_zero, &zero, &b.div(vals_dot, vals)?)?;
+    let sums = b.reduce_by_index(&b.zeros_like(p)?, HistOp::Add, inds, &rel)?;
+    b.mul(p, &sums)
+}
+
+/// Forward rule of the `*` rule kernel `prod_vals_adjoint`
+/// (`out = v == 0 ? c1[bin] : c0[bin] / v`): d out = (v == 0 ? dc1 : dc0 / v) - [v != 0] out dv / v.
+#[allow(clippy::too_many_arguments)]
+pub fn prod_vals_adjoint_jvp<B: Ops>(
+    b: &B,
+    inds: &B::I,
+    vals: &B::T,
+    c0: &B::T,
+    c1: &B::T,
+    out: &B::T,
+    vals_dot: Option<&B::T>,
+    c0_dot: Option<&B::T>,
+    c1_dot: Option<&B::T>,
+) -> Result<B::T> {
+    let mut dot = if c0_dot.is_some() || c1_dot.is_some() {
+        let dc0 = c0_dot.cloned().map_or_else(|| b.zeros_like(c0), Ok)?;
+        let dc1 = c1_dot.cloned().map_or_else(|| b.zeros_like(c1), Ok)?;
+        b.prod_vals_adjoint(inds, vals, &dc0, &dc1)?
+    } else {
+        b.zeros_like(out)?
+    };
+    if let Some(dv) = vals_dot {
+        let zero = b.scalar(0.0, vals.dtype())?;
+        let is_zero = b.binary(BinaryOp::Eq, vals, &zero)?;
+        let term = b.div(&b.mul(out, dv)?, vals)?;
+        dot = b.sub(&dot, &b.select(&is_zero, &zero, &term)?)?;
+    }
+    Ok(dot)
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::{Cpu, DType, Ops, Reverse, oracle};
+    use crate::{Cpu, DType, OpError, Ops, Reverse, oracle};
 
     struct Out {
         hist: Vec<f64>,
@@ -183,8 +386,70 @@ mod tests {
         vals_bar: Vec<f64>,
     }
 
-    fn run(
+    fn run(cpu: &Cpu, op: HistOp, dt: DType, dest: &[f64], inds: &[i64], vals: &[f64], hist_bar: &[f64]) -> Out {
+        run_rule(cpu, HistRule::Special, op, dt, dest, inds, vals, hist_bar).unwrap()
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run_rule(
         cpu: &Cpu,
+        rule: HistRule,
+        op: HistOp,
+        dt: DType,
+        dest: &[f64],
+        inds: &[i64],
+        vals: &[f64],
+        hist_bar: &[f64],
+    ) -> Result<Out> {
+        let r = Reverse::new(cpu.clone()).with_hist_rule(rule);
+        let d = r.var(cpu.tensor(dest, &[dest.len()], dt)?);
+        let v = r.var(cpu.tensor(vals, &[vals.len()], dt)?);
+        let ix = cpu.index(inds)?;
+        let h = r.reduce_by_index(&d, op, &ix, &v)?;
+        let g = r.backward(&h, cpu.tensor(hist_bar, &[hist_bar.len()], dt)?)?;
+        Ok(Out {
+            hist: cpu.to_vec(h.value())?,
+            dest_bar: cpu.to_vec(&g.get_or_zeros(cpu, &d)?)?,
+            vals_bar: cpu.to_vec(&g.get_or_zeros(cpu, &v)?)?,
+        })
+    }
+
+    fn round(dt: DType, xs: &[f64]) -> Vec<f64> {
+        xs.iter().map(|&x| dt.round(x)).collect()
+    }
+
+    /// The rules that apply to `op`: all four, except `special` for a general operator without
+    /// a total form (it is an error there, tested separately).
+    fn rules_for(op: HistOp) -> Vec<HistRule> {
+        HistRule::ALL
+            .into_iter()
+            .filter(|&r| r != HistRule::Special || op.general().is_none_or(|g| g.has_total_form()))
+            .collect()
+    }
+
+    /// Exact for operators with a tie break (min/max select, they do not compute) and for
+    /// small-integer cases; to a few ulps of the dtype otherwise.
+    fn tolerance(op: HistOp, dt: DType) -> f64 {
+        if op.tie_break().is_some() { 0.0 } else { 64.0 * dt.epsilon() }
+    }
+
+    fn assert_close(what: &str, got: &[f64], want: &[f64], tol: f64, dt: DType) {
+        assert_eq!(got.len(), want.len(), "{what} length");
+        for (j, (&a, &e)) in got.iter().zip(want).enumerate() {
+            let ok = if tol == 0.0 {
+                a == dt.round(e) || (a.is_nan() && e.is_nan())
+            } else {
+                a == e || (a - e).abs() <= tol * e.abs().max(1.0)
+            };
+            assert!(ok, "{what}[{j}]: got {a}, want {e}");
+        }
+    }
+
+    /// Compares `rule` with the oracle on dtype-rounded inputs.
+    #[allow(clippy::too_many_arguments)]
+    fn check_rule(
+        cpu: &Cpu,
+        rule: HistRule,
         op: HistOp,
         dt: DType,
         dest: &[f64],
@@ -192,56 +457,47 @@ mod tests {
         vals: &[f64],
         hist_bar: &[f64],
     ) -> Out {
-        let r = Reverse::new(cpu.clone()).with_hist_rule(HistRule::Special);
-        let d = r.var(cpu.tensor(dest, &[dest.len()], dt).unwrap());
-        let v = r.var(cpu.tensor(vals, &[vals.len()], dt).unwrap());
-        let ix = cpu.index(inds).unwrap();
-        let h = r.reduce_by_index(&d, op, &ix, &v).unwrap();
-        let g = r
-            .backward(&h, cpu.tensor(hist_bar, &[hist_bar.len()], dt).unwrap())
-            .unwrap();
-        Out {
-            hist: cpu.to_vec(h.value()).unwrap(),
-            dest_bar: cpu.to_vec(&g.get_or_zeros(cpu, &d).unwrap()).unwrap(),
-            vals_bar: cpu.to_vec(&g.get_or_zeros(cpu, &v).unwrap()).unwrap(),
+        let (dest, vals, hist_bar) = (round(dt, dest), round(dt, vals), round(dt, hist_bar));
+        let got = run_rule(cpu, rule, op, dt, &dest, inds, &vals, &hist_bar).unwrap();
+        let (h, db, vb) = oracle::hist_vjp(op, &dest, inds, &vals, &hist_bar);
+        let tol = tolerance(op, dt);
+        let tag = format!("{op} {rule} {dt}");
+        assert_close(&format!("{tag} hist"), &got.hist, &h, tol, dt);
+        assert_close(&format!("{tag} dest_bar"), &got.dest_bar, &db, tol, dt);
+        assert_close(&format!("{tag} vals_bar"), &got.vals_bar, &vb, tol, dt);
+        got
+    }
+
+    /// The special rule against the oracle (the original suite's check).
+    fn check(cpu: &Cpu, op: HistOp, dt: DType, dest: &[f64], inds: &[i64], vals: &[f64], hist_bar: &[f64]) {
+        check_rule(cpu, HistRule::Special, op, dt, dest, inds, vals, hist_bar);
+    }
+
+    /// dest within the operator's domain: hypot's bins are magnitudes (0 is neutral only on
+    /// [0, inf)), so its dest is non-negative; elements may be negative.
+    fn in_domain(op: HistOp, dest: &[f64]) -> Vec<f64> {
+        if op == HistOp::General(&crate::general::HYPOT) {
+            dest.iter().map(|x| x.abs()).collect()
+        } else {
+            dest.to_vec()
         }
     }
 
-    fn round(dt: DType, xs: &[f64]) -> Vec<f64> {
-        xs.iter().map(|&x| dt.round(x)).collect()
-    }
-
-    /// Compares with the oracle on dtype-rounded inputs: exactly for min/max, to a few ulps of
-    /// the dtype otherwise (the device folds chunks in another order than the oracle).
-    fn check(
-        cpu: &Cpu,
-        op: HistOp,
-        dt: DType,
-        dest: &[f64],
-        inds: &[i64],
-        vals: &[f64],
-        hist_bar: &[f64],
-    ) {
-        let (dest, vals, hist_bar) = (round(dt, dest), round(dt, vals), round(dt, hist_bar));
-        let got = run(cpu, op, dt, &dest, inds, &vals, &hist_bar);
-        let (h, db, vb) = oracle::hist_vjp(op, &dest, inds, &vals, &hist_bar);
-        let exact = matches!(op, HistOp::Min | HistOp::Max);
-        let tol = if exact { 0.0 } else { 64.0 * dt.epsilon() };
-        for (name, g, w) in [
-            ("hist", &got.hist, &h),
-            ("dest_bar", &got.dest_bar, &db),
-            ("vals_bar", &got.vals_bar, &vb),
-        ] {
-            assert_eq!(g.len(), w.len(), "{op} {dt} {name} length");
-            for (j, (&a, &e)) in g.iter().zip(w.iter()).enumerate() {
-                let scale = e.abs().max(1.0);
-                let ok = if exact {
-                    a == dt.round(e)
-                } else {
-                    (a - e).abs() <= tol * scale
-                };
-                assert!(ok, "{op} {dt} {name}[{j}]: got {a}, oracle {e}");
-            }
+    /// Every applicable rule against the oracle and against each other.
+    #[allow(clippy::too_many_arguments)]
+    fn check_all_rules(cpu: &Cpu, op: HistOp, dt: DType, dest: &[f64], inds: &[i64], vals: &[f64], hist_bar: &[f64]) {
+        let dest = &in_domain(op, dest)[..];
+        let outs: Vec<(HistRule, Out)> = rules_for(op)
+            .into_iter()
+            .map(|rule| (rule, check_rule(cpu, rule, op, dt, dest, inds, vals, hist_bar)))
+            .collect();
+        let (r0, first) = &outs[0];
+        let tol = tolerance(op, dt);
+        for (rule, o) in &outs[1..] {
+            let tag = format!("{op} {dt} {rule} vs {r0}");
+            assert_close(&format!("{tag} hist"), &o.hist, &first.hist, tol, dt);
+            assert_close(&format!("{tag} dest_bar"), &o.dest_bar, &first.dest_bar, tol, dt);
+            assert_close(&format!("{tag} vals_bar"), &o.vals_bar, &first.vals_bar, tol, dt);
         }
     }
 
@@ -274,27 +530,11 @@ mod tests {
         let dest = [1.0, 2.0, -3.0];
         let inds = [0, 1, 0, 1, 5];
         let vals = [1.0, 0.5, 4.0, 0.5, -100.0];
-        let got = run(
-            &c,
-            HistOp::Min,
-            DType::F32,
-            &dest,
-            &inds,
-            &vals,
-            &[1.0, 2.0, 3.0],
-        );
+        let got = run(&c, HistOp::Min, DType::F32, &dest, &inds, &vals, &[1.0, 2.0, 3.0]);
         assert_eq!(got.hist, vec![1.0, 0.5, -3.0]);
         assert_eq!(got.dest_bar, vec![1.0, 0.0, 3.0]);
         assert_eq!(got.vals_bar, vec![0.0, 2.0, 0.0, 0.0, 0.0]);
-        let got = run(
-            &c,
-            HistOp::Max,
-            DType::F64,
-            &[4.0, 0.5, -3.0],
-            &inds,
-            &vals,
-            &[1.0, 2.0, 3.0],
-        );
+        let got = run(&c, HistOp::Max, DType::F64, &[4.0, 0.5, -3.0], &inds, &vals, &[1.0, 2.0, 3.0]);
         assert_eq!(got.hist, vec![4.0, 0.5, -3.0]);
         assert_eq!(got.dest_bar, vec![1.0, 2.0, 3.0]);
         assert_eq!(got.vals_bar, vec![0.0; 5]);
@@ -308,15 +548,7 @@ mod tests {
         let inds = [0, 1, 2, 0, 1, 2, 2];
         let vals = [2.0, 0.0, 0.0, 3.0, 5.0, 0.0, 4.0];
         for dt in DType::ALL {
-            let got = run(
-                &c,
-                HistOp::Mul,
-                dt,
-                &dest,
-                &inds,
-                &vals,
-                &[1.0, 1.0, 1.0, 1.0],
-            );
+            let got = run(&c, HistOp::Mul, dt, &dest, &inds, &vals, &[1.0, 1.0, 1.0, 1.0]);
             assert_eq!(got.hist, vec![3.0, 0.0, 0.0, 7.0]);
             assert_eq!(got.dest_bar, vec![6.0, 0.0, 0.0, 1.0]);
             // d/dv0 = 0.5*3, d/dv3 = 0.5*2; the lone zero of bin 1 gets 2*5; nothing else.
@@ -331,15 +563,7 @@ mod tests {
         for op in HistOp::ALL {
             for dt in DType::ALL {
                 check(&c, op, dt, &[1.5, -2.0], &[], &[], &[1.0, 1.0]);
-                check(
-                    &c,
-                    op,
-                    dt,
-                    &[0.25],
-                    &[0, 0, 0, 0],
-                    &[1.0, 2.0, -1.0, 0.5],
-                    &[3.0],
-                );
+                check(&c, op, dt, &[0.25], &[0, 0, 0, 0], &[1.0, 2.0, -1.0, 0.5], &[3.0]);
                 check(
                     &c,
                     op,
@@ -362,12 +586,8 @@ mod tests {
         let c = cpu();
         let n = 200_000;
         let k = 37;
-        let inds: Vec<i64> = (0..n)
-            .map(|i| ((i as u64 * 2_654_435_761) % (k as u64 + 4)) as i64 - 2)
-            .collect();
-        let vals: Vec<f64> = (0..n)
-            .map(|i| 1.0 + ((i * 7919) % 2001) as f64 * 1e-6 - 1e-3)
-            .collect();
+        let inds: Vec<i64> = (0..n).map(|i| ((i as u64 * 2_654_435_761) % (k as u64 + 4)) as i64 - 2).collect();
+        let vals: Vec<f64> = (0..n).map(|i| 1.0 + ((i * 7919) % 2001) as f64 * 1e-6 - 1e-3).collect();
         let dest: Vec<f64> = (0..k).map(|b| 0.5 + b as f64 * 0.01).collect();
         let bar: Vec<f64> = (0..k).map(|b| 1.0 - b as f64 * 0.02).collect();
         for op in HistOp::ALL {
@@ -386,24 +606,8 @@ mod tests {
         let vals: Vec<f64> = (0..n).map(|i| ((i * 31) % 997) as f64 * 0.001).collect();
         let dest = vec![0.0; 1000];
         let bar = vec![1.0; 1000];
-        let a = run(
-            &Cpu::new(Some(1)).unwrap(),
-            HistOp::Add,
-            DType::F32,
-            &dest,
-            &inds,
-            &vals,
-            &bar,
-        );
-        let b = run(
-            &Cpu::new(Some(3)).unwrap(),
-            HistOp::Add,
-            DType::F32,
-            &dest,
-            &inds,
-            &vals,
-            &bar,
-        );
+        let a = run(&Cpu::new(Some(1)).unwrap(), HistOp::Add, DType::F32, &dest, &inds, &vals, &bar);
+        let b = run(&Cpu::new(Some(3)).unwrap(), HistOp::Add, DType::F32, &dest, &inds, &vals, &bar);
         assert_eq!(a.hist, b.hist);
     }
 
@@ -428,6 +632,259 @@ mod tests {
             for op in HistOp::ALL {
                 for dt in DType::ALL {
                     check(&c, op, dt, &dest, &inds, &vals, &bar);
+                }
+            }
+        }
+    }
+
+    fn every_op() -> Vec<HistOp> {
+        HistOp::named()
+    }
+
+    #[test]
+    fn general_rules_on_special_operators_give_the_special_answers_ties_included() {
+        let c = cpu();
+        // Ties with dest and between elements, empty bins, out-of-range indices; zeros for `*`.
+        let dest = [1.0, 2.0, -3.0, 0.5];
+        let inds = [0, 1, 0, 1, 5, -1, 1, 0];
+        let vals = [1.0, 0.5, 4.0, 0.5, -100.0, 7.0, 0.0, 0.0];
+        let bar = [1.0, 2.0, 3.0, 4.0];
+        for op in HistOp::ALL {
+            for dt in DType::ALL {
+                let special = run_rule(&c, HistRule::Special, op, dt, &dest, &inds, &vals, &bar).unwrap();
+                let as_general = HistOp::General(crate::general::as_general(op));
+                for rule in [HistRule::GeneralSort, HistRule::GeneralChunked] {
+                    for o in [op, as_general] {
+                        let got = run_rule(&c, rule, o, dt, &dest, &inds, &vals, &bar).unwrap();
+                        assert_eq!(got.hist, special.hist, "{o} {rule} {dt} hist");
+                        assert_eq!(got.dest_bar, special.dest_bar, "{o} {rule} {dt} dest_bar");
+                        assert_eq!(got.vals_bar, special.vals_bar, "{o} {rule} {dt} vals_bar");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn general_mul_rules_handle_zero_one_and_two_zeros_exactly() {
+        let c = cpu();
+        let dest = [0.5, 2.0, 3.0, 7.0];
+        let inds = [0, 1, 2, 0, 1, 2, 2];
+        let vals = [2.0, 0.0, 0.0, 3.0, 5.0, 0.0, 4.0];
+        for rule in [HistRule::GeneralSort, HistRule::GeneralChunked] {
+            for dt in DType::ALL {
+                let got = run_rule(&c, rule, HistOp::Mul, dt, &dest, &inds, &vals, &[1.0; 4]).unwrap();
+                assert_eq!(got.hist, vec![3.0, 0.0, 0.0, 7.0]);
+                assert_eq!(got.dest_bar, vec![6.0, 0.0, 0.0, 1.0]);
+                assert_eq!(got.vals_bar, vec![1.5, 10.0, 0.0, 1.0, 0.0, 0.0, 0.0]);
+            }
+        }
+    }
+
+    #[test]
+    fn logaddexp_and_hypot_rules_match_hand_computed_values() {
+        let c = cpu();
+        let lae = HistOp::General(&crate::general::LOGADDEXP);
+        let hyp = HistOp::General(&crate::general::HYPOT);
+        // bin 0: dest 0 with elements 0, 0 -> log 3; each gets 1/3. bin 1: empty (dest only).
+        // bin 2: dest -inf with no elements: value -inf, zero derivatives (not NaN).
+        for rule in HistRule::ALL {
+            let got = run_rule(
+                &c,
+                rule,
+                lae,
+                DType::F64,
+                &[0.0, 1.5, f64::NEG_INFINITY],
+                &[0, 0, 7, -1],
+                &[0.0, 0.0, 3.0, 3.0],
+                &[1.0, 2.0, 1.0],
+            )
+            .unwrap();
+            assert!((got.hist[0] - 3f64.ln()).abs() < 1e-15, "{rule}");
+            assert_eq!(&got.hist[1..], &[1.5, f64::NEG_INFINITY]);
+            for x in [got.dest_bar[0], got.vals_bar[0], got.vals_bar[1]] {
+                assert!((x - 1.0 / 3.0).abs() < 1e-15, "{rule}: {x}");
+            }
+            assert_eq!(&got.dest_bar[1..], &[2.0, 0.0], "{rule}");
+            assert_eq!(&got.vals_bar[2..], &[0.0, 0.0], "{rule}");
+            // hypot: bin 0 = hypot(3, 4, -12) = 13 with a negative element; bin 1 all zero.
+            let got =
+                run_rule(&c, rule, hyp, DType::F64, &[3.0, 0.0], &[0, 0, 1, 1], &[4.0, -12.0, 0.0, 0.0], &[1.0, 1.0])
+                    .unwrap();
+            assert_eq!(got.hist, vec![13.0, 0.0], "{rule}");
+            for (x, w) in got.dest_bar.iter().zip([3.0 / 13.0, 0.0]) {
+                assert!((x - w).abs() < 1e-15, "{rule}: {x} vs {w}");
+            }
+            for (x, w) in got.vals_bar.iter().zip([4.0 / 13.0, -12.0 / 13.0, 0.0, 0.0]) {
+                assert!((x - w).abs() < 1e-15, "{rule}: {x} vs {w}");
+            }
+        }
+    }
+
+    #[test]
+    fn special_rule_of_a_general_operator_without_total_form_is_an_error() {
+        let c = cpu();
+        let op = HistOp::General(&crate::general::MUL);
+        let err = run_rule(&c, HistRule::Special, op, DType::F64, &[1.0], &[0], &[2.0], &[1.0]);
+        assert!(matches!(err, Err(OpError::Unsupported(_))), "{:?}", err.err());
+        // auto falls back to the general rule.
+        let got = run_rule(&c, HistRule::Auto, op, DType::F64, &[1.0], &[0], &[2.0], &[1.0]).unwrap();
+        assert_eq!((got.hist, got.dest_bar, got.vals_bar), (vec![2.0], vec![2.0], vec![1.0]));
+    }
+
+    #[test]
+    fn every_rule_and_operator_handles_edge_shapes() {
+        let c = cpu();
+        for op in every_op() {
+            for dt in DType::ALL {
+                // n = 0; k = 1; all out of range (-1 and >= k).
+                check_all_rules(&c, op, dt, &[1.5, 2.0], &[], &[], &[1.0, 1.0]);
+                check_all_rules(&c, op, dt, &[0.25], &[0, 0, 0, 0], &[1.0, 2.0, 1.0, 0.5], &[3.0]);
+                check_all_rules(
+                    &c,
+                    op,
+                    dt,
+                    &[1.0, 2.0],
+                    &[-1, 2, 99, i64::MIN, i64::MAX],
+                    &[1.0, 2.0, 3.0, 4.0, 5.0],
+                    &[1.0, 1.0],
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn logaddexp_histogram_does_not_overflow_in_f32_and_hypot_handles_1e200_in_f64() {
+        let c = cpu();
+        let lae = HistOp::General(&crate::general::LOGADDEXP);
+        let hyp = HistOp::General(&crate::general::HYPOT);
+        for rule in HistRule::ALL {
+            let got = run_rule(&c, rule, lae, DType::F32, &[100.0], &[0, 0, 0], &[100.0, 99.0, 101.0], &[1.0]).unwrap();
+            let want = oracle::hist_vjp(lae, &[100.0], &[0, 0, 0], &[100.0, 99.0, 101.0], &[1.0]);
+            assert!((got.hist[0] - want.0[0]).abs() < 1e-4, "{rule}: {:?}", got.hist);
+            for (a, e) in got.vals_bar.iter().zip(&want.2) {
+                assert!(a.is_finite() && (a - e).abs() < 1e-5, "{rule}: {a} vs {e}");
+            }
+            let got = run_rule(&c, rule, hyp, DType::F64, &[1e200], &[0, 0], &[1e200, 1e200], &[1.0]).unwrap();
+            let t = 1e200 * 3f64.sqrt();
+            assert!((got.hist[0] / t - 1.0).abs() < 1e-15, "{rule}: {:?}", got.hist);
+            for x in got.vals_bar.iter().chain(&got.dest_bar) {
+                assert!((x - 1.0 / 3f64.sqrt()).abs() < 1e-15, "{rule}: {x}");
+            }
+        }
+    }
+
+    /// Many chunks (n well above the chunk plan's threshold), out-of-range indices, ties.
+    fn big_case(n: usize, k: usize) -> (Vec<i64>, Vec<f64>, Vec<f64>, Vec<f64>) {
+        let inds: Vec<i64> = (0..n).map(|i| ((i as u64 * 2_654_435_761) % (k as u64 + 4)) as i64 - 2).collect();
+        let vals: Vec<f64> = (0..n).map(|i| ((i * 7919) % 2001) as f64 * 1e-3 - 1.0).collect();
+        let dest: Vec<f64> = (0..k).map(|b| 0.5 + b as f64 * 0.01).collect();
+        let bar: Vec<f64> = (0..k).map(|b| 1.0 - b as f64 * 0.02).collect();
+        (inds, vals, dest, bar)
+    }
+
+    #[test]
+    fn general_rules_agree_on_large_inputs_with_many_chunks() {
+        let c = cpu();
+        let (inds, vals, dest, bar) = big_case(150_000, 37);
+        let n = vals.len();
+        for op in [
+            HistOp::General(&crate::general::LOGADDEXP),
+            HistOp::General(&crate::general::HYPOT),
+            HistOp::Add,
+            HistOp::Min,
+            HistOp::General(&crate::general::MAX),
+        ] {
+            let outs: Vec<Out> = rules_for(op)
+                .into_iter()
+                .map(|rule| run_rule(&c, rule, op, DType::F64, &dest, &inds, &vals, &bar).unwrap())
+                .collect();
+            let tol = tolerance(op, DType::F64) * 16.0;
+            for o in &outs[1..] {
+                assert_close(&format!("{op} hist"), &o.hist, &outs[0].hist, tol, DType::F64);
+                assert_close(&format!("{op} dest"), &o.dest_bar, &outs[0].dest_bar, tol, DType::F64);
+                assert_close(&format!("{op} vals"), &o.vals_bar, &outs[0].vals_bar, tol, DType::F64);
+            }
+            assert_eq!(outs[0].vals_bar.len(), n);
+        }
+        // Ties everywhere (values 0, 1, 2): the first of each bin's minima wins in every rule.
+        let tied: Vec<f64> = (0..n).map(|i| (i % 3) as f64).collect();
+        // (The oracle of the special min stands for both: the general oracle is O(m^2) a bin.)
+        let (dest, tied, bar) = (round(DType::F32, &dest), tied, round(DType::F32, &bar));
+        let (h, db, vb) = oracle::hist_vjp(HistOp::Min, &dest, &inds, &tied, &bar);
+        for op in [HistOp::Min, HistOp::General(&crate::general::MIN)] {
+            for rule in rules_for(op) {
+                let got = run_rule(&c, rule, op, DType::F32, &dest, &inds, &tied, &bar).unwrap();
+                assert_close(&format!("{op} {rule} hist"), &got.hist, &h, 0.0, DType::F32);
+                assert_close(&format!("{op} {rule} dest"), &got.dest_bar, &db, 0.0, DType::F32);
+                assert_close(&format!("{op} {rule} vals"), &got.vals_bar, &vb, 0.0, DType::F32);
+            }
+        }
+    }
+
+    #[test]
+    fn chunked_rule_does_not_depend_on_the_thread_count() {
+        let (inds, vals, dest, bar) = big_case(200_000, 1000);
+        let op = HistOp::General(&crate::general::LOGADDEXP);
+        let run_on = |threads| {
+            let c = Cpu::new(Some(threads)).unwrap();
+            run_rule(&c, HistRule::GeneralChunked, op, DType::F32, &dest, &inds, &vals, &bar).unwrap()
+        };
+        let (a, b) = (run_on(1), run_on(3));
+        assert_eq!(a.hist, b.hist);
+        assert_eq!(a.dest_bar, b.dest_bar);
+        assert_eq!(a.vals_bar, b.vals_bar);
+    }
+
+    /// The forward rule of `reduce_by_index` against the oracle's JVP.
+    fn check_jvp(op: HistOp, dt: DType, dest: &[f64], inds: &[i64], vals: &[f64]) {
+        let c = Cpu::new(Some(1)).unwrap();
+        let (dest, vals) = (round(dt, &in_domain(op, dest)), round(dt, vals));
+        let dd: Vec<f64> = (0..dest.len()).map(|b| dt.round(0.5 - 0.25 * b as f64)).collect();
+        let dv: Vec<f64> = (0..vals.len()).map(|i| dt.round(1.0 + 0.125 * i as f64)).collect();
+        let f = crate::Forward::new(c.clone());
+        let d = f.dual(c.tensor(&dest, &[dest.len()], dt).unwrap(), c.tensor(&dd, &[dd.len()], dt).unwrap()).unwrap();
+        let v = f.dual(c.tensor(&vals, &[vals.len()], dt).unwrap(), c.tensor(&dv, &[dv.len()], dt).unwrap()).unwrap();
+        let ix = c.index(inds).unwrap();
+        let h = f.reduce_by_index(&d, op, &ix, &v).unwrap();
+        let (wh, wdot) = oracle::hist_jvp(op, &dest, inds, &vals, &dd, &dv);
+        let tol = tolerance(op, dt);
+        assert_close(&format!("{op} {dt} jvp hist"), &c.to_vec(h.value()).unwrap(), &wh, tol, dt);
+        let dot = c.to_vec(&f.tangent(&h).unwrap()).unwrap();
+        assert_close(&format!("{op} {dt} jvp tangent"), &dot, &wdot, tol, dt);
+    }
+
+    #[test]
+    fn forward_rules_match_the_oracle_with_ties_zeros_and_empty_bins() {
+        let dest = [1.0, 2.0, -3.0, 0.5];
+        let inds = [0, 1, 0, 1, 5, -1, 1, 0];
+        let vals = [1.0, 0.5, 4.0, 0.5, -100.0, 7.0, 0.0, 0.0];
+        for op in every_op() {
+            for dt in DType::ALL {
+                check_jvp(op, dt, &dest, &inds, &vals);
+                check_jvp(op, dt, &[0.5], &[], &[]);
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+        #[test]
+        fn every_rule_agrees_with_the_oracle_and_each_other((k, inds, vals, dest) in case()) {
+            let c = Cpu::new(Some(1)).unwrap();
+            let bar: Vec<f64> = (0..k).map(|b| 1.0 - 0.5 * b as f64).collect();
+            for op in every_op() {
+                for dt in DType::ALL {
+                    check_all_rules(&c, op, dt, &dest, &inds, &vals, &bar);
+                }
+            }
+        }
+
+        #[test]
+        fn forward_rules_agree_with_the_oracle((_k, inds, vals, dest) in case()) {
+            for op in every_op() {
+                for dt in DType::ALL {
+                    check_jvp(op, dt, &dest, &inds, &vals);
                 }
             }
         }

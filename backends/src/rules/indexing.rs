@@ -14,6 +14,25 @@ pub fn gather_vjp<B: Ops>(b: &B, src: &B::T, idx: &B::I, g: &B::T) -> Result<B::
     b.reduce_by_index(&zeros, HistOp::Add, idx, &flat)
 }
 
+/// Tangent of `y = gather(src, idx)`: the gather of the tangent (0 where the read was filled).
+pub fn gather_jvp<B: Ops>(b: &B, idx: &B::I, src_dot: &B::T) -> Result<B::T> {
+    b.gather(src_dot, idx, OutOfRange::Fill(0.0))
+}
+
+/// Tangent of `y = scatter(dest, idx, vals)`: the scatter of the tangents.
+pub fn scatter_jvp<B: Ops>(
+    b: &B,
+    dest: &B::T,
+    idx: &B::I,
+    vals: &B::T,
+    dest_dot: Option<&B::T>,
+    vals_dot: Option<&B::T>,
+) -> Result<B::T> {
+    let dd = dest_dot.cloned().map_or_else(|| b.zeros_like(dest), Ok)?;
+    let dv = vals_dot.cloned().map_or_else(|| b.zeros_like(vals), Ok)?;
+    b.scatter(&dd, idx, &dv)
+}
+
 /// Adjoints of `dest` and `vals` for `y = scatter(dest, idx, vals)`.
 pub fn scatter_vjp<B: Ops>(b: &B, idx: &B::I, vals: &B::T, g: &B::T) -> Result<(B::T, B::T)> {
     let zeros = b.zeros_like(vals)?;
@@ -37,16 +56,8 @@ mod tests {
         let idx = cpu.index(&[2, 0, 2, 2]).unwrap();
         let y = r.gather(&src, &idx, OutOfRange::Error).unwrap();
         assert_eq!(cpu.to_vec(y.value()).unwrap(), vec![30.0, 10.0, 30.0, 30.0]);
-        let g = r
-            .backward(
-                &y,
-                cpu.tensor(&[1.0, 2.0, 3.0, 4.0], &[4], DType::F64).unwrap(),
-            )
-            .unwrap();
-        assert_eq!(
-            cpu.to_vec(g.get(&src).unwrap()).unwrap(),
-            vec![2.0, 0.0, 8.0]
-        );
+        let g = r.backward(&y, cpu.tensor(&[1.0, 2.0, 3.0, 4.0], &[4], DType::F64).unwrap()).unwrap();
+        assert_eq!(cpu.to_vec(g.get(&src).unwrap()).unwrap(), vec![2.0, 0.0, 8.0]);
     }
 
     #[test]
@@ -55,15 +66,7 @@ mod tests {
         let src = cpu.tensor(&[1.0, 2.0], &[2], DType::F32).unwrap();
         let idx = cpu.index(&[0, 1, 2]).unwrap();
         let err = cpu.gather(&src, &idx, OutOfRange::Error).unwrap_err();
-        assert_eq!(
-            err,
-            OpError::IndexOutOfRange {
-                op: "gather",
-                index: 2,
-                position: 2,
-                len: 2
-            }
-        );
+        assert_eq!(err, OpError::IndexOutOfRange { op: "gather", index: 2, position: 2, len: 2 });
         let filled = cpu.gather(&src, &idx, OutOfRange::Fill(-7.0)).unwrap();
         assert_eq!(cpu.to_vec(&filled).unwrap(), vec![1.0, 2.0, -7.0]);
     }
@@ -77,13 +80,8 @@ mod tests {
         let idx = cpu.index(&[2, -1]).unwrap();
         let y = r.scatter(&dest, &idx, &vals).unwrap();
         assert_eq!(cpu.to_vec(y.value()).unwrap(), vec![1.0, 2.0, 5.0]);
-        let g = r
-            .backward(&y, cpu.tensor(&[1.0, 2.0, 3.0], &[3], DType::F64).unwrap())
-            .unwrap();
-        assert_eq!(
-            cpu.to_vec(g.get(&dest).unwrap()).unwrap(),
-            vec![1.0, 2.0, 0.0]
-        );
+        let g = r.backward(&y, cpu.tensor(&[1.0, 2.0, 3.0], &[3], DType::F64).unwrap()).unwrap();
+        assert_eq!(cpu.to_vec(g.get(&dest).unwrap()).unwrap(), vec![1.0, 2.0, 0.0]);
         assert_eq!(cpu.to_vec(g.get(&vals).unwrap()).unwrap(), vec![3.0, 0.0]);
     }
 }

@@ -1,4 +1,5 @@
-//! Derivative rules, one file per primitive family. Each rule is written in the ops of the engine
+//! Derivative rules (VJP for [`crate::Reverse`], JVP for [`crate::Forward`]), one file per
+//! primitive family. Each rule is written in the ops of the engine
 //! it runs on (`B: Ops`), so it runs on every device and under every outer engine; each file
 //! keeps its rules next to their tests.
 
@@ -6,3 +7,4 @@ pub mod elementwise;
 pub mod hist;
 pub mod indexing;
 pub mod reduce;
+pub mod scan;

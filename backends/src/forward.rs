@@ -1,0 +1,524 @@
+//! The forward-mode engine: a dual-number decorator over any [`Ops`].
+//!
+//! A tensor of `Forward<B>` is a primal value of `B` with an optional tangent of the same shape
+//! (absent means zero, which lets constants skip all tangent work). Each op runs on `B` and
+//! applies its JVP rule from [`crate::rules`], written in `B`'s ops, so forward mode runs on every
+//! device and nests: `Reverse<Forward<D>>` (forward over reverse) computes Hessian-vector
+//! products, because the reverse rules run on `Forward<D>` and carry tangents along.
+//!
+//! Perturbation confusion is excluded by construction: each nesting level is a distinct type
+//! (a tangent of an inner level is a value of an outer one), and a dual tensor is tagged with its
+//! engine so that a tensor with a tangent of another `Forward` engine is rejected rather than
+//! having its tangent mixed in.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::ops::{ChunkedHist, Extremum, Operand, OutOfRange, ScanSpec, TensorMeta};
+use crate::rules;
+use crate::{BinaryOp, DType, HistOp, OpError, Ops, Result, UnaryOp};
+
+static NEXT_ENGINE: AtomicUsize = AtomicUsize::new(1);
+
+/// A tensor of the forward engine: the primal value and its tangent (None: zero).
+pub struct Dual<B: Ops> {
+    value: B::T,
+    tangent: Option<B::T>,
+    engine: usize,
+}
+
+impl<B: Ops> Clone for Dual<B> {
+    fn clone(&self) -> Self {
+        Dual { value: self.value.clone(), tangent: self.tangent.clone(), engine: self.engine }
+    }
+}
+
+impl<B: Ops> Dual<B> {
+    /// The primal value.
+    pub fn value(&self) -> &B::T {
+        &self.value
+    }
+    /// The tangent, None when it is zero.
+    pub fn tangent(&self) -> Option<&B::T> {
+        self.tangent.as_ref()
+    }
+}
+
+impl<B: Ops> TensorMeta for Dual<B> {
+    fn shape(&self) -> &[usize] {
+        self.value.shape()
+    }
+    fn dtype(&self) -> DType {
+        self.value.dtype()
+    }
+}
+
+/// The forward-mode engine over `B`.
+pub struct Forward<B: Ops> {
+    inner: B,
+    id: usize,
+}
+
+impl<B: Ops> Clone for Forward<B> {
+    fn clone(&self) -> Self {
+        Forward { inner: self.inner.clone(), id: self.id }
+    }
+}
+
+impl<B: Ops> Forward<B> {
+    pub fn new(inner: B) -> Self {
+        Forward { inner, id: NEXT_ENGINE.fetch_add(1, Ordering::Relaxed) }
+    }
+
+    /// The engine the rules run on.
+    pub fn inner(&self) -> &B {
+        &self.inner
+    }
+
+    /// A dual variable: `value` with the tangent (direction) `tangent` of the same shape.
+    pub fn dual(&self, value: B::T, tangent: B::T) -> Result<Dual<B>> {
+        if value.shape() != tangent.shape() || value.dtype() != tangent.dtype() {
+            return Err(OpError::Shape {
+                op: "dual",
+                detail: format!(
+                    "value {:?} {} vs tangent {:?} {}",
+                    value.shape(),
+                    value.dtype(),
+                    tangent.shape(),
+                    tangent.dtype()
+                ),
+            });
+        }
+        Ok(Dual { value, tangent: Some(tangent), engine: self.id })
+    }
+
+    /// A constant (zero tangent).
+    pub fn lift(&self, value: B::T) -> Dual<B> {
+        Dual { value, tangent: None, engine: self.id }
+    }
+
+    /// The primal value of `t`.
+    pub fn primal<'a>(&self, t: &'a Dual<B>) -> &'a B::T {
+        &t.value
+    }
+
+    /// The tangent of `t`, zeros when it has none.
+    pub fn tangent(&self, t: &Dual<B>) -> Result<B::T> {
+        match &t.tangent {
+            Some(d) => Ok(d.clone()),
+            None => self.inner.zeros_like(&t.value),
+        }
+    }
+
+    /// The tangent of `t` if it has one, after checking that it belongs to this engine.
+    fn dot<'a>(&self, t: &'a Dual<B>) -> Result<Option<&'a B::T>> {
+        if t.tangent.is_some() && t.engine != self.id {
+            return Err(OpError::Foreign(format!(
+                "a dual tensor of forward engine {} was passed to forward engine {} \
+                 (nested engines must not mix levels)",
+                t.engine, self.id
+            )));
+        }
+        Ok(t.tangent.as_ref())
+    }
+
+    fn make(&self, value: B::T, tangent: Option<B::T>) -> Dual<B> {
+        Dual { value, tangent, engine: self.id }
+    }
+
+    /// Fails when any input has a tangent: for rule kernels without forward rules.
+    fn untracked(&self, what: &str, inputs: &[&Dual<B>]) -> Result<()> {
+        for t in inputs {
+            if self.dot(t)?.is_some() {
+                return Err(OpError::NotDifferentiable(what.to_string()));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<B: Ops> Ops for Forward<B> {
+    type T = Dual<B>;
+    type I = B::I;
+
+    fn engine_name(&self) -> String {
+        format!("forward({})", self.inner.engine_name())
+    }
+
+    fn tensor(&self, data: &[f64], shape: &[usize], dtype: DType) -> Result<Dual<B>> {
+        Ok(self.lift(self.inner.tensor(data, shape, dtype)?))
+    }
+
+    fn full(&self, shape: &[usize], value: f64, dtype: DType) -> Result<Dual<B>> {
+        Ok(self.lift(self.inner.full(shape, value, dtype)?))
+    }
+
+    fn index(&self, data: &[i64]) -> Result<B::I> {
+        self.inner.index(data)
+    }
+
+    fn to_vec(&self, t: &Dual<B>) -> Result<Vec<f64>> {
+        self.inner.to_vec(&t.value)
+    }
+
+    fn index_to_vec(&self, i: &B::I) -> Result<Vec<i64>> {
+        self.inner.index_to_vec(i)
+    }
+
+    fn reshape(&self, t: &Dual<B>, shape: &[usize]) -> Result<Dual<B>> {
+        let y = self.inner.reshape(&t.value, shape)?;
+        let dy = self.dot(t)?.map(|d| self.inner.reshape(d, shape)).transpose()?;
+        Ok(self.make(y, dy))
+    }
+
+    fn unary(&self, op: UnaryOp, x: &Dual<B>) -> Result<Dual<B>> {
+        let b = &self.inner;
+        let y = b.unary(op, &x.value)?;
+        let dy = match self.dot(x)? {
+            Some(dx) => rules::elementwise::unary_jvp(b, op, &x.value, &y, dx)?,
+            None => None,
+        };
+        Ok(self.make(y, dy))
+    }
+
+    fn binary(&self, op: BinaryOp, a: &Dual<B>, c: &Dual<B>) -> Result<Dual<B>> {
+        let b = &self.inner;
+        let y = b.binary(op, &a.value, &c.value)?;
+        let (da, dc) = (self.dot(a)?, self.dot(c)?);
+        let dy = rules::elementwise::binary_jvp(b, op, &a.value, &c.value, &y, da, dc)?;
+        Ok(self.make(y, dy))
+    }
+
+    fn select(&self, mask: &Dual<B>, a: &Dual<B>, c: &Dual<B>) -> Result<Dual<B>> {
+        let b = &self.inner;
+        self.dot(mask)?;
+        let y = b.select(&mask.value, &a.value, &c.value)?;
+        let dy = rules::elementwise::select_jvp(b, &mask.value, &y, self.dot(a)?, self.dot(c)?)?;
+        Ok(self.make(y, dy))
+    }
+
+    fn index_eq(&self, i: &B::I, value: i64, dtype: DType) -> Result<Dual<B>> {
+        Ok(self.lift(self.inner.index_eq(i, value, dtype)?))
+    }
+
+    fn reduce(&self, op: HistOp, x: &Dual<B>) -> Result<Dual<B>> {
+        let b = &self.inner;
+        let y = b.reduce(op, &x.value)?;
+        let dy = match self.dot(x)? {
+            Some(dx) => Some(rules::reduce::reduce_jvp(b, op, &x.value, &y, dx)?),
+            None => None,
+        };
+        Ok(self.make(y, dy))
+    }
+
+    fn gather(&self, src: &Dual<B>, idx: &B::I, oob: OutOfRange) -> Result<Dual<B>> {
+        let b = &self.inner;
+        let y = b.gather(&src.value, idx, oob)?;
+        let dy = self.dot(src)?.map(|d| rules::indexing::gather_jvp(b, idx, d)).transpose()?;
+        Ok(self.make(y, dy))
+    }
+
+    fn scatter(&self, dest: &Dual<B>, idx: &B::I, vals: &Dual<B>) -> Result<Dual<B>> {
+        let b = &self.inner;
+        let y = b.scatter(&dest.value, idx, &vals.value)?;
+        let (dd, dv) = (self.dot(dest)?, self.dot(vals)?);
+        let dy = if dd.is_some() || dv.is_some() {
+            Some(rules::indexing::scatter_jvp(b, &dest.value, idx, &vals.value, dd, dv)?)
+        } else {
+            None
+        };
+        Ok(self.make(y, dy))
+    }
+
+    fn sort_by_key(&self, keys: &B::I, num_keys: usize) -> Result<B::I> {
+        self.inner.sort_by_key(keys, num_keys)
+    }
+
+    fn sort_by_key_ranked(&self, keys: &B::I, num_keys: usize) -> Result<(B::I, B::I)> {
+        self.inner.sort_by_key_ranked(keys, num_keys)
+    }
+
+    fn reduce_by_index(&self, dest: &Dual<B>, op: HistOp, inds: &B::I, vals: &Dual<B>) -> Result<Dual<B>> {
+        let (h, dh) = rules::hist::reduce_by_index_jvp(
+            &self.inner,
+            &dest.value,
+            self.dot(dest)?,
+            op,
+            inds,
+            &vals.value,
+            self.dot(vals)?,
+        )?;
+        Ok(self.make(h, dh))
+    }
+
+    fn arg_reduce_by_index(
+        &self,
+        dest: &Dual<B>,
+        ext: Extremum,
+        inds: &B::I,
+        vals: &Dual<B>,
+    ) -> Result<(Dual<B>, B::I)> {
+        let b = &self.inner;
+        let (h, winners) = b.arg_reduce_by_index(&dest.value, ext, inds, &vals.value)?;
+        let (dd, dv) = (self.dot(dest)?, self.dot(vals)?);
+        let dh = if dd.is_some() || dv.is_some() {
+            Some(rules::hist::winner_tangent(b, &winners, &h, dd, dv)?)
+        } else {
+            None
+        };
+        Ok((self.make(h, dh), winners))
+    }
+
+    fn prod_nonzero_by_index(&self, inds: &B::I, vals: &Dual<B>, k: usize) -> Result<(Dual<B>, B::I)> {
+        let b = &self.inner;
+        let (p, z) = b.prod_nonzero_by_index(inds, &vals.value, k)?;
+        let dp = self
+            .dot(vals)?
+            .map(|dv| rules::hist::prod_nonzero_by_index_jvp(b, inds, &vals.value, dv, &p))
+            .transpose()?;
+        Ok((self.make(p, dp), z))
+    }
+
+    fn prod_vals_adjoint(&self, inds: &B::I, vals: &Dual<B>, c0: &Dual<B>, c1: &Dual<B>) -> Result<Dual<B>> {
+        let b = &self.inner;
+        let out = b.prod_vals_adjoint(inds, &vals.value, &c0.value, &c1.value)?;
+        let (dv, d0, d1) = (self.dot(vals)?, self.dot(c0)?, self.dot(c1)?);
+        let dout = if dv.is_some() || d0.is_some() || d1.is_some() {
+            Some(rules::hist::prod_vals_adjoint_jvp(b, inds, &vals.value, &c0.value, &c1.value, &out, dv, d0, d1)?)
+        } else {
+            None
+        };
+        Ok(self.make(out, dout))
+    }
+
+    fn combine(&self, op: HistOp, a: &Dual<B>, c: &Dual<B>) -> Result<Dual<B>> {
+        let b = &self.inner;
+        let y = b.combine(op, &a.value, &c.value)?;
+        let dy = rules::elementwise::combine_jvp(b, op, &a.value, &c.value, &y, self.dot(a)?, self.dot(c)?)?;
+        Ok(self.make(y, dy))
+    }
+
+    fn combine_partial(&self, op: HistOp, side: Operand, a: &Dual<B>, c: &Dual<B>) -> Result<Dual<B>> {
+        let b = &self.inner;
+        let y = b.combine_partial(op, side, &a.value, &c.value)?;
+        let (da, dc) = (self.dot(a)?, self.dot(c)?);
+        let dy = if da.is_some() || dc.is_some() {
+            rules::elementwise::combine_partial_jvp(b, op, side, &y, da, dc)?
+        } else {
+            None
+        };
+        Ok(self.make(y, dy))
+    }
+
+    fn fold_adjoint(&self, op: HistOp, l: &Dual<B>, a: &Dual<B>, r: &Dual<B>, g: &Dual<B>) -> Result<Dual<B>> {
+        self.untracked("fold_adjoint (a rule kernel)", &[l, a, r, g])?;
+        Ok(self.lift(self.inner.fold_adjoint(op, &l.value, &a.value, &r.value, &g.value)?))
+    }
+
+    fn total_form_adjoint(
+        &self,
+        op: HistOp,
+        inds: &B::I,
+        vals: &Dual<B>,
+        hist: &Dual<B>,
+        hist_bar: &Dual<B>,
+    ) -> Result<Dual<B>> {
+        self.untracked("total_form_adjoint (a rule kernel)", &[vals, hist, hist_bar])?;
+        Ok(self.lift(self.inner.total_form_adjoint(op, inds, &vals.value, &hist.value, &hist_bar.value)?))
+    }
+
+    fn gather_index(&self, src: &B::I, idx: &B::I) -> Result<B::I> {
+        self.inner.gather_index(src, idx)
+    }
+
+    fn scan(&self, op: HistOp, x: &Dual<B>, spec: ScanSpec, segments: Option<&B::I>) -> Result<Dual<B>> {
+        let b = &self.inner;
+        let y = b.scan(op, &x.value, spec, segments)?;
+        let dy = self.dot(x)?.map(|dx| rules::scan::scan_jvp(b, op, &x.value, &y, dx, spec, segments)).transpose()?;
+        Ok(self.make(y, dy))
+    }
+
+    fn linear_recurrence(&self, a: &Dual<B>, m: &Dual<B>, spec: ScanSpec, segments: Option<&B::I>) -> Result<Dual<B>> {
+        let b = &self.inner;
+        let y = b.linear_recurrence(&a.value, &m.value, spec, segments)?;
+        let (da, dm) = (self.dot(a)?, self.dot(m)?);
+        let dy = if da.is_some() || dm.is_some() {
+            Some(rules::scan::linear_recurrence_jvp(b, &a.value, &m.value, &y, da, dm, spec, segments)?)
+        } else {
+            None
+        };
+        Ok(self.make(y, dy))
+    }
+
+    fn reduce_by_index_dual(
+        &self,
+        dest: &Dual<B>,
+        dest_dot: &Dual<B>,
+        op: HistOp,
+        inds: &B::I,
+        vals: &Dual<B>,
+        vals_dot: &Dual<B>,
+    ) -> Result<(Dual<B>, Dual<B>)> {
+        self.untracked("reduce_by_index_dual (a forward-rule kernel)", &[dest, dest_dot, vals, vals_dot])?;
+        let (h, hd) =
+            self.inner.reduce_by_index_dual(&dest.value, &dest_dot.value, op, inds, &vals.value, &vals_dot.value)?;
+        Ok((self.lift(h), self.lift(hd)))
+    }
+
+    fn reduce_by_index_chunked(
+        &self,
+        dest: &Dual<B>,
+        op: HistOp,
+        inds: &B::I,
+        vals: &Dual<B>,
+    ) -> Result<ChunkedHist<Dual<B>>> {
+        self.untracked("reduce_by_index_chunked (a rule kernel)", &[dest, vals])?;
+        let ch = self.inner.reduce_by_index_chunked(&dest.value, op, inds, &vals.value)?;
+        Ok(ChunkedHist {
+            hist: self.lift(ch.hist),
+            elements: self.lift(ch.elements),
+            chunk_prefix: self.lift(ch.chunk_prefix),
+            chunk_suffix: self.lift(ch.chunk_suffix),
+        })
+    }
+
+    fn chunked_vals_adjoint(
+        &self,
+        op: HistOp,
+        inds: &B::I,
+        vals: &Dual<B>,
+        chunk_prefix: &Dual<B>,
+        chunk_suffix: &Dual<B>,
+        hist_bar: &Dual<B>,
+    ) -> Result<Dual<B>> {
+        self.untracked("chunked_vals_adjoint (a rule kernel)", &[vals, chunk_prefix, chunk_suffix, hist_bar])?;
+        Ok(self.lift(self.inner.chunked_vals_adjoint(
+            op,
+            inds,
+            &vals.value,
+            &chunk_prefix.value,
+            &chunk_suffix.value,
+            &hist_bar.value,
+        )?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Cpu, Reverse};
+
+    fn cpu() -> Cpu {
+        Cpu::new(Some(1)).unwrap()
+    }
+
+    #[test]
+    fn nested_levels_do_not_confuse_perturbations() {
+        // d/dx [x * d/dy (x + y)] at x = 2, y = 3 is 1: the inner derivative is the constant 1.
+        // With perturbation confusion x's tangent would leak into d/dy and give 2.
+        let c = cpu();
+        let dt = DType::F64;
+        let f = Forward::new(c.clone());
+        let x = f.dual(c.full(&[1], 2.0, dt).unwrap(), c.full(&[1], 1.0, dt).unwrap()).unwrap();
+        let r = Reverse::new(f.clone());
+        let y = r.var(f.full(&[1], 3.0, dt).unwrap());
+        let s = r.add(&r.lift(x.clone()), &y).unwrap();
+        let grads = r.backward(&s, f.full(&[1], 1.0, dt).unwrap()).unwrap();
+        let dy = grads.get(&y).unwrap().clone();
+        let z = f.mul(&x, &dy).unwrap();
+        assert_eq!(c.to_vec(z.value()).unwrap(), vec![2.0]);
+        assert_eq!(c.to_vec(&f.tangent(&z).unwrap()).unwrap(), vec![1.0]);
+        // The same with two forward levels: d/dx [x * d/dy (x + y)].
+        let f2 = Forward::new(f.clone());
+        let x2 = f2.dual(f.full(&[1], 2.0, dt).unwrap(), f.full(&[1], 1.0, dt).unwrap()).unwrap();
+        let y1 = f.dual(c.full(&[1], 3.0, dt).unwrap(), c.full(&[1], 1.0, dt).unwrap()).unwrap();
+        // Inner level: d/dy (x + y) with x a constant of that level.
+        let inner = f.add(x2.value(), &y1).unwrap();
+        let d_dy = f2.lift(f.lift(f.tangent(&inner).unwrap()));
+        let z2 = f2.mul(&x2, &d_dy).unwrap();
+        assert_eq!(f.to_vec(&f2.tangent(&z2).unwrap()).unwrap(), vec![1.0]);
+    }
+
+    #[test]
+    fn a_tangent_of_another_forward_engine_is_rejected() {
+        let c = cpu();
+        let (a, b) = (Forward::new(c.clone()), Forward::new(c.clone()));
+        let t = c.full(&[2], 1.0, DType::F32).unwrap();
+        let x = a.dual(t.clone(), t.clone()).unwrap();
+        assert!(matches!(b.neg(&x), Err(OpError::Foreign(_))));
+        // Constants carry no tangent and are welcome anywhere.
+        assert!(b.neg(&a.lift(t)).is_ok());
+    }
+
+    #[test]
+    fn forward_over_forward_gives_second_derivatives() {
+        let c = cpu();
+        let dt = DType::F64;
+        let f1 = Forward::new(c.clone());
+        let f2 = Forward::new(f1.clone());
+        let x0 = 1.5;
+        let x = f2
+            .dual(
+                f1.dual(c.full(&[1], x0, dt).unwrap(), c.full(&[1], 1.0, dt).unwrap()).unwrap(),
+                f1.full(&[1], 1.0, dt).unwrap(),
+            )
+            .unwrap();
+        let y = f2.mul(&f2.mul(&x, &x).unwrap(), &x).unwrap(); // x^3
+        let d = f2.tangent(&y).unwrap(); // 3x^2, with inner tangent 6x
+        assert_eq!(f1.to_vec(&d).unwrap(), vec![3.0 * x0 * x0]);
+        assert_eq!(c.to_vec(&f1.tangent(&d).unwrap()).unwrap(), vec![6.0 * x0]);
+    }
+
+    /// f(x) through elementwise ops, the four special histograms, a reduction and scans.
+    fn objective<O: Ops>(o: &O, x: &O::T, dt: DType) -> Result<O::T> {
+        let n = x.numel();
+        let inds = o.index(&(0..n as i64).map(|i| (i * 5 + 1) % 4 - 1).collect::<Vec<_>>())?;
+        let sq = o.mul(x, x)?;
+        let h_add = o.reduce_by_index(&o.full(&[3], 0.5, dt)?, HistOp::Add, &inds, &sq)?;
+        let h_mul = o.reduce_by_index(&o.full(&[3], 1.5, dt)?, HistOp::Mul, &inds, x)?;
+        let h_min = o.reduce_by_index(&o.full(&[3], 10.0, dt)?, HistOp::Min, &inds, &sq)?;
+        let h_max = o.reduce_by_index(&o.full(&[3], -10.0, dt)?, HistOp::Max, &inds, x)?;
+        let s1 = o.sum(&o.mul(&h_add, &h_add)?)?;
+        let s2 = o.sum(&o.mul(&h_mul, &h_min)?)?;
+        let s3 = o.sum(&o.unary(UnaryOp::Exp, &o.mul(&h_max, &h_max)?)?)?;
+        let s4 = o.sum(&o.scan(HistOp::Mul, x, ScanSpec::INCLUSIVE, None)?)?;
+        let s5 = o.reduce(HistOp::Mul, &o.unary(UnaryOp::Sin, x)?)?;
+        let s6 = o.sum(&o.binary(BinaryOp::Div, &sq, &o.unary(UnaryOp::Sigmoid, x)?)?)?;
+        o.add(&o.add(&o.add(&s1, &s2)?, &o.add(&s3, &s4)?)?, &o.add(&s5, &s6)?)
+    }
+
+    fn gradient(c: &Cpu, x: &[f64]) -> Vec<f64> {
+        let r = Reverse::new(c.clone());
+        let xv = r.var(c.tensor(x, &[x.len()], DType::F64).unwrap());
+        let y = objective(&r, &xv, DType::F64).unwrap();
+        let g = r.backward(&y, c.full(&[1], 1.0, DType::F64).unwrap()).unwrap();
+        c.to_vec(g.get(&xv).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn forward_over_reverse_computes_hessian_vector_products() {
+        let c = cpu();
+        let dt = DType::F64;
+        let x0 = [0.3, -0.7, 1.1, 0.4, -0.2, 0.9, 0.6];
+        let v = [1.0, -0.5, 0.25, 2.0, -1.0, 0.5, 0.75];
+        let f = Forward::new(c.clone());
+        let r = Reverse::new(f.clone());
+        let x = r.var(f.dual(c.tensor(&x0, &[7], dt).unwrap(), c.tensor(&v, &[7], dt).unwrap()).unwrap());
+        let y = objective(&r, &x, dt).unwrap();
+        let g = r.backward(&y, f.full(&[1], 1.0, dt).unwrap()).unwrap();
+        let g = g.get(&x).unwrap();
+        let grad = c.to_vec(g.value()).unwrap();
+        let hvp = c.to_vec(&f.tangent(g).unwrap()).unwrap();
+        // The gradient agrees with plain reverse mode; H v with central differences of it.
+        assert_eq!(grad, gradient(&c, &x0));
+        let h = 1e-5;
+        let shifted = |s: f64| -> Vec<f64> {
+            let xs: Vec<f64> = x0.iter().zip(&v).map(|(a, d)| a + s * h * d).collect();
+            gradient(&c, &xs)
+        };
+        let (gp, gm) = (shifted(1.0), shifted(-1.0));
+        for j in 0..7 {
+            let want = (gp[j] - gm[j]) / (2.0 * h);
+            assert!((hvp[j] - want).abs() < 1e-5 * want.abs().max(1.0), "H v [{j}]: {} vs {want}", hvp[j]);
+        }
+    }
+}

@@ -1,0 +1,502 @@
+//! General operators as values: an associative, commutative operator described by data (its
+//! name, neutral element, combine function and partials, optionally its "total form", and the
+//! same as C expressions for OpenCL/CUDA kernels), so a new operator is a new `static`, not a
+//! code change in the devices or the rules.
+//!
+//! Each function is written once, generic over [`Float`], and monomorphised for f32 and f64 by
+//! [`general_op!`] into plain `fn` pointers: a [`GeneralOp`] is a `static`, and
+//! [`crate::HistOp::General`] holds a `&'static GeneralOp`, which keeps `HistOp` `Copy`.
+//!
+//! Conventions every operator must meet (the rules and the oracle rely on them):
+//!
+//! * `combine(neutral, x) == x` exactly, so folds may start from the neutral element.
+//! * Partials are defined everywhere the rules evaluate them, in particular at neutral points
+//!   (`logaddexp(-inf, -inf)` and `hypot(0, 0)` occur in empty bins and running arrays): there
+//!   they are 0, never NaN.
+//! * Non-smooth operators have asymmetric partials so that the LEFT operand wins ties (min:
+//!   d1(a, b) = [a <= b], d2(a, b) = [b < a]). The general rule then keeps the special rules'
+//!   tie policy (dest and earlier elements win), and `tie_break` names the extremum so forward
+//!   rules can use the arg-histogram (a lifted min/max would depend on the reduction order).
+//! * The total form, when present, is `d t / d a` for an element (or dest) `a` of a bin whose
+//!   final value is `t`, written from `a` and `t` alone. It must not exist for min/max (at a tie
+//!   every tied element equals `t`, so it could not pick one winner).
+
+use std::fmt;
+use std::hash::{Hash, Hasher};
+
+use num_traits::Float;
+
+use crate::{Elem, Extremum, HistOp};
+
+/// A binary function on one element type.
+pub type BinFn<T> = fn(T, T) -> T;
+
+/// The CPU functions of a general operator for one element type.
+#[derive(Clone, Copy)]
+pub struct GeneralFns<T> {
+    /// `a op b`.
+    pub combine: BinFn<T>,
+    /// d(a op b)/da.
+    pub d1: BinFn<T>,
+    /// d(a op b)/db.
+    pub d2: BinFn<T>,
+    /// `total(a, t)`: d t / d a from the element and the final bin value alone.
+    pub total: Option<BinFn<T>>,
+}
+
+/// The same functions as C expressions over `a` and `b` (`a` and `t` for the total form), for
+/// OpenCL/CUDA kernels (`T` names the element type, e.g. `(T)0`).
+#[derive(Clone, Copy, Debug)]
+pub struct CExprs {
+    pub combine: &'static str,
+    pub d1: &'static str,
+    pub d2: &'static str,
+    pub total: Option<&'static str>,
+}
+
+/// An associative and commutative operator given as data.
+pub struct GeneralOp {
+    /// Unique name; `HistOp::from_str` finds the operator by it.
+    pub name: &'static str,
+    /// The neutral element: `combine(neutral, x) == x` exactly.
+    pub neutral: f64,
+    pub f32: GeneralFns<f32>,
+    pub f64: GeneralFns<f64>,
+    /// Some for min/max-like operators, whose forward rule is the arg-histogram.
+    pub tie_break: Option<Extremum>,
+    pub c: CExprs,
+}
+
+impl GeneralOp {
+    /// The functions for element type `T`.
+    #[inline]
+    pub fn fns<T: Elem>(&self) -> &GeneralFns<T> {
+        T::general_fns(self)
+    }
+
+    pub fn has_total_form(&self) -> bool {
+        self.f64.total.is_some()
+    }
+
+    /// `a op b` in f64.
+    pub fn combine(&self, a: f64, b: f64) -> f64 {
+        (self.f64.combine)(a, b)
+    }
+    /// d(a op b)/da in f64.
+    pub fn d1(&self, a: f64, b: f64) -> f64 {
+        (self.f64.d1)(a, b)
+    }
+    /// d(a op b)/db in f64.
+    pub fn d2(&self, a: f64, b: f64) -> f64 {
+        (self.f64.d2)(a, b)
+    }
+    /// The total form in f64, when the operator has one.
+    pub fn total(&self, a: f64, t: f64) -> Option<f64> {
+        self.f64.total.map(|f| f(a, t))
+    }
+}
+
+// Names are unique, so identity is the name (comparing fn pointers is unreliable).
+impl PartialEq for GeneralOp {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+impl Eq for GeneralOp {}
+impl Hash for GeneralOp {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.name.hash(state)
+    }
+}
+impl fmt::Debug for GeneralOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "GeneralOp({})", self.name)
+    }
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __general_total {
+    ($t:ty;) => {
+        None
+    };
+    ($t:ty; $total:ident) => {
+        Some($total::<$t> as $crate::general::BinFn<$t>)
+    };
+}
+
+/// Defines a `static` [`GeneralOp`] from generic functions `fn f<T: Float>(a: T, b: T) -> T`,
+/// monomorphising each for f32 and f64.
+#[macro_export]
+macro_rules! general_op {
+    (
+        $(#[$meta:meta])*
+        $vis:vis static $ident:ident = {
+            name: $name:expr,
+            neutral: $neutral:expr,
+            combine: $combine:ident,
+            d1: $d1:ident,
+            d2: $d2:ident,
+            $(total: $total:ident,)?
+            tie_break: $tie:expr,
+            c: $c:expr $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        $vis static $ident: $crate::general::GeneralOp = $crate::general::GeneralOp {
+            name: $name,
+            neutral: $neutral,
+            f32: $crate::general::GeneralFns {
+                combine: $combine::<f32>,
+                d1: $d1::<f32>,
+                d2: $d2::<f32>,
+                total: $crate::__general_total!(f32; $($total)?),
+            },
+            f64: $crate::general::GeneralFns {
+                combine: $combine::<f64>,
+                d1: $d1::<f64>,
+                d2: $d2::<f64>,
+                total: $crate::__general_total!(f64; $($total)?),
+            },
+            tie_break: $tie,
+            c: $c,
+        };
+    };
+}
+
+#[inline]
+fn truth<T: Float>(b: bool) -> T {
+    if b { T::one() } else { T::zero() }
+}
+
+// ---- logaddexp ----
+
+/// max(a, b) + log1p(exp(-|a - b|)): never exp of a large number, so no overflow in f32
+/// beyond 88 (unlike log(e^a + e^b)). The guard keeps -inf (the neutral) and +inf exact instead
+/// of producing inf - inf = NaN.
+#[inline]
+fn lae_combine<T: Float>(a: T, b: T) -> T {
+    let m = a.max(b);
+    if m.is_infinite() {
+        return m;
+    }
+    m + (-(a - b).abs()).exp().ln_1p()
+}
+
+/// d/da logaddexp(a, b) = sigmoid(a - b), computed without overflow; 0 when a is -inf (the
+/// neutral contributes nothing, and logaddexp(-inf, -inf) has partials 0, not NaN).
+#[inline]
+fn lae_d1<T: Float>(a: T, b: T) -> T {
+    if a == T::neg_infinity() {
+        return T::zero();
+    }
+    if b == T::neg_infinity() {
+        return T::one();
+    }
+    let x = a - b;
+    if x >= T::zero() {
+        T::one() / (T::one() + (-x).exp())
+    } else {
+        let e = x.exp();
+        e / (T::one() + e)
+    }
+}
+
+#[inline]
+fn lae_d2<T: Float>(a: T, b: T) -> T {
+    lae_d1(b, a)
+}
+
+/// d t / d a = e^(a - t); 0 when t is -inf (then every input is -inf).
+#[inline]
+fn lae_total<T: Float>(a: T, t: T) -> T {
+    if t == T::neg_infinity() { T::zero() } else { (a - t).exp() }
+}
+
+general_op! {
+    /// log(e^a + e^b), computed stably; neutral -inf. Its total form is e^(a - t).
+    pub static LOGADDEXP = {
+        name: "logaddexp",
+        neutral: f64::NEG_INFINITY,
+        combine: lae_combine,
+        d1: lae_d1,
+        d2: lae_d2,
+        total: lae_total,
+        tie_break: None,
+        c: CExprs {
+            combine: "(isinf(fmax(a, b)) ? fmax(a, b) : fmax(a, b) + log1p(exp(-fabs(a - b))))",
+            d1: "(a == -INFINITY ? (T)0 : (b == -INFINITY ? (T)1 : \
+                 (a >= b ? (T)1 / ((T)1 + exp(b - a)) : exp(a - b) / ((T)1 + exp(a - b)))))",
+            d2: "(b == -INFINITY ? (T)0 : (a == -INFINITY ? (T)1 : \
+                 (b >= a ? (T)1 / ((T)1 + exp(a - b)) : exp(b - a) / ((T)1 + exp(b - a)))))",
+            total: Some("(t == -INFINITY ? (T)0 : exp(a - t))"),
+        },
+    }
+}
+
+// ---- hypot ----
+
+/// sqrt(a^2 + b^2) without overflow or underflow (libm's hypot scales internally);
+/// hypot(0, x) = |x| exactly, so 0 is neutral on magnitudes.
+#[inline]
+fn hypot_combine<T: Float>(a: T, b: T) -> T {
+    a.hypot(b)
+}
+
+/// d/da hypot(a, b) = a / hypot(a, b), 0 at the origin.
+#[inline]
+fn hypot_d1<T: Float>(a: T, b: T) -> T {
+    let h = a.hypot(b);
+    if h == T::zero() { T::zero() } else { a / h }
+}
+
+#[inline]
+fn hypot_d2<T: Float>(a: T, b: T) -> T {
+    hypot_d1(b, a)
+}
+
+/// d t / d a = a / t, 0 when t = 0.
+#[inline]
+fn hypot_total<T: Float>(a: T, t: T) -> T {
+    if t == T::zero() { T::zero() } else { a / t }
+}
+
+general_op! {
+    /// sqrt(a^2 + b^2), overflow-safe; neutral 0 on magnitudes (bin values are magnitudes).
+    /// Its total form is a / t.
+    pub static HYPOT = {
+        name: "hypot",
+        neutral: 0.0,
+        combine: hypot_combine,
+        d1: hypot_d1,
+        d2: hypot_d2,
+        total: hypot_total,
+        tie_break: None,
+        c: CExprs {
+            combine: "hypot(a, b)",
+            d1: "(hypot(a, b) == (T)0 ? (T)0 : a / hypot(a, b))",
+            d2: "(hypot(a, b) == (T)0 ? (T)0 : b / hypot(a, b))",
+            total: Some("(t == (T)0 ? (T)0 : a / t)"),
+        },
+    }
+}
+
+// ---- the special operators as general ones (to run the general rule on them) ----
+
+#[inline]
+fn add_combine<T: Float>(a: T, b: T) -> T {
+    a + b
+}
+#[inline]
+fn one<T: Float>(_: T, _: T) -> T {
+    T::one()
+}
+#[inline]
+fn mul_combine<T: Float>(a: T, b: T) -> T {
+    a * b
+}
+#[inline]
+fn mul_d1<T: Float>(_: T, b: T) -> T {
+    b
+}
+#[inline]
+fn mul_d2<T: Float>(a: T, _: T) -> T {
+    a
+}
+#[inline]
+fn min_combine<T: Float>(a: T, b: T) -> T {
+    if b < a { b } else { a }
+}
+#[inline]
+fn min_d1<T: Float>(a: T, b: T) -> T {
+    truth(a <= b)
+}
+#[inline]
+fn min_d2<T: Float>(a: T, b: T) -> T {
+    truth(b < a)
+}
+#[inline]
+fn max_combine<T: Float>(a: T, b: T) -> T {
+    if b > a { b } else { a }
+}
+#[inline]
+fn max_d1<T: Float>(a: T, b: T) -> T {
+    truth(a >= b)
+}
+#[inline]
+fn max_d2<T: Float>(a: T, b: T) -> T {
+    truth(b > a)
+}
+
+general_op! {
+    /// `+` as a general operator (total form 1).
+    pub static ADD = {
+        name: "general-add",
+        neutral: 0.0,
+        combine: add_combine,
+        d1: one,
+        d2: one,
+        total: one,
+        tie_break: None,
+        c: CExprs { combine: "(a + b)", d1: "(T)1", d2: "(T)1", total: Some("(T)1") },
+    }
+}
+
+general_op! {
+    /// `*` as a general operator (no total form: a / t would divide by zero).
+    pub static MUL = {
+        name: "general-mul",
+        neutral: 1.0,
+        combine: mul_combine,
+        d1: mul_d1,
+        d2: mul_d2,
+        tie_break: None,
+        c: CExprs { combine: "(a * b)", d1: "b", d2: "a", total: None },
+    }
+}
+
+general_op! {
+    /// min as a general operator; the left operand wins ties.
+    pub static MIN = {
+        name: "general-min",
+        neutral: f64::INFINITY,
+        combine: min_combine,
+        d1: min_d1,
+        d2: min_d2,
+        tie_break: Some(Extremum::Min),
+        c: CExprs {
+            combine: "(b < a ? b : a)",
+            d1: "(a <= b ? (T)1 : (T)0)",
+            d2: "(b < a ? (T)1 : (T)0)",
+            total: None,
+        },
+    }
+}
+
+general_op! {
+    /// max as a general operator; the left operand wins ties.
+    pub static MAX = {
+        name: "general-max",
+        neutral: f64::NEG_INFINITY,
+        combine: max_combine,
+        d1: max_d1,
+        d2: max_d2,
+        tie_break: Some(Extremum::Max),
+        c: CExprs {
+            combine: "(b > a ? b : a)",
+            d1: "(a >= b ? (T)1 : (T)0)",
+            d2: "(b > a ? (T)1 : (T)0)",
+            total: None,
+        },
+    }
+}
+
+/// Every general operator shipped, looked up by name by `HistOp::from_str`.
+pub static ALL: [&GeneralOp; 6] = [&LOGADDEXP, &HYPOT, &ADD, &MUL, &MIN, &MAX];
+
+/// The general operator named `name`.
+pub fn lookup(name: &str) -> Option<&'static GeneralOp> {
+    ALL.iter().copied().find(|g| g.name == name)
+}
+
+/// The general form of any operator: the special operators map to their general versions
+/// (with asymmetric min/max partials), a general operator to itself.
+pub fn as_general(op: HistOp) -> &'static GeneralOp {
+    match op {
+        HistOp::Add => &ADD,
+        HistOp::Mul => &MUL,
+        HistOp::Min => &MIN,
+        HistOp::Max => &MAX,
+        HistOp::General(g) => g,
+    }
+}
+
+/// The special operator a general one stands for, if it is one of [`ADD`], [`MUL`], [`MIN`],
+/// [`MAX`] (their second derivatives are known: engines nest through them).
+pub fn special_of(g: &GeneralOp) -> Option<HistOp> {
+    [(&ADD, HistOp::Add), (&MUL, HistOp::Mul), (&MIN, HistOp::Min), (&MAX, HistOp::Max)]
+        .into_iter()
+        .find(|(s, _)| std::ptr::eq(*s, g))
+        .map(|(_, op)| op)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fd(f: impl Fn(f64) -> f64, x: f64) -> f64 {
+        let h = 1e-6 * x.abs().max(1.0);
+        (f(x + h) - f(x - h)) / (2.0 * h)
+    }
+
+    #[test]
+    fn neutral_is_exact_and_partials_at_neutral_points_are_zero_not_nan() {
+        for g in ALL {
+            for x in [0.0, 1.5, 3.25, 1e-30, 7e20] {
+                assert_eq!(g.combine(g.neutral, x), x, "{}", g.name);
+                assert_eq!((g.f32.combine)(g.neutral as f32, x as f32), x as f32);
+            }
+            let n = g.neutral;
+            for v in [g.d1(n, n), g.d2(n, n)] {
+                assert!(!v.is_nan(), "{} partial at the neutral point", g.name);
+            }
+            if let Some(t) = g.total(n, n) {
+                assert!(!t.is_nan(), "{} total form at the neutral point", g.name);
+            }
+        }
+        assert_eq!(LOGADDEXP.d1(f64::NEG_INFINITY, f64::NEG_INFINITY), 0.0);
+        assert_eq!(HYPOT.d2(0.0, 0.0), 0.0);
+        assert_eq!(HYPOT.total(0.0, 0.0), Some(0.0));
+    }
+
+    #[test]
+    fn smooth_partials_and_total_forms_match_finite_differences() {
+        for g in [&LOGADDEXP, &HYPOT, &ADD, &MUL] {
+            for (a, b) in [(0.3, 1.7), (2.5, -0.4), (1.0, 1.0), (-3.0, 0.5)] {
+                let w1 = fd(|x| g.combine(x, b), a);
+                let w2 = fd(|x| g.combine(a, x), b);
+                assert!((g.d1(a, b) - w1).abs() < 1e-6, "{} d1({a},{b})", g.name);
+                assert!((g.d2(a, b) - w2).abs() < 1e-6, "{} d2({a},{b})", g.name);
+                if let Some(t) = g.total(a, g.combine(a, b)) {
+                    assert!((t - w1).abs() < 1e-6, "{} total({a},{b})", g.name);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn min_and_max_give_ties_to_the_left_operand() {
+        assert_eq!((MIN.d1(1.0, 1.0), MIN.d2(1.0, 1.0)), (1.0, 0.0));
+        assert_eq!((MAX.d1(1.0, 1.0), MAX.d2(1.0, 1.0)), (1.0, 0.0));
+        assert_eq!((MIN.d1(2.0, 1.0), MIN.d2(2.0, 1.0)), (0.0, 1.0));
+        assert_eq!((MAX.d1(2.0, 1.0), MAX.d2(2.0, 1.0)), (1.0, 0.0));
+        assert!(MIN.total(1.0, 1.0).is_none() && MAX.total(1.0, 1.0).is_none());
+    }
+
+    #[test]
+    fn logaddexp_does_not_overflow_in_f32_and_hypot_handles_1e200_in_f64() {
+        let c = LOGADDEXP.f32.combine;
+        let y = c(100.0, 100.0);
+        assert!((y - (100.0 + std::f32::consts::LN_2)).abs() < 1e-4, "{y}");
+        assert_eq!(c(100.0, 0.0), 100.0);
+        assert_eq!(c(f32::NEG_INFINITY, f32::NEG_INFINITY), f32::NEG_INFINITY);
+        assert_eq!(c(f32::INFINITY, 3.0), f32::INFINITY);
+        let d = (LOGADDEXP.f32.d1)(100.0, 99.0);
+        assert!((d as f64 - 1.0 / (1.0 + (-1.0f64).exp())).abs() < 1e-6);
+        let h = HYPOT.combine(1e200, 1e200);
+        assert!((h / (1e200 * std::f64::consts::SQRT_2) - 1.0).abs() < 1e-15, "{h}");
+        assert!((HYPOT.d1(1e200, 1e200) - std::f64::consts::FRAC_1_SQRT_2).abs() < 1e-15);
+        assert_eq!(HYPOT.combine(0.0, -3.0), 3.0);
+    }
+
+    #[test]
+    fn lookup_finds_every_operator_and_as_general_maps_the_special_ones() {
+        for g in ALL {
+            assert!(std::ptr::eq(lookup(g.name).unwrap(), g));
+        }
+        assert!(lookup("add").is_none());
+        assert!(std::ptr::eq(as_general(HistOp::Min), &MIN));
+        assert_eq!(special_of(&MUL), Some(HistOp::Mul));
+        assert_eq!(special_of(&LOGADDEXP), None);
+    }
+}
