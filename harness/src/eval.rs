@@ -26,7 +26,7 @@ pub enum Mode {
 
 #[derive(Args, Debug)]
 pub struct EvalArgs {
-    /// Workload: hist-add, hist-mul, hist-min or hist-max.
+    /// Workload: hist-add, hist-mul, hist-min, hist-max, hist-logaddexp or hist-hypot.
     pub workload: String,
     /// The case file (JSON); `-` reads standard input.
     #[arg(long)]
@@ -91,7 +91,13 @@ pub fn run(args: &EvalArgs, threads: Option<usize>) -> anyhow::Result<String> {
             format_object(&[("hist", &hist), ("vals_bar", &vals_bar), ("dest_bar", &dest_bar)], dt)
         }
         Mode::Jvp => {
-            return Err(bad_input("--mode jvp is not available yet: the forward engine has not landed"));
+            let missing = |f: &str| bad_input(format!("{source}: field {f}: required for --mode jvp"));
+            let vd = case.vals_dot.as_ref().ok_or_else(|| missing("vals_dot"))?;
+            let dd = case.dest_dot.as_ref().ok_or_else(|| missing("dest_dot"))?;
+            let vd = device.tensor(vd, &[vd.len()], dt).map_err(input_error)?;
+            let dd = device.tensor(dd, &[dd.len()], dt).map_err(input_error)?;
+            let (hist, hist_dot) = workload.jvp(&device, &x, &dd, &vd).map_err(input_error)?;
+            format_object(&[("hist", &device.to_vec(&hist)?), ("hist_dot", &device.to_vec(&hist_dot)?)], dt)
         }
     };
     Ok(out)

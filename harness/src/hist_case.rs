@@ -1,6 +1,6 @@
 //! The histogram workloads as flat functions for validation: x = [vals, dest], y = hist.
 
-use adgauge_backends::{Cpu, DType, HistOp, HistRule, Ops, oracle};
+use adgauge_backends::{Cpu, DType, HistRule, Ops, oracle};
 use adgauge_datasets::hist::HistData;
 use adgauge_workloads::HistWorkload;
 
@@ -84,11 +84,16 @@ impl FlatFn for HistFlat {
         }
         Ok(vb.into_iter().chain(db).collect())
     }
-    fn jvp(&self, _v: &[f64]) -> anyhow::Result<Vec<f64>> {
-        anyhow::bail!("jvp: the forward engine has not landed yet")
+    fn jvp(&self, v: &[f64]) -> anyhow::Result<Vec<f64>> {
+        let x = self.workload.upload(&self.cpu, &self.data, self.dtype)?;
+        let (vals_dot, dest_dot) = v.split_at(self.n());
+        let vd = self.cpu.tensor(vals_dot, &[vals_dot.len()], self.dtype)?;
+        let dd = self.cpu.tensor(dest_dot, &[dest_dot.len()], self.dtype)?;
+        let (_, hist_dot) = self.workload.jvp(&self.cpu, &x, &dd, &vd)?;
+        Ok(self.cpu.to_vec(&hist_dot)?)
     }
     fn fd_unsafe(&self, h: f64) -> Option<String> {
-        let ext = self.workload.op.extremum()?;
+        let ext = self.workload.op.tie_break()?;
         // Each bin's winner must beat every other competitor by more than the step moves them
         // (|v_i| <= 1, so by 2h), or the finite difference straddles a kink.
         let d = &self.data;
@@ -97,7 +102,7 @@ impl FlatFn for HistFlat {
         let mut second =
             vec![if ext == adgauge_backends::Extremum::Min { f64::INFINITY } else { f64::NEG_INFINITY }; k];
         let better = |a: f64, b: f64| {
-            if self.workload.op == HistOp::Min { a < b } else { a > b }
+            if ext == adgauge_backends::Extremum::Min { a < b } else { a > b }
         };
         for (&b, &v) in d.inds.iter().zip(&d.vals) {
             if b < 0 || b as usize >= k {

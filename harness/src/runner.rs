@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::{Duration, Instant};
 
+use adgauge_backends::cpu::CpuTensor;
 use adgauge_backends::{Cpu, DType, Device, HistRule, OpError, Ops};
 use adgauge_datasets::hist::{HistData, generate};
 use adgauge_reports::{Check, ResultRow, SCHEMA_VERSION, Status, Timing};
@@ -235,7 +236,21 @@ fn time_case(
     } else {
         None
     };
-    Ok((primal, vjp, None))
+    let jvp = if spec.times(Mode::Jvp) {
+        let (vd, dd) = tangents(cpu, spec, data)?;
+        Some(measure(budget, || {
+            w.jvp(cpu, &x, &dd, &vd)?;
+            cpu.synchronize()
+        })?)
+    } else {
+        None
+    };
+    Ok((primal, vjp, jvp))
+}
+
+/// Unit tangents for every value and dest entry (resident, excluded from timing).
+fn tangents(cpu: &Cpu, spec: &CaseSpec, data: &HistData) -> anyhow::Result<(CpuTensor, CpuTensor)> {
+    Ok((cpu.full(&[data.vals.len()], 1.0, spec.dtype)?, cpu.full(&[data.k], 1.0, spec.dtype)?))
 }
 
 /// Peak bytes above the resident inputs of one evaluation per mode (buffer cache emptied first,
@@ -244,6 +259,7 @@ fn memory_case(cpu: &Cpu, spec: &CaseSpec, data: &HistData) -> anyhow::Result<(O
     let w = spec.workload;
     let x = w.upload(cpu, data, spec.dtype)?;
     let bar = cpu.full(&[spec.k], 1.0, spec.dtype)?;
+    let (vd, dd) = tangents(cpu, spec, data)?;
     let peak = |f: &mut dyn FnMut() -> anyhow::Result<()>| -> anyhow::Result<u64> {
         cpu.trim_cache();
         let (r, bytes) = peak_during(f);
@@ -253,6 +269,7 @@ fn memory_case(cpu: &Cpu, spec: &CaseSpec, data: &HistData) -> anyhow::Result<(O
     let primal = if spec.times(Mode::Primal) { Some(peak(&mut || Ok(w.primal(cpu, &x).map(drop)?))?) } else { None };
     let vjp =
         if spec.times(Mode::Vjp) { Some(peak(&mut || Ok(w.vjp(cpu, spec.rule, &x, &bar).map(drop)?))?) } else { None };
+    let jvp = if spec.times(Mode::Jvp) { Some(peak(&mut || Ok(w.jvp(cpu, &x, &dd, &vd).map(drop)?))?) } else { None };
     cpu.trim_cache();
-    Ok((primal, vjp, None))
+    Ok((primal, vjp, jvp))
 }

@@ -56,31 +56,54 @@ fn adversarial() -> Vec<Case> {
     ]
 }
 
-fn case_json(c: &Case, bar: &[f64]) -> String {
-    json!({"k": c.dest.len(), "inds": c.inds, "vals": c.vals, "dest": c.dest, "hist_bar": bar}).to_string()
+fn case_json(c: &Case, bar: &[f64], vals_dot: &[f64], dest_dot: &[f64]) -> String {
+    json!({"k": c.dest.len(), "inds": c.inds, "vals": c.vals, "dest": c.dest, "hist_bar": bar,
+           "vals_dot": vals_dot, "dest_dot": dest_dot})
+    .to_string()
+}
+
+/// Every workload's operator: the special ones and the shipped general ones.
+fn ops() -> Vec<HistOp> {
+    ["add", "mul", "min", "max", "logaddexp", "hypot"].iter().map(|n| n.parse().unwrap()).collect()
 }
 
 #[test]
 fn eval_matches_the_oracle_on_adversarial_inputs_for_every_op_rule_mode_and_dtype() {
-    for c in adversarial() {
-        let k = c.dest.len();
-        let bar: Vec<f64> = (0..k).map(|b| 1.0 + 0.5 * b as f64).collect();
-        let path = write_case(&format!("{}.json", c.name), &case_json(&c, &bar));
-        for op in HistOp::ALL {
+    for base in adversarial() {
+        for op in ops() {
+            // hypot's neutral element 0 is neutral on magnitudes only: its inputs are magnitudes.
+            let c = if op.name() == "hypot" {
+                Case {
+                    name: base.name,
+                    dest: base.dest.iter().map(|x| x.abs()).collect(),
+                    inds: base.inds.clone(),
+                    vals: base.vals.iter().map(|x| x.abs()).collect(),
+                }
+            } else {
+                Case { name: base.name, dest: base.dest.clone(), inds: base.inds.clone(), vals: base.vals.clone() }
+            };
+            let k = c.dest.len();
+            let bar: Vec<f64> = (0..k).map(|b| 1.0 + 0.5 * b as f64).collect();
+            let vals_dot: Vec<f64> = (0..c.vals.len()).map(|i| 0.25 * (i % 5) as f64 - 0.5).collect();
+            let dest_dot: Vec<f64> = (0..k).map(|b| 0.75 - 0.5 * b as f64).collect();
+            let path =
+                write_case(&format!("{}-{}.json", c.name, op.name()), &case_json(&c, &bar, &vals_dot, &dest_dot));
             for dt in DType::ALL {
                 let r = |xs: &[f64]| -> Vec<f64> { xs.iter().map(|&x| dt.round(x)).collect() };
                 let (h, db, vb) = oracle::hist_vjp(op, &r(&c.dest), &c.inds, &r(&c.vals), &bar);
+                let (_, hd) = oracle::hist_jvp(op, &r(&c.dest), &c.inds, &r(&c.vals), &r(&dest_dot), &r(&vals_dot));
                 let exact = matches!(op, HistOp::Min | HistOp::Max);
+                let ulps = if matches!(op, HistOp::General(_)) { 64.0 } else { 8.0 };
                 let close = |got: &[f64], want: &[f64]| {
                     got.len() == want.len()
                         && got.iter().zip(want).all(|(&g, &w)| {
                             // The JSON holds the shortest decimal of the dtype's value.
                             let g = dt.round(g);
-                            if exact { g == w } else { (g - w).abs() <= 8.0 * dt.epsilon() * w.abs().max(1.0) }
+                            if exact { g == w } else { (g - w).abs() <= ulps * dt.epsilon() * w.abs().max(1.0) }
                         })
                 };
-                for rule in ["auto", "special"] {
-                    for mode in ["primal", "vjp"] {
+                for rule in ["auto", "special", "general-sort", "general-chunked"] {
+                    for mode in ["primal", "vjp", "jvp"] {
                         let out = adgauge(&[
                             "eval",
                             &format!("hist-{}", op.name()),
@@ -108,8 +131,14 @@ fn eval_matches_the_oracle_on_adversarial_inputs_for_every_op_rule_mode_and_dtyp
                                 "{what}: dest_bar {} vs {db:?}",
                                 v["dest_bar"]
                             );
+                        } else if mode == "jvp" {
+                            assert!(
+                                close(&numbers(&v["hist_dot"]), &hd),
+                                "{what}: hist_dot {} vs {hd:?}",
+                                v["hist_dot"]
+                            );
                         } else {
-                            assert!(v.get("vals_bar").is_none());
+                            assert!(v.get("vals_bar").is_none() && v.get("hist_dot").is_none());
                         }
                     }
                 }

@@ -4,7 +4,7 @@
 //! Inputs come from the seeded generator in `adgauge_datasets::hist` (n, k, index distribution,
 //! out-of-range fraction) with values shaped for the operator, or from an explicit case file.
 
-use adgauge_backends::{DType, HistOp, HistRule, Ops, Result, Reverse};
+use adgauge_backends::{DType, Forward, HistOp, HistRule, Ops, Result, Reverse};
 use adgauge_datasets::hist::{HistData, HistSpec, IndexDist, Values};
 
 /// One histogram workload: the operator fixes the name (`hist-<op>`) and the value shape.
@@ -28,12 +28,16 @@ pub struct HistVjp<O: Ops> {
 }
 
 impl HistWorkload {
-    /// The operators the histogram workloads cover, in display order.
+    /// The histogram workloads, in display order: the special operators, then the shipped
+    /// general operators `logaddexp` and `hypot`.
     pub fn all() -> Vec<HistWorkload> {
-        HistOp::ALL.iter().map(|&op| HistWorkload { op }).collect()
+        let mut ops = HistOp::ALL.to_vec();
+        ops.extend(["logaddexp", "hypot"].iter().filter_map(|n| n.parse::<HistOp>().ok()));
+        ops.into_iter().map(|op| HistWorkload { op }).collect()
     }
 
-    /// `hist-add` -> the `+` workload.
+    /// `hist-add` -> the `+` workload. Any named operator is accepted (also `hist-general-min`,
+    /// the general-operator version of min, which runs the general rules only).
     pub fn parse(name: &str) -> Option<HistWorkload> {
         let op = name.strip_prefix("hist-")?.parse().ok()?;
         Some(HistWorkload { op })
@@ -70,7 +74,7 @@ impl HistWorkload {
 
     /// The objective: the histogram itself.
     pub fn primal<O: Ops>(&self, o: &O, x: &HistInputs<O>) -> Result<O::T> {
-        o.reduce_by_index(&x.dest, self.op, &x.inds, &x.vals)
+        self.primal_on(o, &x.dest, &x.inds, &x.vals)
     }
 
     /// Reverse mode: the histogram and the adjoints of dest and vals for `hist_bar`, with the
@@ -86,6 +90,15 @@ impl HistWorkload {
             vals_bar: grads.get_or_zeros(b, &vals)?,
             hist: hist.value().clone(),
         })
+    }
+
+    /// Forward mode: the histogram and its tangent for tangents of dest and vals.
+    pub fn jvp<B: Ops>(&self, b: &B, x: &HistInputs<B>, dest_dot: &B::T, vals_dot: &B::T) -> Result<(B::T, B::T)> {
+        let f = Forward::new(b.clone());
+        let dest = f.dual(x.dest.clone(), dest_dot.clone())?;
+        let vals = f.dual(x.vals.clone(), vals_dot.clone())?;
+        let hist = self.primal_on(&f, &dest, &x.inds, &vals)?;
+        Ok((f.primal(&hist).clone(), f.tangent(&hist)?))
     }
 
     fn primal_on<O: Ops>(&self, o: &O, dest: &O::T, inds: &O::I, vals: &O::T) -> Result<O::T> {
@@ -124,6 +137,19 @@ mod tests {
             assert!(close(&cpu.to_vec(&out.dest_bar).unwrap(), &db), "{} dest_bar", w.name());
             assert!(close(&cpu.to_vec(&out.vals_bar).unwrap(), &vb), "{} vals_bar", w.name());
             assert!(close(&cpu.to_vec(&w.primal(&cpu, &x).unwrap()).unwrap(), &h));
+            let vd: Vec<f64> = (0..data.vals.len()).map(|i| ((i * 37) % 11) as f64 * 0.1 - 0.5).collect();
+            let dd: Vec<f64> = (0..17).map(|b| b as f64 * 0.05).collect();
+            let (hist, hist_dot) = w
+                .jvp(
+                    &cpu,
+                    &x,
+                    &cpu.tensor(&dd, &[17], DType::F64).unwrap(),
+                    &cpu.tensor(&vd, &[vd.len()], DType::F64).unwrap(),
+                )
+                .unwrap();
+            let (h2, hd) = oracle::hist_jvp(w.op, &data.dest, &data.inds, &data.vals, &dd, &vd);
+            assert!(close(&cpu.to_vec(&hist).unwrap(), &h2), "{} jvp hist", w.name());
+            assert!(close(&cpu.to_vec(&hist_dot).unwrap(), &hd), "{} hist_dot", w.name());
         }
     }
 }
