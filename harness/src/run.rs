@@ -43,6 +43,13 @@ pub struct RunArgs {
     /// No progress bar (it is also hidden when stderr is not a terminal).
     #[arg(long)]
     pub quiet: bool,
+    /// Run every case in a child process: a crash (e.g. a driver segfault) becomes an error row,
+    /// and the per-case time limit is enforced by killing the child.
+    #[arg(long)]
+    pub isolate: bool,
+    /// Only the case with exactly this id (used by --isolate for its children).
+    #[arg(long, hide = true)]
+    pub exact: Option<String>,
 }
 
 fn parse_shard(s: &str) -> Result<(usize, usize), String> {
@@ -162,6 +169,12 @@ pub fn run(args: &RunArgs, threads: Option<usize>) -> anyhow::Result<Code> {
     if let Some((i, n)) = args.shard {
         cases = cases.into_iter().enumerate().filter(|(j, _)| j % n == i - 1).map(|(_, c)| c).collect();
     }
+    if let Some(id) = &args.exact {
+        cases.retain(|c| &c.id() == id);
+        if cases.is_empty() {
+            return Err(bad_input(format!("--exact '{id}' is not a case of the suite")));
+        }
+    }
     if let Some(f) = &args.filter {
         cases.retain(|c| c.id().contains(f.as_str()));
         if cases.is_empty() {
@@ -198,7 +211,8 @@ pub fn run(args: &RunArgs, threads: Option<usize>) -> anyhow::Result<Code> {
     let mut code = Code::Success;
     for c in &cases {
         bar.set_message(c.id());
-        let row = run_case(&cpu, c, &opts);
+        let row =
+            if args.isolate { run_isolated(args, threads, c, &opts, cpu.threads()) } else { run_case(&cpu, c, &opts) };
         code = code.combine(code_for(&row));
         let line = if args.json { serde_json::to_string(&row)? } else { table_row(&row) };
         bar.suspend(|| {
@@ -315,5 +329,73 @@ pub fn check(args: &CheckArgs, threads: Option<usize>) -> anyhow::Result<Code> {
             eprintln!("  {f}");
         }
         Ok(Code::Failed)
+    }
+}
+
+/// Runs one case in a child `adgauge run --exact ID --json` and reads its row; a crash or a kill
+/// at the time limit becomes an error or timeout row, so one failing case never ends the run.
+fn run_isolated(args: &RunArgs, threads: Option<usize>, case: &CaseSpec, opts: &Options, nthreads: usize) -> ResultRow {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    let fail = |status: Status, message: String| {
+        let mut row = crate::runner::empty_row(nthreads, case);
+        row.status = status;
+        row.message = Some(message);
+        row
+    };
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => return fail(Status::Error, format!("cannot find the adgauge executable: {e}")),
+    };
+    let mut cmd = Command::new(exe);
+    cmd.args(["run", "--json", "--quiet", "--exact", &case.id()]);
+    if let Some(s) = &args.suite {
+        cmd.arg("--suite").arg(s);
+    }
+    if let Some(t) = threads {
+        cmd.arg("--threads").arg(t.to_string());
+    }
+    let mut child = match cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn() {
+        Ok(c) => c,
+        Err(e) => return fail(Status::Error, format!("cannot start a child process: {e}")),
+    };
+    // Drain both pipes on threads so a chatty child never blocks on a full pipe.
+    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_string(&mut s);
+            }
+            s
+        })
+    };
+    let out = drain(child.stdout.take().map(|p| Box::new(p) as Box<dyn std::io::Read + Send>));
+    let err = drain(child.stderr.take().map(|p| Box::new(p) as Box<dyn std::io::Read + Send>));
+    // The child enforces the limit between phases; the parent kills it a little later.
+    let limit = opts.case_limit + Duration::from_secs(10);
+    let started = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break Some(s),
+            Ok(None) if started.elapsed() > limit => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => return fail(Status::Error, format!("lost the child process: {e}")),
+        }
+    };
+    let (stdout, stderr) = (out.join().unwrap_or_default(), err.join().unwrap_or_default());
+    let Some(status) = status else {
+        return fail(Status::Timeout, format!("killed after {:?} (the case time limit)", limit));
+    };
+    match stdout.lines().find_map(|l| serde_json::from_str::<ResultRow>(l).ok()) {
+        Some(row) => row,
+        None => {
+            let last = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no message");
+            fail(Status::Error, format!("the case's process ended without a result ({status}): {last}"))
+        }
     }
 }

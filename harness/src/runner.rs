@@ -49,7 +49,7 @@ const CHECK_K: usize = 64;
 const JACOBIAN_N: usize = 40;
 const JACOBIAN_K: usize = 6;
 
-fn empty_row(threads: usize, spec: &CaseSpec) -> ResultRow {
+pub fn empty_row(threads: usize, spec: &CaseSpec) -> ResultRow {
     ResultRow {
         schema_version: SCHEMA_VERSION,
         case_id: spec.id(),
@@ -77,8 +77,16 @@ pub fn is_unsupported(e: &anyhow::Error) -> bool {
     e.chain().any(|c| matches!(c.downcast_ref::<OpError>(), Some(OpError::Unsupported(_))))
 }
 
+/// Fault injection for testing crash isolation: a case whose id contains the value of this
+/// variable aborts the process, as a driver segfault would.
+pub const CRASH_ENV: &str = "ADGAUGE_INJECT_CRASH";
+
 /// Runs one case; never panics.
 pub fn run_case(cpu: &Cpu, spec: &CaseSpec, opts: &Options) -> ResultRow {
+    if std::env::var(CRASH_ENV).is_ok_and(|pat| !pat.is_empty() && spec.id().contains(&pat)) {
+        eprintln!("{CRASH_ENV}: aborting in case {}", spec.id());
+        std::process::abort();
+    }
     let mut row = empty_row(cpu.threads(), spec);
     if spec.backend != "cpu" {
         // Only the CPU device exists so far; other backends report why they are unavailable.

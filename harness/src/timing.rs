@@ -47,7 +47,10 @@ pub fn measure<E>(budget: &Budget, mut f: impl FnMut() -> Result<(), E>) -> Resu
     per_call.sort_by(f64::total_cmp);
     let m = per_call.len();
     let median = if m % 2 == 1 { per_call[m / 2] } else { 0.5 * (per_call[m / 2 - 1] + per_call[m / 2]) };
-    Ok(Timing { min_s: per_call[0], median_s: median, max_s: per_call[m - 1], batch, samples: m })
+    let mean = per_call.iter().sum::<f64>() / m as f64;
+    let var = per_call.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / m as f64;
+    let cv = if mean > 0.0 { var.sqrt() / mean } else { 0.0 };
+    Ok(Timing { min_s: per_call[0], median_s: median, max_s: per_call[m - 1], batch, samples: m, cv })
 }
 
 #[cfg(test)]

@@ -144,3 +144,27 @@ fn shards_cover_the_suite_once_and_merge_back() {
         std::fs::remove_dir_all(d).unwrap();
     }
 }
+
+#[test]
+fn an_isolated_run_survives_a_crashing_case_and_records_it() {
+    let out_dir = temp("isolate");
+    let filter = "hist-add[dist=uniform,k=10,n=1000000,oob=0.05]/cpu/f32/";
+    let out = Command::new(env!("CARGO_BIN_EXE_adgauge"))
+        .args(["run", "--isolate", "--filter", filter, "--out", out_dir.to_str().unwrap()])
+        .env("ADGAUGE_INJECT_CRASH", "/cpu/f32/special")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let (_, rows) = read_run(&csvs(&out_dir)[0]).unwrap();
+    assert_eq!(rows.len(), 4, "every case of the filter has a row");
+    for r in &rows {
+        if r.rule == "special" {
+            assert_eq!(r.status.name(), "error");
+            assert!(r.message.as_deref().unwrap_or("").contains("ended without a result"), "{:?}", r.message);
+        } else {
+            assert_eq!(r.status.name(), "ok", "{:?}", r.message);
+            assert!(r.vjp.is_some());
+        }
+    }
+    std::fs::remove_dir_all(&out_dir).unwrap();
+}

@@ -182,6 +182,7 @@ mod tests {
             max_s: median * (1.0 + spread / 2.0),
             batch: 1,
             samples: 5,
+            cv: spread / 4.0,
         };
         ResultRow {
             schema_version: 1,

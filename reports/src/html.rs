@@ -302,7 +302,7 @@ mod tests {
 
     fn row(workload: &str, k: u64, vjp_ms: f64, passed: bool) -> ResultRow {
         let t = |ms: f64| {
-            Some(Timing { min_s: ms * 0.9e-3, median_s: ms * 1e-3, max_s: ms * 1.1e-3, batch: 1, samples: 5 })
+            Some(Timing { min_s: ms * 0.9e-3, median_s: ms * 1e-3, max_s: ms * 1.1e-3, batch: 1, samples: 5, cv: 0.05 })
         };
         let mut params = BTreeMap::new();
         params.insert("k".to_string(), k.to_string());

@@ -62,6 +62,9 @@ pub struct Timing {
     /// Evaluations per sample (batched until a sample is long enough to measure).
     pub batch: usize,
     pub samples: usize,
+    /// Coefficient of variation of the samples (standard deviation / mean): the case's noise.
+    #[serde(default)]
+    pub cv: f64,
 }
 
 /// One validation check of a case.
@@ -154,8 +157,8 @@ mod tests {
             rule: "auto".into(),
             threads: 2,
             seed: 1,
-            primal: Some(Timing { min_s: 1.0, median_s: 2.0, max_s: 3.0, batch: 1, samples: 3 }),
-            vjp: Some(Timing { min_s: 4.0, median_s: 5.0, max_s: 6.0, batch: 1, samples: 3 }),
+            primal: Some(Timing { min_s: 1.0, median_s: 2.0, max_s: 3.0, batch: 1, samples: 3, cv: 0.1 }),
+            vjp: Some(Timing { min_s: 4.0, median_s: 5.0, max_s: 6.0, batch: 1, samples: 3, cv: 0.2 }),
             jvp: None,
             primal_peak_bytes: Some(100),
             vjp_peak_bytes: Some(250),

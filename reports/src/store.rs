@@ -61,16 +61,19 @@ pub const COLUMNS: &[&str] = &[
     "primal_max_s",
     "primal_samples",
     "primal_batch",
+    "primal_cv",
     "vjp_min_s",
     "vjp_median_s",
     "vjp_max_s",
     "vjp_samples",
     "vjp_batch",
+    "vjp_cv",
     "jvp_min_s",
     "jvp_median_s",
     "jvp_max_s",
     "jvp_samples",
     "jvp_batch",
+    "jvp_cv",
     "vjp_overhead",
     "jvp_overhead",
     "primal_peak_bytes",
@@ -95,7 +98,7 @@ fn opt<T: ToString>(x: Option<T>) -> String {
     x.map(|v| v.to_string()).unwrap_or_default()
 }
 
-fn timing_fields(t: &Option<Timing>) -> [String; 5] {
+fn timing_fields(t: &Option<Timing>) -> [String; 6] {
     match t {
         Some(t) => [
             format!("{:e}", t.min_s),
@@ -103,6 +106,7 @@ fn timing_fields(t: &Option<Timing>) -> [String; 5] {
             format!("{:e}", t.max_s),
             t.samples.to_string(),
             t.batch.to_string(),
+            format!("{:e}", t.cv),
         ],
         None => Default::default(),
     }
@@ -237,6 +241,7 @@ fn parse_timing(f: &[String]) -> Result<Option<Timing>, String> {
         max_s: num(&f[2])?,
         samples: f[3].parse().map_err(|_| format!("'{}' is not a sample count", f[3]))?,
         batch: f[4].parse().map_err(|_| format!("'{}' is not a batch size", f[4]))?,
+        cv: num(&f[5])?,
     }))
 }
 
@@ -430,8 +435,8 @@ mod tests {
             rule: "auto".into(),
             threads: 2,
             seed: 42,
-            primal: Some(Timing { min_s: 1e-3, median_s: 1.5e-3, max_s: 2e-3, batch: 1, samples: 5 }),
-            vjp: Some(Timing { min_s: 2e-3, median_s: 3e-3, max_s: 4e-3, batch: 7, samples: 5 }),
+            primal: Some(Timing { min_s: 1e-3, median_s: 1.5e-3, max_s: 2e-3, batch: 1, samples: 5, cv: 0.125 }),
+            vjp: Some(Timing { min_s: 2e-3, median_s: 3e-3, max_s: 4e-3, batch: 7, samples: 5, cv: 0.5 }),
             jvp: None,
             primal_peak_bytes: Some(4000),
             vjp_peak_bytes: Some(8000),
