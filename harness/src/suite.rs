@@ -350,9 +350,11 @@ mod tests {
         let d = default_suite();
         assert!(d.cases.len() >= 16);
         assert!(d.cases.iter().any(|c| c.id() == "hist-add[dist=uniform,k=10,n=1000000,oob=0.05]/cpu/f32/auto"));
-        for (name, text) in
-            [("quick", include_str!("../../suites/quick.yaml")), ("nightly", include_str!("../../suites/nightly.yaml"))]
-        {
+        for (name, text) in [
+            ("quick", include_str!("../../suites/quick.yaml")),
+            ("nightly", include_str!("../../suites/nightly.yaml")),
+            ("overhead", include_str!("../../suites/overhead.yaml")),
+        ] {
             let s = parse_suite(text, name).unwrap();
             assert!(!s.cases.is_empty(), "{name}");
         }
