@@ -3,5 +3,6 @@
 //! One workload per file.
 
 pub mod hist;
+pub mod kmeans;
 
 pub use hist::{HistInputs, HistVjp, HistWorkload};
