@@ -43,6 +43,9 @@ pub struct EvalArgs {
     /// Element type of values: f64 or f32.
     #[arg(long, default_value = "f64")]
     pub dtype: DType,
+    /// gmm: the file holds one point line for all n points (detected when absent).
+    #[arg(long)]
+    pub gmm_replicate_point: bool,
 }
 
 /// Op errors that come from the input (lengths, dtypes, indices, unsupported rules) are bad input.
@@ -68,6 +71,9 @@ fn read_input(path: &PathBuf) -> anyhow::Result<(String, String)> {
 pub fn run(args: &EvalArgs, threads: Option<usize>) -> anyhow::Result<String> {
     if args.workload == "kmeans" {
         return run_kmeans(args, threads);
+    }
+    if args.workload == "gmm" {
+        return run_gmm(args, threads);
     }
     let workload = HistWorkload::parse(&args.workload).ok_or_else(|| {
         let known: Vec<String> = HistWorkload::all().iter().map(|w| w.name()).collect();
@@ -131,4 +137,28 @@ fn run_kmeans(args: &EvalArgs, threads: Option<usize>) -> anyhow::Result<String>
             Ok(crate::kmeans_case::format_kmeans(&out, data.d, dt))
         }
     }
+}
+
+/// `adgauge eval gmm --input <ADBench .txt>`: `{"objective": x}` (primal), with
+/// `"gradient": [alphas, means, icf]` by reverse mode (vjp) or by one forward sweep per
+/// parameter (jvp).
+fn run_gmm(args: &EvalArgs, threads: Option<usize>) -> anyhow::Result<String> {
+    use adgauge_workloads::gmm;
+    let replicate = if args.gmm_replicate_point { Some(true) } else { None };
+    let g = adgauge_datasets::gmm::GmmInput::read(&args.input, replicate).map_err(|e| bad_input(e.to_string()))?;
+    let device = open_cpu(&args.backend, threads)?;
+    let dt = args.dtype;
+    let x = gmm::upload(&device, &g, dt).map_err(input_error)?;
+    let num = |v: f64| crate::case_json::format_number(v, dt);
+    let with_gradient = |(f, gr): (f64, Vec<f64>)| {
+        let parts: Vec<String> = gr.iter().map(|&v| num(v)).collect();
+        format!("{{\"objective\": {}, \"gradient\": [{}]}}", num(f), parts.join(", "))
+    };
+    Ok(match args.mode.unwrap_or(Mode::Primal) {
+        Mode::Primal => {
+            format!("{{\"objective\": {}}}", num(device.to_vec(&gmm::objective(&device, &x).map_err(input_error)?)?[0]))
+        }
+        Mode::Vjp => with_gradient(gmm::gradient(&device, &x).map_err(input_error)?),
+        Mode::Jvp => with_gradient(gmm::gradient_forward(&device, &x).map_err(input_error)?),
+    })
 }
