@@ -400,6 +400,33 @@ impl<B: Ops> Ops for Forward<B> {
             &hist_bar.value,
         )?))
     }
+
+    // ==== dense ops (rules in rules/dense.rs) ====
+    fn broadcast_to(&self, x: &Dual<B>, shape: &[usize]) -> Result<Dual<B>> {
+        let y = self.inner.broadcast_to(&x.value, shape)?;
+        let dy = self.dot(x)?.map(|d| self.inner.broadcast_to(d, shape)).transpose()?;
+        Ok(self.make(y, dy))
+    }
+
+    fn sum_to(&self, x: &Dual<B>, shape: &[usize]) -> Result<Dual<B>> {
+        let y = self.inner.sum_to(&x.value, shape)?;
+        let dy = self.dot(x)?.map(|d| self.inner.sum_to(d, shape)).transpose()?;
+        Ok(self.make(y, dy))
+    }
+
+    fn matmul(&self, a: &Dual<B>, ta: bool, c: &Dual<B>, tc: bool) -> Result<Dual<B>> {
+        let b = &self.inner;
+        let y = b.matmul(&a.value, ta, &c.value, tc)?;
+        let dy = rules::dense::matmul_jvp(b, &a.value, ta, &c.value, tc, self.dot(a)?, self.dot(c)?)?;
+        Ok(self.make(y, dy))
+    }
+
+    fn arg_reduce_axis(&self, ext: Extremum, x: &Dual<B>, axis: usize) -> Result<(Dual<B>, B::I)> {
+        let b = &self.inner;
+        let (y, winners) = b.arg_reduce_axis(ext, &x.value, axis)?;
+        let dy = self.dot(x)?.map(|d| rules::dense::arg_reduce_axis_jvp(b, &y, &winners, d)).transpose()?;
+        Ok((self.make(y, dy), winners))
+    }
 }
 
 #[cfg(test)]

@@ -452,6 +452,84 @@ pub trait Ops: Clone + 'static {
     fn sum(&self, x: &Self::T) -> Result<Self::T> {
         self.reduce(HistOp::Add, x)
     }
+
+    // ==== dense ops (k-means, GMM, LSTM, BA) ====
+    // Shapes broadcast as in numpy (trailing alignment; a dimension of 1 stretches). Each op has
+    // rules in `rules/dense.rs`. The default bodies are host fallbacks (read back, run the CPU
+    // kernel in f64, upload) so that a device without these kernels still runs them; the CPU
+    // device and the AD engines override them.
+
+    /// `x` broadcast to `shape`.
+    fn broadcast_to(&self, x: &Self::T, shape: &[usize]) -> Result<Self::T> {
+        let mut out = vec![0.0; shape.iter().product()];
+        crate::cpu::dense::broadcast_to(&self.to_vec(x)?, x.shape(), shape, &mut out)?;
+        self.tensor(&out, shape, x.dtype())
+    }
+    /// `x` summed down to `shape`, a shape that broadcasts to x's (the adjoint of broadcast_to).
+    fn sum_to(&self, x: &Self::T, shape: &[usize]) -> Result<Self::T> {
+        let mut out = vec![0.0; shape.iter().product()];
+        crate::cpu::dense::sum_to(&self.to_vec(x)?, x.shape(), shape, &mut out)?;
+        self.tensor(&out, shape, x.dtype())
+    }
+    /// `op(a) op(b)` with `op(x)` the transpose of the last two dimensions when its flag is set;
+    /// batch dimensions (all but the last two) are equal, or one operand is two-dimensional and
+    /// shared by every batch.
+    fn matmul(&self, a: &Self::T, ta: bool, b: &Self::T, tb: bool) -> Result<Self::T> {
+        if a.dtype() != b.dtype() {
+            return Err(crate::OpError::DType { op: "matmul", left: a.dtype(), right: b.dtype() });
+        }
+        let p = crate::cpu::dense::matmul_plan(a.shape(), ta, b.shape(), tb)?;
+        let mut out = vec![0.0; p.out_shape.iter().product()];
+        crate::cpu::dense::matmul(&self.to_vec(a)?, ta, &self.to_vec(b)?, tb, &p, &mut out);
+        self.tensor(&out, &p.out_shape, a.dtype())
+    }
+    /// Minimum or maximum along `axis` (kept with length 1) and the flat position in `x` of each
+    /// winner (ties go to the lowest position along the axis).
+    fn arg_reduce_axis(&self, ext: Extremum, x: &Self::T, axis: usize) -> Result<(Self::T, Self::I)> {
+        let view = crate::cpu::dense::axis_view("arg_reduce_axis", x.shape(), axis)?;
+        let mut shape = x.shape().to_vec();
+        shape[axis] = 1;
+        let n = view.0 * view.2;
+        let (mut vals, mut pos) = (vec![0.0; n], vec![0i64; n]);
+        if view.1 == 0 {
+            return Err(crate::OpError::Shape { op: "arg_reduce_axis", detail: format!("empty axis {axis}") });
+        }
+        crate::cpu::dense::arg_reduce_axis(&self.to_vec(x)?, view, ext, &mut vals, &mut pos);
+        Ok((self.tensor(&vals, &shape, x.dtype())?, self.index(&pos)?))
+    }
+
+    // ---- dense conveniences composed from the above ----
+    /// A binary op with numpy broadcasting.
+    fn broadcast_binary(&self, op: BinaryOp, a: &Self::T, b: &Self::T) -> Result<Self::T> {
+        let shape = crate::cpu::dense::broadcast_shapes("broadcast_binary", a.shape(), b.shape())?;
+        let widen = |x: &Self::T| -> Result<Self::T> {
+            if x.shape() == shape.as_slice() || x.numel() == 1 { Ok(x.clone()) } else { self.broadcast_to(x, &shape) }
+        };
+        let y = self.binary(op, &widen(a)?, &widen(b)?)?;
+        if y.shape() == shape.as_slice() { Ok(y) } else { self.reshape(&y, &shape) }
+    }
+    /// Sum along `axis`, kept with length 1.
+    fn sum_axis(&self, x: &Self::T, axis: usize) -> Result<Self::T> {
+        crate::cpu::dense::axis_view("sum_axis", x.shape(), axis)?;
+        let mut shape = x.shape().to_vec();
+        shape[axis] = 1;
+        self.sum_to(x, &shape)
+    }
+    /// Maximum along `axis`, kept with length 1.
+    fn max_axis(&self, x: &Self::T, axis: usize) -> Result<Self::T> {
+        Ok(self.arg_reduce_axis(Extremum::Max, x, axis)?.0)
+    }
+    /// Minimum along `axis`, kept with length 1.
+    fn min_axis(&self, x: &Self::T, axis: usize) -> Result<Self::T> {
+        Ok(self.arg_reduce_axis(Extremum::Min, x, axis)?.0)
+    }
+    /// `log(sum(exp(x)))` along `axis` (kept with length 1), with the maximum subtracted first so
+    /// that nothing overflows: `m + log(sum(exp(x - m)))`.
+    fn logsumexp_axis(&self, x: &Self::T, axis: usize) -> Result<Self::T> {
+        let m = self.max_axis(x, axis)?;
+        let e = self.unary(UnaryOp::Exp, &self.broadcast_binary(BinaryOp::Sub, x, &m)?)?;
+        self.add(&m, &self.unary(UnaryOp::Log, &self.sum_axis(&e, axis)?)?)
+    }
 }
 
 /// The primal engine: a device runs ops directly, so primal evaluation is the device itself.

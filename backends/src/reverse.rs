@@ -471,4 +471,34 @@ impl<B: Ops> Ops for Reverse<B> {
             &hist_bar.value,
         )?))
     }
+
+    // ==== dense ops (rules in rules/dense.rs) ====
+    fn broadcast_to(&self, x: &Var<B>, shape: &[usize]) -> Result<Var<B>> {
+        let y = self.inner.broadcast_to(&x.value, shape)?;
+        let xs = x.value.shape().to_vec();
+        self.record(y, &[x], move |b, g| Ok(vec![Some(rules::dense::broadcast_to_vjp(b, &xs, g)?)]))
+    }
+
+    fn sum_to(&self, x: &Var<B>, shape: &[usize]) -> Result<Var<B>> {
+        let y = self.inner.sum_to(&x.value, shape)?;
+        let xs = x.value.shape().to_vec();
+        self.record(y, &[x], move |b, g| Ok(vec![Some(rules::dense::sum_to_vjp(b, &xs, g)?)]))
+    }
+
+    fn matmul(&self, a: &Var<B>, ta: bool, c: &Var<B>, tc: bool) -> Result<Var<B>> {
+        let y = self.inner.matmul(&a.value, ta, &c.value, tc)?;
+        let (need_a, need_c) = (self.node_of(a)?.is_some(), self.node_of(c)?.is_some());
+        let (av, cv) = (a.value.clone(), c.value.clone());
+        self.record(y, &[a, c], move |b, g| {
+            let (ga, gc) = rules::dense::matmul_vjp(b, &av, ta, &cv, tc, g, need_a, need_c)?;
+            Ok(vec![ga, gc])
+        })
+    }
+
+    fn arg_reduce_axis(&self, ext: Extremum, x: &Var<B>, axis: usize) -> Result<(Var<B>, B::I)> {
+        let (y, winners) = self.inner.arg_reduce_axis(ext, &x.value, axis)?;
+        let (xv, w) = (x.value.clone(), winners.clone());
+        let y = self.record(y, &[x], move |b, g| Ok(vec![Some(rules::dense::arg_reduce_axis_vjp(b, &xv, &w, g)?)]))?;
+        Ok((y, winners))
+    }
 }

@@ -20,6 +20,7 @@ pub mod ba;
 mod error;
 pub mod gmm;
 pub mod hist;
+pub mod kmeans;
 pub mod lstm;
 mod text;
 

@@ -26,13 +26,14 @@ pub enum Mode {
 
 #[derive(Args, Debug)]
 pub struct EvalArgs {
-    /// Workload: hist-add, hist-mul, hist-min, hist-max, hist-logaddexp or hist-hypot.
+    /// Workload: hist-add, hist-mul, hist-min, hist-max, hist-logaddexp, hist-hypot, kmeans or gmm.
     pub workload: String,
     /// The case file (JSON); `-` reads standard input.
     #[arg(long)]
     pub input: PathBuf,
-    #[arg(long, value_enum, default_value = "primal")]
-    pub mode: Mode,
+    /// Mode (default: primal; for kmeans everything: cost, gradient, Hessian diagonal, dir).
+    #[arg(long, value_enum)]
+    pub mode: Option<Mode>,
     /// Backend: cpu (opencl and cuda are listed by `adgauge backends`).
     #[arg(long, default_value = "cpu")]
     pub backend: String,
@@ -42,6 +43,9 @@ pub struct EvalArgs {
     /// Element type of values: f64 or f32.
     #[arg(long, default_value = "f64")]
     pub dtype: DType,
+    /// gmm: the file holds one point line for all n points (detected when absent).
+    #[arg(long)]
+    pub gmm_replicate_point: bool,
 }
 
 /// Op errors that come from the input (lengths, dtypes, indices, unsupported rules) are bad input.
@@ -65,6 +69,12 @@ fn read_input(path: &PathBuf) -> anyhow::Result<(String, String)> {
 }
 
 pub fn run(args: &EvalArgs, threads: Option<usize>) -> anyhow::Result<String> {
+    if args.workload == "kmeans" {
+        return run_kmeans(args, threads);
+    }
+    if args.workload == "gmm" {
+        return run_gmm(args, threads);
+    }
     let workload = HistWorkload::parse(&args.workload).ok_or_else(|| {
         let known: Vec<String> = HistWorkload::all().iter().map(|w| w.name()).collect();
         bad_input(format!("unknown workload '{}' (known: {})", args.workload, known.join(", ")))
@@ -74,7 +84,7 @@ pub fn run(args: &EvalArgs, threads: Option<usize>) -> anyhow::Result<String> {
     let device = open_cpu(&args.backend, threads)?;
     let dt = args.dtype;
     let x = workload.upload(&device, &case.data, dt).map_err(input_error)?;
-    let out = match args.mode {
+    let out = match args.mode.unwrap_or(Mode::Primal) {
         Mode::Primal => {
             let hist = device.to_vec(&workload.primal(&device, &x).map_err(input_error)?)?;
             format_object(&[("hist", &hist)], dt)
@@ -101,4 +111,54 @@ pub fn run(args: &EvalArgs, threads: Option<usize>) -> anyhow::Result<String> {
         }
     };
     Ok(out)
+}
+
+/// `adgauge eval kmeans`: without `--mode` (or with vjp) the cost, the gradient (reverse mode),
+/// the Hessian diagonal (forward over reverse) and the Newton direction; `--mode primal` the
+/// cost only. Forward mode alone is not offered for k-means.
+fn run_kmeans(args: &EvalArgs, threads: Option<usize>) -> anyhow::Result<String> {
+    use adgauge_workloads::kmeans;
+    let (source, text) = read_input(&args.input)?;
+    let data = crate::kmeans_case::parse_kmeans_case(&text, &source)?;
+    let device = open_cpu(&args.backend, threads)?;
+    let dt = args.dtype;
+    let x = kmeans::upload(&device, &data, dt).map_err(input_error)?;
+    match args.mode {
+        Some(Mode::Primal) => {
+            let c = device.to_vec(&kmeans::cost(&device, &x.points, &x.centres).map_err(input_error)?)?;
+            Ok(format!("{{\"cost\": {}}}", crate::case_json::format_number(c[0], dt)))
+        }
+        Some(Mode::Jvp) => Err(bad_input(
+            "kmeans: --mode jvp is not offered (the gradient is by reverse mode, the Hessian diagonal by \
+             forward over reverse; omit --mode)",
+        )),
+        None | Some(Mode::Vjp) => {
+            let out = kmeans::evaluate(&device, &x).map_err(input_error)?;
+            Ok(crate::kmeans_case::format_kmeans(&out, data.d, dt))
+        }
+    }
+}
+
+/// `adgauge eval gmm --input <ADBench .txt>`: `{"objective": x}` (primal), with
+/// `"gradient": [alphas, means, icf]` by reverse mode (vjp) or by one forward sweep per
+/// parameter (jvp).
+fn run_gmm(args: &EvalArgs, threads: Option<usize>) -> anyhow::Result<String> {
+    use adgauge_workloads::gmm;
+    let replicate = if args.gmm_replicate_point { Some(true) } else { None };
+    let g = adgauge_datasets::gmm::GmmInput::read(&args.input, replicate).map_err(|e| bad_input(e.to_string()))?;
+    let device = open_cpu(&args.backend, threads)?;
+    let dt = args.dtype;
+    let x = gmm::upload(&device, &g, dt).map_err(input_error)?;
+    let num = |v: f64| crate::case_json::format_number(v, dt);
+    let with_gradient = |(f, gr): (f64, Vec<f64>)| {
+        let parts: Vec<String> = gr.iter().map(|&v| num(v)).collect();
+        format!("{{\"objective\": {}, \"gradient\": [{}]}}", num(f), parts.join(", "))
+    };
+    Ok(match args.mode.unwrap_or(Mode::Primal) {
+        Mode::Primal => {
+            format!("{{\"objective\": {}}}", num(device.to_vec(&gmm::objective(&device, &x).map_err(input_error)?)?[0]))
+        }
+        Mode::Vjp => with_gradient(gmm::gradient(&device, &x).map_err(input_error)?),
+        Mode::Jvp => with_gradient(gmm::gradient_forward(&device, &x).map_err(input_error)?),
+    })
 }

@@ -7,6 +7,7 @@ mod eval;
 mod exit;
 mod hist_case;
 mod history;
+mod kmeans_case;
 mod memory;
 mod run;
 mod runner;

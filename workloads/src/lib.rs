@@ -2,6 +2,8 @@
 //! that every engine (primal, reverse, forward) and every device runs the same definition.
 //! One workload per file.
 
+pub mod gmm;
 pub mod hist;
+pub mod kmeans;
 
 pub use hist::{HistInputs, HistVjp, HistWorkload};

@@ -1,6 +1,7 @@
 //! The CPU device: rayon over fixed-size blocks, a caching allocator, and histogram kernels with
 //! per-chunk private rows. Results never depend on the thread count.
 
+pub mod dense;
 mod hist;
 mod kernels;
 mod pool;
@@ -941,6 +942,20 @@ impl Ops for Cpu {
         self.install(|| {
             by_dtype!(dt, self.chunked_vals_adjoint_t(op, inds, vals, chunk_prefix, chunk_suffix, hist_bar))
         })
+    }
+
+    // ==== dense ops (kernels in dense.rs) ====
+    fn broadcast_to(&self, x: &CpuTensor, shape: &[usize]) -> Result<CpuTensor> {
+        dense::device::broadcast_to_op(self, x, shape)
+    }
+    fn sum_to(&self, x: &CpuTensor, shape: &[usize]) -> Result<CpuTensor> {
+        dense::device::sum_to_op(self, x, shape)
+    }
+    fn matmul(&self, a: &CpuTensor, ta: bool, b: &CpuTensor, tb: bool) -> Result<CpuTensor> {
+        dense::device::matmul_op(self, a, ta, b, tb)
+    }
+    fn arg_reduce_axis(&self, ext: Extremum, x: &CpuTensor, axis: usize) -> Result<(CpuTensor, CpuIndex)> {
+        dense::device::arg_reduce_axis_op(self, ext, x, axis)
     }
 }
 

@@ -3,6 +3,7 @@
 //! it runs on (`B: Ops`), so it runs on every device and under every outer engine; each file
 //! keeps its rules next to their tests.
 
+pub mod dense;
 pub mod elementwise;
 pub mod hist;
 pub mod indexing;

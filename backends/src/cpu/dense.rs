@@ -1,0 +1,489 @@
+//! Dense kernels (k-means, GMM, LSTM, BA): broadcasting, sums down to a broadcast shape,
+//! arg-min/arg-max along an axis, and batched matrix products. Generic over the element type and
+//! written on plain slices, so the op API's host fallbacks (for devices without these kernels)
+//! run the same code. Work splits into fixed blocks: results never depend on the thread count.
+
+use rayon::prelude::*;
+
+use crate::ops::Extremum;
+use crate::{Elem, OpError, Result};
+
+use super::kernels::PAR_MIN;
+
+/// One run of merged dimensions: `reduced` when the small shape has 1 there and the big one
+/// does not (broadcast forwards, summed backwards).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Run {
+    reduced: bool,
+    len: usize,
+}
+
+/// numpy's broadcast of two shapes (trailing alignment; a dimension of 1 stretches).
+pub fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
+    let r = a.len().max(b.len());
+    let at = |s: &[usize], i: usize| if i + s.len() >= r { s[i + s.len() - r] } else { 1 };
+    (0..r)
+        .map(|i| {
+            let (x, y) = (at(a, i), at(b, i));
+            if x == y || y == 1 {
+                Ok(x)
+            } else if x == 1 {
+                Ok(y)
+            } else {
+                Err(OpError::Shape { op, detail: format!("{a:?} vs {b:?} do not broadcast") })
+            }
+        })
+        .collect()
+}
+
+/// The merged runs of `small` broadcast to `big` (an error when it does not broadcast).
+fn runs(op: &'static str, small: &[usize], big: &[usize]) -> Result<Vec<Run>> {
+    if small.len() > big.len() {
+        return Err(OpError::Shape { op, detail: format!("{small:?} has more dimensions than {big:?}") });
+    }
+    let pad = big.len() - small.len();
+    let mut out: Vec<Run> = Vec::new();
+    for (i, &n) in big.iter().enumerate() {
+        let s = if i < pad { 1 } else { small[i - pad] };
+        if n == 1 && s == 1 {
+            continue;
+        }
+        let reduced = if s == n {
+            false
+        } else if s == 1 {
+            true
+        } else {
+            return Err(OpError::Shape { op, detail: format!("{small:?} does not broadcast to {big:?}") });
+        };
+        match out.last_mut() {
+            Some(r) if r.reduced == reduced => r.len *= n,
+            _ => out.push(Run { reduced, len: n }),
+        }
+    }
+    Ok(out)
+}
+
+/// The runs as (outer kept O, reduced R, inner kept Q) when they have that form.
+fn orq(runs: &[Run]) -> Option<(usize, usize, usize)> {
+    let kinds: Vec<bool> = runs.iter().map(|r| r.reduced).collect();
+    let l = |i: usize| runs[i].len;
+    match kinds.as_slice() {
+        [] => Some((1, 1, 1)),
+        [false] => Some((l(0), 1, 1)),
+        [true] => Some((1, l(0), 1)),
+        [false, true] => Some((l(0), l(1), 1)),
+        [true, false] => Some((1, l(0), l(1))),
+        [false, true, false] => Some((l(0), l(1), l(2))),
+        _ => None,
+    }
+}
+
+/// Offset into the small tensor of element `i` of the big one (general path).
+fn small_offset(runs: &[Run], mut i: usize) -> usize {
+    let (mut off, mut stride) = (0, 1);
+    for r in runs.iter().rev() {
+        let c = i % r.len;
+        i /= r.len;
+        if !r.reduced {
+            off += c * stride;
+            stride *= r.len;
+        }
+    }
+    off
+}
+
+/// `out` (shape `big`) = `x` (shape `small`) broadcast.
+pub fn broadcast_to<T: Elem>(x: &[T], small: &[usize], big: &[usize], out: &mut [T]) -> Result<()> {
+    let rs = runs("broadcast_to", small, big)?;
+    match orq(&rs) {
+        Some((_, r, q)) => {
+            let row = |j: usize, o: &mut [T]| {
+                // Row j of the (O*R, Q) view reads row j / R of the (O, Q) source.
+                let src = &x[(j / r) * q..(j / r + 1) * q];
+                o.copy_from_slice(src);
+            };
+            if out.len() < PAR_MIN {
+                out.chunks_mut(q).enumerate().for_each(|(j, o)| row(j, o));
+            } else {
+                out.par_chunks_mut(q).enumerate().for_each(|(j, o)| row(j, o));
+            }
+        }
+        None => super::kernels::fill_with(out, |i| x[small_offset(&rs, i)]),
+    }
+    Ok(())
+}
+
+/// Fixed block of the reduced dimension when sums run in parallel over it.
+const R_BLOCK: usize = 4096;
+
+/// `out` (shape `small`) = `x` (shape `big`) summed over the broadcast dimensions.
+pub fn sum_to<T: Elem>(x: &[T], big: &[usize], small: &[usize], out: &mut [T]) -> Result<()> {
+    let rs = runs("sum_to", small, big)?;
+    match orq(&rs) {
+        Some((o, r, q)) => {
+            // out[a, c] = sum_b x[a, b, c], b ascending.
+            let one = |a: usize, b0: usize, b1: usize, acc: &mut [T]| {
+                acc.iter_mut().for_each(|v| *v = T::zero());
+                for b in b0..b1 {
+                    let src = &x[(a * r + b) * q..(a * r + b + 1) * q];
+                    acc.iter_mut().zip(src).for_each(|(v, &s)| *v = *v + s);
+                }
+            };
+            if x.len() < PAR_MIN {
+                out.chunks_mut(q).enumerate().for_each(|(a, acc)| one(a, 0, r, acc));
+            } else if o >= 16 || r <= R_BLOCK {
+                out.par_chunks_mut(q).enumerate().for_each(|(a, acc)| one(a, 0, r, acc));
+            } else {
+                // Few outputs, long sums: fixed blocks of the reduced dimension, then combined
+                // in block order.
+                let nb = r.div_ceil(R_BLOCK);
+                let partial: Vec<Vec<T>> = (0..o * nb)
+                    .into_par_iter()
+                    .map(|t| {
+                        let (a, blk) = (t / nb, t % nb);
+                        let mut acc = vec![T::zero(); q];
+                        one(a, blk * R_BLOCK, ((blk + 1) * R_BLOCK).min(r), &mut acc);
+                        acc
+                    })
+                    .collect();
+                for (a, acc) in out.chunks_mut(q).enumerate() {
+                    acc.iter_mut().for_each(|v| *v = T::zero());
+                    for p in &partial[a * nb..(a + 1) * nb] {
+                        acc.iter_mut().zip(p).for_each(|(v, &s)| *v = *v + s);
+                    }
+                }
+            }
+        }
+        None => {
+            out.iter_mut().for_each(|v| *v = T::zero());
+            for (i, &v) in x.iter().enumerate() {
+                let j = small_offset(&rs, i);
+                out[j] = out[j] + v;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The (O, R, Q) view of `shape` around `axis`.
+pub fn axis_view(op: &'static str, shape: &[usize], axis: usize) -> Result<(usize, usize, usize)> {
+    if axis >= shape.len() {
+        return Err(OpError::Shape { op, detail: format!("axis {axis} of a tensor of shape {shape:?}") });
+    }
+    Ok((shape[..axis].iter().product(), shape[axis], shape[axis + 1..].iter().product()))
+}
+
+/// Per (a, c) of the (O, R, Q) view, the winning value over b and its flat position (ties go to
+/// the lowest b; NaN never wins, so an all-NaN line reports position a*R*Q + c and value NaN).
+pub fn arg_reduce_axis<T: Elem>(
+    x: &[T],
+    (o, r, q): (usize, usize, usize),
+    ext: Extremum,
+    vals: &mut [T],
+    pos: &mut [i64],
+) {
+    let line = |a: usize, v: &mut [T], p: &mut [i64]| {
+        let base = a * r * q;
+        v.copy_from_slice(&x[base..base + q]);
+        p.iter_mut().enumerate().for_each(|(c, p)| *p = (base + c) as i64);
+        for b in 1..r {
+            let row = &x[base + b * q..base + (b + 1) * q];
+            for c in 0..q {
+                let better = match ext {
+                    Extremum::Min => row[c] < v[c] || (v[c].is_nan() && !row[c].is_nan()),
+                    Extremum::Max => row[c] > v[c] || (v[c].is_nan() && !row[c].is_nan()),
+                };
+                if better {
+                    v[c] = row[c];
+                    p[c] = (base + b * q + c) as i64;
+                }
+            }
+        }
+    };
+    if x.len() < PAR_MIN || o == 1 {
+        vals.chunks_mut(q.max(1)).zip(pos.chunks_mut(q.max(1))).enumerate().for_each(|(a, (v, p))| line(a, v, p));
+    } else {
+        vals.par_chunks_mut(q.max(1))
+            .zip(pos.par_chunks_mut(q.max(1)))
+            .enumerate()
+            .for_each(|(a, (v, p))| line(a, v, p));
+    }
+}
+
+/// Batch, rows, inner and columns of `op(a) op(b)` for shapes `[.., m, k]`-style operands with
+/// equal batch dimensions (a two-dimensional operand is shared by every batch), and the shape
+/// of the result.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MatmulPlan {
+    pub batch: usize,
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+    pub a_batched: bool,
+    pub b_batched: bool,
+    pub out_shape: Vec<usize>,
+}
+
+pub fn matmul_plan(a: &[usize], ta: bool, b: &[usize], tb: bool) -> Result<MatmulPlan> {
+    let bad = |why: &str| OpError::Shape { op: "matmul", detail: format!("{a:?} (t={ta}) x {b:?} (t={tb}): {why}") };
+    if a.len() < 2 || b.len() < 2 {
+        return Err(bad("operands need at least two dimensions"));
+    }
+    let (ab, bb) = (&a[..a.len() - 2], &b[..b.len() - 2]);
+    let batch_dims = match (ab.is_empty(), bb.is_empty()) {
+        (_, true) => ab.to_vec(),
+        (true, false) => bb.to_vec(),
+        (false, false) if ab == bb => ab.to_vec(),
+        _ => return Err(bad("batch dimensions differ")),
+    };
+    let (ar, ac) = (a[a.len() - 2], a[a.len() - 1]);
+    let (br, bc) = (b[b.len() - 2], b[b.len() - 1]);
+    let (m, k) = if ta { (ac, ar) } else { (ar, ac) };
+    let (k2, n) = if tb { (bc, br) } else { (br, bc) };
+    if k != k2 {
+        return Err(bad("inner dimensions differ"));
+    }
+    let mut out_shape = batch_dims.clone();
+    out_shape.extend([m, n]);
+    Ok(MatmulPlan {
+        batch: batch_dims.iter().product(),
+        m,
+        k,
+        n,
+        a_batched: !ab.is_empty(),
+        b_batched: !bb.is_empty(),
+        out_shape,
+    })
+}
+
+/// `rows x cols` row-major -> its transpose.
+fn transposed<T: Elem>(x: &[T], rows: usize, cols: usize) -> Vec<T> {
+    let mut out = vec![T::zero(); x.len()];
+    const TILE: usize = 32;
+    for i0 in (0..rows).step_by(TILE) {
+        for j0 in (0..cols).step_by(TILE) {
+            for i in i0..(i0 + TILE).min(rows) {
+                for j in j0..(j0 + TILE).min(cols) {
+                    out[j * rows + i] = x[i * cols + j];
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Row block and column tile of the matrix product.
+const MM_ROWS: usize = 16;
+const MM_COLS: usize = 256;
+
+/// `out = op(a) op(b)` per batch. Zero entries of `op(a)` are skipped (as the reference BLAS
+/// does), which makes products with one-hot adjoints (min/max along an axis) cheap.
+pub fn matmul<T: Elem>(a: &[T], ta: bool, b: &[T], tb: bool, p: &MatmulPlan, out: &mut [T]) {
+    let (m, k, n) = (p.m, p.k, p.n);
+    let one_batch = |bi: usize, out: &mut [T]| {
+        let a0 = if p.a_batched { &a[bi * m * k..(bi + 1) * m * k] } else { &a[..m * k] };
+        let b0 = if p.b_batched { &b[bi * k * n..(bi + 1) * k * n] } else { &b[..k * n] };
+        let at;
+        let a1: &[T] = if ta {
+            at = transposed(a0, k, m);
+            &at
+        } else {
+            a0
+        };
+        let bt;
+        let b1: &[T] = if tb {
+            bt = transposed(b0, n, k);
+            &bt
+        } else {
+            b0
+        };
+        let rows = |blk: usize, o: &mut [T]| {
+            let i0 = blk * MM_ROWS;
+            o.iter_mut().for_each(|v| *v = T::zero());
+            for j0 in (0..n).step_by(MM_COLS) {
+                let j1 = (j0 + MM_COLS).min(n);
+                for (ii, orow) in o.chunks_mut(n).enumerate() {
+                    let arow = &a1[(i0 + ii) * k..(i0 + ii + 1) * k];
+                    let orow = &mut orow[j0..j1];
+                    for (l, &x) in arow.iter().enumerate() {
+                        if x == T::zero() {
+                            continue;
+                        }
+                        let brow = &b1[l * n + j0..l * n + j1];
+                        orow.iter_mut().zip(brow).for_each(|(v, &y)| *v = *v + x * y);
+                    }
+                }
+            }
+        };
+        if m * k * n < PAR_MIN || n == 0 {
+            out.chunks_mut(MM_ROWS * n.max(1)).enumerate().for_each(|(blk, o)| rows(blk, o));
+        } else {
+            out.par_chunks_mut(MM_ROWS * n).enumerate().for_each(|(blk, o)| rows(blk, o));
+        }
+    };
+    if m * n == 0 {
+        return;
+    }
+    if p.batch > 1 && m * k * n < PAR_MIN * 4 {
+        out.par_chunks_mut(m * n).enumerate().for_each(|(bi, o)| one_batch(bi, o));
+    } else {
+        out.chunks_mut(m * n).enumerate().for_each(|(bi, o)| one_batch(bi, o));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn broadcast_and_sum_to_are_adjoint_on_every_layout() {
+        let cases: [(&[usize], &[usize]); 7] = [
+            (&[3], &[4, 3]),
+            (&[4, 1], &[4, 3]),
+            (&[1], &[2, 3]),
+            (&[2, 1, 3], &[2, 5, 3]),
+            (&[1, 5, 1], &[2, 5, 3]),
+            (&[2, 1, 3, 1], &[2, 4, 3, 2]),
+            (&[2, 3], &[2, 3]),
+        ];
+        for (small, big) in cases {
+            let (ns, nb) = (small.iter().product::<usize>(), big.iter().product::<usize>());
+            let x: Vec<f64> = (0..ns).map(|i| i as f64 * 0.5 - 1.0).collect();
+            let g: Vec<f64> = (0..nb).map(|i| ((i * 7) % 5) as f64 - 2.0).collect();
+            let mut bx = vec![0.0; nb];
+            broadcast_to(&x, small, big, &mut bx).unwrap();
+            let mut sg = vec![0.0; ns];
+            sum_to(&g, big, small, &mut sg).unwrap();
+            // <broadcast(x), g> == <x, sum_to(g)> and the general path agrees.
+            let lhs: f64 = bx.iter().zip(&g).map(|(a, b)| a * b).sum();
+            let rhs: f64 = x.iter().zip(&sg).map(|(a, b)| a * b).sum();
+            assert_eq!(lhs, rhs, "{small:?} -> {big:?}");
+            let rs = runs("t", small, big).unwrap();
+            for (i, v) in bx.iter().enumerate() {
+                assert_eq!(*v, x[small_offset(&rs, i)], "{small:?} -> {big:?} at {i}");
+            }
+        }
+        assert!(broadcast_to(&[1.0, 2.0], &[2], &[3], &mut [0.0; 3]).is_err());
+        assert_eq!(broadcast_shapes("t", &[4, 1], &[3]).unwrap(), vec![4, 3]);
+        assert!(broadcast_shapes("t", &[4, 2], &[3]).is_err());
+    }
+
+    #[test]
+    fn long_sums_use_fixed_blocks() {
+        let r = 3 * R_BLOCK + 17;
+        let x: Vec<f64> = (0..r * 2).map(|i| (i % 13) as f64).collect();
+        let mut out = vec![0.0; 2];
+        sum_to(&x, &[r, 2], &[1, 2], &mut out).unwrap();
+        let want0: f64 = (0..r).map(|i| x[2 * i]).sum();
+        assert_eq!(out[0], want0);
+    }
+
+    #[test]
+    fn matmul_matches_the_naive_product_with_transposes_and_batches() {
+        for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+            let (bt, m, k, n) = (2, 5, 3, 4);
+            let a: Vec<f64> = (0..bt * m * k).map(|i| ((i * 5) % 7) as f64 - 3.0).collect();
+            let b: Vec<f64> = (0..bt * k * n).map(|i| ((i * 3) % 11) as f64 * 0.5).collect();
+            let ashape = if ta { [bt, k, m] } else { [bt, m, k] };
+            let bshape = if tb { [bt, n, k] } else { [bt, k, n] };
+            let p = matmul_plan(&ashape, ta, &bshape, tb).unwrap();
+            assert_eq!(p.out_shape, vec![bt, m, n]);
+            let mut out = vec![0.0; bt * m * n];
+            matmul(&a, ta, &b, tb, &p, &mut out);
+            for s in 0..bt {
+                for i in 0..m {
+                    for j in 0..n {
+                        let want: f64 = (0..k)
+                            .map(|l| {
+                                let av = if ta { a[s * m * k + l * m + i] } else { a[s * m * k + i * k + l] };
+                                let bv = if tb { b[s * k * n + j * k + l] } else { b[s * k * n + l * n + j] };
+                                av * bv
+                            })
+                            .sum();
+                        assert_eq!(out[s * m * n + i * n + j], want);
+                    }
+                }
+            }
+        }
+        assert!(matmul_plan(&[2, 3], false, &[4, 2], false).is_err());
+        assert_eq!(matmul_plan(&[5, 3], false, &[2, 3, 4], false).unwrap().out_shape, vec![2, 5, 4]);
+    }
+
+    #[test]
+    fn arg_reduce_axis_takes_the_first_of_ties() {
+        // shape [2, 3]: along axis 1.
+        let x = [1.0, 3.0, 3.0, 2.0, 0.5, 0.5];
+        let (mut v, mut p) = (vec![0.0; 2], vec![0i64; 2]);
+        arg_reduce_axis(&x, (2, 3, 1), Extremum::Max, &mut v, &mut p);
+        assert_eq!((v, p), (vec![3.0, 2.0], vec![1, 3]));
+        let (mut v, mut p) = (vec![0.0; 3], vec![0i64; 3]);
+        arg_reduce_axis(&x, (1, 2, 3), Extremum::Min, &mut v, &mut p);
+        assert_eq!((v, p), (vec![1.0, 0.5, 0.5], vec![0, 4, 5]));
+    }
+}
+
+/// The CPU device's dense ops (called from `impl Ops for Cpu`).
+pub(super) mod device {
+    use super::super::{Cpu, CpuElem, CpuIndex, CpuTensor};
+    use super::*;
+    use crate::DType;
+    use crate::ops::TensorMeta;
+
+    fn dispatch<R>(dt: DType, f32f: impl FnOnce() -> R, f64f: impl FnOnce() -> R) -> R {
+        match dt {
+            DType::F32 => f32f(),
+            DType::F64 => f64f(),
+        }
+    }
+
+    fn broadcast_t<T: CpuElem>(c: &Cpu, x: &CpuTensor, shape: &[usize]) -> Result<CpuTensor> {
+        let mut out = c.pool().take::<T>(shape.iter().product());
+        broadcast_to(x.slice::<T>()?, &x.shape, shape, &mut out)?;
+        Ok(c.wrap(out, shape.to_vec()))
+    }
+
+    fn sum_to_t<T: CpuElem>(c: &Cpu, x: &CpuTensor, shape: &[usize]) -> Result<CpuTensor> {
+        let mut out = c.pool().take::<T>(shape.iter().product());
+        sum_to(x.slice::<T>()?, &x.shape, shape, &mut out)?;
+        Ok(c.wrap(out, shape.to_vec()))
+    }
+
+    fn matmul_t<T: CpuElem>(c: &Cpu, a: &CpuTensor, ta: bool, b: &CpuTensor, tb: bool) -> Result<CpuTensor> {
+        let p = matmul_plan(&a.shape, ta, &b.shape, tb)?;
+        let mut out = c.pool().take::<T>(p.out_shape.iter().product());
+        matmul(a.slice::<T>()?, ta, b.slice::<T>()?, tb, &p, &mut out);
+        Ok(c.wrap(out, p.out_shape))
+    }
+
+    fn arg_reduce_t<T: CpuElem>(c: &Cpu, ext: Extremum, x: &CpuTensor, axis: usize) -> Result<(CpuTensor, CpuIndex)> {
+        let view = axis_view("arg_reduce_axis", &x.shape, axis)?;
+        if view.1 == 0 {
+            return Err(OpError::Shape { op: "arg_reduce_axis", detail: format!("empty axis {axis}") });
+        }
+        let mut shape = x.shape.clone();
+        shape[axis] = 1;
+        let n = view.0 * view.2;
+        let (mut vals, mut pos) = (c.pool().take::<T>(n), c.pool().take::<i64>(n));
+        arg_reduce_axis(x.slice::<T>()?, view, ext, &mut vals, &mut pos);
+        Ok((c.wrap(vals, shape), c.wrap_index(pos)))
+    }
+
+    pub fn broadcast_to_op(c: &Cpu, x: &CpuTensor, shape: &[usize]) -> Result<CpuTensor> {
+        c.install(|| dispatch(x.dtype(), || broadcast_t::<f32>(c, x, shape), || broadcast_t::<f64>(c, x, shape)))
+    }
+
+    pub fn sum_to_op(c: &Cpu, x: &CpuTensor, shape: &[usize]) -> Result<CpuTensor> {
+        c.install(|| dispatch(x.dtype(), || sum_to_t::<f32>(c, x, shape), || sum_to_t::<f64>(c, x, shape)))
+    }
+
+    pub fn matmul_op(c: &Cpu, a: &CpuTensor, ta: bool, b: &CpuTensor, tb: bool) -> Result<CpuTensor> {
+        let dt = super::super::same_dtype("matmul", a, b)?;
+        c.install(|| dispatch(dt, || matmul_t::<f32>(c, a, ta, b, tb), || matmul_t::<f64>(c, a, ta, b, tb)))
+    }
+
+    pub fn arg_reduce_axis_op(c: &Cpu, ext: Extremum, x: &CpuTensor, axis: usize) -> Result<(CpuTensor, CpuIndex)> {
+        c.install(|| {
+            dispatch(x.dtype(), || arg_reduce_t::<f32>(c, ext, x, axis), || arg_reduce_t::<f64>(c, ext, x, axis))
+        })
+    }
+}

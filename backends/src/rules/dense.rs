@@ -1,0 +1,201 @@
+//! Rules of the dense ops: broadcast_to and sum_to are each other's adjoints; a matrix product's
+//! adjoints are matrix products with the adjoint (transposes by flags, batch sums by sum_to);
+//! an arg-min/arg-max along an axis sends the adjoint to its winner (scattered to the winner's
+//! flat position) and gathers the winner's tangent.
+
+use crate::ops::{OutOfRange, TensorMeta};
+use crate::{Ops, Result};
+
+/// Adjoint of `x` (of shape `x_shape`) for `y = broadcast_to(x, ..)`.
+pub fn broadcast_to_vjp<B: Ops>(b: &B, x_shape: &[usize], g: &B::T) -> Result<B::T> {
+    if g.shape() == x_shape { Ok(g.clone()) } else { b.sum_to(g, x_shape) }
+}
+
+/// Adjoint of `x` (of shape `x_shape`) for `y = sum_to(x, ..)`.
+pub fn sum_to_vjp<B: Ops>(b: &B, x_shape: &[usize], g: &B::T) -> Result<B::T> {
+    if g.shape() == x_shape { Ok(g.clone()) } else { b.broadcast_to(g, x_shape) }
+}
+
+/// Adjoints of `a` and `c` for `y = op(a) op(c)`, only for the operands that need one.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_vjp<B: Ops>(
+    b: &B,
+    a: &B::T,
+    ta: bool,
+    c: &B::T,
+    tc: bool,
+    g: &B::T,
+    need_a: bool,
+    need_c: bool,
+) -> Result<super::elementwise::OptionalPair<B::T>> {
+    let fit = |d: B::T, shape: &[usize]| if d.shape() == shape { Ok(d) } else { b.sum_to(&d, shape) };
+    let ga = if need_a {
+        let d = match (ta, tc) {
+            (false, false) => b.matmul(g, false, c, true)?,
+            (false, true) => b.matmul(g, false, c, false)?,
+            (true, false) => b.matmul(c, false, g, true)?,
+            (true, true) => b.matmul(c, true, g, true)?,
+        };
+        Some(fit(d, a.shape())?)
+    } else {
+        None
+    };
+    let gc = if need_c {
+        let d = match (ta, tc) {
+            (false, false) => b.matmul(a, true, g, false)?,
+            (false, true) => b.matmul(g, true, a, false)?,
+            (true, false) => b.matmul(a, false, g, false)?,
+            (true, true) => b.matmul(g, true, a, true)?,
+        };
+        Some(fit(d, c.shape())?)
+    } else {
+        None
+    };
+    Ok((ga, gc))
+}
+
+/// Tangent of `y = op(a) op(c)`: `op(da) op(c) + op(a) op(dc)`.
+pub fn matmul_jvp<B: Ops>(
+    b: &B,
+    a: &B::T,
+    ta: bool,
+    c: &B::T,
+    tc: bool,
+    da: Option<&B::T>,
+    dc: Option<&B::T>,
+) -> Result<Option<B::T>> {
+    let t1 = da.map(|d| b.matmul(d, ta, c, tc)).transpose()?;
+    let t2 = dc.map(|d| b.matmul(a, ta, d, tc)).transpose()?;
+    Ok(match (t1, t2) {
+        (Some(x), Some(z)) => Some(b.add(&x, &z)?),
+        (x, z) => x.or(z),
+    })
+}
+
+/// Adjoint of `x` for the values of `arg_reduce_axis`: the adjoint goes to each winner.
+pub fn arg_reduce_axis_vjp<B: Ops>(b: &B, x: &B::T, winners: &B::I, g: &B::T) -> Result<B::T> {
+    let n = x.numel();
+    let zeros = b.full(&[n], 0.0, x.dtype())?;
+    let flat = b.reshape(g, &[g.numel()])?;
+    b.reshape(&b.scatter(&zeros, winners, &flat)?, x.shape())
+}
+
+/// Tangent of the values of `arg_reduce_axis`: the winners' tangents.
+pub fn arg_reduce_axis_jvp<B: Ops>(b: &B, y: &B::T, winners: &B::I, dx: &B::T) -> Result<B::T> {
+    let flat = b.reshape(dx, &[dx.numel()])?;
+    b.reshape(&b.gather(&flat, winners, OutOfRange::Error)?, y.shape())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{BinaryOp, Cpu, DType, Extremum, Forward, Ops, Reverse, TensorMeta, UnaryOp};
+
+    /// A scalar function of two inputs through every dense op and convenience.
+    fn objective<O: Ops>(o: &O, x: &O::T, w: &O::T) -> crate::Result<O::T> {
+        // x: [3, 4], w: [2, 4, 3] (a batch of two matrices).
+        let xw = o.matmul(x, false, &o.reshape(&w.clone(), &[2, 4, 3])?, false)?; // [2, 3, 3]
+        let xt = o.matmul(w, true, x, true)?; // [2, 3, 3]
+        let s = o.broadcast_binary(BinaryOp::Mul, &xw, &o.unary(UnaryOp::Sin, &xt)?)?;
+        let row = o.sum_to(x, &[1, 4])?; // [1, 4]
+        let col = o.sum_axis(x, 1)?; // [3, 1]
+        let outer = o.broadcast_binary(BinaryOp::Mul, &col, &row)?; // [3, 4]
+        let lse = o.logsumexp_axis(&outer, 1)?; // [3, 1]
+        let mx = o.max_axis(&s, 2)?; // [2, 3, 1]
+        let mn = o.min_axis(&o.broadcast_to(x, &[2, 3, 4])?, 0)?; // [1, 3, 4]
+        let t = o.add(&o.sum(&lse)?, &o.sum(&o.unary(UnaryOp::Square, &mx)?)?)?;
+        let q = o.matmul(&o.reshape(x, &[2, 6])?, true, &o.reshape(x, &[2, 6])?, false)?; // [6, 6]
+        o.add(&o.add(&t, &o.sum(&mn)?)?, &o.scale(&o.sum(&o.unary(UnaryOp::Tanh, &q)?)?, 0.1)?)
+    }
+
+    const X: [f64; 12] = [0.3, -0.7, 1.1, 0.4, -0.2, 0.9, 0.6, -1.3, 0.15, 0.8, -0.45, 0.25];
+
+    fn w0() -> Vec<f64> {
+        (0..24).map(|i| ((i * 7) % 11) as f64 * 0.13 - 0.6).collect()
+    }
+
+    fn eval(x: &[f64], w: &[f64]) -> f64 {
+        let c = Cpu::new(Some(1)).unwrap();
+        let xt = c.tensor(x, &[3, 4], DType::F64).unwrap();
+        let wt = c.tensor(w, &[2, 4, 3], DType::F64).unwrap();
+        c.to_vec(&objective(&c, &xt, &wt).unwrap()).unwrap()[0]
+    }
+
+    fn grad(c: &Cpu, x: &[f64], w: &[f64]) -> (Vec<f64>, Vec<f64>) {
+        let r = Reverse::new(c.clone());
+        let xv = r.var(c.tensor(x, &[3, 4], DType::F64).unwrap());
+        let wv = r.var(c.tensor(w, &[2, 4, 3], DType::F64).unwrap());
+        let y = objective(&r, &xv, &wv).unwrap();
+        let g = r.backward(&y, c.full(&[1], 1.0, DType::F64).unwrap()).unwrap();
+        (c.to_vec(g.get(&xv).unwrap()).unwrap(), c.to_vec(g.get(&wv).unwrap()).unwrap())
+    }
+
+    #[test]
+    fn dense_rules_agree_with_finite_differences_both_ways() {
+        let c = Cpu::new(Some(2)).unwrap();
+        let w = w0();
+        let (gx, gw) = grad(&c, &X, &w);
+        let v: Vec<f64> = (0..36).map(|i| ((i * 5) % 9) as f64 * 0.25 - 1.0).collect();
+        let h = 1e-6;
+        let shift = |s: f64| {
+            let xs: Vec<f64> = X.iter().zip(&v).map(|(a, d)| a + s * h * d).collect();
+            let ws: Vec<f64> = w.iter().zip(&v[12..]).map(|(a, d)| a + s * h * d).collect();
+            eval(&xs, &ws)
+        };
+        let fd = (shift(1.0) - shift(-1.0)) / (2.0 * h);
+        let rev: f64 = gx.iter().chain(&gw).zip(&v).map(|(a, b)| a * b).sum();
+        assert!((rev - fd).abs() < 1e-7 * fd.abs().max(1.0), "reverse {rev} vs fd {fd}");
+        let f = Forward::new(c.clone());
+        let xd = f
+            .dual(c.tensor(&X, &[3, 4], DType::F64).unwrap(), c.tensor(&v[..12], &[3, 4], DType::F64).unwrap())
+            .unwrap();
+        let wd = f
+            .dual(c.tensor(&w, &[2, 4, 3], DType::F64).unwrap(), c.tensor(&v[12..], &[2, 4, 3], DType::F64).unwrap())
+            .unwrap();
+        let y = objective(&f, &xd, &wd).unwrap();
+        let fwd = c.to_vec(&f.tangent(&y).unwrap()).unwrap()[0];
+        assert!((fwd - rev).abs() < 1e-12 * rev.abs().max(1.0), "forward {fwd} vs reverse {rev}");
+    }
+
+    #[test]
+    fn forward_over_reverse_of_dense_ops_matches_differences_of_gradients() {
+        let c = Cpu::new(Some(1)).unwrap();
+        let w = w0();
+        let v: Vec<f64> = (0..12).map(|i| ((i * 3) % 7) as f64 * 0.2 - 0.5).collect();
+        let f = Forward::new(c.clone());
+        let r = Reverse::new(f.clone());
+        let xv = r.var(
+            f.dual(c.tensor(&X, &[3, 4], DType::F64).unwrap(), c.tensor(&v, &[3, 4], DType::F64).unwrap()).unwrap(),
+        );
+        let wv = r.lift(f.lift(c.tensor(&w, &[2, 4, 3], DType::F64).unwrap()));
+        let y = objective(&r, &xv, &wv).unwrap();
+        let g = r.backward(&y, f.full(&[1], 1.0, DType::F64).unwrap()).unwrap();
+        let hv = c.to_vec(&f.tangent(g.get(&xv).unwrap()).unwrap()).unwrap();
+        let h = 1e-5;
+        let gs = |s: f64| grad(&c, &X.iter().zip(&v).map(|(a, d)| a + s * h * d).collect::<Vec<_>>(), &w).0;
+        let (gp, gm) = (gs(1.0), gs(-1.0));
+        for j in 0..12 {
+            let want = (gp[j] - gm[j]) / (2.0 * h);
+            assert!((hv[j] - want).abs() < 1e-5 * want.abs().max(1.0), "Hv[{j}] {} vs {want}", hv[j]);
+        }
+    }
+
+    #[test]
+    fn arg_reduce_axis_sends_the_adjoint_to_the_first_winner() {
+        let c = Cpu::new(Some(1)).unwrap();
+        let r = Reverse::new(c.clone());
+        let x = r.var(c.tensor(&[1.0, 3.0, 3.0, 2.0, 0.5, 0.5], &[2, 3], DType::F64).unwrap());
+        let (m, _) = r.arg_reduce_axis(Extremum::Max, &x, 1).unwrap();
+        assert_eq!(m.shape(), &[2, 1]);
+        let g = r.backward(&m, c.tensor(&[10.0, 20.0], &[2, 1], DType::F64).unwrap()).unwrap();
+        assert_eq!(c.to_vec(g.get(&x).unwrap()).unwrap(), vec![0.0, 10.0, 0.0, 20.0, 0.0, 0.0]);
+    }
+
+    #[test]
+    fn logsumexp_does_not_overflow() {
+        let c = Cpu::new(Some(1)).unwrap();
+        let x = c.tensor(&[1000.0, 1000.0, -1e300, 0.0], &[2, 2], DType::F32).unwrap_or_else(|_| unreachable!());
+        let y = c.to_vec(&c.logsumexp_axis(&x, 1).unwrap()).unwrap();
+        assert!((y[0] - (1000.0 + 2f64.ln())).abs() < 1e-3, "{y:?}");
+        assert_eq!(y[1], 0.0);
+    }
+}
