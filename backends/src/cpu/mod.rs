@@ -1,6 +1,7 @@
 //! The CPU device: rayon over fixed-size blocks, a caching allocator, and histogram kernels with
 //! per-chunk private rows. Results never depend on the thread count.
 
+mod fold;
 mod hist;
 mod kernels;
 mod pool;
@@ -14,6 +15,7 @@ use rayon::prelude::*;
 
 use crate::ops::{ChunkedHist, Extremum, IndexMeta, Operand, OutOfRange, ScanSpec, TensorMeta};
 use crate::{BinaryOp, DType, Elem, HistOp, OpError, Ops, Result, UnaryOp};
+use fold::{Fold, with_fold};
 use kernels::{fill_with, par_copy, par_fill};
 pub use pool::{Buf, Pool};
 
@@ -345,10 +347,14 @@ impl Cpu {
                     }
                 },
             ),
-            HistOp::General(g) => {
-                let c = g.fns::<T>().combine;
-                hist::bin_totals(pool, ix, k, neutral, |a, i| *a = c(*a, v[i]), |a, b| *a = c(*a, b))
-            }
+            HistOp::General(_) => with_fold!(op, T, f => hist::bin_totals(
+                pool,
+                ix,
+                k,
+                neutral,
+                |a, i| *a = f.combine(*a, v[i]),
+                |a, b| *a = f.combine(*a, b)
+            )),
         };
         let mut out = pool.take::<T>(k);
         fill_with(&mut out, |b| kernels::combine(op, d[b], totals[b]));
@@ -477,14 +483,14 @@ impl Cpu {
         }
         let sg = usize::from(gs.len() == n);
         let mut out = self.pool().take::<T>(n);
-        fill_with(&mut out, |i| {
+        with_fold!(op, T, f => fill_with(&mut out, |i| {
             let gi = gs[i * sg];
             if gi == T::zero() {
                 return T::zero();
             }
-            let y = kernels::combine(op, ls[i], xs[i]);
-            kernels::partial(op, Operand::Right, ls[i], xs[i]) * kernels::partial(op, Operand::Left, y, rs[i]) * gi
-        });
+            let y = f.combine(ls[i], xs[i]);
+            f.d2(ls[i], xs[i]) * f.d1(y, rs[i]) * gi
+        }));
         Ok(self.wrap(out, a.shape.clone()))
     }
 
@@ -531,11 +537,7 @@ impl Cpu {
         }
         let mut out = self.pool().take::<T>(xs.len());
         let neutral = T::of_f64(op.neutral());
-        match op {
-            HistOp::Add => scan::scan(&mut out, xs, neutral, |a, b| a + b, spec, keys),
-            HistOp::General(g) => scan::scan(&mut out, xs, neutral, g.fns::<T>().combine, spec, keys),
-            _ => scan::scan(&mut out, xs, neutral, |a, b| kernels::combine(op, a, b), spec, keys),
-        }
+        with_fold!(op, T, f => scan::scan(&mut out, xs, neutral, |a, b| f.combine(a, b), spec, keys));
         Ok(self.wrap(out, x.shape.clone()))
     }
 
@@ -574,24 +576,20 @@ impl Cpu {
         same_len("reduce_by_index_dual", "values vs tangents", v.len(), vd.len())?;
         same_len("reduce_by_index_dual", "dest vs tangents", d.len(), dd.len())?;
         let (k, pool) = (d.len(), self.pool());
-        let lift = |(a, da): (T, T), (b, db): (T, T)| {
-            (
-                kernels::combine(op, a, b),
-                kernels::partial(op, Operand::Left, a, b) * da + kernels::partial(op, Operand::Right, a, b) * db,
-            )
-        };
-        let totals = hist::bin_totals(
-            pool,
-            ix,
-            k,
-            (T::of_f64(op.neutral()), T::zero()),
-            |acc, i| *acc = lift(*acc, (v[i], vd[i])),
-            |acc, b| *acc = lift(*acc, b),
-        );
         let mut h = pool.take::<T>(k);
         let mut hd = pool.take::<T>(k);
-        fill_with(&mut h, |b| lift((d[b], dd[b]), totals[b]).0);
-        fill_with(&mut hd, |b| lift((d[b], dd[b]), totals[b]).1);
+        with_fold!(op, T, f => {
+            let totals = hist::bin_totals(
+                pool,
+                ix,
+                k,
+                (T::of_f64(op.neutral()), T::zero()),
+                |acc, i| *acc = f.lift(*acc, (v[i], vd[i])),
+                |acc, b| *acc = f.lift(*acc, b),
+            );
+            fill_with(&mut h, |b| f.lift((d[b], dd[b]), totals[b]).0);
+            fill_with(&mut hd, |b| f.lift((d[b], dd[b]), totals[b]).1);
+        });
         Ok((self.wrap(h, dest.shape.clone()), self.wrap(hd, dest.shape.clone())))
     }
 
@@ -605,9 +603,24 @@ impl Cpu {
         let (d, v) = (dest.slice::<T>()?, vals.slice::<T>()?);
         let ix = &inds.data[..];
         same_len("reduce_by_index_chunked", "indices vs values", ix.len(), v.len())?;
-        let (k, pool) = (d.len(), self.pool());
+        let k = d.len();
         let neutral = T::of_f64(op.neutral());
-        let comb = |a: T, b: T| kernels::combine(op, a, b);
+        with_fold!(op, T, f => self.chunked_forward(f, dest, d, v, ix, k, neutral))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn chunked_forward<T: CpuElem, F: Fold<T>>(
+        &self,
+        f: F,
+        dest: &CpuTensor,
+        d: &[T],
+        v: &[T],
+        ix: &[i64],
+        k: usize,
+        neutral: T,
+    ) -> Result<ChunkedHist<CpuTensor>> {
+        let pool = self.pool();
+        let comb = |a: T, b: T| f.combine(a, b);
         let (plan, rows) =
             hist::chunk_totals(pool, ix, k, neutral, |a, i| *a = comb(*a, v[i]), |a, b| *a = comb(*a, b));
         let c = plan.chunks;
@@ -666,56 +679,62 @@ impl Cpu {
                 ),
             });
         }
-        let comb = |a: T, b: T| kernels::combine(op, a, b);
-        let bin = |i: usize| {
-            let b = ix[i];
-            if (b as u64) < k as u64 { Some(b as usize) } else { None }
-        };
         let mut out = self.pool().take::<T>(n);
-        let chunk = |ci: usize, o: &mut [T], run: &mut Vec<T>, y1: &mut Vec<T>| {
+        with_fold!(op, T, f => self.chunked_adjoint(f, plan, ix, v, pre, suf, g, &mut out));
+        Ok(self.wrap(out, vals.shape.clone()))
+    }
+
+    /// Per chunk: a forward pass from the chunk's prefix row gives each element's l (o holds
+    /// d2(l, a), y1 holds l op a), a backward pass from its suffix row gives r and the adjoint.
+    #[allow(clippy::too_many_arguments)]
+    fn chunked_adjoint<T: CpuElem, F: Fold<T>>(
+        &self,
+        f: F,
+        plan: hist::Plan,
+        ix: &[i64],
+        v: &[T],
+        pre: &[T],
+        suf: &[T],
+        g: &[T],
+        out: &mut [T],
+    ) {
+        let (k, pool) = (g.len(), self.pool());
+        let chunk = |ci: usize, o: &mut [T]| {
             let start = ci * plan.chunk_len;
-            // Forward: l = running value before the element, y1 = l op a; o holds d2(l, a).
-            run.clear();
-            run.extend_from_slice(&pre[ci * k..(ci + 1) * k]);
-            y1.clear();
-            y1.resize(o.len(), T::zero());
+            let (ix, v) = (&ix[start..start + o.len()], &v[start..start + o.len()]);
+            let mut run = pool.take::<T>(k);
+            let mut y1 = pool.take::<T>(o.len());
+            run.copy_from_slice(&pre[ci * k..(ci + 1) * k]);
             for j in 0..o.len() {
-                let i = start + j;
-                o[j] = match bin(i) {
-                    Some(b) => {
-                        let (l, a) = (run[b], v[i]);
-                        let y = comb(l, a);
-                        run[b] = y;
-                        y1[j] = y;
-                        kernels::partial(op, Operand::Right, l, a)
-                    }
-                    None => T::zero(),
+                let b = ix[j];
+                o[j] = if (b as u64) < k as u64 {
+                    let b = b as usize;
+                    let (l, a) = (run[b], v[j]);
+                    let y = f.combine(l, a);
+                    run[b] = y;
+                    y1[j] = y;
+                    f.d2(l, a)
+                } else {
+                    T::zero()
                 };
             }
-            // Backward: r = fold of the later elements and chunks.
             run.copy_from_slice(&suf[ci * k..(ci + 1) * k]);
             for j in (0..o.len()).rev() {
-                let i = start + j;
-                if let Some(b) = bin(i) {
+                let b = ix[j];
+                if (b as u64) < k as u64 {
+                    let b = b as usize;
                     let r = run[b];
-                    run[b] = comb(v[i], r);
+                    run[b] = f.combine(v[j], r);
                     let gb = g[b];
-                    o[j] = if gb == T::zero() {
-                        T::zero()
-                    } else {
-                        o[j] * kernels::partial(op, Operand::Left, y1[j], r) * gb
-                    };
+                    o[j] = if gb == T::zero() { T::zero() } else { o[j] * f.d1(y1[j], r) * gb };
                 }
             }
         };
         if plan.chunks == 1 {
-            chunk(0, &mut out, &mut Vec::new(), &mut Vec::new());
+            chunk(0, out);
         } else {
-            out.par_chunks_mut(plan.chunk_len)
-                .enumerate()
-                .for_each_init(|| (Vec::new(), Vec::new()), |(run, y1), (ci, o)| chunk(ci, o, run, y1));
+            out.par_chunks_mut(plan.chunk_len).enumerate().for_each(|(ci, o)| chunk(ci, o));
         }
-        Ok(self.wrap(out, vals.shape.clone()))
     }
 }
 
