@@ -6,6 +6,7 @@ mod hist;
 mod kernels;
 mod pool;
 mod scan;
+mod segments;
 mod sort;
 
 use std::sync::Arc;
@@ -494,6 +495,28 @@ impl Cpu {
         Ok(self.wrap(out, a.shape.clone()))
     }
 
+    fn sorted_vals_adjoint_t<T: CpuElem>(
+        &self,
+        op: HistOp,
+        inds: &CpuIndex,
+        vals: &CpuTensor,
+        dest: &CpuTensor,
+        hist_bar: &CpuTensor,
+    ) -> Result<CpuTensor> {
+        let (v, d, g) = (vals.slice::<T>()?, dest.slice::<T>()?, hist_bar.slice::<T>()?);
+        let ix = &inds.data[..];
+        same_len("sorted_vals_adjoint", "indices vs values", ix.len(), v.len())?;
+        same_len("sorted_vals_adjoint", "dest vs hist_bar", d.len(), g.len())?;
+        let (pool, neutral) = (self.pool(), T::of_f64(op.neutral()));
+        let mut out = pool.take::<T>(v.len());
+        with_fold!(op, T, f => if v.len() <= u32::MAX as usize {
+            segments::sorted_adjoint::<u32, _, _>(pool, f, neutral, ix, v, d, g, &mut out)
+        } else {
+            segments::sorted_adjoint::<usize, _, _>(pool, f, neutral, ix, v, d, g, &mut out)
+        });
+        Ok(self.wrap(out, vals.shape.clone()))
+    }
+
     fn total_form_adjoint_t<T: CpuElem>(
         &self,
         op: HistOp,
@@ -890,6 +913,19 @@ impl Ops for Cpu {
         same_dtype("total_form_adjoint", vals, hist)?;
         let dt = same_dtype("total_form_adjoint", hist, hist_bar)?;
         self.install(|| by_dtype!(dt, self.total_form_adjoint_t(op, inds, vals, hist, hist_bar)))
+    }
+
+    fn sorted_vals_adjoint(
+        &self,
+        op: HistOp,
+        inds: &CpuIndex,
+        vals: &CpuTensor,
+        dest: &CpuTensor,
+        hist_bar: &CpuTensor,
+    ) -> Result<CpuTensor> {
+        same_dtype("sorted_vals_adjoint", vals, dest)?;
+        let dt = same_dtype("sorted_vals_adjoint", dest, hist_bar)?;
+        self.install(|| by_dtype!(dt, self.sorted_vals_adjoint_t(op, inds, vals, dest, hist_bar)))
     }
 
     fn gather_index(&self, src: &CpuIndex, idx: &CpuIndex) -> Result<CpuIndex> {
