@@ -56,6 +56,38 @@ impl CpuElem for f64 {
     }
 }
 
+/// Positions in arg-histogram accumulators: u32 when n allows, else i64; `NONE` (an empty
+/// accumulator) is above every real position.
+trait ArgPos: Copy + Default + PartialOrd + Send + Sync + 'static {
+    const NONE: Self;
+    fn of(i: usize) -> Self;
+    fn pos(self) -> i64;
+}
+
+impl ArgPos for u32 {
+    const NONE: Self = u32::MAX;
+    #[inline(always)]
+    fn of(i: usize) -> Self {
+        i as u32
+    }
+    #[inline(always)]
+    fn pos(self) -> i64 {
+        if self == u32::MAX { i64::MAX } else { self as i64 }
+    }
+}
+
+impl ArgPos for i64 {
+    const NONE: Self = i64::MAX;
+    #[inline(always)]
+    fn of(i: usize) -> Self {
+        i as i64
+    }
+    #[inline(always)]
+    fn pos(self) -> i64 {
+        self
+    }
+}
+
 /// A value tensor on the CPU: shared, immutable storage plus a shape.
 #[derive(Clone)]
 pub struct CpuTensor {
@@ -373,41 +405,57 @@ impl Cpu {
         let ix = &inds.data[..];
         same_len("arg_reduce_by_index", "indices vs values", ix.len(), v.len())?;
         let (k, pool) = (d.len(), self.pool());
-        let totals = match ext {
-            Extremum::Min => self.arg_totals::<T, false>(ix, v, k),
-            Extremum::Max => self.arg_totals::<T, true>(ix, v, k),
-        };
         let mut vals_out = pool.take::<T>(k);
         let mut pos_out = pool.take::<i64>(k);
-        // dest sits at position -1: it wins every tie.
-        fill_with(&mut vals_out, |b| {
-            let (tv, tp) = totals[b];
-            if ext.beats(tv, tp, d[b], -1) { tv } else { d[b] }
-        });
-        fill_with(&mut pos_out, |b| {
-            let (tv, tp) = totals[b];
-            if ext.beats(tv, tp, d[b], -1) { tp } else { -1 }
-        });
+        // u32 positions when n allows (8-byte accumulators for f32 instead of 16).
+        macro_rules! finish {
+            ($p:ty) => {{
+                let totals = match ext {
+                    Extremum::Min => self.arg_totals::<T, $p, false>(ix, v, k),
+                    Extremum::Max => self.arg_totals::<T, $p, true>(ix, v, k),
+                };
+                // dest sits at position -1: it wins every tie.
+                fill_with(&mut vals_out, |b| {
+                    let (tv, tp) = totals[b];
+                    if ext.beats(tv, tp.pos(), d[b], -1) { tv } else { d[b] }
+                });
+                fill_with(&mut pos_out, |b| {
+                    let (tv, tp) = totals[b];
+                    if ext.beats(tv, tp.pos(), d[b], -1) { tp.pos() } else { -1 }
+                });
+            }};
+        }
+        if ix.len() < u32::MAX as usize {
+            finish!(u32)
+        } else {
+            finish!(i64)
+        }
         Ok((self.wrap(vals_out, dest.shape.clone()), self.wrap_index(pos_out)))
     }
 
     /// Per-bin (winning value, position) of the elements alone; empty bins hold
-    /// (neutral, i64::MAX), which any element beats.
-    fn arg_totals<T: CpuElem, const MAX: bool>(&self, ix: &[i64], v: &[T], k: usize) -> Buf<(T, i64)> {
+    /// (neutral, P::NONE), which any element beats.
+    fn arg_totals<T: CpuElem, P: ArgPos, const MAX: bool>(&self, ix: &[i64], v: &[T], k: usize) -> Buf<(T, P)> {
         let ext = if MAX { Extremum::Max } else { Extremum::Min };
         let neutral = if MAX { T::neg_infinity() } else { T::infinity() };
+        // `beats` with positions compared as P (the order of P matches that of i64 here).
+        let wins = |a: T, pa: P, b: T, pb: P| match ext {
+            Extremum::Min => a < b || (a == b && pa < pb),
+            Extremum::Max => a > b || (a == b && pa < pb),
+        };
         hist::bin_totals(
             self.pool(),
             ix,
             k,
-            (neutral, i64::MAX),
+            (neutral, P::NONE),
             |a, i| {
-                if ext.beats(v[i], i as i64, a.0, a.1) {
-                    *a = (v[i], i as i64)
+                let p = P::of(i);
+                if wins(v[i], p, a.0, a.1) {
+                    *a = (v[i], p)
                 }
             },
             |a, b| {
-                if ext.beats(b.0, b.1, a.0, a.1) {
+                if wins(b.0, b.1, a.0, a.1) {
                     *a = b
                 }
             },
@@ -424,20 +472,30 @@ impl Cpu {
         let ix = &inds.data[..];
         same_len("prod_nonzero_by_index", "indices vs values", ix.len(), v.len())?;
         let pool = self.pool();
-        let totals = hist::bin_totals(
-            pool,
-            ix,
-            k,
-            (T::one(), 0i64),
-            |a, i| {
-                if v[i] == T::zero() { a.1 += 1 } else { a.0 = a.0 * v[i] }
-            },
-            |a, b| *a = (a.0 * b.0, a.1 + b.1),
-        );
         let mut p = pool.take::<T>(k);
         let mut z = pool.take::<i64>(k);
-        fill_with(&mut p, |b| totals[b].0);
-        fill_with(&mut z, |b| totals[b].1);
+        // u32 zero counts when n allows (8-byte accumulators for f32 instead of 16).
+        macro_rules! count {
+            ($c:ty) => {{
+                let totals = hist::bin_totals(
+                    pool,
+                    ix,
+                    k,
+                    (T::one(), 0 as $c),
+                    |a, i| {
+                        if v[i] == T::zero() { a.1 += 1 } else { a.0 = a.0 * v[i] }
+                    },
+                    |a, b| *a = (a.0 * b.0, a.1 + b.1),
+                );
+                fill_with(&mut p, |b| totals[b].0);
+                fill_with(&mut z, |b| totals[b].1 as i64);
+            }};
+        }
+        if ix.len() < u32::MAX as usize {
+            count!(u32)
+        } else {
+            count!(i64)
+        }
         Ok((self.wrap(p, vec![k]), self.wrap_index(z)))
     }
 
