@@ -1,12 +1,15 @@
-//! Rough AD overhead of the histogram rules on the CPU: vjp time (forward sweep, taping and
-//! reverse sweep) over primal time, minimum of a few repetitions. The suite's own timing lives
-//! in the harness; this is a quick probe for rule development.
+//! AD overhead of the histogram rules on the CPU: per operator, the primal time (plain
+//! `reduce_by_index`), and per rule the vjp time (forward sweep, taping and reverse sweep) and
+//! vjp/primal, plus the jvp time (Forward engine, tangents for vals and dest) and jvp/primal.
+//! Minimum of several repetitions; 5% of the indices are out of range. The suite's own timing
+//! lives in the harness; this is a quick probe for rule development.
 //!
 //! `cargo run --release -p adgauge-backends --example hist_overhead -- [n] [k] [op...]`
+//! (`ADGAUGE_DTYPE=f64` for f64, `ADGAUGE_REPS=r` for the repetitions.)
 
 use std::time::Instant;
 
-use adgauge_backends::{Cpu, DType, HistOp, HistRule, Ops, Reverse};
+use adgauge_backends::{Cpu, DType, Forward, HistOp, HistRule, Ops, Reverse};
 
 fn best(reps: usize, mut f: impl FnMut()) -> f64 {
     (0..reps)
@@ -24,8 +27,9 @@ fn main() {
     let k: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(1000);
     let ops: Vec<HistOp> =
         if args.len() > 2 { args[2..].iter().map(|s| s.parse().unwrap()).collect() } else { HistOp::named() };
+    let dt: DType = std::env::var("ADGAUGE_DTYPE").ok().and_then(|s| s.parse().ok()).unwrap_or(DType::F32);
+    let reps: usize = std::env::var("ADGAUGE_REPS").ok().and_then(|s| s.parse().ok()).unwrap_or(5);
     let cpu = Cpu::new(None).unwrap();
-    let dt = DType::F32;
     let mut state = 0x9E37_79B9_7F4A_7C15u64;
     let mut next = || {
         state ^= state << 13;
@@ -33,18 +37,43 @@ fn main() {
         state ^= state << 17;
         state
     };
-    let inds: Vec<i64> = (0..n).map(|_| (next() % k as u64) as i64).collect();
+    // 5% out of range: half of them -1, half k + something.
+    let inds: Vec<i64> = (0..n)
+        .map(|_| {
+            let r = next();
+            if r % 100 < 5 {
+                if r % 2 == 0 { -1 } else { k as i64 + (r % 7) as i64 }
+            } else {
+                ((r >> 8) % k as u64) as i64
+            }
+        })
+        .collect();
     let vals: Vec<f64> = (0..n).map(|_| (next() % 1000) as f64 * 1e-3 + 0.5).collect();
+    let tang: Vec<f64> = (0..n).map(|_| (next() % 1000) as f64 * 1e-3 - 0.5).collect();
     let ix = cpu.index(&inds).unwrap();
     let v = cpu.tensor(&vals, &[n], dt).unwrap();
+    let vd = cpu.tensor(&tang, &[n], dt).unwrap();
     let bar = cpu.full(&[k], 1.0, dt).unwrap();
-    println!("n={n} k={k} threads={}", rayon::current_num_threads());
+    let dd = cpu.full(&[k], 0.25, dt).unwrap();
+    println!("n={n} k={k} dtype={dt} threads={} reps={reps}", rayon::current_num_threads());
+    println!(
+        "{:<12} {:>9} {:<16} {:>9} {:>7} {:>9} {:>7}",
+        "op", "primal ms", "rule", "vjp ms", "vjp/p", "jvp ms", "jvp/p"
+    );
     for op in ops {
         let dest = cpu.full(&[k], if op == HistOp::Mul { 1.0 } else { 0.5 }, dt).unwrap();
-        let primal = best(5, || {
+        let primal = best(reps, || {
             cpu.reduce_by_index(&dest, op, &ix, &v).unwrap();
         });
-        let mut line = format!("{:<12} primal {:7.1} ms", op.name(), primal * 1e3);
+        let fwd = || -> adgauge_backends::Result<()> {
+            let f = Forward::new(cpu.clone());
+            let (d, x) = (f.dual(dest.clone(), dd.clone())?, f.dual(v.clone(), vd.clone())?);
+            let h = f.reduce_by_index(&d, op, &ix, &x)?;
+            f.tangent(&h)?;
+            Ok(())
+        };
+        fwd().unwrap();
+        let jvp = best(reps, || fwd().unwrap());
         for rule in HistRule::ALL {
             let run = || -> adgauge_backends::Result<()> {
                 let r = Reverse::new(cpu.clone()).with_hist_rule(rule);
@@ -54,12 +83,20 @@ fn main() {
                 Ok(())
             };
             if run().is_err() {
-                line += &format!("  {rule}: -");
+                println!("{:<12} {:>9.1} {:<16} {:>9} {:>7}", op.name(), primal * 1e3, rule.name(), "-", "-");
                 continue;
             }
-            let t = best(3, || run().unwrap());
-            line += &format!("  {rule}: {:.2}", t / primal);
+            let t = best(reps.min(3), || run().unwrap());
+            println!(
+                "{:<12} {:>9.1} {:<16} {:>9.1} {:>7.2} {:>9.1} {:>7.2}",
+                op.name(),
+                primal * 1e3,
+                rule.name(),
+                t * 1e3,
+                t / primal,
+                jvp * 1e3,
+                jvp / primal
+            );
         }
-        println!("{line}");
     }
 }

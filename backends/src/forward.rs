@@ -314,6 +314,18 @@ impl<B: Ops> Ops for Forward<B> {
         Ok(self.lift(self.inner.fold_adjoint(op, &l.value, &a.value, &r.value, &g.value)?))
     }
 
+    fn sorted_vals_adjoint(
+        &self,
+        op: HistOp,
+        inds: &B::I,
+        vals: &Dual<B>,
+        dest: &Dual<B>,
+        hist_bar: &Dual<B>,
+    ) -> Result<Dual<B>> {
+        self.untracked("sorted_vals_adjoint (a rule kernel)", &[vals, dest, hist_bar])?;
+        Ok(self.lift(self.inner.sorted_vals_adjoint(op, inds, &vals.value, &dest.value, &hist_bar.value)?))
+    }
+
     fn total_form_adjoint(
         &self,
         op: HistOp,

@@ -175,7 +175,7 @@ fn truth<T: Float>(b: bool) -> T {
 /// beyond 88 (unlike log(e^a + e^b)). The guard keeps -inf (the neutral) and +inf exact instead
 /// of producing inf - inf = NaN.
 #[inline]
-fn lae_combine<T: Float>(a: T, b: T) -> T {
+pub(crate) fn lae_combine<T: Float>(a: T, b: T) -> T {
     let m = a.max(b);
     if m.is_infinite() {
         return m;
@@ -186,7 +186,7 @@ fn lae_combine<T: Float>(a: T, b: T) -> T {
 /// d/da logaddexp(a, b) = sigmoid(a - b), computed without overflow; 0 when a is -inf (the
 /// neutral contributes nothing, and logaddexp(-inf, -inf) has partials 0, not NaN).
 #[inline]
-fn lae_d1<T: Float>(a: T, b: T) -> T {
+pub(crate) fn lae_d1<T: Float>(a: T, b: T) -> T {
     if a == T::neg_infinity() {
         return T::zero();
     }
@@ -203,7 +203,7 @@ fn lae_d1<T: Float>(a: T, b: T) -> T {
 }
 
 #[inline]
-fn lae_d2<T: Float>(a: T, b: T) -> T {
+pub(crate) fn lae_d2<T: Float>(a: T, b: T) -> T {
     lae_d1(b, a)
 }
 
@@ -239,19 +239,19 @@ general_op! {
 /// sqrt(a^2 + b^2) without overflow or underflow (libm's hypot scales internally);
 /// hypot(0, x) = |x| exactly, so 0 is neutral on magnitudes.
 #[inline]
-fn hypot_combine<T: Float>(a: T, b: T) -> T {
+pub(crate) fn hypot_combine<T: Float>(a: T, b: T) -> T {
     a.hypot(b)
 }
 
 /// d/da hypot(a, b) = a / hypot(a, b), 0 at the origin.
 #[inline]
-fn hypot_d1<T: Float>(a: T, b: T) -> T {
+pub(crate) fn hypot_d1<T: Float>(a: T, b: T) -> T {
     let h = a.hypot(b);
     if h == T::zero() { T::zero() } else { a / h }
 }
 
 #[inline]
-fn hypot_d2<T: Float>(a: T, b: T) -> T {
+pub(crate) fn hypot_d2<T: Float>(a: T, b: T) -> T {
     hypot_d1(b, a)
 }
 

@@ -369,6 +369,23 @@ pub trait Ops: Clone + 'static {
         hist: &Self::T,
         hist_bar: &Self::T,
     ) -> Result<Self::T>;
+    /// The value adjoint of the general rule's sort strategy, fused: a stable sort by bin (of the
+    /// in-range elements) carrying values and positions, then per bin (one sorted segment) a
+    /// forward fold from `dest` giving each element's l and l op a, a backward fold giving r,
+    /// and `vals_bar[i] = d2(l, a) * d1(l op a, r) * hist_bar[inds[i]]` written back in index
+    /// order (0 for out-of-range indices and where the bin's adjoint is 0). `dest` and
+    /// `hist_bar` have k elements, `vals` as many as `inds`.
+    fn sorted_vals_adjoint(
+        &self,
+        op: HistOp,
+        inds: &Self::I,
+        vals: &Self::T,
+        dest: &Self::T,
+        hist_bar: &Self::T,
+    ) -> Result<Self::T> {
+        // Composed from other ops; devices override it with one fused kernel.
+        crate::rules::hist::sorted_vals_adjoint_composed(self, op, inds, vals, dest, hist_bar)
+    }
     /// `out[i] = src[idx[i]]` on index tensors; -1 for an index outside `[0, len(src))`.
     fn gather_index(&self, src: &Self::I, idx: &Self::I) -> Result<Self::I>;
     /// A scan of a one-dimensional tensor with `op` (see [`ScanSpec`]). With `segments`, each

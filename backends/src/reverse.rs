@@ -385,6 +385,18 @@ impl<B: Ops> Ops for Reverse<B> {
         Ok(self.constant(self.inner.fold_adjoint(op, &l.value, &a.value, &r.value, &g.value)?))
     }
 
+    fn sorted_vals_adjoint(
+        &self,
+        op: HistOp,
+        inds: &B::I,
+        vals: &Var<B>,
+        dest: &Var<B>,
+        hist_bar: &Var<B>,
+    ) -> Result<Var<B>> {
+        self.untracked("sorted_vals_adjoint (a rule kernel)", &[vals, dest, hist_bar])?;
+        Ok(self.constant(self.inner.sorted_vals_adjoint(op, inds, &vals.value, &dest.value, &hist_bar.value)?))
+    }
+
     fn total_form_adjoint(
         &self,
         op: HistOp,

@@ -43,6 +43,32 @@ pub fn par_copy<T: Copy + Send + Sync>(out: &mut [T], src: &[T]) {
     }
 }
 
+/// A raw pointer that parallel tasks share to write disjoint elements of one buffer (scatters
+/// by a permutation, whose targets never collide).
+#[derive(Clone, Copy)]
+pub struct SyncPtr<T>(*mut T);
+
+// SAFETY: the pointer is only used for writes to disjoint elements (see `write`).
+unsafe impl<T: Send> Send for SyncPtr<T> {}
+unsafe impl<T: Send> Sync for SyncPtr<T> {}
+
+impl<T> SyncPtr<T> {
+    pub fn new(s: &mut [T]) -> SyncPtr<T> {
+        SyncPtr(s.as_mut_ptr())
+    }
+
+    /// Writes `x` at `i`.
+    ///
+    /// # Safety
+    /// `i` must be in bounds of the slice the pointer came from, that slice must outlive every
+    /// use, and no other task may access element `i` concurrently.
+    #[inline(always)]
+    pub unsafe fn write(self, i: usize, x: T) {
+        // SAFETY: guaranteed by the caller.
+        unsafe { *self.0.add(i) = x }
+    }
+}
+
 #[inline]
 pub fn unary<T: Elem>(op: UnaryOp, x: T) -> T {
     let one = T::one();

@@ -2,10 +2,12 @@
 //! per-chunk private rows. Results never depend on the thread count.
 
 pub mod dense;
+mod fold;
 mod hist;
 mod kernels;
 mod pool;
 mod scan;
+mod segments;
 mod sort;
 
 use std::sync::Arc;
@@ -15,6 +17,7 @@ use rayon::prelude::*;
 
 use crate::ops::{ChunkedHist, Extremum, IndexMeta, Operand, OutOfRange, ScanSpec, TensorMeta};
 use crate::{BinaryOp, DType, Elem, HistOp, OpError, Ops, Result, UnaryOp};
+use fold::{Fold, with_fold};
 use kernels::{fill_with, par_copy, par_fill};
 pub use pool::{Buf, Pool};
 
@@ -51,6 +54,38 @@ impl CpuElem for f64 {
             Values::F64(b) => Some(b),
             Values::F32(_) => None,
         }
+    }
+}
+
+/// Positions in arg-histogram accumulators: u32 when n allows, else i64; `NONE` (an empty
+/// accumulator) is above every real position.
+trait ArgPos: Copy + Default + PartialOrd + Send + Sync + 'static {
+    const NONE: Self;
+    fn of(i: usize) -> Self;
+    fn pos(self) -> i64;
+}
+
+impl ArgPos for u32 {
+    const NONE: Self = u32::MAX;
+    #[inline(always)]
+    fn of(i: usize) -> Self {
+        i as u32
+    }
+    #[inline(always)]
+    fn pos(self) -> i64 {
+        if self == u32::MAX { i64::MAX } else { self as i64 }
+    }
+}
+
+impl ArgPos for i64 {
+    const NONE: Self = i64::MAX;
+    #[inline(always)]
+    fn of(i: usize) -> Self {
+        i as i64
+    }
+    #[inline(always)]
+    fn pos(self) -> i64 {
+        self
     }
 }
 
@@ -346,10 +381,14 @@ impl Cpu {
                     }
                 },
             ),
-            HistOp::General(g) => {
-                let c = g.fns::<T>().combine;
-                hist::bin_totals(pool, ix, k, neutral, |a, i| *a = c(*a, v[i]), |a, b| *a = c(*a, b))
-            }
+            HistOp::General(_) => with_fold!(op, T, f => hist::bin_totals(
+                pool,
+                ix,
+                k,
+                neutral,
+                |a, i| *a = f.combine(*a, v[i]),
+                |a, b| *a = f.combine(*a, b)
+            )),
         };
         let mut out = pool.take::<T>(k);
         fill_with(&mut out, |b| kernels::combine(op, d[b], totals[b]));
@@ -367,41 +406,57 @@ impl Cpu {
         let ix = &inds.data[..];
         same_len("arg_reduce_by_index", "indices vs values", ix.len(), v.len())?;
         let (k, pool) = (d.len(), self.pool());
-        let totals = match ext {
-            Extremum::Min => self.arg_totals::<T, false>(ix, v, k),
-            Extremum::Max => self.arg_totals::<T, true>(ix, v, k),
-        };
         let mut vals_out = pool.take::<T>(k);
         let mut pos_out = pool.take::<i64>(k);
-        // dest sits at position -1: it wins every tie.
-        fill_with(&mut vals_out, |b| {
-            let (tv, tp) = totals[b];
-            if ext.beats(tv, tp, d[b], -1) { tv } else { d[b] }
-        });
-        fill_with(&mut pos_out, |b| {
-            let (tv, tp) = totals[b];
-            if ext.beats(tv, tp, d[b], -1) { tp } else { -1 }
-        });
+        // u32 positions when n allows (8-byte accumulators for f32 instead of 16).
+        macro_rules! finish {
+            ($p:ty) => {{
+                let totals = match ext {
+                    Extremum::Min => self.arg_totals::<T, $p, false>(ix, v, k),
+                    Extremum::Max => self.arg_totals::<T, $p, true>(ix, v, k),
+                };
+                // dest sits at position -1: it wins every tie.
+                fill_with(&mut vals_out, |b| {
+                    let (tv, tp) = totals[b];
+                    if ext.beats(tv, tp.pos(), d[b], -1) { tv } else { d[b] }
+                });
+                fill_with(&mut pos_out, |b| {
+                    let (tv, tp) = totals[b];
+                    if ext.beats(tv, tp.pos(), d[b], -1) { tp.pos() } else { -1 }
+                });
+            }};
+        }
+        if ix.len() < u32::MAX as usize {
+            finish!(u32)
+        } else {
+            finish!(i64)
+        }
         Ok((self.wrap(vals_out, dest.shape.clone()), self.wrap_index(pos_out)))
     }
 
     /// Per-bin (winning value, position) of the elements alone; empty bins hold
-    /// (neutral, i64::MAX), which any element beats.
-    fn arg_totals<T: CpuElem, const MAX: bool>(&self, ix: &[i64], v: &[T], k: usize) -> Buf<(T, i64)> {
+    /// (neutral, P::NONE), which any element beats.
+    fn arg_totals<T: CpuElem, P: ArgPos, const MAX: bool>(&self, ix: &[i64], v: &[T], k: usize) -> Buf<(T, P)> {
         let ext = if MAX { Extremum::Max } else { Extremum::Min };
         let neutral = if MAX { T::neg_infinity() } else { T::infinity() };
+        // `beats` with positions compared as P (the order of P matches that of i64 here).
+        let wins = |a: T, pa: P, b: T, pb: P| match ext {
+            Extremum::Min => a < b || (a == b && pa < pb),
+            Extremum::Max => a > b || (a == b && pa < pb),
+        };
         hist::bin_totals(
             self.pool(),
             ix,
             k,
-            (neutral, i64::MAX),
+            (neutral, P::NONE),
             |a, i| {
-                if ext.beats(v[i], i as i64, a.0, a.1) {
-                    *a = (v[i], i as i64)
+                let p = P::of(i);
+                if wins(v[i], p, a.0, a.1) {
+                    *a = (v[i], p)
                 }
             },
             |a, b| {
-                if ext.beats(b.0, b.1, a.0, a.1) {
+                if wins(b.0, b.1, a.0, a.1) {
                     *a = b
                 }
             },
@@ -418,20 +473,30 @@ impl Cpu {
         let ix = &inds.data[..];
         same_len("prod_nonzero_by_index", "indices vs values", ix.len(), v.len())?;
         let pool = self.pool();
-        let totals = hist::bin_totals(
-            pool,
-            ix,
-            k,
-            (T::one(), 0i64),
-            |a, i| {
-                if v[i] == T::zero() { a.1 += 1 } else { a.0 = a.0 * v[i] }
-            },
-            |a, b| *a = (a.0 * b.0, a.1 + b.1),
-        );
         let mut p = pool.take::<T>(k);
         let mut z = pool.take::<i64>(k);
-        fill_with(&mut p, |b| totals[b].0);
-        fill_with(&mut z, |b| totals[b].1);
+        // u32 zero counts when n allows (8-byte accumulators for f32 instead of 16).
+        macro_rules! count {
+            ($c:ty) => {{
+                let totals = hist::bin_totals(
+                    pool,
+                    ix,
+                    k,
+                    (T::one(), 0 as $c),
+                    |a, i| {
+                        if v[i] == T::zero() { a.1 += 1 } else { a.0 = a.0 * v[i] }
+                    },
+                    |a, b| *a = (a.0 * b.0, a.1 + b.1),
+                );
+                fill_with(&mut p, |b| totals[b].0);
+                fill_with(&mut z, |b| totals[b].1 as i64);
+            }};
+        }
+        if ix.len() < u32::MAX as usize {
+            count!(u32)
+        } else {
+            count!(i64)
+        }
         Ok((self.wrap(p, vec![k]), self.wrap_index(z)))
     }
 
@@ -478,15 +543,37 @@ impl Cpu {
         }
         let sg = usize::from(gs.len() == n);
         let mut out = self.pool().take::<T>(n);
-        fill_with(&mut out, |i| {
+        with_fold!(op, T, f => fill_with(&mut out, |i| {
             let gi = gs[i * sg];
             if gi == T::zero() {
                 return T::zero();
             }
-            let y = kernels::combine(op, ls[i], xs[i]);
-            kernels::partial(op, Operand::Right, ls[i], xs[i]) * kernels::partial(op, Operand::Left, y, rs[i]) * gi
-        });
+            let y = f.combine(ls[i], xs[i]);
+            f.d2(ls[i], xs[i]) * f.d1(y, rs[i]) * gi
+        }));
         Ok(self.wrap(out, a.shape.clone()))
+    }
+
+    fn sorted_vals_adjoint_t<T: CpuElem>(
+        &self,
+        op: HistOp,
+        inds: &CpuIndex,
+        vals: &CpuTensor,
+        dest: &CpuTensor,
+        hist_bar: &CpuTensor,
+    ) -> Result<CpuTensor> {
+        let (v, d, g) = (vals.slice::<T>()?, dest.slice::<T>()?, hist_bar.slice::<T>()?);
+        let ix = &inds.data[..];
+        same_len("sorted_vals_adjoint", "indices vs values", ix.len(), v.len())?;
+        same_len("sorted_vals_adjoint", "dest vs hist_bar", d.len(), g.len())?;
+        let (pool, neutral) = (self.pool(), T::of_f64(op.neutral()));
+        let mut out = pool.take::<T>(v.len());
+        with_fold!(op, T, f => if v.len() <= u32::MAX as usize {
+            segments::sorted_adjoint::<u32, _, _>(pool, f, neutral, ix, v, d, g, &mut out)
+        } else {
+            segments::sorted_adjoint::<usize, _, _>(pool, f, neutral, ix, v, d, g, &mut out)
+        });
+        Ok(self.wrap(out, vals.shape.clone()))
     }
 
     fn total_form_adjoint_t<T: CpuElem>(
@@ -532,11 +619,7 @@ impl Cpu {
         }
         let mut out = self.pool().take::<T>(xs.len());
         let neutral = T::of_f64(op.neutral());
-        match op {
-            HistOp::Add => scan::scan(&mut out, xs, neutral, |a, b| a + b, spec, keys),
-            HistOp::General(g) => scan::scan(&mut out, xs, neutral, g.fns::<T>().combine, spec, keys),
-            _ => scan::scan(&mut out, xs, neutral, |a, b| kernels::combine(op, a, b), spec, keys),
-        }
+        with_fold!(op, T, f => scan::scan(&mut out, xs, neutral, |a, b| f.combine(a, b), spec, keys));
         Ok(self.wrap(out, x.shape.clone()))
     }
 
@@ -575,24 +658,20 @@ impl Cpu {
         same_len("reduce_by_index_dual", "values vs tangents", v.len(), vd.len())?;
         same_len("reduce_by_index_dual", "dest vs tangents", d.len(), dd.len())?;
         let (k, pool) = (d.len(), self.pool());
-        let lift = |(a, da): (T, T), (b, db): (T, T)| {
-            (
-                kernels::combine(op, a, b),
-                kernels::partial(op, Operand::Left, a, b) * da + kernels::partial(op, Operand::Right, a, b) * db,
-            )
-        };
-        let totals = hist::bin_totals(
-            pool,
-            ix,
-            k,
-            (T::of_f64(op.neutral()), T::zero()),
-            |acc, i| *acc = lift(*acc, (v[i], vd[i])),
-            |acc, b| *acc = lift(*acc, b),
-        );
         let mut h = pool.take::<T>(k);
         let mut hd = pool.take::<T>(k);
-        fill_with(&mut h, |b| lift((d[b], dd[b]), totals[b]).0);
-        fill_with(&mut hd, |b| lift((d[b], dd[b]), totals[b]).1);
+        with_fold!(op, T, f => {
+            let totals = hist::bin_totals(
+                pool,
+                ix,
+                k,
+                (T::of_f64(op.neutral()), T::zero()),
+                |acc, i| *acc = f.lift(*acc, (v[i], vd[i])),
+                |acc, b| *acc = f.lift(*acc, b),
+            );
+            fill_with(&mut h, |b| f.lift((d[b], dd[b]), totals[b]).0);
+            fill_with(&mut hd, |b| f.lift((d[b], dd[b]), totals[b]).1);
+        });
         Ok((self.wrap(h, dest.shape.clone()), self.wrap(hd, dest.shape.clone())))
     }
 
@@ -606,9 +685,24 @@ impl Cpu {
         let (d, v) = (dest.slice::<T>()?, vals.slice::<T>()?);
         let ix = &inds.data[..];
         same_len("reduce_by_index_chunked", "indices vs values", ix.len(), v.len())?;
-        let (k, pool) = (d.len(), self.pool());
+        let k = d.len();
         let neutral = T::of_f64(op.neutral());
-        let comb = |a: T, b: T| kernels::combine(op, a, b);
+        with_fold!(op, T, f => self.chunked_forward(f, dest, d, v, ix, k, neutral))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn chunked_forward<T: CpuElem, F: Fold<T>>(
+        &self,
+        f: F,
+        dest: &CpuTensor,
+        d: &[T],
+        v: &[T],
+        ix: &[i64],
+        k: usize,
+        neutral: T,
+    ) -> Result<ChunkedHist<CpuTensor>> {
+        let pool = self.pool();
+        let comb = |a: T, b: T| f.combine(a, b);
         let (plan, rows) =
             hist::chunk_totals(pool, ix, k, neutral, |a, i| *a = comb(*a, v[i]), |a, b| *a = comb(*a, b));
         let c = plan.chunks;
@@ -667,56 +761,62 @@ impl Cpu {
                 ),
             });
         }
-        let comb = |a: T, b: T| kernels::combine(op, a, b);
-        let bin = |i: usize| {
-            let b = ix[i];
-            if (b as u64) < k as u64 { Some(b as usize) } else { None }
-        };
         let mut out = self.pool().take::<T>(n);
-        let chunk = |ci: usize, o: &mut [T], run: &mut Vec<T>, y1: &mut Vec<T>| {
+        with_fold!(op, T, f => self.chunked_adjoint(f, plan, ix, v, pre, suf, g, &mut out));
+        Ok(self.wrap(out, vals.shape.clone()))
+    }
+
+    /// Per chunk: a forward pass from the chunk's prefix row gives each element's l (o holds
+    /// d2(l, a), y1 holds l op a), a backward pass from its suffix row gives r and the adjoint.
+    #[allow(clippy::too_many_arguments)]
+    fn chunked_adjoint<T: CpuElem, F: Fold<T>>(
+        &self,
+        f: F,
+        plan: hist::Plan,
+        ix: &[i64],
+        v: &[T],
+        pre: &[T],
+        suf: &[T],
+        g: &[T],
+        out: &mut [T],
+    ) {
+        let (k, pool) = (g.len(), self.pool());
+        let chunk = |ci: usize, o: &mut [T]| {
             let start = ci * plan.chunk_len;
-            // Forward: l = running value before the element, y1 = l op a; o holds d2(l, a).
-            run.clear();
-            run.extend_from_slice(&pre[ci * k..(ci + 1) * k]);
-            y1.clear();
-            y1.resize(o.len(), T::zero());
+            let (ix, v) = (&ix[start..start + o.len()], &v[start..start + o.len()]);
+            let mut run = pool.take::<T>(k);
+            let mut y1 = pool.take::<T>(o.len());
+            run.copy_from_slice(&pre[ci * k..(ci + 1) * k]);
             for j in 0..o.len() {
-                let i = start + j;
-                o[j] = match bin(i) {
-                    Some(b) => {
-                        let (l, a) = (run[b], v[i]);
-                        let y = comb(l, a);
-                        run[b] = y;
-                        y1[j] = y;
-                        kernels::partial(op, Operand::Right, l, a)
-                    }
-                    None => T::zero(),
+                let b = ix[j];
+                o[j] = if (b as u64) < k as u64 {
+                    let b = b as usize;
+                    let (l, a) = (run[b], v[j]);
+                    let y = f.combine(l, a);
+                    run[b] = y;
+                    y1[j] = y;
+                    f.d2(l, a)
+                } else {
+                    T::zero()
                 };
             }
-            // Backward: r = fold of the later elements and chunks.
             run.copy_from_slice(&suf[ci * k..(ci + 1) * k]);
             for j in (0..o.len()).rev() {
-                let i = start + j;
-                if let Some(b) = bin(i) {
+                let b = ix[j];
+                if (b as u64) < k as u64 {
+                    let b = b as usize;
                     let r = run[b];
-                    run[b] = comb(v[i], r);
+                    run[b] = f.combine(v[j], r);
                     let gb = g[b];
-                    o[j] = if gb == T::zero() {
-                        T::zero()
-                    } else {
-                        o[j] * kernels::partial(op, Operand::Left, y1[j], r) * gb
-                    };
+                    o[j] = if gb == T::zero() { T::zero() } else { o[j] * f.d1(y1[j], r) * gb };
                 }
             }
         };
         if plan.chunks == 1 {
-            chunk(0, &mut out, &mut Vec::new(), &mut Vec::new());
+            chunk(0, out);
         } else {
-            out.par_chunks_mut(plan.chunk_len)
-                .enumerate()
-                .for_each_init(|| (Vec::new(), Vec::new()), |(run, y1), (ci, o)| chunk(ci, o, run, y1));
+            out.par_chunks_mut(plan.chunk_len).enumerate().for_each(|(ci, o)| chunk(ci, o));
         }
-        Ok(self.wrap(out, vals.shape.clone()))
     }
 }
 
@@ -872,6 +972,19 @@ impl Ops for Cpu {
         same_dtype("total_form_adjoint", vals, hist)?;
         let dt = same_dtype("total_form_adjoint", hist, hist_bar)?;
         self.install(|| by_dtype!(dt, self.total_form_adjoint_t(op, inds, vals, hist, hist_bar)))
+    }
+
+    fn sorted_vals_adjoint(
+        &self,
+        op: HistOp,
+        inds: &CpuIndex,
+        vals: &CpuTensor,
+        dest: &CpuTensor,
+        hist_bar: &CpuTensor,
+    ) -> Result<CpuTensor> {
+        same_dtype("sorted_vals_adjoint", vals, dest)?;
+        let dt = same_dtype("sorted_vals_adjoint", dest, hist_bar)?;
+        self.install(|| by_dtype!(dt, self.sorted_vals_adjoint_t(op, inds, vals, dest, hist_bar)))
     }
 
     fn gather_index(&self, src: &CpuIndex, idx: &CpuIndex) -> Result<CpuIndex> {

@@ -12,6 +12,8 @@
 
 use rayon::prelude::*;
 
+use super::kernels::{BLOCK, SyncPtr};
+
 /// Most chunks of the parallel counting pass.
 const MAX_SORT_CHUNKS: usize = 64;
 /// Fewest elements per chunk of the parallel counting pass.
@@ -50,9 +52,13 @@ pub fn sort_with_ranks(keys: &[i64], num_keys: usize) -> (Vec<i64>, Vec<i64>) {
     if !(buckets <= COUNTING_MAX || buckets <= n / 4) {
         let perm = sort_by_key(keys, num_keys);
         let mut ranks = vec![0i64; n];
-        for (r, &p) in perm.iter().enumerate() {
-            ranks[p as usize] = r as i64;
-        }
+        let pr = SyncPtr::new(&mut ranks);
+        perm.par_chunks(BLOCK).enumerate().for_each(|(c, ps)| {
+            for (j, &p) in ps.iter().enumerate() {
+                // SAFETY: perm is a permutation of 0..n, so every target is distinct and in bounds.
+                unsafe { pr.write(p as usize, (c * BLOCK + j) as i64) };
+            }
+        });
         return (perm, ranks);
     }
     // Chunks keep their count rows (chunks x buckets) well below n.
@@ -74,20 +80,24 @@ pub fn sort_with_ranks(keys: &[i64], num_keys: usize) -> (Vec<i64>, Vec<i64>) {
         }
     }
     let mut ranks = vec![0i64; n];
-    ranks.par_chunks_mut(chunk_len).zip(keys.par_chunks(chunk_len)).zip(counts.par_chunks_mut(buckets)).for_each(
-        |((rs, ks), slots)| {
-            for (r, &key) in rs.iter_mut().zip(ks) {
-                let d = bucket(key, num_keys);
-                *r = slots[d] as i64;
-                slots[d] += 1;
-            }
-        },
-    );
     let mut perm = vec![0i64; n];
-    // Sequential: random writes, but a plain loop over one array (ranks are a permutation).
-    for (i, &r) in ranks.iter().enumerate() {
-        perm[r as usize] = i as i64;
-    }
+    // The permutation is inverted in the same parallel pass: the slots are distinct.
+    let pp = SyncPtr::new(&mut perm);
+    ranks
+        .par_chunks_mut(chunk_len)
+        .zip(keys.par_chunks(chunk_len))
+        .zip(counts.par_chunks_mut(buckets))
+        .enumerate()
+        .for_each(|(c, ((rs, ks), slots))| {
+            for (j, (r, &key)) in rs.iter_mut().zip(ks).enumerate() {
+                let d = bucket(key, num_keys);
+                let slot = slots[d];
+                *r = slot as i64;
+                slots[d] += 1;
+                // SAFETY: slots are distinct positions below n (a counting sort's output).
+                unsafe { pp.write(slot, (c * chunk_len + j) as i64) };
+            }
+        });
     (perm, ranks)
 }
 

@@ -221,22 +221,40 @@ fn general_sort_rule<B: Ops>(
     let hist = b.combine(op, dest, &elements)?;
     let (dest, inds, vals) = (dest.clone(), inds.clone(), vals.clone());
     let pullback = move |b: &B, g: &B::T| {
-        let (perm, ranks) = b.sort_by_key_ranked(&inds, k)?;
-        let keys = b.gather_index(&inds, &perm)?;
+        // One fused kernel: the stable sort by bin carries values and positions along, and each
+        // bin's forward and backward folds (the exclusive segmented scans) give l, r and the
+        // adjoint in one pass over the segments.
         let flat = b.reshape(&vals, &[n])?;
-        let sorted = b.gather(&flat, &perm, OutOfRange::Error)?;
-        let before = b.scan(op, &sorted, ScanSpec::EXCLUSIVE, Some(&keys))?;
         let dest_flat = b.reshape(&dest, &[k])?;
-        let dest_of = b.gather(&dest_flat, &keys, OutOfRange::Fill(op.neutral()))?;
-        let l = b.combine(op, &dest_of, &before)?;
-        let r = b.scan(op, &sorted, ScanSpec::EXCLUSIVE.flipped(), Some(&keys))?;
         let g_flat = b.reshape(g, &[k])?;
-        let g_of = b.gather(&g_flat, &keys, OutOfRange::Fill(0.0))?;
-        let sorted_bar = b.fold_adjoint(op, &l, &sorted, &r, &g_of)?;
-        let vals_bar = b.gather(&sorted_bar, &ranks, OutOfRange::Error)?;
+        let vals_bar = b.sorted_vals_adjoint(op, &inds, &flat, &dest_flat, &g_flat)?;
         Ok((general_dest_adjoint(b, op, &dest, &elements, g)?, b.reshape(&vals_bar, vals.shape())?))
     };
     Ok((hist, Box::new(pullback)))
+}
+
+/// [`Ops::sorted_vals_adjoint`] composed from the sort, gathers and segmented scans (its default
+/// for devices without a fused kernel; also the reference the fused kernels are tested against).
+pub fn sorted_vals_adjoint_composed<B: Ops>(
+    b: &B,
+    op: HistOp,
+    inds: &B::I,
+    vals: &B::T,
+    dest: &B::T,
+    hist_bar: &B::T,
+) -> Result<B::T> {
+    let (n, k) = (vals.numel(), dest.numel());
+    let (perm, ranks) = b.sort_by_key_ranked(inds, k)?;
+    let keys = b.gather_index(inds, &perm)?;
+    let sorted = b.gather(vals, &perm, OutOfRange::Error)?;
+    let before = b.scan(op, &sorted, ScanSpec::EXCLUSIVE, Some(&keys))?;
+    let dest_of = b.gather(dest, &keys, OutOfRange::Fill(op.neutral()))?;
+    let l = b.combine(op, &dest_of, &before)?;
+    let r = b.scan(op, &sorted, ScanSpec::EXCLUSIVE.flipped(), Some(&keys))?;
+    let g_of = b.gather(hist_bar, &keys, OutOfRange::Fill(0.0))?;
+    let sorted_bar = b.fold_adjoint(op, &l, &sorted, &r, &g_of)?;
+    let out = b.gather(&sorted_bar, &ranks, OutOfRange::Error)?;
+    b.reshape(&out, &[n])
 }
 
 /// The general rule, chunked strategy (sort-free): the forward sweep keeps the chunk carries,
@@ -818,6 +836,31 @@ mod tests {
                 assert_close(&format!("{op} {rule} hist"), &got.hist, &h, 0.0, DType::F32);
                 assert_close(&format!("{op} {rule} dest"), &got.dest_bar, &db, 0.0, DType::F32);
                 assert_close(&format!("{op} {rule} vals"), &got.vals_bar, &vb, 0.0, DType::F32);
+            }
+        }
+    }
+
+    #[test]
+    fn fused_sorted_adjoint_matches_the_composed_sort_and_scans() {
+        let c = cpu();
+        for (n, k) in [(0usize, 4usize), (9, 1), (150_000, 37), (60_000, 50_000)] {
+            let (inds, vals, dest, bar) = big_case(n, k);
+            let tied: Vec<f64> = (0..n).map(|i| (i % 3) as f64).collect();
+            for op in every_op().into_iter().chain([HistOp::Add]) {
+                for dt in DType::ALL {
+                    for vs in [&vals, &tied] {
+                        let vs = round(dt, &in_domain(op, vs));
+                        let t = |x: &[f64]| c.tensor(x, &[x.len()], dt).unwrap();
+                        let ix = c.index(&inds).unwrap();
+                        let (v, d, g) = (t(&vs), t(&in_domain(op, &dest)), t(&bar));
+                        let fused = c.to_vec(&c.sorted_vals_adjoint(op, &ix, &v, &d, &g).unwrap()).unwrap();
+                        let composed =
+                            c.to_vec(&sorted_vals_adjoint_composed(&c, op, &ix, &v, &d, &g).unwrap()).unwrap();
+                        // Exact ops agree bit for bit; others up to the folds' association.
+                        let tol = if matches!(op, HistOp::Min | HistOp::Max) { 0.0 } else { tolerance(op, dt) * 16.0 };
+                        assert_close(&format!("{op} {dt} n={n} k={k}"), &fused, &composed, tol, dt);
+                    }
+                }
             }
         }
     }

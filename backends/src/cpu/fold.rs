@@ -1,0 +1,273 @@
+//! Operators monomorphised for the CPU's inner loops.
+//!
+//! `kernels::combine` and `kernels::partial` match on the operator at every call and reach a
+//! general operator through a fn pointer, which keeps the compiler from inlining anything into a
+//! histogram's inner loop. Here each operator is a zero-sized (or fn-pointer) type implementing
+//! [`Fold`], and [`with_fold!`] dispatches once per call to a loop specialised for it. The
+//! shipped general operators (logaddexp, hypot and the general versions of +, *, min, max) get
+//! their own types; any other general operator runs through its fn pointers. The arithmetic is
+//! the same as the operator's own functions, so results do not change.
+
+use crate::general::{self, GeneralFns};
+use crate::{Elem, HistOp};
+
+/// An operator with its partials on one element type.
+pub trait Fold<T: Elem>: Copy + Send + Sync {
+    fn combine(self, a: T, b: T) -> T;
+    /// d(a op b)/da.
+    fn d1(self, a: T, b: T) -> T;
+    /// d(a op b)/db.
+    fn d2(self, a: T, b: T) -> T;
+    /// The lifted (dual-number) operator `(a op b, d1(a,b) da + d2(a,b) db)`.
+    #[inline(always)]
+    fn lift(self, (a, da): (T, T), (b, db): (T, T)) -> (T, T) {
+        (self.combine(a, b), self.d1(a, b) * da + self.d2(a, b) * db)
+    }
+}
+
+#[inline(always)]
+fn truth<T: Elem>(b: bool) -> T {
+    if b { T::one() } else { T::zero() }
+}
+
+#[derive(Clone, Copy)]
+pub struct AddF;
+#[derive(Clone, Copy)]
+pub struct MulF;
+#[derive(Clone, Copy)]
+pub struct MinF;
+#[derive(Clone, Copy)]
+pub struct MaxF;
+#[derive(Clone, Copy)]
+pub struct LogAddExpF;
+#[derive(Clone, Copy)]
+pub struct HypotF;
+/// Any other general operator, through its fn pointers.
+#[derive(Clone, Copy)]
+pub struct DynF<T: 'static>(pub &'static GeneralFns<T>);
+
+impl<T: Elem> Fold<T> for AddF {
+    #[inline(always)]
+    fn combine(self, a: T, b: T) -> T {
+        a + b
+    }
+    #[inline(always)]
+    fn d1(self, _: T, _: T) -> T {
+        T::one()
+    }
+    #[inline(always)]
+    fn d2(self, _: T, _: T) -> T {
+        T::one()
+    }
+    #[inline(always)]
+    fn lift(self, (a, da): (T, T), (b, db): (T, T)) -> (T, T) {
+        (a + b, T::one() * da + T::one() * db)
+    }
+}
+
+impl<T: Elem> Fold<T> for MulF {
+    #[inline(always)]
+    fn combine(self, a: T, b: T) -> T {
+        a * b
+    }
+    #[inline(always)]
+    fn d1(self, _: T, b: T) -> T {
+        b
+    }
+    #[inline(always)]
+    fn d2(self, a: T, _: T) -> T {
+        a
+    }
+}
+
+impl<T: Elem> Fold<T> for MinF {
+    #[inline(always)]
+    fn combine(self, a: T, b: T) -> T {
+        if b < a { b } else { a }
+    }
+    #[inline(always)]
+    fn d1(self, a: T, b: T) -> T {
+        truth(a <= b)
+    }
+    #[inline(always)]
+    fn d2(self, a: T, b: T) -> T {
+        truth(b < a)
+    }
+}
+
+impl<T: Elem> Fold<T> for MaxF {
+    #[inline(always)]
+    fn combine(self, a: T, b: T) -> T {
+        if b > a { b } else { a }
+    }
+    #[inline(always)]
+    fn d1(self, a: T, b: T) -> T {
+        truth(a >= b)
+    }
+    #[inline(always)]
+    fn d2(self, a: T, b: T) -> T {
+        truth(b > a)
+    }
+}
+
+impl<T: Elem> Fold<T> for LogAddExpF {
+    #[inline(always)]
+    fn combine(self, a: T, b: T) -> T {
+        general::lae_combine(a, b)
+    }
+    #[inline(always)]
+    fn d1(self, a: T, b: T) -> T {
+        general::lae_d1(a, b)
+    }
+    #[inline(always)]
+    fn d2(self, a: T, b: T) -> T {
+        general::lae_d2(a, b)
+    }
+}
+
+impl<T: Elem> Fold<T> for HypotF {
+    #[inline(always)]
+    fn combine(self, a: T, b: T) -> T {
+        general::hypot_combine(a, b)
+    }
+    #[inline(always)]
+    fn d1(self, a: T, b: T) -> T {
+        general::hypot_d1(a, b)
+    }
+    #[inline(always)]
+    fn d2(self, a: T, b: T) -> T {
+        general::hypot_d2(a, b)
+    }
+    /// One hypot instead of three: d hypot = (a da + b db) / hypot (0 at the origin).
+    #[inline(always)]
+    fn lift(self, (a, da): (T, T), (b, db): (T, T)) -> (T, T) {
+        let h = a.hypot(b);
+        let dh = if h == T::zero() { T::zero() } else { (a * da + b * db) / h };
+        (h, dh)
+    }
+}
+
+impl<T: Elem> Fold<T> for DynF<T> {
+    #[inline(always)]
+    fn combine(self, a: T, b: T) -> T {
+        (self.0.combine)(a, b)
+    }
+    #[inline(always)]
+    fn d1(self, a: T, b: T) -> T {
+        (self.0.d1)(a, b)
+    }
+    #[inline(always)]
+    fn d2(self, a: T, b: T) -> T {
+        (self.0.d2)(a, b)
+    }
+}
+
+/// Which specialised type serves an operator.
+#[derive(Clone, Copy)]
+pub enum Kind {
+    Add,
+    Mul,
+    Min,
+    Max,
+    LogAddExp,
+    Hypot,
+    Dyn(&'static general::GeneralOp),
+}
+
+pub fn kind(op: HistOp) -> Kind {
+    match op {
+        HistOp::Add => Kind::Add,
+        HistOp::Mul => Kind::Mul,
+        HistOp::Min => Kind::Min,
+        HistOp::Max => Kind::Max,
+        HistOp::General(g) => {
+            let is = |s: &general::GeneralOp| std::ptr::eq(g, s);
+            if is(&general::ADD) {
+                Kind::Add
+            } else if is(&general::MUL) {
+                Kind::Mul
+            } else if is(&general::MIN) {
+                Kind::Min
+            } else if is(&general::MAX) {
+                Kind::Max
+            } else if is(&general::LOGADDEXP) {
+                Kind::LogAddExp
+            } else if is(&general::HYPOT) {
+                Kind::Hypot
+            } else {
+                Kind::Dyn(g)
+            }
+        }
+    }
+}
+
+/// Runs `$body` with `$f` bound to the specialised [`Fold`] of `$op` on element type `$t`
+/// (the body is compiled once per operator).
+macro_rules! with_fold {
+    ($op:expr, $t:ty, $f:ident => $body:expr) => {{
+        use $crate::cpu::fold::{self as fo, Kind};
+        match fo::kind($op) {
+            Kind::Add => {
+                let $f = fo::AddF;
+                $body
+            }
+            Kind::Mul => {
+                let $f = fo::MulF;
+                $body
+            }
+            Kind::Min => {
+                let $f = fo::MinF;
+                $body
+            }
+            Kind::Max => {
+                let $f = fo::MaxF;
+                $body
+            }
+            Kind::LogAddExp => {
+                let $f = fo::LogAddExpF;
+                $body
+            }
+            Kind::Hypot => {
+                let $f = fo::HypotF;
+                $body
+            }
+            Kind::Dyn(g) => {
+                let $f = fo::DynF::<$t>(g.fns::<$t>());
+                $body
+            }
+        }
+    }};
+}
+pub(crate) use with_fold;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Operand;
+    use crate::cpu::kernels;
+
+    /// The specialised operators compute exactly what the generic kernels compute.
+    #[test]
+    fn specialised_operators_match_the_generic_kernels_bit_for_bit() {
+        let xs = [0.0f64, -0.0, 1.5, -2.25, 3.0, f64::INFINITY, f64::NEG_INFINITY, 1e-300, 7e20];
+        for op in HistOp::named() {
+            for &a in &xs {
+                for &b in &xs {
+                    let (c, p1, p2) = with_fold!(op, f64, f => (f.combine(a, b), f.d1(a, b), f.d2(a, b)));
+                    let same = |x: f64, y: f64| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan());
+                    assert!(same(c, kernels::combine(op, a, b)), "{op} combine({a}, {b})");
+                    assert!(same(p1, kernels::partial(op, Operand::Left, a, b)), "{op} d1({a}, {b})");
+                    assert!(same(p2, kernels::partial(op, Operand::Right, a, b)), "{op} d2({a}, {b})");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_hypot_lift_is_the_chain_rule_with_one_hypot() {
+        let (h, dh) = Fold::<f64>::lift(HypotF, (3.0, 1.0), (4.0, 2.0));
+        assert_eq!(h, 5.0);
+        assert!((dh - (3.0 + 8.0) / 5.0).abs() < 1e-15);
+        assert_eq!(Fold::<f32>::lift(HypotF, (0.0, 1.0), (0.0, 2.0)), (0.0, 0.0));
+    }
+}
