@@ -34,9 +34,13 @@ pub struct RunArgs {
     /// Write the run as `<run id>.csv` into this directory.
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Append the run to this history directory (earlier runs are never rewritten).
+    /// Append the run to this history directory (earlier runs are never rewritten). Without
+    /// --out or --history, runs go to `./adgauge-results` (or $ADGAUGE_RESULTS) unless --no-save.
     #[arg(long)]
     pub history: Option<PathBuf>,
+    /// Do not write the run anywhere (only print it).
+    #[arg(long)]
+    pub no_save: bool,
     /// Run only shard I of N (1-based, e.g. 2/4): cases are dealt round-robin, deterministically.
     #[arg(long, value_parser = parse_shard)]
     pub shard: Option<(usize, usize)>,
@@ -205,7 +209,11 @@ pub fn run(args: &RunArgs, threads: Option<usize>) -> anyhow::Result<Code> {
         println!("{}", header());
     }
     let opts = Options::from_suite(&suite);
-    let dirs: Vec<PathBuf> = args.out.iter().chain(&args.history).cloned().collect();
+    let mut dirs: Vec<PathBuf> = args.out.iter().chain(&args.history).cloned().collect();
+    // Children of --isolate (--exact) report to their parent, which saves the run.
+    if dirs.is_empty() && !args.no_save && args.exact.is_none() {
+        dirs.push(std::env::var_os("ADGAUGE_RESULTS").map(PathBuf::from).unwrap_or_else(|| "adgauge-results".into()));
+    }
     let mut writer = if dirs.is_empty() { None } else { Some(RunWriter::new(dirs, info.clone())?) };
     let bar = progress(cases.len(), args.quiet);
     let mut code = Code::Success;

@@ -51,7 +51,7 @@ fn run_lists_filters_and_prints_json_rows() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("no-such-case"));
 
-    let out = adgauge(&["run", "--json", "--filter", "hist-max[dist=uniform,k=10,"]);
+    let out = adgauge(&["run", "--json", "--no-save", "--filter", "hist-max[dist=uniform,k=10,"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let rows: Vec<Value> = stdout(&out).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert!(!rows.is_empty());

@@ -168,3 +168,20 @@ fn an_isolated_run_survives_a_crashing_case_and_records_it() {
     }
     std::fs::remove_dir_all(&out_dir).unwrap();
 }
+
+#[test]
+fn a_plain_run_saves_itself_unless_told_not_to() {
+    let dir = temp("default-save");
+    let run = |extra: &[&str]| {
+        let mut args = vec!["run", "--filter", ONE_CASE];
+        args.extend_from_slice(extra);
+        Command::new(env!("CARGO_BIN_EXE_adgauge")).args(&args).env("ADGAUGE_RESULTS", &dir).output().unwrap()
+    };
+    let out = run(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("wrote run"));
+    assert_eq!(csvs(&dir).len(), 1);
+    assert_eq!(run(&["--no-save"]).status.code(), Some(0));
+    assert_eq!(csvs(&dir).len(), 1);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
