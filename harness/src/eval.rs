@@ -9,8 +9,9 @@ use clap::{Args, ValueEnum};
 use adgauge_backends::{DType, HistRule, OpError, Ops};
 use adgauge_workloads::HistWorkload;
 
+use crate::case_json::HistCase;
 use crate::case_json::{format_object, parse_hist_case};
-use crate::devices::open_cpu;
+use crate::devices::open_device;
 use crate::exit::bad_input;
 
 /// Which derivative mode to evaluate.
@@ -33,7 +34,7 @@ pub struct EvalArgs {
     pub input: PathBuf,
     #[arg(long, value_enum, default_value = "primal")]
     pub mode: Mode,
-    /// Backend: cpu (opencl and cuda are listed by `adgauge backends`).
+    /// Backend: cpu or opencl (`adgauge backends` lists them with availability).
     #[arg(long, default_value = "cpu")]
     pub backend: String,
     /// reduce_by_index reverse rule: auto, special, general-sort or general-chunked.
@@ -71,12 +72,23 @@ pub fn run(args: &EvalArgs, threads: Option<usize>) -> anyhow::Result<String> {
     })?;
     let (source, text) = read_input(&args.input)?;
     let case = parse_hist_case(&text, &source, workload.op.name())?;
-    let device = open_cpu(&args.backend, threads)?;
+    let device = open_device(&args.backend, threads)?;
+    crate::with_device!(&device, |d| eval_on(d, args, workload, &case, &source))
+}
+
+/// Evaluates the case on one device.
+fn eval_on<D: Ops>(
+    device: &D,
+    args: &EvalArgs,
+    workload: HistWorkload,
+    case: &HistCase,
+    source: &str,
+) -> anyhow::Result<String> {
     let dt = args.dtype;
-    let x = workload.upload(&device, &case.data, dt).map_err(input_error)?;
+    let x = workload.upload(device, &case.data, dt).map_err(input_error)?;
     let out = match args.mode {
         Mode::Primal => {
-            let hist = device.to_vec(&workload.primal(&device, &x).map_err(input_error)?)?;
+            let hist = device.to_vec(&workload.primal(device, &x).map_err(input_error)?)?;
             format_object(&[("hist", &hist)], dt)
         }
         Mode::Vjp => {
@@ -85,7 +97,7 @@ pub fn run(args: &EvalArgs, threads: Option<usize>) -> anyhow::Result<String> {
                 .as_ref()
                 .ok_or_else(|| bad_input(format!("{source}: field hist_bar: required for --mode vjp")))?;
             let bar = device.tensor(bar, &[bar.len()], dt).map_err(input_error)?;
-            let r = workload.vjp(&device, args.rule, &x, &bar).map_err(input_error)?;
+            let r = workload.vjp(device, args.rule, &x, &bar).map_err(input_error)?;
             let (hist, vals_bar, dest_bar) =
                 (device.to_vec(&r.hist)?, device.to_vec(&r.vals_bar)?, device.to_vec(&r.dest_bar)?);
             format_object(&[("hist", &hist), ("vals_bar", &vals_bar), ("dest_bar", &dest_bar)], dt)
@@ -96,7 +108,7 @@ pub fn run(args: &EvalArgs, threads: Option<usize>) -> anyhow::Result<String> {
             let dd = case.dest_dot.as_ref().ok_or_else(|| missing("dest_dot"))?;
             let vd = device.tensor(vd, &[vd.len()], dt).map_err(input_error)?;
             let dd = device.tensor(dd, &[dd.len()], dt).map_err(input_error)?;
-            let (hist, hist_dot) = workload.jvp(&device, &x, &dd, &vd).map_err(input_error)?;
+            let (hist, hist_dot) = workload.jvp(device, &x, &dd, &vd).map_err(input_error)?;
             format_object(&[("hist", &device.to_vec(&hist)?), ("hist_dot", &device.to_vec(&hist_dot)?)], dt)
         }
     };
