@@ -29,11 +29,7 @@ pub fn probe_devices() -> Vec<DeviceStatus> {
     let threads = rayon::current_num_threads();
     vec![
         DeviceStatus { name: "cpu", available: true, detail: format!("rayon, {threads} threads") },
-        DeviceStatus {
-            name: "opencl",
-            available: false,
-            detail: "not built yet: the OpenCL device is planned (issue: OpenCL and CUDA devices)".into(),
-        },
+        crate::opencl::probe(),
         DeviceStatus {
             name: "cuda",
             available: false,

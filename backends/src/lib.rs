@@ -20,6 +20,8 @@ mod dtype;
 mod error;
 pub mod forward;
 pub mod general;
+pub mod kernel_source;
+pub mod opencl;
 mod ops;
 pub mod oracle;
 pub mod reverse;
@@ -31,6 +33,7 @@ pub use dtype::{DType, Elem};
 pub use error::{OpError, Result};
 pub use forward::{Dual, Forward};
 pub use general::GeneralOp;
+pub use opencl::OpenCl;
 pub use ops::{
     BinaryOp, ChunkedHist, Extremum, HistOp, IndexMeta, Operand, Ops, OutOfRange, Primal, ScanSpec, TensorMeta, UnaryOp,
 };

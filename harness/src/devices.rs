@@ -1,14 +1,36 @@
 //! Backend selection: turns `--backend NAME` into a device, or into the exit-4 error that says why
-//! it is unavailable.
+//! it is unavailable. Commands are generic over the device; [`with_device!`] dispatches once on
+//! the opened backend.
 
-use adgauge_backends::{Cpu, probe_devices};
+use adgauge_backends::{Cpu, OpenCl, probe_devices};
 
 use crate::exit::{bad_input, unavailable};
 
-/// Starts the named backend's device.
-pub fn open_cpu(name: &str, threads: Option<usize>) -> anyhow::Result<Cpu> {
+/// An opened device of any kind.
+#[derive(Clone)]
+pub enum AnyDevice {
+    Cpu(Cpu),
+    OpenCl(OpenCl),
+}
+
+/// Runs `$body` with `$d` bound to the concrete device inside an [`AnyDevice`].
+#[macro_export]
+macro_rules! with_device {
+    ($dev:expr, |$d:ident| $body:expr) => {
+        match $dev {
+            $crate::devices::AnyDevice::Cpu($d) => $body,
+            $crate::devices::AnyDevice::OpenCl($d) => $body,
+        }
+    };
+}
+
+/// Starts the named backend's device (exit 4 with the reason when it is unavailable).
+pub fn open_device(name: &str, threads: Option<usize>) -> anyhow::Result<AnyDevice> {
     match name {
-        "cpu" => Ok(Cpu::new(threads)?),
+        "cpu" => Ok(AnyDevice::Cpu(Cpu::new(threads)?)),
+        "opencl" => {
+            OpenCl::new().map(AnyDevice::OpenCl).map_err(|e| unavailable(format!("backend opencl is unavailable: {e}")))
+        }
         other => match probe_devices().into_iter().find(|d| d.name == other) {
             Some(status) => Err(unavailable(format!("backend {other} is unavailable: {}", status.detail))),
             None => {

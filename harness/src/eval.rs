@@ -9,8 +9,9 @@ use clap::{Args, ValueEnum};
 use adgauge_backends::{DType, HistRule, OpError, Ops};
 use adgauge_workloads::HistWorkload;
 
+use crate::case_json::HistCase;
 use crate::case_json::{format_object, parse_hist_case};
-use crate::devices::open_cpu;
+use crate::devices::open_device;
 use crate::exit::bad_input;
 
 /// Which derivative mode to evaluate.
@@ -34,7 +35,7 @@ pub struct EvalArgs {
     /// Mode (default: primal; for kmeans everything: cost, gradient, Hessian diagonal, dir).
     #[arg(long, value_enum)]
     pub mode: Option<Mode>,
-    /// Backend: cpu (opencl and cuda are listed by `adgauge backends`).
+    /// Backend: cpu or opencl (`adgauge backends` lists them with availability).
     #[arg(long, default_value = "cpu")]
     pub backend: String,
     /// reduce_by_index reverse rule: auto, special, general-sort or general-chunked.
@@ -81,12 +82,23 @@ pub fn run(args: &EvalArgs, threads: Option<usize>) -> anyhow::Result<String> {
     })?;
     let (source, text) = read_input(&args.input)?;
     let case = parse_hist_case(&text, &source, workload.op.name())?;
-    let device = open_cpu(&args.backend, threads)?;
+    let device = open_device(&args.backend, threads)?;
+    crate::with_device!(&device, |d| eval_on(d, args, workload, &case, &source))
+}
+
+/// Evaluates the case on one device.
+fn eval_on<D: Ops>(
+    device: &D,
+    args: &EvalArgs,
+    workload: HistWorkload,
+    case: &HistCase,
+    source: &str,
+) -> anyhow::Result<String> {
     let dt = args.dtype;
-    let x = workload.upload(&device, &case.data, dt).map_err(input_error)?;
+    let x = workload.upload(device, &case.data, dt).map_err(input_error)?;
     let out = match args.mode.unwrap_or(Mode::Primal) {
         Mode::Primal => {
-            let hist = device.to_vec(&workload.primal(&device, &x).map_err(input_error)?)?;
+            let hist = device.to_vec(&workload.primal(device, &x).map_err(input_error)?)?;
             format_object(&[("hist", &hist)], dt)
         }
         Mode::Vjp => {
@@ -95,7 +107,7 @@ pub fn run(args: &EvalArgs, threads: Option<usize>) -> anyhow::Result<String> {
                 .as_ref()
                 .ok_or_else(|| bad_input(format!("{source}: field hist_bar: required for --mode vjp")))?;
             let bar = device.tensor(bar, &[bar.len()], dt).map_err(input_error)?;
-            let r = workload.vjp(&device, args.rule, &x, &bar).map_err(input_error)?;
+            let r = workload.vjp(device, args.rule, &x, &bar).map_err(input_error)?;
             let (hist, vals_bar, dest_bar) =
                 (device.to_vec(&r.hist)?, device.to_vec(&r.vals_bar)?, device.to_vec(&r.dest_bar)?);
             format_object(&[("hist", &hist), ("vals_bar", &vals_bar), ("dest_bar", &dest_bar)], dt)
@@ -106,7 +118,7 @@ pub fn run(args: &EvalArgs, threads: Option<usize>) -> anyhow::Result<String> {
             let dd = case.dest_dot.as_ref().ok_or_else(|| missing("dest_dot"))?;
             let vd = device.tensor(vd, &[vd.len()], dt).map_err(input_error)?;
             let dd = device.tensor(dd, &[dd.len()], dt).map_err(input_error)?;
-            let (hist, hist_dot) = workload.jvp(&device, &x, &dd, &vd).map_err(input_error)?;
+            let (hist, hist_dot) = workload.jvp(device, &x, &dd, &vd).map_err(input_error)?;
             format_object(&[("hist", &device.to_vec(&hist)?), ("hist_dot", &device.to_vec(&hist_dot)?)], dt)
         }
     };
@@ -117,15 +129,23 @@ pub fn run(args: &EvalArgs, threads: Option<usize>) -> anyhow::Result<String> {
 /// the Hessian diagonal (forward over reverse) and the Newton direction; `--mode primal` the
 /// cost only. Forward mode alone is not offered for k-means.
 fn run_kmeans(args: &EvalArgs, threads: Option<usize>) -> anyhow::Result<String> {
-    use adgauge_workloads::kmeans;
     let (source, text) = read_input(&args.input)?;
     let data = crate::kmeans_case::parse_kmeans_case(&text, &source)?;
-    let device = open_cpu(&args.backend, threads)?;
+    let device = open_device(&args.backend, threads)?;
+    crate::with_device!(&device, |d| kmeans_on(d, args, &data))
+}
+
+fn kmeans_on<D: Ops>(
+    device: &D,
+    args: &EvalArgs,
+    data: &adgauge_datasets::kmeans::KmeansData,
+) -> anyhow::Result<String> {
+    use adgauge_workloads::kmeans;
     let dt = args.dtype;
-    let x = kmeans::upload(&device, &data, dt).map_err(input_error)?;
+    let x = kmeans::upload(device, data, dt).map_err(input_error)?;
     match args.mode {
         Some(Mode::Primal) => {
-            let c = device.to_vec(&kmeans::cost(&device, &x.points, &x.centres).map_err(input_error)?)?;
+            let c = device.to_vec(&kmeans::cost(device, &x.points, &x.centres).map_err(input_error)?)?;
             Ok(format!("{{\"cost\": {}}}", crate::case_json::format_number(c[0], dt)))
         }
         Some(Mode::Jvp) => Err(bad_input(
@@ -133,7 +153,7 @@ fn run_kmeans(args: &EvalArgs, threads: Option<usize>) -> anyhow::Result<String>
              forward over reverse; omit --mode)",
         )),
         None | Some(Mode::Vjp) => {
-            let out = kmeans::evaluate(&device, &x).map_err(input_error)?;
+            let out = kmeans::evaluate(device, &x).map_err(input_error)?;
             Ok(crate::kmeans_case::format_kmeans(&out, data.d, dt))
         }
     }
@@ -143,12 +163,16 @@ fn run_kmeans(args: &EvalArgs, threads: Option<usize>) -> anyhow::Result<String>
 /// `"gradient": [alphas, means, icf]` by reverse mode (vjp) or by one forward sweep per
 /// parameter (jvp).
 fn run_gmm(args: &EvalArgs, threads: Option<usize>) -> anyhow::Result<String> {
-    use adgauge_workloads::gmm;
     let replicate = if args.gmm_replicate_point { Some(true) } else { None };
     let g = adgauge_datasets::gmm::GmmInput::read(&args.input, replicate).map_err(|e| bad_input(e.to_string()))?;
-    let device = open_cpu(&args.backend, threads)?;
+    let device = open_device(&args.backend, threads)?;
+    crate::with_device!(&device, |d| gmm_on(d, args, &g))
+}
+
+fn gmm_on<D: Ops>(device: &D, args: &EvalArgs, g: &adgauge_datasets::gmm::GmmInput) -> anyhow::Result<String> {
+    use adgauge_workloads::gmm;
     let dt = args.dtype;
-    let x = gmm::upload(&device, &g, dt).map_err(input_error)?;
+    let x = gmm::upload(device, g, dt).map_err(input_error)?;
     let num = |v: f64| crate::case_json::format_number(v, dt);
     let with_gradient = |(f, gr): (f64, Vec<f64>)| {
         let parts: Vec<String> = gr.iter().map(|&v| num(v)).collect();
@@ -156,9 +180,9 @@ fn run_gmm(args: &EvalArgs, threads: Option<usize>) -> anyhow::Result<String> {
     };
     Ok(match args.mode.unwrap_or(Mode::Primal) {
         Mode::Primal => {
-            format!("{{\"objective\": {}}}", num(device.to_vec(&gmm::objective(&device, &x).map_err(input_error)?)?[0]))
+            format!("{{\"objective\": {}}}", num(device.to_vec(&gmm::objective(device, &x).map_err(input_error)?)?[0]))
         }
-        Mode::Vjp => with_gradient(gmm::gradient(&device, &x).map_err(input_error)?),
-        Mode::Jvp => with_gradient(gmm::gradient_forward(&device, &x).map_err(input_error)?),
+        Mode::Vjp => with_gradient(gmm::gradient(device, &x).map_err(input_error)?),
+        Mode::Jvp => with_gradient(gmm::gradient_forward(device, &x).map_err(input_error)?),
     })
 }

@@ -1,14 +1,14 @@
 //! The histogram workloads as flat functions for validation: x = [vals, dest], y = hist.
 
-use adgauge_backends::{Cpu, DType, HistRule, Ops, oracle};
+use adgauge_backends::{DType, HistRule, Ops, oracle};
 use adgauge_datasets::hist::HistData;
 use adgauge_workloads::HistWorkload;
 
 use crate::validation::FlatFn;
 
-/// One histogram case on the CPU device, at a point rounded to the dtype under test.
-pub struct HistFlat {
-    pub cpu: Cpu,
+/// One histogram case on a device, at a point rounded to the dtype under test.
+pub struct HistFlat<D: Ops> {
+    pub cpu: D,
     pub workload: HistWorkload,
     pub rule: HistRule,
     pub dtype: DType,
@@ -18,8 +18,8 @@ pub struct HistFlat {
     x0: Vec<f64>,
 }
 
-impl HistFlat {
-    pub fn new(cpu: Cpu, workload: HistWorkload, rule: HistRule, dtype: DType, data: &HistData) -> HistFlat {
+impl<D: Ops> HistFlat<D> {
+    pub fn new(cpu: D, workload: HistWorkload, rule: HistRule, dtype: DType, data: &HistData) -> HistFlat<D> {
         let round = |xs: &[f64]| -> Vec<f64> { xs.iter().map(|&x| dtype.round(x)).collect() };
         let data = HistData { k: data.k, inds: data.inds.clone(), vals: round(&data.vals), dest: round(&data.dest) };
         let x0 = data.vals.iter().chain(&data.dest).copied().collect();
@@ -54,7 +54,7 @@ impl HistFlat {
     }
 }
 
-impl HistFlat {
+impl<D: Ops> HistFlat<D> {
     /// The oracle's J v for v = [vals_dot, dest_dot].
     pub fn oracle_jvp(&self, v: &[f64]) -> Vec<f64> {
         let d = &self.data;
@@ -63,7 +63,7 @@ impl HistFlat {
     }
 }
 
-impl FlatFn for HistFlat {
+impl<D: Ops> FlatFn for HistFlat<D> {
     fn n_in(&self) -> usize {
         self.x0.len()
     }

@@ -6,12 +6,12 @@ use std::path::PathBuf;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use adgauge_backends::{Cpu, DType, Device, HistRule};
+use adgauge_backends::{Cpu, DType, Device, HistRule, OpenCl};
 use adgauge_datasets::hist::IndexDist;
 use adgauge_reports::{ResultRow, Status, Timing};
 use adgauge_workloads::HistWorkload;
 
-use crate::devices::open_cpu;
+use crate::devices::open_device;
 use crate::exit::{Code, bad_input};
 use crate::history::RunWriter;
 use crate::runner::{Options, is_unsupported, run_case, validate};
@@ -192,6 +192,8 @@ pub fn run(args: &RunArgs, threads: Option<usize>) -> anyhow::Result<Code> {
         return Ok(Code::Success);
     }
     let cpu = Cpu::new(threads)?;
+    // Other backends open on first use; one that cannot start makes its cases skipped rows.
+    let opencl = std::cell::OnceCell::new();
     let info = crate::environment::run_info();
     if !args.json {
         println!(
@@ -219,8 +221,11 @@ pub fn run(args: &RunArgs, threads: Option<usize>) -> anyhow::Result<Code> {
     let mut code = Code::Success;
     for c in &cases {
         bar.set_message(c.id());
-        let row =
-            if args.isolate { run_isolated(args, threads, c, &opts, cpu.threads()) } else { run_case(&cpu, c, &opts) };
+        let row = if args.isolate {
+            run_isolated(args, threads, c, &opts, cpu.threads())
+        } else {
+            run_on(&cpu, &opencl, c, &opts)
+        };
         code = code.combine(code_for(&row));
         let line = if args.json { serde_json::to_string(&row)? } else { table_row(&row) };
         bar.suspend(|| {
@@ -289,12 +294,17 @@ pub fn check(args: &CheckArgs, threads: Option<usize>) -> anyhow::Result<Code> {
         }
     };
     let cases = check_cases(args)?;
-    let cpu: Cpu = open_cpu(&args.backend, threads)?;
+    let device = open_device(&args.backend, threads)?;
+    crate::with_device!(&device, |d| check_on(d, &cases, drop_dest_adjoint))
+}
+
+/// Runs the validation cases on one device.
+fn check_on<D: Device>(device: &D, cases: &[CaseSpec], drop_dest_adjoint: bool) -> anyhow::Result<Code> {
     let mut failures = Vec::new();
     let mut skipped = 0;
-    for c in &cases {
+    for c in cases {
         let id = c.id();
-        match validate(&cpu, c, drop_dest_adjoint) {
+        match validate(device, c, drop_dest_adjoint) {
             Ok(outcomes) => {
                 for o in outcomes {
                     let state = match (&o.skipped, o.passed()) {
@@ -337,6 +347,18 @@ pub fn check(args: &CheckArgs, threads: Option<usize>) -> anyhow::Result<Code> {
             eprintln!("  {f}");
         }
         Ok(Code::Failed)
+    }
+}
+
+/// Runs one case on the device of its backend (opened on first use).
+fn run_on(cpu: &Cpu, opencl: &std::cell::OnceCell<Option<OpenCl>>, case: &CaseSpec, opts: &Options) -> ResultRow {
+    match case.backend.as_str() {
+        "opencl" => match opencl.get_or_init(|| OpenCl::new().ok()) {
+            Some(d) => run_case(d, case, opts),
+            // The CPU device reports the unavailable backend as a skipped row with the reason.
+            None => run_case(cpu, case, opts),
+        },
+        _ => run_case(cpu, case, opts),
     }
 }
 

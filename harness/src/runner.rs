@@ -6,8 +6,7 @@ use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::{Duration, Instant};
 
-use adgauge_backends::cpu::CpuTensor;
-use adgauge_backends::{Cpu, DType, Device, HistRule, OpError, Ops};
+use adgauge_backends::{DType, Device, HistRule, OpError};
 use adgauge_datasets::hist::{HistData, generate};
 use adgauge_reports::{Check, ResultRow, SCHEMA_VERSION, Status, Timing};
 
@@ -82,14 +81,15 @@ pub fn is_unsupported(e: &anyhow::Error) -> bool {
 pub const CRASH_ENV: &str = "ADGAUGE_INJECT_CRASH";
 
 /// Runs one case; never panics.
-pub fn run_case(cpu: &Cpu, spec: &CaseSpec, opts: &Options) -> ResultRow {
+pub fn run_case<D: Device>(cpu: &D, spec: &CaseSpec, opts: &Options) -> ResultRow {
     if std::env::var(CRASH_ENV).is_ok_and(|pat| !pat.is_empty() && spec.id().contains(&pat)) {
         eprintln!("{CRASH_ENV}: aborting in case {}", spec.id());
         std::process::abort();
     }
     let mut row = empty_row(cpu.threads(), spec);
-    if spec.backend != "cpu" {
-        // Only the CPU device exists so far; other backends report why they are unavailable.
+    if spec.backend != cpu.engine_name() {
+        // The caller picks the device by the case's backend; a mismatch means it could not
+        // open that backend: report why it is unavailable.
         let why = adgauge_backends::probe_devices()
             .into_iter()
             .find(|d| d.name == spec.backend)
@@ -122,7 +122,13 @@ pub fn run_case(cpu: &Cpu, spec: &CaseSpec, opts: &Options) -> ResultRow {
     row
 }
 
-fn run_phases(cpu: &Cpu, spec: &CaseSpec, opts: &Options, started: Instant, row: &mut ResultRow) -> anyhow::Result<()> {
+fn run_phases<D: Device>(
+    cpu: &D,
+    spec: &CaseSpec,
+    opts: &Options,
+    started: Instant,
+    row: &mut ResultRow,
+) -> anyhow::Result<()> {
     let over = |row: &mut ResultRow, phase: &str| {
         if started.elapsed() > opts.case_limit {
             row.status = Status::Timeout;
@@ -170,7 +176,7 @@ fn run_phases(cpu: &Cpu, spec: &CaseSpec, opts: &Options, started: Instant, row:
 }
 
 /// All checks of a case at validation sizes.
-pub fn validate(cpu: &Cpu, spec: &CaseSpec, drop_dest_adjoint: bool) -> anyhow::Result<Vec<Outcome>> {
+pub fn validate<D: Device>(cpu: &D, spec: &CaseSpec, drop_dest_adjoint: bool) -> anyhow::Result<Vec<Outcome>> {
     let w = spec.workload;
     let dt = spec.dtype;
     let small = generate(&w.spec(spec.n.min(CHECK_N), spec.k.min(CHECK_K), spec.dist, spec.out_of_range, spec.seed));
@@ -219,8 +225,8 @@ pub fn validate(cpu: &Cpu, spec: &CaseSpec, drop_dest_adjoint: bool) -> anyhow::
 }
 
 /// Timings of the modes the case asks for, at its size, inputs resident.
-fn time_case(
-    cpu: &Cpu,
+fn time_case<D: Device>(
+    cpu: &D,
     spec: &CaseSpec,
     data: &HistData,
     budget: &Budget,
@@ -257,13 +263,17 @@ fn time_case(
 }
 
 /// Unit tangents for every value and dest entry (resident, excluded from timing).
-fn tangents(cpu: &Cpu, spec: &CaseSpec, data: &HistData) -> anyhow::Result<(CpuTensor, CpuTensor)> {
+fn tangents<D: Device>(cpu: &D, spec: &CaseSpec, data: &HistData) -> anyhow::Result<(D::T, D::T)> {
     Ok((cpu.full(&[data.vals.len()], 1.0, spec.dtype)?, cpu.full(&[data.k], 1.0, spec.dtype)?))
 }
 
 /// Peak bytes above the resident inputs of one evaluation per mode (buffer cache emptied first,
 /// so that every allocation the mode needs is counted).
-fn memory_case(cpu: &Cpu, spec: &CaseSpec, data: &HistData) -> anyhow::Result<(Option<u64>, Option<u64>, Option<u64>)> {
+fn memory_case<D: Device>(
+    cpu: &D,
+    spec: &CaseSpec,
+    data: &HistData,
+) -> anyhow::Result<(Option<u64>, Option<u64>, Option<u64>)> {
     let w = spec.workload;
     let x = w.upload(cpu, data, spec.dtype)?;
     let bar = cpu.full(&[spec.k], 1.0, spec.dtype)?;

@@ -192,7 +192,69 @@ fn usage_errors_exit_2_and_unavailable_backends_exit_4() {
     assert_eq!(adgauge(&["eval", "hist-add", "--input", p, "--dtype", "f16"]).status.code(), Some(2));
     assert_eq!(adgauge(&["eval", "hist-add", "--input", p, "--rule", "magic"]).status.code(), Some(2));
     assert_eq!(adgauge(&["eval", "hist-add", "--input", p, "--backend", "tpu"]).status.code(), Some(2));
-    let out = adgauge(&["eval", "hist-add", "--input", p, "--backend", "opencl"]);
+    let out = adgauge(&["eval", "hist-add", "--input", p, "--backend", "cuda"]);
+    assert_eq!(out.status.code(), Some(4));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cuda"));
+    // OpenCL without any driver registered (an empty vendor directory for the ICD loader): exit
+    // 4 with the reason, never a crash.
+    let out = Command::new(env!("CARGO_BIN_EXE_adgauge"))
+        .args(["eval", "hist-add", "--input", p, "--backend", "opencl"])
+        .env("OCL_ICD_VENDORS", "/nonexistent-adgauge-vendors")
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(4));
     assert!(String::from_utf8_lossy(&out.stderr).contains("opencl"));
+}
+
+#[test]
+fn opencl_eval_matches_cpu_on_adversarial_input_when_available() {
+    if adgauge_backends::OpenCl::new().is_err() {
+        eprintln!("skipped: OpenCL unavailable");
+        return;
+    }
+    // Ties with dest, elements tied with each other, out-of-range indices, an empty bin.
+    let path = write_case(
+        "adversarial.json",
+        r#"{"k": 4, "inds": [0, 1, 0, 2, -1, 5, 0, 1], "vals": [2, 0, 2, 3, 9, 9, 1, 0],
+            "dest": [2, 1, 3, 0.5], "hist_bar": [1, 2, 3, 4],
+            "vals_dot": [1, 1, 1, 1, 1, 1, 1, 1], "dest_dot": [0.5, 0.5, 0.5, 0.5]}"#,
+    );
+    let p = path.to_str().unwrap();
+    for w in ["hist-add", "hist-mul", "hist-min", "hist-max", "hist-logaddexp", "hist-hypot"] {
+        for rule in ["auto", "general-sort", "general-chunked"] {
+            for dtype in ["f32", "f64"] {
+                for mode in ["primal", "vjp", "jvp"] {
+                    let run = |b: &str| {
+                        let out = adgauge(&[
+                            "eval",
+                            w,
+                            "--input",
+                            p,
+                            "--mode",
+                            mode,
+                            "--rule",
+                            rule,
+                            "--dtype",
+                            dtype,
+                            "--backend",
+                            b,
+                        ]);
+                        assert_eq!(out.status.code(), Some(0), "{w} {rule} {dtype} {mode} on {b}: {out:?}");
+                        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+                    };
+                    let (c, o) = (run("cpu"), run("opencl"));
+                    for (key, cv) in c.as_object().unwrap() {
+                        let ov = &o[key];
+                        for (x, y) in cv.as_array().unwrap().iter().zip(ov.as_array().unwrap()) {
+                            let (x, y) = (number(x), number(y));
+                            assert!(
+                                x == y || (x - y).abs() <= 1e-5 * x.abs().max(1.0),
+                                "{w} {rule} {dtype} {mode} {key}: cpu {x} opencl {y}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

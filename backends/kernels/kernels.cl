@@ -1,0 +1,424 @@
+/* adgauge's device kernels, written once in the OpenCL C dialect and compiled for OpenCL
+ * (prelude_opencl.h) and CUDA (prelude_cuda.h). The host concatenates
+ *   defines (T, USE_F64, the operator's expressions) + prelude + atomics.h + this file
+ * and builds one program per (dtype, operator). Every kernel is one-dimensional, takes its
+ * element count and returns early past it (CUDA launches round the grid up).
+ *
+ * Semantics follow the CPU device (backends/src/cpu): indices outside [0, k) are ignored,
+ * min/max keep the left operand on ties, the arg-histogram gives ties to the lowest position
+ * (dest sits at -1). */
+
+/* ---- elementwise ---- */
+
+KERNEL void fill(GLOBAL T *out, i64 n, T v) {
+    i64 i = GID0;
+    if (i < n) out[i] = v;
+}
+
+KERNEL void fill_i64(GLOBAL i64 *out, i64 n, i64 v) {
+    i64 i = GID0;
+    if (i < n) out[i] = v;
+}
+
+/* Op codes follow the order of `UnaryOp` in backends/src/ops.rs. */
+KERNEL void unary(GLOBAL T *out, GLOBAL const T *x, i64 n, int op) {
+    i64 i = GID0;
+    if (i >= n) return;
+    T v = x[i];
+    T r;
+    switch (op) {
+    case 0: r = -v; break;
+    case 1: r = exp(v); break;
+    case 2: r = log(v); break;
+    case 3: r = log1p(v); break;
+    case 4: r = sin(v); break;
+    case 5: r = cos(v); break;
+    case 6: r = sqrt(v); break;
+    case 7: r = tanh(v); break;
+    case 8:
+        if (v >= (T)0) {
+            r = (T)1 / ((T)1 + exp(-v));
+        } else {
+            T e = exp(v);
+            r = e / ((T)1 + e);
+        }
+        break;
+    case 9: r = fabs(v); break;
+    case 10: r = v > (T)0 ? (T)1 : (v < (T)0 ? (T)-1 : (T)0); break;
+    case 11: r = (T)1 / v; break;
+    default: r = v * v; break;
+    }
+    out[i] = r;
+}
+
+/* Op codes follow `BinaryOp`. sa, sb are 1, or 0 to broadcast a one-element operand. */
+KERNEL void binary(GLOBAL T *out, GLOBAL const T *a, GLOBAL const T *b, i64 n, i64 sa, i64 sb, int op) {
+    i64 i = GID0;
+    if (i >= n) return;
+    T x = a[i * sa], y = b[i * sb];
+    T r;
+    switch (op) {
+    case 0: r = x + y; break;
+    case 1: r = x - y; break;
+    case 2: r = x * y; break;
+    case 3: r = x / y; break;
+    case 4: r = pow(x, y); break;
+    case 5: r = y < x ? y : x; break;
+    case 6: r = y > x ? y : x; break;
+    case 7: r = x < y ? (T)1 : (T)0; break;
+    case 8: r = x <= y ? (T)1 : (T)0; break;
+    case 9: r = x > y ? (T)1 : (T)0; break;
+    case 10: r = x >= y ? (T)1 : (T)0; break;
+    default: r = x == y ? (T)1 : (T)0; break;
+    }
+    out[i] = r;
+}
+
+KERNEL void select_t(GLOBAL T *out, GLOBAL const T *m, GLOBAL const T *a, GLOBAL const T *b, i64 n, i64 sa, i64 sb) {
+    i64 i = GID0;
+    if (i < n) out[i] = m[i] != (T)0 ? a[i * sa] : b[i * sb];
+}
+
+KERNEL void index_eq(GLOBAL T *out, GLOBAL const i64 *ix, i64 n, i64 value) {
+    i64 i = GID0;
+    if (i < n) out[i] = ix[i] == value ? (T)1 : (T)0;
+}
+
+/* The program's operator, elementwise (side: 0 combine, 1 d1, 2 d2). */
+KERNEL void combine(GLOBAL T *out, GLOBAL const T *a, GLOBAL const T *b, i64 n, i64 sa, i64 sb, int side) {
+    i64 i = GID0;
+    if (i >= n) return;
+    T x = a[i * sa], y = b[i * sb];
+    out[i] = side == 0 ? op_combine(x, y) : (side == 1 ? op_d1(x, y) : op_d2(x, y));
+}
+
+/* d2(l, a) * d1(l op a, r) * g, and 0 where g == 0. */
+KERNEL void fold_adjoint(GLOBAL T *out, GLOBAL const T *l, GLOBAL const T *a, GLOBAL const T *r, GLOBAL const T *g,
+                         i64 n, i64 sg) {
+    i64 i = GID0;
+    if (i >= n) return;
+    T gi = g[i * sg];
+    if (gi == (T)0) {
+        out[i] = (T)0;
+        return;
+    }
+    T y = op_combine(l[i], a[i]);
+    out[i] = op_d2(l[i], a[i]) * op_d1(y, r[i]) * gi;
+}
+
+/* total(vals[i], hist[b]) * hist_bar[b], 0 out of range or where the adjoint is 0. */
+KERNEL void total_form_adjoint(GLOBAL T *out, GLOBAL const i64 *ix, GLOBAL const T *vals, GLOBAL const T *hist,
+                               GLOBAL const T *g, i64 n, i64 k) {
+    i64 i = GID0;
+    if (i >= n) return;
+    i64 b = ix[i];
+    out[i] = (b < 0 || b >= k || g[b] == (T)0) ? (T)0 : op_total(vals[i], hist[b]) * g[b];
+}
+
+/* vals[i] == 0 ? c1[b] : c0[b] / vals[i], 0 out of range. */
+KERNEL void prod_vals_adjoint(GLOBAL T *out, GLOBAL const i64 *ix, GLOBAL const T *vals, GLOBAL const T *c0,
+                              GLOBAL const T *c1, i64 n, i64 k) {
+    i64 i = GID0;
+    if (i >= n) return;
+    i64 b = ix[i];
+    out[i] = (b < 0 || b >= k) ? (T)0 : (vals[i] == (T)0 ? c1[b] : c0[b] / vals[i]);
+}
+
+/* ---- reductions: each work-item folds a contiguous chunk (fixed chunk length, so results
+ * do not depend on the launch), then a second launch folds the partials in order. ---- */
+
+KERNEL void reduce_chunks(GLOBAL T *out, GLOBAL const T *x, i64 n, i64 chunk, i64 chunks) {
+    i64 c = GID0;
+    if (c >= chunks) return;
+    i64 end = min(n, (c + 1) * chunk);
+    T acc = (T)OP_NEUTRAL;
+    for (i64 i = c * chunk; i < end; i++) acc = op_combine(acc, x[i]);
+    out[c] = acc;
+}
+
+/* ---- indexing ---- */
+
+/* Out-of-range indices read `fill` and record the first offending position in *bad. */
+KERNEL void gather(GLOBAL T *out, GLOBAL const T *src, GLOBAL const i64 *ix, i64 n, i64 len, T fill,
+                   GLOBAL i64 *bad) {
+    i64 i = GID0;
+    if (i >= n) return;
+    i64 b = ix[i];
+    if (b >= 0 && b < len) {
+        out[i] = src[b];
+    } else {
+        out[i] = fill;
+        ATOMIC_MIN_I64(bad, i);
+    }
+}
+
+KERNEL void gather_index(GLOBAL i64 *out, GLOBAL const i64 *src, GLOBAL const i64 *ix, i64 n, i64 len) {
+    i64 i = GID0;
+    if (i >= n) return;
+    i64 b = ix[i];
+    out[i] = (b >= 0 && b < len) ? src[b] : -1;
+}
+
+/* Scatter, last write wins: the highest position per bin, then one write per bin. */
+KERNEL void scatter_winner(GLOBAL i64 *win, GLOBAL const i64 *ix, i64 n, i64 k) {
+    i64 i = GID0;
+    if (i >= n) return;
+    i64 b = ix[i];
+    if (b >= 0 && b < k) ATOMIC_MAX_I64(&win[b], i);
+}
+
+KERNEL void scatter_apply(GLOBAL T *out, GLOBAL const T *vals, GLOBAL const i64 *win, i64 k) {
+    i64 b = GID0;
+    if (b < k && win[b] >= 0) out[b] = vals[win[b]];
+}
+
+/* ---- generalised histograms ---- */
+
+/* hist starts as a copy of dest; every in-range element is combined in atomically. */
+KERNEL void hist_atomic(GLOBAL T *hist, GLOBAL const i64 *ix, GLOBAL const T *vals, i64 n, i64 k) {
+    i64 i = GID0;
+    if (i >= n) return;
+    i64 b = ix[i];
+    if (b >= 0 && b < k) atomic_op_t(&hist[b], vals[i]);
+}
+
+/* Small k: one private sub-histogram per work-group in local memory (local atomics), merged
+ * into the global histogram at the end. `sub` holds k elements. */
+KERNEL void hist_local(GLOBAL T *hist, GLOBAL const i64 *ix, GLOBAL const T *vals, i64 n, i64 k, LOCAL T *sub,
+                       i64 per_group) {
+    for (i64 b = LID0; b < k; b += LSIZE0) sub[b] = (T)OP_NEUTRAL;
+    BARRIER();
+    i64 start = GRP0 * per_group;
+    i64 end = min(n, start + per_group);
+    for (i64 i = start + LID0; i < end; i += LSIZE0) {
+        i64 b = ix[i];
+        if (b >= 0 && b < k) {
+            LOCAL T *p = &sub[b];
+#if USE_F64
+            u64 old_ = AS_U64(*(volatile LOCAL T *)p);
+            for (;;) {
+                u64 want_ = AS_U64(op_combine(AS_F64(old_), vals[i]));
+                if (want_ == old_) break;
+                u64 seen_ = LOCAL_CAS64(p, old_, want_);
+                if (seen_ == old_) break;
+                old_ = seen_;
+            }
+#else
+            u32 old_ = AS_U32(*(volatile LOCAL T *)p);
+            for (;;) {
+                u32 want_ = AS_U32(op_combine(AS_F32(old_), vals[i]));
+                if (want_ == old_) break;
+                u32 seen_ = LOCAL_CAS32(p, old_, want_);
+                if (seen_ == old_) break;
+                old_ = seen_;
+            }
+#endif
+        }
+    }
+    BARRIER();
+    for (i64 b = LID0; b < k; b += LSIZE0) {
+        T v = sub[b];
+        if (AS_UT(v) != AS_UT((T)OP_NEUTRAL)) atomic_op_t(&hist[b], v);
+    }
+}
+
+/* Per bin: the product of the non-zero values and the number of zeros. */
+KERNEL void prod_nonzero(GLOBAL T *p, GLOBAL i64 *z, GLOBAL const i64 *ix, GLOBAL const T *vals, i64 n, i64 k) {
+    i64 i = GID0;
+    if (i >= n) return;
+    i64 b = ix[i];
+    if (b < 0 || b >= k) return;
+    if (vals[i] == (T)0) {
+        ATOMIC_ADD_I64(&z[b], 1);
+    } else {
+        atomic_mul_t(&p[b], vals[i]);
+    }
+}
+
+#if !USE_F64
+/* Arg-histogram for f32: one packed 64-bit atomic min per element. keys start at dest's key
+ * (position -1); a NaN dest wins outright (NaN never beats anything, nothing beats it). */
+KERNEL void arg_packed_init(GLOBAL u64 *keys, GLOBAL const T *dest, i64 k, int is_max) {
+    i64 b = GID0;
+    if (b < k) keys[b] = isnan(dest[b]) ? (u64)0 : pack_arg(dest[b], -1, is_max);
+}
+
+KERNEL void arg_packed(GLOBAL u64 *keys, GLOBAL const i64 *ix, GLOBAL const T *vals, i64 n, i64 k, int is_max) {
+    i64 i = GID0;
+    if (i >= n) return;
+    i64 b = ix[i];
+    T v = vals[i];
+    if (b < 0 || b >= k || isnan(v)) return;
+    u64 key = pack_arg(v, i, is_max);
+    if (key < keys[b]) ATOMIC_MIN_U64(&keys[b], key);
+}
+
+KERNEL void arg_packed_final(GLOBAL T *out_v, GLOBAL i64 *out_p, GLOBAL const u64 *keys, GLOBAL const T *dest,
+                             GLOBAL const T *vals, i64 k) {
+    i64 b = GID0;
+    if (b >= k) return;
+    i64 pos = (i64)(u32)(keys[b] & 0xffffffffu) - 1;
+    out_p[b] = pos;
+    out_v[b] = pos < 0 ? dest[b] : vals[pos];
+}
+#endif
+
+/* Arg-histogram, two passes (f64, where no 128-bit atomic exists): the winning value key per
+ * bin, then the lowest position holding it; dest (position -1) wins when it holds it. */
+#if USE_F64
+#define KEYT(v, is_max) (is_max ? ~key64(v) : key64(v))
+#else
+#define KEYT(v, is_max) ((u64)(is_max ? ~key32(v) : key32(v)))
+#endif
+
+KERNEL void arg_value_init(GLOBAL u64 *wv, GLOBAL i64 *pos, GLOBAL const T *dest, i64 k, int is_max) {
+    i64 b = GID0;
+    if (b >= k) return;
+    wv[b] = isnan(dest[b]) ? (u64)0 : KEYT(dest[b], is_max);
+    pos[b] = 0x7fffffffffffffffl;
+}
+
+KERNEL void arg_value(GLOBAL u64 *wv, GLOBAL const i64 *ix, GLOBAL const T *vals, i64 n, i64 k, int is_max) {
+    i64 i = GID0;
+    if (i >= n) return;
+    i64 b = ix[i];
+    T v = vals[i];
+    if (b < 0 || b >= k || isnan(v)) return;
+    u64 key = KEYT(v, is_max);
+    if (key < wv[b]) ATOMIC_MIN_U64(&wv[b], key);
+}
+
+KERNEL void arg_position(GLOBAL i64 *pos, GLOBAL const u64 *wv, GLOBAL const i64 *ix, GLOBAL const T *vals, i64 n,
+                         i64 k, int is_max) {
+    i64 i = GID0;
+    if (i >= n) return;
+    i64 b = ix[i];
+    T v = vals[i];
+    if (b < 0 || b >= k || isnan(v)) return;
+    if (KEYT(v, is_max) == wv[b]) ATOMIC_MIN_I64(&pos[b], i);
+}
+
+KERNEL void arg_two_pass_final(GLOBAL T *out_v, GLOBAL i64 *out_p, GLOBAL const u64 *wv, GLOBAL const i64 *pos,
+                               GLOBAL const T *dest, GLOBAL const T *vals, i64 k, int is_max) {
+    i64 b = GID0;
+    if (b >= k) return;
+    T d = dest[b];
+    if (isnan(d) || KEYT(d, is_max) == wv[b]) {
+        out_p[b] = -1;
+        out_v[b] = d;
+    } else {
+        out_p[b] = pos[b];
+        out_v[b] = vals[pos[b]];
+    }
+}
+
+/* ---- chunked histograms (deterministic): work-item c folds the elements of chunk c, in
+ * order, into its own row of k accumulators; rows are merged per bin in chunk order. ---- */
+
+KERNEL void chunk_rows(GLOBAL T *rows, GLOBAL const i64 *ix, GLOBAL const T *vals, i64 n, i64 k, i64 chunk,
+                       i64 chunks) {
+    i64 c = GID0;
+    if (c >= chunks) return;
+    GLOBAL T *row = rows + c * k;
+    for (i64 b = 0; b < k; b++) row[b] = (T)OP_NEUTRAL;
+    i64 end = min(n, (c + 1) * chunk);
+    for (i64 i = c * chunk; i < end; i++) {
+        i64 b = ix[i];
+        if (b >= 0 && b < k) row[b] = op_combine(row[b], vals[i]);
+    }
+}
+
+/* Per bin: prefix rows (dest folded with the totals of the earlier chunks), suffix rows (the
+ * totals of the later chunks), the fold of the elements alone, and dest op elements. */
+KERNEL void chunk_carries(GLOBAL T *pre, GLOBAL T *suf, GLOBAL T *elements, GLOBAL T *hist, GLOBAL const T *dest,
+                          GLOBAL const T *rows, i64 k, i64 chunks) {
+    i64 b = GID0;
+    if (b >= k) return;
+    T acc = dest[b];
+    for (i64 c = 0; c < chunks; c++) {
+        pre[c * k + b] = acc;
+        acc = op_combine(acc, rows[c * k + b]);
+    }
+    T s = (T)OP_NEUTRAL;
+    for (i64 c = chunks - 1; c >= 0; c--) {
+        suf[c * k + b] = s;
+        s = op_combine(rows[c * k + b], s);
+    }
+    T e = rows[b];
+    for (i64 c = 1; c < chunks; c++) e = op_combine(e, rows[c * k + b]);
+    elements[b] = e;
+    hist[b] = op_combine(dest[b], e);
+}
+
+/* The chunked rule's value adjoint: work-item c re-runs its chunk's running array forwards
+ * from its prefix row (l, and y1 = l op a) and backwards from its suffix row (r). `run` is
+ * scratch of chunks * k, `y1` scratch of n. */
+KERNEL void chunked_adjoint(GLOBAL T *out, GLOBAL T *y1, GLOBAL T *run, GLOBAL const i64 *ix, GLOBAL const T *vals,
+                            GLOBAL const T *pre, GLOBAL const T *suf, GLOBAL const T *g, i64 n, i64 k, i64 chunk,
+                            i64 chunks) {
+    i64 c = GID0;
+    if (c >= chunks) return;
+    GLOBAL T *row = run + c * k;
+    i64 start = c * chunk, end = min(n, (c + 1) * chunk);
+    for (i64 b = 0; b < k; b++) row[b] = pre[c * k + b];
+    for (i64 i = start; i < end; i++) {
+        i64 b = ix[i];
+        if (b >= 0 && b < k) {
+            T l = row[b], a = vals[i];
+            T y = op_combine(l, a);
+            row[b] = y;
+            y1[i] = y;
+            out[i] = op_d2(l, a);
+        } else {
+            out[i] = (T)0;
+        }
+    }
+    for (i64 b = 0; b < k; b++) row[b] = suf[c * k + b];
+    for (i64 i = end - 1; i >= start; i--) {
+        i64 b = ix[i];
+        if (b >= 0 && b < k) {
+            T r = row[b];
+            row[b] = op_combine(vals[i], r);
+            T gb = g[b];
+            out[i] = gb == (T)0 ? (T)0 : out[i] * op_d1(y1[i], r) * gb;
+        }
+    }
+}
+
+/* The histogram of dual numbers under the lifted operator
+ * (a, da) op (b, db) = (a op b, d1(a, b) da + d2(a, b) db), chunked like chunk_rows. */
+KERNEL void dual_rows(GLOBAL T *rows, GLOBAL T *rows_dot, GLOBAL const i64 *ix, GLOBAL const T *vals,
+                      GLOBAL const T *vals_dot, i64 n, i64 k, i64 chunk, i64 chunks) {
+    i64 c = GID0;
+    if (c >= chunks) return;
+    GLOBAL T *row = rows + c * k;
+    GLOBAL T *rowd = rows_dot + c * k;
+    for (i64 b = 0; b < k; b++) {
+        row[b] = (T)OP_NEUTRAL;
+        rowd[b] = (T)0;
+    }
+    i64 end = min(n, (c + 1) * chunk);
+    for (i64 i = c * chunk; i < end; i++) {
+        i64 b = ix[i];
+        if (b >= 0 && b < k) {
+            T a = row[b], x = vals[i];
+            rowd[b] = op_d1(a, x) * rowd[b] + op_d2(a, x) * vals_dot[i];
+            row[b] = op_combine(a, x);
+        }
+    }
+}
+
+KERNEL void dual_merge(GLOBAL T *hist, GLOBAL T *hist_dot, GLOBAL const T *dest, GLOBAL const T *dest_dot,
+                       GLOBAL const T *rows, GLOBAL const T *rows_dot, i64 k, i64 chunks) {
+    i64 b = GID0;
+    if (b >= k) return;
+    T t = rows[b], td = rows_dot[b];
+    for (i64 c = 1; c < chunks; c++) {
+        T x = rows[c * k + b], xd = rows_dot[c * k + b];
+        td = op_d1(t, x) * td + op_d2(t, x) * xd;
+        t = op_combine(t, x);
+    }
+    T d = dest[b];
+    hist_dot[b] = op_d1(d, t) * dest_dot[b] + op_d2(d, t) * td;
+    hist[b] = op_combine(d, t);
+}

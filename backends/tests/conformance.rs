@@ -1,0 +1,628 @@
+//! Conformance suite: every primitive and every `reduce_by_index` rule (reverse: auto, special,
+//! general-sort, general-chunked; forward) on every available device, against the CPU device
+//! and the sequential oracle, for f32 and f64, on adversarial inputs (ties with dest, 0/1/2
+//! zeros in a bin, out-of-range indices -1 and >= k, empty bins, n = 0, k = 1) and on larger
+//! random ones (both histogram strategies, many chunks).
+//!
+//! Devices that cannot start are skipped with the reason printed, unless `ADGAUGE_REQUIRE`
+//! (comma-separated) names them: then the skip is a failure.
+
+use adgauge_backends::cpu::CpuTensor;
+use adgauge_backends::general::{HYPOT, LOGADDEXP};
+use adgauge_backends::{
+    BinaryOp, Cpu, DType, Extremum, Forward, HistOp, HistRule, OpError, OpenCl, Operand, Ops, OutOfRange, Result,
+    Reverse, ScanSpec, TensorMeta, UnaryOp, oracle,
+};
+
+fn required(what: &str) -> bool {
+    std::env::var("ADGAUGE_REQUIRE").is_ok_and(|v| v.split(',').any(|s| s.trim() == what))
+}
+
+fn opencl() -> Option<OpenCl> {
+    match OpenCl::new() {
+        Ok(d) => Some(d),
+        Err(e) => {
+            assert!(!required("opencl"), "ADGAUGE_REQUIRE has opencl, but the OpenCL device cannot start: {e}");
+            eprintln!("skipped: the OpenCL device is unavailable: {e}");
+            None
+        }
+    }
+}
+
+fn cpu() -> Cpu {
+    Cpu::new(Some(1)).unwrap()
+}
+
+/// Collects mismatches so one run reports all of them.
+#[derive(Default)]
+struct Fails(Vec<String>);
+
+impl Fails {
+    fn check(&mut self, what: &str, got: &[f64], want: &[f64], tol: f64) {
+        if got.len() != want.len() {
+            self.0.push(format!("{what}: length {} vs {}", got.len(), want.len()));
+            return;
+        }
+        for (j, (&a, &e)) in got.iter().zip(want).enumerate() {
+            let ok = a == e || (a.is_nan() && e.is_nan()) || (tol > 0.0 && (a - e).abs() <= tol * e.abs().max(1.0));
+            if !ok {
+                self.0.push(format!("{what}[{j}]: got {a}, want {e}"));
+                return;
+            }
+        }
+    }
+
+    fn finish(self, label: &str) {
+        if !self.0.is_empty() {
+            let shown: Vec<&String> = self.0.iter().take(40).collect();
+            panic!(
+                "{label}: {} mismatches:\n{}",
+                self.0.len(),
+                shown.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n")
+            );
+        }
+    }
+}
+
+fn tol(op: Option<HistOp>, dt: DType) -> f64 {
+    if op.is_some_and(|o| o.tie_break().is_some()) {
+        return 0.0;
+    }
+    match dt {
+        DType::F32 => 2e-4,
+        DType::F64 => 1e-10,
+    }
+}
+
+/// Compares a device result with the CPU's; both failing is agreement (same unsupported case).
+fn cmp<D: Ops>(f: &mut Fails, what: &str, d: &D, got: Result<D::T>, c: &Cpu, want: Result<CpuTensor>, t: f64) {
+    match (got, want) {
+        (Ok(g), Ok(w)) => {
+            if g.shape() != w.shape() {
+                f.0.push(format!("{what}: shape {:?} vs {:?}", g.shape(), w.shape()));
+            }
+            f.check(what, &d.to_vec(&g).unwrap(), &c.to_vec(&w).unwrap(), t)
+        }
+        (Err(_), Err(_)) => {}
+        (Ok(_), Err(e)) => f.0.push(format!("{what}: the CPU fails ({e}) but the device does not")),
+        (Err(e), Ok(_)) => f.0.push(format!("{what}: device error {e}")),
+    }
+}
+
+fn cmp_index<D: Ops>(f: &mut Fails, what: &str, d: &D, got: Result<D::I>, c: &Cpu, want: Result<<Cpu as Ops>::I>) {
+    match (got, want) {
+        (Ok(g), Ok(w)) => {
+            let (g, w) = (d.index_to_vec(&g).unwrap(), c.index_to_vec(&w).unwrap());
+            if g != w {
+                f.0.push(format!("{what}: {g:?} vs {w:?}"));
+            }
+        }
+        (Err(_), Err(_)) => {}
+        (Ok(_), Err(e)) => f.0.push(format!("{what}: the CPU fails ({e}) but the device does not")),
+        (Err(e), Ok(_)) => f.0.push(format!("{what}: device error {e}")),
+    }
+}
+
+/// A histogram case: dest, indices, values, an adjoint for the result.
+#[derive(Clone, Debug)]
+struct Case {
+    name: String,
+    dest: Vec<f64>,
+    inds: Vec<i64>,
+    vals: Vec<f64>,
+    hist_bar: Vec<f64>,
+}
+
+fn bar(k: usize) -> Vec<f64> {
+    // One zero adjoint (bin 1) exercises the "0 where g == 0" paths.
+    (0..k).map(|b| if b == 1 { 0.0 } else { 1.0 + 0.5 * b as f64 }).collect()
+}
+
+fn cases() -> Vec<Case> {
+    let mut out = vec![
+        // bin 0: ties with dest (2) and between elements, no zero; bin 1: one zero and a tie with
+        // dest; bin 2: two zeros and a tie with dest; bin 3: one zero; bin 4: empty;
+        // indices -1, 5 and 7 are out of range.
+        Case {
+            name: "adversarial".into(),
+            dest: vec![2.0, 1.0, 3.0, 0.5, 4.0],
+            inds: vec![0, 1, 2, 2, -1, 0, 5, 1, 2, 3, 7, 0, 1, 3],
+            vals: vec![2.0, 0.0, 3.0, 0.0, 9.0, 1.5, 6.0, 1.0, 0.0, 0.0, -2.0, 2.0, 0.5, 0.25],
+            hist_bar: bar(5),
+        },
+        Case {
+            name: "k=1".into(),
+            dest: vec![1.0],
+            inds: vec![0, 0, -1, 1, 0],
+            vals: vec![1.0, 0.5, 3.0, 2.0, 1.0],
+            hist_bar: vec![1.5],
+        },
+        Case { name: "n=0".into(), dest: vec![1.0, 2.0], inds: vec![], vals: vec![], hist_bar: vec![1.0, 0.0] },
+        Case {
+            name: "all out of range".into(),
+            dest: vec![0.5, 2.0, 1.0],
+            inds: vec![-1, 3, 100, -7],
+            vals: vec![1.0, 2.0, 3.0, 4.0],
+            hist_bar: bar(3),
+        },
+    ];
+    // Larger random cases: small k (local sub-histograms), large k (global atomics), many chunks.
+    for (n, k) in [(3000usize, 37usize), (2000, 3000), (40_000, 16)] {
+        let inds: Vec<i64> = (0..n)
+            .map(|i| {
+                let h = (i as u64).wrapping_mul(2654435761) % (k as u64 + 3);
+                h as i64 - 1 // -1 and k, k+1 are out of range
+            })
+            .collect();
+        let vals: Vec<f64> = (0..n).map(|i| ((i * 7919) % 13) as f64 * 0.25 - 1.5).collect();
+        let dest: Vec<f64> = (0..k).map(|b| ((b * 31) % 7) as f64 * 0.5 - 1.0).collect();
+        out.push(Case { name: format!("random n={n} k={k}"), dest, inds, vals, hist_bar: bar(k) });
+    }
+    out
+}
+
+/// The case adapted to an operator's domain: `*` gets values near 1 (with zeros kept) so long
+/// products stay finite; hypot's bins are magnitudes.
+fn for_op(c: &Case, op: HistOp) -> Case {
+    let mut c = c.clone();
+    if op == HistOp::Mul && c.vals.len() > 100 {
+        c.vals = c.vals.iter().enumerate().map(|(i, v)| if i % 97 == 0 { 0.0 } else { 1.0 + 0.02 * v }).collect();
+    }
+    if op == HistOp::General(&HYPOT) {
+        c.dest = c.dest.iter().map(|x| x.abs()).collect();
+        c.vals = c.vals.iter().map(|x| x.abs()).collect();
+    }
+    c
+}
+
+fn round(dt: DType, xs: &[f64]) -> Vec<f64> {
+    xs.iter().map(|&x| dt.round(x)).collect()
+}
+
+fn hist_ops() -> Vec<HistOp> {
+    vec![HistOp::Add, HistOp::Mul, HistOp::Min, HistOp::Max, HistOp::General(&LOGADDEXP), HistOp::General(&HYPOT)]
+}
+
+/// Every primitive the device implements, against the CPU device.
+fn primitives<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
+    let c = &cpu();
+    let tag = |s: &str| format!("{} {dt} {s}", d.engine_name());
+    let xs = round(dt, &[0.5, -1.25, 2.0, 0.0, -0.0, 3.5, -7.0, 1e-3, 10.0, -0.5]);
+    let ys = round(dt, &[1.5, -1.25, 0.5, 2.0, 0.0, -3.5, 2.0, 4.0, 10.0, 0.25]);
+    let pos: Vec<f64> = xs.iter().map(|x| x.abs() + 0.25).collect();
+    let t = |v: &[f64]| (d.tensor(v, &[v.len()], dt).unwrap(), c.tensor(v, &[v.len()], dt).unwrap());
+    let (x, cx) = t(&xs);
+    let (y, cy) = t(&ys);
+    let (p, cp) = t(&pos);
+    let (one, cone) = t(&[0.75]);
+    cmp(f, &tag("tensor"), d, Ok(x.clone()), c, Ok(cx.clone()), 0.0);
+    cmp(f, &tag("full"), d, d.full(&[2, 3], -2.5, dt), c, c.full(&[2, 3], -2.5, dt), 0.0);
+    cmp(f, &tag("full empty"), d, d.full(&[0], 1.0, dt), c, c.full(&[0], 1.0, dt), 0.0);
+    cmp(f, &tag("reshape"), d, d.reshape(&x, &[2, 5]), c, c.reshape(&cx, &[2, 5]), 0.0);
+    let ut = tol(None, dt);
+    for op in [
+        UnaryOp::Neg,
+        UnaryOp::Exp,
+        UnaryOp::Log,
+        UnaryOp::Log1p,
+        UnaryOp::Sin,
+        UnaryOp::Cos,
+        UnaryOp::Sqrt,
+        UnaryOp::Tanh,
+        UnaryOp::Sigmoid,
+        UnaryOp::Abs,
+        UnaryOp::Sign,
+        UnaryOp::Recip,
+        UnaryOp::Square,
+    ] {
+        let (a, ca) = if matches!(op, UnaryOp::Log | UnaryOp::Sqrt) { (&p, &cp) } else { (&x, &cx) };
+        cmp(f, &tag(&format!("unary {op:?}")), d, d.unary(op, a), c, c.unary(op, ca), ut);
+    }
+    for op in [
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Div,
+        BinaryOp::Pow,
+        BinaryOp::Min,
+        BinaryOp::Max,
+        BinaryOp::Lt,
+        BinaryOp::Le,
+        BinaryOp::Gt,
+        BinaryOp::Ge,
+        BinaryOp::Eq,
+    ] {
+        let (a, ca) = if op == BinaryOp::Pow { (&p, &cp) } else { (&x, &cx) };
+        cmp(f, &tag(&format!("binary {op:?}")), d, d.binary(op, a, &y), c, c.binary(op, ca, &cy), ut);
+        cmp(f, &tag(&format!("binary {op:?} bcast right")), d, d.binary(op, a, &one), c, c.binary(op, ca, &cone), ut);
+        cmp(f, &tag(&format!("binary {op:?} bcast left")), d, d.binary(op, &one, a), c, c.binary(op, &cone, ca), ut);
+    }
+    let (m, cm) = t(&round(dt, &[1.0, 0.0, 0.0, 2.0, -1.0, 0.0, 1.0, 0.0, 0.5, 0.0]));
+    cmp(f, &tag("select"), d, d.select(&m, &x, &y), c, c.select(&cm, &cx, &cy), 0.0);
+    cmp(f, &tag("select bcast"), d, d.select(&m, &one, &y), c, c.select(&cm, &cone, &cy), 0.0);
+    let idx = [3i64, -1, 0, 9, 10, 3, 2, -5, 1, 0];
+    let (di, ci) = (d.index(&idx).unwrap(), c.index(&idx).unwrap());
+    cmp_index(f, &tag("index"), d, Ok(di.clone()), c, Ok(ci.clone()));
+    cmp(f, &tag("index_eq"), d, d.index_eq(&di, 3, dt), c, c.index_eq(&ci, 3, dt), 0.0);
+    cmp(f, &tag("index_eq -1"), d, d.index_eq(&di, -1, dt), c, c.index_eq(&ci, -1, dt), 0.0);
+    for op in hist_ops() {
+        let (a, ca) = if op == HistOp::General(&HYPOT) { (&p, &cp) } else { (&x, &cx) };
+        cmp(f, &tag(&format!("reduce {op}")), d, d.reduce(op, a), c, c.reduce(op, ca), tol(Some(op), dt));
+        let (e, ce) = (d.full(&[0], 0.0, dt).unwrap(), c.full(&[0], 0.0, dt).unwrap());
+        cmp(f, &tag(&format!("reduce {op} empty")), d, d.reduce(op, &e), c, c.reduce(op, &ce), 0.0);
+        let big: Vec<f64> = (0..5000).map(|i| dt.round(((i * 37) % 101) as f64 * 0.01)).collect();
+        let (b, cb) = t(&big);
+        cmp(f, &tag(&format!("reduce {op} n=5000")), d, d.reduce(op, &b), c, c.reduce(op, &cb), tol(Some(op), dt));
+        cmp(f, &tag(&format!("combine {op}")), d, d.combine(op, a, &p), c, c.combine(op, ca, &cp), ut);
+        cmp(f, &tag(&format!("combine {op} bcast")), d, d.combine(op, a, &one), c, c.combine(op, ca, &cone), ut);
+        for side in [Operand::Left, Operand::Right] {
+            cmp(
+                f,
+                &tag(&format!("combine_partial {op} {side:?}")),
+                d,
+                d.combine_partial(op, side, a, &p),
+                c,
+                c.combine_partial(op, side, ca, &cp),
+                ut,
+            );
+        }
+        let (g, cg) = t(&round(dt, &[1.0, 0.0, 2.0, 0.5, 1.0, 3.0, 0.0, 1.0, 1.0, 2.0]));
+        cmp(
+            f,
+            &tag(&format!("fold_adjoint {op}")),
+            d,
+            d.fold_adjoint(op, a, &p, &y, &g),
+            c,
+            c.fold_adjoint(op, ca, &cp, &cy, &cg),
+            ut,
+        );
+        let k = 4;
+        let (h, ch) = t(&round(dt, &[2.0, 3.0, 0.5, 1.0]));
+        let (hb, chb) = t(&round(dt, &[1.0, 0.0, 2.0, -1.0]));
+        cmp(
+            f,
+            &tag(&format!("total_form_adjoint {op}")),
+            d,
+            d.total_form_adjoint(op, &di, &p, &h, &hb),
+            c,
+            c.total_form_adjoint(op, &ci, &cp, &ch, &chb),
+            ut,
+        );
+        for spec in
+            [ScanSpec::INCLUSIVE, ScanSpec::EXCLUSIVE, ScanSpec::INCLUSIVE.flipped(), ScanSpec::EXCLUSIVE.flipped()]
+        {
+            let segs = [0i64, 0, 1, 1, 1, 2, 3, 3, 3, 3];
+            let (ds, cs) = (d.index(&segs).unwrap(), c.index(&segs).unwrap());
+            cmp(
+                f,
+                &tag(&format!("scan {op} {spec:?}")),
+                d,
+                d.scan(op, a, spec, None),
+                c,
+                c.scan(op, ca, spec, None),
+                ut,
+            );
+            cmp(
+                f,
+                &tag(&format!("scan {op} {spec:?} segmented")),
+                d,
+                d.scan(op, a, spec, Some(&ds)),
+                c,
+                c.scan(op, ca, spec, Some(&cs)),
+                ut,
+            );
+            if op == HistOp::Add {
+                cmp(
+                    f,
+                    &tag(&format!("linear_recurrence {spec:?}")),
+                    d,
+                    d.linear_recurrence(&x, &y, spec, Some(&ds)),
+                    c,
+                    c.linear_recurrence(&cx, &cy, spec, Some(&cs)),
+                    ut,
+                );
+            }
+        }
+        let _ = k;
+    }
+    // Indexing.
+    let (src, csrc) = t(&round(dt, &[10.0, 20.0, 30.0, 40.0]));
+    let gi = [3i64, 0, -1, 4, 2, 2, 100];
+    let (dg, cg) = (d.index(&gi).unwrap(), c.index(&gi).unwrap());
+    cmp(
+        f,
+        &tag("gather fill"),
+        d,
+        d.gather(&src, &dg, OutOfRange::Fill(-9.0)),
+        c,
+        c.gather(&csrc, &cg, OutOfRange::Fill(-9.0)),
+        0.0,
+    );
+    match d.gather(&src, &dg, OutOfRange::Error) {
+        Err(OpError::IndexOutOfRange { index: -1, position: 2, len: 4, .. }) => {}
+        other => f.0.push(format!("{}: gather error: {:?}", tag(""), other.map(|_| ()))),
+    }
+    let ok = [3i64, 0, 1];
+    let (dok, cok) = (d.index(&ok).unwrap(), c.index(&ok).unwrap());
+    cmp(
+        f,
+        &tag("gather in range"),
+        d,
+        d.gather(&src, &dok, OutOfRange::Error),
+        c,
+        c.gather(&csrc, &cok, OutOfRange::Error),
+        0.0,
+    );
+    let (s_src, cs_src) = (d.index(&[5, 6, 7, 8]).unwrap(), c.index(&[5, 6, 7, 8]).unwrap());
+    cmp_index(f, &tag("gather_index"), d, d.gather_index(&s_src, &dg), c, c.gather_index(&cs_src, &cg));
+    let si = [1i64, 3, 1, -1, 4, 0, 3];
+    let (dsi, csi) = (d.index(&si).unwrap(), c.index(&si).unwrap());
+    let (sv, csv) = t(&round(dt, &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]));
+    cmp(f, &tag("scatter last wins"), d, d.scatter(&src, &dsi, &sv), c, c.scatter(&csrc, &csi, &csv), 0.0);
+    let keys = [2i64, 0, 1, 2, -1, 0, 5, 1, 1];
+    let (dk, ck) = (d.index(&keys).unwrap(), c.index(&keys).unwrap());
+    cmp_index(f, &tag("sort_by_key"), d, d.sort_by_key(&dk, 3), c, c.sort_by_key(&ck, 3));
+    let (dp, dr) = d.sort_by_key_ranked(&dk, 3).unwrap();
+    let (cpm, cr) = c.sort_by_key_ranked(&ck, 3).unwrap();
+    cmp_index(f, &tag("sort ranked perm"), d, Ok(dp), c, Ok(cpm));
+    cmp_index(f, &tag("sort ranked ranks"), d, Ok(dr), c, Ok(cr));
+}
+
+/// Histogram primitives (raw, not through the rules) against the CPU device.
+fn hist_primitives<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
+    let c = &cpu();
+    for case in cases() {
+        for op in hist_ops() {
+            let case = for_op(&case, op);
+            let tag = format!("{} {dt} {} {op}", d.engine_name(), case.name);
+            let (dest, vals) = (round(dt, &case.dest), round(dt, &case.vals));
+            let k = dest.len();
+            let dd = d.tensor(&dest, &[k], dt).unwrap();
+            let cd = c.tensor(&dest, &[k], dt).unwrap();
+            let dv = d.tensor(&vals, &[vals.len()], dt).unwrap();
+            let cv = c.tensor(&vals, &[vals.len()], dt).unwrap();
+            let (di, ci) = (d.index(&case.inds).unwrap(), c.index(&case.inds).unwrap());
+            let t = tol(Some(op), dt);
+            cmp(
+                f,
+                &format!("{tag} reduce_by_index"),
+                d,
+                d.reduce_by_index(&dd, op, &di, &dv),
+                c,
+                c.reduce_by_index(&cd, op, &ci, &cv),
+                t,
+            );
+            if let Some(ext) = op.extremum() {
+                let got = d.arg_reduce_by_index(&dd, ext, &di, &dv).unwrap();
+                let want = c.arg_reduce_by_index(&cd, ext, &ci, &cv).unwrap();
+                cmp(f, &format!("{tag} arg values"), d, Ok(got.0), c, Ok(want.0), 0.0);
+                cmp_index(f, &format!("{tag} arg positions"), d, Ok(got.1), c, Ok(want.1));
+                let w = oracle::winners(op, &dest, &case.inds, &vals);
+                let gw = d.index_to_vec(&d.arg_reduce_by_index(&dd, ext, &di, &dv).unwrap().1).unwrap();
+                if gw != w {
+                    f.0.push(format!("{tag} winners vs oracle: {gw:?} vs {w:?}"));
+                }
+            }
+            if op == HistOp::Mul {
+                let (gp, gz) = d.prod_nonzero_by_index(&di, &dv, k).unwrap();
+                let (wp, wz) = c.prod_nonzero_by_index(&ci, &cv, k).unwrap();
+                cmp(f, &format!("{tag} prod_nonzero p"), d, Ok(gp), c, Ok(wp), t);
+                cmp_index(f, &format!("{tag} prod_nonzero z"), d, Ok(gz), c, Ok(wz));
+                let c0: Vec<f64> = (0..k).map(|b| dt.round(1.0 + b as f64)).collect();
+                let c1: Vec<f64> = (0..k).map(|b| dt.round(-2.0 + 0.5 * b as f64)).collect();
+                cmp(
+                    f,
+                    &format!("{tag} prod_vals_adjoint"),
+                    d,
+                    d.prod_vals_adjoint(&di, &dv, &d.tensor(&c0, &[k], dt).unwrap(), &d.tensor(&c1, &[k], dt).unwrap()),
+                    c,
+                    c.prod_vals_adjoint(&ci, &cv, &c.tensor(&c0, &[k], dt).unwrap(), &c.tensor(&c1, &[k], dt).unwrap()),
+                    t,
+                );
+            }
+            if op.tie_break().is_none() {
+                let dd_dot: Vec<f64> = (0..k).map(|b| dt.round(0.5 - 0.25 * b as f64)).collect();
+                let dv_dot: Vec<f64> = (0..vals.len()).map(|i| dt.round(1.0 + 0.125 * (i % 16) as f64)).collect();
+                let got = d.reduce_by_index_dual(
+                    &dd,
+                    &d.tensor(&dd_dot, &[k], dt).unwrap(),
+                    op,
+                    &di,
+                    &dv,
+                    &d.tensor(&dv_dot, &[vals.len()], dt).unwrap(),
+                );
+                let want = c.reduce_by_index_dual(
+                    &cd,
+                    &c.tensor(&dd_dot, &[k], dt).unwrap(),
+                    op,
+                    &ci,
+                    &cv,
+                    &c.tensor(&dv_dot, &[vals.len()], dt).unwrap(),
+                );
+                match (got, want) {
+                    (Ok(g), Ok(w)) => {
+                        cmp(f, &format!("{tag} dual hist"), d, Ok(g.0), c, Ok(w.0), t);
+                        cmp(f, &format!("{tag} dual tangent"), d, Ok(g.1), c, Ok(w.1), t);
+                    }
+                    (g, w) => f.0.push(format!("{tag} dual: {:?} vs {:?}", g.err(), w.err())),
+                }
+            }
+        }
+    }
+}
+
+struct RuleOut {
+    hist: Vec<f64>,
+    dest_bar: Vec<f64>,
+    vals_bar: Vec<f64>,
+}
+
+fn run_rule<D: Ops>(d: &D, rule: HistRule, op: HistOp, dt: DType, c: &Case) -> Result<RuleOut> {
+    let r = Reverse::new(d.clone()).with_hist_rule(rule);
+    let dest = r.var(d.tensor(&c.dest, &[c.dest.len()], dt)?);
+    let vals = r.var(d.tensor(&c.vals, &[c.vals.len()], dt)?);
+    let ix = d.index(&c.inds)?;
+    let h = r.reduce_by_index(&dest, op, &ix, &vals)?;
+    let g = r.backward(&h, d.tensor(&c.hist_bar, &[c.hist_bar.len()], dt)?)?;
+    Ok(RuleOut {
+        hist: d.to_vec(h.value())?,
+        dest_bar: d.to_vec(&g.get_or_zeros(d, &dest)?)?,
+        vals_bar: d.to_vec(&g.get_or_zeros(d, &vals)?)?,
+    })
+}
+
+/// Every reverse rule and the forward rule, against the CPU device and the oracle.
+fn rules<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
+    let c = cpu();
+    for case in cases() {
+        for op in hist_ops() {
+            let case = for_op(&case, op);
+            let case = Case {
+                dest: round(dt, &case.dest),
+                vals: round(dt, &case.vals),
+                hist_bar: round(dt, &case.hist_bar),
+                ..case
+            };
+            let t = tol(Some(op), dt);
+            // The oracle is quadratic per bin: only for cases up to a few thousand elements.
+            let use_oracle = case.vals.len() <= 5000;
+            let (wh, wdb, wvb) = if use_oracle {
+                oracle::hist_vjp(op, &case.dest, &case.inds, &case.vals, &case.hist_bar)
+            } else {
+                Default::default()
+            };
+            for rule in HistRule::ALL {
+                let tag = format!("{} {dt} {} {op} {rule}", d.engine_name(), case.name);
+                let got = match run_rule(d, rule, op, dt, &case) {
+                    Ok(g) => g,
+                    Err(e) => {
+                        f.0.push(format!("{tag}: {e}"));
+                        continue;
+                    }
+                };
+                let want = run_rule(&c, rule, op, dt, &case).unwrap();
+                f.check(&format!("{tag} hist vs cpu"), &got.hist, &want.hist, t);
+                f.check(&format!("{tag} dest_bar vs cpu"), &got.dest_bar, &want.dest_bar, t);
+                f.check(&format!("{tag} vals_bar vs cpu"), &got.vals_bar, &want.vals_bar, t);
+                // The oracle runs in f64 on the rounded inputs: the f32 device is compared at
+                // the f32 tolerance.
+                let ot = if t == 0.0 { if dt == DType::F32 { 1e-6 } else { 0.0 } } else { t };
+                if !use_oracle {
+                    continue;
+                }
+                f.check(&format!("{tag} hist vs oracle"), &got.hist, &wh, ot);
+                f.check(&format!("{tag} dest_bar vs oracle"), &got.dest_bar, &wdb, ot);
+                f.check(&format!("{tag} vals_bar vs oracle"), &got.vals_bar, &wvb, ot);
+            }
+            // Forward mode.
+            let tag = format!("{} {dt} {} {op} jvp", d.engine_name(), case.name);
+            let k = case.dest.len();
+            let dd: Vec<f64> = (0..k).map(|b| dt.round(0.5 - 0.25 * b as f64)).collect();
+            let dv: Vec<f64> = (0..case.vals.len()).map(|i| dt.round(1.0 + 0.125 * (i % 16) as f64)).collect();
+            let fw = Forward::new(d.clone());
+            let de = fw.dual(d.tensor(&case.dest, &[k], dt).unwrap(), d.tensor(&dd, &[k], dt).unwrap()).unwrap();
+            let va = fw
+                .dual(d.tensor(&case.vals, &[dv.len()], dt).unwrap(), d.tensor(&dv, &[dv.len()], dt).unwrap())
+                .unwrap();
+            let ix = d.index(&case.inds).unwrap();
+            match fw.reduce_by_index(&de, op, &ix, &va) {
+                Ok(h) => {
+                    let (wh, wdot) = if use_oracle {
+                        oracle::hist_jvp(op, &case.dest, &case.inds, &case.vals, &dd, &dv)
+                    } else {
+                        // Large cases: the CPU device's forward rule is the reference.
+                        let cf = Forward::new(c.clone());
+                        let de =
+                            cf.dual(c.tensor(&case.dest, &[k], dt).unwrap(), c.tensor(&dd, &[k], dt).unwrap()).unwrap();
+                        let va = cf
+                            .dual(
+                                c.tensor(&case.vals, &[dv.len()], dt).unwrap(),
+                                c.tensor(&dv, &[dv.len()], dt).unwrap(),
+                            )
+                            .unwrap();
+                        let h = cf.reduce_by_index(&de, op, &c.index(&case.inds).unwrap(), &va).unwrap();
+                        (c.to_vec(h.value()).unwrap(), c.to_vec(&cf.tangent(&h).unwrap()).unwrap())
+                    };
+                    let ot = if t == 0.0 && dt == DType::F32 { 1e-6 } else { t };
+                    f.check(&format!("{tag} hist"), &d.to_vec(h.value()).unwrap(), &wh, ot);
+                    f.check(&format!("{tag} tangent"), &d.to_vec(&fw.tangent(&h).unwrap()).unwrap(), &wdot, ot.max(t));
+                }
+                Err(e) => f.0.push(format!("{tag}: {e}")),
+            }
+        }
+    }
+}
+
+/// Runs `check` for both dtypes; f64 on a device without it must be reported as unsupported.
+fn each_dtype<D: Ops>(d: &D, f64_ok: bool, label: &str, check: fn(&D, DType, &mut Fails)) {
+    let mut f = Fails::default();
+    for dt in DType::ALL {
+        if dt == DType::F64 && !f64_ok {
+            match d.full(&[2], 1.0, dt) {
+                Err(OpError::Unsupported(_)) => {
+                    eprintln!("{label}: f64 unsupported on {} (reported as such)", d.engine_name())
+                }
+                other => f.0.push(format!("f64 without fp64 should be unsupported, got {:?}", other.map(|_| ()))),
+            }
+            continue;
+        }
+        check(d, dt, &mut f);
+    }
+    f.finish(label);
+}
+
+#[test]
+fn cpu_conforms_to_itself_and_the_oracle() {
+    // The suite's own sanity check: the reference device against the oracle.
+    let c = cpu();
+    each_dtype(&c, true, "cpu rules", rules::<Cpu>);
+}
+
+#[test]
+fn opencl_primitives_match_the_cpu() {
+    let Some(d) = opencl() else { return };
+    let f64_ok = d.has_f64();
+    each_dtype(&d, f64_ok, "opencl primitives", primitives::<OpenCl>);
+}
+
+#[test]
+fn opencl_histogram_primitives_match_the_cpu() {
+    let Some(d) = opencl() else { return };
+    let f64_ok = d.has_f64();
+    each_dtype(&d, f64_ok, "opencl histogram primitives", hist_primitives::<OpenCl>);
+}
+
+#[test]
+fn opencl_histogram_rules_match_the_cpu_and_the_oracle() {
+    let Some(d) = opencl() else { return };
+    let f64_ok = d.has_f64();
+    each_dtype(&d, f64_ok, "opencl rules", rules::<OpenCl>);
+}
+
+#[test]
+fn opencl_builds_every_kernel_of_every_program() {
+    let Some(d) = opencl() else { return };
+    let before = d.compile_time();
+    for dt in DType::ALL {
+        if dt == DType::F64 && !d.has_f64() {
+            continue;
+        }
+        for op in HistOp::named() {
+            let names = d.build_program(dt, op).unwrap_or_else(|e| panic!("{dt} {op}: {e}"));
+            assert!(names.len() > 20);
+        }
+    }
+    eprintln!("OpenCL kernel compile time (programs built here): {:?}", d.compile_time() - before);
+}
+
+#[test]
+fn opencl_unavailable_f64_and_bad_arguments_are_errors_not_panics() {
+    let Some(d) = opencl() else { return };
+    let x = d.tensor(&[1.0, 2.0], &[2], DType::F32).unwrap();
+    let y = d.tensor(&[1.0, 2.0, 3.0], &[3], DType::F32).unwrap();
+    assert!(matches!(d.binary(BinaryOp::Add, &x, &y), Err(OpError::Shape { .. })));
+    let i = d.index(&[0]).unwrap();
+    assert!(matches!(d.reduce_by_index(&x, HistOp::Add, &i, &y), Err(OpError::Shape { .. })));
+    assert!(d.total_form_adjoint(HistOp::Min, &i, &x, &x, &x).is_err());
+    let _ = Extremum::Min;
+}
