@@ -88,14 +88,12 @@ pub fn format_kmeans(out: &kmeans::KmeansOut, d: usize, dtype: DType) -> String 
 }
 
 /// A k-means case as a flat function of the centres, at a point rounded to the dtype.
-#[allow(dead_code)] // used by tests now, by `adgauge check` next
 pub struct KmeansFlat {
     pub cpu: Cpu,
     pub dtype: DType,
     pub data: KmeansData,
 }
 
-#[allow(dead_code)]
 impl KmeansFlat {
     pub fn new(cpu: Cpu, dtype: DType, data: &KmeansData) -> KmeansFlat {
         let round = |xs: &[f64]| xs.iter().map(|&x| dtype.round(x)).collect();

@@ -1,6 +1,7 @@
 //! The `adgauge` command line: evaluate single inputs, run suites, list backends.
 
 mod case_json;
+mod classic;
 mod devices;
 mod environment;
 mod eval;

@@ -15,7 +15,7 @@ use crate::devices::open_device;
 use crate::exit::{Code, bad_input};
 use crate::history::RunWriter;
 use crate::runner::{Options, is_unsupported, run_case, validate};
-use crate::suite::{CaseSpec, DEFAULT_SEED, Mode, Suite, default_suite, parse_suite};
+use crate::suite::{Case, CaseSpec, DEFAULT_SEED, Mode, Suite, default_suite, parse_suite};
 
 #[derive(Args, Debug, Default)]
 pub struct RunArgs {
@@ -246,6 +246,31 @@ pub fn run(args: &RunArgs, threads: Option<usize>) -> anyhow::Result<Code> {
     Ok(code)
 }
 
+/// The classic validation cases (k-means, GMM) selected by `--workload` and `--dtype`.
+fn classic_check_cases(args: &CheckArgs) -> Vec<crate::classic::ClassicSpec> {
+    let wanted = |w: &str| args.workload.is_empty() || args.workload.iter().any(|x| x == w);
+    let dtypes: Vec<DType> = args.dtype.map(|d| vec![d]).unwrap_or_else(|| DType::ALL.to_vec());
+    let mut classic = Vec::new();
+    for &dtype in &dtypes {
+        for (name, kind) in [
+            ("kmeans", crate::classic::ClassicKind::Kmeans { n: 200, k: 5, d: 4 }),
+            ("gmm", crate::classic::ClassicKind::Gmm { d: 3, k: 3, n: 50 }),
+        ] {
+            if wanted(name) {
+                classic.push(crate::classic::ClassicSpec {
+                    kind,
+                    dtype,
+                    seed: DEFAULT_SEED,
+                    backend: "cpu".into(),
+                    modes: vec![Mode::Primal, Mode::Vjp, Mode::Jvp],
+                    validate: true,
+                });
+            }
+        }
+    }
+    classic
+}
+
 /// Validation cases: every selected workload x rule x dtype at validation size.
 fn check_cases(args: &CheckArgs) -> anyhow::Result<Vec<CaseSpec>> {
     let workloads: Vec<HistWorkload> = if args.workload.is_empty() {
@@ -253,10 +278,11 @@ fn check_cases(args: &CheckArgs) -> anyhow::Result<Vec<CaseSpec>> {
     } else {
         args.workload
             .iter()
+            .filter(|name| !matches!(name.as_str(), "kmeans" | "gmm"))
             .map(|name| {
                 HistWorkload::parse(name).ok_or_else(|| {
                     let known: Vec<String> = HistWorkload::all().iter().map(|w| w.name()).collect();
-                    bad_input(format!("unknown workload '{name}' (known: {})", known.join(", ")))
+                    bad_input(format!("unknown workload '{name}' (known: {}, kmeans, gmm)", known.join(", ")))
                 })
             })
             .collect::<anyhow::Result<_>>()?
@@ -294,12 +320,21 @@ pub fn check(args: &CheckArgs, threads: Option<usize>) -> anyhow::Result<Code> {
         }
     };
     let cases = check_cases(args)?;
+    let classic = classic_check_cases(args);
     let device = open_device(&args.backend, threads)?;
-    crate::with_device!(&device, |d| check_on(d, &cases, drop_dest_adjoint))
+    let on_cpu = args.backend == "cpu";
+    crate::with_device!(&device, |d| check_on(d, &cases, &classic, on_cpu, threads, drop_dest_adjoint))
 }
 
 /// Runs the validation cases on one device.
-fn check_on<D: Device>(device: &D, cases: &[CaseSpec], drop_dest_adjoint: bool) -> anyhow::Result<Code> {
+fn check_on<D: Device>(
+    device: &D,
+    cases: &[CaseSpec],
+    classic: &[crate::classic::ClassicSpec],
+    on_cpu: bool,
+    threads: Option<usize>,
+    drop_dest_adjoint: bool,
+) -> anyhow::Result<Code> {
     let mut failures = Vec::new();
     let mut skipped = 0;
     for c in cases {
@@ -338,8 +373,42 @@ fn check_on<D: Device>(device: &D, cases: &[CaseSpec], drop_dest_adjoint: bool) 
             }
         }
     }
+    if !classic.is_empty() && !on_cpu {
+        println!("kmeans and gmm are validated on the CPU only for now");
+    } else if !classic.is_empty() {
+        let cpu = Cpu::new(threads)?;
+        for c in classic {
+            let id = c.id();
+            match crate::classic::validate(&cpu, c) {
+                Ok(outcomes) => {
+                    for o in outcomes {
+                        let state = if o.passed() { "ok" } else { "FAILED" };
+                        println!(
+                            "{id:<62} {:<15} worst {:>10.3e}  tol {:>7.1e}  {state}",
+                            o.kind.name(),
+                            o.worst,
+                            o.tolerance
+                        );
+                        if !o.passed() {
+                            failures.push(format!(
+                                "{id}: {} worst {:.3e} > tolerance {:.1e}",
+                                o.kind.name(),
+                                o.worst,
+                                o.tolerance
+                            ));
+                        }
+                    }
+                }
+                Err(e) => {
+                    println!("{id:<62} ERROR {e:#}");
+                    failures.push(format!("{id}: error: {e:#}"));
+                }
+            }
+        }
+    }
+    let total = cases.len() + classic.len();
     if failures.is_empty() {
-        println!("{} cases passed every check ({skipped} skipped as unsupported)", cases.len() - skipped);
+        println!("{} cases passed every check ({skipped} skipped as unsupported)", total - skipped);
         Ok(Code::Success)
     } else {
         eprintln!("{} failure(s):", failures.len());
@@ -351,7 +420,21 @@ fn check_on<D: Device>(device: &D, cases: &[CaseSpec], drop_dest_adjoint: bool) 
 }
 
 /// Runs one case on the device of its backend (opened on first use).
-fn run_on(cpu: &Cpu, opencl: &std::cell::OnceCell<Option<OpenCl>>, case: &CaseSpec, opts: &Options) -> ResultRow {
+fn run_on(cpu: &Cpu, opencl: &std::cell::OnceCell<Option<OpenCl>>, case: &Case, opts: &Options) -> ResultRow {
+    let case = match case {
+        Case::Hist(c) => c,
+        Case::Classic(c) => {
+            return match c.backend.as_str() {
+                "cpu" => crate::classic::run_case(cpu, cpu, c, &opts.budget),
+                other => {
+                    let mut row = c.empty_row(cpu.threads());
+                    row.status = Status::Skipped;
+                    row.message = Some(format!("{} on {other} is not wired into suites yet (CPU only)", c.workload()));
+                    row
+                }
+            };
+        }
+    };
     match case.backend.as_str() {
         "opencl" => match opencl.get_or_init(|| OpenCl::new().ok()) {
             Some(d) => run_case(d, case, opts),
@@ -364,12 +447,12 @@ fn run_on(cpu: &Cpu, opencl: &std::cell::OnceCell<Option<OpenCl>>, case: &CaseSp
 
 /// Runs one case in a child `adgauge run --exact ID --json` and reads its row; a crash or a kill
 /// at the time limit becomes an error or timeout row, so one failing case never ends the run.
-fn run_isolated(args: &RunArgs, threads: Option<usize>, case: &CaseSpec, opts: &Options, nthreads: usize) -> ResultRow {
+fn run_isolated(args: &RunArgs, threads: Option<usize>, case: &Case, opts: &Options, nthreads: usize) -> ResultRow {
     use std::process::{Command, Stdio};
     use std::time::{Duration, Instant};
 
     let fail = |status: Status, message: String| {
-        let mut row = crate::runner::empty_row(nthreads, case);
+        let mut row = case.empty_row(nthreads);
         row.status = status;
         row.message = Some(message);
         row

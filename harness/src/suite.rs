@@ -31,6 +31,7 @@ use adgauge_backends::{DType, HistOp, HistRule};
 use adgauge_datasets::hist::IndexDist;
 use adgauge_workloads::HistWorkload;
 
+use crate::classic::{ClassicKind, ClassicSpec};
 use crate::timing::Budget;
 use crate::validation::CheckKind;
 
@@ -128,6 +129,56 @@ enum GroupFile {
         #[serde(default = "yes")]
         validate: bool,
     },
+    Kmeans {
+        n: Vec<usize>,
+        k: Vec<usize>,
+        d: Vec<usize>,
+        #[serde(default = "default_dtypes")]
+        dtypes: Vec<Parsed<DType>>,
+        #[serde(default = "default_backends")]
+        backends: Vec<String>,
+        #[serde(default = "default_modes")]
+        modes: Vec<Parsed<Mode>>,
+        #[serde(default = "yes")]
+        validate: bool,
+    },
+    Gmm {
+        d: Vec<usize>,
+        k: Vec<usize>,
+        n: Vec<usize>,
+        #[serde(default = "default_dtypes")]
+        dtypes: Vec<Parsed<DType>>,
+        #[serde(default = "default_backends")]
+        backends: Vec<String>,
+        #[serde(default = "default_modes")]
+        modes: Vec<Parsed<Mode>>,
+        #[serde(default = "yes")]
+        validate: bool,
+    },
+}
+
+/// A case of any workload family.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Case {
+    Hist(CaseSpec),
+    Classic(ClassicSpec),
+}
+
+impl Case {
+    pub fn id(&self) -> String {
+        match self {
+            Case::Hist(c) => c.id(),
+            Case::Classic(c) => c.id(),
+        }
+    }
+
+    /// A row with the case's identity and nothing measured.
+    pub fn empty_row(&self, threads: usize) -> adgauge_reports::ResultRow {
+        match self {
+            Case::Hist(c) => crate::runner::empty_row(threads, c),
+            Case::Classic(c) => c.empty_row(threads),
+        }
+    }
 }
 
 #[derive(Deserialize, Debug)]
@@ -195,7 +246,7 @@ pub struct Suite {
     pub case_limit: Duration,
     /// Tolerance overrides: (check, dtype) -> tolerance.
     pub tolerances: BTreeMap<(CheckKind, DType), f64>,
-    pub cases: Vec<CaseSpec>,
+    pub cases: Vec<Case>,
 }
 
 /// The seed suites use unless they set one.
@@ -252,6 +303,8 @@ pub fn parse_suite(text: &str, source: &str) -> Result<Suite, String> {
     let mut cases = Vec::new();
     for (g, group) in file.cases.iter().enumerate() {
         match group {
+            // The classic workloads are expanded below.
+            GroupFile::Kmeans { .. } | GroupFile::Gmm { .. } => {}
             GroupFile::Hist { ops, rules, n, k, dist, out_of_range, dtypes, backends, modes, validate } => {
                 if !(0.0..=1.0).contains(out_of_range) {
                     return Err(format!("{source}: cases[{g}].out_of_range must be in [0, 1], got {out_of_range}"));
@@ -270,7 +323,7 @@ pub fn parse_suite(text: &str, source: &str) -> Result<Suite, String> {
                                 for &dtype in dtypes {
                                     for backend in backends {
                                         for &rule in rules {
-                                            cases.push(CaseSpec {
+                                            cases.push(Case::Hist(CaseSpec {
                                                 workload: HistWorkload { op: op.0 },
                                                 n: size,
                                                 k: bins,
@@ -282,11 +335,45 @@ pub fn parse_suite(text: &str, source: &str) -> Result<Suite, String> {
                                                 backend: backend.clone(),
                                                 modes: modes.iter().map(|m| m.0).collect(),
                                                 validate: *validate,
-                                            });
+                                            }));
                                         }
                                     }
                                 }
                             }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    for group in &file.cases {
+        let (kmeans, d_list, k_list, n_list, dtypes, backends, modes, validate) = match group {
+            GroupFile::Hist { .. } => continue,
+            GroupFile::Kmeans { n, k, d, dtypes, backends, modes, validate } => {
+                (true, d, k, n, dtypes, backends, modes, validate)
+            }
+            GroupFile::Gmm { d, k, n, dtypes, backends, modes, validate } => {
+                (false, d, k, n, dtypes, backends, modes, validate)
+            }
+        };
+        for &n in n_list {
+            for &k in k_list {
+                for &d in d_list {
+                    if n == 0 || k == 0 || d == 0 {
+                        return Err(format!("{source}: sizes must be positive (n={n}, k={k}, d={d})"));
+                    }
+                    for &dtype in dtypes {
+                        for backend in backends {
+                            let kind =
+                                if kmeans { ClassicKind::Kmeans { n, k, d } } else { ClassicKind::Gmm { d, k, n } };
+                            cases.push(Case::Classic(ClassicSpec {
+                                kind,
+                                dtype: dtype.0,
+                                seed,
+                                backend: backend.clone(),
+                                modes: modes.iter().map(|m| m.0).collect(),
+                                validate: *validate,
+                            }));
                         }
                     }
                 }
@@ -386,6 +473,16 @@ mod tests {
         assert_eq!(s.budget.samples, 3);
         assert_eq!(s.budget.time_limit, Duration::from_millis(1500));
         assert_eq!(s.tolerances.get(&(CheckKind::FdVjp, DType::F32)), Some(&0.002));
-        assert!(s.cases.iter().all(|c| c.times(Mode::Vjp) && !c.times(Mode::Jvp) && c.seed == 5));
+        assert!(s.cases.iter().all(|c| match c {
+            Case::Hist(c) => c.times(Mode::Vjp) && !c.times(Mode::Jvp) && c.seed == 5,
+            Case::Classic(_) => false,
+        }));
+        let classic = "name: c\ncases:\n  - workload: kmeans\n    n: [100]\n    k: [3]\n    d: [2, 4]\n  - workload: gmm\n    d: [2]\n    k: [5]\n    n: [50]\n";
+        let s = parse_suite(classic, "c").unwrap();
+        let ids: Vec<String> = s.cases.iter().map(Case::id).collect();
+        assert_eq!(
+            ids,
+            ["kmeans[d=2,k=3,n=100]/cpu/f32/-", "kmeans[d=4,k=3,n=100]/cpu/f32/-", "gmm[d=2,k=5,n=50]/cpu/f32/-"]
+        );
     }
 }

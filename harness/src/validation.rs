@@ -42,10 +42,14 @@ pub enum CheckKind {
     OracleVjp,
     OracleJvp,
     RuleAgreement,
+    /// Against a hand-derived ("manual") derivative.
+    Manual,
+    /// A Hessian (diagonal) by forward-over-reverse against a hand-derived one.
+    ManualHessian,
 }
 
 impl CheckKind {
-    pub const ALL: [CheckKind; 7] = [
+    pub const ALL: [CheckKind; 9] = [
         CheckKind::DotProduct,
         CheckKind::FdJvp,
         CheckKind::FdVjp,
@@ -53,6 +57,8 @@ impl CheckKind {
         CheckKind::OracleVjp,
         CheckKind::OracleJvp,
         CheckKind::RuleAgreement,
+        CheckKind::Manual,
+        CheckKind::ManualHessian,
     ];
 
     pub fn from_name(name: &str) -> Option<CheckKind> {
@@ -72,6 +78,8 @@ impl CheckKind {
             CheckKind::OracleVjp => "oracle-vjp",
             CheckKind::OracleJvp => "oracle-jvp",
             CheckKind::RuleAgreement => "rule-agreement",
+            CheckKind::Manual => "manual",
+            CheckKind::ManualHessian => "manual-hessian",
         }
     }
 }
@@ -87,8 +95,22 @@ pub fn tolerance(check: CheckKind, dtype: DType) -> f64 {
         (CheckKind::FdJvp | CheckKind::FdVjp, DType::F32) => 1e-3,
         (CheckKind::FullJacobian, DType::F64) => 1e-12,
         (CheckKind::FullJacobian, DType::F32) => 1e-5,
-        (CheckKind::OracleVjp | CheckKind::OracleJvp | CheckKind::RuleAgreement, DType::F64) => 1e-10,
-        (CheckKind::OracleVjp | CheckKind::OracleJvp | CheckKind::RuleAgreement, DType::F32) => 1e-4,
+        (
+            CheckKind::OracleVjp
+            | CheckKind::OracleJvp
+            | CheckKind::RuleAgreement
+            | CheckKind::Manual
+            | CheckKind::ManualHessian,
+            DType::F64,
+        ) => 1e-10,
+        (
+            CheckKind::OracleVjp
+            | CheckKind::OracleJvp
+            | CheckKind::RuleAgreement
+            | CheckKind::Manual
+            | CheckKind::ManualHessian,
+            DType::F32,
+        ) => 1e-4,
     }
 }
 

@@ -1,0 +1,269 @@
+//! The classic AD workloads in suites and `adgauge check`: k-means (gradient and, by
+//! forward-over-reverse, the Hessian diagonal) and GMM (ADBench's objective and gradient).
+//! Each case is validated at a small size through [`FlatFn`] (dot-product test, finite
+//! differences, and the hand-derived "manual" derivative as an independent oracle) and timed at
+//! its size: primal = the objective, vjp = objective + gradient by reverse mode, jvp = one
+//! directional derivative by forward mode.
+
+use std::collections::BTreeMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use adgauge_backends::{Cpu, DType, Device, Forward, Ops, TensorMeta};
+use adgauge_datasets::gmm::GmmInput;
+use adgauge_datasets::kmeans::{KmeansData, generate as generate_kmeans};
+use adgauge_reports::{Check, ResultRow, SCHEMA_VERSION, Status, Timing};
+use adgauge_workloads::{gmm, kmeans};
+
+use crate::kmeans_case::KmeansFlat;
+use crate::memory::peak_during;
+use crate::suite::Mode;
+use crate::timing::{Budget, measure};
+use crate::validation::{self, CheckKind, FlatFn, Outcome};
+
+/// Which classic workload, with its sizes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClassicKind {
+    /// n points in d dimensions, k centres.
+    Kmeans { n: usize, k: usize, d: usize },
+    /// n points in d dimensions, k components (ADBench's generator).
+    Gmm { d: usize, k: usize, n: usize },
+}
+
+/// One classic case of a suite.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClassicSpec {
+    pub kind: ClassicKind,
+    pub dtype: DType,
+    pub seed: u64,
+    pub backend: String,
+    pub modes: Vec<Mode>,
+    pub validate: bool,
+}
+
+impl ClassicSpec {
+    pub fn workload(&self) -> &'static str {
+        match self.kind {
+            ClassicKind::Kmeans { .. } => "kmeans",
+            ClassicKind::Gmm { .. } => "gmm",
+        }
+    }
+
+    pub fn params(&self) -> BTreeMap<String, String> {
+        let (n, k, d) = match self.kind {
+            ClassicKind::Kmeans { n, k, d } | ClassicKind::Gmm { d, k, n } => (n, k, d),
+        };
+        [("n", n), ("k", k), ("d", d)].into_iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+    }
+
+    pub fn id(&self) -> String {
+        adgauge_reports::case_id(self.workload(), &self.params(), &self.backend, self.dtype.name(), "-")
+    }
+
+    pub fn empty_row(&self, threads: usize) -> ResultRow {
+        ResultRow {
+            schema_version: SCHEMA_VERSION,
+            case_id: self.id(),
+            workload: self.workload().into(),
+            params: self.params(),
+            backend: self.backend.clone(),
+            dtype: self.dtype.name().into(),
+            rule: "-".into(),
+            threads,
+            seed: self.seed,
+            primal: None,
+            vjp: None,
+            jvp: None,
+            primal_peak_bytes: None,
+            vjp_peak_bytes: None,
+            jvp_peak_bytes: None,
+            checks: Vec::new(),
+            status: Status::Ok,
+            message: None,
+        }
+    }
+
+    /// The same case at validation size (small enough for finite differences on every
+    /// coordinate and a full Jacobian).
+    fn small(&self) -> ClassicKind {
+        match self.kind {
+            ClassicKind::Kmeans { n, k, d } => ClassicKind::Kmeans { n: n.min(200), k: k.min(5), d: d.min(4) },
+            ClassicKind::Gmm { d, k, n } => ClassicKind::Gmm { d: d.min(3), k: k.min(3), n: n.min(50) },
+        }
+    }
+}
+
+/// GMM as a flat function of its parameters [alphas, means, icf]; one output, the objective.
+pub struct GmmFlat {
+    cpu: Cpu,
+    dtype: DType,
+    input: GmmInput,
+    x0: Vec<f64>,
+}
+
+impl GmmFlat {
+    pub fn new(cpu: Cpu, dtype: DType, input: &GmmInput) -> GmmFlat {
+        let round = |xs: &[f64]| -> Vec<f64> { xs.iter().map(|&x| dtype.round(x)).collect() };
+        let input = GmmInput {
+            alphas: round(&input.alphas),
+            means: round(&input.means),
+            icf: round(&input.icf),
+            x: round(&input.x),
+            ..input.clone()
+        };
+        let x0 = input.alphas.iter().chain(&input.means).chain(&input.icf).copied().collect();
+        GmmFlat { cpu, dtype, input, x0 }
+    }
+
+    fn at(&self, x: &[f64]) -> GmmInput {
+        let (a, rest) = x.split_at(self.input.alphas.len());
+        let (m, q) = rest.split_at(self.input.means.len());
+        GmmInput { alphas: a.to_vec(), means: m.to_vec(), icf: q.to_vec(), ..self.input.clone() }
+    }
+
+    pub fn manual_gradient(&self) -> Vec<f64> {
+        gmm::manual_in(&self.input, self.dtype).1
+    }
+}
+
+impl FlatFn for GmmFlat {
+    fn n_in(&self) -> usize {
+        self.x0.len()
+    }
+    fn n_out(&self) -> usize {
+        1
+    }
+    fn x0(&self) -> &[f64] {
+        &self.x0
+    }
+    fn eval_f64(&self, x: &[f64]) -> anyhow::Result<Vec<f64>> {
+        let g = gmm::upload(&self.cpu, &self.at(x), DType::F64)?;
+        Ok(self.cpu.to_vec(&gmm::objective(&self.cpu, &g)?)?)
+    }
+    fn vjp(&self, w: &[f64]) -> anyhow::Result<Vec<f64>> {
+        let g = gmm::upload(&self.cpu, &self.input, self.dtype)?;
+        Ok(gmm::gradient(&self.cpu, &g)?.1.into_iter().map(|v| v * w[0]).collect())
+    }
+    fn jvp(&self, v: &[f64]) -> anyhow::Result<Vec<f64>> {
+        let g = gmm::upload(&self.cpu, &self.input, self.dtype)?;
+        Ok(vec![gmm::directional(&self.cpu, &g, v)?.1])
+    }
+    fn fd_unsafe(&self, _h: f64) -> Option<String> {
+        None // smooth everywhere (logsumexp with the max subtracted is smooth)
+    }
+}
+
+/// The validation checks of a classic case.
+pub fn validate(cpu: &Cpu, spec: &ClassicSpec) -> anyhow::Result<Vec<Outcome>> {
+    let dt = spec.dtype;
+    let mut out = Vec::new();
+    let standard = |f: &dyn FlatFn, manual: Vec<f64>, out: &mut Vec<Outcome>| -> anyhow::Result<()> {
+        out.push(validation::dot_product_test(f, dt, spec.seed)?);
+        let fd = validation::finite_difference(f, dt, spec.seed)?;
+        out.push(validation::fd_jvp_test(f, dt, &fd)?);
+        out.push(validation::fd_vjp_test(f, dt, &fd)?);
+        out.push(validation::compare(CheckKind::Manual, dt, &f.vjp(&[1.0])?, &manual));
+        Ok(())
+    };
+    match spec.small() {
+        ClassicKind::Kmeans { n, k, d } => {
+            let f = KmeansFlat::new(cpu.clone(), dt, &generate_kmeans(n, k, d, spec.seed));
+            standard(&f, f.manual_gradient(), &mut out)?;
+            let (ad, manual) = f.hessians()?;
+            out.push(validation::compare(CheckKind::ManualHessian, dt, &ad, &manual));
+        }
+        ClassicKind::Gmm { d, k, n } => {
+            let f = GmmFlat::new(cpu.clone(), dt, &GmmInput::generate(d, k, n, spec.seed));
+            standard(&f, f.manual_gradient(), &mut out)?;
+        }
+    }
+    Ok(out)
+}
+
+enum Prepared<D: Ops> {
+    Kmeans(kmeans::KmeansInputs<D>),
+    Gmm(gmm::GmmInputs<D>),
+}
+
+fn prepare<D: Device>(device: &D, spec: &ClassicSpec) -> anyhow::Result<Prepared<D>> {
+    Ok(match spec.kind {
+        ClassicKind::Kmeans { n, k, d } => {
+            let data: KmeansData = generate_kmeans(n, k, d, spec.seed);
+            Prepared::Kmeans(kmeans::upload(device, &data, spec.dtype)?)
+        }
+        ClassicKind::Gmm { d, k, n } => {
+            Prepared::Gmm(gmm::upload(device, &GmmInput::generate(d, k, n, spec.seed), spec.dtype)?)
+        }
+    })
+}
+
+/// One evaluation of `mode` (results dropped; the device synchronised).
+fn evaluate<D: Device>(device: &D, p: &Prepared<D>, mode: Mode) -> anyhow::Result<()> {
+    match (p, mode) {
+        (Prepared::Kmeans(x), Mode::Primal) => drop(kmeans::cost(device, &x.points, &x.centres)?),
+        (Prepared::Kmeans(x), Mode::Vjp) => drop(kmeans::gradient(device, x)?),
+        (Prepared::Kmeans(x), Mode::Jvp) => {
+            let f = Forward::new(device.clone());
+            let ones = device.full(x.centres.shape(), 1.0, x.centres.dtype())?;
+            let c = f.dual(x.centres.clone(), ones)?;
+            drop(kmeans::cost(&f, &f.lift(x.points.clone()), &c)?);
+        }
+        (Prepared::Gmm(g), Mode::Primal) => drop(gmm::objective(device, g)?),
+        (Prepared::Gmm(g), Mode::Vjp) => drop(gmm::gradient(device, g)?),
+        (Prepared::Gmm(g), Mode::Jvp) => {
+            let np = g.k + g.k * g.d + g.k * adgauge_datasets::gmm::icf_size(g.d);
+            let _ = gmm::directional(device, g, &vec![1.0; np])?;
+        }
+    }
+    device.synchronize()?;
+    Ok(())
+}
+
+/// Runs one classic case (validation on the CPU, timing and memory on `device`); never panics.
+pub fn run_case<D: Device>(cpu: &Cpu, device: &D, spec: &ClassicSpec, budget: &Budget) -> ResultRow {
+    let mut row = spec.empty_row(device.threads());
+    let result = catch_unwind(AssertUnwindSafe(|| -> anyhow::Result<()> {
+        if spec.validate {
+            let outcomes = validate(cpu, spec)?;
+            for o in &outcomes {
+                row.checks.push(Check {
+                    name: o.kind.name().into(),
+                    worst: o.worst,
+                    tolerance: o.tolerance,
+                    passed: o.passed(),
+                });
+            }
+            if let Some(bad) = outcomes.iter().find(|o| !o.passed()) {
+                row.status = Status::Failed;
+                row.message =
+                    Some(format!("{} worst {:.3e} > tolerance {:.1e}", bad.kind.name(), bad.worst, bad.tolerance));
+            }
+        }
+        let p = prepare(device, spec)?;
+        let mut times: [Option<Timing>; 3] = [None, None, None];
+        let mut peaks: [Option<u64>; 3] = [None, None, None];
+        for (i, mode) in [Mode::Primal, Mode::Vjp, Mode::Jvp].into_iter().enumerate() {
+            if spec.modes.contains(&mode) {
+                times[i] = Some(measure(budget, || evaluate(device, &p, mode))?);
+                device.trim_cache();
+                let (r, bytes) = peak_during(|| evaluate(device, &p, mode));
+                r?;
+                peaks[i] = Some(bytes as u64);
+            }
+        }
+        [row.primal, row.vjp, row.jvp] = times;
+        [row.primal_peak_bytes, row.vjp_peak_bytes, row.jvp_peak_bytes] = peaks;
+        Ok(())
+    }));
+    match result {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            row.status = Status::Error;
+            row.message = Some(format!("{e:#}"));
+        }
+        Err(_) => {
+            row.status = Status::Error;
+            row.message = Some("panicked".into());
+        }
+    }
+    row
+}
