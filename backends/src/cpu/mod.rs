@@ -203,6 +203,13 @@ impl Cpu {
         self.inner.threads.install(f)
     }
 
+    /// Runs an op of about `work` elements: small ops run on the calling thread (handing them to
+    /// the pool costs ~20 us, far more than the op; their kernels take sequential paths anyway),
+    /// large ones on the device's thread pool.
+    fn run<R: Send>(&self, work: usize, f: impl FnOnce() -> R + Send) -> R {
+        if work < kernels::PAR_MIN { f() } else { self.install(f) }
+    }
+
     fn pool(&self) -> &Arc<Pool> {
         &self.inner.pool
     }
@@ -831,16 +838,16 @@ impl Ops for Cpu {
     fn tensor(&self, data: &[f64], shape: &[usize], dtype: DType) -> Result<CpuTensor> {
         let n: usize = shape.iter().product();
         same_len("tensor", "data length vs shape", data.len(), n)?;
-        self.install(|| by_dtype!(dtype, self.tensor_t(data, shape)))
+        self.run(data.len(), || by_dtype!(dtype, self.tensor_t(data, shape)))
     }
 
     fn full(&self, shape: &[usize], value: f64, dtype: DType) -> Result<CpuTensor> {
-        self.install(|| by_dtype!(dtype, self.full_t(shape, value)))
+        self.run(shape.iter().product::<usize>(), || by_dtype!(dtype, self.full_t(shape, value)))
     }
 
     fn index(&self, data: &[i64]) -> Result<CpuIndex> {
         let mut out = self.pool().take::<i64>(data.len());
-        self.install(|| par_copy(&mut out, data));
+        self.run(data.len(), || par_copy(&mut out, data));
         Ok(self.wrap_index(out))
     }
 
@@ -858,50 +865,50 @@ impl Ops for Cpu {
     }
 
     fn unary(&self, op: UnaryOp, x: &CpuTensor) -> Result<CpuTensor> {
-        self.install(|| by_dtype!(x.dtype(), self.unary_t(op, x)))
+        self.run(x.numel(), || by_dtype!(x.dtype(), self.unary_t(op, x)))
     }
 
     fn binary(&self, op: BinaryOp, a: &CpuTensor, b: &CpuTensor) -> Result<CpuTensor> {
         let dt = same_dtype("binary", a, b)?;
-        self.install(|| by_dtype!(dt, self.binary_t(op, a, b)))
+        self.run(a.numel().max(b.numel()), || by_dtype!(dt, self.binary_t(op, a, b)))
     }
 
     fn select(&self, mask: &CpuTensor, a: &CpuTensor, b: &CpuTensor) -> Result<CpuTensor> {
         same_dtype("select", mask, a)?;
         let dt = same_dtype("select", a, b)?;
-        self.install(|| by_dtype!(dt, self.select_t(mask, a, b)))
+        self.run(mask.numel(), || by_dtype!(dt, self.select_t(mask, a, b)))
     }
 
     fn index_eq(&self, i: &CpuIndex, value: i64, dtype: DType) -> Result<CpuTensor> {
-        self.install(|| by_dtype!(dtype, self.index_eq_t(i, value)))
+        self.run(i.len(), || by_dtype!(dtype, self.index_eq_t(i, value)))
     }
 
     fn reduce(&self, op: HistOp, x: &CpuTensor) -> Result<CpuTensor> {
-        self.install(|| by_dtype!(x.dtype(), self.reduce_t(op, x)))
+        self.run(x.numel(), || by_dtype!(x.dtype(), self.reduce_t(op, x)))
     }
 
     fn gather(&self, src: &CpuTensor, idx: &CpuIndex, oob: OutOfRange) -> Result<CpuTensor> {
-        self.install(|| by_dtype!(src.dtype(), self.gather_t(src, idx, oob)))
+        self.run(idx.len().max(src.numel()), || by_dtype!(src.dtype(), self.gather_t(src, idx, oob)))
     }
 
     fn scatter(&self, dest: &CpuTensor, idx: &CpuIndex, vals: &CpuTensor) -> Result<CpuTensor> {
         let dt = same_dtype("scatter", dest, vals)?;
-        self.install(|| by_dtype!(dt, self.scatter_t(dest, idx, vals)))
+        self.run(dest.numel().max(idx.len()), || by_dtype!(dt, self.scatter_t(dest, idx, vals)))
     }
 
     fn sort_by_key(&self, keys: &CpuIndex, num_keys: usize) -> Result<CpuIndex> {
-        let (perm, _) = self.install(|| sort::sort_with_ranks(&keys.data, num_keys));
+        let (perm, _) = self.run(keys.len(), || sort::sort_with_ranks(&keys.data, num_keys));
         Ok(self.wrap_index(Buf::from_vec(perm, self.pool())))
     }
 
     fn sort_by_key_ranked(&self, keys: &CpuIndex, num_keys: usize) -> Result<(CpuIndex, CpuIndex)> {
-        let (perm, ranks) = self.install(|| sort::sort_with_ranks(&keys.data, num_keys));
+        let (perm, ranks) = self.run(keys.len(), || sort::sort_with_ranks(&keys.data, num_keys));
         Ok((self.wrap_index(Buf::from_vec(perm, self.pool())), self.wrap_index(Buf::from_vec(ranks, self.pool()))))
     }
 
     fn reduce_by_index(&self, dest: &CpuTensor, op: HistOp, inds: &CpuIndex, vals: &CpuTensor) -> Result<CpuTensor> {
         let dt = same_dtype("reduce_by_index", dest, vals)?;
-        self.install(|| by_dtype!(dt, self.reduce_by_index_t(dest, op, inds, vals)))
+        self.run(inds.len().max(dest.numel()), || by_dtype!(dt, self.reduce_by_index_t(dest, op, inds, vals)))
     }
 
     fn arg_reduce_by_index(
@@ -912,11 +919,11 @@ impl Ops for Cpu {
         vals: &CpuTensor,
     ) -> Result<(CpuTensor, CpuIndex)> {
         let dt = same_dtype("arg_reduce_by_index", dest, vals)?;
-        self.install(|| by_dtype!(dt, self.arg_reduce_by_index_t(dest, ext, inds, vals)))
+        self.run(inds.len().max(dest.numel()), || by_dtype!(dt, self.arg_reduce_by_index_t(dest, ext, inds, vals)))
     }
 
     fn prod_nonzero_by_index(&self, inds: &CpuIndex, vals: &CpuTensor, k: usize) -> Result<(CpuTensor, CpuIndex)> {
-        self.install(|| by_dtype!(vals.dtype(), self.prod_nonzero_by_index_t(inds, vals, k)))
+        self.run(inds.len().max(k), || by_dtype!(vals.dtype(), self.prod_nonzero_by_index_t(inds, vals, k)))
     }
 
     fn prod_vals_adjoint(
@@ -928,12 +935,12 @@ impl Ops for Cpu {
     ) -> Result<CpuTensor> {
         same_dtype("prod_vals_adjoint", vals, c0)?;
         let dt = same_dtype("prod_vals_adjoint", c0, c1)?;
-        self.install(|| by_dtype!(dt, self.prod_vals_adjoint_t(inds, vals, c0, c1)))
+        self.run(inds.len(), || by_dtype!(dt, self.prod_vals_adjoint_t(inds, vals, c0, c1)))
     }
 
     fn combine(&self, op: HistOp, a: &CpuTensor, b: &CpuTensor) -> Result<CpuTensor> {
         let dt = same_dtype("combine", a, b)?;
-        self.install(|| match dt {
+        self.run(a.numel().max(b.numel()), || match dt {
             DType::F32 => self.zip_t::<f32>("combine", a, b, |x, y| kernels::combine(op, x, y)),
             DType::F64 => self.zip_t::<f64>("combine", a, b, |x, y| kernels::combine(op, x, y)),
         })
@@ -941,7 +948,7 @@ impl Ops for Cpu {
 
     fn combine_partial(&self, op: HistOp, side: Operand, a: &CpuTensor, b: &CpuTensor) -> Result<CpuTensor> {
         let dt = same_dtype("combine_partial", a, b)?;
-        self.install(|| match dt {
+        self.run(a.numel().max(b.numel()), || match dt {
             DType::F32 => self.zip_t::<f32>("combine_partial", a, b, |x, y| kernels::partial(op, side, x, y)),
             DType::F64 => self.zip_t::<f64>("combine_partial", a, b, |x, y| kernels::partial(op, side, x, y)),
         })
@@ -958,7 +965,7 @@ impl Ops for Cpu {
         same_dtype("fold_adjoint", l, a)?;
         same_dtype("fold_adjoint", r, a)?;
         let dt = same_dtype("fold_adjoint", g, a)?;
-        self.install(|| by_dtype!(dt, self.fold_adjoint_t(op, l, a, r, g)))
+        self.run(a.numel(), || by_dtype!(dt, self.fold_adjoint_t(op, l, a, r, g)))
     }
 
     fn total_form_adjoint(
@@ -971,7 +978,7 @@ impl Ops for Cpu {
     ) -> Result<CpuTensor> {
         same_dtype("total_form_adjoint", vals, hist)?;
         let dt = same_dtype("total_form_adjoint", hist, hist_bar)?;
-        self.install(|| by_dtype!(dt, self.total_form_adjoint_t(op, inds, vals, hist, hist_bar)))
+        self.run(inds.len(), || by_dtype!(dt, self.total_form_adjoint_t(op, inds, vals, hist, hist_bar)))
     }
 
     fn sorted_vals_adjoint(
@@ -984,13 +991,13 @@ impl Ops for Cpu {
     ) -> Result<CpuTensor> {
         same_dtype("sorted_vals_adjoint", vals, dest)?;
         let dt = same_dtype("sorted_vals_adjoint", dest, hist_bar)?;
-        self.install(|| by_dtype!(dt, self.sorted_vals_adjoint_t(op, inds, vals, dest, hist_bar)))
+        self.run(inds.len(), || by_dtype!(dt, self.sorted_vals_adjoint_t(op, inds, vals, dest, hist_bar)))
     }
 
     fn gather_index(&self, src: &CpuIndex, idx: &CpuIndex) -> Result<CpuIndex> {
         let (s, ix) = (&src.data[..], &idx.data[..]);
         let mut out = self.pool().take::<i64>(ix.len());
-        self.install(|| {
+        self.run(idx.len(), || {
             fill_with(&mut out, |i| {
                 let b = ix[i];
                 if (b as u64) < s.len() as u64 { s[b as usize] } else { -1 }
@@ -1000,7 +1007,7 @@ impl Ops for Cpu {
     }
 
     fn scan(&self, op: HistOp, x: &CpuTensor, spec: ScanSpec, segments: Option<&CpuIndex>) -> Result<CpuTensor> {
-        self.install(|| by_dtype!(x.dtype(), self.scan_t(op, x, spec, segments)))
+        self.run(x.numel(), || by_dtype!(x.dtype(), self.scan_t(op, x, spec, segments)))
     }
 
     fn linear_recurrence(
@@ -1011,7 +1018,7 @@ impl Ops for Cpu {
         segments: Option<&CpuIndex>,
     ) -> Result<CpuTensor> {
         let dt = same_dtype("linear_recurrence", a, b)?;
-        self.install(|| by_dtype!(dt, self.linear_recurrence_t(a, b, spec, segments)))
+        self.run(a.numel(), || by_dtype!(dt, self.linear_recurrence_t(a, b, spec, segments)))
     }
 
     fn reduce_by_index_dual(
@@ -1026,7 +1033,7 @@ impl Ops for Cpu {
         same_dtype("reduce_by_index_dual", dest, dest_dot)?;
         same_dtype("reduce_by_index_dual", vals, vals_dot)?;
         let dt = same_dtype("reduce_by_index_dual", dest, vals)?;
-        self.install(|| by_dtype!(dt, self.reduce_by_index_dual_t(dest, dest_dot, op, inds, vals, vals_dot)))
+        self.run(inds.len(), || by_dtype!(dt, self.reduce_by_index_dual_t(dest, dest_dot, op, inds, vals, vals_dot)))
     }
 
     fn reduce_by_index_chunked(
@@ -1037,7 +1044,7 @@ impl Ops for Cpu {
         vals: &CpuTensor,
     ) -> Result<ChunkedHist<CpuTensor>> {
         let dt = same_dtype("reduce_by_index_chunked", dest, vals)?;
-        self.install(|| by_dtype!(dt, self.reduce_by_index_chunked_t(dest, op, inds, vals)))
+        self.run(inds.len(), || by_dtype!(dt, self.reduce_by_index_chunked_t(dest, op, inds, vals)))
     }
 
     fn chunked_vals_adjoint(
@@ -1052,7 +1059,7 @@ impl Ops for Cpu {
         same_dtype("chunked_vals_adjoint", vals, chunk_prefix)?;
         same_dtype("chunked_vals_adjoint", vals, chunk_suffix)?;
         let dt = same_dtype("chunked_vals_adjoint", vals, hist_bar)?;
-        self.install(|| {
+        self.run(inds.len(), || {
             by_dtype!(dt, self.chunked_vals_adjoint_t(op, inds, vals, chunk_prefix, chunk_suffix, hist_bar))
         })
     }
