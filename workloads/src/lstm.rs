@@ -317,6 +317,40 @@ pub fn manual<T: Elem>(s: &LstmInput) -> (f64, Vec<f64>) {
     (f.as_f64(), grad)
 }
 
+/// The objective alone in plain `T` (the manual primal, the speed reference for the objective).
+pub fn manual_objective<T: Elem>(s: &LstmInput) -> f64 {
+    let (l, c, b) = (s.l, s.c, s.b);
+    let t = |v: &[f64]| v.iter().map(|&x| T::of_f64(x)).collect::<Vec<T>>();
+    let (main, extra, state, seq) = (t(&s.main_params), t(&s.extra_params), t(&s.state), t(&s.sequence));
+    let mut st = state;
+    let mut total = T::zero();
+    let (mut input, mut y) = (vec![T::zero(); b], vec![T::zero(); b]);
+    for ti in 0..c.saturating_sub(1) {
+        for k in 0..b {
+            input[k] = seq[ti * b + k] * extra[k];
+        }
+        for j in 0..l {
+            let p = &main[8 * j * b..8 * (j + 1) * b];
+            let (hidden, cell) = st[2 * j * b..2 * (j + 1) * b].split_at_mut(b);
+            for k in 0..b {
+                let f = sigmoid(input[k] * p[k] + p[4 * b + k]);
+                let i = sigmoid(hidden[k] * p[b + k] + p[5 * b + k]);
+                let o = sigmoid(input[k] * p[2 * b + k] + p[6 * b + k]);
+                let g = (hidden[k] * p[3 * b + k] + p[7 * b + k]).tanh();
+                cell[k] = cell[k] * f + i * g;
+                hidden[k] = o * cell[k].tanh();
+                input[k] = hidden[k];
+            }
+        }
+        for k in 0..b {
+            y[k] = input[k] * extra[b + k] + extra[2 * b + k];
+        }
+        let lse = (y.iter().fold(T::zero(), |a, &v| a + v.exp()) + T::of_f64(2.0)).ln();
+        total = seq[(ti + 1) * b..(ti + 2) * b].iter().zip(&y).fold(total, |a, (&x, &v)| a + x * (v - lse));
+    }
+    (-total / T::of_f64((c.saturating_sub(1) * b) as f64)).as_f64()
+}
+
 /// [`manual`] in the dtype under test.
 pub fn manual_in(s: &LstmInput, dtype: DType) -> (f64, Vec<f64>) {
     match dtype {
@@ -365,6 +399,7 @@ mod tests {
         let f_primal = cpu.to_vec(&objective(&cpu, &x).unwrap()).unwrap()[0];
         let (f_ad, g_ad) = gradient(&cpu, &x).unwrap();
         let (f_m, g_m) = manual::<f64>(s);
+        assert_eq!(manual_objective::<f64>(s), f_m);
         assert!(close(&[f_ad, f_primal], &[f_m, f_m], tol), "objective {f_ad} / {f_primal} vs manual {f_m}");
         assert!(close(&g_ad, &g_m, tol), "gradient vs manual:\n{g_ad:?}\n{g_m:?}");
         let h = 1e-5;
