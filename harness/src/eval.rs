@@ -27,7 +27,7 @@ pub enum Mode {
 
 #[derive(Args, Debug)]
 pub struct EvalArgs {
-    /// Workload: hist-add, hist-mul, hist-min, hist-max, hist-logaddexp, hist-hypot, kmeans or gmm.
+    /// Workload: hist-add, hist-mul, hist-min, hist-max, hist-logaddexp, hist-hypot, kmeans, gmm or lstm.
     pub workload: String,
     /// The case file (JSON); `-` reads standard input.
     #[arg(long)]
@@ -75,6 +75,9 @@ pub fn run(args: &EvalArgs, threads: Option<usize>) -> anyhow::Result<String> {
     }
     if args.workload == "gmm" {
         return run_gmm(args, threads);
+    }
+    if args.workload == "lstm" {
+        return run_lstm(args, threads);
     }
     let workload = HistWorkload::parse(&args.workload).ok_or_else(|| {
         let known: Vec<String> = HistWorkload::all().iter().map(|w| w.name()).collect();
@@ -184,5 +187,28 @@ fn gmm_on<D: Ops>(device: &D, args: &EvalArgs, g: &adgauge_datasets::gmm::GmmInp
         }
         Mode::Vjp => with_gradient(gmm::gradient(device, &x).map_err(input_error)?),
         Mode::Jvp => with_gradient(gmm::gradient_forward(device, &x).map_err(input_error)?),
+    })
+}
+
+/// `adgauge eval lstm --input <ADBench .txt>`: `{"objective": x}` (primal), with
+/// `"gradient": [main, extra]` by reverse mode (vjp) or by one forward sweep per parameter (jvp).
+fn run_lstm(args: &EvalArgs, threads: Option<usize>) -> anyhow::Result<String> {
+    use adgauge_workloads::lstm;
+    let s = adgauge_datasets::lstm::LstmInput::read(&args.input).map_err(|e| bad_input(e.to_string()))?;
+    let device = open_cpu(&args.backend, threads)?;
+    let dt = args.dtype;
+    let x = lstm::upload(&device, &s, dt).map_err(input_error)?;
+    let num = |v: f64| crate::case_json::format_number(v, dt);
+    let with_gradient = |(f, gr): (f64, Vec<f64>)| {
+        let parts: Vec<String> = gr.iter().map(|&v| num(v)).collect();
+        format!("{{\"objective\": {}, \"gradient\": [{}]}}", num(f), parts.join(", "))
+    };
+    Ok(match args.mode.unwrap_or(Mode::Primal) {
+        Mode::Primal => {
+            let f = device.to_vec(&lstm::objective(&device, &x).map_err(input_error)?)?;
+            format!("{{\"objective\": {}}}", num(f[0]))
+        }
+        Mode::Vjp => with_gradient(lstm::gradient(&device, &x).map_err(input_error)?),
+        Mode::Jvp => with_gradient(lstm::gradient_forward(&device, &x).map_err(input_error)?),
     })
 }

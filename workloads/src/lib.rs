@@ -5,5 +5,6 @@
 pub mod gmm;
 pub mod hist;
 pub mod kmeans;
+pub mod lstm;
 
 pub use hist::{HistInputs, HistVjp, HistWorkload};

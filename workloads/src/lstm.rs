@@ -1,0 +1,517 @@
+//! The LSTM objective exactly as ADBench defines it (`lstm_objective` in its C++ `lstm.h`): a
+//! "D-LSTM" whose weights are diagonal (every gate multiplies elementwise), over l layers of
+//! width b, run over a sequence of c characters of b bits.
+//!
+//! ```text
+//! for t in 0..c-1:
+//!     input = x_t * in_weight
+//!     for each layer j (input = the hidden state just computed by layer j-1 for j > 0):
+//!         forget  = sigmoid(input  * w_forget + b_forget)
+//!         ingate  = sigmoid(hidden * w_ingate + b_ingate)     (hidden: layer j's previous one)
+//!         outgate = sigmoid(input  * w_outgate + b_outgate)
+//!         change  = tanh(hidden * w_change + b_change)
+//!         cell    = cell * forget + ingate * change
+//!         hidden  = outgate * tanh(cell)
+//!     ypred = hidden_{l-1} * out_weight + out_bias
+//!     ynorm = ypred - log(sum(exp(ypred)) + 2)
+//!     total += sum(x_{t+1} * ynorm)
+//! f = -total / ((c-1) b)
+//! ```
+//!
+//! Two of ADBench's choices are kept on purpose and are not bugs of this port:
+//! - the "+2" inside the log-sum-exp (ADBench's `logsumexp` adds 2 to the sum of exponentials,
+//!   and takes no maximum out; the predictions are bounded since |hidden| < 1, so nothing
+//!   overflows for ADBench's parameters);
+//! - the forget and output gates read the layer's input while the input gate and the change
+//!   read the layer's previous hidden state.
+//!
+//! With c = 1 there is no prediction and f = -0/0 = NaN, as in ADBench.
+//!
+//! Parameters are main (2l rows of 4b: per layer the weight row then the bias row, gates
+//! forget/input/output/change) and extra (in_weight, out_weight, out_bias); the gradient is laid
+//! out as ADBench's: [main (8lb), extra (3b)]. The state and the sequence are constants.
+
+use adgauge_backends::{DType, Elem, Forward, Ops, OutOfRange, Result, Reverse, UnaryOp};
+use adgauge_datasets::lstm::LstmInput;
+
+/// An LSTM problem on an engine's device.
+pub struct LstmInputs<O: Ops> {
+    pub l: usize,
+    pub c: usize,
+    pub b: usize,
+    /// 8lb main parameters, flat.
+    pub main: O::T,
+    /// 3b extra parameters, flat.
+    pub extra: O::T,
+    /// 2l tensors of b: per layer hidden then cell (constants).
+    pub state: Vec<O::T>,
+    /// c tensors of b (constants).
+    pub sequence: Vec<O::T>,
+    /// Index tensor j selects the j-th run of b values of a flat tensor (j < 8l).
+    rows: Vec<O::I>,
+}
+
+/// Puts a problem on the engine's device, rounded to `dtype`.
+pub fn upload<O: Ops>(o: &O, s: &LstmInput, dtype: DType) -> Result<LstmInputs<O>> {
+    let b = s.b;
+    let row = |v: &[f64]| o.tensor(v, &[b], dtype);
+    Ok(LstmInputs {
+        l: s.l,
+        c: s.c,
+        b,
+        main: o.tensor(&s.main_params, &[8 * s.l * b], dtype)?,
+        extra: o.tensor(&s.extra_params, &[3 * b], dtype)?,
+        state: s.state.chunks(b).map(row).collect::<Result<_>>()?,
+        sequence: s.sequence.chunks(b).map(row).collect::<Result<_>>()?,
+        rows: (0..8 * s.l)
+            .map(|j| o.index(&((j * b) as i64..((j + 1) * b) as i64).collect::<Vec<_>>()))
+            .collect::<Result<_>>()?,
+    })
+}
+
+/// One layer's diagonal weights and biases, gates forget/input/output/change.
+struct Layer<T> {
+    w: [T; 4],
+    bias: [T; 4],
+}
+
+impl<O: Ops> LstmInputs<O> {
+    /// Number of parameters (the gradient's length): 8lb main then 3b extra.
+    pub fn num_params(&self) -> usize {
+        8 * self.l * self.b + 3 * self.b
+    }
+
+    /// The objective on engine `P` (built over this problem's device, sharing its index tensors)
+    /// with the given parameters, state (2l tensors of b) and sequence (c tensors of b).
+    pub fn objective_on<P: Ops<I = O::I>>(
+        &self,
+        p: &P,
+        main: &P::T,
+        extra: &P::T,
+        state: &[P::T],
+        sequence: &[P::T],
+    ) -> Result<P::T> {
+        use adgauge_backends::TensorMeta;
+        let (l, c, b) = (self.l, self.c, self.b);
+        let dt = main.dtype();
+        let row = |t: &P::T, j: usize| p.gather(t, &self.rows[j], OutOfRange::Error);
+        let layers: Vec<Layer<P::T>> = (0..l)
+            .map(|j| {
+                let w = [row(main, 8 * j)?, row(main, 8 * j + 1)?, row(main, 8 * j + 2)?, row(main, 8 * j + 3)?];
+                let bias = [row(main, 8 * j + 4)?, row(main, 8 * j + 5)?, row(main, 8 * j + 6)?, row(main, 8 * j + 7)?];
+                Ok(Layer { w, bias })
+            })
+            .collect::<Result<_>>()?;
+        let (in_w, out_w, out_b) = (row(extra, 0)?, row(extra, 1)?, row(extra, 2)?);
+        let mut hidden: Vec<P::T> = (0..l).map(|j| state[2 * j].clone()).collect();
+        let mut cell: Vec<P::T> = (0..l).map(|j| state[2 * j + 1].clone()).collect();
+        let two = p.scalar(2.0, dt)?;
+        let affine = |x: &P::T, w: &P::T, bias: &P::T| p.add(&p.mul(x, w)?, bias);
+        let mut total: Option<P::T> = None;
+        for t in 0..c.saturating_sub(1) {
+            let mut input = p.mul(&sequence[t], &in_w)?;
+            for (j, layer) in layers.iter().enumerate() {
+                let forget = p.unary(UnaryOp::Sigmoid, &affine(&input, &layer.w[0], &layer.bias[0])?)?;
+                let ingate = p.unary(UnaryOp::Sigmoid, &affine(&hidden[j], &layer.w[1], &layer.bias[1])?)?;
+                let outgate = p.unary(UnaryOp::Sigmoid, &affine(&input, &layer.w[2], &layer.bias[2])?)?;
+                let change = p.unary(UnaryOp::Tanh, &affine(&hidden[j], &layer.w[3], &layer.bias[3])?)?;
+                cell[j] = p.add(&p.mul(&cell[j], &forget)?, &p.mul(&ingate, &change)?)?;
+                hidden[j] = p.mul(&outgate, &p.unary(UnaryOp::Tanh, &cell[j])?)?;
+                input = hidden[j].clone();
+            }
+            let ypred = affine(&input, &out_w, &out_b)?;
+            // ADBench's log-sum-exp: log(sum(exp(y)) + 2), no maximum subtracted.
+            let lse = p.unary(UnaryOp::Log, &p.add(&p.sum(&p.unary(UnaryOp::Exp, &ypred)?)?, &two)?)?;
+            let ynorm = p.sub(&ypred, &lse)?;
+            let term = p.sum(&p.mul(&sequence[t + 1], &ynorm)?)?;
+            total = Some(match total {
+                Some(acc) => p.add(&acc, &term)?,
+                None => term,
+            });
+        }
+        let total = match total {
+            Some(t) => t,
+            None => p.scalar(0.0, dt)?,
+        };
+        let count = (c.saturating_sub(1) * b) as f64;
+        // -total / count; with count = 0 this is -0/0 = NaN, as in ADBench.
+        p.div(&p.neg(&total)?, &p.scalar(count, dt)?)
+    }
+}
+
+/// The objective, shape `[1]`.
+pub fn objective<O: Ops>(o: &O, x: &LstmInputs<O>) -> Result<O::T> {
+    x.objective_on(o, &x.main, &x.extra, &x.state, &x.sequence)
+}
+
+/// Objective and gradient [main, extra] by reverse mode.
+pub fn gradient<B: Ops>(b: &B, x: &LstmInputs<B>) -> Result<(f64, Vec<f64>)> {
+    use adgauge_backends::TensorMeta;
+    let r = Reverse::new(b.clone());
+    let (m, e) = (r.var(x.main.clone()), r.var(x.extra.clone()));
+    let state: Vec<_> = x.state.iter().map(|t| r.lift(t.clone())).collect();
+    let seq: Vec<_> = x.sequence.iter().map(|t| r.lift(t.clone())).collect();
+    let f = x.objective_on(&r, &m, &e, &state, &seq)?;
+    let gr = r.backward(&f, b.full(&[1], 1.0, f.dtype())?)?;
+    let mut out = b.to_vec(&gr.get_or_zeros(b, &m)?)?;
+    out.extend(b.to_vec(&gr.get_or_zeros(b, &e)?)?);
+    Ok((b.to_vec(f.value())?[0], out))
+}
+
+/// The directional derivative of f along `v` (laid out like the gradient) by one forward sweep:
+/// `(f, f'(v))`.
+pub fn directional<B: Ops>(b: &B, x: &LstmInputs<B>, v: &[f64]) -> Result<(f64, f64)> {
+    use adgauge_backends::TensorMeta;
+    let f = Forward::new(b.clone());
+    let dt = x.main.dtype();
+    let nm = 8 * x.l * x.b;
+    if v.len() != x.num_params() {
+        return Err(adgauge_backends::OpError::Shape {
+            op: "lstm directional",
+            detail: format!("direction has {} entries, expected {}", v.len(), x.num_params()),
+        });
+    }
+    let (vm, ve) = v.split_at(nm);
+    let m = f.dual(x.main.clone(), b.tensor(vm, &[nm], dt)?)?;
+    let e = f.dual(x.extra.clone(), b.tensor(ve, &[3 * x.b], dt)?)?;
+    let state: Vec<_> = x.state.iter().map(|t| f.lift(t.clone())).collect();
+    let seq: Vec<_> = x.sequence.iter().map(|t| f.lift(t.clone())).collect();
+    let y = x.objective_on(&f, &m, &e, &state, &seq)?;
+    Ok((b.to_vec(f.primal(&y))?[0], b.to_vec(&f.tangent(&y)?)?[0]))
+}
+
+/// Objective and gradient by forward mode: one sweep per parameter.
+pub fn gradient_forward<B: Ops>(b: &B, x: &LstmInputs<B>) -> Result<(f64, Vec<f64>)> {
+    let np = x.num_params();
+    let mut out = Vec::with_capacity(np);
+    let mut value = f64::NAN;
+    let mut e = vec![0.0; np];
+    for j in 0..np {
+        e[j] = 1.0;
+        let (y, dy) = directional(b, x, &e)?;
+        e[j] = 0.0;
+        value = y;
+        out.push(dy);
+    }
+    Ok((value, out))
+}
+
+/// One layer's saved forward values at one time step (each b long).
+struct Saved<T> {
+    input: Vec<T>,
+    hidden: Vec<T>,
+    cell: Vec<T>,
+    gates: [Vec<T>; 4],
+    tanh_cell: Vec<T>,
+}
+
+fn sigmoid<T: Elem>(x: T) -> T {
+    T::one() / (T::one() + (-x).exp())
+}
+
+/// The hand-derived objective and gradient in `T` (reverse mode written out: a forward sweep
+/// saving every layer's input, previous state, gates and tanh(cell), then the adjoint sweep
+/// backwards in time and down the layers). With s = -1/((c-1) b) and E = sum(exp(y)) + 2, the
+/// prediction's adjoint at step t is `dy_k = s (x_{t+1,k} - sum(x_{t+1}) exp(y_k) / E)`.
+pub fn manual<T: Elem>(s: &LstmInput) -> (f64, Vec<f64>) {
+    let (l, c, b) = (s.l, s.c, s.b);
+    let t = |v: &[f64]| v.iter().map(|&x| T::of_f64(x)).collect::<Vec<T>>();
+    let (main, extra, state, seq) = (t(&s.main_params), t(&s.extra_params), t(&s.state), t(&s.sequence));
+    let wrow = |j: usize, g: usize| &main[(8 * j + g) * b..(8 * j + g + 1) * b];
+    let brow = |j: usize, g: usize| &main[(8 * j + 4 + g) * b..(8 * j + 5 + g) * b];
+    let (in_w, out_w, out_b) = (&extra[..b], &extra[b..2 * b], &extra[2 * b..]);
+    let xrow = |i: usize| &seq[i * b..(i + 1) * b];
+    let steps = c.saturating_sub(1);
+    let mut hidden: Vec<Vec<T>> = (0..l).map(|j| state[2 * j * b..(2 * j + 1) * b].to_vec()).collect();
+    let mut cell: Vec<Vec<T>> = (0..l).map(|j| state[(2 * j + 1) * b..(2 * j + 2) * b].to_vec()).collect();
+    let mut saved: Vec<Saved<T>> = Vec::with_capacity(steps * l);
+    let mut preds: Vec<Vec<T>> = Vec::with_capacity(steps);
+    let mut total = T::zero();
+    for ti in 0..steps {
+        let mut input: Vec<T> = xrow(ti).iter().zip(in_w).map(|(&x, &w)| x * w).collect();
+        for j in 0..l {
+            let z = |g: usize, v: &[T], k: usize| v[k] * wrow(j, g)[k] + brow(j, g)[k];
+            let (hp, cp) = (hidden[j].clone(), cell[j].clone());
+            let f: Vec<T> = (0..b).map(|k| sigmoid(z(0, &input, k))).collect();
+            let i: Vec<T> = (0..b).map(|k| sigmoid(z(1, &hp, k))).collect();
+            let o: Vec<T> = (0..b).map(|k| sigmoid(z(2, &input, k))).collect();
+            let g: Vec<T> = (0..b).map(|k| z(3, &hp, k).tanh()).collect();
+            let cn: Vec<T> = (0..b).map(|k| cp[k] * f[k] + i[k] * g[k]).collect();
+            let tc: Vec<T> = cn.iter().map(|v| v.tanh()).collect();
+            let hn: Vec<T> = (0..b).map(|k| o[k] * tc[k]).collect();
+            saved.push(Saved { input, hidden: hp, cell: cp, gates: [f, i, o, g], tanh_cell: tc });
+            cell[j] = cn;
+            hidden[j] = hn.clone();
+            input = hn;
+        }
+        let y: Vec<T> = (0..b).map(|k| input[k] * out_w[k] + out_b[k]).collect();
+        let lse = (y.iter().fold(T::zero(), |a, &v| a + v.exp()) + T::of_f64(2.0)).ln();
+        total = xrow(ti + 1).iter().zip(&y).fold(total, |a, (&x, &v)| a + x * (v - lse));
+        preds.push(y);
+    }
+    let count = T::of_f64((steps * b) as f64);
+    let f = -total / count;
+
+    // Adjoint sweep.
+    let sc = -T::one() / count;
+    let mut gmain = vec![T::zero(); 8 * l * b];
+    let mut gextra = vec![T::zero(); 3 * b];
+    let mut dh = vec![vec![T::zero(); b]; l];
+    let mut dc = vec![vec![T::zero(); b]; l];
+    for ti in (0..steps).rev() {
+        let y = &preds[ti];
+        let xn = xrow(ti + 1);
+        let e: T = y.iter().fold(T::zero(), |a, &v| a + v.exp()) + T::of_f64(2.0);
+        let sx = xn.iter().fold(T::zero(), |a, &v| a + v);
+        let top = saved[ti * l + l - 1].gates[2].iter().zip(&saved[ti * l + l - 1].tanh_cell);
+        for (k, (&o, &tc)) in top.enumerate() {
+            let dy = sc * (xn[k] - sx * y[k].exp() / e);
+            gextra[b + k] = gextra[b + k] + dy * o * tc;
+            gextra[2 * b + k] = gextra[2 * b + k] + dy;
+            dh[l - 1][k] = dh[l - 1][k] + dy * out_w[k];
+        }
+        for j in (0..l).rev() {
+            let sv = &saved[ti * l + j];
+            let [f, i, o, g] = &sv.gates;
+            let mut dinput = vec![T::zero(); b];
+            for k in 0..b {
+                let tc = sv.tanh_cell[k];
+                let dhn = dh[j][k];
+                let d_o = dhn * tc;
+                let dcn = dc[j][k] + dhn * o[k] * (T::one() - tc * tc);
+                let (df, di, dg) = (dcn * sv.cell[k], dcn * g[k], dcn * i[k]);
+                let dz = [
+                    df * f[k] * (T::one() - f[k]),
+                    di * i[k] * (T::one() - i[k]),
+                    d_o * o[k] * (T::one() - o[k]),
+                    dg * (T::one() - g[k] * g[k]),
+                ];
+                // Gates 0 and 2 read the input, gates 1 and 3 the previous hidden state.
+                let mut dhp = T::zero();
+                for (gate, &d) in dz.iter().enumerate() {
+                    let src = if gate % 2 == 0 { sv.input[k] } else { sv.hidden[k] };
+                    let wpos = (8 * j + gate) * b + k;
+                    gmain[wpos] = gmain[wpos] + d * src;
+                    gmain[wpos + 4 * b] = gmain[wpos + 4 * b] + d;
+                    if gate % 2 == 0 {
+                        dinput[k] = dinput[k] + d * main[wpos];
+                    } else {
+                        dhp = dhp + d * main[wpos];
+                    }
+                }
+                dh[j][k] = dhp;
+                dc[j][k] = dcn * f[k];
+            }
+            if j > 0 {
+                for k in 0..b {
+                    dh[j - 1][k] = dh[j - 1][k] + dinput[k];
+                }
+            } else {
+                for k in 0..b {
+                    gextra[k] = gextra[k] + dinput[k] * xrow(ti)[k];
+                }
+            }
+        }
+    }
+    let grad = gmain.into_iter().chain(gextra).map(|v| v.as_f64()).collect();
+    (f.as_f64(), grad)
+}
+
+/// The objective alone in plain `T` (the manual primal, the speed reference for the objective).
+pub fn manual_objective<T: Elem>(s: &LstmInput) -> f64 {
+    let (l, c, b) = (s.l, s.c, s.b);
+    let t = |v: &[f64]| v.iter().map(|&x| T::of_f64(x)).collect::<Vec<T>>();
+    let (main, extra, state, seq) = (t(&s.main_params), t(&s.extra_params), t(&s.state), t(&s.sequence));
+    let mut st = state;
+    let mut total = T::zero();
+    let (mut input, mut y) = (vec![T::zero(); b], vec![T::zero(); b]);
+    for ti in 0..c.saturating_sub(1) {
+        for k in 0..b {
+            input[k] = seq[ti * b + k] * extra[k];
+        }
+        for j in 0..l {
+            let p = &main[8 * j * b..8 * (j + 1) * b];
+            let (hidden, cell) = st[2 * j * b..2 * (j + 1) * b].split_at_mut(b);
+            for k in 0..b {
+                let f = sigmoid(input[k] * p[k] + p[4 * b + k]);
+                let i = sigmoid(hidden[k] * p[b + k] + p[5 * b + k]);
+                let o = sigmoid(input[k] * p[2 * b + k] + p[6 * b + k]);
+                let g = (hidden[k] * p[3 * b + k] + p[7 * b + k]).tanh();
+                cell[k] = cell[k] * f + i * g;
+                hidden[k] = o * cell[k].tanh();
+                input[k] = hidden[k];
+            }
+        }
+        for k in 0..b {
+            y[k] = input[k] * extra[b + k] + extra[2 * b + k];
+        }
+        let lse = (y.iter().fold(T::zero(), |a, &v| a + v.exp()) + T::of_f64(2.0)).ln();
+        total = seq[(ti + 1) * b..(ti + 2) * b].iter().zip(&y).fold(total, |a, (&x, &v)| a + x * (v - lse));
+    }
+    (-total / T::of_f64((c.saturating_sub(1) * b) as f64)).as_f64()
+}
+
+/// [`manual`] in the dtype under test.
+pub fn manual_in(s: &LstmInput, dtype: DType) -> (f64, Vec<f64>) {
+    match dtype {
+        DType::F32 => manual::<f32>(s),
+        DType::F64 => manual::<f64>(s),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use adgauge_backends::Cpu;
+    use adgauge_datasets::adbench::adbench_file;
+
+    use super::*;
+
+    fn close(a: &[f64], b: &[f64], tol: f64) -> bool {
+        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() <= tol * (x.abs() + y.abs()).max(1.0))
+    }
+
+    /// A deterministic pseudo-random vector in [-1, 1).
+    fn direction(n: usize, seed: u64) -> Vec<f64> {
+        let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (0..n)
+            .map(|_| {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((s >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    fn set_param(s: &mut LstmInput, j: usize, v: f64) {
+        let nm = s.main_params.len();
+        if j < nm { s.main_params[j] = v } else { s.extra_params[j - nm] = v }
+    }
+
+    fn get_param(s: &LstmInput, j: usize) -> f64 {
+        let nm = s.main_params.len();
+        if j < nm { s.main_params[j] } else { s.extra_params[j - nm] }
+    }
+
+    /// Reverse vs manual (all coordinates), central differences of the manual objective on
+    /// `coords`, forward directional derivatives vs the reverse gradient (dot-product test).
+    fn check_problem(s: &LstmInput, coords: &[usize], tol: f64) -> (f64, Vec<f64>) {
+        let cpu = Cpu::new(Some(2)).unwrap();
+        let x = upload(&cpu, s, DType::F64).unwrap();
+        let f_primal = cpu.to_vec(&objective(&cpu, &x).unwrap()).unwrap()[0];
+        let (f_ad, g_ad) = gradient(&cpu, &x).unwrap();
+        let (f_m, g_m) = manual::<f64>(s);
+        assert_eq!(manual_objective::<f64>(s), f_m);
+        assert!(close(&[f_ad, f_primal], &[f_m, f_m], tol), "objective {f_ad} / {f_primal} vs manual {f_m}");
+        assert!(close(&g_ad, &g_m, tol), "gradient vs manual:\n{g_ad:?}\n{g_m:?}");
+        let h = 1e-5;
+        for &j in coords {
+            let at = |d: f64| {
+                let mut p = s.clone();
+                set_param(&mut p, j, get_param(s, j) + d);
+                manual::<f64>(&p).0
+            };
+            let fd = (at(h) - at(-h)) / (2.0 * h);
+            assert!((fd - g_ad[j]).abs() <= 1e-7 * fd.abs().max(1.0), "coordinate {j}: {} vs fd {fd}", g_ad[j]);
+        }
+        for seed in 0..3 {
+            let v = direction(g_ad.len(), seed);
+            let (fy, dy) = directional(&cpu, &x, &v).unwrap();
+            let dot: f64 = g_ad.iter().zip(&v).map(|(a, b)| a * b).sum();
+            assert!(close(&[fy], &[f_m], tol));
+            assert!((dy - dot).abs() <= tol * dot.abs().max(1.0), "jvp {dy} vs <grad, v> {dot}");
+        }
+        (f_ad, g_ad)
+    }
+
+    #[test]
+    fn generated_problems_agree_with_manual_forward_and_differences() {
+        for (seed, (l, c, b)) in [(1, 5, 3), (2, 8, 4), (3, 6, 14)].into_iter().enumerate() {
+            let s = LstmInput::generate(l, c, b, seed as u64 + 10);
+            let all: Vec<usize> = (0..8 * l * b + 3 * b).collect();
+            check_problem(&s, &all, 1e-11);
+        }
+    }
+
+    #[test]
+    fn full_forward_gradient_matches_reverse() {
+        let s = LstmInput::generate(2, 4, 3, 7);
+        let cpu = Cpu::new(Some(2)).unwrap();
+        let x = upload(&cpu, &s, DType::F64).unwrap();
+        let (f_r, g_r) = gradient(&cpu, &x).unwrap();
+        let (f_f, g_f) = gradient_forward(&cpu, &x).unwrap();
+        assert!(close(&[f_r], &[f_f], 1e-12));
+        assert!(close(&g_r, &g_f, 1e-11));
+        assert_eq!(g_r.len(), 8 * 2 * 3 + 3 * 3);
+    }
+
+    #[test]
+    fn one_step_matches_a_hand_computation() {
+        // l = 1, c = 2, b = 1: every quantity is a scalar.
+        let s = LstmInput {
+            l: 1,
+            c: 2,
+            b: 1,
+            main_params: vec![0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8],
+            extra_params: vec![0.9, 1.1, 1.2],
+            state: vec![0.25, 0.75],
+            sequence: vec![1.0, 1.0],
+        };
+        let sg = |x: f64| 1.0 / (1.0 + (-x).exp());
+        let input = 0.9;
+        let (f, i, o, g) =
+            (sg(input * 0.1 + 0.5), sg(0.25 * 0.2 + 0.6), sg(input * 0.3 + 0.7), (0.25f64 * 0.4 + 0.8).tanh());
+        let cell = 0.75 * f + i * g;
+        let y = o * cell.tanh() * 1.1 + 1.2;
+        let want = -(y - (y.exp() + 2.0).ln());
+        let (got, _) = manual::<f64>(&s);
+        assert!((got - want).abs() < 1e-15, "{got} vs {want}");
+        let cpu = Cpu::new(Some(1)).unwrap();
+        let x = upload(&cpu, &s, DType::F64).unwrap();
+        let ad = cpu.to_vec(&objective(&cpu, &x).unwrap()).unwrap()[0];
+        assert!((ad - want).abs() < 1e-15, "{ad} vs {want}");
+    }
+
+    #[test]
+    fn a_single_character_gives_nan_as_in_adbench() {
+        let s = LstmInput::generate(1, 1, 3, 0);
+        assert!(manual::<f64>(&s).0.is_nan());
+        let cpu = Cpu::new(Some(1)).unwrap();
+        let x = upload(&cpu, &s, DType::F64).unwrap();
+        assert!(cpu.to_vec(&objective(&cpu, &x).unwrap()).unwrap()[0].is_nan());
+    }
+
+    #[test]
+    fn adbench_l2_c1024_agrees_with_manual_forward_and_differences() {
+        let Some(path) = adbench_file("lstm/lstm_l2_c1024.txt") else { return };
+        let s = LstmInput::read(&path).unwrap();
+        let n = 8 * s.l * s.b + 3 * s.b;
+        // A spread of coordinates over every block (weights, biases of each layer, extras).
+        let coords: Vec<usize> = (0..n).step_by(7).chain([n - 1]).collect();
+        let (f, g) = check_problem(&s, &coords, 1e-10);
+        assert!(f.is_finite() && g.iter().all(|v| v.is_finite()));
+        eprintln!("lstm_l2_c1024: objective {f}");
+    }
+
+    #[test]
+    fn f32_runs_agree_with_the_f32_manual() {
+        let s = LstmInput::generate(2, 30, 14, 4);
+        let rounded = LstmInput {
+            main_params: s.main_params.iter().map(|&v| v as f32 as f64).collect(),
+            extra_params: s.extra_params.iter().map(|&v| v as f32 as f64).collect(),
+            state: s.state.iter().map(|&v| v as f32 as f64).collect(),
+            ..s.clone()
+        };
+        let cpu = Cpu::new(Some(2)).unwrap();
+        let x = upload(&cpu, &s, DType::F32).unwrap();
+        let (f, gr) = gradient(&cpu, &x).unwrap();
+        let (fm, gm) = manual::<f32>(&rounded);
+        let (f64m, g64m) = manual::<f64>(&rounded);
+        assert!(close(&[f], &[fm], 1e-5), "{f} vs {fm}");
+        assert!(close(&gr, &gm, 1e-4));
+        assert!(close(&[f], &[f64m], 1e-5));
+        assert!(close(&gr, &g64m, 1e-4));
+        let v = direction(gr.len(), 9);
+        let (_, dy) = directional(&cpu, &x, &v).unwrap();
+        let dot: f64 = gr.iter().zip(&v).map(|(a, b)| a * b).sum();
+        assert!((dy - dot).abs() <= 1e-4 * dot.abs().max(1.0), "{dy} vs {dot}");
+    }
+}
