@@ -193,11 +193,15 @@ fn gmm_on<D: Ops>(device: &D, args: &EvalArgs, g: &adgauge_datasets::gmm::GmmInp
 /// `adgauge eval lstm --input <ADBench .txt>`: `{"objective": x}` (primal), with
 /// `"gradient": [main, extra]` by reverse mode (vjp) or by one forward sweep per parameter (jvp).
 fn run_lstm(args: &EvalArgs, threads: Option<usize>) -> anyhow::Result<String> {
-    use adgauge_workloads::lstm;
     let s = adgauge_datasets::lstm::LstmInput::read(&args.input).map_err(|e| bad_input(e.to_string()))?;
-    let device = open_cpu(&args.backend, threads)?;
+    let device = open_device(&args.backend, threads)?;
+    crate::with_device!(&device, |d| lstm_on(d, args, &s))
+}
+
+fn lstm_on<D: Ops>(device: &D, args: &EvalArgs, s: &adgauge_datasets::lstm::LstmInput) -> anyhow::Result<String> {
+    use adgauge_workloads::lstm;
     let dt = args.dtype;
-    let x = lstm::upload(&device, &s, dt).map_err(input_error)?;
+    let x = lstm::upload(device, s, dt).map_err(input_error)?;
     let num = |v: f64| crate::case_json::format_number(v, dt);
     let with_gradient = |(f, gr): (f64, Vec<f64>)| {
         let parts: Vec<String> = gr.iter().map(|&v| num(v)).collect();
@@ -205,10 +209,10 @@ fn run_lstm(args: &EvalArgs, threads: Option<usize>) -> anyhow::Result<String> {
     };
     Ok(match args.mode.unwrap_or(Mode::Primal) {
         Mode::Primal => {
-            let f = device.to_vec(&lstm::objective(&device, &x).map_err(input_error)?)?;
+            let f = device.to_vec(&lstm::objective(device, &x).map_err(input_error)?)?;
             format!("{{\"objective\": {}}}", num(f[0]))
         }
-        Mode::Vjp => with_gradient(lstm::gradient(&device, &x).map_err(input_error)?),
-        Mode::Jvp => with_gradient(lstm::gradient_forward(&device, &x).map_err(input_error)?),
+        Mode::Vjp => with_gradient(lstm::gradient(device, &x).map_err(input_error)?),
+        Mode::Jvp => with_gradient(lstm::gradient_forward(device, &x).map_err(input_error)?),
     })
 }
