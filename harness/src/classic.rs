@@ -11,7 +11,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use adgauge_backends::{Cpu, DType, Device, Forward, Ops, TensorMeta};
 use adgauge_datasets::gmm::GmmInput;
 use adgauge_datasets::kmeans::{KmeansData, generate as generate_kmeans};
-use adgauge_reports::{Check, ResultRow, SCHEMA_VERSION, Status, Timing};
+use adgauge_reports::{ResultRow, SCHEMA_VERSION, Status, Timing};
 use adgauge_workloads::{gmm, kmeans};
 
 use crate::kmeans_case::KmeansFlat;
@@ -224,19 +224,7 @@ pub fn run_case<D: Device>(cpu: &Cpu, device: &D, spec: &ClassicSpec, budget: &B
     let result = catch_unwind(AssertUnwindSafe(|| -> anyhow::Result<()> {
         if spec.validate {
             let outcomes = validate(cpu, spec)?;
-            for o in &outcomes {
-                row.checks.push(Check {
-                    name: o.kind.name().into(),
-                    worst: o.worst,
-                    tolerance: o.tolerance,
-                    passed: o.passed(),
-                });
-            }
-            if let Some(bad) = outcomes.iter().find(|o| !o.passed()) {
-                row.status = Status::Failed;
-                row.message =
-                    Some(format!("{} worst {:.3e} > tolerance {:.1e}", bad.kind.name(), bad.worst, bad.tolerance));
-            }
+            crate::runner::record_checks(&mut row, &outcomes);
         }
         let p = prepare(device, spec)?;
         let mut times: [Option<Timing>; 3] = [None, None, None];

@@ -326,6 +326,21 @@ pub fn check(args: &CheckArgs, threads: Option<usize>) -> anyhow::Result<Code> {
     crate::with_device!(&device, |d| check_on(d, &cases, &classic, on_cpu, threads, drop_dest_adjoint))
 }
 
+/// One line per check; failures are collected to be repeated at the end.
+fn print_outcomes(id: &str, outcomes: &[crate::validation::Outcome], failures: &mut Vec<String>) {
+    for o in outcomes {
+        let state = match (&o.skipped, o.passed()) {
+            (Some(why), _) => format!("skipped ({why})"),
+            (None, true) => "ok".into(),
+            (None, false) => "FAILED".into(),
+        };
+        println!("{id:<62} {:<15} worst {:>10.3e}  tol {:>7.1e}  {state}", o.kind.name(), o.worst, o.tolerance);
+        if !o.passed() {
+            failures.push(format!("{id}: {} worst {:.3e} > tolerance {:.1e}", o.kind.name(), o.worst, o.tolerance));
+        }
+    }
+}
+
 /// Runs the validation cases on one device.
 fn check_on<D: Device>(
     device: &D,
@@ -340,29 +355,7 @@ fn check_on<D: Device>(
     for c in cases {
         let id = c.id();
         match validate(device, c, drop_dest_adjoint) {
-            Ok(outcomes) => {
-                for o in outcomes {
-                    let state = match (&o.skipped, o.passed()) {
-                        (Some(why), _) => format!("skipped ({why})"),
-                        (None, true) => "ok".into(),
-                        (None, false) => "FAILED".into(),
-                    };
-                    println!(
-                        "{id:<62} {:<15} worst {:>10.3e}  tol {:>7.1e}  {state}",
-                        o.kind.name(),
-                        o.worst,
-                        o.tolerance
-                    );
-                    if !o.passed() {
-                        failures.push(format!(
-                            "{id}: {} worst {:.3e} > tolerance {:.1e}",
-                            o.kind.name(),
-                            o.worst,
-                            o.tolerance
-                        ));
-                    }
-                }
-            }
+            Ok(outcomes) => print_outcomes(&id, &outcomes, &mut failures),
             Err(e) if is_unsupported(&e) => {
                 skipped += 1;
                 println!("{id:<62} skipped: {e:#}");
@@ -380,25 +373,7 @@ fn check_on<D: Device>(
         for c in classic {
             let id = c.id();
             match crate::classic::validate(&cpu, c) {
-                Ok(outcomes) => {
-                    for o in outcomes {
-                        let state = if o.passed() { "ok" } else { "FAILED" };
-                        println!(
-                            "{id:<62} {:<15} worst {:>10.3e}  tol {:>7.1e}  {state}",
-                            o.kind.name(),
-                            o.worst,
-                            o.tolerance
-                        );
-                        if !o.passed() {
-                            failures.push(format!(
-                                "{id}: {} worst {:.3e} > tolerance {:.1e}",
-                                o.kind.name(),
-                                o.worst,
-                                o.tolerance
-                            ));
-                        }
-                    }
-                }
+                Ok(outcomes) => print_outcomes(&id, &outcomes, &mut failures),
                 Err(e) => {
                     println!("{id:<62} ERROR {e:#}");
                     failures.push(format!("{id}: error: {e:#}"));

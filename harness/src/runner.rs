@@ -145,19 +145,7 @@ fn run_phases<D: Device>(
                 o.tolerance = t;
             }
         }
-        for o in &outcomes {
-            row.checks.push(Check {
-                name: o.kind.name().into(),
-                worst: o.worst,
-                tolerance: o.tolerance,
-                passed: o.passed(),
-            });
-        }
-        if let Some(bad) = outcomes.iter().find(|o| !o.passed()) {
-            row.status = Status::Failed;
-            row.message =
-                Some(format!("{} worst {:.3e} > tolerance {:.1e}", bad.kind.name(), bad.worst, bad.tolerance));
-        }
+        record_checks(row, &outcomes);
     }
     if opts.time {
         if over(row, "timing") {
@@ -173,6 +161,22 @@ fn run_phases<D: Device>(
         (row.primal_peak_bytes, row.vjp_peak_bytes, row.jvp_peak_bytes) = (p, v, j);
     }
     Ok(())
+}
+
+/// Adds the outcomes to the row; the first failed check makes the row `failed` with its message.
+pub fn record_checks(row: &mut ResultRow, outcomes: &[Outcome]) {
+    for o in outcomes {
+        row.checks.push(Check {
+            name: o.kind.name().into(),
+            worst: o.worst,
+            tolerance: o.tolerance,
+            passed: o.passed(),
+        });
+    }
+    if let Some(bad) = outcomes.iter().find(|o| !o.passed()) {
+        row.status = Status::Failed;
+        row.message = Some(format!("{} worst {:.3e} > tolerance {:.1e}", bad.kind.name(), bad.worst, bad.tolerance));
+    }
 }
 
 /// All checks of a case at validation sizes.
