@@ -112,6 +112,11 @@ fn header() -> String {
 
 fn table_row(row: &ResultRow) -> String {
     let p = |k: &str| row.params.get(k).cloned().unwrap_or_default();
+    // The classic workloads have a dimension too.
+    let workload = match row.params.get("d") {
+        Some(d) => format!("{} d={d}", row.workload),
+        None => row.workload.clone(),
+    };
     let both = |t: &Option<Timing>| format!("{}/{}", ms(t, |t| t.min_s), ms(t, |t| t.median_s));
     let status = match row.status {
         Status::Ok => "ok".to_string(),
@@ -119,7 +124,7 @@ fn table_row(row: &ResultRow) -> String {
     };
     format!(
         "{:<15} {:>9} {:>8} {:<15} {:<4} {:>3} {:>17} {:>17} {:>17} {:>7} {:>7} {:>7} {:>7}  {}",
-        row.workload,
+        workload,
         p("n"),
         p("k"),
         row.rule,
