@@ -11,7 +11,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use adgauge_backends::{Cpu, DType, Device, Forward, Ops, TensorMeta};
 use adgauge_datasets::gmm::GmmInput;
 use adgauge_datasets::kmeans::{KmeansData, generate as generate_kmeans};
-use adgauge_reports::{ResultRow, SCHEMA_VERSION, Status, Timing};
+use adgauge_reports::{ResultRow, Status, Timing};
 use adgauge_workloads::{gmm, kmeans};
 
 use crate::kmeans_case::KmeansFlat;
@@ -60,26 +60,7 @@ impl ClassicSpec {
     }
 
     pub fn empty_row(&self, threads: usize) -> ResultRow {
-        ResultRow {
-            schema_version: SCHEMA_VERSION,
-            case_id: self.id(),
-            workload: self.workload().into(),
-            params: self.params(),
-            backend: self.backend.clone(),
-            dtype: self.dtype.name().into(),
-            rule: "-".into(),
-            threads,
-            seed: self.seed,
-            primal: None,
-            vjp: None,
-            jvp: None,
-            primal_peak_bytes: None,
-            vjp_peak_bytes: None,
-            jvp_peak_bytes: None,
-            checks: Vec::new(),
-            status: Status::Ok,
-            message: None,
-        }
+        ResultRow::unmeasured(self.workload(), self.params(), &self.backend, self.dtype.name(), "-", threads, self.seed)
     }
 
     /// The same case at validation size (small enough for finite differences on every

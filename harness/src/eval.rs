@@ -176,15 +176,9 @@ fn gmm_on<D: Ops>(device: &D, args: &EvalArgs, g: &adgauge_datasets::gmm::GmmInp
     use adgauge_workloads::gmm;
     let dt = args.dtype;
     let x = gmm::upload(device, g, dt).map_err(input_error)?;
-    let num = |v: f64| crate::case_json::format_number(v, dt);
-    let with_gradient = |(f, gr): (f64, Vec<f64>)| {
-        let parts: Vec<String> = gr.iter().map(|&v| num(v)).collect();
-        format!("{{\"objective\": {}, \"gradient\": [{}]}}", num(f), parts.join(", "))
-    };
+    let with_gradient = |(f, gr): (f64, Vec<f64>)| objective_json(f, Some(&gr), dt);
     Ok(match args.mode.unwrap_or(Mode::Primal) {
-        Mode::Primal => {
-            format!("{{\"objective\": {}}}", num(device.to_vec(&gmm::objective(device, &x).map_err(input_error)?)?[0]))
-        }
+        Mode::Primal => objective_json(device.to_vec(&gmm::objective(device, &x).map_err(input_error)?)?[0], None, dt),
         Mode::Vjp => with_gradient(gmm::gradient(device, &x).map_err(input_error)?),
         Mode::Jvp => with_gradient(gmm::gradient_forward(device, &x).map_err(input_error)?),
     })
@@ -202,17 +196,22 @@ fn lstm_on<D: Ops>(device: &D, args: &EvalArgs, s: &adgauge_datasets::lstm::Lstm
     use adgauge_workloads::lstm;
     let dt = args.dtype;
     let x = lstm::upload(device, s, dt).map_err(input_error)?;
-    let num = |v: f64| crate::case_json::format_number(v, dt);
-    let with_gradient = |(f, gr): (f64, Vec<f64>)| {
-        let parts: Vec<String> = gr.iter().map(|&v| num(v)).collect();
-        format!("{{\"objective\": {}, \"gradient\": [{}]}}", num(f), parts.join(", "))
-    };
+    let with_gradient = |(f, gr): (f64, Vec<f64>)| objective_json(f, Some(&gr), dt);
     Ok(match args.mode.unwrap_or(Mode::Primal) {
-        Mode::Primal => {
-            let f = device.to_vec(&lstm::objective(device, &x).map_err(input_error)?)?;
-            format!("{{\"objective\": {}}}", num(f[0]))
-        }
+        Mode::Primal => objective_json(device.to_vec(&lstm::objective(device, &x).map_err(input_error)?)?[0], None, dt),
         Mode::Vjp => with_gradient(lstm::gradient(device, &x).map_err(input_error)?),
         Mode::Jvp => with_gradient(lstm::gradient_forward(device, &x).map_err(input_error)?),
     })
+}
+
+/// `{"objective": x}`, with `"gradient": [...]` when there is one (GMM, LSTM).
+fn objective_json(f: f64, gradient: Option<&[f64]>, dt: DType) -> String {
+    let num = |v: f64| crate::case_json::format_number(v, dt);
+    match gradient {
+        None => format!("{{\"objective\": {}}}", num(f)),
+        Some(g) => {
+            let parts: Vec<String> = g.iter().map(|&v| num(v)).collect();
+            format!("{{\"objective\": {}, \"gradient\": [{}]}}", num(f), parts.join(", "))
+        }
+    }
 }

@@ -67,15 +67,7 @@ impl RunWriter {
 /// A run file, or the newest run of a history directory.
 pub fn resolve_run(path: &Path) -> anyhow::Result<(RunInfo, Vec<ResultRow>)> {
     let file = if path.is_dir() {
-        let mut runs: Vec<PathBuf> = fs::read_dir(path)
-            .map_err(|e| bad_input(format!("{}: {e}", path.display())))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| {
-                p.extension().is_some_and(|x| x == "csv")
-                    && !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.'))
-            })
-            .collect();
-        runs.sort();
+        let mut runs = store::run_files(path).map_err(|e| bad_input(e.to_string()))?;
         runs.pop().ok_or_else(|| bad_input(format!("{}: no run files (*.csv) in this directory", path.display())))?
     } else {
         path.to_path_buf()

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use adgauge_backends::{DType, Device, HistRule, OpError};
 use adgauge_datasets::hist::{HistData, generate};
-use adgauge_reports::{Check, ResultRow, SCHEMA_VERSION, Status, Timing};
+use adgauge_reports::{Check, ResultRow, Status, Timing};
 
 use crate::hist_case::HistFlat;
 use crate::memory::peak_during;
@@ -49,26 +49,8 @@ const JACOBIAN_N: usize = 40;
 const JACOBIAN_K: usize = 6;
 
 pub fn empty_row(threads: usize, spec: &CaseSpec) -> ResultRow {
-    ResultRow {
-        schema_version: SCHEMA_VERSION,
-        case_id: spec.id(),
-        workload: spec.workload.name(),
-        params: spec.params(),
-        backend: spec.backend.clone(),
-        dtype: spec.dtype.name().into(),
-        rule: spec.rule.name().into(),
-        threads,
-        seed: spec.seed,
-        primal: None,
-        vjp: None,
-        jvp: None,
-        primal_peak_bytes: None,
-        vjp_peak_bytes: None,
-        jvp_peak_bytes: None,
-        checks: Vec::new(),
-        status: Status::Ok,
-        message: None,
-    }
+    let (workload, dtype) = (spec.workload.name(), spec.dtype.name());
+    ResultRow::unmeasured(&workload, spec.params(), &spec.backend, dtype, spec.rule.name(), threads, spec.seed)
 }
 
 /// Whether an error says the rule or mode is not supported (rather than broken).

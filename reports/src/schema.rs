@@ -105,6 +105,39 @@ pub struct ResultRow {
 }
 
 impl ResultRow {
+    /// A row for a case with nothing measured yet (status ok until something says otherwise);
+    /// the case id is derived from the identity fields by [`case_id`].
+    pub fn unmeasured(
+        workload: &str,
+        params: BTreeMap<String, String>,
+        backend: &str,
+        dtype: &str,
+        rule: &str,
+        threads: usize,
+        seed: u64,
+    ) -> ResultRow {
+        ResultRow {
+            schema_version: SCHEMA_VERSION,
+            case_id: case_id(workload, &params, backend, dtype, rule),
+            workload: workload.into(),
+            params,
+            backend: backend.into(),
+            dtype: dtype.into(),
+            rule: rule.into(),
+            threads,
+            seed,
+            primal: None,
+            vjp: None,
+            jvp: None,
+            primal_peak_bytes: None,
+            vjp_peak_bytes: None,
+            jvp_peak_bytes: None,
+            checks: Vec::new(),
+            status: Status::Ok,
+            message: None,
+        }
+    }
+
     /// vjp median / primal median, when both were measured.
     pub fn vjp_overhead(&self) -> Option<f64> {
         Some(self.vjp.as_ref()?.median_s / self.primal.as_ref()?.median_s)

@@ -395,6 +395,12 @@ pub fn append_run(dir: &Path, run: &RunInfo, rows: &[ResultRow]) -> Result<PathB
 
 /// Every run of a history directory, oldest first (run ids start with a sortable timestamp).
 pub fn read_history(dir: &Path) -> Result<Vec<(RunInfo, Vec<ResultRow>)>, StoreError> {
+    run_files(dir)?.iter().map(|p| read_run(p)).collect()
+}
+
+/// The run files of a history directory, oldest first; hidden files (partial runs, temporary
+/// files of a writer) are not runs.
+pub fn run_files(dir: &Path) -> Result<Vec<PathBuf>, StoreError> {
     let mut paths: Vec<PathBuf> = fs::read_dir(dir)
         .map_err(io(dir))?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -404,7 +410,7 @@ pub fn read_history(dir: &Path) -> Result<Vec<(RunInfo, Vec<ResultRow>)>, StoreE
         })
         .collect();
     paths.sort();
-    paths.iter().map(|p| read_run(p)).collect()
+    Ok(paths)
 }
 
 #[cfg(test)]
