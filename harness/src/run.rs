@@ -113,9 +113,10 @@ fn header() -> String {
 fn table_row(row: &ResultRow) -> String {
     let p = |k: &str| row.params.get(k).cloned().unwrap_or_default();
     // The classic workloads have a dimension too.
-    let workload = match row.params.get("d") {
-        Some(d) => format!("{} d={d}", row.workload),
-        None => row.workload.clone(),
+    let workload = match (row.params.get("d"), row.params.get("l"), row.params.get("c")) {
+        (Some(d), _, _) => format!("{} d={d}", row.workload),
+        (None, Some(l), Some(c)) => format!("{} l={l} c={c}", row.workload),
+        _ => row.workload.clone(),
     };
     let both = |t: &Option<Timing>| format!("{}/{}", ms(t, |t| t.min_s), ms(t, |t| t.median_s));
     let status = match row.status {
@@ -251,7 +252,7 @@ pub fn run(args: &RunArgs, threads: Option<usize>) -> anyhow::Result<Code> {
     Ok(code)
 }
 
-/// The classic validation cases (k-means, GMM) selected by `--workload` and `--dtype`.
+/// The classic validation cases (k-means, GMM, LSTM) selected by `--workload` and `--dtype`.
 fn classic_check_cases(args: &CheckArgs) -> Vec<crate::classic::ClassicSpec> {
     let wanted = |w: &str| args.workload.is_empty() || args.workload.iter().any(|x| x == w);
     let dtypes: Vec<DType> = args.dtype.map(|d| vec![d]).unwrap_or_else(|| DType::ALL.to_vec());
@@ -260,13 +261,14 @@ fn classic_check_cases(args: &CheckArgs) -> Vec<crate::classic::ClassicSpec> {
         for (name, kind) in [
             ("kmeans", crate::classic::ClassicKind::Kmeans { n: 200, k: 5, d: 4 }),
             ("gmm", crate::classic::ClassicKind::Gmm { d: 3, k: 3, n: 50 }),
+            ("lstm", crate::classic::ClassicKind::Lstm { l: 2, c: 6, b: 4 }),
         ] {
             if wanted(name) {
                 classic.push(crate::classic::ClassicSpec {
                     kind,
                     dtype,
                     seed: DEFAULT_SEED,
-                    backend: "cpu".into(),
+                    backend: args.backend.clone(),
                     modes: vec![Mode::Primal, Mode::Vjp, Mode::Jvp],
                     validate: true,
                 });
@@ -283,11 +285,11 @@ fn check_cases(args: &CheckArgs) -> anyhow::Result<Vec<CaseSpec>> {
     } else {
         args.workload
             .iter()
-            .filter(|name| !matches!(name.as_str(), "kmeans" | "gmm"))
+            .filter(|name| !matches!(name.as_str(), "kmeans" | "gmm" | "lstm"))
             .map(|name| {
                 HistWorkload::parse(name).ok_or_else(|| {
                     let known: Vec<String> = HistWorkload::all().iter().map(|w| w.name()).collect();
-                    bad_input(format!("unknown workload '{name}' (known: {}, kmeans, gmm)", known.join(", ")))
+                    bad_input(format!("unknown workload '{name}' (known: {}, kmeans, gmm, lstm)", known.join(", ")))
                 })
             })
             .collect::<anyhow::Result<_>>()?
@@ -327,8 +329,7 @@ pub fn check(args: &CheckArgs, threads: Option<usize>) -> anyhow::Result<Code> {
     let cases = check_cases(args)?;
     let classic = classic_check_cases(args);
     let device = open_device(&args.backend, threads)?;
-    let on_cpu = args.backend == "cpu";
-    crate::with_device!(&device, |d| check_on(d, &cases, &classic, on_cpu, threads, drop_dest_adjoint))
+    crate::with_device!(&device, |d| check_on(d, &cases, &classic, threads, drop_dest_adjoint))
 }
 
 /// One line per check; failures are collected to be repeated at the end.
@@ -351,7 +352,6 @@ fn check_on<D: Device>(
     device: &D,
     cases: &[CaseSpec],
     classic: &[crate::classic::ClassicSpec],
-    on_cpu: bool,
     threads: Option<usize>,
     drop_dest_adjoint: bool,
 ) -> anyhow::Result<Code> {
@@ -371,14 +371,17 @@ fn check_on<D: Device>(
             }
         }
     }
-    if !classic.is_empty() && !on_cpu {
-        println!("kmeans and gmm are validated on the CPU only for now");
-    } else if !classic.is_empty() {
+    if !classic.is_empty() {
+        // The f64 reference values for finite differences come from the CPU.
         let cpu = Cpu::new(threads)?;
         for c in classic {
             let id = c.id();
-            match crate::classic::validate(&cpu, c) {
+            match crate::classic::validate(&cpu, device, c) {
                 Ok(outcomes) => print_outcomes(&id, &outcomes, &mut failures),
+                Err(e) if is_unsupported(&e) => {
+                    skipped += 1;
+                    println!("{id:<62} skipped: {e:#}");
+                }
                 Err(e) => {
                     println!("{id:<62} ERROR {e:#}");
                     failures.push(format!("{id}: error: {e:#}"));
@@ -399,6 +402,18 @@ fn check_on<D: Device>(
     }
 }
 
+/// A skipped row saying why `backend` cannot run (the probe's reason).
+fn unavailable_row(mut row: ResultRow, backend: &str) -> ResultRow {
+    let reason = adgauge_backends::probe_devices()
+        .into_iter()
+        .find(|d| d.name == backend)
+        .map(|d| if d.available { "could not be opened".to_string() } else { d.detail })
+        .unwrap_or_else(|| "unknown backend".into());
+    row.status = Status::Skipped;
+    row.message = Some(format!("backend {backend} is unavailable: {reason}"));
+    row
+}
+
 /// Runs one case on the device of its backend (opened on first use).
 fn run_on(cpu: &Cpu, opencl: &std::cell::OnceCell<Option<OpenCl>>, case: &Case, opts: &Options) -> ResultRow {
     let case = match case {
@@ -406,12 +421,11 @@ fn run_on(cpu: &Cpu, opencl: &std::cell::OnceCell<Option<OpenCl>>, case: &Case, 
         Case::Classic(c) => {
             return match c.backend.as_str() {
                 "cpu" => crate::classic::run_case(cpu, cpu, c, &opts.budget),
-                other => {
-                    let mut row = c.empty_row(cpu.threads());
-                    row.status = Status::Skipped;
-                    row.message = Some(format!("{} on {other} is not wired into suites yet (CPU only)", c.workload()));
-                    row
-                }
+                "opencl" => match opencl.get_or_init(|| OpenCl::new().ok()) {
+                    Some(d) => crate::classic::run_case(cpu, d, c, &opts.budget),
+                    None => unavailable_row(c.empty_row(cpu.threads()), "opencl"),
+                },
+                other => unavailable_row(c.empty_row(cpu.threads()), other),
             };
         }
     };
