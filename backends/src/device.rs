@@ -13,6 +13,12 @@ pub trait Device: Ops {
     fn synchronize(&self) -> crate::Result<()>;
     /// Releases cached buffers (before a memory measurement).
     fn trim_cache(&self);
+    /// Total time this device's process-wide runtime has spent compiling kernels so far, or
+    /// None for a device that compiles nothing (the CPU). The harness records the difference
+    /// across a case apart from its timings.
+    fn kernel_compile_time(&self) -> Option<std::time::Duration> {
+        None
+    }
 }
 
 /// Whether a device kind can be used on this machine, and why not.

@@ -285,6 +285,7 @@ fn evaluate<D: Device>(device: &D, p: &Prepared<D>, mode: Mode) -> anyhow::Resul
 /// CPU); never panics.
 pub fn run_case<D: Device>(cpu: &Cpu, device: &D, spec: &ClassicSpec, budget: &Budget) -> ResultRow {
     let mut row = spec.empty_row(device.threads());
+    let compiled_before = device.kernel_compile_time();
     let result = catch_unwind(AssertUnwindSafe(|| -> anyhow::Result<()> {
         if spec.validate {
             let outcomes = validate(cpu, device, spec)?;
@@ -306,6 +307,7 @@ pub fn run_case<D: Device>(cpu: &Cpu, device: &D, spec: &ClassicSpec, budget: &B
         [row.primal_peak_bytes, row.vjp_peak_bytes, row.jvp_peak_bytes] = peaks;
         Ok(())
     }));
+    row.compile_s = crate::runner::compile_seconds(device, compiled_before);
     match result {
         Ok(Ok(())) => {}
         Ok(Err(e)) if crate::runner::is_unsupported(&e) => {

@@ -82,7 +82,9 @@ pub fn run_case<D: Device>(cpu: &D, spec: &CaseSpec, opts: &Options) -> ResultRo
         return row;
     }
     let started = Instant::now();
+    let compiled_before = cpu.kernel_compile_time();
     let outcome = catch_unwind(AssertUnwindSafe(|| run_phases(cpu, spec, opts, started, &mut row)));
+    row.compile_s = compile_seconds(cpu, compiled_before);
     match outcome {
         Ok(Ok(())) => {}
         Ok(Err(e)) => {
@@ -102,6 +104,12 @@ pub fn run_case<D: Device>(cpu: &D, spec: &CaseSpec, opts: &Options) -> ResultRo
         }
     }
     row
+}
+
+/// Seconds `device` spent compiling kernels since it reported `before` (None on devices that
+/// compile nothing).
+pub fn compile_seconds<D: Device>(device: &D, before: Option<std::time::Duration>) -> Option<f64> {
+    Some(device.kernel_compile_time()?.saturating_sub(before?).as_secs_f64())
 }
 
 fn run_phases<D: Device>(

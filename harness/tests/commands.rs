@@ -64,6 +64,37 @@ fn check_validates_the_classic_workloads_on_cpu_and_opencl() {
     }
 }
 
+/// OpenCL rows record the kernel compile time of the case (the first case compiles its
+/// program, a later case of the same program compiles nothing); CPU rows have none.
+#[test]
+fn run_records_kernel_compile_time_apart_from_timings() {
+    if let Err(e) = adgauge_backends::OpenCl::new() {
+        assert!(!adgauge_datasets::adbench::is_required("opencl"), "ADGAUGE_REQUIRE has opencl, but: {e}");
+        eprintln!("skipped: OpenCL unavailable: {e}");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("adgauge-compile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let suite = dir.join("s.yaml");
+    std::fs::write(
+        &suite,
+        "name: s\ntiming: {samples: 1, time_limit_s: 0.05}\ncases:\n  - workload: hist\n    ops: [hypot]\n    rules: [auto]\n    n: [1000, 2000]\n    k: [4]\n    dtypes: [f32]\n    backends: [cpu, opencl]\n    validate: false\n",
+    )
+    .unwrap();
+    let out = adgauge(&["run", "--suite", suite.to_str().unwrap(), "--json", "--no-save"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let rows: Vec<Value> = stdout(&out).lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let compile = |backend: &str| -> Vec<Value> {
+        rows.iter().filter(|r| r["backend"] == backend).map(|r| r["compile_s"].clone()).collect()
+    };
+    assert!(compile("cpu").iter().all(Value::is_null), "{rows:?}");
+    let ocl: Vec<f64> = compile("opencl").iter().map(|v| v.as_f64().unwrap()).collect();
+    assert_eq!(ocl.len(), 2, "{rows:?}");
+    assert!(ocl[0] > 0.0, "the first OpenCL case builds the hypot program: {ocl:?}");
+    assert_eq!(ocl[1], 0.0, "the second finds it cached: {ocl:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn check_catches_a_rule_that_drops_dests_adjoint_with_exit_1() {
     let out = adgauge(&["check", "--workload", "hist-add", "--dtype", "f64", "--inject-fault", "drop-dest-adjoint"]);
@@ -93,7 +124,7 @@ fn run_lists_filters_and_prints_json_rows() {
     let rows: Vec<Value> = stdout(&out).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert!(!rows.is_empty());
     for row in &rows {
-        assert_eq!(row["schema_version"], 1);
+        assert_eq!(row["schema_version"], adgauge_reports::SCHEMA_VERSION);
         assert_eq!(row["workload"], "hist-max");
         assert!(row["case_id"].as_str().unwrap().contains("k=10,"));
         let status = row["status"].as_str().unwrap();

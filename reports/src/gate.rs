@@ -185,7 +185,7 @@ mod tests {
             cv: spread / 4.0,
         };
         ResultRow {
-            schema_version: 1,
+            schema_version: crate::SCHEMA_VERSION,
             case_id: id.into(),
             workload: "w".into(),
             params: BTreeMap::new(),
@@ -203,6 +203,7 @@ mod tests {
             checks: vec![Check { name: "fd-vjp".into(), worst: 1e-9, tolerance: 1e-6, passed: true }],
             status: Status::Ok,
             message: None,
+            compile_s: None,
         }
     }
 

@@ -308,7 +308,7 @@ mod tests {
         params.insert("k".to_string(), k.to_string());
         params.insert("n".to_string(), "1000000".to_string());
         ResultRow {
-            schema_version: 1,
+            schema_version: crate::SCHEMA_VERSION,
             case_id: format!("{workload}[k={k},n=1000000]/cpu/f32/auto"),
             workload: workload.into(),
             params,
@@ -331,6 +331,7 @@ mod tests {
             }],
             status: if passed { Status::Ok } else { Status::Failed },
             message: None,
+            compile_s: None,
         }
     }
 

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-/// Version of the row layout below.
-pub const SCHEMA_VERSION: u32 = 1;
+/// Version of the row layout below. 2 added `compile_s`; version-1 files are still read.
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// How a case ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -102,6 +102,11 @@ pub struct ResultRow {
     pub checks: Vec<Check>,
     pub status: Status,
     pub message: Option<String>,
+    /// Seconds the device spent compiling kernels while the case ran (first use of a program;
+    /// PoCL and NVRTC take about a second per program). Timings exclude it: warm-up runs first.
+    /// None where nothing is compiled (the CPU) and in version-1 files.
+    #[serde(default)]
+    pub compile_s: Option<f64>,
 }
 
 impl ResultRow {
@@ -135,6 +140,7 @@ impl ResultRow {
             checks: Vec::new(),
             status: Status::Ok,
             message: None,
+            compile_s: None,
         }
     }
 
@@ -199,6 +205,7 @@ mod tests {
             checks: vec![],
             status: Status::Timeout,
             message: None,
+            compile_s: Some(0.25),
         };
         let s = serde_json::to_string(&row).unwrap();
         assert!(s.contains("\"status\":\"timeout\""));

@@ -84,7 +84,11 @@ pub const COLUMNS: &[&str] = &[
     "checks",
     "status",
     "message",
+    "compile_s",
 ];
+
+/// Version 1 had every column but the last.
+const V1_COLUMNS: usize = 45;
 
 fn quote(field: &str) -> String {
     if field.contains([',', '"', '\n', '\r']) {
@@ -153,6 +157,7 @@ pub fn to_csv_line(run: &RunInfo, row: &ResultRow) -> String {
         checks.join(";"),
         row.status.name().to_string(),
         row.message.clone().unwrap_or_default(),
+        row.compile_s.map(|c| format!("{c:e}")).unwrap_or_default(),
     ]);
     f.iter().map(|s| quote(s)).collect::<Vec<_>>().join(",")
 }
@@ -285,21 +290,30 @@ pub fn parse_csv(text: &str, path: &Path) -> Result<(RunInfo, Vec<ResultRow>), S
     let Some((_, header)) = recs.first() else {
         return Err(err(1, "empty file: expected the header line".into()));
     };
-    if header.iter().map(String::as_str).ne(COLUMNS.iter().copied()) {
+    // Version 1 files have the first V1_COLUMNS columns; version 2 all of them.
+    let width = match header.len() {
+        n if n == COLUMNS.len() || n == V1_COLUMNS => n,
+        _ => usize::MAX,
+    };
+    if width == usize::MAX || header.iter().map(String::as_str).ne(COLUMNS[..width].iter().copied()) {
         return Err(err(
             1,
-            format!("unexpected header (expected the {} columns of schema {SCHEMA_VERSION})", COLUMNS.len()),
+            format!(
+                "unexpected header (expected the {} columns of schema {SCHEMA_VERSION} or the {V1_COLUMNS} of schema 1)",
+                COLUMNS.len()
+            ),
         ));
     }
+    let file_version = if width == V1_COLUMNS { 1 } else { SCHEMA_VERSION };
     let mut run = None;
     let mut rows = Vec::new();
     for (line, f) in &recs[1..] {
-        if f.len() != COLUMNS.len() {
-            return Err(err(*line, format!("{} fields, expected {}", f.len(), COLUMNS.len())));
+        if f.len() != width {
+            return Err(err(*line, format!("{} fields, expected {width}", f.len())));
         }
         let version: u32 = f[0].parse().map_err(|_| err(*line, format!("bad schema_version '{}'", f[0])))?;
-        if version != SCHEMA_VERSION {
-            return Err(err(*line, format!("schema version {version}, this adgauge reads {SCHEMA_VERSION}")));
+        if version != file_version {
+            return Err(err(*line, format!("schema version {version} in a file of schema {file_version}")));
         }
         let info = RunInfo {
             run_id: f[1].clone(),
@@ -347,6 +361,10 @@ pub fn parse_csv(text: &str, path: &Path) -> Result<(RunInfo, Vec<ResultRow>), S
             checks: parse_checks(&f[col("checks")]).map_err(|m| err(*line, m))?,
             status: parse_status(&f[col("status")]).map_err(|m| err(*line, m))?,
             message: Some(f[col("message")].clone()).filter(|m| !m.is_empty()),
+            compile_s: match f.get(col("compile_s")).map(String::as_str) {
+                None | Some("") => None,
+                Some(c) => Some(c.parse().map_err(|_| err(*line, format!("compile_s: '{c}' is not a number")))?),
+            },
         });
     }
     let run = run.ok_or_else(|| err(2, "no result rows".into()))?;
@@ -450,8 +468,15 @@ mod tests {
             checks: vec![Check { name: "fd-vjp".into(), worst: 1.5e-9, tolerance: 1e-6, passed: true }],
             status: Status::Failed,
             message: Some("line one\nline, two".into()),
+            compile_s: Some(1.25),
         };
-        (run, vec![row.clone(), ResultRow { case_id: "other".into(), checks: vec![], message: None, ..row }])
+        (
+            run,
+            vec![
+                row.clone(),
+                ResultRow { case_id: "other".into(), checks: vec![], message: None, compile_s: None, ..row },
+            ],
+        )
     }
 
     #[test]
@@ -461,6 +486,36 @@ mod tests {
         let (run2, rows2) = parse_csv(&text, Path::new("x.csv")).unwrap();
         assert_eq!(run2, run);
         assert_eq!(rows2, rows);
+    }
+
+    /// A file written by schema 1 (no compile_s column) is still read, its rows without compile
+    /// times; a version-2 row in a version-1 file is an error.
+    #[test]
+    fn schema_1_files_are_still_read() {
+        let (run, mut rows) = sample();
+        // One physical line per record, so that dropping the last field is a text edit.
+        rows[0].message = Some("plain".into());
+        let text = to_csv(&run, &rows);
+        let v1: String = text
+            .lines()
+            .map(|l| {
+                let mut f = l.rsplit_once(',').unwrap().0.to_string();
+                if f.starts_with("2,") {
+                    f.replace_range(..1, "1");
+                }
+                f + "\n"
+            })
+            .collect();
+        assert!(v1.starts_with("schema_version,") && !v1.contains("compile_s"));
+        let (_, back) = parse_csv(&v1, Path::new("old.csv")).unwrap();
+        assert_eq!(back.len(), 2);
+        assert_eq!(back[0].schema_version, 1);
+        assert_eq!(back[0].compile_s, None);
+        assert_eq!(back[0].case_id, rows[0].case_id);
+        assert_eq!(back[0].vjp, rows[0].vjp);
+        let mixed = v1.replacen("\n1,", "\n2,", 1);
+        let e = parse_csv(&mixed, Path::new("old.csv")).unwrap_err().to_string();
+        assert!(e.contains("old.csv:2:") && e.contains("schema version 2"), "{e}");
     }
 
     #[test]

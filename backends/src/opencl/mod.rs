@@ -983,4 +983,7 @@ impl Device for OpenCl {
     fn trim_cache(&self) {
         // Buffers are released when their last tensor drops; there is no cache to trim yet.
     }
+    fn kernel_compile_time(&self) -> Option<Duration> {
+        Some(self.rt.compile_time())
+    }
 }
