@@ -51,6 +51,25 @@ pub enum UnaryOp {
     Square,
 }
 
+impl UnaryOp {
+    /// Every unary operator (tests run each rule over this list).
+    pub const ALL: [UnaryOp; 13] = [
+        UnaryOp::Neg,
+        UnaryOp::Exp,
+        UnaryOp::Log,
+        UnaryOp::Log1p,
+        UnaryOp::Sin,
+        UnaryOp::Cos,
+        UnaryOp::Sqrt,
+        UnaryOp::Tanh,
+        UnaryOp::Sigmoid,
+        UnaryOp::Abs,
+        UnaryOp::Sign,
+        UnaryOp::Recip,
+        UnaryOp::Square,
+    ];
+}
+
 /// Elementwise binary operators. Comparisons return 1.0 or 0.0 in the operands' dtype.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum BinaryOp {
