@@ -27,6 +27,8 @@ pub enum ClassicKind {
     Kmeans { n: usize, k: usize, d: usize },
     /// n points in d dimensions, k components (ADBench's generator).
     Gmm { d: usize, k: usize, n: usize },
+    /// Bundle adjustment: n cameras, m points, p observations (see `ba_case.rs`).
+    Ba { n: usize, m: usize, p: usize },
 }
 
 /// One classic case of a suite.
@@ -45,12 +47,19 @@ impl ClassicSpec {
         match self.kind {
             ClassicKind::Kmeans { .. } => "kmeans",
             ClassicKind::Gmm { .. } => "gmm",
+            ClassicKind::Ba { .. } => "ba",
         }
     }
 
     pub fn params(&self) -> BTreeMap<String, String> {
         let (n, k, d) = match self.kind {
             ClassicKind::Kmeans { n, k, d } | ClassicKind::Gmm { d, k, n } => (n, k, d),
+            ClassicKind::Ba { n, m, p } => {
+                return [("n", n), ("m", m), ("p", p)]
+                    .into_iter()
+                    .map(|(a, b)| (a.to_string(), b.to_string()))
+                    .collect();
+            }
         };
         [("n", n), ("k", k), ("d", d)].into_iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
     }
@@ -69,6 +78,7 @@ impl ClassicSpec {
         match self.kind {
             ClassicKind::Kmeans { n, k, d } => ClassicKind::Kmeans { n: n.min(200), k: k.min(5), d: d.min(4) },
             ClassicKind::Gmm { d, k, n } => ClassicKind::Gmm { d: d.min(3), k: k.min(3), n: n.min(50) },
+            ClassicKind::Ba { n, m, p } => ClassicKind::Ba { n: n.min(3), m: m.min(10), p: p.min(30) },
         }
     }
 }
@@ -156,6 +166,7 @@ pub fn validate(cpu: &Cpu, spec: &ClassicSpec) -> anyhow::Result<Vec<Outcome>> {
             let f = GmmFlat::new(cpu.clone(), dt, &GmmInput::generate(d, k, n, spec.seed));
             standard(&f, f.manual_gradient(), &mut out)?;
         }
+        ClassicKind::Ba { n, m, p } => out = crate::ba_case::validate(cpu, (n, m, p), dt, spec.seed)?,
     }
     Ok(out)
 }
@@ -163,6 +174,7 @@ pub fn validate(cpu: &Cpu, spec: &ClassicSpec) -> anyhow::Result<Vec<Outcome>> {
 enum Prepared<D: Ops> {
     Kmeans(kmeans::KmeansInputs<D>),
     Gmm(gmm::GmmInputs<D>),
+    Ba(adgauge_workloads::ba::BaInputs<D>),
 }
 
 fn prepare<D: Device>(device: &D, spec: &ClassicSpec) -> anyhow::Result<Prepared<D>> {
@@ -174,6 +186,7 @@ fn prepare<D: Device>(device: &D, spec: &ClassicSpec) -> anyhow::Result<Prepared
         ClassicKind::Gmm { d, k, n } => {
             Prepared::Gmm(gmm::upload(device, &GmmInput::generate(d, k, n, spec.seed), spec.dtype)?)
         }
+        ClassicKind::Ba { n, m, p } => Prepared::Ba(crate::ba_case::prepare(device, (n, m, p), spec.dtype, spec.seed)?),
     })
 }
 
@@ -194,6 +207,7 @@ fn evaluate<D: Device>(device: &D, p: &Prepared<D>, mode: Mode) -> anyhow::Resul
             let np = g.k + g.k * g.d + g.k * adgauge_datasets::gmm::icf_size(g.d);
             let _ = gmm::directional(device, g, &vec![1.0; np])?;
         }
+        (Prepared::Ba(x), mode) => crate::ba_case::evaluate(device, x, mode)?,
     }
     device.synchronize()?;
     Ok(())

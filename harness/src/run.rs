@@ -113,9 +113,10 @@ fn header() -> String {
 fn table_row(row: &ResultRow) -> String {
     let p = |k: &str| row.params.get(k).cloned().unwrap_or_default();
     // The classic workloads have a dimension too.
-    let workload = match row.params.get("d") {
-        Some(d) => format!("{} d={d}", row.workload),
-        None => row.workload.clone(),
+    let workload = match (row.params.get("d"), row.params.get("p")) {
+        (Some(d), _) => format!("{} d={d}", row.workload),
+        (None, Some(obs)) => format!("{} p={obs}", row.workload),
+        (None, None) => row.workload.clone(),
     };
     let both = |t: &Option<Timing>| format!("{}/{}", ms(t, |t| t.min_s), ms(t, |t| t.median_s));
     let status = match row.status {
@@ -260,6 +261,7 @@ fn classic_check_cases(args: &CheckArgs) -> Vec<crate::classic::ClassicSpec> {
         for (name, kind) in [
             ("kmeans", crate::classic::ClassicKind::Kmeans { n: 200, k: 5, d: 4 }),
             ("gmm", crate::classic::ClassicKind::Gmm { d: 3, k: 3, n: 50 }),
+            ("ba", crate::classic::ClassicKind::Ba { n: 3, m: 10, p: 30 }),
         ] {
             if wanted(name) {
                 classic.push(crate::classic::ClassicSpec {
@@ -283,11 +285,11 @@ fn check_cases(args: &CheckArgs) -> anyhow::Result<Vec<CaseSpec>> {
     } else {
         args.workload
             .iter()
-            .filter(|name| !matches!(name.as_str(), "kmeans" | "gmm"))
+            .filter(|name| !matches!(name.as_str(), "kmeans" | "gmm" | "ba"))
             .map(|name| {
                 HistWorkload::parse(name).ok_or_else(|| {
                     let known: Vec<String> = HistWorkload::all().iter().map(|w| w.name()).collect();
-                    bad_input(format!("unknown workload '{name}' (known: {}, kmeans, gmm)", known.join(", ")))
+                    bad_input(format!("unknown workload '{name}' (known: {}, kmeans, gmm, ba)", known.join(", ")))
                 })
             })
             .collect::<anyhow::Result<_>>()?
@@ -372,7 +374,7 @@ fn check_on<D: Device>(
         }
     }
     if !classic.is_empty() && !on_cpu {
-        println!("kmeans and gmm are validated on the CPU only for now");
+        println!("kmeans, gmm and ba are validated on the CPU only for now");
     } else if !classic.is_empty() {
         let cpu = Cpu::new(threads)?;
         for c in classic {
