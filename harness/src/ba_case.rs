@@ -48,10 +48,10 @@ pub fn format_output(out: &BaOutput, dt: DType) -> String {
         let int = |v: &usize| v.to_string();
         s += &format!(
             ", \"jacobian\": {{\"nrows\": {}, \"ncols\": {}, \"rows\": [{}], \"cols\": [{}], \"vals\": [{}]}}",
-            j.nrows,
-            j.ncols,
-            join(&j.rows, int),
-            join(&j.cols, int),
+            j.pattern.nrows,
+            j.pattern.ncols,
+            join(&j.pattern.rows, int),
+            join(&j.pattern.cols, int),
             join(&j.vals, num)
         );
     }

@@ -77,12 +77,12 @@ fn eval_ba_on_adbench_test_file_agrees_across_modes_manual_and_differences() {
         let j = &v["jacobian"];
         let (nrows, ncols) = (j["nrows"].as_u64().unwrap() as usize, j["ncols"].as_u64().unwrap() as usize);
         assert_eq!((nrows, ncols), (3 * b.p, 11 * b.n + 3 * b.m + b.p));
-        assert_eq!(ints(&j["rows"]), jm.rows, "{mode}: row pointers");
-        assert_eq!(ints(&j["cols"]), jm.cols, "{mode}: columns");
+        assert_eq!(ints(&j["rows"]), *jm.pattern.rows, "{mode}: row pointers");
+        assert_eq!(ints(&j["cols"]), *jm.pattern.cols, "{mode}: columns");
         let vals = floats(&j["vals"]);
         eprintln!("test.txt {mode} Jacobian vs manual: max abs diff {:e}", max_abs_diff(&vals, &jm.vals));
         assert!(max_rel(&vals, &jm.vals) < 1e-12, "{mode}: {}", max_rel(&vals, &jm.vals));
-        dense.push(ba::SparseJacobian { nrows, ncols, rows: jm.rows.clone(), cols: jm.cols.clone(), vals }.to_dense());
+        dense.push(ba::SparseJacobian { pattern: jm.pattern.clone(), vals }.to_dense());
     }
     eprintln!("test.txt reverse vs forward: max abs diff {:e}", max_abs_diff(&dense[0], &dense[1]));
     assert!(max_rel(&dense[0], &dense[1]) < 1e-12);

@@ -1,5 +1,6 @@
 //! BA Jacobian overhead on the CPU: residuals (objective) time, Jacobian by reverse sweeps, by
-//! forward sweeps and by hand (manual), minimum of repeated runs with the inputs resident, for
+//! forward sweeps and by hand (manual), minimum of repeated runs with the inputs and the
+//! Jacobian's sparsity pattern resident (built once per problem, for AD and manual alike), for
 //! ADBench BA files. Without arguments: ba1..ba5 of the ADBench folder
 //! (`../shared/datasets/adbench/ba/ba{1..5}_*.txt`, or `$ADGAUGE_ADBENCH_DIR/ba`).
 //! `cargo run --release -p adgauge-workloads --example ba_overhead [-- [--threads N] [--f32] FILE...]`.
@@ -89,8 +90,12 @@ fn main() {
         let rev = best(|| drop(ba::jacobian_reverse(&cpu, &x).unwrap()));
         let fwd = best(|| drop(ba::jacobian_forward(&cpu, &x).unwrap()));
         let (man, man_obj) = match dtype {
-            DType::F64 => (best(|| drop(ba::manual::<f64>(&b))), best(|| drop(ba::manual_objective::<f64>(&b)))),
-            DType::F32 => (best(|| drop(ba::manual::<f32>(&b))), best(|| drop(ba::manual_objective::<f32>(&b)))),
+            DType::F64 => {
+                (best(|| drop(ba::manual_with::<f64>(&b, &x.pattern))), best(|| drop(ba::manual_objective::<f64>(&b))))
+            }
+            DType::F32 => {
+                (best(|| drop(ba::manual_with::<f32>(&b, &x.pattern))), best(|| drop(ba::manual_objective::<f32>(&b))))
+            }
         };
         let file = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         println!(

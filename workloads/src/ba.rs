@@ -45,6 +45,7 @@ use adgauge_backends::{
 };
 use adgauge_datasets::ba::{BaInput, N_CAM_PARAMS};
 use rayon::prelude::*;
+use std::sync::Arc;
 
 /// Parameters each observation depends on: 11 camera, 3 point, 1 weight.
 pub const N_GATHERED: usize = N_CAM_PARAMS + 3 + 1;
@@ -62,21 +63,72 @@ pub struct BaInputs<O: Ops> {
     pub w: O::T,
     /// Features, x then y coordinates, p each (constants).
     pub feats: [O::T; 2],
-    /// Observation cameras and points (for assembling the Jacobian).
-    pub obs: Vec<(usize, usize)>,
+    /// The Jacobian's sparsity pattern.
+    pub pattern: BaPattern,
     /// Gathers parameter k of every observation: cams[11 c_i + k] for k < 11, x[3 j_i + k - 11]
     /// for 11 <= k < 14.
     gather_index: Vec<O::I>,
 }
 
-/// A sparse Jacobian in CSR form (see the module documentation for the layout).
+/// The sparsity pattern of the Jacobian (see the module documentation for the layout). It
+/// depends only on the sizes and the observations, so it is built once per problem (at
+/// [`upload`]) and shared by every Jacobian of that problem, which then writes its values only.
 #[derive(Clone, Debug, PartialEq)]
-pub struct SparseJacobian {
+pub struct BaPattern {
     pub nrows: usize,
     pub ncols: usize,
     /// Row pointers, nrows + 1.
-    pub rows: Vec<usize>,
-    pub cols: Vec<usize>,
+    pub rows: Arc<[usize]>,
+    pub cols: Arc<[usize]>,
+}
+
+impl BaPattern {
+    /// The ADBench layout for n cameras, m points and observations `obs`.
+    pub fn new(n: usize, m: usize, obs: &[(usize, usize)]) -> BaPattern {
+        let p = obs.len();
+        let per_obs = 2 * N_GATHERED;
+        let wcol = N_CAM_PARAMS * n + 3 * m;
+        let mut cols = vec![0usize; per_obs * p + p];
+        let (rcols, wcols) = cols.split_at_mut(per_obs * p);
+        rcols.par_chunks_mut(per_obs).enumerate().with_min_len(MIN_OBS_PER_TASK).for_each(|(i, c)| {
+            let (cam, pt) = obs[i];
+            for row in c.chunks_mut(N_GATHERED) {
+                for (k, col) in row[..N_CAM_PARAMS].iter_mut().enumerate() {
+                    *col = N_CAM_PARAMS * cam + k;
+                }
+                for k in 0..3 {
+                    row[N_CAM_PARAMS + k] = N_CAM_PARAMS * n + 3 * pt + k;
+                }
+                row[N_GATHERED - 1] = wcol + i;
+            }
+        });
+        for (i, c) in wcols.iter_mut().enumerate() {
+            *c = wcol + i;
+        }
+        let rows: Vec<usize> = (0..=2 * p).map(|r| r * N_GATHERED).chain((1..=p).map(|r| per_obs * p + r)).collect();
+        BaPattern { nrows: 3 * p, ncols: wcol + p, rows: rows.into(), cols: cols.into() }
+    }
+
+    /// A Jacobian of this pattern: `block(i, out)` fills the 30 values of observation i (row
+    /// 2i's 15 then row 2i+1's 15, each in the order camera 11, point 3, weight 1) and `wd(i)`
+    /// is d w_err_i / d w_i.
+    pub fn fill(&self, block: impl Fn(usize, &mut [f64]) + Sync, wd: impl Fn(usize) -> f64 + Sync) -> SparseJacobian {
+        let p = self.nrows / 3;
+        let per_obs = 2 * N_GATHERED;
+        let mut vals = vec![0.0; per_obs * p + p];
+        let (rvals, wvals) = vals.split_at_mut(per_obs * p);
+        rvals.par_chunks_mut(per_obs).enumerate().with_min_len(MIN_OBS_PER_TASK).for_each(|(i, v)| block(i, v));
+        for (i, v) in wvals.iter_mut().enumerate() {
+            *v = wd(i);
+        }
+        SparseJacobian { pattern: self.clone(), vals }
+    }
+}
+
+/// A sparse Jacobian in CSR form: the pattern's row pointers and columns, and the values.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SparseJacobian {
+    pub pattern: BaPattern,
     pub vals: Vec<f64>,
 }
 
@@ -89,63 +141,17 @@ pub struct BaOutput {
     pub jacobian: Option<SparseJacobian>,
 }
 
-/// Observations per rayon task when assembling (large enough that scheduling is negligible).
+/// Observations per rayon task (large enough that scheduling is negligible).
 const MIN_OBS_PER_TASK: usize = 1024;
 
 impl SparseJacobian {
-    /// Builds the ADBench layout for problem sizes `n`, `m` and observations `obs`: `block(i,
-    /// out)` fills the 30 values of observation i (row 2i's 15 then row 2i+1's 15, each in the
-    /// order camera 11, point 3, weight 1) and `wd(i)` is d w_err_i / d w_i.
-    pub fn assemble(
-        n: usize,
-        m: usize,
-        obs: &[(usize, usize)],
-        block: impl Fn(usize, &mut [f64]) + Sync,
-        wd: impl Fn(usize) -> f64 + Sync,
-    ) -> SparseJacobian {
-        let p = obs.len();
-        let per_obs = 2 * N_GATHERED;
-        let nnz = per_obs * p + p;
-        let wcol = N_CAM_PARAMS * n + 3 * m;
-        let mut cols = vec![0usize; nnz];
-        let mut vals = vec![0.0; nnz];
-        let (rcols, wcols) = cols.split_at_mut(per_obs * p);
-        let (rvals, wvals) = vals.split_at_mut(per_obs * p);
-        rcols
-            .par_chunks_mut(per_obs)
-            .zip(rvals.par_chunks_mut(per_obs))
-            .enumerate()
-            .with_min_len(MIN_OBS_PER_TASK)
-            .for_each(|(i, (c, v))| {
-                let (cam, pt) = obs[i];
-                for row in 0..2 {
-                    let c = &mut c[row * N_GATHERED..(row + 1) * N_GATHERED];
-                    for (k, col) in c[..N_CAM_PARAMS].iter_mut().enumerate() {
-                        *col = N_CAM_PARAMS * cam + k;
-                    }
-                    for k in 0..3 {
-                        c[N_CAM_PARAMS + k] = N_CAM_PARAMS * n + 3 * pt + k;
-                    }
-                    c[N_GATHERED - 1] = wcol + i;
-                }
-                block(i, v);
-            });
-        wcols.par_iter_mut().zip(wvals.par_iter_mut()).enumerate().with_min_len(MIN_OBS_PER_TASK).for_each(
-            |(i, (c, v))| {
-                *c = wcol + i;
-                *v = wd(i);
-            },
-        );
-        let rows = (0..=2 * p).map(|r| r * N_GATHERED).chain((1..=p).map(|r| per_obs * p + r)).collect();
-        SparseJacobian { nrows: 3 * p, ncols: wcol + p, rows, cols, vals }
-    }
-
     /// The dense matrix, row-major (for small problems).
     pub fn to_dense(&self) -> Vec<f64> {
-        let mut out = vec![0.0; self.nrows * self.ncols];
-        for r in 0..self.nrows {
-            for k in self.rows[r]..self.rows[r + 1] {
-                out[r * self.ncols + self.cols[k]] += self.vals[k];
+        let BaPattern { nrows, ncols, rows, cols } = &self.pattern;
+        let mut out = vec![0.0; nrows * ncols];
+        for r in 0..*nrows {
+            for k in rows[r]..rows[r + 1] {
+                out[r * ncols + cols[k]] += self.vals[k];
             }
         }
         out
@@ -176,7 +182,7 @@ pub fn upload<O: Ops>(o: &O, b: &BaInput, dtype: DType) -> Result<BaInputs<O>> {
         x: o.tensor(&b.x, &[b.x.len()], dtype)?,
         w: o.tensor(&b.w, &[p], dtype)?,
         feats: [o.tensor(&fx, &[p], dtype)?, o.tensor(&fy, &[p], dtype)?],
-        obs: b.obs.clone(),
+        pattern: BaPattern::new(b.n, b.m, &b.obs),
         gather_index,
     })
 }
@@ -274,10 +280,7 @@ pub fn objective<B: Ops>(b: &B, x: &BaInputs<B>) -> Result<BaOutput> {
 /// Assembles the Jacobian from per-parameter columns: `dx[k][i]`, `dy[k][i]` = derivative of
 /// observation i's x / y reprojection error with respect to its gathered parameter k.
 fn assemble_columns<B: Ops>(x: &BaInputs<B>, dx: &[Vec<f64>], dy: &[Vec<f64>], wd: &[f64]) -> SparseJacobian {
-    SparseJacobian::assemble(
-        x.n,
-        x.m,
-        &x.obs,
+    x.pattern.fill(
         |i, out| {
             for k in 0..N_GATHERED {
                 out[k] = dx[k][i];
@@ -492,38 +495,44 @@ fn observation<T: Elem>(cam: &[T], pt: &[T], w: T, feat: [T; 2]) -> ([T; 2], [[T
 
 /// The hand-derived residuals and Jacobian in `T` (rayon over observations).
 pub fn manual<T: Elem>(b: &BaInput) -> BaOutput {
+    manual_with::<T>(b, &BaPattern::new(b.n, b.m, &b.obs))
+}
+
+/// [`manual`] with the problem's pattern built beforehand (as [`upload`] does for the AD
+/// engines): each observation's residuals and 30 Jacobian entries are written in place.
+pub fn manual_with<T: Elem>(b: &BaInput, pattern: &BaPattern) -> BaOutput {
     let t = |v: &[f64]| v.iter().map(|&x| T::of_f64(x)).collect::<Vec<T>>();
     let (cams, pts, w, feats) = (t(&b.cams), t(&b.x), t(&b.w), t(&b.feats));
-    let per: Vec<([T; 2], [[T; N_GATHERED]; 2])> = (0..b.p)
-        .into_par_iter()
+    let per_obs = 2 * N_GATHERED;
+    let mut vals = vec![0.0; per_obs * b.p + b.p];
+    let mut reproj_err = vec![0.0; 2 * b.p];
+    let (rvals, wvals) = vals.split_at_mut(per_obs * b.p);
+    rvals
+        .par_chunks_mut(per_obs)
+        .zip(reproj_err.par_chunks_mut(2))
+        .enumerate()
         .with_min_len(MIN_OBS_PER_TASK)
-        .map(|i| {
+        .for_each(|(i, (v, e))| {
             let (c, j) = b.obs[i];
-            observation(
+            let (err, jac) = observation(
                 &cams[N_CAM_PARAMS * c..N_CAM_PARAMS * (c + 1)],
                 &pts[3 * j..3 * j + 3],
                 w[i],
                 [feats[2 * i], feats[2 * i + 1]],
-            )
-        })
-        .collect();
-    let jacobian = SparseJacobian::assemble(
-        b.n,
-        b.m,
-        &b.obs,
-        |i, out| {
-            for (o, row) in per[i].1.iter().enumerate() {
-                for (k, v) in row.iter().enumerate() {
-                    out[o * N_GATHERED + k] = v.as_f64();
-                }
+            );
+            for (dst, src) in v.iter_mut().zip(jac.iter().flatten()) {
+                *dst = src.as_f64();
             }
-        },
-        |i| (-T::of_f64(2.0) * w[i]).as_f64(),
-    );
+            e[0] = err[0].as_f64();
+            e[1] = err[1].as_f64();
+        });
+    for (v, &wi) in wvals.iter_mut().zip(&w) {
+        *v = (-T::of_f64(2.0) * wi).as_f64();
+    }
     BaOutput {
-        reproj_err: per.iter().flat_map(|(e, _)| e.map(|v| v.as_f64())).collect(),
+        reproj_err,
         w_err: w.iter().map(|&x| (T::one() - x * x).as_f64()).collect(),
-        jacobian: Some(jacobian),
+        jacobian: Some(SparseJacobian { pattern: pattern.clone(), vals }),
     }
 }
 
@@ -606,16 +615,17 @@ mod tests {
     }
 
     fn check_structure(b: &BaInput, j: &SparseJacobian) {
-        assert_eq!((j.nrows, j.ncols), (3 * b.p, 11 * b.n + 3 * b.m + b.p));
-        assert_eq!(j.rows.len(), 3 * b.p + 1);
+        let pat = &j.pattern;
+        assert_eq!((pat.nrows, pat.ncols), (3 * b.p, 11 * b.n + 3 * b.m + b.p));
+        assert_eq!(pat.rows.len(), 3 * b.p + 1);
         for r in 0..=2 * b.p {
-            assert_eq!(j.rows[r], 15 * r);
+            assert_eq!(pat.rows[r], 15 * r);
         }
-        for r in 0..j.nrows {
-            assert_eq!(j.cols[j.rows[r]..j.rows[r + 1]], expected_cols(b, r), "row {r}");
+        for r in 0..pat.nrows {
+            assert_eq!(pat.cols[pat.rows[r]..pat.rows[r + 1]], expected_cols(b, r), "row {r}");
         }
-        assert_eq!(*j.rows.last().unwrap(), 31 * b.p);
-        assert_eq!((j.cols.len(), j.vals.len()), (31 * b.p, 31 * b.p));
+        assert_eq!(*pat.rows.last().unwrap(), 31 * b.p);
+        assert_eq!((pat.cols.len(), j.vals.len()), (31 * b.p, 31 * b.p));
     }
 
     /// The whole function [cams, x, w] -> [reproj_err, w_err] of the manual primal in f64.
@@ -678,8 +688,8 @@ mod tests {
     fn manual_jacobian_matches_finite_differences_on_every_column() {
         let b = BaInput::generate_varied(3, 10, 30, 7);
         let j = manual::<f64>(&b).jacobian.unwrap();
-        let cols: Vec<usize> = (0..j.ncols).collect();
-        check_fd_columns(&b, &j.to_dense(), j.ncols, &cols, 1e-6);
+        let cols: Vec<usize> = (0..j.pattern.ncols).collect();
+        check_fd_columns(&b, &j.to_dense(), j.pattern.ncols, &cols, 1e-6);
     }
 
     #[test]
@@ -689,7 +699,7 @@ mod tests {
         let x = upload(&cpu, &b, DType::F64).unwrap();
         let j = jacobian_reverse(&cpu, &x).unwrap().jacobian.unwrap();
         let dense = j.to_dense();
-        let (nr, nc) = (j.nrows, j.ncols);
+        let (nr, nc) = (j.pattern.nrows, j.pattern.ncols);
         let v: Vec<f64> = (0..nc).map(|k| ((k * 7 % 11) as f64 - 5.0) / 5.0).collect();
         let wbar: Vec<f64> = (0..nr).map(|k| ((k * 5 % 13) as f64 - 6.0) / 6.0).collect();
         let jv = jvp(&cpu, &x, &v).unwrap();
@@ -726,7 +736,7 @@ mod tests {
         }
         // The fallback x + r x X is first-order exact, so differences across r = 0 agree too.
         let rot_cols: Vec<usize> = (0..b.n).flat_map(|c| 11 * c..11 * c + 3).collect();
-        check_fd_columns(&b, &jm.to_dense(), jm.ncols, &rot_cols, 1e-6);
+        check_fd_columns(&b, &jm.to_dense(), jm.pattern.ncols, &rot_cols, 1e-6);
     }
 
     #[test]
@@ -762,7 +772,7 @@ mod tests {
             assert!(max_rel(&out.reproj_err, &man.reproj_err) < 1e-13);
             assert!(max_rel(&out.jacobian.unwrap().vals, &jm.vals) < 1e-12);
         }
-        let cols: Vec<usize> = (0..jm.ncols).collect();
-        check_fd_columns(&b, &jm.to_dense(), jm.ncols, &cols, 1e-6);
+        let cols: Vec<usize> = (0..jm.pattern.ncols).collect();
+        check_fd_columns(&b, &jm.to_dense(), jm.pattern.ncols, &cols, 1e-6);
     }
 }
