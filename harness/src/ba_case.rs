@@ -67,7 +67,10 @@ pub fn format_output(out: &BaOutput, dt: DType) -> String {
 /// the flat function sees every coordinate in its own unit, a power of two `scale[k]` near its
 /// magnitude (x = scale * x_flat). Scaling by powers of two is exact, so the checks validate
 /// exactly J diag(scale): `jvp(v) = J (scale * v)`, `vjp(w) = scale * J^T w`.
-pub struct BaFlat {
+pub struct BaFlat<D: Ops> {
+    /// Runs the derivatives (the device under test).
+    device: D,
+    /// Runs the f64 primal for finite differences.
     cpu: Cpu,
     dtype: DType,
     input: BaInput,
@@ -75,8 +78,8 @@ pub struct BaFlat {
     x0: Vec<f64>,
 }
 
-impl BaFlat {
-    pub fn new(cpu: Cpu, dtype: DType, input: &BaInput) -> BaFlat {
+impl<D: Ops> BaFlat<D> {
+    pub fn new(device: D, cpu: Cpu, dtype: DType, input: &BaInput) -> BaFlat<D> {
         let round = |xs: &[f64]| -> Vec<f64> { xs.iter().map(|&x| dtype.round(x)).collect() };
         let input = BaInput {
             cams: round(&input.cams),
@@ -88,7 +91,7 @@ impl BaFlat {
         let raw: Vec<f64> = input.cams.iter().chain(&input.x).chain(&input.w).copied().collect();
         let scale: Vec<f64> = raw.iter().map(|&v| 2f64.powi(v.abs().max(1.0).log2().round() as i32)).collect();
         let x0 = raw.iter().zip(&scale).map(|(v, s)| v / s).collect();
-        BaFlat { cpu, dtype, input, scale, x0 }
+        BaFlat { device, cpu, dtype, input, scale, x0 }
     }
 
     fn at(&self, x: &[f64]) -> BaInput {
@@ -97,8 +100,8 @@ impl BaFlat {
         BaInput { cams: x[..nc].to_vec(), x: x[nc..nc + nx].to_vec(), w: x[nc + nx..].to_vec(), ..self.input.clone() }
     }
 
-    fn uploaded(&self) -> anyhow::Result<BaInputs<Cpu>> {
-        Ok(ba::upload(&self.cpu, &self.input, self.dtype)?)
+    fn uploaded(&self) -> anyhow::Result<BaInputs<D>> {
+        Ok(ba::upload(&self.device, &self.input, self.dtype)?)
     }
 
     /// The dense Jacobians (row-major 3p x n_in) by reverse sweeps, by forward sweeps and by hand.
@@ -106,14 +109,14 @@ impl BaFlat {
         let x = self.uploaded()?;
         let dense = |o: BaOutput| o.jacobian.map(|j| j.to_dense()).unwrap_or_default();
         Ok([
-            dense(ba::jacobian_reverse(&self.cpu, &x)?),
-            dense(ba::jacobian_forward(&self.cpu, &x)?),
+            dense(ba::jacobian_reverse(&self.device, &x)?),
+            dense(ba::jacobian_forward(&self.device, &x)?),
             dense(ba::manual_in(&self.input, self.dtype)),
         ])
     }
 }
 
-impl FlatFn for BaFlat {
+impl<D: Ops> FlatFn for BaFlat<D> {
     fn n_in(&self) -> usize {
         self.x0.len()
     }
@@ -129,12 +132,12 @@ impl FlatFn for BaFlat {
         Ok(out.reproj_err.into_iter().chain(out.w_err).collect())
     }
     fn vjp(&self, w: &[f64]) -> anyhow::Result<Vec<f64>> {
-        let g = ba::vjp(&self.cpu, &self.uploaded()?, w)?;
+        let g = ba::vjp(&self.device, &self.uploaded()?, w)?;
         Ok(g.iter().zip(&self.scale).map(|(g, s)| g * s).collect())
     }
     fn jvp(&self, v: &[f64]) -> anyhow::Result<Vec<f64>> {
         let v: Vec<f64> = v.iter().zip(&self.scale).map(|(v, s)| v * s).collect();
-        Ok(ba::jvp(&self.cpu, &self.uploaded()?, &v)?)
+        Ok(ba::jvp(&self.device, &self.uploaded()?, &v)?)
     }
     fn fd_unsafe(&self, _h: f64) -> Option<String> {
         // Smooth near x0: the only branch (the small-angle fallback) is taken at a rotation of
@@ -146,9 +149,16 @@ impl FlatFn for BaFlat {
 /// The validation checks at size (n, m, p) on a problem with distinct cameras, points and
 /// observations (replicated values would hide indexing mistakes): dot-product test, finite
 /// differences, the full Jacobian by one-hot VJPs against one-hot JVPs, and the sparse
-/// Jacobians by reverse and by forward sweeps against the hand-derived one.
-pub fn validate(cpu: &Cpu, (n, m, p): (usize, usize, usize), dt: DType, seed: u64) -> anyhow::Result<Vec<Outcome>> {
-    let f = BaFlat::new(cpu.clone(), dt, &BaInput::generate_varied(n, m, p, seed));
+/// Jacobians by reverse and by forward sweeps against the hand-derived one. The derivatives run
+/// on `device`, the f64 primal of the finite differences on `cpu`.
+pub fn validate<D: Ops>(
+    device: &D,
+    cpu: &Cpu,
+    (n, m, p): (usize, usize, usize),
+    dt: DType,
+    seed: u64,
+) -> anyhow::Result<Vec<Outcome>> {
+    let f = BaFlat::new(device.clone(), cpu.clone(), dt, &BaInput::generate_varied(n, m, p, seed));
     let mut out = vec![validation::dot_product_test(&f, dt, seed)?];
     let fd = validation::finite_difference(&f, dt, seed)?;
     out.push(validation::fd_jvp_test(&f, dt, &fd)?);

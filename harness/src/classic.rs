@@ -166,7 +166,7 @@ pub fn validate(cpu: &Cpu, spec: &ClassicSpec) -> anyhow::Result<Vec<Outcome>> {
             let f = GmmFlat::new(cpu.clone(), dt, &GmmInput::generate(d, k, n, spec.seed));
             standard(&f, f.manual_gradient(), &mut out)?;
         }
-        ClassicKind::Ba { n, m, p } => out = crate::ba_case::validate(cpu, (n, m, p), dt, spec.seed)?,
+        ClassicKind::Ba { n, m, p } => out = crate::ba_case::validate(cpu, cpu, (n, m, p), dt, spec.seed)?,
     }
     Ok(out)
 }

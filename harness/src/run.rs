@@ -264,11 +264,13 @@ fn classic_check_cases(args: &CheckArgs) -> Vec<crate::classic::ClassicSpec> {
             ("ba", crate::classic::ClassicKind::Ba { n: 3, m: 10, p: 30 }),
         ] {
             if wanted(name) {
+                // BA's checks run on the device under test; the others on the CPU.
+                let backend = if name == "ba" { args.backend.clone() } else { "cpu".into() };
                 classic.push(crate::classic::ClassicSpec {
                     kind,
                     dtype,
                     seed: DEFAULT_SEED,
-                    backend: "cpu".into(),
+                    backend,
                     modes: vec![Mode::Primal, Mode::Vjp, Mode::Jvp],
                     validate: true,
                 });
@@ -373,14 +375,28 @@ fn check_on<D: Device>(
             }
         }
     }
-    if !classic.is_empty() && !on_cpu {
-        println!("kmeans, gmm and ba are validated on the CPU only for now");
-    } else if !classic.is_empty() {
+    // On another device only BA is validated there (k-means and GMM on the CPU only for now).
+    let validated: Vec<&crate::classic::ClassicSpec> =
+        classic.iter().filter(|c| on_cpu || matches!(c.kind, crate::classic::ClassicKind::Ba { .. })).collect();
+    if validated.len() < classic.len() {
+        println!("kmeans and gmm are validated on the CPU only for now");
+    }
+    if !validated.is_empty() {
         let cpu = Cpu::new(threads)?;
-        for c in classic {
+        for c in &validated {
             let id = c.id();
-            match crate::classic::validate(&cpu, c) {
+            let result = match c.kind {
+                crate::classic::ClassicKind::Ba { n, m, p } => {
+                    crate::ba_case::validate(device, &cpu, (n, m, p), c.dtype, c.seed)
+                }
+                _ => crate::classic::validate(&cpu, c),
+            };
+            match result {
                 Ok(outcomes) => print_outcomes(&id, &outcomes, &mut failures),
+                Err(e) if is_unsupported(&e) => {
+                    skipped += 1;
+                    println!("{id:<62} skipped: {e:#}");
+                }
                 Err(e) => {
                     println!("{id:<62} ERROR {e:#}");
                     failures.push(format!("{id}: error: {e:#}"));
@@ -388,7 +404,7 @@ fn check_on<D: Device>(
             }
         }
     }
-    let total = cases.len() + classic.len();
+    let total = cases.len() + validated.len();
     if failures.is_empty() {
         println!("{} cases passed every check ({skipped} skipped as unsupported)", total - skipped);
         Ok(Code::Success)
