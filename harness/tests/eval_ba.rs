@@ -164,3 +164,21 @@ fn malformed_ba_files_exit_2_naming_file_and_line() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/ba.txt"));
 }
+
+#[test]
+fn check_validates_ba_in_both_dtypes() {
+    let out = adgauge(&["check", "--workload", "ba"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    for dtype in ["f32", "f64"] {
+        let id = format!("ba[m=10,n=3,p=30]/cpu/{dtype}/-");
+        for check in ["dot-product", "fd-jvp", "fd-vjp", "full-jacobian", "manual"] {
+            assert!(
+                text.lines().any(|l| l.starts_with(&id) && l.contains(check) && l.ends_with(" ok")),
+                "{id} {check} missing or failing:\n{text}"
+            );
+        }
+    }
+    // Only BA was asked for: no histogram or other classic case ran.
+    assert!(text.lines().all(|l| !l.starts_with("hist") && !l.starts_with("gmm")), "{text}");
+}
