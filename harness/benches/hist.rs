@@ -3,6 +3,10 @@
 //! `ADGAUGE_BENCH_N` overrides (the nightly uses 10^7). Rules a workload does not support yet
 //! are skipped with a printed reason.
 
+// The same allocator as the adgauge binary (see harness/src/memory.rs for why).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use criterion::{Criterion, criterion_group, criterion_main};
 
 use adgauge_backends::{Cpu, DType, HistRule, Ops};

@@ -1,9 +1,10 @@
 //! The classic AD workloads in suites and `adgauge check`: k-means (gradient and, by
-//! forward-over-reverse, the Hessian diagonal) and GMM (ADBench's objective and gradient).
-//! Each case is validated at a small size through [`FlatFn`] (dot-product test, finite
-//! differences, and the hand-derived "manual" derivative as an independent oracle) and timed at
-//! its size: primal = the objective, vjp = objective + gradient by reverse mode, jvp = one
-//! directional derivative by forward mode.
+//! forward-over-reverse, the Hessian diagonal), GMM and LSTM (ADBench's objectives and
+//! gradients). Each case is validated at a small size through [`FlatFn`] (dot-product test,
+//! finite differences, and the hand-derived "manual" derivative as an independent oracle) with
+//! the derivatives computed on the device under test and the f64 reference values on the CPU,
+//! and timed at its size on the device: primal = the objective, vjp = objective + gradient by
+//! reverse mode, jvp = one directional derivative by forward mode.
 
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -11,8 +12,9 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use adgauge_backends::{Cpu, DType, Device, Forward, Ops, TensorMeta};
 use adgauge_datasets::gmm::GmmInput;
 use adgauge_datasets::kmeans::{KmeansData, generate as generate_kmeans};
+use adgauge_datasets::lstm::LstmInput;
 use adgauge_reports::{ResultRow, Status, Timing};
-use adgauge_workloads::{gmm, kmeans};
+use adgauge_workloads::{gmm, kmeans, lstm};
 
 use crate::kmeans_case::KmeansFlat;
 use crate::memory::peak_during;
@@ -27,6 +29,8 @@ pub enum ClassicKind {
     Kmeans { n: usize, k: usize, d: usize },
     /// n points in d dimensions, k components (ADBench's generator).
     Gmm { d: usize, k: usize, n: usize },
+    /// l layers, c characters of b bits (ADBench's D-LSTM; its files have b = 14).
+    Lstm { l: usize, c: usize, b: usize },
     /// Bundle adjustment: n cameras, m points, p observations (see `ba_case.rs`).
     Ba { n: usize, m: usize, p: usize },
 }
@@ -47,21 +51,18 @@ impl ClassicSpec {
         match self.kind {
             ClassicKind::Kmeans { .. } => "kmeans",
             ClassicKind::Gmm { .. } => "gmm",
+            ClassicKind::Lstm { .. } => "lstm",
             ClassicKind::Ba { .. } => "ba",
         }
     }
 
     pub fn params(&self) -> BTreeMap<String, String> {
-        let (n, k, d) = match self.kind {
-            ClassicKind::Kmeans { n, k, d } | ClassicKind::Gmm { d, k, n } => (n, k, d),
-            ClassicKind::Ba { n, m, p } => {
-                return [("n", n), ("m", m), ("p", p)]
-                    .into_iter()
-                    .map(|(a, b)| (a.to_string(), b.to_string()))
-                    .collect();
-            }
+        let sizes = match self.kind {
+            ClassicKind::Kmeans { n, k, d } | ClassicKind::Gmm { d, k, n } => [("n", n), ("k", k), ("d", d)],
+            ClassicKind::Lstm { l, c, b } => [("l", l), ("c", c), ("b", b)],
+            ClassicKind::Ba { n, m, p } => [("n", n), ("m", m), ("p", p)],
         };
-        [("n", n), ("k", k), ("d", d)].into_iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+        sizes.into_iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
     }
 
     pub fn id(&self) -> String {
@@ -78,21 +79,24 @@ impl ClassicSpec {
         match self.kind {
             ClassicKind::Kmeans { n, k, d } => ClassicKind::Kmeans { n: n.min(200), k: k.min(5), d: d.min(4) },
             ClassicKind::Gmm { d, k, n } => ClassicKind::Gmm { d: d.min(3), k: k.min(3), n: n.min(50) },
+            ClassicKind::Lstm { l, c, b } => ClassicKind::Lstm { l: l.min(2), c: c.min(6), b: b.min(4) },
             ClassicKind::Ba { n, m, p } => ClassicKind::Ba { n: n.min(3), m: m.min(10), p: p.min(30) },
         }
     }
 }
 
 /// GMM as a flat function of its parameters [alphas, means, icf]; one output, the objective.
-pub struct GmmFlat {
+/// Derivatives on `device` in the dtype, f64 values on the CPU.
+pub struct GmmFlat<D: Device> {
     cpu: Cpu,
+    device: D,
     dtype: DType,
     input: GmmInput,
     x0: Vec<f64>,
 }
 
-impl GmmFlat {
-    pub fn new(cpu: Cpu, dtype: DType, input: &GmmInput) -> GmmFlat {
+impl<D: Device> GmmFlat<D> {
+    pub fn new(cpu: Cpu, device: D, dtype: DType, input: &GmmInput) -> GmmFlat<D> {
         let round = |xs: &[f64]| -> Vec<f64> { xs.iter().map(|&x| dtype.round(x)).collect() };
         let input = GmmInput {
             alphas: round(&input.alphas),
@@ -102,7 +106,7 @@ impl GmmFlat {
             ..input.clone()
         };
         let x0 = input.alphas.iter().chain(&input.means).chain(&input.icf).copied().collect();
-        GmmFlat { cpu, dtype, input, x0 }
+        GmmFlat { cpu, device, dtype, input, x0 }
     }
 
     fn at(&self, x: &[f64]) -> GmmInput {
@@ -116,7 +120,7 @@ impl GmmFlat {
     }
 }
 
-impl FlatFn for GmmFlat {
+impl<D: Device> FlatFn for GmmFlat<D> {
     fn n_in(&self) -> usize {
         self.x0.len()
     }
@@ -131,20 +135,82 @@ impl FlatFn for GmmFlat {
         Ok(self.cpu.to_vec(&gmm::objective(&self.cpu, &g)?)?)
     }
     fn vjp(&self, w: &[f64]) -> anyhow::Result<Vec<f64>> {
-        let g = gmm::upload(&self.cpu, &self.input, self.dtype)?;
-        Ok(gmm::gradient(&self.cpu, &g)?.1.into_iter().map(|v| v * w[0]).collect())
+        let g = gmm::upload(&self.device, &self.input, self.dtype)?;
+        Ok(gmm::gradient(&self.device, &g)?.1.into_iter().map(|v| v * w[0]).collect())
     }
     fn jvp(&self, v: &[f64]) -> anyhow::Result<Vec<f64>> {
-        let g = gmm::upload(&self.cpu, &self.input, self.dtype)?;
-        Ok(vec![gmm::directional(&self.cpu, &g, v)?.1])
+        let g = gmm::upload(&self.device, &self.input, self.dtype)?;
+        Ok(vec![gmm::directional(&self.device, &g, v)?.1])
     }
     fn fd_unsafe(&self, _h: f64) -> Option<String> {
         None // smooth everywhere (logsumexp with the max subtracted is smooth)
     }
 }
 
-/// The validation checks of a classic case.
-pub fn validate(cpu: &Cpu, spec: &ClassicSpec) -> anyhow::Result<Vec<Outcome>> {
+/// LSTM as a flat function of its parameters [main, extra]; one output, the objective.
+/// Derivatives on `device` in the dtype, f64 values on the CPU.
+pub struct LstmFlat<D: Device> {
+    cpu: Cpu,
+    device: D,
+    dtype: DType,
+    input: LstmInput,
+    x0: Vec<f64>,
+}
+
+impl<D: Device> LstmFlat<D> {
+    pub fn new(cpu: Cpu, device: D, dtype: DType, input: &LstmInput) -> LstmFlat<D> {
+        let round = |xs: &[f64]| -> Vec<f64> { xs.iter().map(|&x| dtype.round(x)).collect() };
+        let input = LstmInput {
+            main_params: round(&input.main_params),
+            extra_params: round(&input.extra_params),
+            state: round(&input.state),
+            sequence: round(&input.sequence),
+            ..input.clone()
+        };
+        let x0 = input.main_params.iter().chain(&input.extra_params).copied().collect();
+        LstmFlat { cpu, device, dtype, input, x0 }
+    }
+
+    fn at(&self, x: &[f64]) -> LstmInput {
+        let (m, e) = x.split_at(self.input.main_params.len());
+        LstmInput { main_params: m.to_vec(), extra_params: e.to_vec(), ..self.input.clone() }
+    }
+
+    pub fn manual_gradient(&self) -> Vec<f64> {
+        lstm::manual_in(&self.input, self.dtype).1
+    }
+}
+
+impl<D: Device> FlatFn for LstmFlat<D> {
+    fn n_in(&self) -> usize {
+        self.x0.len()
+    }
+    fn n_out(&self) -> usize {
+        1
+    }
+    fn x0(&self) -> &[f64] {
+        &self.x0
+    }
+    fn eval_f64(&self, x: &[f64]) -> anyhow::Result<Vec<f64>> {
+        let s = lstm::upload(&self.cpu, &self.at(x), DType::F64)?;
+        Ok(self.cpu.to_vec(&lstm::objective(&self.cpu, &s)?)?)
+    }
+    fn vjp(&self, w: &[f64]) -> anyhow::Result<Vec<f64>> {
+        let s = lstm::upload(&self.device, &self.input, self.dtype)?;
+        Ok(lstm::gradient(&self.device, &s)?.1.into_iter().map(|v| v * w[0]).collect())
+    }
+    fn jvp(&self, v: &[f64]) -> anyhow::Result<Vec<f64>> {
+        let s = lstm::upload(&self.device, &self.input, self.dtype)?;
+        Ok(vec![lstm::directional(&self.device, &s, v)?.1])
+    }
+    fn fd_unsafe(&self, _h: f64) -> Option<String> {
+        None // smooth everywhere (sigmoid, tanh, exp, log of a positive sum)
+    }
+}
+
+/// The validation checks of a classic case: derivatives on `device` (the device under test),
+/// finite differences in f64 on `cpu`.
+pub fn validate<D: Device>(cpu: &Cpu, device: &D, spec: &ClassicSpec) -> anyhow::Result<Vec<Outcome>> {
     let dt = spec.dtype;
     let mut out = Vec::new();
     let standard = |f: &dyn FlatFn, manual: Vec<f64>, out: &mut Vec<Outcome>| -> anyhow::Result<()> {
@@ -157,16 +223,20 @@ pub fn validate(cpu: &Cpu, spec: &ClassicSpec) -> anyhow::Result<Vec<Outcome>> {
     };
     match spec.small() {
         ClassicKind::Kmeans { n, k, d } => {
-            let f = KmeansFlat::new(cpu.clone(), dt, &generate_kmeans(n, k, d, spec.seed));
+            let f = KmeansFlat::new(cpu.clone(), device.clone(), dt, &generate_kmeans(n, k, d, spec.seed));
             standard(&f, f.manual_gradient(), &mut out)?;
             let (ad, manual) = f.hessians()?;
             out.push(validation::compare(CheckKind::ManualHessian, dt, &ad, &manual));
         }
         ClassicKind::Gmm { d, k, n } => {
-            let f = GmmFlat::new(cpu.clone(), dt, &GmmInput::generate(d, k, n, spec.seed));
+            let f = GmmFlat::new(cpu.clone(), device.clone(), dt, &GmmInput::generate(d, k, n, spec.seed));
             standard(&f, f.manual_gradient(), &mut out)?;
         }
-        ClassicKind::Ba { n, m, p } => out = crate::ba_case::validate(cpu, cpu, (n, m, p), dt, spec.seed)?,
+        ClassicKind::Lstm { l, c, b } => {
+            let f = LstmFlat::new(cpu.clone(), device.clone(), dt, &LstmInput::generate(l, c, b, spec.seed));
+            standard(&f, f.manual_gradient(), &mut out)?;
+        }
+        ClassicKind::Ba { n, m, p } => out = crate::ba_case::validate(device, cpu, (n, m, p), dt, spec.seed)?,
     }
     Ok(out)
 }
@@ -174,6 +244,7 @@ pub fn validate(cpu: &Cpu, spec: &ClassicSpec) -> anyhow::Result<Vec<Outcome>> {
 enum Prepared<D: Ops> {
     Kmeans(kmeans::KmeansInputs<D>),
     Gmm(gmm::GmmInputs<D>),
+    Lstm(lstm::LstmInputs<D>),
     Ba(adgauge_workloads::ba::BaInputs<D>),
 }
 
@@ -185,6 +256,9 @@ fn prepare<D: Device>(device: &D, spec: &ClassicSpec) -> anyhow::Result<Prepared
         }
         ClassicKind::Gmm { d, k, n } => {
             Prepared::Gmm(gmm::upload(device, &GmmInput::generate(d, k, n, spec.seed), spec.dtype)?)
+        }
+        ClassicKind::Lstm { l, c, b } => {
+            Prepared::Lstm(lstm::upload(device, &LstmInput::generate(l, c, b, spec.seed), spec.dtype)?)
         }
         ClassicKind::Ba { n, m, p } => Prepared::Ba(crate::ba_case::prepare(device, (n, m, p), spec.dtype, spec.seed)?),
     })
@@ -207,18 +281,22 @@ fn evaluate<D: Device>(device: &D, p: &Prepared<D>, mode: Mode) -> anyhow::Resul
             let np = g.k + g.k * g.d + g.k * adgauge_datasets::gmm::icf_size(g.d);
             let _ = gmm::directional(device, g, &vec![1.0; np])?;
         }
+        (Prepared::Lstm(x), Mode::Primal) => drop(lstm::objective(device, x)?),
+        (Prepared::Lstm(x), Mode::Vjp) => drop(lstm::gradient(device, x)?),
+        (Prepared::Lstm(x), Mode::Jvp) => drop(lstm::directional(device, x, &vec![1.0; x.num_params()])?),
         (Prepared::Ba(x), mode) => crate::ba_case::evaluate(device, x, mode)?,
     }
     device.synchronize()?;
     Ok(())
 }
 
-/// Runs one classic case (validation on the CPU, timing and memory on `device`); never panics.
+/// Runs one classic case (validation, timing and memory on `device`; f64 references on the
+/// CPU); never panics.
 pub fn run_case<D: Device>(cpu: &Cpu, device: &D, spec: &ClassicSpec, budget: &Budget) -> ResultRow {
     let mut row = spec.empty_row(device.threads());
     let result = catch_unwind(AssertUnwindSafe(|| -> anyhow::Result<()> {
         if spec.validate {
-            let outcomes = validate(cpu, spec)?;
+            let outcomes = validate(cpu, device, spec)?;
             crate::runner::record_checks(&mut row, &outcomes);
         }
         let p = prepare(device, spec)?;
@@ -239,6 +317,10 @@ pub fn run_case<D: Device>(cpu: &Cpu, device: &D, spec: &ClassicSpec, budget: &B
     }));
     match result {
         Ok(Ok(())) => {}
+        Ok(Err(e)) if crate::runner::is_unsupported(&e) => {
+            row.status = Status::Skipped;
+            row.message = Some(format!("{e:#}"));
+        }
         Ok(Err(e)) => {
             row.status = Status::Error;
             row.message = Some(format!("{e:#}"));

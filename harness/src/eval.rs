@@ -47,6 +47,10 @@ pub struct EvalArgs {
     /// gmm: the file holds one point line for all n points (detected when absent).
     #[arg(long)]
     pub gmm_replicate_point: bool,
+    /// gmm: ADBench's objective (default) or GradBench's revision (the prior's sign; the
+    /// gradient printed as {"alpha", "mu", "q", "l"}).
+    #[arg(long, default_value = "adbench")]
+    pub gmm_variant: adgauge_workloads::gmm::GmmVariant,
 }
 
 /// Op errors that come from the input (lengths, dtypes, indices, unsupported rules) are bad input.
@@ -178,8 +182,12 @@ fn run_gmm(args: &EvalArgs, threads: Option<usize>) -> anyhow::Result<String> {
 fn gmm_on<D: Ops>(device: &D, args: &EvalArgs, g: &adgauge_datasets::gmm::GmmInput) -> anyhow::Result<String> {
     use adgauge_workloads::gmm;
     let dt = args.dtype;
-    let x = gmm::upload(device, g, dt).map_err(input_error)?;
-    let with_gradient = |(f, gr): (f64, Vec<f64>)| objective_json(f, Some(&gr), dt);
+    let mut x = gmm::upload(device, g, dt).map_err(input_error)?;
+    x.variant = args.gmm_variant;
+    let with_gradient = |(f, gr): (f64, Vec<f64>)| match args.gmm_variant {
+        gmm::GmmVariant::Adbench => objective_json(f, Some(&gr), dt),
+        gmm::GmmVariant::GradBench => gradbench_gmm_json(f, &gr, g.d, g.k, dt),
+    };
     Ok(match args.mode.unwrap_or(Mode::Primal) {
         Mode::Primal => objective_json(device.to_vec(&gmm::objective(device, &x).map_err(input_error)?)?[0], None, dt),
         Mode::Vjp => with_gradient(gmm::gradient(device, &x).map_err(input_error)?),
@@ -205,6 +213,26 @@ fn lstm_on<D: Ops>(device: &D, args: &EvalArgs, s: &adgauge_datasets::lstm::Lstm
         Mode::Vjp => with_gradient(lstm::gradient(device, &x).map_err(input_error)?),
         Mode::Jvp => with_gradient(lstm::gradient_forward(device, &x).map_err(input_error)?),
     })
+}
+
+/// GradBench's GMM output: `{"objective": x, "gradient": {"alpha": [K], "mu": [[d]..K],
+/// "q": [[d]..K], "l": [[d(d-1)/2]..K]}}` (l per component in ADBench's column-by-column order).
+fn gradbench_gmm_json(f: f64, grad: &[f64], d: usize, k: usize, dt: DType) -> String {
+    let num = |v: f64| crate::case_json::format_number(v, dt);
+    let row = |xs: &[f64]| format!("[{}]", xs.iter().map(|&v| num(v)).collect::<Vec<_>>().join(", "));
+    let rows = |xs: &[f64], per: usize| {
+        let parts: Vec<String> = (0..k).map(|i| row(&xs[i * per..(i + 1) * per])).collect();
+        format!("[{}]", parts.join(", "))
+    };
+    let [alpha, mu, q, l] = adgauge_workloads::gmm::split_gradbench(d, k, grad);
+    format!(
+        "{{\"objective\": {}, \"gradient\": {{\"alpha\": {}, \"mu\": {}, \"q\": {}, \"l\": {}}}}}",
+        num(f),
+        row(&alpha),
+        rows(&mu, d),
+        rows(&q, d),
+        rows(&l, d * d.saturating_sub(1) / 2)
+    )
 }
 
 /// `{"objective": x}`, with `"gradient": [...]` when there is one (GMM, LSTM).

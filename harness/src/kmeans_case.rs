@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use adgauge_backends::{Cpu, DType, Forward, Ops, TensorMeta};
+use adgauge_backends::{Cpu, DType, Device, Forward, Ops, TensorMeta};
 use adgauge_datasets::kmeans::KmeansData;
 use adgauge_workloads::kmeans;
 
@@ -87,18 +87,21 @@ pub fn format_kmeans(out: &kmeans::KmeansOut, d: usize, dtype: DType) -> String 
     )
 }
 
-/// A k-means case as a flat function of the centres, at a point rounded to the dtype.
-pub struct KmeansFlat {
+/// A k-means case as a flat function of the centres, at a point rounded to the dtype: the
+/// derivatives come from `device` (the device under test) in the dtype, the f64 values for
+/// finite differences from the CPU.
+pub struct KmeansFlat<D: Device> {
     pub cpu: Cpu,
+    pub device: D,
     pub dtype: DType,
     pub data: KmeansData,
 }
 
-impl KmeansFlat {
-    pub fn new(cpu: Cpu, dtype: DType, data: &KmeansData) -> KmeansFlat {
+impl<D: Device> KmeansFlat<D> {
+    pub fn new(cpu: Cpu, device: D, dtype: DType, data: &KmeansData) -> KmeansFlat<D> {
         let round = |xs: &[f64]| xs.iter().map(|&x| dtype.round(x)).collect();
         let data = KmeansData { points: round(&data.points), centres: round(&data.centres), ..data.clone() };
-        KmeansFlat { cpu, dtype, data }
+        KmeansFlat { cpu, device, dtype, data }
     }
 
     /// The manual gradient, J^T w for w = [1].
@@ -108,13 +111,13 @@ impl KmeansFlat {
 
     /// The AD gradient, Hessian diagonal and the manual ones.
     pub fn hessians(&self) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
-        let x = kmeans::upload(&self.cpu, &self.data, self.dtype)?;
-        let (_, _, h) = kmeans::hessian_diag(&self.cpu, &x)?;
-        Ok((self.cpu.to_vec(&h)?, kmeans::manual_in(&self.data, self.dtype).hessian_diag))
+        let x = kmeans::upload(&self.device, &self.data, self.dtype)?;
+        let (_, _, h) = kmeans::hessian_diag(&self.device, &x)?;
+        Ok((self.device.to_vec(&h)?, kmeans::manual_in(&self.data, self.dtype).hessian_diag))
     }
 }
 
-impl FlatFn for KmeansFlat {
+impl<D: Device> FlatFn for KmeansFlat<D> {
     fn n_in(&self) -> usize {
         self.data.centres.len()
     }
@@ -130,16 +133,16 @@ impl FlatFn for KmeansFlat {
         Ok(self.cpu.to_vec(&kmeans::cost(&self.cpu, &t.points, &t.centres)?)?)
     }
     fn vjp(&self, w: &[f64]) -> anyhow::Result<Vec<f64>> {
-        let x = kmeans::upload(&self.cpu, &self.data, self.dtype)?;
-        let (_, g) = kmeans::gradient(&self.cpu, &x)?;
-        Ok(self.cpu.to_vec(&g)?.into_iter().map(|v| v * w[0]).collect())
+        let x = kmeans::upload(&self.device, &self.data, self.dtype)?;
+        let (_, g) = kmeans::gradient(&self.device, &x)?;
+        Ok(self.device.to_vec(&g)?.into_iter().map(|v| v * w[0]).collect())
     }
     fn jvp(&self, v: &[f64]) -> anyhow::Result<Vec<f64>> {
-        let x = kmeans::upload(&self.cpu, &self.data, self.dtype)?;
-        let f = Forward::new(self.cpu.clone());
-        let c = f.dual(x.centres.clone(), self.cpu.tensor(v, x.centres.shape(), self.dtype)?)?;
+        let x = kmeans::upload(&self.device, &self.data, self.dtype)?;
+        let f = Forward::new(self.device.clone());
+        let c = f.dual(x.centres.clone(), self.device.tensor(v, x.centres.shape(), self.dtype)?)?;
         let y = kmeans::cost(&f, &f.lift(x.points.clone()), &c)?;
-        Ok(self.cpu.to_vec(&f.tangent(&y)?)?)
+        Ok(self.device.to_vec(&f.tangent(&y)?)?)
     }
     fn fd_unsafe(&self, h: f64) -> Option<String> {
         // A point whose two nearest centres are within the step of each other is on a kink.
@@ -195,7 +198,7 @@ mod tests {
         use crate::validation::*;
         let cpu = Cpu::new(Some(2)).unwrap();
         for dt in DType::ALL {
-            let f = KmeansFlat::new(cpu.clone(), dt, &adgauge_datasets::kmeans::generate(500, 5, 4, 9));
+            let f = KmeansFlat::new(cpu.clone(), cpu.clone(), dt, &adgauge_datasets::kmeans::generate(500, 5, 4, 9));
             assert!(dot_product_test(&f, dt, 1).unwrap().passed(), "{dt}");
             let d = finite_difference(&f, dt, 1).unwrap();
             assert!(d.is_ok(), "{dt}: {:?}", d.as_ref().err());

@@ -113,10 +113,11 @@ fn header() -> String {
 fn table_row(row: &ResultRow) -> String {
     let p = |k: &str| row.params.get(k).cloned().unwrap_or_default();
     // The classic workloads have a dimension too.
-    let workload = match (row.params.get("d"), row.params.get("p")) {
-        (Some(d), _) => format!("{} d={d}", row.workload),
-        (None, Some(obs)) => format!("{} p={obs}", row.workload),
-        (None, None) => row.workload.clone(),
+    let workload = match (row.params.get("d"), row.params.get("l"), row.params.get("c")) {
+        (Some(d), _, _) => format!("{} d={d}", row.workload),
+        (None, Some(l), Some(c)) => format!("{} l={l} c={c}", row.workload),
+        (None, None, None) if row.params.contains_key("p") => format!("{} p={}", row.workload, p("p")),
+        _ => row.workload.clone(),
     };
     let both = |t: &Option<Timing>| format!("{}/{}", ms(t, |t| t.min_s), ms(t, |t| t.median_s));
     let status = match row.status {
@@ -252,7 +253,7 @@ pub fn run(args: &RunArgs, threads: Option<usize>) -> anyhow::Result<Code> {
     Ok(code)
 }
 
-/// The classic validation cases (k-means, GMM) selected by `--workload` and `--dtype`.
+/// The classic validation cases (k-means, GMM, LSTM) selected by `--workload` and `--dtype`.
 fn classic_check_cases(args: &CheckArgs) -> Vec<crate::classic::ClassicSpec> {
     let wanted = |w: &str| args.workload.is_empty() || args.workload.iter().any(|x| x == w);
     let dtypes: Vec<DType> = args.dtype.map(|d| vec![d]).unwrap_or_else(|| DType::ALL.to_vec());
@@ -261,16 +262,15 @@ fn classic_check_cases(args: &CheckArgs) -> Vec<crate::classic::ClassicSpec> {
         for (name, kind) in [
             ("kmeans", crate::classic::ClassicKind::Kmeans { n: 200, k: 5, d: 4 }),
             ("gmm", crate::classic::ClassicKind::Gmm { d: 3, k: 3, n: 50 }),
+            ("lstm", crate::classic::ClassicKind::Lstm { l: 2, c: 6, b: 4 }),
             ("ba", crate::classic::ClassicKind::Ba { n: 3, m: 10, p: 30 }),
         ] {
             if wanted(name) {
-                // BA's checks run on the device under test; the others on the CPU.
-                let backend = if name == "ba" { args.backend.clone() } else { "cpu".into() };
                 classic.push(crate::classic::ClassicSpec {
                     kind,
                     dtype,
                     seed: DEFAULT_SEED,
-                    backend,
+                    backend: args.backend.clone(),
                     modes: vec![Mode::Primal, Mode::Vjp, Mode::Jvp],
                     validate: true,
                 });
@@ -287,11 +287,11 @@ fn check_cases(args: &CheckArgs) -> anyhow::Result<Vec<CaseSpec>> {
     } else {
         args.workload
             .iter()
-            .filter(|name| !matches!(name.as_str(), "kmeans" | "gmm" | "ba"))
+            .filter(|name| !matches!(name.as_str(), "kmeans" | "gmm" | "lstm" | "ba"))
             .map(|name| {
                 HistWorkload::parse(name).ok_or_else(|| {
                     let known: Vec<String> = HistWorkload::all().iter().map(|w| w.name()).collect();
-                    bad_input(format!("unknown workload '{name}' (known: {}, kmeans, gmm, ba)", known.join(", ")))
+                    bad_input(format!("unknown workload '{name}' (known: {}, kmeans, gmm, lstm, ba)", known.join(", ")))
                 })
             })
             .collect::<anyhow::Result<_>>()?
@@ -331,8 +331,7 @@ pub fn check(args: &CheckArgs, threads: Option<usize>) -> anyhow::Result<Code> {
     let cases = check_cases(args)?;
     let classic = classic_check_cases(args);
     let device = open_device(&args.backend, threads)?;
-    let on_cpu = args.backend == "cpu";
-    crate::with_device!(&device, |d| check_on(d, &cases, &classic, on_cpu, threads, drop_dest_adjoint))
+    crate::with_device!(&device, |d| check_on(d, &cases, &classic, threads, drop_dest_adjoint))
 }
 
 /// One line per check; failures are collected to be repeated at the end.
@@ -355,7 +354,6 @@ fn check_on<D: Device>(
     device: &D,
     cases: &[CaseSpec],
     classic: &[crate::classic::ClassicSpec],
-    on_cpu: bool,
     threads: Option<usize>,
     drop_dest_adjoint: bool,
 ) -> anyhow::Result<Code> {
@@ -375,23 +373,12 @@ fn check_on<D: Device>(
             }
         }
     }
-    // On another device only BA is validated there (k-means and GMM on the CPU only for now).
-    let validated: Vec<&crate::classic::ClassicSpec> =
-        classic.iter().filter(|c| on_cpu || matches!(c.kind, crate::classic::ClassicKind::Ba { .. })).collect();
-    if validated.len() < classic.len() {
-        println!("kmeans and gmm are validated on the CPU only for now");
-    }
-    if !validated.is_empty() {
+    if !classic.is_empty() {
+        // The f64 reference values for finite differences come from the CPU.
         let cpu = Cpu::new(threads)?;
-        for c in &validated {
+        for c in classic {
             let id = c.id();
-            let result = match c.kind {
-                crate::classic::ClassicKind::Ba { n, m, p } => {
-                    crate::ba_case::validate(device, &cpu, (n, m, p), c.dtype, c.seed)
-                }
-                _ => crate::classic::validate(&cpu, c),
-            };
-            match result {
+            match crate::classic::validate(&cpu, device, c) {
                 Ok(outcomes) => print_outcomes(&id, &outcomes, &mut failures),
                 Err(e) if is_unsupported(&e) => {
                     skipped += 1;
@@ -404,7 +391,7 @@ fn check_on<D: Device>(
             }
         }
     }
-    let total = cases.len() + validated.len();
+    let total = cases.len() + classic.len();
     if failures.is_empty() {
         println!("{} cases passed every check ({skipped} skipped as unsupported)", total - skipped);
         Ok(Code::Success)
@@ -417,6 +404,18 @@ fn check_on<D: Device>(
     }
 }
 
+/// A skipped row saying why `backend` cannot run (the probe's reason).
+fn unavailable_row(mut row: ResultRow, backend: &str) -> ResultRow {
+    let reason = adgauge_backends::probe_devices()
+        .into_iter()
+        .find(|d| d.name == backend)
+        .map(|d| if d.available { "could not be opened".to_string() } else { d.detail })
+        .unwrap_or_else(|| "unknown backend".into());
+    row.status = Status::Skipped;
+    row.message = Some(format!("backend {backend} is unavailable: {reason}"));
+    row
+}
+
 /// Runs one case on the device of its backend (opened on first use).
 fn run_on(cpu: &Cpu, opencl: &std::cell::OnceCell<Option<OpenCl>>, case: &Case, opts: &Options) -> ResultRow {
     let case = match case {
@@ -424,12 +423,11 @@ fn run_on(cpu: &Cpu, opencl: &std::cell::OnceCell<Option<OpenCl>>, case: &Case, 
         Case::Classic(c) => {
             return match c.backend.as_str() {
                 "cpu" => crate::classic::run_case(cpu, cpu, c, &opts.budget),
-                other => {
-                    let mut row = c.empty_row(cpu.threads());
-                    row.status = Status::Skipped;
-                    row.message = Some(format!("{} on {other} is not wired into suites yet (CPU only)", c.workload()));
-                    row
-                }
+                "opencl" => match opencl.get_or_init(|| OpenCl::new().ok()) {
+                    Some(d) => crate::classic::run_case(cpu, d, c, &opts.budget),
+                    None => unavailable_row(c.empty_row(cpu.threads()), "opencl"),
+                },
+                other => unavailable_row(c.empty_row(cpu.threads()), other),
             };
         }
     };

@@ -17,7 +17,20 @@
 //!     dtypes: [f32]                     # default [f32]
 //!     backends: [cpu]                   # default [cpu]
 //!     modes: [primal, vjp, jvp]         # which modes to time; default all three
+//!   - workload: kmeans                  # n points, k centres, d dimensions
+//!     n: [10000]
+//!     k: [10]
+//!     d: [8]
+//!   - workload: gmm                     # ADBench's generator: d dimensions, k components
+//!     d: [2]
+//!     k: [5]
+//!     n: [1000]
+//!   - workload: lstm                    # l layers, c characters, b bits (default [14])
+//!     l: [2]
+//!     c: [1024]
 //! ```
+//!
+//! The classic entries take the same `dtypes`, `backends`, `modes` and `validate` keys.
 //!
 //! Unknown keys and bad values are errors that name the line and column.
 
@@ -155,6 +168,21 @@ enum GroupFile {
         #[serde(default = "yes")]
         validate: bool,
     },
+    /// ADBench's D-LSTM: l layers, c characters, b bits per character (ADBench's files: 14).
+    Lstm {
+        l: Vec<usize>,
+        c: Vec<usize>,
+        #[serde(default = "default_lstm_bits")]
+        b: Vec<usize>,
+        #[serde(default = "default_dtypes")]
+        dtypes: Vec<Parsed<DType>>,
+        #[serde(default = "default_backends")]
+        backends: Vec<String>,
+        #[serde(default = "default_modes")]
+        modes: Vec<Parsed<Mode>>,
+        #[serde(default = "yes")]
+        validate: bool,
+    },
     /// Bundle adjustment: explicit (n, m, p) triples (sizes do not combine as a product; the
     /// ADBench files' sizes are listed, and the problems generated as those files are).
     Ba {
@@ -168,6 +196,10 @@ enum GroupFile {
         #[serde(default = "yes")]
         validate: bool,
     },
+}
+
+fn default_lstm_bits() -> Vec<usize> {
+    vec![14]
 }
 
 /// A case of any workload family.
@@ -317,7 +349,7 @@ pub fn parse_suite(text: &str, source: &str) -> Result<Suite, String> {
     for (g, group) in file.cases.iter().enumerate() {
         match group {
             // The classic workloads are expanded below.
-            GroupFile::Kmeans { .. } | GroupFile::Gmm { .. } => {}
+            GroupFile::Kmeans { .. } | GroupFile::Gmm { .. } | GroupFile::Lstm { .. } => {}
             GroupFile::Ba { sizes, dtypes, backends, modes, validate } => {
                 for &[n, m, p] in sizes {
                     if n == 0 || m == 0 || p == 0 {
@@ -379,6 +411,27 @@ pub fn parse_suite(text: &str, source: &str) -> Result<Suite, String> {
     for group in &file.cases {
         let (kmeans, d_list, k_list, n_list, dtypes, backends, modes, validate) = match group {
             GroupFile::Hist { .. } | GroupFile::Ba { .. } => continue,
+            GroupFile::Lstm { l, c, b, dtypes, backends, modes, validate } => {
+                for (&l, &c, &b) in l.iter().flat_map(|l| c.iter().flat_map(move |c| b.iter().map(move |b| (l, c, b))))
+                {
+                    if l == 0 || c < 2 || b == 0 {
+                        return Err(format!("{source}: LSTM sizes need l >= 1, c >= 2, b >= 1 (l={l}, c={c}, b={b})"));
+                    }
+                    for &dtype in dtypes {
+                        for backend in backends {
+                            cases.push(Case::Classic(ClassicSpec {
+                                kind: ClassicKind::Lstm { l, c, b },
+                                dtype: dtype.0,
+                                seed,
+                                backend: backend.clone(),
+                                modes: modes.iter().map(|m| m.0).collect(),
+                                validate: *validate,
+                            }));
+                        }
+                    }
+                }
+                continue;
+            }
             GroupFile::Kmeans { n, k, d, dtypes, backends, modes, validate } => {
                 (true, d, k, n, dtypes, backends, modes, validate)
             }
@@ -508,13 +561,21 @@ mod tests {
             Case::Hist(c) => c.times(Mode::Vjp) && !c.times(Mode::Jvp) && c.seed == 5,
             Case::Classic(_) => false,
         }));
-        let classic = "name: c\ncases:\n  - workload: kmeans\n    n: [100]\n    k: [3]\n    d: [2, 4]\n  - workload: gmm\n    d: [2]\n    k: [5]\n    n: [50]\n";
+        let classic = "name: c\ncases:\n  - workload: kmeans\n    n: [100]\n    k: [3]\n    d: [2, 4]\n  - workload: gmm\n    d: [2]\n    k: [5]\n    n: [50]\n  - workload: lstm\n    l: [1, 2]\n    c: [8]\n    backends: [opencl]\n";
         let s = parse_suite(classic, "c").unwrap();
         let ids: Vec<String> = s.cases.iter().map(Case::id).collect();
         assert_eq!(
             ids,
-            ["kmeans[d=2,k=3,n=100]/cpu/f32/-", "kmeans[d=4,k=3,n=100]/cpu/f32/-", "gmm[d=2,k=5,n=50]/cpu/f32/-"]
+            [
+                "kmeans[d=2,k=3,n=100]/cpu/f32/-",
+                "kmeans[d=4,k=3,n=100]/cpu/f32/-",
+                "gmm[d=2,k=5,n=50]/cpu/f32/-",
+                "lstm[b=14,c=8,l=1]/opencl/f32/-",
+                "lstm[b=14,c=8,l=2]/opencl/f32/-"
+            ]
         );
+        let short = "name: c\ncases:\n  - workload: lstm\n    l: [1]\n    c: [1]\n";
+        assert!(parse_suite(short, "c").unwrap_err().contains("c >= 2"));
         let ba = "name: b\ncases:\n  - workload: ba\n    sizes: [[2, 3, 4], [5, 6, 7]]\n    dtypes: [f64]\n";
         let ids: Vec<String> = parse_suite(ba, "b").unwrap().cases.iter().map(Case::id).collect();
         assert_eq!(ids, ["ba[m=3,n=2,p=4]/cpu/f64/-", "ba[m=6,n=5,p=7]/cpu/f64/-"]);

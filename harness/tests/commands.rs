@@ -28,6 +28,43 @@ fn check_passes_on_the_real_rules_in_both_dtypes() {
 }
 
 #[test]
+fn check_validates_the_classic_workloads_on_cpu_and_opencl() {
+    let mut backends = vec!["cpu"];
+    match adgauge_backends::OpenCl::new() {
+        Ok(_) => backends.push("opencl"),
+        Err(e) => {
+            assert!(!adgauge_datasets::adbench::is_required("opencl"), "ADGAUGE_REQUIRE has opencl, but: {e}");
+            eprintln!("skipped the OpenCL half: {e}");
+        }
+    }
+    for backend in backends {
+        let out = adgauge(&[
+            "check",
+            "--workload",
+            "kmeans",
+            "--workload",
+            "gmm",
+            "--workload",
+            "lstm",
+            "--dtype",
+            "f32",
+            "--backend",
+            backend,
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
+        let text = stdout(&out);
+        for w in ["kmeans[", "gmm[", "lstm["] {
+            for check in ["dot-product", "fd-jvp", "fd-vjp", "manual"] {
+                let line = text
+                    .lines()
+                    .find(|l| l.starts_with(w) && l.contains(&format!("/{backend}/f32/")) && l.contains(check));
+                assert!(line.is_some_and(|l| l.ends_with("ok")), "{w} {check} on {backend}:\n{text}");
+            }
+        }
+    }
+}
+
+#[test]
 fn check_catches_a_rule_that_drops_dests_adjoint_with_exit_1() {
     let out = adgauge(&["check", "--workload", "hist-add", "--dtype", "f64", "--inject-fault", "drop-dest-adjoint"]);
     assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));

@@ -5,6 +5,10 @@
 //! (`../shared/datasets/adbench/ba/ba{1..5}_*.txt`, or `$ADGAUGE_ADBENCH_DIR/ba`).
 //! `cargo run --release -p adgauge-workloads --example ba_overhead [-- [--threads N] [--f32] FILE...]`.
 
+// The same allocator as the adgauge binary (see harness/src/memory.rs for why).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 

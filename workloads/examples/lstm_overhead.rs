@@ -3,6 +3,10 @@
 //! files (generated inputs of the same sizes when the files are absent).
 //! `cargo run --release -p adgauge-workloads --example lstm_overhead [-- --threads N]`.
 
+// The same allocator as the adgauge binary (see harness/src/memory.rs for why).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::time::{Duration, Instant};
 
 use adgauge_backends::{Cpu, DType, Ops};

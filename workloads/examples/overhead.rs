@@ -2,6 +2,10 @@
 //! of repeated runs, inputs resident). `cargo run --release -p adgauge-workloads --example
 //! overhead [-- --threads N]`; GMM cases read ADBench's 1k files when present.
 
+// The same allocator as the adgauge binary (see harness/src/memory.rs for why).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::time::{Duration, Instant};
 
 use adgauge_backends::{Cpu, DType, Ops};

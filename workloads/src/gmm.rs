@@ -15,15 +15,71 @@
 //! with every logsumexp taken with its maximum subtracted and log Gamma_d the multivariate log
 //! gamma function (0.25 d (d-1) log pi + sum_j lgamma(a + (1-j)/2)). The constants are f64 host
 //! numbers. The gradient is laid out as ADBench's: [alphas (K), means (K x d), icf (K x
-//! d(d+1)/2)]. (GradBench's later revision of the prior's sign and of the layout is not
-//! implemented here.)
+//! d(d+1)/2)].
+//!
+//! # GradBench's variant ([`GmmVariant::GradBench`])
+//!
+//! GradBench's `gmm` eval (its C++ `gmm.hpp` and PyTorch `gmm_objective.py`, which take in
+//! ADBench pull request 211) differs from ADBench in exactly these points:
+//!
+//! 1. The Wishart prior enters with the opposite sign: f adds the log prior
+//!    `-sum_k [0.5 gamma^2 (||exp(q_k)||^2 + ||l_k||^2) - m sum(q_k)] + K C` where ADBench adds
+//!    `+sum_k [...] - K C`. ADBench's value is therefore not a log posterior; GradBench's is
+//!    log likelihood + log prior. (GradBench's README calls the objective the *negative* log
+//!    posterior, but its reference implementations return the log posterior itself; we follow
+//!    the implementations, whose outputs its validator compares against.)
+//! 2. The gradient is split into `alpha` (K), `mu` (K x d), `q` (K x d, the log-diagonals
+//!    icf_k[..d]) and `l` (K x d(d-1)/2, icf_k[d..], kept in ADBench's column-by-column order).
+//!
+//! The likelihood term, its constant -n d/2 log(2 pi), the parametrisation of Q and the input
+//! file are the same. [`GmmInputs::variant`] selects the variant; the split of the gradient is
+//! the caller's (see [`split_gradbench`]).
 
 use adgauge_backends::{BinaryOp, DType, Elem, Forward, Ops, OutOfRange, Result, Reverse, TensorMeta, UnaryOp};
 use adgauge_datasets::gmm::{GmmInput, Wishart, icf_size};
 use rayon::prelude::*;
 
+/// Which definition of the objective: ADBench's (the default) or GradBench's revision (see the
+/// module documentation for every difference).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GmmVariant {
+    #[default]
+    Adbench,
+    GradBench,
+}
+
+impl GmmVariant {
+    /// The factor of ADBench's prior term (and of its constant K C) in this variant.
+    fn prior_sign(self) -> f64 {
+        match self {
+            GmmVariant::Adbench => 1.0,
+            GmmVariant::GradBench => -1.0,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            GmmVariant::Adbench => "adbench",
+            GmmVariant::GradBench => "gradbench",
+        }
+    }
+}
+
+impl std::str::FromStr for GmmVariant {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "adbench" => Ok(GmmVariant::Adbench),
+            "gradbench" => Ok(GmmVariant::GradBench),
+            other => Err(format!("unknown GMM variant '{other}' (known: adbench, gradbench)")),
+        }
+    }
+}
+
 /// A GMM problem on an engine's device.
 pub struct GmmInputs<O: Ops> {
+    /// ADBench's objective or GradBench's (set after [`upload`]; ADBench's by default).
+    pub variant: GmmVariant,
     pub d: usize,
     pub k: usize,
     pub n: usize,
@@ -75,12 +131,24 @@ pub fn log_gamma_distrib(a: f64, p: usize) -> f64 {
     out
 }
 
-/// The constant terms of f: -n d/2 log(2 pi) - K C.
-pub fn constants(d: usize, k: usize, n: usize, w: Wishart) -> f64 {
+/// The constant terms of f: -n d/2 log(2 pi) - K C (ADBench) or -n d/2 log(2 pi) + K C
+/// (GradBench).
+pub fn constants(d: usize, k: usize, n: usize, w: Wishart, variant: GmmVariant) -> f64 {
     let (df, kf, nf) = (d as f64, k as f64, n as f64);
     let np = df + w.m as f64 + 1.0;
     let c = np * df * (w.gamma.ln() - 0.5 * 2f64.ln()) - log_gamma_distrib(0.5 * np, d);
-    -nf * df * 0.5 * (2.0 * std::f64::consts::PI).ln() - kf * c
+    -nf * df * 0.5 * (2.0 * std::f64::consts::PI).ln() - variant.prior_sign() * kf * c
+}
+
+/// Splits a gradient in ADBench's layout [alphas, means, icf] into GradBench's
+/// (alpha, mu, q, l), each flat and row-major per component.
+pub fn split_gradbench(d: usize, k: usize, grad: &[f64]) -> [Vec<f64>; 4] {
+    let sz = icf_size(d);
+    let (alpha, rest) = grad.split_at(k.min(grad.len()));
+    let (mu, icf) = rest.split_at((k * d).min(rest.len()));
+    let q = icf.chunks(sz).flat_map(|c| c[..d.min(c.len())].to_vec()).collect();
+    let l = icf.chunks(sz).flat_map(|c| c[d.min(c.len())..].to_vec()).collect();
+    [alpha.to_vec(), mu.to_vec(), q, l]
 }
 
 /// Position in icf_k of Q_k[r][c] (r >= c): r on the diagonal, d + (index of (r, c) in the
@@ -111,6 +179,7 @@ pub fn upload<O: Ops>(o: &O, g: &GmmInput, dtype: DType) -> Result<GmmInputs<O>>
     let logdiag: Vec<i64> = (0..k).flat_map(|kk| (0..d).map(move |r| (kk * sz + r) as i64)).collect();
     let lower: Vec<i64> = (0..k).flat_map(|kk| (d..sz).map(move |j| (kk * sz + j) as i64)).collect();
     Ok(GmmInputs {
+        variant: GmmVariant::Adbench,
         d,
         k,
         n: g.n,
@@ -159,8 +228,10 @@ impl<O: Ops> GmmInputs<O> {
         let lse_alphas = p.reshape(&p.logsumexp_axis(&p.reshape(alphas, &[1, k])?, 1)?, &[1])?;
         let w = self.wishart;
         let frob = p.add(&p.sum(&p.unary(UnaryOp::Square, &qdiag)?)?, &p.sum(&p.unary(UnaryOp::Square, &lower)?)?)?;
-        let prior = p.sub(&p.scale(&frob, 0.5 * w.gamma * w.gamma)?, &p.scale(&p.sum(&sum_qs)?, w.m as f64)?)?;
-        let c = p.scalar(constants(d, k, n, w), dt)?;
+        let sign = self.variant.prior_sign();
+        let prior =
+            p.sub(&p.scale(&frob, sign * 0.5 * w.gamma * w.gamma)?, &p.scale(&p.sum(&sum_qs)?, sign * w.m as f64)?)?;
+        let c = p.scalar(constants(d, k, n, w, self.variant), dt)?;
         p.add(&p.add(&c, &p.sub(&slse, &p.scale(&lse_alphas, n as f64)?)?)?, &prior)
     }
 }
@@ -223,6 +294,11 @@ const CHUNK: usize = 64;
 /// df/dq_kr = sum_i p_ik (1 - z_r xc_r exp(q_kr)) + gamma^2 exp(q_kr)^2 - m;
 /// df/dl_k(r,c) = -sum_i p_ik z_r xc_c + gamma^2 l_k(r,c).
 pub fn manual<T: Elem>(g: &GmmInput) -> (f64, Vec<f64>) {
+    manual_variant::<T>(g, GmmVariant::Adbench)
+}
+
+/// [`manual`] for either variant (GradBench's negates the prior's terms).
+pub fn manual_variant<T: Elem>(g: &GmmInput, variant: GmmVariant) -> (f64, Vec<f64>) {
     let (d, k, n) = (g.d, g.k, g.n);
     let sz = icf_size(d);
     let t = |v: &[f64]| v.iter().map(|&x| T::of_f64(x)).collect::<Vec<T>>();
@@ -295,32 +371,38 @@ pub fn manual<T: Elem>(g: &GmmInput) -> (f64, Vec<f64>) {
         ga[kk] = ga[kk] - nf * (alphas[kk] - lse_a).exp();
     }
     let w = g.wishart;
+    let sign = T::of_f64(variant.prior_sign());
     let (g2, m) = (T::of_f64(w.gamma * w.gamma), T::of_f64(w.m as f64));
     let mut frob = T::zero();
     for kk in 0..k {
         for r in 0..d {
             let qd = qdiag[kk * d + r];
             frob = frob + qd * qd;
-            gq[kk * sz + r] = gq[kk * sz + r] + g2 * qd * qd - m;
+            gq[kk * sz + r] = gq[kk * sz + r] + sign * (g2 * qd * qd - m);
         }
         for j in d..sz {
             let l = icf[kk * sz + j];
             frob = frob + l * l;
-            gq[kk * sz + j] = gq[kk * sz + j] + g2 * l;
+            gq[kk * sz + j] = gq[kk * sz + j] + sign * g2 * l;
         }
     }
     let sum_all_qs = sum_qs.iter().fold(T::zero(), |s, &v| s + v);
-    let prior = half * g2 * frob - m * sum_all_qs;
-    let f = T::of_f64(constants(d, k, n, w)) + slse - nf * lse_a + prior;
+    let prior = sign * (half * g2 * frob - m * sum_all_qs);
+    let f = T::of_f64(constants(d, k, n, w, variant)) + slse - nf * lse_a + prior;
     let grad = ga.into_iter().chain(gm).chain(gq).map(|v| v.as_f64()).collect();
     (f.as_f64(), grad)
 }
 
 /// [`manual`] in the dtype under test.
 pub fn manual_in(g: &GmmInput, dtype: DType) -> (f64, Vec<f64>) {
+    manual_variant_in(g, dtype, GmmVariant::Adbench)
+}
+
+/// [`manual_variant`] in the dtype under test.
+pub fn manual_variant_in(g: &GmmInput, dtype: DType, variant: GmmVariant) -> (f64, Vec<f64>) {
     match dtype {
-        DType::F32 => manual::<f32>(g),
-        DType::F64 => manual::<f64>(g),
+        DType::F32 => manual_variant::<f32>(g, variant),
+        DType::F64 => manual_variant::<f64>(g, variant),
     }
 }
 
@@ -352,10 +434,16 @@ mod tests {
     }
 
     fn check_problem(g: &GmmInput, tol: f64) {
+        check_variant(g, tol, GmmVariant::Adbench);
+        check_variant(g, tol, GmmVariant::GradBench);
+    }
+
+    fn check_variant(g: &GmmInput, tol: f64, variant: GmmVariant) {
         let cpu = Cpu::new(Some(2)).unwrap();
-        let x = upload(&cpu, g, DType::F64).unwrap();
+        let mut x = upload(&cpu, g, DType::F64).unwrap();
+        x.variant = variant;
         let (f_ad, g_ad) = gradient(&cpu, &x).unwrap();
-        let (f_m, g_m) = manual::<f64>(g);
+        let (f_m, g_m) = manual_variant::<f64>(g, variant);
         assert!(close(&[f_ad], &[f_m], tol), "objective {f_ad} vs manual {f_m}");
         assert!(close(&g_ad, &g_m, tol), "gradient vs manual:\n{g_ad:?}\n{g_m:?}");
         let (f_fw, g_fw) = gradient_forward(&cpu, &x).unwrap();
@@ -375,7 +463,7 @@ mod tests {
                     &mut p.icf[j - ka - kd]
                 };
                 *slot += s * h;
-                manual::<f64>(&p).0
+                manual_variant::<f64>(&p, variant).0
             };
             let fd = (shifted(1.0) - shifted(-1.0)) / (2.0 * h);
             assert!((fd - got).abs() <= 1e-5 * fd.abs().max(1.0), "coordinate {j}: {got} vs fd {fd}");
@@ -388,6 +476,51 @@ mod tests {
         let mut g = GmmInput::generate(2, 3, 7, 6);
         g.wishart = Wishart { gamma: 0.7, m: 2 };
         check_problem(&g, 1e-10);
+    }
+
+    /// The variants differ only in the prior's sign: their sum is twice the likelihood part
+    /// (which does not depend on the Wishart parameters) and their difference twice ADBench's
+    /// prior, written here from the formula.
+    #[test]
+    fn gradbench_variant_negates_exactly_the_prior() {
+        let cpu = Cpu::new(Some(1)).unwrap();
+        let value = |g: &GmmInput, v: GmmVariant| {
+            let mut x = upload(&cpu, g, DType::F64).unwrap();
+            x.variant = v;
+            cpu.to_vec(&objective(&cpu, &x).unwrap()).unwrap()[0]
+        };
+        let mut g = GmmInput::generate(3, 4, 9, 11);
+        let mut sums = Vec::new();
+        for w in [Wishart { gamma: 1.0, m: 0 }, Wishart { gamma: 0.3, m: 4 }] {
+            g.wishart = w;
+            let (ab, gb) = (value(&g, GmmVariant::Adbench), value(&g, GmmVariant::GradBench));
+            sums.push(ab + gb);
+            let (d, k) = (g.d, g.k);
+            let sz = icf_size(d);
+            let mut prior = 0.0;
+            for kk in 0..k {
+                let icf = &g.icf[kk * sz..(kk + 1) * sz];
+                let frob: f64 =
+                    icf[..d].iter().map(|q| (2.0 * q).exp()).sum::<f64>() + icf[d..].iter().map(|l| l * l).sum::<f64>();
+                prior += 0.5 * w.gamma * w.gamma * frob - w.m as f64 * icf[..d].iter().sum::<f64>();
+            }
+            let np = d as f64 + w.m as f64 + 1.0;
+            let c = np * d as f64 * (w.gamma / 2f64.sqrt()).ln() - log_gamma_distrib(0.5 * np, d);
+            let expected = 2.0 * (prior - k as f64 * c);
+            assert!((ab - gb - expected).abs() <= 1e-9 * expected.abs().max(1.0), "{ab} - {gb} vs {expected}");
+        }
+        assert!((sums[0] - sums[1]).abs() <= 1e-9 * sums[0].abs(), "likelihood part moved: {sums:?}");
+    }
+
+    #[test]
+    fn gradbench_split_takes_log_diagonals_and_lower_entries_apart() {
+        // d = 3, k = 2: icf_k = [q0 q1 q2 l10 l20 l21]; the values name their slot.
+        let grad: Vec<f64> = (0..2 + 6 + 12).map(|i| i as f64).collect();
+        let [a, mu, q, l] = split_gradbench(3, 2, &grad);
+        assert_eq!(a, vec![0.0, 1.0]);
+        assert_eq!(mu, (2..8).map(|i| i as f64).collect::<Vec<_>>());
+        assert_eq!(q, vec![8.0, 9.0, 10.0, 14.0, 15.0, 16.0]);
+        assert_eq!(l, vec![11.0, 12.0, 13.0, 17.0, 18.0, 19.0]);
     }
 
     #[test]
