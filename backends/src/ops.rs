@@ -348,6 +348,13 @@ pub trait Ops: Clone + 'static {
     /// `out[i] = vals[i] == 0 ? c1[inds[i]] : c0[inds[i]] / vals[i]`, 0 for out-of-range
     /// indices: the `*` histogram's value adjoint without ever dividing by zero.
     fn prod_vals_adjoint(&self, inds: &Self::I, vals: &Self::T, c0: &Self::T, c1: &Self::T) -> Result<Self::T>;
+    /// The adjoint of x for y = op(x): `g * op'(x)` elementwise (None where it is identically
+    /// zero, for `sign`). `x`, `y` and `g` have one shape. Composed from other ops by default,
+    /// so engines over any device stay differentiable through it (nesting); a device may
+    /// override it with one fused kernel that performs the same arithmetic in the same order.
+    fn unary_adjoint(&self, op: UnaryOp, x: &Self::T, y: &Self::T, g: &Self::T) -> Result<Option<Self::T>> {
+        crate::rules::elementwise::unary_vjp_composed(self, op, x, y, g)
+    }
 
     // ---- general operators, scans and the general histogram rule's kernels ----
     /// Elementwise `a op b` (broadcasting like [`Ops::binary`]).

@@ -70,6 +70,28 @@ impl<T> SyncPtr<T> {
 }
 
 #[inline]
+/// `g * op'(x)` for y = op(x), with the operations in the order of
+/// [`crate::rules::elementwise::unary_vjp_composed`] so that both round alike. `sign` has no
+/// adjoint (the caller returns None).
+pub fn unary_adjoint<T: Elem>(op: UnaryOp, x: T, y: T, g: T) -> T {
+    let one = T::one();
+    match op {
+        UnaryOp::Neg => -g,
+        UnaryOp::Exp => g * y,
+        UnaryOp::Log => g / x,
+        UnaryOp::Log1p => g / (x + one),
+        UnaryOp::Sin => g * x.cos(),
+        UnaryOp::Cos => -(g * x.sin()),
+        UnaryOp::Sqrt => (g * T::of_f64(0.5)) / y,
+        UnaryOp::Tanh => g * (one - y * y),
+        UnaryOp::Sigmoid => g * (y * (one - y)),
+        UnaryOp::Abs => g * unary(UnaryOp::Sign, x),
+        UnaryOp::Sign => T::zero(),
+        UnaryOp::Recip => -(g * (y * y)),
+        UnaryOp::Square => (g * T::of_f64(2.0)) * x,
+    }
+}
+
 pub fn unary<T: Elem>(op: UnaryOp, x: T) -> T {
     let one = T::one();
     match op {

@@ -244,6 +244,25 @@ impl Cpu {
         Ok(self.wrap(out, x.shape.clone()))
     }
 
+    fn unary_adjoint_t<T: CpuElem>(
+        &self,
+        op: UnaryOp,
+        x: &CpuTensor,
+        y: &CpuTensor,
+        g: &CpuTensor,
+    ) -> Result<CpuTensor> {
+        let (xs, ys, gs) = (x.slice::<T>()?, y.slice::<T>()?, g.slice::<T>()?);
+        if ys.len() != xs.len() || gs.len() != xs.len() {
+            return Err(OpError::Shape {
+                op: "unary_adjoint",
+                detail: format!("x {:?}, y {:?}, adjoint {:?}", x.shape, y.shape, g.shape),
+            });
+        }
+        let mut out = self.pool().take::<T>(xs.len());
+        fill_with(&mut out, |i| kernels::unary_adjoint(op, xs[i], ys[i], gs[i]));
+        Ok(self.wrap(out, g.shape.clone()))
+    }
+
     fn binary_t<T: CpuElem>(&self, op: BinaryOp, a: &CpuTensor, b: &CpuTensor) -> Result<CpuTensor> {
         self.zip_t::<T>("binary", a, b, |x, y| kernels::binary(op, x, y))
     }
@@ -866,6 +885,15 @@ impl Ops for Cpu {
 
     fn unary(&self, op: UnaryOp, x: &CpuTensor) -> Result<CpuTensor> {
         self.run(x.numel(), || by_dtype!(x.dtype(), self.unary_t(op, x)))
+    }
+
+    fn unary_adjoint(&self, op: UnaryOp, x: &CpuTensor, y: &CpuTensor, g: &CpuTensor) -> Result<Option<CpuTensor>> {
+        if op == UnaryOp::Sign {
+            return Ok(None);
+        }
+        let dt = same_dtype("unary_adjoint", x, g)?;
+        same_dtype("unary_adjoint", y, g)?;
+        self.run(x.numel(), || by_dtype!(dt, self.unary_adjoint_t(op, x, y, g))).map(Some)
     }
 
     fn binary(&self, op: BinaryOp, a: &CpuTensor, b: &CpuTensor) -> Result<CpuTensor> {

@@ -55,7 +55,9 @@ impl Pool {
         Buf {
             // Zero-filled allocations come from calloc: no work until pages are touched.
             data: vec![T::default(); len],
-            pool: Some(self.clone()),
+            // Small buffers never return to the pool: skip the handle (two atomic operations
+            // per tensor, which show on the tiny tensors of the LSTM).
+            pool: (bytes >= MIN_CACHED_BYTES).then(|| self.clone()),
         }
     }
 

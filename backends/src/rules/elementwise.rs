@@ -18,8 +18,15 @@ pub fn unbroadcast<B: Ops>(b: &B, g: &B::T, shape: &[usize]) -> Result<B::T> {
     b.reshape(&s, shape)
 }
 
-/// Adjoint of `x` for `y = op(x)`.
+/// Adjoint of `x` for `y = op(x)`: the engine's [`Ops::unary_adjoint`] (one fused kernel on
+/// the CPU device, [`unary_vjp_composed`] elsewhere).
 pub fn unary_vjp<B: Ops>(b: &B, op: UnaryOp, x: &B::T, y: &B::T, g: &B::T) -> Result<Option<B::T>> {
+    b.unary_adjoint(op, x, y, g)
+}
+
+/// Adjoint of `x` for `y = op(x)` composed from elementwise ops. A fused kernel must keep this
+/// order of operations (so that it rounds the same way).
+pub fn unary_vjp_composed<B: Ops>(b: &B, op: UnaryOp, x: &B::T, y: &B::T, g: &B::T) -> Result<Option<B::T>> {
     let dt = x.dtype();
     let gx = match op {
         UnaryOp::Neg => b.neg(g)?,
@@ -198,7 +205,8 @@ pub fn combine_partial_jvp<B: Ops>(
 
 /// Adjoints of `a` and `c` for `y = a op c` (not for comparisons).
 pub fn binary_vjp<B: Ops>(b: &B, op: BinaryOp, a: &B::T, c: &B::T, y: &B::T, g: &B::T) -> Result<(B::T, B::T)> {
-    let zero = b.scalar(0.0, g.dtype())?;
+    // Built only by the rules that need it (an allocation per call adds up on small tensors).
+    let zero = || b.scalar(0.0, g.dtype());
     let (ga, gc) = match op {
         BinaryOp::Add => (g.clone(), g.clone()),
         BinaryOp::Sub => (g.clone(), b.neg(g)?),
@@ -213,14 +221,15 @@ pub fn binary_vjp<B: Ops>(b: &B, op: BinaryOp, a: &B::T, c: &B::T, y: &B::T, g: 
         }
         // Asymmetric partials: the left operand wins ties (d1 = [a <= c], d2 = [c < a]).
         BinaryOp::Min => {
-            let left = b.binary(BinaryOp::Le, a, c)?;
+            let (left, zero) = (b.binary(BinaryOp::Le, a, c)?, zero()?);
             (b.select(&left, g, &zero)?, b.select(&left, &zero, g)?)
         }
         BinaryOp::Max => {
-            let left = b.binary(BinaryOp::Ge, a, c)?;
+            let (left, zero) = (b.binary(BinaryOp::Ge, a, c)?, zero()?);
             (b.select(&left, g, &zero)?, b.select(&left, &zero, g)?)
         }
         BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge | BinaryOp::Eq => {
+            let zero = zero()?;
             (b.mul(g, &zero)?, b.mul(g, &zero)?)
         }
     };
@@ -245,6 +254,47 @@ mod tests {
     fn fd(f: impl Fn(f64) -> f64, x: f64) -> f64 {
         let h = 1e-6 * x.abs().max(1.0);
         (f(x + h) - f(x - h)) / (2.0 * h)
+    }
+
+    /// The CPU device's fused adjoint kernel must round exactly like the composed rule.
+    #[test]
+    fn fused_unary_adjoint_equals_the_composed_rule_bit_for_bit() {
+        let cpu = Cpu::new(Some(1)).unwrap();
+        let ops = [
+            UnaryOp::Neg,
+            UnaryOp::Exp,
+            UnaryOp::Log,
+            UnaryOp::Log1p,
+            UnaryOp::Sin,
+            UnaryOp::Cos,
+            UnaryOp::Sqrt,
+            UnaryOp::Tanh,
+            UnaryOp::Sigmoid,
+            UnaryOp::Abs,
+            UnaryOp::Sign,
+            UnaryOp::Recip,
+            UnaryOp::Square,
+        ];
+        let xs = [0.3, 1.7, 0.01, 2.5, 0.9, 12.0, 0.5];
+        let gs = [1.0, -0.7, 3.25, 0.001, -2.0, 0.4, 1e3];
+        for dt in [DType::F32, DType::F64] {
+            for op in ops {
+                let x = cpu.tensor(&xs, &[xs.len()], dt).unwrap();
+                let g = cpu.tensor(&gs, &[gs.len()], dt).unwrap();
+                let y = cpu.unary(op, &x).unwrap();
+                let fused = cpu.unary_adjoint(op, &x, &y, &g).unwrap();
+                let composed = unary_vjp_composed(&cpu, op, &x, &y, &g).unwrap();
+                match (fused, composed) {
+                    (None, None) => assert_eq!(op, UnaryOp::Sign),
+                    (Some(f), Some(c)) => {
+                        let (f, c) = (cpu.to_vec(&f).unwrap(), cpu.to_vec(&c).unwrap());
+                        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                        assert_eq!(bits(&f), bits(&c), "{op:?} {dt}: {f:?} vs {c:?}");
+                    }
+                    (f, c) => panic!("{op:?} {dt}: fused {} vs composed {}", f.is_some(), c.is_some()),
+                }
+            }
+        }
     }
 
     #[test]
