@@ -31,6 +31,8 @@ pub enum ClassicKind {
     Gmm { d: usize, k: usize, n: usize },
     /// l layers, c characters of b bits (ADBench's D-LSTM; its files have b = 14).
     Lstm { l: usize, c: usize, b: usize },
+    /// Bundle adjustment: n cameras, m points, p observations (see `ba_case.rs`).
+    Ba { n: usize, m: usize, p: usize },
 }
 
 /// One classic case of a suite.
@@ -50,6 +52,7 @@ impl ClassicSpec {
             ClassicKind::Kmeans { .. } => "kmeans",
             ClassicKind::Gmm { .. } => "gmm",
             ClassicKind::Lstm { .. } => "lstm",
+            ClassicKind::Ba { .. } => "ba",
         }
     }
 
@@ -57,6 +60,7 @@ impl ClassicSpec {
         let sizes = match self.kind {
             ClassicKind::Kmeans { n, k, d } | ClassicKind::Gmm { d, k, n } => [("n", n), ("k", k), ("d", d)],
             ClassicKind::Lstm { l, c, b } => [("l", l), ("c", c), ("b", b)],
+            ClassicKind::Ba { n, m, p } => [("n", n), ("m", m), ("p", p)],
         };
         sizes.into_iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
     }
@@ -76,6 +80,7 @@ impl ClassicSpec {
             ClassicKind::Kmeans { n, k, d } => ClassicKind::Kmeans { n: n.min(200), k: k.min(5), d: d.min(4) },
             ClassicKind::Gmm { d, k, n } => ClassicKind::Gmm { d: d.min(3), k: k.min(3), n: n.min(50) },
             ClassicKind::Lstm { l, c, b } => ClassicKind::Lstm { l: l.min(2), c: c.min(6), b: b.min(4) },
+            ClassicKind::Ba { n, m, p } => ClassicKind::Ba { n: n.min(3), m: m.min(10), p: p.min(30) },
         }
     }
 }
@@ -231,6 +236,7 @@ pub fn validate<D: Device>(cpu: &Cpu, device: &D, spec: &ClassicSpec) -> anyhow:
             let f = LstmFlat::new(cpu.clone(), device.clone(), dt, &LstmInput::generate(l, c, b, spec.seed));
             standard(&f, f.manual_gradient(), &mut out)?;
         }
+        ClassicKind::Ba { n, m, p } => out = crate::ba_case::validate(device, cpu, (n, m, p), dt, spec.seed)?,
     }
     Ok(out)
 }
@@ -239,6 +245,7 @@ enum Prepared<D: Ops> {
     Kmeans(kmeans::KmeansInputs<D>),
     Gmm(gmm::GmmInputs<D>),
     Lstm(lstm::LstmInputs<D>),
+    Ba(adgauge_workloads::ba::BaInputs<D>),
 }
 
 fn prepare<D: Device>(device: &D, spec: &ClassicSpec) -> anyhow::Result<Prepared<D>> {
@@ -253,6 +260,7 @@ fn prepare<D: Device>(device: &D, spec: &ClassicSpec) -> anyhow::Result<Prepared
         ClassicKind::Lstm { l, c, b } => {
             Prepared::Lstm(lstm::upload(device, &LstmInput::generate(l, c, b, spec.seed), spec.dtype)?)
         }
+        ClassicKind::Ba { n, m, p } => Prepared::Ba(crate::ba_case::prepare(device, (n, m, p), spec.dtype, spec.seed)?),
     })
 }
 
@@ -276,6 +284,7 @@ fn evaluate<D: Device>(device: &D, p: &Prepared<D>, mode: Mode) -> anyhow::Resul
         (Prepared::Lstm(x), Mode::Primal) => drop(lstm::objective(device, x)?),
         (Prepared::Lstm(x), Mode::Vjp) => drop(lstm::gradient(device, x)?),
         (Prepared::Lstm(x), Mode::Jvp) => drop(lstm::directional(device, x, &vec![1.0; x.num_params()])?),
+        (Prepared::Ba(x), mode) => crate::ba_case::evaluate(device, x, mode)?,
     }
     device.synchronize()?;
     Ok(())

@@ -27,7 +27,7 @@ pub enum Mode {
 
 #[derive(Args, Debug)]
 pub struct EvalArgs {
-    /// Workload: hist-add, hist-mul, hist-min, hist-max, hist-logaddexp, hist-hypot, kmeans, gmm or lstm.
+    /// Workload: hist-add, hist-mul, hist-min, hist-max, hist-logaddexp, hist-hypot, kmeans, gmm, lstm or ba.
     pub workload: String,
     /// The case file (JSON); `-` reads standard input.
     #[arg(long)]
@@ -82,6 +82,9 @@ pub fn run(args: &EvalArgs, threads: Option<usize>) -> anyhow::Result<String> {
     }
     if args.workload == "lstm" {
         return run_lstm(args, threads);
+    }
+    if args.workload == "ba" {
+        return crate::ba_case::run_eval(args, threads);
     }
     let workload = HistWorkload::parse(&args.workload).ok_or_else(|| {
         let known: Vec<String> = HistWorkload::all().iter().map(|w| w.name()).collect();

@@ -1,5 +1,6 @@
 //! The `adgauge` command line: evaluate single inputs, run suites, list backends.
 
+mod ba_case;
 mod case_json;
 mod classic;
 mod devices;

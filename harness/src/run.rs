@@ -116,6 +116,7 @@ fn table_row(row: &ResultRow) -> String {
     let workload = match (row.params.get("d"), row.params.get("l"), row.params.get("c")) {
         (Some(d), _, _) => format!("{} d={d}", row.workload),
         (None, Some(l), Some(c)) => format!("{} l={l} c={c}", row.workload),
+        (None, None, None) if row.params.contains_key("p") => format!("{} p={}", row.workload, p("p")),
         _ => row.workload.clone(),
     };
     let both = |t: &Option<Timing>| format!("{}/{}", ms(t, |t| t.min_s), ms(t, |t| t.median_s));
@@ -262,6 +263,7 @@ fn classic_check_cases(args: &CheckArgs) -> Vec<crate::classic::ClassicSpec> {
             ("kmeans", crate::classic::ClassicKind::Kmeans { n: 200, k: 5, d: 4 }),
             ("gmm", crate::classic::ClassicKind::Gmm { d: 3, k: 3, n: 50 }),
             ("lstm", crate::classic::ClassicKind::Lstm { l: 2, c: 6, b: 4 }),
+            ("ba", crate::classic::ClassicKind::Ba { n: 3, m: 10, p: 30 }),
         ] {
             if wanted(name) {
                 classic.push(crate::classic::ClassicSpec {
@@ -285,11 +287,11 @@ fn check_cases(args: &CheckArgs) -> anyhow::Result<Vec<CaseSpec>> {
     } else {
         args.workload
             .iter()
-            .filter(|name| !matches!(name.as_str(), "kmeans" | "gmm" | "lstm"))
+            .filter(|name| !matches!(name.as_str(), "kmeans" | "gmm" | "lstm" | "ba"))
             .map(|name| {
                 HistWorkload::parse(name).ok_or_else(|| {
                     let known: Vec<String> = HistWorkload::all().iter().map(|w| w.name()).collect();
-                    bad_input(format!("unknown workload '{name}' (known: {}, kmeans, gmm, lstm)", known.join(", ")))
+                    bad_input(format!("unknown workload '{name}' (known: {}, kmeans, gmm, lstm, ba)", known.join(", ")))
                 })
             })
             .collect::<anyhow::Result<_>>()?

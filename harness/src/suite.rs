@@ -183,6 +183,19 @@ enum GroupFile {
         #[serde(default = "yes")]
         validate: bool,
     },
+    /// Bundle adjustment: explicit (n, m, p) triples (sizes do not combine as a product; the
+    /// ADBench files' sizes are listed, and the problems generated as those files are).
+    Ba {
+        sizes: Vec<[usize; 3]>,
+        #[serde(default = "default_dtypes")]
+        dtypes: Vec<Parsed<DType>>,
+        #[serde(default = "default_backends")]
+        backends: Vec<String>,
+        #[serde(default = "default_modes")]
+        modes: Vec<Parsed<Mode>>,
+        #[serde(default = "yes")]
+        validate: bool,
+    },
 }
 
 fn default_lstm_bits() -> Vec<usize> {
@@ -337,6 +350,23 @@ pub fn parse_suite(text: &str, source: &str) -> Result<Suite, String> {
         match group {
             // The classic workloads are expanded below.
             GroupFile::Kmeans { .. } | GroupFile::Gmm { .. } | GroupFile::Lstm { .. } => {}
+            GroupFile::Ba { sizes, dtypes, backends, modes, validate } => {
+                for &[n, m, p] in sizes {
+                    if n == 0 || m == 0 || p == 0 {
+                        return Err(format!("{source}: cases[{g}]: BA sizes must be positive (n={n}, m={m}, p={p})"));
+                    }
+                    for (dtype, backend) in dtypes.iter().flat_map(|d| backends.iter().map(move |b| (d.0, b))) {
+                        cases.push(Case::Classic(ClassicSpec {
+                            kind: ClassicKind::Ba { n, m, p },
+                            dtype,
+                            seed,
+                            backend: backend.clone(),
+                            modes: modes.iter().map(|m| m.0).collect(),
+                            validate: *validate,
+                        }));
+                    }
+                }
+            }
             GroupFile::Hist { ops, rules, n, k, dist, out_of_range, dtypes, backends, modes, validate } => {
                 if !(0.0..=1.0).contains(out_of_range) {
                     return Err(format!("{source}: cases[{g}].out_of_range must be in [0, 1], got {out_of_range}"));
@@ -380,7 +410,7 @@ pub fn parse_suite(text: &str, source: &str) -> Result<Suite, String> {
     }
     for group in &file.cases {
         let (kmeans, d_list, k_list, n_list, dtypes, backends, modes, validate) = match group {
-            GroupFile::Hist { .. } => continue,
+            GroupFile::Hist { .. } | GroupFile::Ba { .. } => continue,
             GroupFile::Lstm { l, c, b, dtypes, backends, modes, validate } => {
                 for (&l, &c, &b) in l.iter().flat_map(|l| c.iter().flat_map(move |c| b.iter().map(move |b| (l, c, b))))
                 {
@@ -546,5 +576,12 @@ mod tests {
         );
         let short = "name: c\ncases:\n  - workload: lstm\n    l: [1]\n    c: [1]\n";
         assert!(parse_suite(short, "c").unwrap_err().contains("c >= 2"));
+        let ba = "name: b\ncases:\n  - workload: ba\n    sizes: [[2, 3, 4], [5, 6, 7]]\n    dtypes: [f64]\n";
+        let ids: Vec<String> = parse_suite(ba, "b").unwrap().cases.iter().map(Case::id).collect();
+        assert_eq!(ids, ["ba[m=3,n=2,p=4]/cpu/f64/-", "ba[m=6,n=5,p=7]/cpu/f64/-"]);
+        let bad = "name: b\ncases:\n  - workload: ba\n    sizes: [[2, 0, 4]]\n";
+        assert!(parse_suite(bad, "b").unwrap_err().contains("positive"));
+        let short = "name: b\ncases:\n  - workload: ba\n    sizes: [[2, 4]]\n";
+        assert!(parse_suite(short, "b").is_err());
     }
 }

@@ -2,6 +2,7 @@
 //! that every engine (primal, reverse, forward) and every device runs the same definition.
 //! One workload per file.
 
+pub mod ba;
 pub mod gmm;
 pub mod hist;
 pub mod kmeans;
