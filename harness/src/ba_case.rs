@@ -174,7 +174,7 @@ pub fn validate<D: Ops>(
     out.push(full);
     let [reverse, forward, manual] = f.jacobians()?;
     out.push(validation::compare(CheckKind::Manual, dt, &reverse, &manual));
-    out.push(validation::compare(CheckKind::Manual, dt, &forward, &manual));
+    out.push(validation::compare(CheckKind::ManualJvp, dt, &forward, &manual));
     Ok(out)
 }
 

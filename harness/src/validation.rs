@@ -42,14 +42,17 @@ pub enum CheckKind {
     OracleVjp,
     OracleJvp,
     RuleAgreement,
-    /// Against a hand-derived ("manual") derivative.
+    /// Against a hand-derived ("manual") derivative (the reverse-mode one where both modes are
+    /// compared).
     Manual,
+    /// The forward-mode derivative against the hand-derived one (BA's Jacobian by 15 sweeps).
+    ManualJvp,
     /// A Hessian (diagonal) by forward-over-reverse against a hand-derived one.
     ManualHessian,
 }
 
 impl CheckKind {
-    pub const ALL: [CheckKind; 9] = [
+    pub const ALL: [CheckKind; 10] = [
         CheckKind::DotProduct,
         CheckKind::FdJvp,
         CheckKind::FdVjp,
@@ -58,6 +61,7 @@ impl CheckKind {
         CheckKind::OracleJvp,
         CheckKind::RuleAgreement,
         CheckKind::Manual,
+        CheckKind::ManualJvp,
         CheckKind::ManualHessian,
     ];
 
@@ -79,6 +83,7 @@ impl CheckKind {
             CheckKind::OracleJvp => "oracle-jvp",
             CheckKind::RuleAgreement => "rule-agreement",
             CheckKind::Manual => "manual",
+            CheckKind::ManualJvp => "manual-jvp",
             CheckKind::ManualHessian => "manual-hessian",
         }
     }
@@ -100,6 +105,7 @@ pub fn tolerance(check: CheckKind, dtype: DType) -> f64 {
             | CheckKind::OracleJvp
             | CheckKind::RuleAgreement
             | CheckKind::Manual
+            | CheckKind::ManualJvp
             | CheckKind::ManualHessian,
             DType::F64,
         ) => 1e-10,
@@ -108,6 +114,7 @@ pub fn tolerance(check: CheckKind, dtype: DType) -> f64 {
             | CheckKind::OracleJvp
             | CheckKind::RuleAgreement
             | CheckKind::Manual
+            | CheckKind::ManualJvp
             | CheckKind::ManualHessian,
             DType::F32,
         ) => 1e-4,
