@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use adgauge_backends::{Cpu, DType, Device, HistRule, OpenCl};
+use adgauge_backends::{Cpu, Cuda, DType, Device, HistRule, OpenCl};
 use adgauge_datasets::hist::IndexDist;
 use adgauge_reports::{ResultRow, Status, Timing};
 use adgauge_workloads::HistWorkload;
@@ -198,7 +198,7 @@ pub fn run(args: &RunArgs, threads: Option<usize>) -> anyhow::Result<Code> {
     }
     let cpu = Cpu::new(threads)?;
     // Other backends open on first use; one that cannot start makes its cases skipped rows.
-    let opencl = std::cell::OnceCell::new();
+    let gpus = Gpus::default();
     let info = crate::environment::run_info();
     if !args.json {
         println!(
@@ -229,7 +229,7 @@ pub fn run(args: &RunArgs, threads: Option<usize>) -> anyhow::Result<Code> {
         let row = if args.isolate {
             run_isolated(args, threads, c, &opts, cpu.threads())
         } else {
-            run_on(&cpu, &opencl, c, &opts)
+            run_on(&cpu, &gpus, c, &opts)
         };
         code = code.combine(code_for(&row));
         let line = if args.json { serde_json::to_string(&row)? } else { table_row(&row) };
@@ -399,8 +399,15 @@ fn check_on<D: Device>(
     }
 }
 
+/// The GPU devices of a run, each opened on first use (`None`: it cannot start).
+#[derive(Default)]
+struct Gpus {
+    opencl: std::cell::OnceCell<Option<OpenCl>>,
+    cuda: std::cell::OnceCell<Option<Cuda>>,
+}
+
 /// Runs one case on the device of its backend (opened on first use).
-fn run_on(cpu: &Cpu, opencl: &std::cell::OnceCell<Option<OpenCl>>, case: &Case, opts: &Options) -> ResultRow {
+fn run_on(cpu: &Cpu, gpus: &Gpus, case: &Case, opts: &Options) -> ResultRow {
     let case = match case {
         Case::Hist(c) => c,
         Case::Classic(c) => {
@@ -416,9 +423,13 @@ fn run_on(cpu: &Cpu, opencl: &std::cell::OnceCell<Option<OpenCl>>, case: &Case, 
         }
     };
     match case.backend.as_str() {
-        "opencl" => match opencl.get_or_init(|| OpenCl::new().ok()) {
+        "opencl" => match gpus.opencl.get_or_init(|| OpenCl::new().ok()) {
             Some(d) => run_case(d, case, opts),
             // The CPU device reports the unavailable backend as a skipped row with the reason.
+            None => run_case(cpu, case, opts),
+        },
+        "cuda" => match gpus.cuda.get_or_init(|| Cuda::new().ok()) {
+            Some(d) => run_case(d, case, opts),
             None => run_case(cpu, case, opts),
         },
         _ => run_case(cpu, case, opts),

@@ -1,5 +1,9 @@
-//! The OpenCL device (opencl3, libOpenCL loaded at run time). Kernels come from the shared
-//! kernel source (`backends/kernels/`, see [`crate::kernel_source`]).
+//! The kernel device: every primitive of the op API implemented once by launching kernels of the
+//! shared kernel source (`backends/kernels/`, see [`crate::kernel_source`]) through a small
+//! [`KernelRuntime`]. The OpenCL device ([`crate::OpenCl`]) and the CUDA device
+//! ([`crate::Cuda`]) are this device over their runtimes, so no kernel logic or launch
+//! sequence exists twice: a runtime only allocates, copies, compiles a program per
+//! (dtype, operator) and launches a kernel by name with [`Arg`]s.
 //!
 //! Native kernels: creation/read-back, full, unary/binary/select/index_eq, reduce, gather,
 //! gather_index, scatter, reduce_by_index (atomics; local-memory sub-histograms for small k),
@@ -11,26 +15,160 @@
 //! `scan` and `linear_recurrence` download their inputs, run the CPU device's implementation
 //! and upload the result. They are marked `CPU FALLBACK` below.
 
-mod runtime;
-
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use crate::device::{Device, DeviceStatus};
+use crate::device::Device;
 use crate::ops::{ChunkedHist, Extremum, IndexMeta, Operand, OutOfRange, ScanSpec, TensorMeta};
 use crate::{BinaryOp, Cpu, DType, HistOp, OpError, Ops, Result, UnaryOp};
-pub use runtime::DEVICE_ENV;
-use runtime::{Arg, RawBuf, Runtime};
 
-/// A value tensor in an OpenCL buffer.
-#[derive(Clone)]
-pub struct OclTensor {
-    buf: Arc<RawBuf>,
+/// A device buffer of raw bytes (values or i64 indices) with its element count.
+pub struct RawBuf<B> {
+    pub buf: B,
+    pub len: usize,
+}
+
+/// A kernel argument.
+pub enum Arg<'a, B> {
+    Buf(&'a RawBuf<B>),
+    I64(i64),
+    I32(i32),
+    /// A scalar of the program's element type.
+    Val(f64, DType),
+    /// Local (OpenCL) or dynamic shared (CUDA) memory of this many bytes; see `LOCAL_ARG` in
+    /// the preludes.
+    Local(usize),
+}
+
+/// Element types that cross the host/device boundary as plain bytes.
+///
+/// # Safety
+/// Implementors have no padding and every bit pattern is a valid value.
+pub unsafe trait Pod: Copy + Default + 'static {}
+// SAFETY: primitive numbers: no padding, every bit pattern valid.
+unsafe impl Pod for f32 {}
+// SAFETY: as above.
+unsafe impl Pod for f64 {}
+// SAFETY: as above.
+unsafe impl Pod for i64 {}
+// SAFETY: as above.
+unsafe impl Pod for u8 {}
+
+/// What a platform (OpenCL, CUDA) provides to the kernel device. One runtime per process,
+/// shared by all clones of the device. Every method reports failures as [`OpError`]s; none
+/// panics.
+pub trait KernelRuntime: Send + Sync + Sized + 'static {
+    /// The platform's buffer handle.
+    type Raw: Send + Sync + 'static;
+
+    /// The engine name (`opencl`, `cuda`), also the device's name in `adgauge backends`.
+    const ENGINE: &'static str;
+
+    /// The process-wide runtime, started on first use, or why it cannot start.
+    fn get() -> std::result::Result<Arc<Self>, String>;
+    /// Platform and device, e.g. `Portable Computing Language / cpu-haswell`.
+    fn describe(&self) -> String;
+    /// Compute units (OpenCL) or streaming multiprocessors (CUDA).
+    fn compute_units(&self) -> usize;
+    /// Largest work-group / thread block.
+    fn max_group(&self) -> usize;
+    /// Local / shared memory per work-group in bytes.
+    fn local_mem(&self) -> usize;
+    /// Whether f64 kernels run.
+    fn has_f64(&self) -> bool;
+    /// Total time spent compiling programs so far (reported apart from run time).
+    fn compile_time(&self) -> Duration;
+
+    /// A new uninitialised buffer of `bytes` bytes (callers ask for at least 8: no platform
+    /// has empty buffers).
+    fn alloc_bytes(&self, bytes: usize) -> Result<Self::Raw>;
+    /// Writes `src` to the start of `dst` (blocking: `src` may be dropped on return).
+    fn write(&self, dst: &mut Self::Raw, src: &[u8]) -> Result<()>;
+    /// Reads the first `dst.len()` bytes of `src` (blocking).
+    fn read(&self, src: &Self::Raw, dst: &mut [u8]) -> Result<()>;
+    /// Copies the first `bytes` bytes of `src` to `dst` (queued).
+    fn copy_bytes(&self, src: &Self::Raw, dst: &mut Self::Raw, bytes: usize) -> Result<()>;
+    /// Waits for every queued command.
+    fn finish(&self) -> Result<()>;
+    /// Launches kernel `name` of the (dtype, op) program over `global` work-items in groups of
+    /// `local` (the runtime's choice when `None`); work-items past `global` may run and must
+    /// return early (every kernel checks its count). Nothing runs when `global` is 0. The
+    /// program is compiled on first use and cached.
+    fn launch(
+        &self,
+        dtype: DType,
+        op: HistOp,
+        name: &'static str,
+        global: usize,
+        local: Option<usize>,
+        args: &[Arg<'_, Self::Raw>],
+    ) -> Result<()>;
+    /// Compiles the (dtype, op) program (through the cache) and looks up every kernel in it;
+    /// returns the kernel names.
+    fn build(&self, dtype: DType, op: HistOp) -> Result<Vec<&'static str>>;
+
+    fn check_dtype(&self, dtype: DType) -> Result<()> {
+        if dtype == DType::F64 && !self.has_f64() {
+            return Err(OpError::Unsupported(format!("f64 on {}: the device lacks fp64", self.describe())));
+        }
+        Ok(())
+    }
+
+    /// A new uninitialised buffer of `len` elements of `elem_size` bytes.
+    fn alloc(&self, len: usize, elem_size: usize) -> Result<RawBuf<Self::Raw>> {
+        let bytes = len
+            .checked_mul(elem_size)
+            .ok_or_else(|| OpError::Device(format!("a buffer of {len} elements overflows usize")))?;
+        Ok(RawBuf { buf: self.alloc_bytes(bytes.max(8))?, len })
+    }
+
+    /// Uploads plain-old-data elements.
+    fn upload<E: Pod>(&self, data: &[E]) -> Result<RawBuf<Self::Raw>> {
+        let mut b = self.alloc(data.len(), size_of::<E>())?;
+        if !data.is_empty() {
+            // SAFETY: E is Pod (no padding), so its memory is initialised bytes; the view covers
+            // exactly the slice and lives no longer than it.
+            let bytes = unsafe { std::slice::from_raw_parts(data.as_ptr() as *const u8, size_of_val(data)) };
+            self.write(&mut b.buf, bytes)?;
+        }
+        Ok(b)
+    }
+
+    /// Downloads `b.len` elements of type E.
+    fn download<E: Pod>(&self, b: &RawBuf<Self::Raw>) -> Result<Vec<E>> {
+        let mut out = vec![E::default(); b.len];
+        if b.len > 0 {
+            // SAFETY: E is Pod (every bit pattern valid), so writing arbitrary bytes into `out`
+            // is sound; the view covers exactly `out` and the read is blocking.
+            let bytes = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut u8, size_of_val(&out[..])) };
+            self.read(&b.buf, bytes)?;
+        }
+        Ok(out)
+    }
+
+    /// Copies `bytes` bytes from `src` to `dst`.
+    fn copy(&self, src: &RawBuf<Self::Raw>, dst: &mut RawBuf<Self::Raw>, bytes: usize) -> Result<()> {
+        if bytes > 0 { self.copy_bytes(&src.buf, &mut dst.buf, bytes) } else { Ok(()) }
+    }
+}
+
+/// A device buffer of runtime R.
+type Buf<R> = RawBuf<<R as KernelRuntime>::Raw>;
+
+/// A value tensor in a device buffer.
+pub struct GpuTensor<R: KernelRuntime> {
+    buf: Arc<Buf<R>>,
     shape: Vec<usize>,
     dtype: DType,
 }
 
-impl TensorMeta for OclTensor {
+impl<R: KernelRuntime> Clone for GpuTensor<R> {
+    fn clone(&self) -> Self {
+        GpuTensor { buf: self.buf.clone(), shape: self.shape.clone(), dtype: self.dtype }
+    }
+}
+
+impl<R: KernelRuntime> TensorMeta for GpuTensor<R> {
     fn shape(&self) -> &[usize] {
         &self.shape
     }
@@ -39,35 +177,46 @@ impl TensorMeta for OclTensor {
     }
 }
 
-impl std::fmt::Debug for OclTensor {
+impl<R: KernelRuntime> std::fmt::Debug for GpuTensor<R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "OclTensor({}, {:?})", self.dtype, self.shape)
+        write!(f, "{}Tensor({}, {:?})", R::ENGINE, self.dtype, self.shape)
     }
 }
 
-/// An index tensor (i64) in an OpenCL buffer.
-#[derive(Clone)]
-pub struct OclIndex {
-    buf: Arc<RawBuf>,
+/// An index tensor (i64) in a device buffer.
+pub struct GpuIndex<R: KernelRuntime> {
+    buf: Arc<Buf<R>>,
 }
 
-impl IndexMeta for OclIndex {
+impl<R: KernelRuntime> Clone for GpuIndex<R> {
+    fn clone(&self) -> Self {
+        GpuIndex { buf: self.buf.clone() }
+    }
+}
+
+impl<R: KernelRuntime> IndexMeta for GpuIndex<R> {
     fn len(&self) -> usize {
         self.buf.len
     }
 }
 
-impl std::fmt::Debug for OclIndex {
+impl<R: KernelRuntime> std::fmt::Debug for GpuIndex<R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "OclIndex({})", self.buf.len)
+        write!(f, "{}Index({})", R::ENGINE, self.buf.len)
     }
 }
 
-/// The OpenCL device. Cloning is cheap; all clones share the process-wide context.
-#[derive(Clone)]
-pub struct OpenCl {
-    rt: Arc<Runtime>,
+/// The kernel device over runtime R. Cloning is cheap; all clones share the process-wide
+/// runtime.
+pub struct KernelDevice<R: KernelRuntime> {
+    rt: Arc<R>,
     cpu: Arc<OnceLock<Cpu>>,
+}
+
+impl<R: KernelRuntime> Clone for KernelDevice<R> {
+    fn clone(&self) -> Self {
+        KernelDevice { rt: self.rt.clone(), cpu: self.cpu.clone() }
+    }
 }
 
 /// Work-group size of histogram kernels with local memory.
@@ -87,7 +236,7 @@ fn chunk_plan(n: usize, k: usize) -> (usize, usize) {
     (chunks, n.div_ceil(chunks).max(1))
 }
 
-fn same_dtype(op: &'static str, a: &OclTensor, b: &OclTensor) -> Result<DType> {
+fn same_dtype<R: KernelRuntime>(op: &'static str, a: &GpuTensor<R>, b: &GpuTensor<R>) -> Result<DType> {
     if a.dtype != b.dtype {
         return Err(OpError::DType { op, left: a.dtype, right: b.dtype });
     }
@@ -127,17 +276,17 @@ fn binary_code(op: BinaryOp) -> i32 {
 
 const ADD: HistOp = HistOp::Add;
 
-impl OpenCl {
-    /// Opens the process-wide OpenCL device (selected by `ADGAUGE_OPENCL_DEVICE`), or says why
-    /// it is unavailable.
-    pub fn new() -> Result<OpenCl> {
-        let rt = runtime::runtime().map_err(OpError::Device)?;
-        Ok(OpenCl { rt, cpu: Arc::new(OnceLock::new()) })
+impl<R: KernelRuntime> KernelDevice<R> {
+    /// Opens the process-wide device of this runtime (selected by its environment variable),
+    /// or says why it is unavailable.
+    pub fn new() -> Result<Self> {
+        let rt = R::get().map_err(OpError::Device)?;
+        Ok(KernelDevice { rt, cpu: Arc::new(OnceLock::new()) })
     }
 
-    /// Whether f64 works on this device (cl_khr_fp64).
+    /// Whether f64 works on this device.
     pub fn has_f64(&self) -> bool {
-        self.rt.fp64
+        self.rt.has_f64()
     }
 
     /// Time spent compiling kernels so far.
@@ -145,7 +294,7 @@ impl OpenCl {
         self.rt.compile_time()
     }
 
-    /// Builds the program of (dtype, op) and creates every kernel in it; returns the kernel
+    /// Builds the program of (dtype, op) and looks up every kernel in it; returns the kernel
     /// names (a compile check of the whole source).
     pub fn build_program(&self, dtype: DType, op: HistOp) -> Result<Vec<&'static str>> {
         self.rt.build(dtype, op)
@@ -159,54 +308,61 @@ impl OpenCl {
         Ok(self.cpu.get_or_init(|| c))
     }
 
-    fn new_tensor(&self, shape: Vec<usize>, dtype: DType) -> Result<(RawBuf, Vec<usize>)> {
+    fn new_tensor(&self, shape: Vec<usize>, dtype: DType) -> Result<(Buf<R>, Vec<usize>)> {
         self.rt.check_dtype(dtype)?;
         let n = shape.iter().product();
         Ok((self.rt.alloc(n, dtype.size_bytes())?, shape))
     }
 
-    fn wrap(&self, b: RawBuf, shape: Vec<usize>, dtype: DType) -> OclTensor {
-        OclTensor { buf: Arc::new(b), shape, dtype }
+    fn wrap(&self, b: Buf<R>, shape: Vec<usize>, dtype: DType) -> GpuTensor<R> {
+        GpuTensor { buf: Arc::new(b), shape, dtype }
     }
 
-    fn wrap_index(&self, b: RawBuf) -> OclIndex {
-        OclIndex { buf: Arc::new(b) }
+    fn wrap_index(&self, b: Buf<R>) -> GpuIndex<R> {
+        GpuIndex { buf: Arc::new(b) }
     }
 
-    fn launch(&self, dtype: DType, op: HistOp, name: &'static str, global: usize, args: &[Arg]) -> Result<()> {
+    fn launch(
+        &self,
+        dtype: DType,
+        op: HistOp,
+        name: &'static str,
+        global: usize,
+        args: &[Arg<'_, R::Raw>],
+    ) -> Result<()> {
         self.rt.launch(dtype, op, name, global, None, args)
     }
 
-    fn fill_raw(&self, b: &RawBuf, value: f64, dtype: DType) -> Result<()> {
+    fn fill_raw(&self, b: &Buf<R>, value: f64, dtype: DType) -> Result<()> {
         self.launch(dtype, ADD, "fill", b.len, &[Arg::Buf(b), Arg::I64(b.len as i64), Arg::Val(value, dtype)])
     }
 
-    fn fill_index_raw(&self, b: &RawBuf, value: i64, dtype: DType) -> Result<()> {
+    fn fill_index_raw(&self, b: &Buf<R>, value: i64, dtype: DType) -> Result<()> {
         self.launch(dtype, ADD, "fill_i64", b.len, &[Arg::Buf(b), Arg::I64(b.len as i64), Arg::I64(value)])
     }
 
-    fn copy_of(&self, t: &OclTensor) -> Result<RawBuf> {
+    fn copy_of(&self, t: &GpuTensor<R>) -> Result<Buf<R>> {
         let mut out = self.rt.alloc(t.buf.len, t.dtype.size_bytes())?;
         self.rt.copy(&t.buf, &mut out, t.buf.len * t.dtype.size_bytes())?;
         Ok(out)
     }
 
     // ---- CPU FALLBACK helpers ----
-    fn to_cpu(&self, t: &OclTensor) -> Result<<Cpu as Ops>::T> {
+    fn to_cpu(&self, t: &GpuTensor<R>) -> Result<<Cpu as Ops>::T> {
         self.cpu()?.tensor(&self.to_vec(t)?, &t.shape, t.dtype)
     }
-    fn index_to_cpu(&self, i: &OclIndex) -> Result<<Cpu as Ops>::I> {
+    fn index_to_cpu(&self, i: &GpuIndex<R>) -> Result<<Cpu as Ops>::I> {
         self.cpu()?.index(&self.index_to_vec(i)?)
     }
-    fn upload_cpu(&self, t: &<Cpu as Ops>::T) -> Result<OclTensor> {
+    fn upload_cpu(&self, t: &<Cpu as Ops>::T) -> Result<GpuTensor<R>> {
         self.tensor(&self.cpu()?.to_vec(t)?, t.shape(), t.dtype())
     }
-    fn index_from_cpu(&self, i: &<Cpu as Ops>::I) -> Result<OclIndex> {
+    fn index_from_cpu(&self, i: &<Cpu as Ops>::I) -> Result<GpuIndex<R>> {
         self.index(&self.cpu()?.index_to_vec(i)?)
     }
 
     /// `combine` kernel with side 0 (combine), 1 (d1) or 2 (d2).
-    fn combine_side(&self, op: HistOp, side: i32, a: &OclTensor, b: &OclTensor) -> Result<OclTensor> {
+    fn combine_side(&self, op: HistOp, side: i32, a: &GpuTensor<R>, b: &GpuTensor<R>) -> Result<GpuTensor<R>> {
         let dt = same_dtype("combine", a, b)?;
         let shape = broadcast_shape("combine", &a.shape, &b.shape)?;
         let (out, shape) = self.new_tensor(shape, dt)?;
@@ -229,7 +385,13 @@ impl OpenCl {
         Ok(self.wrap(out, shape, dt))
     }
 
-    fn arg_hist(&self, dest: &OclTensor, ext: Extremum, inds: &OclIndex, vals: &OclTensor) -> Result<(RawBuf, RawBuf)> {
+    fn arg_hist(
+        &self,
+        dest: &GpuTensor<R>,
+        ext: Extremum,
+        inds: &GpuIndex<R>,
+        vals: &GpuTensor<R>,
+    ) -> Result<(Buf<R>, Buf<R>)> {
         let dt = dest.dtype;
         let (k, n) = (dest.buf.len, vals.buf.len);
         let is_max = i32::from(ext == Extremum::Max);
@@ -333,33 +495,15 @@ impl OpenCl {
     }
 }
 
-/// What `adgauge backends` prints for OpenCL.
-pub fn probe() -> DeviceStatus {
-    match runtime::runtime() {
-        Ok(rt) => DeviceStatus {
-            name: "opencl",
-            available: true,
-            detail: format!(
-                "platform {}, device {}, fp64 {}, {} compute units",
-                rt.platform,
-                rt.device_name,
-                if rt.fp64 { "yes" } else { "no" },
-                rt.compute_units
-            ),
-        },
-        Err(reason) => DeviceStatus { name: "opencl", available: false, detail: reason },
-    }
-}
-
-impl Ops for OpenCl {
-    type T = OclTensor;
-    type I = OclIndex;
+impl<R: KernelRuntime> Ops for KernelDevice<R> {
+    type T = GpuTensor<R>;
+    type I = GpuIndex<R>;
 
     fn engine_name(&self) -> String {
-        "opencl".into()
+        R::ENGINE.into()
     }
 
-    fn tensor(&self, data: &[f64], shape: &[usize], dtype: DType) -> Result<OclTensor> {
+    fn tensor(&self, data: &[f64], shape: &[usize], dtype: DType) -> Result<GpuTensor<R>> {
         let n: usize = shape.iter().product();
         same_len("tensor", "data length vs shape", data.len(), n)?;
         self.rt.check_dtype(dtype)?;
@@ -370,33 +514,33 @@ impl Ops for OpenCl {
         Ok(self.wrap(b, shape.to_vec(), dtype))
     }
 
-    fn full(&self, shape: &[usize], value: f64, dtype: DType) -> Result<OclTensor> {
+    fn full(&self, shape: &[usize], value: f64, dtype: DType) -> Result<GpuTensor<R>> {
         let (out, shape) = self.new_tensor(shape.to_vec(), dtype)?;
         self.fill_raw(&out, value, dtype)?;
         Ok(self.wrap(out, shape, dtype))
     }
 
-    fn index(&self, data: &[i64]) -> Result<OclIndex> {
+    fn index(&self, data: &[i64]) -> Result<GpuIndex<R>> {
         Ok(self.wrap_index(self.rt.upload(data)?))
     }
 
-    fn to_vec(&self, t: &OclTensor) -> Result<Vec<f64>> {
+    fn to_vec(&self, t: &GpuTensor<R>) -> Result<Vec<f64>> {
         match t.dtype {
             DType::F32 => Ok(self.rt.download::<f32>(&t.buf)?.into_iter().map(f64::from).collect()),
             DType::F64 => self.rt.download::<f64>(&t.buf),
         }
     }
 
-    fn index_to_vec(&self, i: &OclIndex) -> Result<Vec<i64>> {
+    fn index_to_vec(&self, i: &GpuIndex<R>) -> Result<Vec<i64>> {
         self.rt.download::<i64>(&i.buf)
     }
 
-    fn reshape(&self, t: &OclTensor, shape: &[usize]) -> Result<OclTensor> {
+    fn reshape(&self, t: &GpuTensor<R>, shape: &[usize]) -> Result<GpuTensor<R>> {
         same_len("reshape", "element count", t.numel(), shape.iter().product())?;
-        Ok(OclTensor { buf: t.buf.clone(), shape: shape.to_vec(), dtype: t.dtype })
+        Ok(GpuTensor { buf: t.buf.clone(), shape: shape.to_vec(), dtype: t.dtype })
     }
 
-    fn unary(&self, op: UnaryOp, x: &OclTensor) -> Result<OclTensor> {
+    fn unary(&self, op: UnaryOp, x: &GpuTensor<R>) -> Result<GpuTensor<R>> {
         let (out, shape) = self.new_tensor(x.shape.clone(), x.dtype)?;
         let n = out.len;
         self.launch(
@@ -409,7 +553,7 @@ impl Ops for OpenCl {
         Ok(self.wrap(out, shape, x.dtype))
     }
 
-    fn binary(&self, op: BinaryOp, a: &OclTensor, b: &OclTensor) -> Result<OclTensor> {
+    fn binary(&self, op: BinaryOp, a: &GpuTensor<R>, b: &GpuTensor<R>) -> Result<GpuTensor<R>> {
         let dt = same_dtype("binary", a, b)?;
         let shape = broadcast_shape("binary", &a.shape, &b.shape)?;
         let (out, shape) = self.new_tensor(shape, dt)?;
@@ -432,7 +576,7 @@ impl Ops for OpenCl {
         Ok(self.wrap(out, shape, dt))
     }
 
-    fn select(&self, mask: &OclTensor, a: &OclTensor, b: &OclTensor) -> Result<OclTensor> {
+    fn select(&self, mask: &GpuTensor<R>, a: &GpuTensor<R>, b: &GpuTensor<R>) -> Result<GpuTensor<R>> {
         same_dtype("select", mask, a)?;
         let dt = same_dtype("select", a, b)?;
         let n = mask.numel();
@@ -460,7 +604,7 @@ impl Ops for OpenCl {
         Ok(self.wrap(out, shape, dt))
     }
 
-    fn index_eq(&self, i: &OclIndex, value: i64, dtype: DType) -> Result<OclTensor> {
+    fn index_eq(&self, i: &GpuIndex<R>, value: i64, dtype: DType) -> Result<GpuTensor<R>> {
         let n = i.buf.len;
         let (out, shape) = self.new_tensor(vec![n], dtype)?;
         self.launch(
@@ -473,7 +617,7 @@ impl Ops for OpenCl {
         Ok(self.wrap(out, shape, dtype))
     }
 
-    fn reduce(&self, op: HistOp, x: &OclTensor) -> Result<OclTensor> {
+    fn reduce(&self, op: HistOp, x: &GpuTensor<R>) -> Result<GpuTensor<R>> {
         let dt = x.dtype;
         let n = x.buf.len;
         let (out, shape) = self.new_tensor(vec![1], dt)?;
@@ -506,7 +650,7 @@ impl Ops for OpenCl {
         Ok(self.wrap(out, shape, dt))
     }
 
-    fn gather(&self, src: &OclTensor, idx: &OclIndex, oob: OutOfRange) -> Result<OclTensor> {
+    fn gather(&self, src: &GpuTensor<R>, idx: &GpuIndex<R>, oob: OutOfRange) -> Result<GpuTensor<R>> {
         let dt = src.dtype;
         let n = idx.buf.len;
         let len = src.buf.len;
@@ -541,7 +685,7 @@ impl Ops for OpenCl {
         Ok(self.wrap(out, shape, dt))
     }
 
-    fn scatter(&self, dest: &OclTensor, idx: &OclIndex, vals: &OclTensor) -> Result<OclTensor> {
+    fn scatter(&self, dest: &GpuTensor<R>, idx: &GpuIndex<R>, vals: &GpuTensor<R>) -> Result<GpuTensor<R>> {
         let dt = same_dtype("scatter", dest, vals)?;
         same_len("scatter", "indices vs values", idx.buf.len, vals.buf.len)?;
         let (k, n) = (dest.buf.len, idx.buf.len);
@@ -566,27 +710,33 @@ impl Ops for OpenCl {
     }
 
     // CPU FALLBACK: radix/counting sort kernels are remaining work.
-    fn sort_by_key(&self, keys: &OclIndex, num_keys: usize) -> Result<OclIndex> {
+    fn sort_by_key(&self, keys: &GpuIndex<R>, num_keys: usize) -> Result<GpuIndex<R>> {
         let p = self.cpu()?.sort_by_key(&self.index_to_cpu(keys)?, num_keys)?;
         self.index_from_cpu(&p)
     }
 
     // CPU FALLBACK: as sort_by_key.
-    fn sort_by_key_ranked(&self, keys: &OclIndex, num_keys: usize) -> Result<(OclIndex, OclIndex)> {
+    fn sort_by_key_ranked(&self, keys: &GpuIndex<R>, num_keys: usize) -> Result<(GpuIndex<R>, GpuIndex<R>)> {
         let (p, r) = self.cpu()?.sort_by_key_ranked(&self.index_to_cpu(keys)?, num_keys)?;
         Ok((self.index_from_cpu(&p)?, self.index_from_cpu(&r)?))
     }
 
-    fn reduce_by_index(&self, dest: &OclTensor, op: HistOp, inds: &OclIndex, vals: &OclTensor) -> Result<OclTensor> {
+    fn reduce_by_index(
+        &self,
+        dest: &GpuTensor<R>,
+        op: HistOp,
+        inds: &GpuIndex<R>,
+        vals: &GpuTensor<R>,
+    ) -> Result<GpuTensor<R>> {
         let dt = same_dtype("reduce_by_index", dest, vals)?;
         same_len("reduce_by_index", "indices vs values", inds.buf.len, vals.buf.len)?;
         let (k, n) = (dest.buf.len, vals.buf.len);
         let out = self.copy_of(dest)?;
         let local_bytes = k * dt.size_bytes();
-        if k > 0 && k <= 1024 && local_bytes * 2 <= self.rt.local_mem && n >= 4 * k {
+        if k > 0 && k <= 1024 && local_bytes * 2 <= self.rt.local_mem() && n >= 4 * k {
             // Small k: private sub-histograms per work-group in local memory.
-            let group = GROUP.min(self.rt.max_group);
-            let groups = (self.rt.compute_units * 4).clamp(1, n.div_ceil(group));
+            let group = GROUP.min(self.rt.max_group());
+            let groups = (self.rt.compute_units() * 4).clamp(1, n.div_ceil(group));
             let per_group = n.div_ceil(groups);
             self.rt.launch(
                 dt,
@@ -618,11 +768,11 @@ impl Ops for OpenCl {
 
     fn arg_reduce_by_index(
         &self,
-        dest: &OclTensor,
+        dest: &GpuTensor<R>,
         ext: Extremum,
-        inds: &OclIndex,
-        vals: &OclTensor,
-    ) -> Result<(OclTensor, OclIndex)> {
+        inds: &GpuIndex<R>,
+        vals: &GpuTensor<R>,
+    ) -> Result<(GpuTensor<R>, GpuIndex<R>)> {
         let dt = same_dtype("arg_reduce_by_index", dest, vals)?;
         same_len("arg_reduce_by_index", "indices vs values", inds.buf.len, vals.buf.len)?;
         self.rt.check_dtype(dt)?;
@@ -630,7 +780,12 @@ impl Ops for OpenCl {
         Ok((self.wrap(v, dest.shape.clone(), dt), self.wrap_index(p)))
     }
 
-    fn prod_nonzero_by_index(&self, inds: &OclIndex, vals: &OclTensor, k: usize) -> Result<(OclTensor, OclIndex)> {
+    fn prod_nonzero_by_index(
+        &self,
+        inds: &GpuIndex<R>,
+        vals: &GpuTensor<R>,
+        k: usize,
+    ) -> Result<(GpuTensor<R>, GpuIndex<R>)> {
         let dt = vals.dtype;
         same_len("prod_nonzero_by_index", "indices vs values", inds.buf.len, vals.buf.len)?;
         let n = vals.buf.len;
@@ -657,11 +812,11 @@ impl Ops for OpenCl {
 
     fn prod_vals_adjoint(
         &self,
-        inds: &OclIndex,
-        vals: &OclTensor,
-        c0: &OclTensor,
-        c1: &OclTensor,
-    ) -> Result<OclTensor> {
+        inds: &GpuIndex<R>,
+        vals: &GpuTensor<R>,
+        c0: &GpuTensor<R>,
+        c1: &GpuTensor<R>,
+    ) -> Result<GpuTensor<R>> {
         same_dtype("prod_vals_adjoint", vals, c0)?;
         let dt = same_dtype("prod_vals_adjoint", c0, c1)?;
         same_len("prod_vals_adjoint", "indices vs values", inds.buf.len, vals.buf.len)?;
@@ -686,22 +841,22 @@ impl Ops for OpenCl {
         Ok(self.wrap(out, shape, dt))
     }
 
-    fn combine(&self, op: HistOp, a: &OclTensor, b: &OclTensor) -> Result<OclTensor> {
+    fn combine(&self, op: HistOp, a: &GpuTensor<R>, b: &GpuTensor<R>) -> Result<GpuTensor<R>> {
         self.combine_side(op, 0, a, b)
     }
 
-    fn combine_partial(&self, op: HistOp, side: Operand, a: &OclTensor, b: &OclTensor) -> Result<OclTensor> {
+    fn combine_partial(&self, op: HistOp, side: Operand, a: &GpuTensor<R>, b: &GpuTensor<R>) -> Result<GpuTensor<R>> {
         self.combine_side(op, if side == Operand::Left { 1 } else { 2 }, a, b)
     }
 
     fn fold_adjoint(
         &self,
         op: HistOp,
-        l: &OclTensor,
-        a: &OclTensor,
-        r: &OclTensor,
-        g: &OclTensor,
-    ) -> Result<OclTensor> {
+        l: &GpuTensor<R>,
+        a: &GpuTensor<R>,
+        r: &GpuTensor<R>,
+        g: &GpuTensor<R>,
+    ) -> Result<GpuTensor<R>> {
         same_dtype("fold_adjoint", l, a)?;
         same_dtype("fold_adjoint", r, a)?;
         let dt = same_dtype("fold_adjoint", g, a)?;
@@ -733,11 +888,11 @@ impl Ops for OpenCl {
     fn total_form_adjoint(
         &self,
         op: HistOp,
-        inds: &OclIndex,
-        vals: &OclTensor,
-        hist: &OclTensor,
-        hist_bar: &OclTensor,
-    ) -> Result<OclTensor> {
+        inds: &GpuIndex<R>,
+        vals: &GpuTensor<R>,
+        hist: &GpuTensor<R>,
+        hist_bar: &GpuTensor<R>,
+    ) -> Result<GpuTensor<R>> {
         same_dtype("total_form_adjoint", vals, hist)?;
         let dt = same_dtype("total_form_adjoint", hist, hist_bar)?;
         if !op.general().is_some_and(|g| g.has_total_form()) {
@@ -765,7 +920,7 @@ impl Ops for OpenCl {
         Ok(self.wrap(out, shape, dt))
     }
 
-    fn gather_index(&self, src: &OclIndex, idx: &OclIndex) -> Result<OclIndex> {
+    fn gather_index(&self, src: &GpuIndex<R>, idx: &GpuIndex<R>) -> Result<GpuIndex<R>> {
         let n = idx.buf.len;
         let out = self.rt.alloc(n, 8)?;
         self.launch(
@@ -779,7 +934,13 @@ impl Ops for OpenCl {
     }
 
     // CPU FALLBACK: work-efficient (segmented) scan kernels are remaining work.
-    fn scan(&self, op: HistOp, x: &OclTensor, spec: ScanSpec, segments: Option<&OclIndex>) -> Result<OclTensor> {
+    fn scan(
+        &self,
+        op: HistOp,
+        x: &GpuTensor<R>,
+        spec: ScanSpec,
+        segments: Option<&GpuIndex<R>>,
+    ) -> Result<GpuTensor<R>> {
         self.rt.check_dtype(x.dtype)?;
         let seg = segments.map(|s| self.index_to_cpu(s)).transpose()?;
         let r = self.cpu()?.scan(op, &self.to_cpu(x)?, spec, seg.as_ref())?;
@@ -789,11 +950,11 @@ impl Ops for OpenCl {
     // CPU FALLBACK: as scan.
     fn linear_recurrence(
         &self,
-        a: &OclTensor,
-        b: &OclTensor,
+        a: &GpuTensor<R>,
+        b: &GpuTensor<R>,
         spec: ScanSpec,
-        segments: Option<&OclIndex>,
-    ) -> Result<OclTensor> {
+        segments: Option<&GpuIndex<R>>,
+    ) -> Result<GpuTensor<R>> {
         same_dtype("linear_recurrence", a, b)?;
         self.rt.check_dtype(a.dtype)?;
         let seg = segments.map(|s| self.index_to_cpu(s)).transpose()?;
@@ -803,13 +964,13 @@ impl Ops for OpenCl {
 
     fn reduce_by_index_dual(
         &self,
-        dest: &OclTensor,
-        dest_dot: &OclTensor,
+        dest: &GpuTensor<R>,
+        dest_dot: &GpuTensor<R>,
         op: HistOp,
-        inds: &OclIndex,
-        vals: &OclTensor,
-        vals_dot: &OclTensor,
-    ) -> Result<(OclTensor, OclTensor)> {
+        inds: &GpuIndex<R>,
+        vals: &GpuTensor<R>,
+        vals_dot: &GpuTensor<R>,
+    ) -> Result<(GpuTensor<R>, GpuTensor<R>)> {
         same_dtype("reduce_by_index_dual", dest, dest_dot)?;
         same_dtype("reduce_by_index_dual", vals, vals_dot)?;
         let dt = same_dtype("reduce_by_index_dual", dest, vals)?;
@@ -862,11 +1023,11 @@ impl Ops for OpenCl {
 
     fn reduce_by_index_chunked(
         &self,
-        dest: &OclTensor,
+        dest: &GpuTensor<R>,
         op: HistOp,
-        inds: &OclIndex,
-        vals: &OclTensor,
-    ) -> Result<ChunkedHist<OclTensor>> {
+        inds: &GpuIndex<R>,
+        vals: &GpuTensor<R>,
+    ) -> Result<ChunkedHist<GpuTensor<R>>> {
         let dt = same_dtype("reduce_by_index_chunked", dest, vals)?;
         let (k, n) = (dest.buf.len, vals.buf.len);
         same_len("reduce_by_index_chunked", "indices vs values", inds.buf.len, n)?;
@@ -922,12 +1083,12 @@ impl Ops for OpenCl {
     fn chunked_vals_adjoint(
         &self,
         op: HistOp,
-        inds: &OclIndex,
-        vals: &OclTensor,
-        chunk_prefix: &OclTensor,
-        chunk_suffix: &OclTensor,
-        hist_bar: &OclTensor,
-    ) -> Result<OclTensor> {
+        inds: &GpuIndex<R>,
+        vals: &GpuTensor<R>,
+        chunk_prefix: &GpuTensor<R>,
+        chunk_suffix: &GpuTensor<R>,
+        hist_bar: &GpuTensor<R>,
+    ) -> Result<GpuTensor<R>> {
         same_dtype("chunked_vals_adjoint", vals, chunk_prefix)?;
         same_dtype("chunked_vals_adjoint", vals, chunk_suffix)?;
         let dt = same_dtype("chunked_vals_adjoint", vals, hist_bar)?;
@@ -970,12 +1131,12 @@ impl Ops for OpenCl {
     }
 }
 
-impl Device for OpenCl {
+impl<R: KernelRuntime> Device for KernelDevice<R> {
     fn device_name(&self) -> String {
-        format!("opencl ({} / {})", self.rt.platform, self.rt.device_name)
+        format!("{} ({})", R::ENGINE, self.rt.describe())
     }
     fn threads(&self) -> usize {
-        self.rt.compute_units
+        self.rt.compute_units()
     }
     fn synchronize(&self) -> Result<()> {
         self.rt.finish()
