@@ -135,7 +135,6 @@ impl CudaRuntime {
         if !unsafe { cudarc::driver::sys::is_culib_present() } {
             return Err("libcuda.so not found (no NVIDIA driver)".into());
         }
-        let nvrtc_version = nvrtc_available()?;
         let ordinal = match std::env::var(DEVICE_ENV) {
             Ok(s) if !s.trim().is_empty() => s
                 .trim()
@@ -146,6 +145,8 @@ impl CudaRuntime {
         let ctx = quietly(|| CudaContext::new(ordinal))
             .map_err(|p| format!("the CUDA driver library is unusable: {p}"))?
             .map_err(|e| format!("cannot open CUDA device {ordinal}: {e}"))?;
+        // A device without NVRTC cannot build programs: unavailable, with the reason.
+        let nvrtc_version = nvrtc_available()?;
         let attr = |a: CUdevice_attribute| quietly(AssertUnwindSafe(|| ctx.attribute(a))).ok().and_then(|r| r.ok());
         let device_name = quietly(AssertUnwindSafe(|| ctx.name()))
             .ok()
