@@ -30,8 +30,9 @@ const BLOCK: usize = 256;
 
 /// Runs `f`, turning a panic into `Err(message)` without printing it (the default hook would
 /// print "thread panicked at ..." for what is an expected state, e.g. no driver). The hook is
-/// process-wide: a lock serialises callers, and a panic of another thread during these few
-/// calls would go unprinted too (it still unwinds and fails as usual).
+/// process-wide: a lock serialises callers (so `f` must not call `quietly` itself), and a panic
+/// of another thread during these few calls would go unprinted too (it still unwinds and fails
+/// as usual).
 fn quietly<T>(f: impl FnOnce() -> T + UnwindSafe) -> std::result::Result<T, String> {
     static HOOK: Mutex<()> = Mutex::new(());
     let _guard = HOOK.lock().unwrap_or_else(|e| e.into_inner());
@@ -370,5 +371,19 @@ impl KernelRuntime for CudaRuntime {
             Self::function(prog, n)?;
         }
         Ok(names)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quietly_turns_panics_into_their_messages_and_passes_values_through() {
+        assert_eq!(quietly(|| 7), Ok(7));
+        assert_eq!(quietly(|| -> i32 { panic!("no {} here", "driver") }), Err("no driver here".to_string()));
+        assert_eq!(quietly(|| -> i32 { std::panic::panic_any(3u8) }), Err("unknown panic".to_string()));
+        // The hook is restored each time: a second call behaves the same.
+        assert_eq!(quietly(|| -> i32 { panic!("again") }), Err("again".to_string()));
     }
 }
