@@ -30,10 +30,24 @@ fn entries(ptx: &str) -> Vec<&str> {
         .collect()
 }
 
+/// The parameter types (`.u64`, `.u32`, `.f32`, ...) of kernel `name` in PTX text.
+fn params<'p>(ptx: &'p str, name: &str) -> Vec<&'p str> {
+    let head = format!(".entry {name}(");
+    ptx.lines()
+        .skip_while(|l| !l.contains(&head))
+        .skip(1)
+        .take_while(|l| !l.trim_start().starts_with(')'))
+        .filter_map(|l| l.trim().strip_prefix(".param ")?.split_whitespace().next())
+        .collect()
+}
+
 #[test]
-fn entries_are_read_from_ptx_text() {
-    let ptx = "// x\n.visible .entry fill(\n\t.param .u64 fill_param_0\n)\n.visible .entry hist_local(\n";
+fn entries_and_params_are_read_from_ptx_text() {
+    let ptx = "// x\n.visible .entry fill(\n\t.param .u64 fill_param_0,\n\t.param .f32 fill_param_1\n)\n{\n}\n\
+               .visible .entry hist_local(\n\t.param .u32 hist_local_param_0\n)\n";
     assert_eq!(entries(ptx), ["fill", "hist_local"]);
+    assert_eq!(params(ptx, "fill"), [".u64", ".f32"]);
+    assert_eq!(params(ptx, "hist_local"), [".u32"]);
 }
 
 #[test]
@@ -67,6 +81,16 @@ fn every_cuda_program_compiles_to_ptx_with_every_kernel() {
                     );
                     if !ptx.contains(&format!(".target {ARCH}")) {
                         failures.push(format!("{dt} {}: the PTX does not target {ARCH}", op.name));
+                    }
+                    // Local memory: OpenCL's `LOCAL T *sub` argument is, on CUDA, the launch's
+                    // dynamic shared memory plus an int placeholder at the same position (the
+                    // launcher passes Arg::Local as a 4-byte 0), so host argument lists serve both.
+                    if !ptx.contains(".extern .shared .align 16 .b8 adgauge_shared_[]") {
+                        failures.push(format!("{dt} {}: no dynamic shared memory declared", op.name));
+                    }
+                    let hist_local = params(&ptx, "hist_local");
+                    if hist_local != [".u64", ".u64", ".u64", ".u64", ".u64", ".u32", ".u64"] {
+                        failures.push(format!("{dt} {}: hist_local parameters {hist_local:?}", op.name));
                     }
                     let mut got = entries(&ptx);
                     got.sort_unstable();
