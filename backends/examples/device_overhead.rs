@@ -1,11 +1,11 @@
 //! AD overhead of the histogram rules on one device (vjp time / primal time, minimum of a few
 //! repetitions, synchronised), and for OpenCL the kernel compile time of first use apart.
 //!
-//! `cargo run --release -p adgauge-backends --example device_overhead -- cpu|opencl [n] [k] [op...]`
+//! `cargo run --release -p adgauge-backends --example device_overhead -- cpu|opencl|cuda [n] [k] [op...]`
 
 use std::time::Instant;
 
-use adgauge_backends::{Cpu, DType, Device, HistOp, HistRule, OpenCl, Ops, Reverse};
+use adgauge_backends::{Cpu, Cuda, DType, Device, HistOp, HistRule, OpenCl, Ops, Reverse};
 
 fn best(reps: usize, mut f: impl FnMut()) -> f64 {
     (0..reps)
@@ -79,6 +79,13 @@ fn main() {
                 println!("kernel compile time (all programs): {:.2} s", d.compile_time().as_secs_f64());
             }
             Err(e) => println!("opencl unavailable: {e}"),
+        },
+        "cuda" => match Cuda::new() {
+            Ok(d) => {
+                run(&d, n, k, &ops);
+                println!("kernel compile time (all programs): {:.2} s", d.compile_time().as_secs_f64());
+            }
+            Err(e) => println!("cuda unavailable: {e}"),
         },
         _ => run(&Cpu::new(None).unwrap(), n, k, &ops),
     }

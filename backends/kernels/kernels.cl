@@ -183,9 +183,11 @@ KERNEL void hist_atomic(GLOBAL T *hist, GLOBAL const i64 *ix, GLOBAL const T *va
 }
 
 /* Small k: one private sub-histogram per work-group in local memory (local atomics), merged
- * into the global histogram at the end. `sub` holds k elements. */
-KERNEL void hist_local(GLOBAL T *hist, GLOBAL const i64 *ix, GLOBAL const T *vals, i64 n, i64 k, LOCAL T *sub,
-                       i64 per_group) {
+ * into the global histogram at the end. `sub` holds k elements: a local-memory argument on
+ * OpenCL, dynamic shared memory on CUDA (see LOCAL_ARG / LOCAL_BIND in the preludes). */
+KERNEL void hist_local(GLOBAL T *hist, GLOBAL const i64 *ix, GLOBAL const T *vals, i64 n, i64 k,
+                       LOCAL_ARG(T, sub), i64 per_group) {
+    LOCAL_BIND(T, sub);
     for (i64 b = LID0; b < k; b += LSIZE0) sub[b] = (T)OP_NEUTRAL;
     BARRIER();
     i64 start = GRP0 * per_group;

@@ -15,6 +15,10 @@
 #define LID0 ((long)get_local_id(0))
 #define GRP0 ((long)get_group_id(0))
 #define LSIZE0 ((long)get_local_size(0))
+/* A local-memory buffer parameter (its size is set by the host per launch); LOCAL_BIND is
+ * for CUDA, where the buffer is dynamic shared memory instead. */
+#define LOCAL_ARG(type, name) LOCAL type *name
+#define LOCAL_BIND(type, name) (void)0
 #define BARRIER() barrier(CLK_LOCAL_MEM_FENCE)
 #define FENCE() mem_fence(CLK_GLOBAL_MEM_FENCE)
 

@@ -36,10 +36,6 @@ pub fn probe_devices() -> Vec<DeviceStatus> {
     vec![
         DeviceStatus { name: "cpu", available: true, detail: format!("rayon, {threads} threads") },
         crate::opencl::probe(),
-        DeviceStatus {
-            name: "cuda",
-            available: false,
-            detail: "not built yet: the CUDA device is planned (issue: OpenCL and CUDA devices)".into(),
-        },
+        crate::cuda::probe(),
     ]
 }

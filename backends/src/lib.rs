@@ -12,14 +12,20 @@
 //! * [`oracle`] is a sequential f64 reference straight from the semantics, used by tests and by
 //!   the harness's validation.
 //!
+//! * [`gpu::KernelDevice`] implements the op API once over a small kernel runtime; the
+//!   [`OpenCl`] and [`Cuda`] devices are it over their runtimes, running one shared kernel
+//!   source ([`kernel_source`]).
+//!
 //! This crate depends on no other adgauge crate.
 
 pub mod cpu;
+pub mod cuda;
 pub mod device;
 mod dtype;
 mod error;
 pub mod forward;
 pub mod general;
+pub mod gpu;
 pub mod kernel_source;
 pub mod opencl;
 mod ops;
@@ -28,6 +34,7 @@ pub mod reverse;
 pub mod rules;
 
 pub use cpu::Cpu;
+pub use cuda::Cuda;
 pub use device::{Device, DeviceStatus, probe_devices};
 pub use dtype::{DType, Elem};
 pub use error::{OpError, Result};

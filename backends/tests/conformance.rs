@@ -4,26 +4,32 @@
 //! zeros in a bin, out-of-range indices -1 and >= k, empty bins, n = 0, k = 1) and on larger
 //! random ones (both histogram strategies, many chunks).
 //!
-//! Devices that cannot start are skipped with the reason printed, unless `ADGAUGE_REQUIRE`
-//! (comma-separated) names them: then the skip is a failure.
+//! The device tests are one suite instantiated per kernel device (`opencl::*`, `cuda::*`, see
+//! `device_suite!`). Devices that cannot start are skipped with the reason printed, unless
+//! `ADGAUGE_REQUIRE` (comma-separated) names them: then the skip is a failure. CUDA runs only
+//! where a CUDA device opens; CI (no GPU) runs OpenCL on PoCL, which executes the same kernel
+//! source.
 
 use adgauge_backends::cpu::CpuTensor;
 use adgauge_backends::general::{HYPOT, LOGADDEXP};
+use adgauge_backends::gpu::{KernelDevice, KernelRuntime};
 use adgauge_backends::{
-    BinaryOp, Cpu, DType, Extremum, Forward, HistOp, HistRule, OpError, OpenCl, Operand, Ops, OutOfRange, Result,
-    Reverse, ScanSpec, TensorMeta, UnaryOp, oracle,
+    BinaryOp, Cpu, DType, Extremum, Forward, HistOp, HistRule, OpError, Operand, Ops, OutOfRange, Result, Reverse,
+    ScanSpec, TensorMeta, UnaryOp, oracle,
 };
 
 fn required(what: &str) -> bool {
     std::env::var("ADGAUGE_REQUIRE").is_ok_and(|v| v.split(',').any(|s| s.trim() == what))
 }
 
-fn opencl() -> Option<OpenCl> {
-    match OpenCl::new() {
+/// The kernel device of runtime R, or `None` (with the reason printed) when it cannot start.
+fn open<R: KernelRuntime>() -> Option<KernelDevice<R>> {
+    let name = R::ENGINE;
+    match KernelDevice::<R>::new() {
         Ok(d) => Some(d),
         Err(e) => {
-            assert!(!required("opencl"), "ADGAUGE_REQUIRE has opencl, but the OpenCL device cannot start: {e}");
-            eprintln!("skipped: the OpenCL device is unavailable: {e}");
+            assert!(!required(name), "ADGAUGE_REQUIRE has {name}, but the {name} device cannot start: {e}");
+            eprintln!("skipped: the {name} device is unavailable: {e}");
             None
         }
     }
@@ -200,21 +206,7 @@ fn primitives<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
     cmp(f, &tag("full empty"), d, d.full(&[0], 1.0, dt), c, c.full(&[0], 1.0, dt), 0.0);
     cmp(f, &tag("reshape"), d, d.reshape(&x, &[2, 5]), c, c.reshape(&cx, &[2, 5]), 0.0);
     let ut = tol(None, dt);
-    for op in [
-        UnaryOp::Neg,
-        UnaryOp::Exp,
-        UnaryOp::Log,
-        UnaryOp::Log1p,
-        UnaryOp::Sin,
-        UnaryOp::Cos,
-        UnaryOp::Sqrt,
-        UnaryOp::Tanh,
-        UnaryOp::Sigmoid,
-        UnaryOp::Abs,
-        UnaryOp::Sign,
-        UnaryOp::Recip,
-        UnaryOp::Square,
-    ] {
+    for op in UnaryOp::ALL {
         let (a, ca) = if matches!(op, UnaryOp::Log | UnaryOp::Sqrt) { (&p, &cp) } else { (&x, &cx) };
         cmp(f, &tag(&format!("unary {op:?}")), d, d.unary(op, a), c, c.unary(op, ca), ut);
     }
@@ -578,51 +570,81 @@ fn cpu_conforms_to_itself_and_the_oracle() {
     each_dtype(&c, true, "cpu rules", rules::<Cpu>);
 }
 
-#[test]
-fn opencl_primitives_match_the_cpu() {
-    let Some(d) = opencl() else { return };
-    let f64_ok = d.has_f64();
-    each_dtype(&d, f64_ok, "opencl primitives", primitives::<OpenCl>);
-}
+/// The device tests, instantiated once per kernel device.
+macro_rules! device_suite {
+    ($module:ident, $runtime:ty) => {
+        mod $module {
+            use super::*;
 
-#[test]
-fn opencl_histogram_primitives_match_the_cpu() {
-    let Some(d) = opencl() else { return };
-    let f64_ok = d.has_f64();
-    each_dtype(&d, f64_ok, "opencl histogram primitives", hist_primitives::<OpenCl>);
-}
+            type D = KernelDevice<$runtime>;
 
-#[test]
-fn opencl_histogram_rules_match_the_cpu_and_the_oracle() {
-    let Some(d) = opencl() else { return };
-    let f64_ok = d.has_f64();
-    each_dtype(&d, f64_ok, "opencl rules", rules::<OpenCl>);
-}
+            #[test]
+            fn primitives_match_the_cpu() {
+                let Some(d) = open::<$runtime>() else { return };
+                let f64_ok = d.has_f64();
+                each_dtype(&d, f64_ok, concat!(stringify!($module), " primitives"), primitives::<D>);
+            }
 
-#[test]
-fn opencl_builds_every_kernel_of_every_program() {
-    let Some(d) = opencl() else { return };
-    let before = d.compile_time();
-    for dt in DType::ALL {
-        if dt == DType::F64 && !d.has_f64() {
-            continue;
+            #[test]
+            fn histogram_primitives_match_the_cpu() {
+                let Some(d) = open::<$runtime>() else { return };
+                let f64_ok = d.has_f64();
+                each_dtype(&d, f64_ok, concat!(stringify!($module), " histogram primitives"), hist_primitives::<D>);
+            }
+
+            #[test]
+            fn histogram_rules_match_the_cpu_and_the_oracle() {
+                let Some(d) = open::<$runtime>() else { return };
+                let f64_ok = d.has_f64();
+                each_dtype(&d, f64_ok, concat!(stringify!($module), " rules"), rules::<D>);
+            }
+
+            #[test]
+            fn builds_every_kernel_of_every_program() {
+                let Some(d) = open::<$runtime>() else { return };
+                let before = d.compile_time();
+                for dt in DType::ALL {
+                    if dt == DType::F64 && !d.has_f64() {
+                        continue;
+                    }
+                    for op in HistOp::named() {
+                        let names = d.build_program(dt, op).unwrap_or_else(|e| panic!("{dt} {op}: {e}"));
+                        assert_eq!(names, adgauge_backends::kernel_source::kernel_names(dt));
+                    }
+                }
+                let spent = d.compile_time() - before;
+                eprintln!("{} kernel compile time (programs built here): {spent:?}", stringify!($module));
+            }
+
+            #[test]
+            fn unavailable_f64_and_bad_arguments_are_errors_not_panics() {
+                let Some(d) = open::<$runtime>() else { return };
+                let x = d.tensor(&[1.0, 2.0], &[2], DType::F32).unwrap();
+                let y = d.tensor(&[1.0, 2.0, 3.0], &[3], DType::F32).unwrap();
+                assert!(matches!(d.binary(BinaryOp::Add, &x, &y), Err(OpError::Shape { .. })));
+                let i = d.index(&[0]).unwrap();
+                assert!(matches!(d.reduce_by_index(&x, HistOp::Add, &i, &y), Err(OpError::Shape { .. })));
+                assert!(d.total_form_adjoint(HistOp::Min, &i, &x, &x, &x).is_err());
+                let _ = Extremum::Min;
+            }
         }
-        for op in HistOp::named() {
-            let names = d.build_program(dt, op).unwrap_or_else(|e| panic!("{dt} {op}: {e}"));
-            assert!(names.len() > 20);
+    };
+}
+
+device_suite!(opencl, adgauge_backends::opencl::ClRuntime);
+device_suite!(cuda, adgauge_backends::cuda::CudaRuntime);
+
+/// Where CUDA cannot start (every machine without an NVIDIA driver), the probe and the
+/// constructor report why instead of panicking.
+#[test]
+fn cuda_probe_gives_a_reason_and_never_panics() {
+    let status = adgauge_backends::probe_devices().into_iter().find(|d| d.name == "cuda").expect("cuda is probed");
+    assert!(!status.detail.is_empty());
+    match adgauge_backends::Cuda::new() {
+        Ok(_) => assert!(status.available, "the device opened but the probe says: {}", status.detail),
+        Err(e) => {
+            assert!(!status.available);
+            assert!(e.to_string().contains(&status.detail), "{e} vs {}", status.detail);
         }
     }
-    eprintln!("OpenCL kernel compile time (programs built here): {:?}", d.compile_time() - before);
-}
-
-#[test]
-fn opencl_unavailable_f64_and_bad_arguments_are_errors_not_panics() {
-    let Some(d) = opencl() else { return };
-    let x = d.tensor(&[1.0, 2.0], &[2], DType::F32).unwrap();
-    let y = d.tensor(&[1.0, 2.0, 3.0], &[3], DType::F32).unwrap();
-    assert!(matches!(d.binary(BinaryOp::Add, &x, &y), Err(OpError::Shape { .. })));
-    let i = d.index(&[0]).unwrap();
-    assert!(matches!(d.reduce_by_index(&x, HistOp::Add, &i, &y), Err(OpError::Shape { .. })));
-    assert!(d.total_form_adjoint(HistOp::Min, &i, &x, &x, &x).is_err());
-    let _ = Extremum::Min;
 }

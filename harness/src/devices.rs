@@ -2,7 +2,7 @@
 //! it is unavailable. Commands are generic over the device; [`with_device!`] dispatches once on
 //! the opened backend.
 
-use adgauge_backends::{Cpu, OpenCl, probe_devices};
+use adgauge_backends::{Cpu, Cuda, OpenCl, probe_devices};
 
 use crate::exit::{bad_input, unavailable};
 
@@ -11,6 +11,7 @@ use crate::exit::{bad_input, unavailable};
 pub enum AnyDevice {
     Cpu(Cpu),
     OpenCl(OpenCl),
+    Cuda(Cuda),
 }
 
 /// Runs `$body` with `$d` bound to the concrete device inside an [`AnyDevice`].
@@ -20,6 +21,7 @@ macro_rules! with_device {
         match $dev {
             $crate::devices::AnyDevice::Cpu($d) => $body,
             $crate::devices::AnyDevice::OpenCl($d) => $body,
+            $crate::devices::AnyDevice::Cuda($d) => $body,
         }
     };
 }
@@ -30,6 +32,9 @@ pub fn open_device(name: &str, threads: Option<usize>) -> anyhow::Result<AnyDevi
         "cpu" => Ok(AnyDevice::Cpu(Cpu::new(threads)?)),
         "opencl" => {
             OpenCl::new().map(AnyDevice::OpenCl).map_err(|e| unavailable(format!("backend opencl is unavailable: {e}")))
+        }
+        "cuda" => {
+            Cuda::new().map(AnyDevice::Cuda).map_err(|e| unavailable(format!("backend cuda is unavailable: {e}")))
         }
         other => match probe_devices().into_iter().find(|d| d.name == other) {
             Some(status) => Err(unavailable(format!("backend {other} is unavailable: {}", status.detail))),

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use adgauge_backends::{Cpu, DType, Device, HistRule, OpenCl};
+use adgauge_backends::{Cpu, Cuda, DType, Device, HistRule, OpenCl};
 use adgauge_datasets::hist::IndexDist;
 use adgauge_reports::{ResultRow, Status, Timing};
 use adgauge_workloads::HistWorkload;
@@ -200,7 +200,7 @@ pub fn run(args: &RunArgs, threads: Option<usize>) -> anyhow::Result<Code> {
     }
     let cpu = Cpu::new(threads)?;
     // Other backends open on first use; one that cannot start makes its cases skipped rows.
-    let opencl = std::cell::OnceCell::new();
+    let gpus = Gpus::default();
     let info = crate::environment::run_info();
     if !args.json {
         println!(
@@ -231,7 +231,7 @@ pub fn run(args: &RunArgs, threads: Option<usize>) -> anyhow::Result<Code> {
         let row = if args.isolate {
             run_isolated(args, threads, c, &opts, cpu.threads())
         } else {
-            run_on(&cpu, &opencl, c, &opts)
+            run_on(&cpu, &gpus, c, &opts)
         };
         code = code.combine(code_for(&row));
         let line = if args.json { serde_json::to_string(&row)? } else { table_row(&row) };
@@ -416,25 +416,40 @@ fn unavailable_row(mut row: ResultRow, backend: &str) -> ResultRow {
     row
 }
 
+/// The GPU devices of a run, each opened on first use (`None`: it cannot start).
+#[derive(Default)]
+struct Gpus {
+    opencl: std::cell::OnceCell<Option<OpenCl>>,
+    cuda: std::cell::OnceCell<Option<Cuda>>,
+}
+
 /// Runs one case on the device of its backend (opened on first use).
-fn run_on(cpu: &Cpu, opencl: &std::cell::OnceCell<Option<OpenCl>>, case: &Case, opts: &Options) -> ResultRow {
+fn run_on(cpu: &Cpu, gpus: &Gpus, case: &Case, opts: &Options) -> ResultRow {
     let case = match case {
         Case::Hist(c) => c,
         Case::Classic(c) => {
             return match c.backend.as_str() {
                 "cpu" => crate::classic::run_case(cpu, cpu, c, &opts.budget),
-                "opencl" => match opencl.get_or_init(|| OpenCl::new().ok()) {
+                "opencl" => match gpus.opencl.get_or_init(|| OpenCl::new().ok()) {
                     Some(d) => crate::classic::run_case(cpu, d, c, &opts.budget),
                     None => unavailable_row(c.empty_row(cpu.threads()), "opencl"),
+                },
+                "cuda" => match gpus.cuda.get_or_init(|| Cuda::new().ok()) {
+                    Some(d) => crate::classic::run_case(cpu, d, c, &opts.budget),
+                    None => unavailable_row(c.empty_row(cpu.threads()), "cuda"),
                 },
                 other => unavailable_row(c.empty_row(cpu.threads()), other),
             };
         }
     };
     match case.backend.as_str() {
-        "opencl" => match opencl.get_or_init(|| OpenCl::new().ok()) {
+        "opencl" => match gpus.opencl.get_or_init(|| OpenCl::new().ok()) {
             Some(d) => run_case(d, case, opts),
             // The CPU device reports the unavailable backend as a skipped row with the reason.
+            None => run_case(cpu, case, opts),
+        },
+        "cuda" => match gpus.cuda.get_or_init(|| Cuda::new().ok()) {
+            Some(d) => run_case(d, case, opts),
             None => run_case(cpu, case, opts),
         },
         _ => run_case(cpu, case, opts),

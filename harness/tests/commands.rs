@@ -150,3 +150,39 @@ fn backends_lists_every_device_with_a_reason() {
         assert!(!d["detail"].as_str().unwrap().is_empty());
     }
 }
+
+/// A libcuda that loads but is not a CUDA driver (here: a copy of the C library this test runs
+/// on, which has no `cuInit`) makes cudarc panic inside; adgauge catches that and reports CUDA
+/// unavailable with the reason, with no panic message on the terminal, and `--backend cuda`
+/// exits 4.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_libcuda_without_cuda_symbols_is_reported_not_a_crash() {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let libc = maps
+        .split_whitespace()
+        .find(|w| w.starts_with('/') && w.contains("/libc.so"))
+        .expect("this test process maps a libc.so");
+    let dir = std::env::temp_dir().join(format!("adgauge-fake-libcuda-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(libc, dir.join("libcuda.so.1")).unwrap();
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_adgauge")).args(args).env("LD_LIBRARY_PATH", &dir).output().unwrap()
+    };
+
+    let out = run(&["backends", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("panicked"), "a panic message leaked: {}", stderr(&out));
+    let cuda: Value =
+        stdout(&out).lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).find(|d| d["name"] == "cuda").unwrap();
+    assert_eq!(cuda["available"], false);
+    let detail = cuda["detail"].as_str().unwrap();
+    assert!(detail.contains("unusable") && detail.contains("cuInit"), "{detail}");
+
+    let input = dir.join("case.json");
+    std::fs::write(&input, r#"{"k": 1, "inds": [0], "vals": [1], "dest": [0]}"#).unwrap();
+    let out = run(&["eval", "hist-add", "--input", input.to_str().unwrap(), "--backend", "cuda"]);
+    assert_eq!(out.status.code(), Some(4));
+    assert!(stderr(&out).contains("cuInit") && !stderr(&out).contains("panicked"), "{}", stderr(&out));
+    let _ = std::fs::remove_dir_all(&dir);
+}

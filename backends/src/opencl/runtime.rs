@@ -17,6 +17,7 @@ use opencl3::platform::get_platforms;
 use opencl3::program::Program;
 use opencl3::types::cl_mem;
 
+use crate::gpu::{Arg, KernelRuntime};
 use crate::kernel_source::{self, Dialect};
 use crate::{DType, HistOp, OpError, Result};
 
@@ -28,29 +29,12 @@ fn cl_err(what: &str) -> impl Fn(opencl3::error_codes::ClError) -> OpError + '_ 
     move |e| OpError::Device(format!("OpenCL {what}: {e}"))
 }
 
-/// A buffer of raw bytes (values or i64 indices) with its element count.
-pub struct RawBuf {
-    pub buf: Buffer<u8>,
-    pub len: usize,
-}
-
-/// A kernel argument.
-pub enum Arg<'a> {
-    Buf(&'a RawBuf),
-    I64(i64),
-    I32(i32),
-    /// A scalar of the program's element type.
-    Val(f64, DType),
-    /// Local memory of this many bytes.
-    Local(usize),
-}
-
 struct Prog {
     program: Program,
     kernels: HashMap<&'static str, Kernel>,
 }
 
-pub struct Runtime {
+pub struct ClRuntime {
     pub platform: String,
     pub device_name: String,
     pub fp64: bool,
@@ -66,18 +50,19 @@ pub struct Runtime {
 
 // SAFETY: every use of the OpenCL handles goes through `programs`' lock (kernels) or is
 // thread-safe per the OpenCL spec (context, queue, buffers).
-unsafe impl Send for Runtime {}
-unsafe impl Sync for Runtime {}
+unsafe impl Send for ClRuntime {}
+// SAFETY: as for Send.
+unsafe impl Sync for ClRuntime {}
 
-static RUNTIME: OnceLock<std::result::Result<Arc<Runtime>, String>> = OnceLock::new();
+static RUNTIME: OnceLock<std::result::Result<Arc<ClRuntime>, String>> = OnceLock::new();
 
 /// The process-wide runtime, started on first use (one context per process).
-pub fn runtime() -> std::result::Result<Arc<Runtime>, String> {
-    RUNTIME.get_or_init(|| Runtime::start().map(Arc::new)).clone()
+pub fn runtime() -> std::result::Result<Arc<ClRuntime>, String> {
+    RUNTIME.get_or_init(|| ClRuntime::start().map(Arc::new)).clone()
 }
 
-impl Runtime {
-    fn start() -> std::result::Result<Runtime, String> {
+impl ClRuntime {
+    fn start() -> std::result::Result<ClRuntime, String> {
         let platforms = get_platforms()
             .map_err(|e| format!("no OpenCL runtime (libOpenCL.so.1 not loadable or no ICD registered): {e}"))?;
         if platforms.is_empty() {
@@ -124,7 +109,7 @@ impl Runtime {
         #[allow(deprecated)]
         let queue = CommandQueue::create_default(&context, 0)
             .map_err(|e| format!("cannot create an OpenCL queue on {device_name}: {e}"))?;
-        Ok(Runtime {
+        Ok(ClRuntime {
             platform,
             device_name,
             fp64,
@@ -138,13 +123,63 @@ impl Runtime {
         })
     }
 
-    /// Total time spent building programs so far (kernel compile time, reported apart from run
-    /// time).
-    pub fn compile_time(&self) -> Duration {
+    /// The (dtype, op) program from the cache, built on first use.
+    fn program<'p>(
+        &self,
+        programs: &'p mut HashMap<(DType, &'static str), Prog>,
+        dtype: DType,
+        op: HistOp,
+    ) -> Result<&'p mut Prog> {
+        let gop = kernel_source::program_op(op);
+        let key = (dtype, gop.name);
+        match programs.entry(key) {
+            std::collections::hash_map::Entry::Occupied(e) => Ok(e.into_mut()),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let src = kernel_source::program_source(Dialect::OpenCl, dtype, gop);
+                let started = Instant::now();
+                let program = Program::create_and_build_from_source(&self.context, &src, "-cl-std=CL1.2")
+                    .map_err(|log| OpError::Device(format!("OpenCL build of ({dtype}, {}) failed: {log}", gop.name)))?;
+                *self.compile_time.lock().unwrap_or_else(|e| e.into_inner()) += started.elapsed();
+                Ok(e.insert(Prog { program, kernels: HashMap::new() }))
+            }
+        }
+    }
+}
+
+impl KernelRuntime for ClRuntime {
+    type Raw = Buffer<u8>;
+
+    const ENGINE: &'static str = "opencl";
+
+    fn get() -> std::result::Result<Arc<Self>, String> {
+        runtime()
+    }
+
+    fn describe(&self) -> String {
+        format!("{} / {}", self.platform, self.device_name)
+    }
+
+    fn compute_units(&self) -> usize {
+        self.compute_units
+    }
+
+    fn max_group(&self) -> usize {
+        self.max_group
+    }
+
+    fn local_mem(&self) -> usize {
+        self.local_mem
+    }
+
+    fn has_f64(&self) -> bool {
+        self.fp64
+    }
+
+    fn compile_time(&self) -> Duration {
         *self.compile_time.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn check_dtype(&self, dtype: DType) -> Result<()> {
+    fn check_dtype(&self, dtype: DType) -> Result<()> {
         if dtype == DType::F64 && !self.fp64 {
             return Err(OpError::Unsupported(format!(
                 "f64 on OpenCL device {}: it lacks cl_khr_fp64",
@@ -154,63 +189,47 @@ impl Runtime {
         Ok(())
     }
 
-    /// A new uninitialised buffer of `len` elements of `elem_size` bytes (at least one byte:
-    /// OpenCL has no empty buffers).
-    pub fn alloc(&self, len: usize, elem_size: usize) -> Result<RawBuf> {
-        let bytes = (len * elem_size).max(8);
-        // SAFETY: no host pointer is passed.
-        let buf = unsafe { Buffer::<u8>::create(&self.context, CL_MEM_READ_WRITE, bytes, std::ptr::null_mut()) }
-            .map_err(cl_err("buffer allocation"))?;
-        Ok(RawBuf { buf, len })
+    fn alloc_bytes(&self, bytes: usize) -> Result<Buffer<u8>> {
+        // SAFETY: no host pointer is passed, so OpenCL reads no host memory.
+        unsafe { Buffer::<u8>::create(&self.context, CL_MEM_READ_WRITE, bytes, std::ptr::null_mut()) }
+            .map_err(cl_err("buffer allocation"))
     }
 
-    /// Uploads plain-old-data elements.
-    pub fn upload<E: Copy>(&self, data: &[E]) -> Result<RawBuf> {
-        let mut b = self.alloc(data.len(), size_of::<E>())?;
-        if !data.is_empty() {
-            // SAFETY: E is plain data; the view covers exactly the slice; the write is blocking.
-            let bytes = unsafe { std::slice::from_raw_parts(data.as_ptr() as *const u8, size_of_val(data)) };
-            unsafe { self.queue.enqueue_write_buffer(&mut b.buf, CL_BLOCKING, 0, bytes, &[]) }
-                .map_err(cl_err("upload"))?;
-        }
-        Ok(b)
-    }
-
-    /// Downloads `b.len` elements of type E.
-    pub fn download<E: Copy + Default>(&self, b: &RawBuf) -> Result<Vec<E>> {
-        let mut out = vec![E::default(); b.len];
-        if b.len > 0 {
-            // SAFETY: as in upload; the read is blocking, so `out` outlives it.
-            let bytes = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut u8, size_of_val(&out[..])) };
-            unsafe { self.queue.enqueue_read_buffer(&b.buf, CL_BLOCKING, 0, bytes, &[]) }
-                .map_err(cl_err("download"))?;
-        }
-        Ok(out)
-    }
-
-    /// Copies `bytes` bytes from `src` to `dst`.
-    pub fn copy(&self, src: &RawBuf, dst: &mut RawBuf, bytes: usize) -> Result<()> {
-        if bytes > 0 {
-            unsafe { self.queue.enqueue_copy_buffer(&src.buf, &mut dst.buf, 0, 0, bytes, &[]) }
-                .map_err(cl_err("copy"))?;
-        }
+    fn write(&self, dst: &mut Buffer<u8>, src: &[u8]) -> Result<()> {
+        // SAFETY: the write is blocking, so `src` outlives it; the buffer holds at least
+        // `src.len()` bytes (the kernel device sizes buffers from the same element count).
+        unsafe { self.queue.enqueue_write_buffer(dst, CL_BLOCKING, 0, src, &[]) }.map_err(cl_err("upload"))?;
         Ok(())
     }
 
-    pub fn finish(&self) -> Result<()> {
+    fn read(&self, src: &Buffer<u8>, dst: &mut [u8]) -> Result<()> {
+        // SAFETY: the read is blocking, so `dst` outlives it; `src` holds at least `dst.len()`
+        // bytes.
+        unsafe { self.queue.enqueue_read_buffer(src, CL_BLOCKING, 0, dst, &[]) }.map_err(cl_err("download"))?;
+        Ok(())
+    }
+
+    fn copy_bytes(&self, src: &Buffer<u8>, dst: &mut Buffer<u8>, bytes: usize) -> Result<()> {
+        // SAFETY: both buffers hold at least `bytes` bytes; OpenCL retains them until the copy
+        // has run.
+        unsafe { self.queue.enqueue_copy_buffer(src, dst, 0, 0, bytes, &[]) }.map_err(cl_err("copy"))?;
+        Ok(())
+    }
+
+    fn finish(&self) -> Result<()> {
         self.queue.finish().map_err(cl_err("finish"))
     }
 
-    /// Launches kernel `name` of the (dtype, op) program over `global` work-items (rounded up
-    /// to a multiple of `local` when given). Nothing runs when `global` is 0.
-    pub fn launch(
+    /// Work-items are rounded up to a multiple of `local` when it is given; otherwise OpenCL
+    /// picks the work-group size for exactly `global` work-items.
+    fn launch(
         &self,
         dtype: DType,
         op: HistOp,
         name: &'static str,
         global: usize,
         local: Option<usize>,
-        args: &[Arg],
+        args: &[Arg<'_, Buffer<u8>>],
     ) -> Result<()> {
         if global == 0 {
             return Ok(());
@@ -249,36 +268,14 @@ impl Runtime {
         let gs = [g];
         let ls = [l];
         let lp = if local.is_some() { ls.as_ptr() } else { std::ptr::null() };
+        // SAFETY: every argument was set above; the size arrays outlive the call (OpenCL copies
+        // them) and describe one dimension.
         unsafe { self.queue.enqueue_nd_range_kernel(kernel.get(), 1, std::ptr::null(), gs.as_ptr(), lp, &[]) }
             .map_err(cl_err(name))?;
         Ok(())
     }
 
-    /// The (dtype, op) program from the cache, built on first use.
-    fn program<'p>(
-        &self,
-        programs: &'p mut HashMap<(DType, &'static str), Prog>,
-        dtype: DType,
-        op: HistOp,
-    ) -> Result<&'p mut Prog> {
-        let gop = kernel_source::program_op(op);
-        let key = (dtype, gop.name);
-        match programs.entry(key) {
-            std::collections::hash_map::Entry::Occupied(e) => Ok(e.into_mut()),
-            std::collections::hash_map::Entry::Vacant(e) => {
-                let src = kernel_source::program_source(Dialect::OpenCl, dtype, gop);
-                let started = Instant::now();
-                let program = Program::create_and_build_from_source(&self.context, &src, "-cl-std=CL1.2")
-                    .map_err(|log| OpError::Device(format!("OpenCL build of ({dtype}, {}) failed: {log}", gop.name)))?;
-                *self.compile_time.lock().unwrap_or_else(|e| e.into_inner()) += started.elapsed();
-                Ok(e.insert(Prog { program, kernels: HashMap::new() }))
-            }
-        }
-    }
-
-    /// Builds the (dtype, op) program (through the cache) and creates every kernel in it: a
-    /// compile check of the whole source. Returns the kernel names.
-    pub fn build(&self, dtype: DType, op: HistOp) -> Result<Vec<&'static str>> {
+    fn build(&self, dtype: DType, op: HistOp) -> Result<Vec<&'static str>> {
         self.check_dtype(dtype)?;
         let names = kernel_source::kernel_names(dtype);
         let mut programs = self.programs.lock().unwrap_or_else(|e| e.into_inner());

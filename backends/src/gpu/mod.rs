@@ -1,0 +1,1150 @@
+//! The kernel device: every primitive of the op API implemented once by launching kernels of the
+//! shared kernel source (`backends/kernels/`, see [`crate::kernel_source`]) through a small
+//! [`KernelRuntime`]. The OpenCL device ([`crate::OpenCl`]) and the CUDA device
+//! ([`crate::Cuda`]) are this device over their runtimes, so no kernel logic or launch
+//! sequence exists twice: a runtime only allocates, copies, compiles a program per
+//! (dtype, operator) and launches a kernel by name with [`Arg`]s.
+//!
+//! Native kernels: creation/read-back, full, unary/binary/select/index_eq, reduce, gather,
+//! gather_index, scatter, reduce_by_index (atomics; local-memory sub-histograms for small k),
+//! the arg-histogram (packed 64-bit atomic for f32, two passes for f64), the `*` rule kernels,
+//! combine/partials, fold_adjoint, total_form_adjoint, the dual-number histogram and the
+//! chunked general rule.
+//!
+//! CPU FALLBACK (correct, not fast; remaining work): `sort_by_key`, `sort_by_key_ranked`,
+//! `scan` and `linear_recurrence` download their inputs, run the CPU device's implementation
+//! and upload the result. They are marked `CPU FALLBACK` below.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use crate::device::Device;
+use crate::ops::{ChunkedHist, Extremum, IndexMeta, Operand, OutOfRange, ScanSpec, TensorMeta};
+use crate::{BinaryOp, Cpu, DType, HistOp, OpError, Ops, Result, UnaryOp};
+
+/// A device buffer of raw bytes (values or i64 indices) with its element count.
+pub struct RawBuf<B> {
+    pub buf: B,
+    pub len: usize,
+}
+
+/// A kernel argument.
+pub enum Arg<'a, B> {
+    Buf(&'a RawBuf<B>),
+    I64(i64),
+    I32(i32),
+    /// A scalar of the program's element type.
+    Val(f64, DType),
+    /// Local (OpenCL) or dynamic shared (CUDA) memory of this many bytes; see `LOCAL_ARG` in
+    /// the preludes.
+    Local(usize),
+}
+
+/// Element types that cross the host/device boundary as plain bytes.
+///
+/// # Safety
+/// Implementors have no padding and every bit pattern is a valid value.
+pub unsafe trait Pod: Copy + Default + 'static {}
+// SAFETY: primitive numbers: no padding, every bit pattern valid.
+unsafe impl Pod for f32 {}
+// SAFETY: as above.
+unsafe impl Pod for f64 {}
+// SAFETY: as above.
+unsafe impl Pod for i64 {}
+// SAFETY: as above.
+unsafe impl Pod for u8 {}
+
+/// What a platform (OpenCL, CUDA) provides to the kernel device. One runtime per process,
+/// shared by all clones of the device. Every method reports failures as [`OpError`]s; none
+/// panics.
+pub trait KernelRuntime: Send + Sync + Sized + 'static {
+    /// The platform's buffer handle.
+    type Raw: Send + Sync + 'static;
+
+    /// The engine name (`opencl`, `cuda`), also the device's name in `adgauge backends`.
+    const ENGINE: &'static str;
+
+    /// The process-wide runtime, started on first use, or why it cannot start.
+    fn get() -> std::result::Result<Arc<Self>, String>;
+    /// Platform and device, e.g. `Portable Computing Language / cpu-haswell`.
+    fn describe(&self) -> String;
+    /// Compute units (OpenCL) or streaming multiprocessors (CUDA).
+    fn compute_units(&self) -> usize;
+    /// Largest work-group / thread block.
+    fn max_group(&self) -> usize;
+    /// Local / shared memory per work-group in bytes.
+    fn local_mem(&self) -> usize;
+    /// Whether f64 kernels run.
+    fn has_f64(&self) -> bool;
+    /// Total time spent compiling programs so far (reported apart from run time).
+    fn compile_time(&self) -> Duration;
+
+    /// A new uninitialised buffer of `bytes` bytes (callers ask for at least 8: no platform
+    /// has empty buffers).
+    fn alloc_bytes(&self, bytes: usize) -> Result<Self::Raw>;
+    /// Writes `src` to the start of `dst` (blocking: `src` may be dropped on return).
+    fn write(&self, dst: &mut Self::Raw, src: &[u8]) -> Result<()>;
+    /// Reads the first `dst.len()` bytes of `src` (blocking).
+    fn read(&self, src: &Self::Raw, dst: &mut [u8]) -> Result<()>;
+    /// Copies the first `bytes` bytes of `src` to `dst` (queued).
+    fn copy_bytes(&self, src: &Self::Raw, dst: &mut Self::Raw, bytes: usize) -> Result<()>;
+    /// Waits for every queued command.
+    fn finish(&self) -> Result<()>;
+    /// Launches kernel `name` of the (dtype, op) program over `global` work-items in groups of
+    /// `local` (the runtime's choice when `None`); work-items past `global` may run and must
+    /// return early (every kernel checks its count). Nothing runs when `global` is 0. The
+    /// program is compiled on first use and cached.
+    fn launch(
+        &self,
+        dtype: DType,
+        op: HistOp,
+        name: &'static str,
+        global: usize,
+        local: Option<usize>,
+        args: &[Arg<'_, Self::Raw>],
+    ) -> Result<()>;
+    /// Compiles the (dtype, op) program (through the cache) and looks up every kernel in it;
+    /// returns the kernel names.
+    fn build(&self, dtype: DType, op: HistOp) -> Result<Vec<&'static str>>;
+
+    fn check_dtype(&self, dtype: DType) -> Result<()> {
+        if dtype == DType::F64 && !self.has_f64() {
+            return Err(OpError::Unsupported(format!("f64 on {}: the device lacks fp64", self.describe())));
+        }
+        Ok(())
+    }
+
+    /// A new uninitialised buffer of `len` elements of `elem_size` bytes.
+    fn alloc(&self, len: usize, elem_size: usize) -> Result<RawBuf<Self::Raw>> {
+        let bytes = len
+            .checked_mul(elem_size)
+            .ok_or_else(|| OpError::Device(format!("a buffer of {len} elements overflows usize")))?;
+        Ok(RawBuf { buf: self.alloc_bytes(bytes.max(8))?, len })
+    }
+
+    /// Uploads plain-old-data elements.
+    fn upload<E: Pod>(&self, data: &[E]) -> Result<RawBuf<Self::Raw>> {
+        let mut b = self.alloc(data.len(), size_of::<E>())?;
+        if !data.is_empty() {
+            // SAFETY: E is Pod (no padding), so its memory is initialised bytes; the view covers
+            // exactly the slice and lives no longer than it.
+            let bytes = unsafe { std::slice::from_raw_parts(data.as_ptr() as *const u8, size_of_val(data)) };
+            self.write(&mut b.buf, bytes)?;
+        }
+        Ok(b)
+    }
+
+    /// Downloads `b.len` elements of type E.
+    fn download<E: Pod>(&self, b: &RawBuf<Self::Raw>) -> Result<Vec<E>> {
+        let mut out = vec![E::default(); b.len];
+        if b.len > 0 {
+            // SAFETY: E is Pod (every bit pattern valid), so writing arbitrary bytes into `out`
+            // is sound; the view covers exactly `out` and the read is blocking.
+            let bytes = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut u8, size_of_val(&out[..])) };
+            self.read(&b.buf, bytes)?;
+        }
+        Ok(out)
+    }
+
+    /// Copies `bytes` bytes from `src` to `dst`.
+    fn copy(&self, src: &RawBuf<Self::Raw>, dst: &mut RawBuf<Self::Raw>, bytes: usize) -> Result<()> {
+        if bytes > 0 { self.copy_bytes(&src.buf, &mut dst.buf, bytes) } else { Ok(()) }
+    }
+}
+
+/// A device buffer of runtime R.
+type Buf<R> = RawBuf<<R as KernelRuntime>::Raw>;
+
+/// A value tensor in a device buffer.
+pub struct GpuTensor<R: KernelRuntime> {
+    buf: Arc<Buf<R>>,
+    shape: Vec<usize>,
+    dtype: DType,
+}
+
+impl<R: KernelRuntime> Clone for GpuTensor<R> {
+    fn clone(&self) -> Self {
+        GpuTensor { buf: self.buf.clone(), shape: self.shape.clone(), dtype: self.dtype }
+    }
+}
+
+impl<R: KernelRuntime> TensorMeta for GpuTensor<R> {
+    fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    fn dtype(&self) -> DType {
+        self.dtype
+    }
+}
+
+impl<R: KernelRuntime> std::fmt::Debug for GpuTensor<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}Tensor({}, {:?})", R::ENGINE, self.dtype, self.shape)
+    }
+}
+
+/// An index tensor (i64) in a device buffer.
+pub struct GpuIndex<R: KernelRuntime> {
+    buf: Arc<Buf<R>>,
+}
+
+impl<R: KernelRuntime> Clone for GpuIndex<R> {
+    fn clone(&self) -> Self {
+        GpuIndex { buf: self.buf.clone() }
+    }
+}
+
+impl<R: KernelRuntime> IndexMeta for GpuIndex<R> {
+    fn len(&self) -> usize {
+        self.buf.len
+    }
+}
+
+impl<R: KernelRuntime> std::fmt::Debug for GpuIndex<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}Index({})", R::ENGINE, self.buf.len)
+    }
+}
+
+/// The kernel device over runtime R. Cloning is cheap; all clones share the process-wide
+/// runtime.
+pub struct KernelDevice<R: KernelRuntime> {
+    rt: Arc<R>,
+    cpu: Arc<OnceLock<Cpu>>,
+}
+
+impl<R: KernelRuntime> Clone for KernelDevice<R> {
+    fn clone(&self) -> Self {
+        KernelDevice { rt: self.rt.clone(), cpu: self.cpu.clone() }
+    }
+}
+
+/// Work-group size of histogram kernels with local memory.
+const GROUP: usize = 64;
+/// Most chunks of the chunked kernels (one work-item each).
+const MAX_CHUNKS: usize = 256;
+/// Fewest elements per chunk.
+const MIN_CHUNK: usize = 1024;
+/// Most elements of the chunk rows (chunks * k).
+const ROWS_BUDGET: usize = 1 << 24;
+
+/// The chunk plan of the chunked kernels: (chunks, chunk length), from (n, k) only.
+fn chunk_plan(n: usize, k: usize) -> (usize, usize) {
+    let by_size = n / MIN_CHUNK;
+    let by_k = ROWS_BUDGET / k.max(1);
+    let chunks = by_size.min(by_k).clamp(1, MAX_CHUNKS);
+    (chunks, n.div_ceil(chunks).max(1))
+}
+
+fn same_dtype<R: KernelRuntime>(op: &'static str, a: &GpuTensor<R>, b: &GpuTensor<R>) -> Result<DType> {
+    if a.dtype != b.dtype {
+        return Err(OpError::DType { op, left: a.dtype, right: b.dtype });
+    }
+    Ok(a.dtype)
+}
+
+fn same_len(op: &'static str, what: &str, a: usize, b: usize) -> Result<()> {
+    if a != b {
+        return Err(OpError::Shape { op, detail: format!("{what}: {a} vs {b}") });
+    }
+    Ok(())
+}
+
+fn broadcast_shape(op: &'static str, a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
+    let (na, nb): (usize, usize) = (a.iter().product(), b.iter().product());
+    if a == b || nb == 1 {
+        Ok(a.to_vec())
+    } else if na == 1 {
+        Ok(b.to_vec())
+    } else {
+        Err(OpError::Shape { op, detail: format!("{a:?} vs {b:?} do not broadcast") })
+    }
+}
+
+/// Stride of an operand in a broadcasting op of n elements: 0 for a broadcast single element.
+fn stride(len: usize, n: usize) -> i64 {
+    i64::from(len == n && n != 1)
+}
+
+fn unary_code(op: UnaryOp) -> i32 {
+    op as i32
+}
+
+fn binary_code(op: BinaryOp) -> i32 {
+    op as i32
+}
+
+const ADD: HistOp = HistOp::Add;
+
+impl<R: KernelRuntime> KernelDevice<R> {
+    /// Opens the process-wide device of this runtime (selected by its environment variable),
+    /// or says why it is unavailable.
+    pub fn new() -> Result<Self> {
+        let rt = R::get().map_err(OpError::Device)?;
+        Ok(KernelDevice { rt, cpu: Arc::new(OnceLock::new()) })
+    }
+
+    /// Whether f64 works on this device.
+    pub fn has_f64(&self) -> bool {
+        self.rt.has_f64()
+    }
+
+    /// Time spent compiling kernels so far.
+    pub fn compile_time(&self) -> Duration {
+        self.rt.compile_time()
+    }
+
+    /// Builds the program of (dtype, op) and looks up every kernel in it; returns the kernel
+    /// names (a compile check of the whole source).
+    pub fn build_program(&self, dtype: DType, op: HistOp) -> Result<Vec<&'static str>> {
+        self.rt.build(dtype, op)
+    }
+
+    fn cpu(&self) -> Result<&Cpu> {
+        if let Some(c) = self.cpu.get() {
+            return Ok(c);
+        }
+        let c = Cpu::new(Some(1))?;
+        Ok(self.cpu.get_or_init(|| c))
+    }
+
+    fn new_tensor(&self, shape: Vec<usize>, dtype: DType) -> Result<(Buf<R>, Vec<usize>)> {
+        self.rt.check_dtype(dtype)?;
+        let n = shape.iter().product();
+        Ok((self.rt.alloc(n, dtype.size_bytes())?, shape))
+    }
+
+    fn wrap(&self, b: Buf<R>, shape: Vec<usize>, dtype: DType) -> GpuTensor<R> {
+        GpuTensor { buf: Arc::new(b), shape, dtype }
+    }
+
+    fn wrap_index(&self, b: Buf<R>) -> GpuIndex<R> {
+        GpuIndex { buf: Arc::new(b) }
+    }
+
+    fn launch(
+        &self,
+        dtype: DType,
+        op: HistOp,
+        name: &'static str,
+        global: usize,
+        args: &[Arg<'_, R::Raw>],
+    ) -> Result<()> {
+        self.rt.launch(dtype, op, name, global, None, args)
+    }
+
+    fn fill_raw(&self, b: &Buf<R>, value: f64, dtype: DType) -> Result<()> {
+        self.launch(dtype, ADD, "fill", b.len, &[Arg::Buf(b), Arg::I64(b.len as i64), Arg::Val(value, dtype)])
+    }
+
+    fn fill_index_raw(&self, b: &Buf<R>, value: i64, dtype: DType) -> Result<()> {
+        self.launch(dtype, ADD, "fill_i64", b.len, &[Arg::Buf(b), Arg::I64(b.len as i64), Arg::I64(value)])
+    }
+
+    fn copy_of(&self, t: &GpuTensor<R>) -> Result<Buf<R>> {
+        let mut out = self.rt.alloc(t.buf.len, t.dtype.size_bytes())?;
+        self.rt.copy(&t.buf, &mut out, t.buf.len * t.dtype.size_bytes())?;
+        Ok(out)
+    }
+
+    // ---- CPU FALLBACK helpers ----
+    fn to_cpu(&self, t: &GpuTensor<R>) -> Result<<Cpu as Ops>::T> {
+        self.cpu()?.tensor(&self.to_vec(t)?, &t.shape, t.dtype)
+    }
+    fn index_to_cpu(&self, i: &GpuIndex<R>) -> Result<<Cpu as Ops>::I> {
+        self.cpu()?.index(&self.index_to_vec(i)?)
+    }
+    fn upload_cpu(&self, t: &<Cpu as Ops>::T) -> Result<GpuTensor<R>> {
+        self.tensor(&self.cpu()?.to_vec(t)?, t.shape(), t.dtype())
+    }
+    fn index_from_cpu(&self, i: &<Cpu as Ops>::I) -> Result<GpuIndex<R>> {
+        self.index(&self.cpu()?.index_to_vec(i)?)
+    }
+
+    /// `combine` kernel with side 0 (combine), 1 (d1) or 2 (d2).
+    fn combine_side(&self, op: HistOp, side: i32, a: &GpuTensor<R>, b: &GpuTensor<R>) -> Result<GpuTensor<R>> {
+        let dt = same_dtype("combine", a, b)?;
+        let shape = broadcast_shape("combine", &a.shape, &b.shape)?;
+        let (out, shape) = self.new_tensor(shape, dt)?;
+        let n = out.len;
+        self.launch(
+            dt,
+            op,
+            "combine",
+            n,
+            &[
+                Arg::Buf(&out),
+                Arg::Buf(&a.buf),
+                Arg::Buf(&b.buf),
+                Arg::I64(n as i64),
+                Arg::I64(stride(a.buf.len, n)),
+                Arg::I64(stride(b.buf.len, n)),
+                Arg::I32(side),
+            ],
+        )?;
+        Ok(self.wrap(out, shape, dt))
+    }
+
+    fn arg_hist(
+        &self,
+        dest: &GpuTensor<R>,
+        ext: Extremum,
+        inds: &GpuIndex<R>,
+        vals: &GpuTensor<R>,
+    ) -> Result<(Buf<R>, Buf<R>)> {
+        let dt = dest.dtype;
+        let (k, n) = (dest.buf.len, vals.buf.len);
+        let is_max = i32::from(ext == Extremum::Max);
+        let out_v = self.rt.alloc(k, dt.size_bytes())?;
+        let out_p = self.rt.alloc(k, 8)?;
+        let (kk, nn) = (k as i64, n as i64);
+        if dt == DType::F32 && n < u32::MAX as usize - 1 {
+            let keys = self.rt.alloc(k, 8)?;
+            self.launch(
+                dt,
+                ADD,
+                "arg_packed_init",
+                k,
+                &[Arg::Buf(&keys), Arg::Buf(&dest.buf), Arg::I64(kk), Arg::I32(is_max)],
+            )?;
+            self.launch(
+                dt,
+                ADD,
+                "arg_packed",
+                n,
+                &[
+                    Arg::Buf(&keys),
+                    Arg::Buf(&inds.buf),
+                    Arg::Buf(&vals.buf),
+                    Arg::I64(nn),
+                    Arg::I64(kk),
+                    Arg::I32(is_max),
+                ],
+            )?;
+            self.launch(
+                dt,
+                ADD,
+                "arg_packed_final",
+                k,
+                &[
+                    Arg::Buf(&out_v),
+                    Arg::Buf(&out_p),
+                    Arg::Buf(&keys),
+                    Arg::Buf(&dest.buf),
+                    Arg::Buf(&vals.buf),
+                    Arg::I64(kk),
+                ],
+            )?;
+        } else {
+            let wv = self.rt.alloc(k, 8)?;
+            let pos = self.rt.alloc(k, 8)?;
+            self.launch(
+                dt,
+                ADD,
+                "arg_value_init",
+                k,
+                &[Arg::Buf(&wv), Arg::Buf(&pos), Arg::Buf(&dest.buf), Arg::I64(kk), Arg::I32(is_max)],
+            )?;
+            self.launch(
+                dt,
+                ADD,
+                "arg_value",
+                n,
+                &[
+                    Arg::Buf(&wv),
+                    Arg::Buf(&inds.buf),
+                    Arg::Buf(&vals.buf),
+                    Arg::I64(nn),
+                    Arg::I64(kk),
+                    Arg::I32(is_max),
+                ],
+            )?;
+            self.launch(
+                dt,
+                ADD,
+                "arg_position",
+                n,
+                &[
+                    Arg::Buf(&pos),
+                    Arg::Buf(&wv),
+                    Arg::Buf(&inds.buf),
+                    Arg::Buf(&vals.buf),
+                    Arg::I64(nn),
+                    Arg::I64(kk),
+                    Arg::I32(is_max),
+                ],
+            )?;
+            self.launch(
+                dt,
+                ADD,
+                "arg_two_pass_final",
+                k,
+                &[
+                    Arg::Buf(&out_v),
+                    Arg::Buf(&out_p),
+                    Arg::Buf(&wv),
+                    Arg::Buf(&pos),
+                    Arg::Buf(&dest.buf),
+                    Arg::Buf(&vals.buf),
+                    Arg::I64(kk),
+                    Arg::I32(is_max),
+                ],
+            )?;
+        }
+        Ok((out_v, out_p))
+    }
+}
+
+impl<R: KernelRuntime> Ops for KernelDevice<R> {
+    type T = GpuTensor<R>;
+    type I = GpuIndex<R>;
+
+    fn engine_name(&self) -> String {
+        R::ENGINE.into()
+    }
+
+    fn tensor(&self, data: &[f64], shape: &[usize], dtype: DType) -> Result<GpuTensor<R>> {
+        let n: usize = shape.iter().product();
+        same_len("tensor", "data length vs shape", data.len(), n)?;
+        self.rt.check_dtype(dtype)?;
+        let b = match dtype {
+            DType::F32 => self.rt.upload(&data.iter().map(|&x| x as f32).collect::<Vec<f32>>())?,
+            DType::F64 => self.rt.upload(data)?,
+        };
+        Ok(self.wrap(b, shape.to_vec(), dtype))
+    }
+
+    fn full(&self, shape: &[usize], value: f64, dtype: DType) -> Result<GpuTensor<R>> {
+        let (out, shape) = self.new_tensor(shape.to_vec(), dtype)?;
+        self.fill_raw(&out, value, dtype)?;
+        Ok(self.wrap(out, shape, dtype))
+    }
+
+    fn index(&self, data: &[i64]) -> Result<GpuIndex<R>> {
+        Ok(self.wrap_index(self.rt.upload(data)?))
+    }
+
+    fn to_vec(&self, t: &GpuTensor<R>) -> Result<Vec<f64>> {
+        match t.dtype {
+            DType::F32 => Ok(self.rt.download::<f32>(&t.buf)?.into_iter().map(f64::from).collect()),
+            DType::F64 => self.rt.download::<f64>(&t.buf),
+        }
+    }
+
+    fn index_to_vec(&self, i: &GpuIndex<R>) -> Result<Vec<i64>> {
+        self.rt.download::<i64>(&i.buf)
+    }
+
+    fn reshape(&self, t: &GpuTensor<R>, shape: &[usize]) -> Result<GpuTensor<R>> {
+        same_len("reshape", "element count", t.numel(), shape.iter().product())?;
+        Ok(GpuTensor { buf: t.buf.clone(), shape: shape.to_vec(), dtype: t.dtype })
+    }
+
+    fn unary(&self, op: UnaryOp, x: &GpuTensor<R>) -> Result<GpuTensor<R>> {
+        let (out, shape) = self.new_tensor(x.shape.clone(), x.dtype)?;
+        let n = out.len;
+        self.launch(
+            x.dtype,
+            ADD,
+            "unary",
+            n,
+            &[Arg::Buf(&out), Arg::Buf(&x.buf), Arg::I64(n as i64), Arg::I32(unary_code(op))],
+        )?;
+        Ok(self.wrap(out, shape, x.dtype))
+    }
+
+    fn binary(&self, op: BinaryOp, a: &GpuTensor<R>, b: &GpuTensor<R>) -> Result<GpuTensor<R>> {
+        let dt = same_dtype("binary", a, b)?;
+        let shape = broadcast_shape("binary", &a.shape, &b.shape)?;
+        let (out, shape) = self.new_tensor(shape, dt)?;
+        let n = out.len;
+        self.launch(
+            dt,
+            ADD,
+            "binary",
+            n,
+            &[
+                Arg::Buf(&out),
+                Arg::Buf(&a.buf),
+                Arg::Buf(&b.buf),
+                Arg::I64(n as i64),
+                Arg::I64(stride(a.buf.len, n)),
+                Arg::I64(stride(b.buf.len, n)),
+                Arg::I32(binary_code(op)),
+            ],
+        )?;
+        Ok(self.wrap(out, shape, dt))
+    }
+
+    fn select(&self, mask: &GpuTensor<R>, a: &GpuTensor<R>, b: &GpuTensor<R>) -> Result<GpuTensor<R>> {
+        same_dtype("select", mask, a)?;
+        let dt = same_dtype("select", a, b)?;
+        let n = mask.numel();
+        for (what, len) in [("a", a.buf.len), ("b", b.buf.len)] {
+            if len != n && len != 1 {
+                return Err(OpError::Shape { op: "select", detail: format!("mask has {n} elements, {what} {len}") });
+            }
+        }
+        let (out, shape) = self.new_tensor(mask.shape.clone(), dt)?;
+        self.launch(
+            dt,
+            ADD,
+            "select_t",
+            n,
+            &[
+                Arg::Buf(&out),
+                Arg::Buf(&mask.buf),
+                Arg::Buf(&a.buf),
+                Arg::Buf(&b.buf),
+                Arg::I64(n as i64),
+                Arg::I64(stride(a.buf.len, n)),
+                Arg::I64(stride(b.buf.len, n)),
+            ],
+        )?;
+        Ok(self.wrap(out, shape, dt))
+    }
+
+    fn index_eq(&self, i: &GpuIndex<R>, value: i64, dtype: DType) -> Result<GpuTensor<R>> {
+        let n = i.buf.len;
+        let (out, shape) = self.new_tensor(vec![n], dtype)?;
+        self.launch(
+            dtype,
+            ADD,
+            "index_eq",
+            n,
+            &[Arg::Buf(&out), Arg::Buf(&i.buf), Arg::I64(n as i64), Arg::I64(value)],
+        )?;
+        Ok(self.wrap(out, shape, dtype))
+    }
+
+    fn reduce(&self, op: HistOp, x: &GpuTensor<R>) -> Result<GpuTensor<R>> {
+        let dt = x.dtype;
+        let n = x.buf.len;
+        let (out, shape) = self.new_tensor(vec![1], dt)?;
+        let (chunks, chunk) = chunk_plan(n, 1);
+        let partial = self.rt.alloc(chunks, dt.size_bytes())?;
+        if n == 0 {
+            self.fill_raw(&out, op.neutral(), dt)?;
+        } else {
+            self.launch(
+                dt,
+                op,
+                "reduce_chunks",
+                chunks,
+                &[
+                    Arg::Buf(&partial),
+                    Arg::Buf(&x.buf),
+                    Arg::I64(n as i64),
+                    Arg::I64(chunk as i64),
+                    Arg::I64(chunks as i64),
+                ],
+            )?;
+            self.launch(
+                dt,
+                op,
+                "reduce_chunks",
+                1,
+                &[Arg::Buf(&out), Arg::Buf(&partial), Arg::I64(chunks as i64), Arg::I64(chunks as i64), Arg::I64(1)],
+            )?;
+        }
+        Ok(self.wrap(out, shape, dt))
+    }
+
+    fn gather(&self, src: &GpuTensor<R>, idx: &GpuIndex<R>, oob: OutOfRange) -> Result<GpuTensor<R>> {
+        let dt = src.dtype;
+        let n = idx.buf.len;
+        let len = src.buf.len;
+        let (out, shape) = self.new_tensor(vec![n], dt)?;
+        let bad = self.rt.upload(&[i64::MAX])?;
+        let fill = match oob {
+            OutOfRange::Fill(v) => v,
+            OutOfRange::Error => 0.0,
+        };
+        self.launch(
+            dt,
+            ADD,
+            "gather",
+            n,
+            &[
+                Arg::Buf(&out),
+                Arg::Buf(&src.buf),
+                Arg::Buf(&idx.buf),
+                Arg::I64(n as i64),
+                Arg::I64(len as i64),
+                Arg::Val(fill, dt),
+                Arg::Buf(&bad),
+            ],
+        )?;
+        if oob == OutOfRange::Error {
+            let position = self.rt.download::<i64>(&bad)?[0];
+            if position != i64::MAX {
+                let index = self.rt.download::<i64>(&idx.buf)?[position as usize];
+                return Err(OpError::IndexOutOfRange { op: "gather", index, position: position as usize, len });
+            }
+        }
+        Ok(self.wrap(out, shape, dt))
+    }
+
+    fn scatter(&self, dest: &GpuTensor<R>, idx: &GpuIndex<R>, vals: &GpuTensor<R>) -> Result<GpuTensor<R>> {
+        let dt = same_dtype("scatter", dest, vals)?;
+        same_len("scatter", "indices vs values", idx.buf.len, vals.buf.len)?;
+        let (k, n) = (dest.buf.len, idx.buf.len);
+        let out = self.copy_of(dest)?;
+        let win = self.rt.alloc(k, 8)?;
+        self.fill_index_raw(&win, -1, dt)?;
+        self.launch(
+            dt,
+            ADD,
+            "scatter_winner",
+            n,
+            &[Arg::Buf(&win), Arg::Buf(&idx.buf), Arg::I64(n as i64), Arg::I64(k as i64)],
+        )?;
+        self.launch(
+            dt,
+            ADD,
+            "scatter_apply",
+            k,
+            &[Arg::Buf(&out), Arg::Buf(&vals.buf), Arg::Buf(&win), Arg::I64(k as i64)],
+        )?;
+        Ok(self.wrap(out, dest.shape.clone(), dt))
+    }
+
+    // CPU FALLBACK: radix/counting sort kernels are remaining work.
+    fn sort_by_key(&self, keys: &GpuIndex<R>, num_keys: usize) -> Result<GpuIndex<R>> {
+        let p = self.cpu()?.sort_by_key(&self.index_to_cpu(keys)?, num_keys)?;
+        self.index_from_cpu(&p)
+    }
+
+    // CPU FALLBACK: as sort_by_key.
+    fn sort_by_key_ranked(&self, keys: &GpuIndex<R>, num_keys: usize) -> Result<(GpuIndex<R>, GpuIndex<R>)> {
+        let (p, r) = self.cpu()?.sort_by_key_ranked(&self.index_to_cpu(keys)?, num_keys)?;
+        Ok((self.index_from_cpu(&p)?, self.index_from_cpu(&r)?))
+    }
+
+    fn reduce_by_index(
+        &self,
+        dest: &GpuTensor<R>,
+        op: HistOp,
+        inds: &GpuIndex<R>,
+        vals: &GpuTensor<R>,
+    ) -> Result<GpuTensor<R>> {
+        let dt = same_dtype("reduce_by_index", dest, vals)?;
+        same_len("reduce_by_index", "indices vs values", inds.buf.len, vals.buf.len)?;
+        let (k, n) = (dest.buf.len, vals.buf.len);
+        let out = self.copy_of(dest)?;
+        let local_bytes = k * dt.size_bytes();
+        if k > 0 && k <= 1024 && local_bytes * 2 <= self.rt.local_mem() && n >= 4 * k {
+            // Small k: private sub-histograms per work-group in local memory.
+            let group = GROUP.min(self.rt.max_group());
+            let groups = (self.rt.compute_units() * 4).clamp(1, n.div_ceil(group));
+            let per_group = n.div_ceil(groups);
+            self.rt.launch(
+                dt,
+                op,
+                "hist_local",
+                groups * group,
+                Some(group),
+                &[
+                    Arg::Buf(&out),
+                    Arg::Buf(&inds.buf),
+                    Arg::Buf(&vals.buf),
+                    Arg::I64(n as i64),
+                    Arg::I64(k as i64),
+                    Arg::Local(local_bytes),
+                    Arg::I64(per_group as i64),
+                ],
+            )?;
+        } else if k > 0 {
+            self.launch(
+                dt,
+                op,
+                "hist_atomic",
+                n,
+                &[Arg::Buf(&out), Arg::Buf(&inds.buf), Arg::Buf(&vals.buf), Arg::I64(n as i64), Arg::I64(k as i64)],
+            )?;
+        }
+        Ok(self.wrap(out, dest.shape.clone(), dt))
+    }
+
+    fn arg_reduce_by_index(
+        &self,
+        dest: &GpuTensor<R>,
+        ext: Extremum,
+        inds: &GpuIndex<R>,
+        vals: &GpuTensor<R>,
+    ) -> Result<(GpuTensor<R>, GpuIndex<R>)> {
+        let dt = same_dtype("arg_reduce_by_index", dest, vals)?;
+        same_len("arg_reduce_by_index", "indices vs values", inds.buf.len, vals.buf.len)?;
+        self.rt.check_dtype(dt)?;
+        let (v, p) = self.arg_hist(dest, ext, inds, vals)?;
+        Ok((self.wrap(v, dest.shape.clone(), dt), self.wrap_index(p)))
+    }
+
+    fn prod_nonzero_by_index(
+        &self,
+        inds: &GpuIndex<R>,
+        vals: &GpuTensor<R>,
+        k: usize,
+    ) -> Result<(GpuTensor<R>, GpuIndex<R>)> {
+        let dt = vals.dtype;
+        same_len("prod_nonzero_by_index", "indices vs values", inds.buf.len, vals.buf.len)?;
+        let n = vals.buf.len;
+        let (p, shape) = self.new_tensor(vec![k], dt)?;
+        let z = self.rt.alloc(k, 8)?;
+        self.fill_raw(&p, 1.0, dt)?;
+        self.fill_index_raw(&z, 0, dt)?;
+        self.launch(
+            dt,
+            ADD,
+            "prod_nonzero",
+            n,
+            &[
+                Arg::Buf(&p),
+                Arg::Buf(&z),
+                Arg::Buf(&inds.buf),
+                Arg::Buf(&vals.buf),
+                Arg::I64(n as i64),
+                Arg::I64(k as i64),
+            ],
+        )?;
+        Ok((self.wrap(p, shape, dt), self.wrap_index(z)))
+    }
+
+    fn prod_vals_adjoint(
+        &self,
+        inds: &GpuIndex<R>,
+        vals: &GpuTensor<R>,
+        c0: &GpuTensor<R>,
+        c1: &GpuTensor<R>,
+    ) -> Result<GpuTensor<R>> {
+        same_dtype("prod_vals_adjoint", vals, c0)?;
+        let dt = same_dtype("prod_vals_adjoint", c0, c1)?;
+        same_len("prod_vals_adjoint", "indices vs values", inds.buf.len, vals.buf.len)?;
+        same_len("prod_vals_adjoint", "c0 vs c1", c0.buf.len, c1.buf.len)?;
+        let (n, k) = (vals.buf.len, c0.buf.len);
+        let (out, shape) = self.new_tensor(vals.shape.clone(), dt)?;
+        self.launch(
+            dt,
+            ADD,
+            "prod_vals_adjoint",
+            n,
+            &[
+                Arg::Buf(&out),
+                Arg::Buf(&inds.buf),
+                Arg::Buf(&vals.buf),
+                Arg::Buf(&c0.buf),
+                Arg::Buf(&c1.buf),
+                Arg::I64(n as i64),
+                Arg::I64(k as i64),
+            ],
+        )?;
+        Ok(self.wrap(out, shape, dt))
+    }
+
+    fn combine(&self, op: HistOp, a: &GpuTensor<R>, b: &GpuTensor<R>) -> Result<GpuTensor<R>> {
+        self.combine_side(op, 0, a, b)
+    }
+
+    fn combine_partial(&self, op: HistOp, side: Operand, a: &GpuTensor<R>, b: &GpuTensor<R>) -> Result<GpuTensor<R>> {
+        self.combine_side(op, if side == Operand::Left { 1 } else { 2 }, a, b)
+    }
+
+    fn fold_adjoint(
+        &self,
+        op: HistOp,
+        l: &GpuTensor<R>,
+        a: &GpuTensor<R>,
+        r: &GpuTensor<R>,
+        g: &GpuTensor<R>,
+    ) -> Result<GpuTensor<R>> {
+        same_dtype("fold_adjoint", l, a)?;
+        same_dtype("fold_adjoint", r, a)?;
+        let dt = same_dtype("fold_adjoint", g, a)?;
+        let n = a.buf.len;
+        same_len("fold_adjoint", "l vs a", l.buf.len, n)?;
+        same_len("fold_adjoint", "r vs a", r.buf.len, n)?;
+        if g.buf.len != n && g.buf.len != 1 {
+            return Err(OpError::Shape { op: "fold_adjoint", detail: format!("g has {} elements, a {n}", g.buf.len) });
+        }
+        let (out, shape) = self.new_tensor(a.shape.clone(), dt)?;
+        self.launch(
+            dt,
+            op,
+            "fold_adjoint",
+            n,
+            &[
+                Arg::Buf(&out),
+                Arg::Buf(&l.buf),
+                Arg::Buf(&a.buf),
+                Arg::Buf(&r.buf),
+                Arg::Buf(&g.buf),
+                Arg::I64(n as i64),
+                Arg::I64(i64::from(g.buf.len == n)),
+            ],
+        )?;
+        Ok(self.wrap(out, shape, dt))
+    }
+
+    fn total_form_adjoint(
+        &self,
+        op: HistOp,
+        inds: &GpuIndex<R>,
+        vals: &GpuTensor<R>,
+        hist: &GpuTensor<R>,
+        hist_bar: &GpuTensor<R>,
+    ) -> Result<GpuTensor<R>> {
+        same_dtype("total_form_adjoint", vals, hist)?;
+        let dt = same_dtype("total_form_adjoint", hist, hist_bar)?;
+        if !op.general().is_some_and(|g| g.has_total_form()) {
+            return Err(OpError::Unsupported(format!("the operator {op} has no total form")));
+        }
+        same_len("total_form_adjoint", "indices vs values", inds.buf.len, vals.buf.len)?;
+        same_len("total_form_adjoint", "hist vs hist_bar", hist.buf.len, hist_bar.buf.len)?;
+        let (n, k) = (vals.buf.len, hist.buf.len);
+        let (out, shape) = self.new_tensor(vals.shape.clone(), dt)?;
+        self.launch(
+            dt,
+            op,
+            "total_form_adjoint",
+            n,
+            &[
+                Arg::Buf(&out),
+                Arg::Buf(&inds.buf),
+                Arg::Buf(&vals.buf),
+                Arg::Buf(&hist.buf),
+                Arg::Buf(&hist_bar.buf),
+                Arg::I64(n as i64),
+                Arg::I64(k as i64),
+            ],
+        )?;
+        Ok(self.wrap(out, shape, dt))
+    }
+
+    fn gather_index(&self, src: &GpuIndex<R>, idx: &GpuIndex<R>) -> Result<GpuIndex<R>> {
+        let n = idx.buf.len;
+        let out = self.rt.alloc(n, 8)?;
+        self.launch(
+            DType::F32,
+            ADD,
+            "gather_index",
+            n,
+            &[Arg::Buf(&out), Arg::Buf(&src.buf), Arg::Buf(&idx.buf), Arg::I64(n as i64), Arg::I64(src.buf.len as i64)],
+        )?;
+        Ok(self.wrap_index(out))
+    }
+
+    // CPU FALLBACK: work-efficient (segmented) scan kernels are remaining work.
+    fn scan(
+        &self,
+        op: HistOp,
+        x: &GpuTensor<R>,
+        spec: ScanSpec,
+        segments: Option<&GpuIndex<R>>,
+    ) -> Result<GpuTensor<R>> {
+        self.rt.check_dtype(x.dtype)?;
+        let seg = segments.map(|s| self.index_to_cpu(s)).transpose()?;
+        let r = self.cpu()?.scan(op, &self.to_cpu(x)?, spec, seg.as_ref())?;
+        self.upload_cpu(&r)
+    }
+
+    // CPU FALLBACK: as scan.
+    fn linear_recurrence(
+        &self,
+        a: &GpuTensor<R>,
+        b: &GpuTensor<R>,
+        spec: ScanSpec,
+        segments: Option<&GpuIndex<R>>,
+    ) -> Result<GpuTensor<R>> {
+        same_dtype("linear_recurrence", a, b)?;
+        self.rt.check_dtype(a.dtype)?;
+        let seg = segments.map(|s| self.index_to_cpu(s)).transpose()?;
+        let r = self.cpu()?.linear_recurrence(&self.to_cpu(a)?, &self.to_cpu(b)?, spec, seg.as_ref())?;
+        self.upload_cpu(&r)
+    }
+
+    fn reduce_by_index_dual(
+        &self,
+        dest: &GpuTensor<R>,
+        dest_dot: &GpuTensor<R>,
+        op: HistOp,
+        inds: &GpuIndex<R>,
+        vals: &GpuTensor<R>,
+        vals_dot: &GpuTensor<R>,
+    ) -> Result<(GpuTensor<R>, GpuTensor<R>)> {
+        same_dtype("reduce_by_index_dual", dest, dest_dot)?;
+        same_dtype("reduce_by_index_dual", vals, vals_dot)?;
+        let dt = same_dtype("reduce_by_index_dual", dest, vals)?;
+        let (k, n) = (dest.buf.len, vals.buf.len);
+        same_len("reduce_by_index_dual", "indices vs values", inds.buf.len, n)?;
+        same_len("reduce_by_index_dual", "values vs tangents", n, vals_dot.buf.len)?;
+        same_len("reduce_by_index_dual", "dest vs tangents", k, dest_dot.buf.len)?;
+        let (h, shape) = self.new_tensor(dest.shape.clone(), dt)?;
+        let hd = self.rt.alloc(k, dt.size_bytes())?;
+        let (chunks, chunk) = chunk_plan(n, k);
+        let rows = self.rt.alloc(chunks * k, dt.size_bytes())?;
+        let rows_dot = self.rt.alloc(chunks * k, dt.size_bytes())?;
+        if k > 0 {
+            self.launch(
+                dt,
+                op,
+                "dual_rows",
+                chunks,
+                &[
+                    Arg::Buf(&rows),
+                    Arg::Buf(&rows_dot),
+                    Arg::Buf(&inds.buf),
+                    Arg::Buf(&vals.buf),
+                    Arg::Buf(&vals_dot.buf),
+                    Arg::I64(n as i64),
+                    Arg::I64(k as i64),
+                    Arg::I64(chunk as i64),
+                    Arg::I64(chunks as i64),
+                ],
+            )?;
+            self.launch(
+                dt,
+                op,
+                "dual_merge",
+                k,
+                &[
+                    Arg::Buf(&h),
+                    Arg::Buf(&hd),
+                    Arg::Buf(&dest.buf),
+                    Arg::Buf(&dest_dot.buf),
+                    Arg::Buf(&rows),
+                    Arg::Buf(&rows_dot),
+                    Arg::I64(k as i64),
+                    Arg::I64(chunks as i64),
+                ],
+            )?;
+        }
+        Ok((self.wrap(h, shape.clone(), dt), self.wrap(hd, shape, dt)))
+    }
+
+    fn reduce_by_index_chunked(
+        &self,
+        dest: &GpuTensor<R>,
+        op: HistOp,
+        inds: &GpuIndex<R>,
+        vals: &GpuTensor<R>,
+    ) -> Result<ChunkedHist<GpuTensor<R>>> {
+        let dt = same_dtype("reduce_by_index_chunked", dest, vals)?;
+        let (k, n) = (dest.buf.len, vals.buf.len);
+        same_len("reduce_by_index_chunked", "indices vs values", inds.buf.len, n)?;
+        self.rt.check_dtype(dt)?;
+        let (chunks, chunk) = chunk_plan(n, k);
+        let size = dt.size_bytes();
+        let rows = self.rt.alloc(chunks * k, size)?;
+        let pre = self.rt.alloc(chunks * k, size)?;
+        let suf = self.rt.alloc(chunks * k, size)?;
+        let elements = self.rt.alloc(k, size)?;
+        let hist = self.rt.alloc(k, size)?;
+        if k > 0 {
+            self.launch(
+                dt,
+                op,
+                "chunk_rows",
+                chunks,
+                &[
+                    Arg::Buf(&rows),
+                    Arg::Buf(&inds.buf),
+                    Arg::Buf(&vals.buf),
+                    Arg::I64(n as i64),
+                    Arg::I64(k as i64),
+                    Arg::I64(chunk as i64),
+                    Arg::I64(chunks as i64),
+                ],
+            )?;
+            self.launch(
+                dt,
+                op,
+                "chunk_carries",
+                k,
+                &[
+                    Arg::Buf(&pre),
+                    Arg::Buf(&suf),
+                    Arg::Buf(&elements),
+                    Arg::Buf(&hist),
+                    Arg::Buf(&dest.buf),
+                    Arg::Buf(&rows),
+                    Arg::I64(k as i64),
+                    Arg::I64(chunks as i64),
+                ],
+            )?;
+        }
+        Ok(ChunkedHist {
+            hist: self.wrap(hist, dest.shape.clone(), dt),
+            elements: self.wrap(elements, dest.shape.clone(), dt),
+            chunk_prefix: self.wrap(pre, vec![chunks, k], dt),
+            chunk_suffix: self.wrap(suf, vec![chunks, k], dt),
+        })
+    }
+
+    fn chunked_vals_adjoint(
+        &self,
+        op: HistOp,
+        inds: &GpuIndex<R>,
+        vals: &GpuTensor<R>,
+        chunk_prefix: &GpuTensor<R>,
+        chunk_suffix: &GpuTensor<R>,
+        hist_bar: &GpuTensor<R>,
+    ) -> Result<GpuTensor<R>> {
+        same_dtype("chunked_vals_adjoint", vals, chunk_prefix)?;
+        same_dtype("chunked_vals_adjoint", vals, chunk_suffix)?;
+        let dt = same_dtype("chunked_vals_adjoint", vals, hist_bar)?;
+        let (n, k) = (vals.buf.len, hist_bar.buf.len);
+        same_len("chunked_vals_adjoint", "indices vs values", inds.buf.len, n)?;
+        let (chunks, chunk) = chunk_plan(n, k);
+        if chunk_prefix.shape != [chunks, k] || chunk_suffix.shape != [chunks, k] {
+            return Err(OpError::Shape {
+                op: "chunked_vals_adjoint",
+                detail: format!(
+                    "chunk carries {:?} and {:?} do not fit {chunks} chunks of {k} bins",
+                    chunk_prefix.shape, chunk_suffix.shape
+                ),
+            });
+        }
+        let (out, shape) = self.new_tensor(vals.shape.clone(), dt)?;
+        let y1 = self.rt.alloc(n, dt.size_bytes())?;
+        let run = self.rt.alloc(chunks * k, dt.size_bytes())?;
+        self.launch(
+            dt,
+            op,
+            "chunked_adjoint",
+            if n == 0 { 0 } else { chunks },
+            &[
+                Arg::Buf(&out),
+                Arg::Buf(&y1),
+                Arg::Buf(&run),
+                Arg::Buf(&inds.buf),
+                Arg::Buf(&vals.buf),
+                Arg::Buf(&chunk_prefix.buf),
+                Arg::Buf(&chunk_suffix.buf),
+                Arg::Buf(&hist_bar.buf),
+                Arg::I64(n as i64),
+                Arg::I64(k as i64),
+                Arg::I64(chunk as i64),
+                Arg::I64(chunks as i64),
+            ],
+        )?;
+        Ok(self.wrap(out, shape, dt))
+    }
+}
+
+impl<R: KernelRuntime> Device for KernelDevice<R> {
+    fn device_name(&self) -> String {
+        format!("{} ({})", R::ENGINE, self.rt.describe())
+    }
+    fn threads(&self) -> usize {
+        self.rt.compute_units()
+    }
+    fn synchronize(&self) -> Result<()> {
+        self.rt.finish()
+    }
+    fn trim_cache(&self) {
+        // Buffers are released when their last tensor drops; there is no cache to trim yet.
+    }
+    fn kernel_compile_time(&self) -> Option<std::time::Duration> {
+        Some(self.rt.compile_time())
+    }
+}
