@@ -1,20 +1,12 @@
 //! `adgauge check`, `run` and `backends` end to end.
 
-use std::process::{Command, Output};
+mod common;
+
+use std::process::Command;
 
 use serde_json::Value;
 
-fn adgauge(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_adgauge")).args(args).output().unwrap()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+use common::{adgauge, opencl_available, stderr, stdout};
 
 #[test]
 fn check_passes_on_the_real_rules_in_both_dtypes() {
@@ -30,12 +22,8 @@ fn check_passes_on_the_real_rules_in_both_dtypes() {
 #[test]
 fn check_validates_the_classic_workloads_on_cpu_and_opencl() {
     let mut backends = vec!["cpu"];
-    match adgauge_backends::OpenCl::new() {
-        Ok(_) => backends.push("opencl"),
-        Err(e) => {
-            assert!(!adgauge_datasets::adbench::is_required("opencl"), "ADGAUGE_REQUIRE has opencl, but: {e}");
-            eprintln!("skipped the OpenCL half: {e}");
-        }
+    if opencl_available() {
+        backends.push("opencl");
     }
     for backend in backends {
         let out = adgauge(&[
@@ -68,9 +56,7 @@ fn check_validates_the_classic_workloads_on_cpu_and_opencl() {
 /// program, a later case of the same program compiles nothing); CPU rows have none.
 #[test]
 fn run_records_kernel_compile_time_apart_from_timings() {
-    if let Err(e) = adgauge_backends::OpenCl::new() {
-        assert!(!adgauge_datasets::adbench::is_required("opencl"), "ADGAUGE_REQUIRE has opencl, but: {e}");
-        eprintln!("skipped: OpenCL unavailable: {e}");
+    if !opencl_available() {
         return;
     }
     let dir = std::env::temp_dir().join(format!("adgauge-compile-{}", std::process::id()));

@@ -1,22 +1,18 @@
 //! `adgauge eval` end to end: the binary's JSON answers against the sequential oracle on
 //! adversarial inputs, and its refusals of malformed input (exit 2, the field named).
 
+mod common;
+
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Command;
 
 use adgauge_backends::{DType, HistOp, oracle};
 use serde_json::{Value, json};
 
-fn write_case(name: &str, v: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("adgauge-eval-tests-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join(name);
-    std::fs::write(&p, v).unwrap();
-    p
-}
+use common::adgauge;
 
-fn adgauge(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_adgauge")).args(args).output().unwrap()
+fn write_case(name: &str, v: &str) -> PathBuf {
+    common::temp_file("eval-tests", name, v)
 }
 
 fn number(v: &Value) -> f64 {
@@ -216,20 +212,11 @@ fn usage_errors_exit_2_and_unavailable_backends_exit_4() {
 #[test]
 fn gpu_eval_matches_cpu_on_adversarial_input_when_available() {
     let mut gpus = Vec::new();
-    match adgauge_backends::OpenCl::new() {
-        Ok(_) => gpus.push("opencl"),
-        Err(e) => {
-            // CI lists opencl in ADGAUGE_REQUIRE: there a missing device is a failure, not a skip.
-            assert!(!adgauge_datasets::adbench::is_required("opencl"), "ADGAUGE_REQUIRE has opencl, but: {e}");
-            eprintln!("skipped opencl: {e}");
-        }
+    if common::opencl_available() {
+        gpus.push("opencl");
     }
-    match adgauge_backends::Cuda::new() {
-        Ok(_) => gpus.push("cuda"),
-        Err(e) => {
-            assert!(!adgauge_datasets::adbench::is_required("cuda"), "ADGAUGE_REQUIRE has cuda, but: {e}");
-            eprintln!("skipped cuda: {e}");
-        }
+    if common::cuda_available() {
+        gpus.push("cuda");
     }
     // Ties with dest, elements tied with each other, out-of-range indices, an empty bin.
     let path = write_case(

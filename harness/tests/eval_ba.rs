@@ -4,29 +4,17 @@
 //! with the hand-derived Jacobian, and with central differences of the binary's own primal;
 //! malformed files exit 2 naming the file and line.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+mod common;
 
 use adgauge_datasets::adbench::adbench_file;
 use adgauge_datasets::ba::BaInput;
 use adgauge_workloads::ba;
 use serde_json::Value;
 
-fn temp_file(name: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("adgauge-eval-ba-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join(name);
-    std::fs::write(&p, text).unwrap();
-    p
-}
+use common::{adgauge, json};
 
-fn adgauge(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_adgauge")).args(args).output().unwrap()
-}
-
-fn json(out: &Output) -> Value {
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap()
+fn temp_file(name: &str, text: &str) -> std::path::PathBuf {
+    common::temp_file("eval-ba", name, text)
 }
 
 fn floats(v: &Value) -> Vec<f64> {

@@ -3,32 +3,13 @@
 //! objectives and gradients (reverse and forward mode) against the hand-derived reference, and
 //! GradBench's split gradient layout.
 
-use std::process::{Command, Output};
+mod common;
 
 use adgauge_datasets::adbench::adbench_file;
 use adgauge_datasets::gmm::{GmmInput, icf_size};
 use adgauge_workloads::gmm::{GmmVariant, manual_variant};
-use serde_json::Value;
 
-fn adgauge(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_adgauge")).args(args).output().unwrap()
-}
-
-fn json(out: &Output) -> Value {
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
-fn close(a: f64, b: f64, tol: f64) -> bool {
-    (a - b).abs() <= tol * (a.abs() + b.abs()).max(1.0)
-}
-
-fn numbers(v: &Value) -> Vec<f64> {
-    match v {
-        Value::Array(xs) => xs.iter().flat_map(numbers).collect(),
-        other => vec![other.as_f64().unwrap()],
-    }
-}
+use common::{adgauge, close, json, numbers};
 
 #[test]
 fn eval_gmm_both_variants_agree_with_the_manual_gradient() {

@@ -2,32 +2,15 @@
 //! generated ADBench-format file against the hand-derived reference, in both dtypes; malformed
 //! files exit 2 naming the file and line.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+mod common;
 
 use adgauge_datasets::lstm::LstmInput;
 use adgauge_workloads::lstm;
-use serde_json::Value;
 
-fn temp_file(name: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("adgauge-eval-lstm-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join(name);
-    std::fs::write(&p, text).unwrap();
-    p
-}
+use common::{adgauge, close, json};
 
-fn adgauge(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_adgauge")).args(args).output().unwrap()
-}
-
-fn json(out: &Output) -> Value {
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
-fn close(a: f64, b: f64, tol: f64) -> bool {
-    (a - b).abs() <= tol * (a.abs() + b.abs()).max(1.0)
+fn temp_file(name: &str, text: &str) -> std::path::PathBuf {
+    common::temp_file("eval-lstm", name, text)
 }
 
 #[test]

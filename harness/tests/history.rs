@@ -1,14 +1,14 @@
 //! Results history, gates and merges end to end: run files written atomically, a killed run that
 //! leaves the history intact, gate exit codes on fixtures, shards merged back together.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 use adgauge_reports::store::{read_history, read_run, to_csv, write_atomic};
 
-fn adgauge(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_adgauge")).args(args).output().unwrap()
-}
+use common::adgauge;
 
 fn temp(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("adgauge-history-{name}-{}", std::process::id()));

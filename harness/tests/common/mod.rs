@@ -1,0 +1,75 @@
+//! Helpers shared by the end-to-end tests: run the binary, read its JSON, write temporary input
+//! files, and skip a test that needs an absent GPU runtime (or fail when `ADGAUGE_REQUIRE` lists
+//! it, as CI does). Each test binary uses a subset, hence the dead-code allowance.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+/// Runs the adgauge binary with `args`.
+pub fn adgauge(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_adgauge")).args(args).output().unwrap()
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The JSON object a successful command printed.
+pub fn json(out: &Output) -> Value {
+    assert!(out.status.success(), "{}", stderr(out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Writes `text` to `name` in a folder of this test binary (`group` keeps binaries apart).
+pub fn temp_file(group: &str, name: &str, text: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("adgauge-{group}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// ADBench's rho, bounded below by 1 in the denominator: |a - b| <= tol max(1, |a| + |b|).
+pub fn close(a: f64, b: f64, tol: f64) -> bool {
+    (a - b).abs() <= tol * (a.abs() + b.abs()).max(1.0)
+}
+
+/// Every number in a JSON value (nested arrays flattened in order).
+pub fn numbers(v: &Value) -> Vec<f64> {
+    match v {
+        Value::Array(xs) => xs.iter().flat_map(numbers).collect(),
+        other => vec![other.as_f64().unwrap()],
+    }
+}
+
+/// Whether the OpenCL device starts; when it does not, prints why (a skip) or, with `opencl` in
+/// `ADGAUGE_REQUIRE`, fails the test.
+pub fn opencl_available() -> bool {
+    match adgauge_backends::OpenCl::new() {
+        Ok(_) => true,
+        Err(e) => {
+            assert!(!adgauge_datasets::adbench::is_required("opencl"), "ADGAUGE_REQUIRE has opencl, but: {e}");
+            eprintln!("skipped on OpenCL: {e}");
+            false
+        }
+    }
+}
+
+/// [`opencl_available`] for the CUDA device (`cuda` in `ADGAUGE_REQUIRE`).
+pub fn cuda_available() -> bool {
+    match adgauge_backends::Cuda::new() {
+        Ok(_) => true,
+        Err(e) => {
+            assert!(!adgauge_datasets::adbench::is_required("cuda"), "ADGAUGE_REQUIRE has cuda, but: {e}");
+            eprintln!("skipped on CUDA: {e}");
+            false
+        }
+    }
+}
