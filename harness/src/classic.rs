@@ -85,42 +85,123 @@ impl ClassicSpec {
     }
 }
 
-/// GMM as a flat function of its parameters [alphas, means, icf]; one output, the objective.
-/// Derivatives on `device` in the dtype, f64 values on the CPU.
-pub struct GmmFlat<D: Device> {
+/// A classic workload whose output is one objective of a flat parameter vector (GMM, LSTM):
+/// what [`ObjectiveFlat`] needs to validate it.
+pub trait ScalarObjective {
+    type Input: Clone;
+    /// The input with every number rounded to `dtype` (derivatives are taken at that point).
+    fn rounded(input: &Self::Input, dtype: DType) -> Self::Input;
+    /// The parameters, flat, in the gradient's layout.
+    fn params(input: &Self::Input) -> Vec<f64>;
+    /// The input with other parameters (same layout as [`ScalarObjective::params`]).
+    fn with_params(input: &Self::Input, x: &[f64]) -> Self::Input;
+    /// The objective in f64 on the CPU.
+    fn objective_f64(cpu: &Cpu, input: &Self::Input) -> adgauge_backends::Result<f64>;
+    /// The gradient by reverse mode on `device` in `dtype`.
+    fn gradient<D: Device>(device: &D, input: &Self::Input, dtype: DType) -> adgauge_backends::Result<Vec<f64>>;
+    /// The derivative along `v` by one forward sweep on `device` in `dtype`.
+    fn directional<D: Device>(
+        device: &D,
+        input: &Self::Input,
+        dtype: DType,
+        v: &[f64],
+    ) -> adgauge_backends::Result<f64>;
+    /// The hand-derived gradient in `dtype`.
+    fn manual_gradient(input: &Self::Input, dtype: DType) -> Vec<f64>;
+}
+
+/// GMM: parameters [alphas, means, icf].
+pub struct GmmObjective;
+
+impl ScalarObjective for GmmObjective {
+    type Input = GmmInput;
+    fn rounded(g: &GmmInput, dtype: DType) -> GmmInput {
+        let round = |xs: &[f64]| -> Vec<f64> { xs.iter().map(|&x| dtype.round(x)).collect() };
+        GmmInput { alphas: round(&g.alphas), means: round(&g.means), icf: round(&g.icf), x: round(&g.x), ..g.clone() }
+    }
+    fn params(g: &GmmInput) -> Vec<f64> {
+        g.alphas.iter().chain(&g.means).chain(&g.icf).copied().collect()
+    }
+    fn with_params(g: &GmmInput, x: &[f64]) -> GmmInput {
+        let (a, rest) = x.split_at(g.alphas.len());
+        let (m, q) = rest.split_at(g.means.len());
+        GmmInput { alphas: a.to_vec(), means: m.to_vec(), icf: q.to_vec(), ..g.clone() }
+    }
+    fn objective_f64(cpu: &Cpu, g: &GmmInput) -> adgauge_backends::Result<f64> {
+        Ok(cpu.to_vec(&gmm::objective(cpu, &gmm::upload(cpu, g, DType::F64)?)?)?[0])
+    }
+    fn gradient<D: Device>(d: &D, g: &GmmInput, dtype: DType) -> adgauge_backends::Result<Vec<f64>> {
+        Ok(gmm::gradient(d, &gmm::upload(d, g, dtype)?)?.1)
+    }
+    fn directional<D: Device>(d: &D, g: &GmmInput, dtype: DType, v: &[f64]) -> adgauge_backends::Result<f64> {
+        Ok(gmm::directional(d, &gmm::upload(d, g, dtype)?, v)?.1)
+    }
+    fn manual_gradient(g: &GmmInput, dtype: DType) -> Vec<f64> {
+        gmm::manual_in(g, dtype).1
+    }
+}
+
+/// LSTM: parameters [main, extra].
+pub struct LstmObjective;
+
+impl ScalarObjective for LstmObjective {
+    type Input = LstmInput;
+    fn rounded(s: &LstmInput, dtype: DType) -> LstmInput {
+        let round = |xs: &[f64]| -> Vec<f64> { xs.iter().map(|&x| dtype.round(x)).collect() };
+        LstmInput {
+            main_params: round(&s.main_params),
+            extra_params: round(&s.extra_params),
+            state: round(&s.state),
+            sequence: round(&s.sequence),
+            ..s.clone()
+        }
+    }
+    fn params(s: &LstmInput) -> Vec<f64> {
+        s.main_params.iter().chain(&s.extra_params).copied().collect()
+    }
+    fn with_params(s: &LstmInput, x: &[f64]) -> LstmInput {
+        let (m, e) = x.split_at(s.main_params.len());
+        LstmInput { main_params: m.to_vec(), extra_params: e.to_vec(), ..s.clone() }
+    }
+    fn objective_f64(cpu: &Cpu, s: &LstmInput) -> adgauge_backends::Result<f64> {
+        Ok(cpu.to_vec(&lstm::objective(cpu, &lstm::upload(cpu, s, DType::F64)?)?)?[0])
+    }
+    fn gradient<D: Device>(d: &D, s: &LstmInput, dtype: DType) -> adgauge_backends::Result<Vec<f64>> {
+        Ok(lstm::gradient(d, &lstm::upload(d, s, dtype)?)?.1)
+    }
+    fn directional<D: Device>(d: &D, s: &LstmInput, dtype: DType, v: &[f64]) -> adgauge_backends::Result<f64> {
+        Ok(lstm::directional(d, &lstm::upload(d, s, dtype)?, v)?.1)
+    }
+    fn manual_gradient(s: &LstmInput, dtype: DType) -> Vec<f64> {
+        lstm::manual_in(s, dtype).1
+    }
+}
+
+/// A [`ScalarObjective`] as a flat function with one output: derivatives on `device` in the
+/// dtype, f64 values on the CPU. Both objectives are smooth everywhere (logsumexp with its
+/// maximum subtracted; sigmoid, tanh, exp and the log of a positive sum), so finite differences
+/// are always meaningful.
+pub struct ObjectiveFlat<W: ScalarObjective, D: Device> {
     cpu: Cpu,
     device: D,
     dtype: DType,
-    input: GmmInput,
+    input: W::Input,
     x0: Vec<f64>,
 }
 
-impl<D: Device> GmmFlat<D> {
-    pub fn new(cpu: Cpu, device: D, dtype: DType, input: &GmmInput) -> GmmFlat<D> {
-        let round = |xs: &[f64]| -> Vec<f64> { xs.iter().map(|&x| dtype.round(x)).collect() };
-        let input = GmmInput {
-            alphas: round(&input.alphas),
-            means: round(&input.means),
-            icf: round(&input.icf),
-            x: round(&input.x),
-            ..input.clone()
-        };
-        let x0 = input.alphas.iter().chain(&input.means).chain(&input.icf).copied().collect();
-        GmmFlat { cpu, device, dtype, input, x0 }
-    }
-
-    fn at(&self, x: &[f64]) -> GmmInput {
-        let (a, rest) = x.split_at(self.input.alphas.len());
-        let (m, q) = rest.split_at(self.input.means.len());
-        GmmInput { alphas: a.to_vec(), means: m.to_vec(), icf: q.to_vec(), ..self.input.clone() }
+impl<W: ScalarObjective, D: Device> ObjectiveFlat<W, D> {
+    pub fn new(cpu: Cpu, device: D, dtype: DType, input: &W::Input) -> Self {
+        let input = W::rounded(input, dtype);
+        let x0 = W::params(&input);
+        ObjectiveFlat { cpu, device, dtype, input, x0 }
     }
 
     pub fn manual_gradient(&self) -> Vec<f64> {
-        gmm::manual_in(&self.input, self.dtype).1
+        W::manual_gradient(&self.input, self.dtype)
     }
 }
 
-impl<D: Device> FlatFn for GmmFlat<D> {
+impl<W: ScalarObjective, D: Device> FlatFn for ObjectiveFlat<W, D> {
     fn n_in(&self) -> usize {
         self.x0.len()
     }
@@ -131,80 +212,16 @@ impl<D: Device> FlatFn for GmmFlat<D> {
         &self.x0
     }
     fn eval_f64(&self, x: &[f64]) -> anyhow::Result<Vec<f64>> {
-        let g = gmm::upload(&self.cpu, &self.at(x), DType::F64)?;
-        Ok(self.cpu.to_vec(&gmm::objective(&self.cpu, &g)?)?)
+        Ok(vec![W::objective_f64(&self.cpu, &W::with_params(&self.input, x))?])
     }
     fn vjp(&self, w: &[f64]) -> anyhow::Result<Vec<f64>> {
-        let g = gmm::upload(&self.device, &self.input, self.dtype)?;
-        Ok(gmm::gradient(&self.device, &g)?.1.into_iter().map(|v| v * w[0]).collect())
+        Ok(W::gradient(&self.device, &self.input, self.dtype)?.into_iter().map(|v| v * w[0]).collect())
     }
     fn jvp(&self, v: &[f64]) -> anyhow::Result<Vec<f64>> {
-        let g = gmm::upload(&self.device, &self.input, self.dtype)?;
-        Ok(vec![gmm::directional(&self.device, &g, v)?.1])
+        Ok(vec![W::directional(&self.device, &self.input, self.dtype, v)?])
     }
     fn fd_unsafe(&self, _h: f64) -> Option<String> {
-        None // smooth everywhere (logsumexp with the max subtracted is smooth)
-    }
-}
-
-/// LSTM as a flat function of its parameters [main, extra]; one output, the objective.
-/// Derivatives on `device` in the dtype, f64 values on the CPU.
-pub struct LstmFlat<D: Device> {
-    cpu: Cpu,
-    device: D,
-    dtype: DType,
-    input: LstmInput,
-    x0: Vec<f64>,
-}
-
-impl<D: Device> LstmFlat<D> {
-    pub fn new(cpu: Cpu, device: D, dtype: DType, input: &LstmInput) -> LstmFlat<D> {
-        let round = |xs: &[f64]| -> Vec<f64> { xs.iter().map(|&x| dtype.round(x)).collect() };
-        let input = LstmInput {
-            main_params: round(&input.main_params),
-            extra_params: round(&input.extra_params),
-            state: round(&input.state),
-            sequence: round(&input.sequence),
-            ..input.clone()
-        };
-        let x0 = input.main_params.iter().chain(&input.extra_params).copied().collect();
-        LstmFlat { cpu, device, dtype, input, x0 }
-    }
-
-    fn at(&self, x: &[f64]) -> LstmInput {
-        let (m, e) = x.split_at(self.input.main_params.len());
-        LstmInput { main_params: m.to_vec(), extra_params: e.to_vec(), ..self.input.clone() }
-    }
-
-    pub fn manual_gradient(&self) -> Vec<f64> {
-        lstm::manual_in(&self.input, self.dtype).1
-    }
-}
-
-impl<D: Device> FlatFn for LstmFlat<D> {
-    fn n_in(&self) -> usize {
-        self.x0.len()
-    }
-    fn n_out(&self) -> usize {
-        1
-    }
-    fn x0(&self) -> &[f64] {
-        &self.x0
-    }
-    fn eval_f64(&self, x: &[f64]) -> anyhow::Result<Vec<f64>> {
-        let s = lstm::upload(&self.cpu, &self.at(x), DType::F64)?;
-        Ok(self.cpu.to_vec(&lstm::objective(&self.cpu, &s)?)?)
-    }
-    fn vjp(&self, w: &[f64]) -> anyhow::Result<Vec<f64>> {
-        let s = lstm::upload(&self.device, &self.input, self.dtype)?;
-        Ok(lstm::gradient(&self.device, &s)?.1.into_iter().map(|v| v * w[0]).collect())
-    }
-    fn jvp(&self, v: &[f64]) -> anyhow::Result<Vec<f64>> {
-        let s = lstm::upload(&self.device, &self.input, self.dtype)?;
-        Ok(vec![lstm::directional(&self.device, &s, v)?.1])
-    }
-    fn fd_unsafe(&self, _h: f64) -> Option<String> {
-        None // smooth everywhere (sigmoid, tanh, exp, log of a positive sum)
+        None
     }
 }
 
@@ -229,11 +246,17 @@ pub fn validate<D: Device>(cpu: &Cpu, device: &D, spec: &ClassicSpec) -> anyhow:
             out.push(validation::compare(CheckKind::ManualHessian, dt, &ad, &manual));
         }
         ClassicKind::Gmm { d, k, n } => {
-            let f = GmmFlat::new(cpu.clone(), device.clone(), dt, &GmmInput::generate(d, k, n, spec.seed));
+            let f = ObjectiveFlat::<GmmObjective, _>::new(
+                cpu.clone(),
+                device.clone(),
+                dt,
+                &GmmInput::generate(d, k, n, spec.seed),
+            );
             standard(&f, f.manual_gradient(), &mut out)?;
         }
         ClassicKind::Lstm { l, c, b } => {
-            let f = LstmFlat::new(cpu.clone(), device.clone(), dt, &LstmInput::generate(l, c, b, spec.seed));
+            let input = LstmInput::generate(l, c, b, spec.seed);
+            let f = ObjectiveFlat::<LstmObjective, _>::new(cpu.clone(), device.clone(), dt, &input);
             standard(&f, f.manual_gradient(), &mut out)?;
         }
         ClassicKind::Ba { n, m, p } => out = crate::ba_case::validate(device, cpu, (n, m, p), dt, spec.seed)?,
