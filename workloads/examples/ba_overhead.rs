@@ -5,29 +5,15 @@
 //! (`../shared/datasets/adbench/ba/ba{1..5}_*.txt`, or `$ADGAUGE_ADBENCH_DIR/ba`).
 //! `cargo run --release -p adgauge-workloads --example ba_overhead [-- [--threads N] [--f32] FILE...]`.
 
-// The same allocator as the adgauge binary (see harness/src/memory.rs for why).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+mod common;
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+
+use common::best;
 
 use adgauge_backends::{Cpu, DType};
 use adgauge_datasets::ba::BaInput;
 use adgauge_workloads::ba;
-
-fn best(mut f: impl FnMut()) -> f64 {
-    f();
-    let (mut best, start) = (f64::INFINITY, Instant::now());
-    let mut runs = 0;
-    while runs < 5 || (start.elapsed() < Duration::from_secs(2) && runs < 30) {
-        let t = Instant::now();
-        f();
-        best = best.min(t.elapsed().as_secs_f64());
-        runs += 1;
-    }
-    best
-}
 
 fn default_files() -> Vec<PathBuf> {
     let dir = adgauge_datasets::adbench::adbench_location().join("ba");

@@ -3,28 +3,13 @@
 //! files (generated inputs of the same sizes when the files are absent).
 //! `cargo run --release -p adgauge-workloads --example lstm_overhead [-- --threads N]`.
 
-// The same allocator as the adgauge binary (see harness/src/memory.rs for why).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+mod common;
 
-use std::time::{Duration, Instant};
+use common::best;
 
 use adgauge_backends::{Cpu, DType, Ops};
 use adgauge_datasets::lstm::LstmInput;
 use adgauge_workloads::lstm;
-
-fn best(mut f: impl FnMut()) -> f64 {
-    f();
-    let (mut best, start) = (f64::INFINITY, Instant::now());
-    let mut runs = 0;
-    while runs < 5 || (start.elapsed() < Duration::from_secs(2) && runs < 50) {
-        let t = Instant::now();
-        f();
-        best = best.min(t.elapsed().as_secs_f64());
-        runs += 1;
-    }
-    best
-}
 
 fn main() {
     let threads = std::env::args().skip_while(|a| a != "--threads").nth(1).and_then(|s| s.parse().ok());

@@ -2,28 +2,13 @@
 //! of repeated runs, inputs resident). `cargo run --release -p adgauge-workloads --example
 //! overhead [-- --threads N]`; GMM cases read ADBench's 1k files when present.
 
-// The same allocator as the adgauge binary (see harness/src/memory.rs for why).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+mod common;
 
-use std::time::{Duration, Instant};
+use common::best;
 
 use adgauge_backends::{Cpu, DType, Ops};
 use adgauge_datasets::gmm::GmmInput;
 use adgauge_workloads::{gmm, kmeans};
-
-fn best(mut f: impl FnMut()) -> f64 {
-    f();
-    let (mut best, start) = (f64::INFINITY, Instant::now());
-    let mut runs = 0;
-    while runs < 5 || (start.elapsed() < Duration::from_secs(2) && runs < 50) {
-        let t = Instant::now();
-        f();
-        best = best.min(t.elapsed().as_secs_f64());
-        runs += 1;
-    }
-    best
-}
 
 fn row(name: &str, primal: f64, ad: f64, manual: f64) {
     println!(
