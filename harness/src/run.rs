@@ -93,10 +93,11 @@ fn ratio(x: Option<f64>) -> String {
 
 fn header() -> String {
     format!(
-        "{:<15} {:>9} {:>8} {:<15} {:<4} {:>3} {:>17} {:>17} {:>17} {:>7} {:>7} {:>7} {:>7}  check",
+        "{:<15} {:>9} {:>8} {:<6} {:<15} {:<4} {:>3} {:>17} {:>17} {:>17} {:>7} {:>7} {:>7} {:>7}  check",
         "workload",
         "n",
         "k",
+        "device",
         "rule",
         "type",
         "thr",
@@ -125,10 +126,11 @@ fn table_row(row: &ResultRow) -> String {
         other => format!("{}: {}", other.name().to_uppercase(), row.message.clone().unwrap_or_default()),
     };
     format!(
-        "{:<15} {:>9} {:>8} {:<15} {:<4} {:>3} {:>17} {:>17} {:>17} {:>7} {:>7} {:>7} {:>7}  {}",
+        "{:<15} {:>9} {:>8} {:<6} {:<15} {:<4} {:>3} {:>17} {:>17} {:>17} {:>7} {:>7} {:>7} {:>7}  {}",
         workload,
         p("n"),
         p("k"),
+        row.backend,
         row.rule,
         row.dtype,
         row.threads,
