@@ -17,9 +17,22 @@ use crate::exit::bad_input;
 use crate::suite::Mode;
 use crate::validation::{self, CheckKind, FlatFn, Outcome};
 
+/// Most Jacobian entries `adgauge eval ba` prints (31 per observation): ADBench's largest file
+/// (ba20, p = 28987644) would need about 14 GB for its Jacobian and a JSON text many times that.
+pub const MAX_EVAL_JACOBIAN_ENTRIES: usize = 1 << 27;
+
 /// `adgauge eval ba --input <ADBench .txt>`.
 pub fn run_eval(args: &EvalArgs, threads: Option<usize>) -> anyhow::Result<String> {
     let b = BaInput::read(&args.input).map_err(|e| bad_input(e.to_string()))?;
+    let entries = (2 * ba::N_GATHERED + 1).saturating_mul(b.p);
+    if args.mode.is_some_and(|m| m != EvalMode::Primal) && entries > MAX_EVAL_JACOBIAN_ENTRIES {
+        return Err(bad_input(format!(
+            "{}: the Jacobian of p = {} observations has {entries} entries, more than eval prints \
+             ({MAX_EVAL_JACOBIAN_ENTRIES}); use --mode primal, or time it in a suite (workload: ba)",
+            args.input.display(),
+            b.p
+        )));
+    }
     let device = crate::devices::open_device(&args.backend, threads)?;
     crate::with_device!(&device, |d| eval_on(d, args, &b))
 }

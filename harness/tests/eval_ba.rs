@@ -148,6 +148,13 @@ fn malformed_ba_files_exit_2_naming_file_and_line() {
     let out = adgauge(&["eval", "ba", "--input", huge.to_str().unwrap(), "--mode", "vjp"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("huge.txt"));
+    // A legal file whose Jacobian would be too large to print (ba20-sized) is refused for
+    // vjp/jvp, naming the file and the entry count, before any derivative is computed.
+    let big = temp_file("big.txt", &text.replacen("2 3 4", "2 3 5000000", 1));
+    let out = adgauge(&["eval", "ba", "--input", big.to_str().unwrap(), "--mode", "jvp"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("big.txt") && err.contains("155000000 entries"), "{err}");
     let out = adgauge(&["eval", "ba", "--input", "/nonexistent/ba.txt"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/ba.txt"));
