@@ -4,7 +4,7 @@
 //! code change in the devices or the rules.
 //!
 //! Each function is written once, generic over [`Float`], and monomorphised for f32 and f64 by
-//! [`general_op!`] into plain `fn` pointers: a [`GeneralOp`] is a `static`, and
+//! `general_op!` into plain `fn` pointers: a [`GeneralOp`] is a `static`, and
 //! [`crate::HistOp::General`] holds a `&'static GeneralOp`, which keeps `HistOp` `Copy`.
 //!
 //! Conventions every operator must meet (the rules and the oracle rely on them):
@@ -14,7 +14,7 @@
 //!   (`logaddexp(-inf, -inf)` and `hypot(0, 0)` occur in empty bins and running arrays): there
 //!   they are 0, never NaN.
 //! * Non-smooth operators have asymmetric partials so that the LEFT operand wins ties (min:
-//!   d1(a, b) = [a <= b], d2(a, b) = [b < a]). The general rule then keeps the special rules'
+//!   `d1(a, b) = [a <= b]`, `d2(a, b) = [b < a]`). The general rule then keeps the special rules'
 //!   tie policy (dest and earlier elements win), and `tie_break` names the extremum so forward
 //!   rules can use the arg-histogram (a lifted min/max would depend on the reduction order).
 //! * The total form, when present, is `d t / d a` for an element (or dest) `a` of a bin whose

@@ -1,5 +1,5 @@
 //! Backend selection: turns `--backend NAME` into a device, or into the exit-4 error that says why
-//! it is unavailable. Commands are generic over the device; [`with_device!`] dispatches once on
+//! it is unavailable. Commands are generic over the device; [`with_device!`](crate::with_device) dispatches once on
 //! the opened backend.
 
 use adgauge_backends::{Cpu, Cuda, OpenCl, probe_devices};

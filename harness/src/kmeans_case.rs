@@ -1,6 +1,6 @@
 //! k-means in the harness: the JSON case of `adgauge eval kmeans`
 //! (`{"points": [[..d]..n], "centres": [[..d]..k]}`), the JSON it prints, and the case as a flat
-//! function for validation (x = centres, row-major; y = [cost]).
+//! function for validation (x = centres, row-major; y = `[cost]`).
 
 use serde_json::Value;
 
@@ -104,7 +104,7 @@ impl<D: Device> KmeansFlat<D> {
         KmeansFlat { cpu, device, dtype, data }
     }
 
-    /// The manual gradient, J^T w for w = [1].
+    /// The manual gradient, J^T w for `w = [1]`.
     pub fn manual_gradient(&self) -> Vec<f64> {
         kmeans::manual_in(&self.data, self.dtype).gradient
     }

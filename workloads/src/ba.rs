@@ -1,8 +1,8 @@
 //! Bundle adjustment (BA) exactly as ADBench defines it (`ba_objective` and its helpers in
 //! ADBench's C++ `ba.h`), with its sparse Jacobian.
 //!
-//! For observation i of camera c = obs[i].0 (11 parameters: Rodrigues rotation r, centre C,
-//! focal length f, principal point (u0, v0), radial distortion k1, k2), point X = x[obs[i].1],
+//! For observation i of camera `c = obs[i].0` (11 parameters: Rodrigues rotation r, centre C,
+//! focal length f, principal point (u0, v0), radial distortion k1, k2), point `X = x[obs[i].1]`,
 //! weight w_i and feature (observed pixel) feat_i:
 //!
 //! ```text

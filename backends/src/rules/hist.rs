@@ -4,16 +4,16 @@
 //! (position -1) and taking the bin's elements in index order; out-of-range indices are ignored.
 //! Reverse rules (re-derived from the MSc thesis in shared/seeds, chapters 3-4):
 //!
-//! * `+`: dest_bar = hist_bar; vals_bar[i] = hist_bar[inds[i]] (0 when out of range): a gather.
+//! * `+`: `dest_bar = hist_bar; vals_bar[i] = hist_bar[inds[i]]` (0 when out of range): a gather.
 //! * min/max: the forward sweep is the arg-histogram over (value, position) pairs, ties to the
 //!   lowest position so dest (-1) wins ties; exactly one winner per bin receives the adjoint.
 //! * `*`: the forward sweep keeps, per bin, the product p of the non-zero values and the number z
 //!   of zeros, so h = (z > 0 ? 0 : p) and hist = dest * h. dest_bar = h * hist_bar and
-//!   vals_bar[i] = dest * hist_bar * (z == 0 ? p / v_i : (z == 1 and v_i == 0 ? p : 0)), which
+//!   `vals_bar[i] = dest * hist_bar * (z == 0 ? p / v_i : (z == 1 and v_i == 0 ? p : 0))`, which
 //!   never divides by zero (the v_i == 0 case takes the other branch).
 //! * general operator: each element sits in its bin's fold as y = (l op a) op r, with l the fold
 //!   of dest and the bin's earlier elements and r the fold of its later ones, so
-//!   vals_bar[i] = d2(l, a) d1(l op a, r) hist_bar[bin] and dest_bar = d1(dest, h) hist_bar with
+//!   `vals_bar[i] = d2(l, a) d1(l op a, r) hist_bar[bin]` and `dest_bar = d1(dest, h) hist_bar` with
 //!   h the fold of the bin's elements alone. l and r are kept apart (rather than using
 //!   d(a op c)/da with c = l op r) so that non-smooth operators keep the tie policy through
 //!   their asymmetric partials: applied to +, *, min and max the general rule gives the special

@@ -1,16 +1,20 @@
 //! Rules of scans and linear recurrences.
 //!
-//! A forward scan is the recurrence Y[j] = Y[prev] op x[j] from the neutral element (prev = j-1;
-//! j+1 for a reverse scan; restarting at each segment). Its derivatives are linear recurrences
-//! with the multipliers m[j] = d1(Y[prev], x[j]) (how the state passes on) and the input weights
-//! c[j] = d2(Y[prev], x[j]) (how the element enters), where Y[prev] is the exclusive scan:
+//! A forward scan is the recurrence below, from the neutral element (prev = j-1; j+1 for a
+//! reverse scan; restarting at each segment). Its derivatives are linear recurrences with the
+//! multipliers m (how the state passes on) and the input weights c (how the element enters),
+//! where `Y[prev]` is the exclusive scan:
 //!
-//! * JVP (lifting): dY[j] = c[j] dx[j] + m[j] dY[prev], a recurrence in the scan's direction.
-//! * VJP: with z[j] the adjoint of the state Y[j], z[j] = ybar[j] + m[next] z[next] runs the
-//!   other way, and x_bar = c * z. Writing u[j] = m[j] z[j] makes the multiplier line up with
-//!   its element: u[j] = m[j] ybar[j] + m[j] u[next], so z = ybar + (exclusive u). For an
-//!   exclusive scan, whose output at j is Y[prev], z is directly the exclusive recurrence of
-//!   ybar with multipliers m.
+//! ```text
+//! Y[j] = Y[prev] op x[j],   m[j] = d1(Y[prev], x[j]),   c[j] = d2(Y[prev], x[j])
+//! ```
+//!
+//! * JVP (lifting): `dY[j] = c[j] dx[j] + m[j] dY[prev]`, a recurrence in the scan's direction.
+//! * VJP: with `z[j]` the adjoint of the state `Y[j]`, `z[j] = ybar[j] + m[next] z[next]` runs
+//!   the other way, and `x_bar = c * z`. Writing `u[j] = m[j] z[j]` makes the multiplier line up
+//!   with its element: `u[j] = m[j] ybar[j] + m[j] u[next]`, so `z = ybar + (exclusive u)`. For
+//!   an exclusive scan, whose output at j is `Y[prev]`, z is directly the exclusive recurrence
+//!   of ybar with multipliers m.
 //!
 //! Both recurrences are [`Ops::linear_recurrence`], the scan of affine maps. For `+` the
 //! multipliers are 1 and the VJP is the scan of the adjoint in the other direction (suffix sums).
@@ -100,8 +104,8 @@ fn recurrence_prev<B: Ops>(
     if spec.exclusive { Ok(y.clone()) } else { b.linear_recurrence(a, m, spec.to_exclusive(), segments) }
 }
 
-/// Runs `y = linear_recurrence(a, m)` and returns it with its pullback: a_bar = z (the state
-/// adjoints), m_bar = z * y[prev].
+/// Runs `y = linear_recurrence(a, m)` and returns it with its pullback: `a_bar = z` (the state
+/// adjoints), `m_bar = z * y[prev]`.
 pub fn linear_recurrence_vjp<B: Ops>(
     b: &B,
     a: &B::T,
