@@ -264,7 +264,15 @@ impl Cpu {
     }
 
     fn binary_t<T: CpuElem>(&self, op: BinaryOp, a: &CpuTensor, b: &CpuTensor) -> Result<CpuTensor> {
-        self.zip_t::<T>("binary", a, b, |x, y| kernels::binary(op, x, y))
+        // The arithmetic operators get a loop of their own: dispatching on `op` per element
+        // was most of the time of the many small elementwise ops of LSTM-like workloads.
+        match op {
+            BinaryOp::Add => self.zip_t::<T>("binary", a, b, |x, y| x + y),
+            BinaryOp::Sub => self.zip_t::<T>("binary", a, b, |x, y| x - y),
+            BinaryOp::Mul => self.zip_t::<T>("binary", a, b, |x, y| x * y),
+            BinaryOp::Div => self.zip_t::<T>("binary", a, b, |x, y| x / y),
+            _ => self.zip_t::<T>("binary", a, b, |x, y| kernels::binary(op, x, y)),
+        }
     }
 
     /// `out[i] = f(a[i], b[i])` with broadcasting of a one-element operand.
