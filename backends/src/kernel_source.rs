@@ -48,6 +48,13 @@ pub const COMMON_KERNELS: &[&str] = &[
     "chunked_adjoint",
     "dual_rows",
     "dual_merge",
+    "radix_counts",
+    "radix_offsets",
+    "radix_scatter",
+    "invert_perm",
+    "scan_chunks",
+    "scan_carries",
+    "scan_fixup",
 ];
 
 /// The kernels a program of `dtype` contains.
