@@ -448,17 +448,35 @@ KERNEL void radix_counts(GLOBAL i64 *counts, GLOBAL const i64 *keys, GLOBAL cons
     }
 }
 
-/* Exclusive prefix of the counts in (digit, chunk) order: each chunk's first slot per digit.
- * One work-item: the table has at most chunks * radix entries (a few ten thousand). */
-KERNEL void radix_offsets(GLOBAL i64 *counts, i64 chunks, i64 radix) {
+/* The exclusive prefix of the counts in (digit, chunk) order (each chunk's first slot per digit),
+ * in three steps that keep every loop short: per digit the total over the chunks, their
+ * prefix (one work-item, at most 2^11 digits), then per digit the prefix down its column. */
+KERNEL void radix_totals(GLOBAL i64 *totals, GLOBAL const i64 *counts, i64 chunks, i64 radix) {
+    i64 d = GID0;
+    if (d >= radix) return;
+    i64 sum = 0;
+    for (i64 c = 0; c < chunks; c++) sum += counts[c * radix + d];
+    totals[d] = sum;
+}
+
+KERNEL void radix_totals_scan(GLOBAL i64 *totals, i64 radix) {
     if (GID0 != 0) return;
     i64 next = 0;
     for (i64 d = 0; d < radix; d++) {
-        for (i64 c = 0; c < chunks; c++) {
-            i64 here = counts[c * radix + d];
-            counts[c * radix + d] = next;
-            next += here;
-        }
+        i64 here = totals[d];
+        totals[d] = next;
+        next += here;
+    }
+}
+
+KERNEL void radix_offsets(GLOBAL i64 *counts, GLOBAL const i64 *totals, i64 chunks, i64 radix) {
+    i64 d = GID0;
+    if (d >= radix) return;
+    i64 next = totals[d];
+    for (i64 c = 0; c < chunks; c++) {
+        i64 here = counts[c * radix + d];
+        counts[c * radix + d] = next;
+        next += here;
     }
 }
 

@@ -49,6 +49,8 @@ pub const COMMON_KERNELS: &[&str] = &[
     "dual_rows",
     "dual_merge",
     "radix_counts",
+    "radix_totals",
+    "radix_totals_scan",
     "radix_offsets",
     "radix_scatter",
     "invert_perm",

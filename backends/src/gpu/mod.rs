@@ -223,6 +223,8 @@ impl<R: KernelRuntime> Clone for KernelDevice<R> {
 
 /// Work-group size of histogram kernels with local memory.
 const GROUP: usize = 64;
+/// Work-group size of the one-work-item-per-chunk launches (see `launch_chunks`).
+const CHUNK_GROUP: usize = 4;
 /// Most chunks of the chunked kernels (one work-item each).
 const MAX_CHUNKS: usize = 256;
 /// Fewest elements per chunk.
@@ -238,9 +240,9 @@ fn chunk_plan(n: usize, k: usize) -> (usize, usize) {
     (chunks, n.div_ceil(chunks).max(1))
 }
 
-/// Most bits per radix pass: the counts table (chunks x 2^bits) stays small enough for one
-/// work-item to scan it.
-const RADIX_BITS: usize = 8;
+/// Most bits per radix pass (as the CPU device's radix sort): one pass up to 2048 buckets, two
+/// up to 2^22; the counts table (chunks x 2^bits, at most 4 MiB) stays small.
+const RADIX_BITS: usize = 11;
 
 /// The radix sort's passes, from (n, num_keys) only.
 struct RadixPlan {
@@ -359,6 +361,21 @@ impl<R: KernelRuntime> KernelDevice<R> {
         args: &[Arg<'_, R::Raw>],
     ) -> Result<()> {
         self.rt.launch(dtype, op, name, global, None, args)
+    }
+
+    /// Launches a kernel with one work-item per chunk (each runs a sequential loop) in small
+    /// work-groups: left to choose, PoCL puts the few hundred work-items into one or two large
+    /// groups and so runs them on one or two threads (the sort took 2-3x longer); on CUDA small
+    /// blocks spread the chunks over more multiprocessors.
+    fn launch_chunks(
+        &self,
+        dtype: DType,
+        op: HistOp,
+        name: &'static str,
+        chunks: usize,
+        args: &[Arg<'_, R::Raw>],
+    ) -> Result<()> {
+        self.rt.launch(dtype, op, name, chunks, Some(CHUNK_GROUP), args)
     }
 
     fn fill_raw(&self, b: &Buf<R>, value: f64, dtype: DType) -> Result<()> {
@@ -525,6 +542,7 @@ impl<R: KernelRuntime> KernelDevice<R> {
         let n = keys.buf.len;
         let plan = RadixPlan::new(n, num_keys);
         let counts = self.rt.alloc(plan.chunks * plan.radix, 8)?;
+        let totals = self.rt.alloc(plan.radix, 8)?;
         let bufs = [self.rt.alloc(n, 8)?, self.rt.alloc(n, 8)?];
         for pass in 0..plan.passes {
             // Pass p writes bufs[p % 2] and reads the previous pass's output (on the first pass
@@ -545,17 +563,15 @@ impl<R: KernelRuntime> KernelDevice<R> {
             };
             let mut args = vec![Arg::Buf(&counts), Arg::Buf(&keys.buf), Arg::Buf(input)];
             args.extend(common());
-            self.launch(DType::F32, ADD, "radix_counts", plan.chunks, &args)?;
-            self.launch(
-                DType::F32,
-                ADD,
-                "radix_offsets",
-                1,
-                &[Arg::Buf(&counts), Arg::I64(plan.chunks as i64), Arg::I64(plan.radix as i64)],
-            )?;
+            self.launch_chunks(DType::F32, ADD, "radix_counts", plan.chunks, &args)?;
+            let (cs, rx) = (Arg::I64(plan.chunks as i64), Arg::I64(plan.radix as i64));
+            self.launch(DType::F32, ADD, "radix_totals", plan.radix, &[Arg::Buf(&totals), Arg::Buf(&counts), cs, rx])?;
+            self.launch(DType::F32, ADD, "radix_totals_scan", 1, &[Arg::Buf(&totals), Arg::I64(plan.radix as i64)])?;
+            let (cs, rx) = (Arg::I64(plan.chunks as i64), Arg::I64(plan.radix as i64));
+            self.launch(DType::F32, ADD, "radix_offsets", plan.radix, &[Arg::Buf(&counts), Arg::Buf(&totals), cs, rx])?;
             let mut args = vec![Arg::Buf(out), Arg::Buf(&counts), Arg::Buf(&keys.buf), Arg::Buf(input)];
             args.extend(common());
-            self.launch(DType::F32, ADD, "radix_scatter", plan.chunks, &args)?;
+            self.launch_chunks(DType::F32, ADD, "radix_scatter", plan.chunks, &args)?;
         }
         let [even, odd] = bufs;
         // The last pass, passes - 1, wrote bufs[(passes - 1) % 2].
@@ -1026,7 +1042,7 @@ impl<R: KernelRuntime> Ops for KernelDevice<R> {
         let keys = segments.map_or(&*x.buf, |s| &*s.buf);
         let (nn, cl, cs) = (n as i64, chunk as i64, chunks as i64);
         let reverse = i32::from(spec.reverse);
-        self.launch(
+        self.launch_chunks(
             dt,
             op,
             "scan_chunks",
