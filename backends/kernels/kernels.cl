@@ -480,8 +480,11 @@ KERNEL void radix_offsets(GLOBAL i64 *counts, GLOBAL const i64 *totals, i64 chun
     }
 }
 
-KERNEL void radix_scatter(GLOBAL i64 *perm_out, GLOBAL i64 *counts, GLOBAL const i64 *keys, GLOBAL const i64 *perm,
-                          i64 n, i64 num_keys, i64 chunk, i64 chunks, int shift, i64 radix, int first) {
+/* `ranks_out` (written on the last pass when `want_ranks`, else unread): where each element lands,
+ * the inverse permutation, for free where the slot is known. */
+KERNEL void radix_scatter(GLOBAL i64 *perm_out, GLOBAL i64 *ranks_out, GLOBAL i64 *counts, GLOBAL const i64 *keys,
+                          GLOBAL const i64 *perm, i64 n, i64 num_keys, i64 chunk, i64 chunks, int shift, i64 radix,
+                          int first, int want_ranks) {
     i64 c = GID0;
     if (c >= chunks) return;
     GLOBAL i64 *slots = counts + c * radix;
@@ -489,15 +492,11 @@ KERNEL void radix_scatter(GLOBAL i64 *perm_out, GLOBAL i64 *counts, GLOBAL const
     for (i64 i = c * chunk; i < end; i++) {
         i64 p = first ? i : perm[i];
         i64 d = (i64)((sort_bucket(keys[p], (u64)num_keys) >> shift) & (u64)(radix - 1));
-        perm_out[slots[d]] = p;
-        slots[d] += 1;
+        i64 slot = slots[d];
+        perm_out[slot] = p;
+        if (want_ranks) ranks_out[p] = slot;
+        slots[d] = slot + 1;
     }
-}
-
-/* ranks[perm[j]] = j: the inverse permutation (slots are distinct, no atomics needed). */
-KERNEL void invert_perm(GLOBAL i64 *ranks, GLOBAL const i64 *perm, i64 n) {
-    i64 j = GID0;
-    if (j < n) ranks[perm[j]] = j;
 }
 
 /* ---- scans (see backends/src/cpu/scan.rs, which these mirror): fixed chunks of the sweep,

@@ -53,7 +53,6 @@ pub const COMMON_KERNELS: &[&str] = &[
     "radix_totals_scan",
     "radix_offsets",
     "radix_scatter",
-    "invert_perm",
     "scan_chunks",
     "scan_carries",
     "scan_fixup",

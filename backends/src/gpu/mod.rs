@@ -536,14 +536,16 @@ impl<R: KernelRuntime> KernelDevice<R> {
         Ok((out_v, out_p))
     }
 
-    /// The stable sort's permutation: LSD radix passes over the bucket of each key (see
-    /// `radix_counts` in kernels.cl), as many bits as the largest bucket, `num_keys`, needs.
-    fn radix_sort(&self, keys: &GpuIndex<R>, num_keys: usize) -> Result<Buf<R>> {
+    /// The stable sort's permutation, and with `want_ranks` its inverse (written by the last
+    /// pass): LSD radix passes over the bucket of each key (see `radix_counts` in kernels.cl),
+    /// as many bits as the largest bucket, `num_keys`, needs.
+    fn radix_sort(&self, keys: &GpuIndex<R>, num_keys: usize, want_ranks: bool) -> Result<(Buf<R>, Option<Buf<R>>)> {
         let n = keys.buf.len;
         let plan = RadixPlan::new(n, num_keys);
         let counts = self.rt.alloc(plan.chunks * plan.radix, 8)?;
         let totals = self.rt.alloc(plan.radix, 8)?;
         let bufs = [self.rt.alloc(n, 8)?, self.rt.alloc(n, 8)?];
+        let ranks = if want_ranks { Some(self.rt.alloc(n, 8)?) } else { None };
         for pass in 0..plan.passes {
             // Pass p writes bufs[p % 2] and reads the previous pass's output (on the first pass
             // the identity, which the kernels generate: the keys only stand in for the buffer).
@@ -569,13 +571,18 @@ impl<R: KernelRuntime> KernelDevice<R> {
             self.launch(DType::F32, ADD, "radix_totals_scan", 1, &[Arg::Buf(&totals), Arg::I64(plan.radix as i64)])?;
             let (cs, rx) = (Arg::I64(plan.chunks as i64), Arg::I64(plan.radix as i64));
             self.launch(DType::F32, ADD, "radix_offsets", plan.radix, &[Arg::Buf(&counts), Arg::Buf(&totals), cs, rx])?;
-            let mut args = vec![Arg::Buf(out), Arg::Buf(&counts), Arg::Buf(&keys.buf), Arg::Buf(input)];
+            let last = pass + 1 == plan.passes;
+            // Unread unless wanted on the last pass: the counts stand in.
+            let ranks_out = ranks.as_ref().filter(|_| last).unwrap_or(&counts);
+            let mut args =
+                vec![Arg::Buf(out), Arg::Buf(ranks_out), Arg::Buf(&counts), Arg::Buf(&keys.buf), Arg::Buf(input)];
             args.extend(common());
+            args.push(Arg::I32(i32::from(last && want_ranks)));
             self.launch_chunks(DType::F32, ADD, "radix_scatter", plan.chunks, &args)?;
         }
         let [even, odd] = bufs;
         // The last pass, passes - 1, wrote bufs[(passes - 1) % 2].
-        Ok(if plan.passes % 2 == 1 { even } else { odd })
+        Ok((if plan.passes % 2 == 1 { even } else { odd }, ranks))
     }
 }
 
@@ -794,15 +801,14 @@ impl<R: KernelRuntime> Ops for KernelDevice<R> {
     }
 
     fn sort_by_key(&self, keys: &GpuIndex<R>, num_keys: usize) -> Result<GpuIndex<R>> {
-        Ok(self.wrap_index(self.radix_sort(keys, num_keys)?))
+        Ok(self.wrap_index(self.radix_sort(keys, num_keys, false)?.0))
     }
 
     fn sort_by_key_ranked(&self, keys: &GpuIndex<R>, num_keys: usize) -> Result<(GpuIndex<R>, GpuIndex<R>)> {
-        let perm = self.radix_sort(keys, num_keys)?;
-        let n = perm.len;
-        let ranks = self.rt.alloc(n, 8)?;
-        self.launch(DType::F32, ADD, "invert_perm", n, &[Arg::Buf(&ranks), Arg::Buf(&perm), Arg::I64(n as i64)])?;
-        Ok((self.wrap_index(perm), self.wrap_index(ranks)))
+        match self.radix_sort(keys, num_keys, true)? {
+            (perm, Some(ranks)) => Ok((self.wrap_index(perm), self.wrap_index(ranks))),
+            (_, None) => Err(OpError::Device("sort_by_key_ranked: the radix sort returned no ranks".into())),
+        }
     }
 
     fn reduce_by_index(
