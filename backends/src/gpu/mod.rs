@@ -544,7 +544,8 @@ impl<R: KernelRuntime> KernelDevice<R> {
         let plan = RadixPlan::new(n, num_keys);
         let counts = self.rt.alloc(plan.chunks * plan.radix, 8)?;
         let totals = self.rt.alloc(plan.radix, 8)?;
-        let bufs = [self.rt.alloc(n, 8)?, self.rt.alloc(n, 8)?];
+        // A single pass needs no second permutation buffer.
+        let bufs = [self.rt.alloc(n, 8)?, self.rt.alloc(if plan.passes > 1 { n } else { 0 }, 8)?];
         let ranks = if want_ranks { Some(self.rt.alloc(n, 8)?) } else { None };
         for pass in 0..plan.passes {
             // Pass p writes bufs[p % 2] and reads the previous pass's output (on the first pass
