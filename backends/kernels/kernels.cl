@@ -424,3 +424,140 @@ KERNEL void dual_merge(GLOBAL T *hist, GLOBAL T *hist_dot, GLOBAL const T *dest,
     hist_dot[b] = op_d1(d, t) * dest_dot[b] + op_d2(d, t) * td;
     hist[b] = op_combine(d, t);
 }
+
+/* ---- stable sort by key: LSD radix sort over the bucket of each key (the key itself when it is
+ * in [0, num_keys), num_keys for any other key, compared as unsigned like the CPU device), a few
+ * bits per pass. Work-item c owns the fixed chunk c of the current permutation and handles it
+ * sequentially: counting its digits, then scattering its elements in order to its own slots.
+ * Chunk boundaries depend on n only, so every pass is stable and the result deterministic. The
+ * counts table is chunk-major (counts[c * radix + d]) so a work-item's row is contiguous. ---- */
+
+FUNC u64 sort_bucket(i64 key, u64 num_keys) { return (u64)key < num_keys ? (u64)key : num_keys; }
+
+/* `first`: the input permutation is the identity (perm is not read), which saves an iota pass. */
+KERNEL void radix_counts(GLOBAL i64 *counts, GLOBAL const i64 *keys, GLOBAL const i64 *perm, i64 n, i64 num_keys,
+                         i64 chunk, i64 chunks, int shift, i64 radix, int first) {
+    i64 c = GID0;
+    if (c >= chunks) return;
+    GLOBAL i64 *row = counts + c * radix;
+    for (i64 d = 0; d < radix; d++) row[d] = 0;
+    i64 end = min(n, (c + 1) * chunk);
+    for (i64 i = c * chunk; i < end; i++) {
+        i64 p = first ? i : perm[i];
+        row[(sort_bucket(keys[p], (u64)num_keys) >> shift) & (u64)(radix - 1)] += 1;
+    }
+}
+
+/* The exclusive prefix of the counts in (digit, chunk) order (each chunk's first slot per digit),
+ * in three steps that keep every loop short: per digit the total over the chunks, their
+ * prefix (one work-item, at most 2^11 digits), then per digit the prefix down its column. */
+KERNEL void radix_totals(GLOBAL i64 *totals, GLOBAL const i64 *counts, i64 chunks, i64 radix) {
+    i64 d = GID0;
+    if (d >= radix) return;
+    i64 sum = 0;
+    for (i64 c = 0; c < chunks; c++) sum += counts[c * radix + d];
+    totals[d] = sum;
+}
+
+KERNEL void radix_totals_scan(GLOBAL i64 *totals, i64 radix) {
+    if (GID0 != 0) return;
+    i64 next = 0;
+    for (i64 d = 0; d < radix; d++) {
+        i64 here = totals[d];
+        totals[d] = next;
+        next += here;
+    }
+}
+
+KERNEL void radix_offsets(GLOBAL i64 *counts, GLOBAL const i64 *totals, i64 chunks, i64 radix) {
+    i64 d = GID0;
+    if (d >= radix) return;
+    i64 next = totals[d];
+    for (i64 c = 0; c < chunks; c++) {
+        i64 here = counts[c * radix + d];
+        counts[c * radix + d] = next;
+        next += here;
+    }
+}
+
+/* `ranks_out` (written on the last pass when `want_ranks`, else unread): where each element lands,
+ * the inverse permutation, for free where the slot is known. */
+KERNEL void radix_scatter(GLOBAL i64 *perm_out, GLOBAL i64 *ranks_out, GLOBAL i64 *counts, GLOBAL const i64 *keys,
+                          GLOBAL const i64 *perm, i64 n, i64 num_keys, i64 chunk, i64 chunks, int shift, i64 radix,
+                          int first, int want_ranks) {
+    i64 c = GID0;
+    if (c >= chunks) return;
+    GLOBAL i64 *slots = counts + c * radix;
+    i64 end = min(n, (c + 1) * chunk);
+    for (i64 i = c * chunk; i < end; i++) {
+        i64 p = first ? i : perm[i];
+        i64 d = (i64)((sort_bucket(keys[p], (u64)num_keys) >> shift) & (u64)(radix - 1));
+        i64 slot = slots[d];
+        perm_out[slot] = p;
+        if (want_ranks) ranks_out[p] = slot;
+        slots[d] = slot + 1;
+    }
+}
+
+/* ---- scans (see backends/src/cpu/scan.rs, which these mirror): fixed chunks of the sweep,
+ * (1) every chunk sweeps on its own as if a segment started at its first position, recording
+ * its end state and its head (positions, in sweep order, before its first real segment start);
+ * (2) one work-item turns these into the carry entering each chunk; (3) every head position is
+ * combined with its chunk's carry. Chunk boundaries depend on n only: results are deterministic.
+ * Segments are maximal runs of equal keys; without keys (has_keys 0, keys unread) there is one. */
+
+FUNC int scan_starts(GLOBAL const i64 *keys, int has_keys, i64 j, i64 n, int reverse) {
+    if (reverse) return j + 1 == n || (has_keys && keys[j] != keys[j + 1]);
+    return j == 0 || (has_keys && keys[j] != keys[j - 1]);
+}
+
+KERNEL void scan_chunks(GLOBAL T *out, GLOBAL T *ends, GLOBAL i64 *heads, GLOBAL const T *x, GLOBAL const i64 *keys,
+                        i64 n, i64 chunk, i64 chunks, int has_keys, int exclusive, int reverse) {
+    i64 c = GID0;
+    if (c >= chunks) return;
+    i64 base = c * chunk;
+    i64 len = min(n, base + chunk) - base;
+    T acc = (T)OP_NEUTRAL;
+    i64 head = len;
+    for (i64 t = 0; t < len; t++) {
+        i64 j = reverse ? base + len - 1 - t : base + t;
+        if (scan_starts(keys, has_keys, j, n, reverse)) {
+            if (head == len) head = t;
+            acc = (T)OP_NEUTRAL;
+        }
+        if (exclusive) {
+            out[j] = acc;
+            acc = op_combine(acc, x[j]);
+        } else {
+            acc = op_combine(acc, x[j]);
+            out[j] = acc;
+        }
+    }
+    ends[c] = acc;
+    heads[c] = head;
+}
+
+/* A chunk with a real segment start passes on its own end state; one without extends the
+ * incoming carry. */
+KERNEL void scan_carries(GLOBAL T *carries, GLOBAL const T *ends, GLOBAL const i64 *heads, i64 n, i64 chunk,
+                         i64 chunks, int reverse) {
+    if (GID0 != 0) return;
+    T carry = (T)OP_NEUTRAL;
+    for (i64 s = 0; s < chunks; s++) {
+        i64 c = reverse ? chunks - 1 - s : s;
+        carries[c] = carry;
+        i64 len = min(n, (c + 1) * chunk) - c * chunk;
+        carry = heads[c] < len ? ends[c] : op_combine(carry, ends[c]);
+    }
+}
+
+/* One work-item per element: only head positions change. */
+KERNEL void scan_fixup(GLOBAL T *out, GLOBAL const T *carries, GLOBAL const i64 *heads, i64 n, i64 chunk,
+                       int reverse) {
+    i64 j = GID0;
+    if (j >= n) return;
+    i64 c = j / chunk;
+    i64 base = c * chunk;
+    i64 t = reverse ? min(n, base + chunk) - 1 - j : j - base;
+    if (t < heads[c]) out[j] = op_combine(carries[c], out[j]);
+}

@@ -48,6 +48,14 @@ pub const COMMON_KERNELS: &[&str] = &[
     "chunked_adjoint",
     "dual_rows",
     "dual_merge",
+    "radix_counts",
+    "radix_totals",
+    "radix_totals_scan",
+    "radix_offsets",
+    "radix_scatter",
+    "scan_chunks",
+    "scan_carries",
+    "scan_fixup",
 ];
 
 /// The kernels a program of `dtype` contains.

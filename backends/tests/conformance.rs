@@ -545,6 +545,55 @@ fn rules<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
     }
 }
 
+/// Sorts and scans large enough to cross many chunks (work-items) of the kernel devices, with n
+/// a prime (no chunk length divides it), against the CPU: sorts with out-of-range keys (-1, k,
+/// i64::MIN, i64::MAX) and long runs of equal keys (stability: the permutation is compared
+/// exactly), scans in all four directions/kinds, plain and segmented, with segments crossing
+/// chunk boundaries (short runs, then one run over many chunks). Scan values are small
+/// integers (and +-1 for mul), so add and mul are exact in any order.
+fn large_sorts_and_scans<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
+    let c = &cpu();
+    let tag = |s: &str| format!("{} {dt} {s}", d.engine_name());
+    let n = 100_003usize;
+    let hash = |i: usize, m: u64| ((i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 33) % m;
+    // The sort has no dtype: once is enough.
+    if dt == DType::F32 {
+        for k in [0usize, 1, 7, 1000, 70_000, 3_000_000] {
+            let mut keys: Vec<i64> = (0..n).map(|i| hash(i, k as u64 + 2) as i64 - 1).collect();
+            keys[17] = i64::MIN;
+            keys[50_001] = i64::MAX;
+            let (dk, ck) = (d.index(&keys).unwrap(), c.index(&keys).unwrap());
+            cmp_index(f, &tag(&format!("large sort_by_key k={k}")), d, d.sort_by_key(&dk, k), c, c.sort_by_key(&ck, k));
+            let (dp, dr) = d.sort_by_key_ranked(&dk, k).unwrap();
+            let (cpm, cr) = c.sort_by_key_ranked(&ck, k).unwrap();
+            cmp_index(f, &tag(&format!("large sort ranked perm k={k}")), d, Ok(dp), c, Ok(cpm));
+            cmp_index(f, &tag(&format!("large sort ranked ranks k={k}")), d, Ok(dr), c, Ok(cr));
+        }
+        // Every key equal: the identity, from a single pass.
+        let same = vec![3i64; n];
+        let (dk, ck) = (d.index(&same).unwrap(), c.index(&same).unwrap());
+        cmp_index(f, &tag("large sort_by_key equal keys"), d, d.sort_by_key(&dk, 5), c, c.sort_by_key(&ck, 5));
+    }
+    let ints: Vec<f64> = (0..n).map(|i| hash(i * 7 + 3, 7) as f64 - 3.0).collect();
+    let signs: Vec<f64> = (0..n).map(|i| if hash(i + 11, 2) == 0 { 1.0 } else { -1.0 }).collect();
+    let segs: Vec<i64> = (0..n).map(|i| if i < n / 2 { (i / 3001) as i64 } else { -7 }).collect();
+    let (ds, cs) = (d.index(&segs).unwrap(), c.index(&segs).unwrap());
+    let ops = [HistOp::Add, HistOp::Mul, HistOp::Min, HistOp::Max, HistOp::General(&LOGADDEXP)];
+    for op in ops {
+        let xs = if op == HistOp::Mul { &signs } else { &ints };
+        let (x, cx) = (d.tensor(xs, &[n], dt).unwrap(), c.tensor(xs, &[n], dt).unwrap());
+        let t = tol(Some(op), dt);
+        for spec in
+            [ScanSpec::INCLUSIVE, ScanSpec::EXCLUSIVE, ScanSpec::INCLUSIVE.flipped(), ScanSpec::EXCLUSIVE.flipped()]
+        {
+            let what = tag(&format!("large scan {op} {spec:?}"));
+            cmp(f, &what, d, d.scan(op, &x, spec, None), c, c.scan(op, &cx, spec, None), t);
+            let what = tag(&format!("large scan {op} {spec:?} segmented"));
+            cmp(f, &what, d, d.scan(op, &x, spec, Some(&ds)), c, c.scan(op, &cx, spec, Some(&cs)), t);
+        }
+    }
+}
+
 /// Runs `check` for both dtypes; f64 on a device without it must be reported as unsupported.
 fn each_dtype<D: Ops>(d: &D, f64_ok: bool, label: &str, check: fn(&D, DType, &mut Fails)) {
     let mut f = Fails::default();
@@ -597,6 +646,18 @@ macro_rules! device_suite {
                 let Some(d) = open::<$runtime>() else { return };
                 let f64_ok = d.has_f64();
                 each_dtype(&d, f64_ok, concat!(stringify!($module), " rules"), rules::<D>);
+            }
+
+            #[test]
+            fn large_sorts_and_scans_match_the_cpu() {
+                let Some(d) = open::<$runtime>() else { return };
+                let f64_ok = d.has_f64();
+                each_dtype(
+                    &d,
+                    f64_ok,
+                    concat!(stringify!($module), " large sorts and scans"),
+                    large_sorts_and_scans::<D>,
+                );
             }
 
             #[test]

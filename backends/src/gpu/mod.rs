@@ -8,12 +8,14 @@
 //! Native kernels: creation/read-back, full, unary/binary/select/index_eq, reduce, gather,
 //! gather_index, scatter, reduce_by_index (atomics; local-memory sub-histograms for small k),
 //! the arg-histogram (packed 64-bit atomic for f32, two passes for f64), the `*` rule kernels,
-//! combine/partials, fold_adjoint, total_form_adjoint, the dual-number histogram and the
-//! chunked general rule.
+//! combine/partials, fold_adjoint, total_form_adjoint, the dual-number histogram, the chunked
+//! general rule, `sort_by_key` / `sort_by_key_ranked` (a stable LSD radix sort: per-chunk digit
+//! counts, their prefix, an in-order scatter per chunk) and `scan` (chunk sweeps, a carry pass
+//! over the chunks, a fix-up of the positions before each chunk's first segment start).
 //!
-//! CPU FALLBACK (correct, not fast; remaining work): `sort_by_key`, `sort_by_key_ranked`,
-//! `scan` and `linear_recurrence` download their inputs, run the CPU device's implementation
-//! and upload the result. They are marked `CPU FALLBACK` below.
+//! CPU FALLBACK (correct, not fast; remaining work): `linear_recurrence` downloads its inputs,
+//! runs the CPU device's implementation and uploads the result. It is marked `CPU FALLBACK`
+//! below.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -221,6 +223,8 @@ impl<R: KernelRuntime> Clone for KernelDevice<R> {
 
 /// Work-group size of histogram kernels with local memory.
 const GROUP: usize = 64;
+/// Work-group size of the one-work-item-per-chunk launches (see `launch_chunks`).
+const CHUNK_GROUP: usize = 4;
 /// Most chunks of the chunked kernels (one work-item each).
 const MAX_CHUNKS: usize = 256;
 /// Fewest elements per chunk.
@@ -234,6 +238,32 @@ fn chunk_plan(n: usize, k: usize) -> (usize, usize) {
     let by_k = ROWS_BUDGET / k.max(1);
     let chunks = by_size.min(by_k).clamp(1, MAX_CHUNKS);
     (chunks, n.div_ceil(chunks).max(1))
+}
+
+/// Most bits per radix pass (as the CPU device's radix sort): one pass up to 2048 buckets, two
+/// up to 2^22; the counts table (chunks x 2^bits, at most 4 MiB) stays small.
+const RADIX_BITS: usize = 11;
+
+/// The radix sort's passes, from (n, num_keys) only.
+struct RadixPlan {
+    passes: usize,
+    /// Bits per pass (the passes split the bits evenly, so small key ranges get small tables).
+    width: usize,
+    radix: usize,
+    chunks: usize,
+    chunk: usize,
+}
+
+impl RadixPlan {
+    fn new(n: usize, num_keys: usize) -> RadixPlan {
+        // Buckets run to num_keys (the bucket of out-of-range keys); at least one pass, so even
+        // a single bucket writes the (identity) permutation.
+        let bits = (u64::BITS - (num_keys as u64).leading_zeros()).max(1) as usize;
+        let passes = bits.div_ceil(RADIX_BITS);
+        let width = bits.div_ceil(passes);
+        let (chunks, chunk) = chunk_plan(n, 1);
+        RadixPlan { passes, width, radix: 1 << width, chunks, chunk }
+    }
 }
 
 fn same_dtype<R: KernelRuntime>(op: &'static str, a: &GpuTensor<R>, b: &GpuTensor<R>) -> Result<DType> {
@@ -333,6 +363,21 @@ impl<R: KernelRuntime> KernelDevice<R> {
         self.rt.launch(dtype, op, name, global, None, args)
     }
 
+    /// Launches a kernel with one work-item per chunk (each runs a sequential loop) in small
+    /// work-groups: left to choose, PoCL puts the few hundred work-items into one or two large
+    /// groups and so runs them on one or two threads (the sort took 2-3x longer); on CUDA small
+    /// blocks spread the chunks over more multiprocessors.
+    fn launch_chunks(
+        &self,
+        dtype: DType,
+        op: HistOp,
+        name: &'static str,
+        chunks: usize,
+        args: &[Arg<'_, R::Raw>],
+    ) -> Result<()> {
+        self.rt.launch(dtype, op, name, chunks, Some(CHUNK_GROUP), args)
+    }
+
     fn fill_raw(&self, b: &Buf<R>, value: f64, dtype: DType) -> Result<()> {
         self.launch(dtype, ADD, "fill", b.len, &[Arg::Buf(b), Arg::I64(b.len as i64), Arg::Val(value, dtype)])
     }
@@ -356,9 +401,6 @@ impl<R: KernelRuntime> KernelDevice<R> {
     }
     fn upload_cpu(&self, t: &<Cpu as Ops>::T) -> Result<GpuTensor<R>> {
         self.tensor(&self.cpu()?.to_vec(t)?, t.shape(), t.dtype())
-    }
-    fn index_from_cpu(&self, i: &<Cpu as Ops>::I) -> Result<GpuIndex<R>> {
-        self.index(&self.cpu()?.index_to_vec(i)?)
     }
 
     /// `combine` kernel with side 0 (combine), 1 (d1) or 2 (d2).
@@ -492,6 +534,56 @@ impl<R: KernelRuntime> KernelDevice<R> {
             )?;
         }
         Ok((out_v, out_p))
+    }
+
+    /// The stable sort's permutation, and with `want_ranks` its inverse (written by the last
+    /// pass): LSD radix passes over the bucket of each key (see `radix_counts` in kernels.cl),
+    /// as many bits as the largest bucket, `num_keys`, needs.
+    fn radix_sort(&self, keys: &GpuIndex<R>, num_keys: usize, want_ranks: bool) -> Result<(Buf<R>, Option<Buf<R>>)> {
+        let n = keys.buf.len;
+        let plan = RadixPlan::new(n, num_keys);
+        let counts = self.rt.alloc(plan.chunks * plan.radix, 8)?;
+        let totals = self.rt.alloc(plan.radix, 8)?;
+        // A single pass needs no second permutation buffer.
+        let bufs = [self.rt.alloc(n, 8)?, self.rt.alloc(if plan.passes > 1 { n } else { 0 }, 8)?];
+        let ranks = if want_ranks { Some(self.rt.alloc(n, 8)?) } else { None };
+        for pass in 0..plan.passes {
+            // Pass p writes bufs[p % 2] and reads the previous pass's output (on the first pass
+            // the identity, which the kernels generate: the keys only stand in for the buffer).
+            let out = &bufs[pass % 2];
+            let input = if pass == 0 { &*keys.buf } else { &bufs[(pass + 1) % 2] };
+            let common = || {
+                [
+                    Arg::I64(n as i64),
+                    // As u64 bits: the kernels compare keys as unsigned, like the CPU device.
+                    Arg::I64(num_keys as u64 as i64),
+                    Arg::I64(plan.chunk as i64),
+                    Arg::I64(plan.chunks as i64),
+                    Arg::I32((pass * plan.width) as i32),
+                    Arg::I64(plan.radix as i64),
+                    Arg::I32(i32::from(pass == 0)),
+                ]
+            };
+            let mut args = vec![Arg::Buf(&counts), Arg::Buf(&keys.buf), Arg::Buf(input)];
+            args.extend(common());
+            self.launch_chunks(DType::F32, ADD, "radix_counts", plan.chunks, &args)?;
+            let (cs, rx) = (Arg::I64(plan.chunks as i64), Arg::I64(plan.radix as i64));
+            self.launch(DType::F32, ADD, "radix_totals", plan.radix, &[Arg::Buf(&totals), Arg::Buf(&counts), cs, rx])?;
+            self.launch(DType::F32, ADD, "radix_totals_scan", 1, &[Arg::Buf(&totals), Arg::I64(plan.radix as i64)])?;
+            let (cs, rx) = (Arg::I64(plan.chunks as i64), Arg::I64(plan.radix as i64));
+            self.launch(DType::F32, ADD, "radix_offsets", plan.radix, &[Arg::Buf(&counts), Arg::Buf(&totals), cs, rx])?;
+            let last = pass + 1 == plan.passes;
+            // Unread unless wanted on the last pass: the counts stand in.
+            let ranks_out = ranks.as_ref().filter(|_| last).unwrap_or(&counts);
+            let mut args =
+                vec![Arg::Buf(out), Arg::Buf(ranks_out), Arg::Buf(&counts), Arg::Buf(&keys.buf), Arg::Buf(input)];
+            args.extend(common());
+            args.push(Arg::I32(i32::from(last && want_ranks)));
+            self.launch_chunks(DType::F32, ADD, "radix_scatter", plan.chunks, &args)?;
+        }
+        let [even, odd] = bufs;
+        // The last pass, passes - 1, wrote bufs[(passes - 1) % 2].
+        Ok((if plan.passes % 2 == 1 { even } else { odd }, ranks))
     }
 }
 
@@ -709,16 +801,15 @@ impl<R: KernelRuntime> Ops for KernelDevice<R> {
         Ok(self.wrap(out, dest.shape.clone(), dt))
     }
 
-    // CPU FALLBACK: radix/counting sort kernels are remaining work.
     fn sort_by_key(&self, keys: &GpuIndex<R>, num_keys: usize) -> Result<GpuIndex<R>> {
-        let p = self.cpu()?.sort_by_key(&self.index_to_cpu(keys)?, num_keys)?;
-        self.index_from_cpu(&p)
+        Ok(self.wrap_index(self.radix_sort(keys, num_keys, false)?.0))
     }
 
-    // CPU FALLBACK: as sort_by_key.
     fn sort_by_key_ranked(&self, keys: &GpuIndex<R>, num_keys: usize) -> Result<(GpuIndex<R>, GpuIndex<R>)> {
-        let (p, r) = self.cpu()?.sort_by_key_ranked(&self.index_to_cpu(keys)?, num_keys)?;
-        Ok((self.index_from_cpu(&p)?, self.index_from_cpu(&r)?))
+        match self.radix_sort(keys, num_keys, true)? {
+            (perm, Some(ranks)) => Ok((self.wrap_index(perm), self.wrap_index(ranks))),
+            (_, None) => Err(OpError::Device("sort_by_key_ranked: the radix sort returned no ranks".into())),
+        }
     }
 
     fn reduce_by_index(
@@ -933,7 +1024,6 @@ impl<R: KernelRuntime> Ops for KernelDevice<R> {
         Ok(self.wrap_index(out))
     }
 
-    // CPU FALLBACK: work-efficient (segmented) scan kernels are remaining work.
     fn scan(
         &self,
         op: HistOp,
@@ -941,13 +1031,71 @@ impl<R: KernelRuntime> Ops for KernelDevice<R> {
         spec: ScanSpec,
         segments: Option<&GpuIndex<R>>,
     ) -> Result<GpuTensor<R>> {
-        self.rt.check_dtype(x.dtype)?;
-        let seg = segments.map(|s| self.index_to_cpu(s)).transpose()?;
-        let r = self.cpu()?.scan(op, &self.to_cpu(x)?, spec, seg.as_ref())?;
-        self.upload_cpu(&r)
+        let dt = x.dtype;
+        self.rt.check_dtype(dt)?;
+        let n = x.buf.len;
+        if let Some(s) = segments {
+            same_len("scan", "segments vs values", s.buf.len, n)?;
+        }
+        let (out, shape) = self.new_tensor(x.shape.clone(), dt)?;
+        if n == 0 {
+            return Ok(self.wrap(out, shape, dt));
+        }
+        let (chunks, chunk) = chunk_plan(n, 1);
+        let ends = self.rt.alloc(chunks, dt.size_bytes())?;
+        let carries = self.rt.alloc(chunks, dt.size_bytes())?;
+        let heads = self.rt.alloc(chunks, 8)?;
+        // Without segments the kernels never read the keys: any buffer stands in.
+        let keys = segments.map_or(&*x.buf, |s| &*s.buf);
+        let (nn, cl, cs) = (n as i64, chunk as i64, chunks as i64);
+        let reverse = i32::from(spec.reverse);
+        self.launch_chunks(
+            dt,
+            op,
+            "scan_chunks",
+            chunks,
+            &[
+                Arg::Buf(&out),
+                Arg::Buf(&ends),
+                Arg::Buf(&heads),
+                Arg::Buf(&x.buf),
+                Arg::Buf(keys),
+                Arg::I64(nn),
+                Arg::I64(cl),
+                Arg::I64(cs),
+                Arg::I32(i32::from(segments.is_some())),
+                Arg::I32(i32::from(spec.exclusive)),
+                Arg::I32(reverse),
+            ],
+        )?;
+        if chunks > 1 {
+            self.launch(
+                dt,
+                op,
+                "scan_carries",
+                1,
+                &[
+                    Arg::Buf(&carries),
+                    Arg::Buf(&ends),
+                    Arg::Buf(&heads),
+                    Arg::I64(nn),
+                    Arg::I64(cl),
+                    Arg::I64(cs),
+                    Arg::I32(reverse),
+                ],
+            )?;
+            self.launch(
+                dt,
+                op,
+                "scan_fixup",
+                n,
+                &[Arg::Buf(&out), Arg::Buf(&carries), Arg::Buf(&heads), Arg::I64(nn), Arg::I64(cl), Arg::I32(reverse)],
+            )?;
+        }
+        Ok(self.wrap(out, shape, dt))
     }
 
-    // CPU FALLBACK: as scan.
+    // CPU FALLBACK: a native (affine-map) scan kernel is remaining work.
     fn linear_recurrence(
         &self,
         a: &GpuTensor<R>,
