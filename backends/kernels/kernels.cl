@@ -561,3 +561,85 @@ KERNEL void scan_fixup(GLOBAL T *out, GLOBAL const T *carries, GLOBAL const i64 
     i64 t = reverse ? min(n, base + chunk) - 1 - j : j - base;
     if (t < heads[c]) out[j] = op_combine(carries[c], out[j]);
 }
+
+/* The linear recurrence y[j] = a[j] + b[j] * y[prev] from 0 at each segment start: the scan of
+ * affine maps, in the same three phases as the scan (the CPU device's order of operations, so
+ * both round alike). A zero multiplier cuts the dependence: no 0 * inf = NaN from an unrelated
+ * state. */
+FUNC T linrec_step(T y, T a, T b) {
+    return b == (T)0 ? a : a + b * y;
+}
+
+FUNC T linrec_apply(T part, T product, T carry) {
+    return product == (T)0 ? part : part + product * carry;
+}
+
+/* Phase 1: each chunk from 0 as if a segment started at its first position; its end state,
+ * its head (positions before its first real segment start) and the product of the multipliers
+ * over the head. */
+KERNEL void linrec_chunks(GLOBAL T *out, GLOBAL T *ends, GLOBAL T *prods, GLOBAL i64 *heads, GLOBAL const T *a,
+                          GLOBAL const T *b, GLOBAL const i64 *keys, i64 n, i64 chunk, i64 chunks, int has_keys,
+                          int exclusive, int reverse) {
+    i64 c = GID0;
+    if (c >= chunks) return;
+    i64 base = c * chunk;
+    i64 len = min(n, base + chunk) - base;
+    T y = (T)0;
+    T prod = (T)1;
+    i64 head = len;
+    for (i64 t = 0; t < len; t++) {
+        i64 j = reverse ? base + len - 1 - t : base + t;
+        int starts = scan_starts(keys, has_keys, j, n, reverse);
+        if (head == len) {
+            if (starts) {
+                head = t;
+                y = (T)0;
+            } else {
+                prod = prod * b[j];
+            }
+        } else if (starts) {
+            y = (T)0;
+        }
+        if (exclusive) {
+            out[j] = y;
+            y = linrec_step(y, a[j], b[j]);
+        } else {
+            y = linrec_step(y, a[j], b[j]);
+            out[j] = y;
+        }
+    }
+    ends[c] = y;
+    prods[c] = prod;
+    heads[c] = head;
+}
+
+/* Phase 2 (one work-item): the state entering each chunk. */
+KERNEL void linrec_carries(GLOBAL T *carries, GLOBAL const T *ends, GLOBAL const T *prods, GLOBAL const i64 *heads,
+                           i64 n, i64 chunk, i64 chunks, int reverse) {
+    if (GID0 != 0) return;
+    T carry = (T)0;
+    for (i64 s = 0; s < chunks; s++) {
+        i64 c = reverse ? chunks - 1 - s : s;
+        carries[c] = carry;
+        i64 len = min(n, (c + 1) * chunk) - c * chunk;
+        carry = heads[c] < len ? ends[c] : linrec_apply(ends[c], prods[c], carry);
+    }
+}
+
+/* Phase 3, one work-item per chunk: the head positions take the carry in through the running
+ * product of their multipliers. */
+KERNEL void linrec_fixup(GLOBAL T *out, GLOBAL const T *carries, GLOBAL const i64 *heads, GLOBAL const T *b, i64 n,
+                         i64 chunk, i64 chunks, int exclusive, int reverse) {
+    i64 c = GID0;
+    if (c >= chunks) return;
+    i64 base = c * chunk;
+    i64 len = min(n, base + chunk) - base;
+    T product = (T)1;
+    T carry = carries[c];
+    for (i64 t = 0; t < heads[c]; t++) {
+        i64 j = reverse ? base + len - 1 - t : base + t;
+        if (!exclusive) product = product * b[j];
+        out[j] = linrec_apply(out[j], product, carry);
+        if (exclusive) product = product * b[j];
+    }
+}

@@ -56,6 +56,9 @@ pub const COMMON_KERNELS: &[&str] = &[
     "scan_chunks",
     "scan_carries",
     "scan_fixup",
+    "linrec_chunks",
+    "linrec_carries",
+    "linrec_fixup",
 ];
 
 /// The kernels a program of `dtype` contains.

@@ -592,6 +592,23 @@ fn large_sorts_and_scans<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
             cmp(f, &what, d, d.scan(op, &x, spec, Some(&ds)), c, c.scan(op, &cx, spec, Some(&cs)), t);
         }
     }
+    // Linear recurrences across chunks: multipliers in {0, 1/2, -1, 1} keep the states dyadic
+    // and bounded, and the zeros cut the dependence (also inside chunk heads).
+    let mults: Vec<f64> = (0..n).map(|i| [0.0, 0.5, -1.0, 1.0][hash(i + 5, 4) as usize]).collect();
+    let (a, ca) = (d.tensor(&ints, &[n], dt).unwrap(), c.tensor(&ints, &[n], dt).unwrap());
+    let (b, cb) = (d.tensor(&mults, &[n], dt).unwrap(), c.tensor(&mults, &[n], dt).unwrap());
+    let ones = vec![1.0; n];
+    let (b1, cb1) = (d.tensor(&ones, &[n], dt).unwrap(), c.tensor(&ones, &[n], dt).unwrap());
+    let t = tol(Some(HistOp::Add), dt);
+    for spec in [ScanSpec::INCLUSIVE, ScanSpec::EXCLUSIVE, ScanSpec::INCLUSIVE.flipped(), ScanSpec::EXCLUSIVE.flipped()]
+    {
+        for (name, m, cm) in [("mixed", &b, &cb), ("ones", &b1, &cb1)] {
+            for (segmented, dsg, csg) in [("", None, None), (" segmented", Some(&ds), Some(&cs))] {
+                let what = tag(&format!("large linear_recurrence {name} {spec:?}{segmented}"));
+                cmp(f, &what, d, d.linear_recurrence(&a, m, spec, dsg), c, c.linear_recurrence(&ca, cm, spec, csg), t);
+            }
+        }
+    }
 }
 
 /// Runs `check` for both dtypes; f64 on a device without it must be reported as unsupported.

@@ -11,18 +11,16 @@
 //! combine/partials, fold_adjoint, total_form_adjoint, the dual-number histogram, the chunked
 //! general rule, `sort_by_key` / `sort_by_key_ranked` (a stable LSD radix sort: per-chunk digit
 //! counts, their prefix, an in-order scatter per chunk) and `scan` (chunk sweeps, a carry pass
-//! over the chunks, a fix-up of the positions before each chunk's first segment start).
-//!
-//! CPU FALLBACK (correct, not fast; remaining work): `linear_recurrence` downloads its inputs,
-//! runs the CPU device's implementation and uploads the result. It is marked `CPU FALLBACK`
-//! below.
+//! over the chunks, a fix-up of the positions before each chunk's first segment start), and
+//! `linear_recurrence` (the same three phases over affine maps, with the CPU device's order of
+//! operations). Every primitive runs on the device; none goes through the CPU.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::device::Device;
 use crate::ops::{ChunkedHist, Extremum, IndexMeta, Operand, OutOfRange, ScanSpec, TensorMeta};
-use crate::{BinaryOp, Cpu, DType, HistOp, OpError, Ops, Result, UnaryOp};
+use crate::{BinaryOp, DType, HistOp, OpError, Ops, Result, UnaryOp};
 
 /// A device buffer of raw bytes (values or i64 indices) with its element count.
 pub struct RawBuf<B> {
@@ -212,12 +210,11 @@ impl<R: KernelRuntime> std::fmt::Debug for GpuIndex<R> {
 /// runtime.
 pub struct KernelDevice<R: KernelRuntime> {
     rt: Arc<R>,
-    cpu: Arc<OnceLock<Cpu>>,
 }
 
 impl<R: KernelRuntime> Clone for KernelDevice<R> {
     fn clone(&self) -> Self {
-        KernelDevice { rt: self.rt.clone(), cpu: self.cpu.clone() }
+        KernelDevice { rt: self.rt.clone() }
     }
 }
 
@@ -311,7 +308,7 @@ impl<R: KernelRuntime> KernelDevice<R> {
     /// or says why it is unavailable.
     pub fn new() -> Result<Self> {
         let rt = R::get().map_err(OpError::Device)?;
-        Ok(KernelDevice { rt, cpu: Arc::new(OnceLock::new()) })
+        Ok(KernelDevice { rt })
     }
 
     /// Whether f64 works on this device.
@@ -328,14 +325,6 @@ impl<R: KernelRuntime> KernelDevice<R> {
     /// names (a compile check of the whole source).
     pub fn build_program(&self, dtype: DType, op: HistOp) -> Result<Vec<&'static str>> {
         self.rt.build(dtype, op)
-    }
-
-    fn cpu(&self) -> Result<&Cpu> {
-        if let Some(c) = self.cpu.get() {
-            return Ok(c);
-        }
-        let c = Cpu::new(Some(1))?;
-        Ok(self.cpu.get_or_init(|| c))
     }
 
     fn new_tensor(&self, shape: Vec<usize>, dtype: DType) -> Result<(Buf<R>, Vec<usize>)> {
@@ -390,17 +379,6 @@ impl<R: KernelRuntime> KernelDevice<R> {
         let mut out = self.rt.alloc(t.buf.len, t.dtype.size_bytes())?;
         self.rt.copy(&t.buf, &mut out, t.buf.len * t.dtype.size_bytes())?;
         Ok(out)
-    }
-
-    // ---- CPU FALLBACK helpers ----
-    fn to_cpu(&self, t: &GpuTensor<R>) -> Result<<Cpu as Ops>::T> {
-        self.cpu()?.tensor(&self.to_vec(t)?, &t.shape, t.dtype)
-    }
-    fn index_to_cpu(&self, i: &GpuIndex<R>) -> Result<<Cpu as Ops>::I> {
-        self.cpu()?.index(&self.index_to_vec(i)?)
-    }
-    fn upload_cpu(&self, t: &<Cpu as Ops>::T) -> Result<GpuTensor<R>> {
-        self.tensor(&self.cpu()?.to_vec(t)?, t.shape(), t.dtype())
     }
 
     /// `combine` kernel with side 0 (combine), 1 (d1) or 2 (d2).
@@ -1095,7 +1073,6 @@ impl<R: KernelRuntime> Ops for KernelDevice<R> {
         Ok(self.wrap(out, shape, dt))
     }
 
-    // CPU FALLBACK: a native (affine-map) scan kernel is remaining work.
     fn linear_recurrence(
         &self,
         a: &GpuTensor<R>,
@@ -1103,11 +1080,83 @@ impl<R: KernelRuntime> Ops for KernelDevice<R> {
         spec: ScanSpec,
         segments: Option<&GpuIndex<R>>,
     ) -> Result<GpuTensor<R>> {
-        same_dtype("linear_recurrence", a, b)?;
-        self.rt.check_dtype(a.dtype)?;
-        let seg = segments.map(|s| self.index_to_cpu(s)).transpose()?;
-        let r = self.cpu()?.linear_recurrence(&self.to_cpu(a)?, &self.to_cpu(b)?, spec, seg.as_ref())?;
-        self.upload_cpu(&r)
+        let dt = same_dtype("linear_recurrence", a, b)?;
+        self.rt.check_dtype(dt)?;
+        let n = a.buf.len;
+        same_len("linear_recurrence", "multipliers vs values", b.buf.len, n)?;
+        if let Some(s) = segments {
+            same_len("linear_recurrence", "segments vs values", s.buf.len, n)?;
+        }
+        let (out, shape) = self.new_tensor(a.shape.clone(), dt)?;
+        if n == 0 {
+            return Ok(self.wrap(out, shape, dt));
+        }
+        // The scan's three phases over the same chunks, with affine maps for states.
+        let (chunks, chunk) = chunk_plan(n, 1);
+        let ends = self.rt.alloc(chunks, dt.size_bytes())?;
+        let prods = self.rt.alloc(chunks, dt.size_bytes())?;
+        let carries = self.rt.alloc(chunks, dt.size_bytes())?;
+        let heads = self.rt.alloc(chunks, 8)?;
+        let keys = segments.map_or(&*a.buf, |s| &*s.buf);
+        let (nn, cl, cs) = (n as i64, chunk as i64, chunks as i64);
+        let (exclusive, reverse) = (i32::from(spec.exclusive), i32::from(spec.reverse));
+        self.launch_chunks(
+            dt,
+            ADD,
+            "linrec_chunks",
+            chunks,
+            &[
+                Arg::Buf(&out),
+                Arg::Buf(&ends),
+                Arg::Buf(&prods),
+                Arg::Buf(&heads),
+                Arg::Buf(&a.buf),
+                Arg::Buf(&b.buf),
+                Arg::Buf(keys),
+                Arg::I64(nn),
+                Arg::I64(cl),
+                Arg::I64(cs),
+                Arg::I32(i32::from(segments.is_some())),
+                Arg::I32(exclusive),
+                Arg::I32(reverse),
+            ],
+        )?;
+        if chunks > 1 {
+            self.launch(
+                dt,
+                ADD,
+                "linrec_carries",
+                1,
+                &[
+                    Arg::Buf(&carries),
+                    Arg::Buf(&ends),
+                    Arg::Buf(&prods),
+                    Arg::Buf(&heads),
+                    Arg::I64(nn),
+                    Arg::I64(cl),
+                    Arg::I64(cs),
+                    Arg::I32(reverse),
+                ],
+            )?;
+            self.launch_chunks(
+                dt,
+                ADD,
+                "linrec_fixup",
+                chunks,
+                &[
+                    Arg::Buf(&out),
+                    Arg::Buf(&carries),
+                    Arg::Buf(&heads),
+                    Arg::Buf(&b.buf),
+                    Arg::I64(nn),
+                    Arg::I64(cl),
+                    Arg::I64(cs),
+                    Arg::I32(exclusive),
+                    Arg::I32(reverse),
+                ],
+            )?;
+        }
+        Ok(self.wrap(out, shape, dt))
     }
 
     fn reduce_by_index_dual(
