@@ -18,6 +18,7 @@
 //!
 //! This crate depends on no other adgauge crate.
 
+mod checks;
 pub mod cpu;
 pub mod cuda;
 pub mod device;

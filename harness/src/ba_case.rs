@@ -11,7 +11,7 @@ use adgauge_backends::{Cpu, DType, Device, Ops};
 use adgauge_datasets::ba::BaInput;
 use adgauge_workloads::ba::{self, BaInputs, BaOutput};
 
-use crate::case_json::format_number;
+use crate::case_json::format_array;
 use crate::eval::{EvalArgs, Mode as EvalMode, input_error};
 use crate::exit::bad_input;
 use crate::suite::Mode;
@@ -49,23 +49,19 @@ fn eval_on<D: Ops>(device: &D, args: &EvalArgs, b: &BaInput) -> anyhow::Result<S
     Ok(format_output(&out, dt))
 }
 
-fn join<T>(xs: &[T], f: impl Fn(&T) -> String) -> String {
-    xs.iter().map(f).collect::<Vec<_>>().join(", ")
-}
-
 /// The JSON object of `adgauge eval ba`.
 pub fn format_output(out: &BaOutput, dt: DType) -> String {
-    let num = |v: &f64| format_number(*v, dt);
-    let mut s = format!("{{\"reproj_err\": [{}], \"w_err\": [{}]", join(&out.reproj_err, num), join(&out.w_err, num));
+    let ints = |xs: &[usize]| format!("[{}]", xs.iter().map(usize::to_string).collect::<Vec<_>>().join(", "));
+    let mut s =
+        format!("{{\"reproj_err\": {}, \"w_err\": {}", format_array(&out.reproj_err, dt), format_array(&out.w_err, dt));
     if let Some(j) = &out.jacobian {
-        let int = |v: &usize| v.to_string();
         s += &format!(
-            ", \"jacobian\": {{\"nrows\": {}, \"ncols\": {}, \"rows\": [{}], \"cols\": [{}], \"vals\": [{}]}}",
+            ", \"jacobian\": {{\"nrows\": {}, \"ncols\": {}, \"rows\": {}, \"cols\": {}, \"vals\": {}}}",
             j.pattern.nrows,
             j.pattern.ncols,
-            join(&j.pattern.rows, int),
-            join(&j.pattern.cols, int),
-            join(&j.vals, num)
+            ints(&j.pattern.rows),
+            ints(&j.pattern.cols),
+            format_array(&j.vals, dt)
         );
     }
     s + "}"

@@ -154,15 +154,23 @@ pub fn format_number(x: f64, dtype: DType) -> String {
     }
 }
 
+/// `[x, ...]`.
+pub fn format_array(xs: &[f64], dtype: DType) -> String {
+    let nums: Vec<String> = xs.iter().map(|&x| format_number(x, dtype)).collect();
+    format!("[{}]", nums.join(", "))
+}
+
+/// `[[..], ...]`: `xs` as `count` rows of equal length (rows may be empty).
+pub fn format_rows(xs: &[f64], count: usize, dtype: DType) -> String {
+    let per = xs.len().checked_div(count).unwrap_or(0);
+    let rows: Vec<String> = (0..count).map(|i| format_array(&xs[i * per..(i + 1) * per], dtype)).collect();
+    format!("[{}]", rows.join(", "))
+}
+
 /// `{"name": [..], ...}` with the fields in the given order.
 pub fn format_object(fields: &[(&str, &[f64])], dtype: DType) -> String {
-    let parts: Vec<String> = fields
-        .iter()
-        .map(|(name, xs)| {
-            let nums: Vec<String> = xs.iter().map(|&x| format_number(x, dtype)).collect();
-            format!("\"{name}\": [{}]", nums.join(", "))
-        })
-        .collect();
+    let parts: Vec<String> =
+        fields.iter().map(|(name, xs)| format!("\"{name}\": {}", format_array(xs, dtype))).collect();
     format!("{{{}}}", parts.join(", "))
 }
 

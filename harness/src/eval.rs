@@ -218,20 +218,15 @@ fn lstm_on<D: Ops>(device: &D, args: &EvalArgs, s: &adgauge_datasets::lstm::Lstm
 /// GradBench's GMM output: `{"objective": x, "gradient": {"alpha": [K], "mu": [[d]..K],
 /// "q": [[d]..K], "l": [[d(d-1)/2]..K]}}` (l per component in ADBench's column-by-column order).
 fn gradbench_gmm_json(f: f64, grad: &[f64], d: usize, k: usize, dt: DType) -> String {
-    let num = |v: f64| crate::case_json::format_number(v, dt);
-    let row = |xs: &[f64]| format!("[{}]", xs.iter().map(|&v| num(v)).collect::<Vec<_>>().join(", "));
-    let rows = |xs: &[f64], per: usize| {
-        let parts: Vec<String> = (0..k).map(|i| row(&xs[i * per..(i + 1) * per])).collect();
-        format!("[{}]", parts.join(", "))
-    };
+    use crate::case_json::{format_array, format_number, format_rows};
     let [alpha, mu, q, l] = adgauge_workloads::gmm::split_gradbench(d, k, grad);
     format!(
         "{{\"objective\": {}, \"gradient\": {{\"alpha\": {}, \"mu\": {}, \"q\": {}, \"l\": {}}}}}",
-        num(f),
-        row(&alpha),
-        rows(&mu, d),
-        rows(&q, d),
-        rows(&l, d * d.saturating_sub(1) / 2)
+        format_number(f, dt),
+        format_array(&alpha, dt),
+        format_rows(&mu, k, dt),
+        format_rows(&q, k, dt),
+        format_rows(&l, k, dt)
     )
 }
 

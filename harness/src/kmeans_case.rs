@@ -8,7 +8,7 @@ use adgauge_backends::{Cpu, DType, Device, Forward, Ops, TensorMeta};
 use adgauge_datasets::kmeans::KmeansData;
 use adgauge_workloads::kmeans;
 
-use crate::case_json::{format_number, parse_number};
+use crate::case_json::{format_number, format_rows, parse_number};
 use crate::exit::bad_input;
 use crate::validation::FlatFn;
 
@@ -68,22 +68,14 @@ pub fn parse_kmeans_case(text: &str, source: &str) -> anyhow::Result<KmeansData>
     Ok(KmeansData { n, k, d, points, centres })
 }
 
-fn rows(xs: &[f64], d: usize, dtype: DType) -> String {
-    let r: Vec<String> = xs
-        .chunks(d)
-        .map(|row| format!("[{}]", row.iter().map(|&x| format_number(x, dtype)).collect::<Vec<_>>().join(", ")))
-        .collect();
-    format!("[{}]", r.join(", "))
-}
-
 /// `{"cost": x, "gradient": [[..]..], "hessian_diag": [[..]..], "dir": [[..]..]}`.
 pub fn format_kmeans(out: &kmeans::KmeansOut, d: usize, dtype: DType) -> String {
     format!(
         "{{\"cost\": {}, \"gradient\": {}, \"hessian_diag\": {}, \"dir\": {}}}",
         format_number(out.cost, dtype),
-        rows(&out.gradient, d, dtype),
-        rows(&out.hessian_diag, d, dtype),
-        rows(&out.dir, d, dtype)
+        format_rows(&out.gradient, out.gradient.len() / d, dtype),
+        format_rows(&out.hessian_diag, out.hessian_diag.len() / d, dtype),
+        format_rows(&out.dir, out.dir.len() / d, dtype)
     )
 }
 

@@ -14,7 +14,7 @@ use adgauge_workloads::HistWorkload;
 use crate::devices::open_device;
 use crate::exit::{Code, bad_input};
 use crate::history::RunWriter;
-use crate::runner::{Options, is_unsupported, run_case, validate};
+use crate::runner::{Options, is_unsupported, run_case, unavailable_row, validate};
 use crate::suite::{Case, CaseSpec, DEFAULT_SEED, Mode, Suite, default_suite, parse_suite};
 
 #[derive(Args, Debug, Default)]
@@ -361,36 +361,26 @@ fn check_on<D: Device>(
 ) -> anyhow::Result<Code> {
     let mut failures = Vec::new();
     let mut skipped = 0;
-    for c in cases {
-        let id = c.id();
-        match validate(device, c, drop_dest_adjoint) {
-            Ok(outcomes) => print_outcomes(&id, &outcomes, &mut failures),
-            Err(e) if is_unsupported(&e) => {
-                skipped += 1;
-                println!("{id:<62} skipped: {e:#}");
-            }
-            Err(e) => {
-                println!("{id:<62} ERROR {e:#}");
-                failures.push(format!("{id}: error: {e:#}"));
-            }
+    // One line per check, or the reason a case was skipped or failed to run.
+    let mut report = |id: String, result: anyhow::Result<Vec<crate::validation::Outcome>>| match result {
+        Ok(outcomes) => print_outcomes(&id, &outcomes, &mut failures),
+        Err(e) if is_unsupported(&e) => {
+            skipped += 1;
+            println!("{id:<62} skipped: {e:#}");
         }
+        Err(e) => {
+            println!("{id:<62} ERROR {e:#}");
+            failures.push(format!("{id}: error: {e:#}"));
+        }
+    };
+    for c in cases {
+        report(c.id(), validate(device, c, drop_dest_adjoint));
     }
     if !classic.is_empty() {
         // The f64 reference values for finite differences come from the CPU.
         let cpu = Cpu::new(threads)?;
         for c in classic {
-            let id = c.id();
-            match crate::classic::validate(&cpu, device, c) {
-                Ok(outcomes) => print_outcomes(&id, &outcomes, &mut failures),
-                Err(e) if is_unsupported(&e) => {
-                    skipped += 1;
-                    println!("{id:<62} skipped: {e:#}");
-                }
-                Err(e) => {
-                    println!("{id:<62} ERROR {e:#}");
-                    failures.push(format!("{id}: error: {e:#}"));
-                }
-            }
+            report(c.id(), crate::classic::validate(&cpu, device, c));
         }
     }
     let total = cases.len() + classic.len();
@@ -404,18 +394,6 @@ fn check_on<D: Device>(
         }
         Ok(Code::Failed)
     }
-}
-
-/// A skipped row saying why `backend` cannot run (the probe's reason).
-fn unavailable_row(mut row: ResultRow, backend: &str) -> ResultRow {
-    let reason = adgauge_backends::probe_devices()
-        .into_iter()
-        .find(|d| d.name == backend)
-        .map(|d| if d.available { "could not be opened".to_string() } else { d.detail })
-        .unwrap_or_else(|| "unknown backend".into());
-    row.status = Status::Skipped;
-    row.message = Some(format!("backend {backend} is unavailable: {reason}"));
-    row
 }
 
 /// The GPU devices of a run, each opened on first use (`None`: it cannot start).

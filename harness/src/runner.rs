@@ -72,14 +72,7 @@ pub fn run_case<D: Device>(cpu: &D, spec: &CaseSpec, opts: &Options) -> ResultRo
     if spec.backend != cpu.engine_name() {
         // The caller picks the device by the case's backend; a mismatch means it could not
         // open that backend: report why it is unavailable.
-        let why = adgauge_backends::probe_devices()
-            .into_iter()
-            .find(|d| d.name == spec.backend)
-            .map(|d| d.detail)
-            .unwrap_or_else(|| format!("unknown backend '{}'", spec.backend));
-        row.status = Status::Skipped;
-        row.message = Some(format!("backend {} unavailable: {why}", spec.backend));
-        return row;
+        return unavailable_row(row, &spec.backend);
     }
     let started = Instant::now();
     let compiled_before = cpu.kernel_compile_time();
@@ -103,6 +96,18 @@ pub fn run_case<D: Device>(cpu: &D, spec: &CaseSpec, opts: &Options) -> ResultRo
             row.message = Some(format!("panicked: {what}"));
         }
     }
+    row
+}
+
+/// `row` skipped because `backend` cannot run, with the probe's reason.
+pub fn unavailable_row(mut row: ResultRow, backend: &str) -> ResultRow {
+    let why = adgauge_backends::probe_devices()
+        .into_iter()
+        .find(|d| d.name == backend)
+        .map(|d| if d.available { "could not be opened".to_string() } else { d.detail })
+        .unwrap_or_else(|| format!("unknown backend '{backend}'"));
+    row.status = Status::Skipped;
+    row.message = Some(format!("backend {backend} unavailable: {why}"));
     row
 }
 

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use crate::device::Device;
 use rayon::prelude::*;
 
+use crate::checks::{broadcast_shape, same_dtype, same_len};
 use crate::ops::{ChunkedHist, Extremum, IndexMeta, Operand, OutOfRange, ScanSpec, TensorMeta};
 use crate::{BinaryOp, DType, Elem, HistOp, OpError, Ops, Result, UnaryOp};
 use fold::{Fold, with_fold};
@@ -159,32 +160,6 @@ macro_rules! by_dtype {
             DType::F64 => $s.$m::<f64>($($a),*),
         }
     };
-}
-
-fn same_dtype(op: &'static str, a: &CpuTensor, b: &CpuTensor) -> Result<DType> {
-    if a.dtype() != b.dtype() {
-        return Err(OpError::DType { op, left: a.dtype(), right: b.dtype() });
-    }
-    Ok(a.dtype())
-}
-
-fn same_len(op: &'static str, what: &str, a: usize, b: usize) -> Result<()> {
-    if a != b {
-        return Err(OpError::Shape { op, detail: format!("{what}: {a} vs {b}") });
-    }
-    Ok(())
-}
-
-/// The shape of a broadcasting elementwise result: equal shapes, or one operand of one element.
-fn broadcast_shape(op: &'static str, a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
-    let (na, nb): (usize, usize) = (a.iter().product(), b.iter().product());
-    if a == b || nb == 1 {
-        Ok(a.to_vec())
-    } else if na == 1 {
-        Ok(b.to_vec())
-    } else {
-        Err(OpError::Shape { op, detail: format!("{a:?} vs {b:?} do not broadcast") })
-    }
 }
 
 impl Cpu {

@@ -18,6 +18,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::checks::{broadcast_shape, same_dtype, same_len};
 use crate::device::Device;
 use crate::ops::{ChunkedHist, Extremum, IndexMeta, Operand, OutOfRange, ScanSpec, TensorMeta};
 use crate::{BinaryOp, DType, HistOp, OpError, Ops, Result, UnaryOp};
@@ -237,6 +238,20 @@ fn chunk_plan(n: usize, k: usize) -> (usize, usize) {
     (chunks, n.div_ceil(chunks).max(1))
 }
 
+/// A sweep's output buffer and shape, and its chunks (None for an empty input).
+type SweepSetup<R> = (Buf<R>, Vec<usize>, Option<Sweep<R>>);
+
+/// The chunks of a three-phase sweep and their buffers: end states, carries, heads.
+struct Sweep<R: KernelRuntime> {
+    chunks: usize,
+    ends: Buf<R>,
+    carries: Buf<R>,
+    heads: Buf<R>,
+    /// Elements and chunk length, as kernel arguments.
+    n: i64,
+    chunk: i64,
+}
+
 /// Most bits per radix pass (as the CPU device's radix sort): one pass up to 2048 buckets, two
 /// up to 2^22; the counts table (chunks x 2^bits, at most 4 MiB) stays small.
 const RADIX_BITS: usize = 11;
@@ -260,31 +275,6 @@ impl RadixPlan {
         let width = bits.div_ceil(passes);
         let (chunks, chunk) = chunk_plan(n, 1);
         RadixPlan { passes, width, radix: 1 << width, chunks, chunk }
-    }
-}
-
-fn same_dtype<R: KernelRuntime>(op: &'static str, a: &GpuTensor<R>, b: &GpuTensor<R>) -> Result<DType> {
-    if a.dtype != b.dtype {
-        return Err(OpError::DType { op, left: a.dtype, right: b.dtype });
-    }
-    Ok(a.dtype)
-}
-
-fn same_len(op: &'static str, what: &str, a: usize, b: usize) -> Result<()> {
-    if a != b {
-        return Err(OpError::Shape { op, detail: format!("{what}: {a} vs {b}") });
-    }
-    Ok(())
-}
-
-fn broadcast_shape(op: &'static str, a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
-    let (na, nb): (usize, usize) = (a.iter().product(), b.iter().product());
-    if a == b || nb == 1 {
-        Ok(a.to_vec())
-    } else if na == 1 {
-        Ok(b.to_vec())
-    } else {
-        Err(OpError::Shape { op, detail: format!("{a:?} vs {b:?} do not broadcast") })
     }
 }
 
@@ -365,6 +355,30 @@ impl<R: KernelRuntime> KernelDevice<R> {
         args: &[Arg<'_, R::Raw>],
     ) -> Result<()> {
         self.rt.launch(dtype, op, name, chunks, Some(CHUNK_GROUP), args)
+    }
+
+    /// What the three-phase sweeps (scan, linear recurrence) share: the checks, the output
+    /// and, unless `x` is empty, the chunk plan with the per-chunk buffers of phases 1 and 2.
+    fn sweep_setup(&self, op: &'static str, x: &GpuTensor<R>, segments: Option<&GpuIndex<R>>) -> Result<SweepSetup<R>> {
+        let (dt, n) = (x.dtype, x.buf.len);
+        self.rt.check_dtype(dt)?;
+        if let Some(s) = segments {
+            same_len(op, "segments vs values", s.buf.len, n)?;
+        }
+        let (out, shape) = self.new_tensor(x.shape.clone(), dt)?;
+        if n == 0 {
+            return Ok((out, shape, None));
+        }
+        let (chunks, chunk) = chunk_plan(n, 1);
+        let sweep = Sweep {
+            chunks,
+            ends: self.rt.alloc(chunks, dt.size_bytes())?,
+            carries: self.rt.alloc(chunks, dt.size_bytes())?,
+            heads: self.rt.alloc(chunks, 8)?,
+            n: n as i64,
+            chunk: chunk as i64,
+        };
+        Ok((out, shape, Some(sweep)))
     }
 
     fn fill_raw(&self, b: &Buf<R>, value: f64, dtype: DType) -> Result<()> {
@@ -1010,22 +1024,14 @@ impl<R: KernelRuntime> Ops for KernelDevice<R> {
         segments: Option<&GpuIndex<R>>,
     ) -> Result<GpuTensor<R>> {
         let dt = x.dtype;
-        self.rt.check_dtype(dt)?;
-        let n = x.buf.len;
-        if let Some(s) = segments {
-            same_len("scan", "segments vs values", s.buf.len, n)?;
-        }
-        let (out, shape) = self.new_tensor(x.shape.clone(), dt)?;
-        if n == 0 {
+        let (out, shape, sweep) = self.sweep_setup("scan", x, segments)?;
+        let Some(Sweep { chunks, ends, carries, heads, n: nn, chunk: cl }) = sweep else {
             return Ok(self.wrap(out, shape, dt));
-        }
-        let (chunks, chunk) = chunk_plan(n, 1);
-        let ends = self.rt.alloc(chunks, dt.size_bytes())?;
-        let carries = self.rt.alloc(chunks, dt.size_bytes())?;
-        let heads = self.rt.alloc(chunks, 8)?;
+        };
+        let n = x.buf.len;
+        let cs = chunks as i64;
         // Without segments the kernels never read the keys: any buffer stands in.
         let keys = segments.map_or(&*x.buf, |s| &*s.buf);
-        let (nn, cl, cs) = (n as i64, chunk as i64, chunks as i64);
         let reverse = i32::from(spec.reverse);
         self.launch_chunks(
             dt,
@@ -1081,24 +1087,15 @@ impl<R: KernelRuntime> Ops for KernelDevice<R> {
         segments: Option<&GpuIndex<R>>,
     ) -> Result<GpuTensor<R>> {
         let dt = same_dtype("linear_recurrence", a, b)?;
-        self.rt.check_dtype(dt)?;
-        let n = a.buf.len;
-        same_len("linear_recurrence", "multipliers vs values", b.buf.len, n)?;
-        if let Some(s) = segments {
-            same_len("linear_recurrence", "segments vs values", s.buf.len, n)?;
-        }
-        let (out, shape) = self.new_tensor(a.shape.clone(), dt)?;
-        if n == 0 {
-            return Ok(self.wrap(out, shape, dt));
-        }
+        same_len("linear_recurrence", "multipliers vs values", b.buf.len, a.buf.len)?;
         // The scan's three phases over the same chunks, with affine maps for states.
-        let (chunks, chunk) = chunk_plan(n, 1);
-        let ends = self.rt.alloc(chunks, dt.size_bytes())?;
+        let (out, shape, sweep) = self.sweep_setup("linear_recurrence", a, segments)?;
+        let Some(Sweep { chunks, ends, carries, heads, n: nn, chunk: cl }) = sweep else {
+            return Ok(self.wrap(out, shape, dt));
+        };
         let prods = self.rt.alloc(chunks, dt.size_bytes())?;
-        let carries = self.rt.alloc(chunks, dt.size_bytes())?;
-        let heads = self.rt.alloc(chunks, 8)?;
+        let cs = chunks as i64;
         let keys = segments.map_or(&*a.buf, |s| &*s.buf);
-        let (nn, cl, cs) = (n as i64, chunk as i64, chunks as i64);
         let (exclusive, reverse) = (i32::from(spec.exclusive), i32::from(spec.reverse));
         self.launch_chunks(
             dt,
