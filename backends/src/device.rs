@@ -32,10 +32,5 @@ pub struct DeviceStatus {
 
 /// Probes every device kind adgauge knows. Never panics: an absent driver is a reported state.
 pub fn probe_devices() -> Vec<DeviceStatus> {
-    let threads = rayon::current_num_threads();
-    vec![
-        DeviceStatus { name: "cpu", available: true, detail: format!("rayon, {threads} threads") },
-        crate::opencl::probe(),
-        crate::cuda::probe(),
-    ]
+    crate::registry::DEVICES.iter().map(|d| (d.probe)()).collect()
 }

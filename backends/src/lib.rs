@@ -31,6 +31,7 @@ pub mod kernel_source;
 pub mod opencl;
 mod ops;
 pub mod oracle;
+pub mod registry;
 pub mod reverse;
 pub mod rules;
 
@@ -45,5 +46,6 @@ pub use opencl::OpenCl;
 pub use ops::{
     BinaryOp, ChunkedHist, Extremum, HistOp, IndexMeta, Operand, Ops, OutOfRange, Primal, ScanSpec, TensorMeta, UnaryOp,
 };
+pub use registry::{AnyDevice, DEVICES, DeviceKind, device_kind, device_names, open_device};
 pub use reverse::{Grads, Reverse, Var};
 pub use rules::hist::HistRule;

@@ -1,25 +1,21 @@
 //! The `adgauge` command line: evaluate single inputs, run suites, list backends.
 
-mod ba_case;
-mod case_json;
-mod classic;
-mod devices;
 mod environment;
 mod eval;
 mod exit;
-mod hist_case;
 mod history;
-mod kmeans_case;
 mod memory;
+mod pipeline;
 mod run;
-mod runner;
+mod sinks;
 mod suite;
 mod timing;
+mod tool;
 mod validation;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Arg, ArgAction, ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use exit::{Code, code_of};
 
@@ -61,8 +57,38 @@ enum Command {
     },
 }
 
+/// The command line with every workload's own `eval` flags added.
+fn command() -> clap::Command {
+    Cli::command().mut_subcommand("eval", |mut eval| {
+        for o in adgauge_workloads::registry().iter().flat_map(|w| w.eval_options()) {
+            let arg = Arg::new(o.flag).long(o.flag).help(o.help);
+            eval = eval.arg(if o.takes_value { arg.action(ArgAction::Set) } else { arg.action(ArgAction::SetTrue) });
+        }
+        eval
+    })
+}
+
+/// The workload flags given to `eval` (flag -> value, "" for a switch).
+fn workload_options(eval: &ArgMatches) -> std::collections::BTreeMap<String, String> {
+    let mut out = std::collections::BTreeMap::new();
+    for o in adgauge_workloads::registry().iter().flat_map(|w| w.eval_options()) {
+        if o.takes_value {
+            if let Some(v) = eval.get_one::<String>(o.flag) {
+                out.insert(o.flag.to_string(), v.clone());
+            }
+        } else if eval.get_flag(o.flag) {
+            out.insert(o.flag.to_string(), String::new());
+        }
+    }
+    out
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = command().get_matches();
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if let (Some(Command::Eval(args)), Some(("eval", eval))) = (cli.command.as_mut(), matches.subcommand()) {
+        args.options = workload_options(eval);
+    }
     let command = cli.command.unwrap_or(Command::Run(run::RunArgs::default()));
     let result = match command {
         Command::Eval(args) => eval::run(&args, cli.threads).map(|json| {
@@ -74,10 +100,13 @@ fn main() -> ExitCode {
         Command::Gate(args) => history::gate_command(&args),
         Command::Merge(args) => history::merge_command(&args),
         Command::Report(args) => history::report_command(&args),
-        Command::Backends { json } => {
+        Command::Backends { json } => (|| {
+            // Tools open their devices on first use: listing versions opens nothing.
+            let tools = tool::Tools::builtin(cli.threads, adgauge_backends::Cpu::new(cli.threads)?);
             for d in adgauge_backends::probe_devices() {
                 if json {
-                    let v = serde_json::json!({"name": d.name, "available": d.available, "detail": d.detail});
+                    let version = tools.get(d.name).map(|t| t.version());
+                    let v = serde_json::json!({"name": d.name, "available": d.available, "detail": d.detail, "version": version});
                     println!("{v}");
                 } else {
                     let state = if d.available { "available" } else { "unavailable" };
@@ -85,7 +114,7 @@ fn main() -> ExitCode {
                 }
             }
             Ok(Code::Success)
-        }
+        })(),
     };
     match result {
         Ok(code) => code.into(),

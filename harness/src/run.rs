@@ -1,21 +1,19 @@
 //! `adgauge run` (the default command) and `adgauge check`.
 
-use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
 use clap::Args;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use adgauge_backends::{Cpu, Cuda, DType, Device, HistRule, OpenCl};
-use adgauge_datasets::hist::IndexDist;
-use adgauge_reports::{ResultRow, Status, Timing};
-use adgauge_workloads::HistWorkload;
+use adgauge_backends::{Cpu, DType, Device};
+use adgauge_reports::{ResultRow, Status};
+use adgauge_workloads::Mode;
 
-use crate::devices::open_device;
-use crate::exit::{Code, bad_input};
-use crate::history::RunWriter;
-use crate::runner::{Options, is_unsupported, run_case, unavailable_row, validate};
-use crate::suite::{Case, CaseSpec, DEFAULT_SEED, Mode, Suite, default_suite, parse_suite};
+use crate::exit::{Code, bad_input, unavailable};
+use crate::pipeline::{Case, Settings, cannot_run, is_unsupported, run_case, validate};
+use crate::sinks::{Console, Fanout, HistorySink, JsonLinesSink, ProgressSink, RunStart, Sink, TableSink};
+use crate::suite::{DEFAULT_SEED, Suite, default_suite, parse_suite};
+use crate::tool::Tools;
+use crate::validation::Outcome;
 
 #[derive(Args, Debug, Default)]
 pub struct RunArgs {
@@ -68,8 +66,8 @@ fn parse_shard(s: &str) -> Result<(usize, usize), String> {
 
 #[derive(Args, Debug, Default)]
 pub struct CheckArgs {
-    /// Backend to validate.
-    #[arg(long, default_value = "cpu")]
+    /// Tool (backend) to validate: cpu, opencl or cuda (`adgauge backends` lists them).
+    #[arg(long, alias = "tool", default_value = "cpu")]
     pub backend: String,
     /// Only these workloads (repeatable), e.g. --workload hist-add.
     #[arg(long)]
@@ -81,68 +79,6 @@ pub struct CheckArgs {
     /// adjoint in every VJP.
     #[arg(long, hide = true)]
     pub inject_fault: Option<String>,
-}
-
-fn ms(t: &Option<Timing>, f: impl Fn(&Timing) -> f64) -> String {
-    t.as_ref().map(|t| format!("{:.3}", f(t) * 1e3)).unwrap_or_else(|| "-".into())
-}
-
-fn ratio(x: Option<f64>) -> String {
-    x.map(|r| format!("{r:.2}")).unwrap_or_else(|| "-".into())
-}
-
-fn header() -> String {
-    format!(
-        "{:<15} {:>9} {:>8} {:<6} {:<15} {:<4} {:>3} {:>17} {:>17} {:>17} {:>7} {:>7} {:>7} {:>7}  check",
-        "workload",
-        "n",
-        "k",
-        "device",
-        "rule",
-        "type",
-        "thr",
-        "primal ms min/med",
-        "vjp ms min/med",
-        "jvp ms min/med",
-        "vjp/pri",
-        "jvp/pri",
-        "mem vjp",
-        "mem jvp"
-    )
-}
-
-fn table_row(row: &ResultRow) -> String {
-    let p = |k: &str| row.params.get(k).cloned().unwrap_or_default();
-    // The classic workloads have a dimension too.
-    let workload = match (row.params.get("d"), row.params.get("l"), row.params.get("c")) {
-        (Some(d), _, _) => format!("{} d={d}", row.workload),
-        (None, Some(l), Some(c)) => format!("{} l={l} c={c}", row.workload),
-        (None, None, None) if row.params.contains_key("p") => format!("{} p={}", row.workload, p("p")),
-        _ => row.workload.clone(),
-    };
-    let both = |t: &Option<Timing>| format!("{}/{}", ms(t, |t| t.min_s), ms(t, |t| t.median_s));
-    let status = match row.status {
-        Status::Ok => "ok".to_string(),
-        other => format!("{}: {}", other.name().to_uppercase(), row.message.clone().unwrap_or_default()),
-    };
-    format!(
-        "{:<15} {:>9} {:>8} {:<6} {:<15} {:<4} {:>3} {:>17} {:>17} {:>17} {:>7} {:>7} {:>7} {:>7}  {}",
-        workload,
-        p("n"),
-        p("k"),
-        row.backend,
-        row.rule,
-        row.dtype,
-        row.threads,
-        both(&row.primal),
-        both(&row.vjp),
-        both(&row.jvp),
-        ratio(row.vjp_overhead()),
-        ratio(row.jvp_overhead()),
-        ratio(row.vjp_memory_ratio()),
-        ratio(row.jvp_memory_ratio()),
-        status
-    )
 }
 
 fn code_for(row: &ResultRow) -> Code {
@@ -163,17 +99,14 @@ fn load_suite(path: &Option<PathBuf>) -> anyhow::Result<Suite> {
     }
 }
 
-/// A progress bar on stderr, only when stderr is a terminal and not `--quiet`.
-fn progress(len: usize, quiet: bool) -> ProgressBar {
-    let bar = ProgressBar::new(len as u64);
-    if quiet || !std::io::stderr().is_terminal() {
-        bar.set_draw_target(ProgressDrawTarget::hidden());
-    } else if let Ok(style) =
-        ProgressStyle::with_template("{bar:30} {pos}/{len} cases  elapsed {elapsed}  eta {eta}  {msg}")
-    {
-        bar.set_style(style);
+fn settings(suite: &Suite) -> Settings {
+    Settings {
+        time: true,
+        budget: suite.budget,
+        case_limit: suite.case_limit,
+        tolerances: suite.tolerances.clone(),
+        fault: None,
     }
-    bar
 }
 
 pub fn run(args: &RunArgs, threads: Option<usize>) -> anyhow::Result<Code> {
@@ -194,127 +127,90 @@ pub fn run(args: &RunArgs, threads: Option<usize>) -> anyhow::Result<Code> {
             return Err(bad_input(format!("--filter '{f}' matches no case (see `adgauge run --list`)")));
         }
     }
+    let console = Console::new(cases.len(), args.quiet || args.list);
     if args.list {
         for c in &cases {
-            println!("{}", c.id());
+            console.line(&c.id());
         }
         return Ok(Code::Success);
     }
     let cpu = Cpu::new(threads)?;
-    // Other backends open on first use; one that cannot start makes its cases skipped rows.
-    let gpus = Gpus::default();
+    // Every tool opens on first use; one that cannot start makes its cases skipped rows.
+    let tools = Tools::builtin(threads, cpu.clone());
     let info = crate::environment::run_info();
-    if !args.json {
-        println!(
-            "adgauge {} — suite {} ({} cases) on {}, seed {}, run {}",
-            env!("CARGO_PKG_VERSION"),
-            suite.name,
-            cases.len(),
-            cpu.device_name(),
-            suite.seed,
-            info.run_id
-        );
-        if let Some(d) = &suite.description {
-            println!("{d}");
-        }
-        println!("{}", header());
+    let mut sink = Fanout::default();
+    sink.push(ProgressSink(console.clone()));
+    if args.json {
+        sink.push(JsonLinesSink(console.clone()));
+    } else {
+        sink.push(TableSink(console.clone()));
     }
-    let opts = Options::from_suite(&suite);
     let mut dirs: Vec<PathBuf> = args.out.iter().chain(&args.history).cloned().collect();
     // Children of --isolate (--exact) report to their parent, which saves the run.
     if dirs.is_empty() && !args.no_save && args.exact.is_none() {
         dirs.push(std::env::var_os("ADGAUGE_RESULTS").map(PathBuf::from).unwrap_or_else(|| "adgauge-results".into()));
     }
-    let mut writer = if dirs.is_empty() { None } else { Some(RunWriter::new(dirs, info.clone())?) };
-    let bar = progress(cases.len(), args.quiet);
+    if !dirs.is_empty() {
+        sink.push(HistorySink::new(dirs, info.clone())?);
+    }
+    let settings = settings(&suite);
+    let machine = cpu.device_name();
+    sink.run_started(&RunStart {
+        info: &info,
+        suite: &suite.name,
+        description: suite.description.as_deref(),
+        cases: cases.len(),
+        machine: &machine,
+        seed: suite.seed,
+    })?;
     let mut code = Code::Success;
     for c in &cases {
-        bar.set_message(c.id());
+        sink.case_started(&c.id());
         let row = if args.isolate {
-            run_isolated(args, threads, c, &opts, cpu.threads())
+            run_isolated(args, threads, c, &settings, cpu.threads())
         } else {
-            run_on(&cpu, &gpus, c, &opts)
+            run_case(&tools, c, &settings)
         };
         code = code.combine(code_for(&row));
-        let line = if args.json { serde_json::to_string(&row)? } else { table_row(&row) };
-        bar.suspend(|| {
-            println!("{line}");
-            let _ = std::io::stdout().flush();
-        });
-        if let Some(w) = writer.as_mut() {
-            w.push(row)?;
-        }
-        bar.inc(1);
+        sink.case_finished(&row)?;
     }
-    bar.finish_and_clear();
-    if let Some(w) = writer {
-        for path in w.finish()? {
-            eprintln!("wrote run {} to {}", info.run_id, path.display());
-        }
-    }
+    sink.run_finished()?;
     Ok(code)
 }
 
-/// The classic validation cases (k-means, GMM, LSTM) selected by `--workload` and `--dtype`.
-fn classic_check_cases(args: &CheckArgs) -> Vec<crate::classic::ClassicSpec> {
-    let wanted = |w: &str| args.workload.is_empty() || args.workload.iter().any(|x| x == w);
-    let dtypes: Vec<DType> = args.dtype.map(|d| vec![d]).unwrap_or_else(|| DType::ALL.to_vec());
-    let mut classic = Vec::new();
-    for &dtype in &dtypes {
-        for (name, kind) in [
-            ("kmeans", crate::classic::ClassicKind::Kmeans { n: 200, k: 5, d: 4 }),
-            ("gmm", crate::classic::ClassicKind::Gmm { d: 3, k: 3, n: 50 }),
-            ("lstm", crate::classic::ClassicKind::Lstm { l: 2, c: 6, b: 4 }),
-            ("ba", crate::classic::ClassicKind::Ba { n: 3, m: 10, p: 30 }),
-        ] {
-            if wanted(name) {
-                classic.push(crate::classic::ClassicSpec {
-                    kind,
-                    dtype,
-                    seed: DEFAULT_SEED,
-                    backend: args.backend.clone(),
-                    modes: vec![Mode::Primal, Mode::Vjp, Mode::Jvp],
-                    validate: true,
-                });
+/// Validation cases: every selected workload name at its validation size, in every dtype and
+/// rule, on one tool.
+fn check_cases(args: &CheckArgs) -> anyhow::Result<Vec<Case>> {
+    let names: Vec<String> = if args.workload.is_empty() {
+        adgauge_workloads::all_names()
+    } else {
+        for name in &args.workload {
+            if adgauge_workloads::find(name).is_none() {
+                let known = adgauge_workloads::all_names().join(", ");
+                return Err(bad_input(format!("--workload: unknown workload '{name}' (known: {known})")));
             }
         }
-    }
-    classic
-}
-
-/// Validation cases: every selected workload x rule x dtype at validation size.
-fn check_cases(args: &CheckArgs) -> anyhow::Result<Vec<CaseSpec>> {
-    let workloads: Vec<HistWorkload> = if args.workload.is_empty() {
-        HistWorkload::all()
-    } else {
-        args.workload
-            .iter()
-            .filter(|name| !matches!(name.as_str(), "kmeans" | "gmm" | "lstm" | "ba"))
-            .map(|name| {
-                HistWorkload::parse(name).ok_or_else(|| {
-                    let known: Vec<String> = HistWorkload::all().iter().map(|w| w.name()).collect();
-                    bad_input(format!("unknown workload '{name}' (known: {}, kmeans, gmm, lstm, ba)", known.join(", ")))
-                })
-            })
-            .collect::<anyhow::Result<_>>()?
+        args.workload.clone()
     };
     let dtypes: Vec<DType> = args.dtype.map(|d| vec![d]).unwrap_or_else(|| DType::ALL.to_vec());
     let mut out = Vec::new();
-    for &workload in &workloads {
+    for name in names {
+        let Some(workload) = adgauge_workloads::find(&name) else { continue };
+        let params = workload.check_params(&name);
+        let rules = workload.rules();
+        let rules = if rules.is_empty() { vec!["-".to_string()] } else { rules };
         for &dtype in &dtypes {
-            for rule in HistRule::ALL {
-                out.push(CaseSpec {
+            for rule in &rules {
+                out.push(Case {
                     workload,
-                    n: 2000,
-                    k: 64,
-                    dist: IndexDist::Uniform,
-                    out_of_range: 0.05,
+                    name: name.clone(),
+                    params: params.clone(),
+                    rule: rule.clone(),
                     dtype,
-                    rule,
-                    seed: DEFAULT_SEED,
-                    backend: args.backend.clone(),
-                    modes: vec![Mode::Primal, Mode::Vjp, Mode::Jvp],
+                    tool: args.backend.clone(),
+                    modes: Mode::TIMED.to_vec(),
                     validate: true,
+                    seed: DEFAULT_SEED,
                 });
             }
         }
@@ -323,21 +219,62 @@ fn check_cases(args: &CheckArgs) -> anyhow::Result<Vec<CaseSpec>> {
 }
 
 pub fn check(args: &CheckArgs, threads: Option<usize>) -> anyhow::Result<Code> {
-    let drop_dest_adjoint = match args.inject_fault.as_deref() {
-        None => false,
-        Some("drop-dest-adjoint") => true,
+    let fault = match args.inject_fault.as_deref() {
+        None => None,
+        Some("drop-dest-adjoint") => Some("drop-dest-adjoint".to_string()),
         Some(other) => {
             return Err(bad_input(format!("unknown fault '{other}' (known: drop-dest-adjoint)")));
         }
     };
     let cases = check_cases(args)?;
-    let classic = classic_check_cases(args);
-    let device = open_device(&args.backend, threads)?;
-    crate::with_device!(&device, |d| check_on(d, &cases, &classic, threads, drop_dest_adjoint))
+    let tools = Tools::builtin(threads, Cpu::new(threads)?);
+    let tool = tools.get(&args.backend).ok_or_else(|| {
+        bad_input(format!("--backend: unknown tool '{}' (known: {})", args.backend, Tools::builtin_names().join(", ")))
+    })?;
+    if let Err(why) = tool.availability() {
+        return Err(unavailable(format!("backend {} is unavailable: {why}", args.backend)));
+    }
+    let settings = Settings {
+        time: false,
+        budget: Default::default(),
+        case_limit: std::time::Duration::MAX,
+        tolerances: Default::default(),
+        fault,
+    };
+    let mut failures = Vec::new();
+    let mut skipped = 0;
+    for c in &cases {
+        let id = c.id();
+        let result = match cannot_run(tool, c) {
+            Some(why) => Err(anyhow::Error::new(adgauge_backends::OpError::Unsupported(why))),
+            None => validate(tool, c, &settings),
+        };
+        match result {
+            Ok(outcomes) => print_outcomes(&id, &outcomes, &mut failures),
+            Err(e) if is_unsupported(&e) => {
+                skipped += 1;
+                println!("{id:<62} skipped: {e:#}");
+            }
+            Err(e) => {
+                println!("{id:<62} ERROR {e:#}");
+                failures.push(format!("{id}: error: {e:#}"));
+            }
+        }
+    }
+    if failures.is_empty() {
+        println!("{} cases passed every check ({skipped} skipped as unsupported)", cases.len() - skipped);
+        Ok(Code::Success)
+    } else {
+        eprintln!("{} failure(s):", failures.len());
+        for f in &failures {
+            eprintln!("  {f}");
+        }
+        Ok(Code::Failed)
+    }
 }
 
 /// One line per check; failures are collected to be repeated at the end.
-fn print_outcomes(id: &str, outcomes: &[crate::validation::Outcome], failures: &mut Vec<String>) {
+fn print_outcomes(id: &str, outcomes: &[Outcome], failures: &mut Vec<String>) {
     for o in outcomes {
         let state = match (&o.skipped, o.passed()) {
             (Some(why), _) => format!("skipped ({why})"),
@@ -351,94 +288,15 @@ fn print_outcomes(id: &str, outcomes: &[crate::validation::Outcome], failures: &
     }
 }
 
-/// Runs the validation cases on one device.
-fn check_on<D: Device>(
-    device: &D,
-    cases: &[CaseSpec],
-    classic: &[crate::classic::ClassicSpec],
-    threads: Option<usize>,
-    drop_dest_adjoint: bool,
-) -> anyhow::Result<Code> {
-    let mut failures = Vec::new();
-    let mut skipped = 0;
-    // One line per check, or the reason a case was skipped or failed to run.
-    let mut report = |id: String, result: anyhow::Result<Vec<crate::validation::Outcome>>| match result {
-        Ok(outcomes) => print_outcomes(&id, &outcomes, &mut failures),
-        Err(e) if is_unsupported(&e) => {
-            skipped += 1;
-            println!("{id:<62} skipped: {e:#}");
-        }
-        Err(e) => {
-            println!("{id:<62} ERROR {e:#}");
-            failures.push(format!("{id}: error: {e:#}"));
-        }
-    };
-    for c in cases {
-        report(c.id(), validate(device, c, drop_dest_adjoint));
-    }
-    if !classic.is_empty() {
-        // The f64 reference values for finite differences come from the CPU.
-        let cpu = Cpu::new(threads)?;
-        for c in classic {
-            report(c.id(), crate::classic::validate(&cpu, device, c));
-        }
-    }
-    let total = cases.len() + classic.len();
-    if failures.is_empty() {
-        println!("{} cases passed every check ({skipped} skipped as unsupported)", total - skipped);
-        Ok(Code::Success)
-    } else {
-        eprintln!("{} failure(s):", failures.len());
-        for f in &failures {
-            eprintln!("  {f}");
-        }
-        Ok(Code::Failed)
-    }
-}
-
-/// The GPU devices of a run, each opened on first use (`None`: it cannot start).
-#[derive(Default)]
-struct Gpus {
-    opencl: std::cell::OnceCell<Option<OpenCl>>,
-    cuda: std::cell::OnceCell<Option<Cuda>>,
-}
-
-/// Runs one case on the device of its backend (opened on first use).
-fn run_on(cpu: &Cpu, gpus: &Gpus, case: &Case, opts: &Options) -> ResultRow {
-    let case = match case {
-        Case::Hist(c) => c,
-        Case::Classic(c) => {
-            return match c.backend.as_str() {
-                "cpu" => crate::classic::run_case(cpu, cpu, c, &opts.budget),
-                "opencl" => match gpus.opencl.get_or_init(|| OpenCl::new().ok()) {
-                    Some(d) => crate::classic::run_case(cpu, d, c, &opts.budget),
-                    None => unavailable_row(c.empty_row(cpu.threads()), "opencl"),
-                },
-                "cuda" => match gpus.cuda.get_or_init(|| Cuda::new().ok()) {
-                    Some(d) => crate::classic::run_case(cpu, d, c, &opts.budget),
-                    None => unavailable_row(c.empty_row(cpu.threads()), "cuda"),
-                },
-                other => unavailable_row(c.empty_row(cpu.threads()), other),
-            };
-        }
-    };
-    match case.backend.as_str() {
-        "opencl" => match gpus.opencl.get_or_init(|| OpenCl::new().ok()) {
-            Some(d) => run_case(d, case, opts),
-            // The CPU device reports the unavailable backend as a skipped row with the reason.
-            None => run_case(cpu, case, opts),
-        },
-        "cuda" => match gpus.cuda.get_or_init(|| Cuda::new().ok()) {
-            Some(d) => run_case(d, case, opts),
-            None => run_case(cpu, case, opts),
-        },
-        _ => run_case(cpu, case, opts),
-    }
-}
-
 /// Runs one case in a child `adgauge run --exact ID --json` and reads its row; a crash or a kill
 /// at the time limit becomes an error or timeout row, so one failing case never ends the run.
-fn run_isolated(args: &RunArgs, threads: Option<usize>, case: &Case, opts: &Options, nthreads: usize) -> ResultRow {
+fn run_isolated(
+    args: &RunArgs,
+    threads: Option<usize>,
+    case: &Case,
+    settings: &Settings,
+    nthreads: usize,
+) -> ResultRow {
     use std::process::{Command, Stdio};
     use std::time::{Duration, Instant};
 
@@ -477,7 +335,7 @@ fn run_isolated(args: &RunArgs, threads: Option<usize>, case: &Case, opts: &Opti
     let out = drain(child.stdout.take().map(|p| Box::new(p) as Box<dyn std::io::Read + Send>));
     let err = drain(child.stderr.take().map(|p| Box::new(p) as Box<dyn std::io::Read + Send>));
     // The child enforces the limit between phases; the parent kills it a little later.
-    let limit = opts.case_limit + Duration::from_secs(10);
+    let limit = settings.case_limit.saturating_add(Duration::from_secs(10));
     let started = Instant::now();
     let status = loop {
         match child.try_wait() {

@@ -7,85 +7,47 @@
 //! timing: {samples: 5, min_sample_ms: 5, time_limit_s: 0.4, case_time_limit_s: 120}
 //! tolerances: {fd-vjp: {f32: 2e-3}}     # overrides of the built-in table
 //! cases:
-//!   - workload: hist                    # the tag: one entry kind per workload family
-//!     ops: [add, mul, min, max]
-//!     rules: [auto, special, general-sort, general-chunked]
+//!   - workload: hist                    # a registered workload family
+//!     ops: [add, mul, min, max]         # ...then the keys of its schema
 //!     n: [1000000]
 //!     k: [10, 1000]
-//!     dist: [uniform]                   # default [uniform]
-//!     out_of_range: 0.05                # default 0.05
+//!     rules: [auto, general-sort]       # workloads with rules: default all
 //!     dtypes: [f32]                     # default [f32]
-//!     backends: [cpu]                   # default [cpu]
+//!     tools: [cpu]                      # default [cpu]; `backends` is an alias
 //!     modes: [primal, vjp, jvp]         # which modes to time; default all three
-//!   - workload: kmeans                  # n points, k centres, d dimensions
-//!     n: [10000]
-//!     k: [10]
-//!     d: [8]
-//!   - workload: gmm                     # ADBench's generator: d dimensions, k components
-//!     d: [2]
-//!     k: [5]
-//!     n: [1000]
-//!   - workload: lstm                    # l layers, c characters, b bits (default [14])
-//!     l: [2]
-//!     c: [1024]
+//!     validate: true                    # default true
 //! ```
 //!
-//! The classic entries take the same `dtypes`, `backends`, `modes` and `validate` keys.
+//! Nothing here knows a workload: an entry's `workload:` picks a [`Workload`] from the
+//! registry, whose schema ([`ParamSpec`]s) says which keys the entry may set, their defaults and
+//! bounds. An entry expands into the product of its lists in schema order (the first key is
+//! the outermost loop), then dtypes, tools and rules.
 //!
-//! Unknown keys and bad values are errors that name the line and column.
+//! Unknown keys, workloads, tools and bad values are errors that name the file, line and column
+//! and list the valid names.
 
 use std::collections::BTreeMap;
-use std::str::FromStr;
 use std::time::Duration;
 
 use serde::Deserialize;
+use serde_json::Value as Json;
+use serde_saphyr::Spanned;
 
-use adgauge_backends::{DType, HistOp, HistRule};
-use adgauge_datasets::hist::IndexDist;
-use adgauge_workloads::HistWorkload;
+use adgauge_backends::DType;
+use adgauge_workloads::{Mode, ParamKind, ParamSpec, Params, Value, Workload};
 
-use crate::classic::{ClassicKind, ClassicSpec};
+use crate::pipeline::Case;
 use crate::timing::Budget;
+use crate::tool::Tools;
 use crate::validation::CheckKind;
 
 /// The default suite, embedded.
 pub const DEFAULT_SUITE: &str = include_str!("../../suites/default.yaml");
 
-/// A value read from its text form with `FromStr`, so that YAML errors point at the bad value.
-#[derive(Clone, Copy, Debug, PartialEq)]
-struct Parsed<T>(T);
-
-impl<'de, T: FromStr<Err = String>> Deserialize<'de> for Parsed<T> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        T::from_str(&s).map(Parsed).map_err(serde::de::Error::custom)
-    }
-}
-
-/// A timed mode.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    Primal,
-    Vjp,
-    Jvp,
-}
-
-impl FromStr for Mode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "primal" => Ok(Mode::Primal),
-            "vjp" => Ok(Mode::Vjp),
-            "jvp" => Ok(Mode::Jvp),
-            _ => Err(format!("unknown mode '{s}' (expected primal, vjp or jvp)")),
-        }
-    }
-}
-
 #[derive(Deserialize, Debug)]
 #[serde(deny_unknown_fields)]
 struct TimingFile {
-    samples: Option<usize>,
+    samples: Option<u64>,
     min_sample_ms: Option<f64>,
     time_limit_s: Option<f64>,
     case_time_limit_s: Option<f64>,
@@ -98,133 +60,8 @@ struct ToleranceFile {
     f64: Option<f64>,
 }
 
-fn default_dists() -> Vec<Parsed<IndexDist>> {
-    vec![Parsed(IndexDist::Uniform)]
-}
-fn default_oob() -> f64 {
-    0.05
-}
-fn default_dtypes() -> Vec<Parsed<DType>> {
-    vec![Parsed(DType::F32)]
-}
-fn default_backends() -> Vec<String> {
-    vec!["cpu".into()]
-}
-fn default_modes() -> Vec<Parsed<Mode>> {
-    vec![Parsed(Mode::Primal), Parsed(Mode::Vjp), Parsed(Mode::Jvp)]
-}
-fn default_rules() -> Vec<Parsed<HistRule>> {
-    HistRule::ALL.iter().map(|&r| Parsed(r)).collect()
-}
-fn yes() -> bool {
-    true
-}
-
-#[derive(Deserialize, Debug)]
-#[serde(tag = "workload", rename_all = "kebab-case", deny_unknown_fields)]
-enum GroupFile {
-    Hist {
-        ops: Vec<Parsed<HistOp>>,
-        #[serde(default = "default_rules")]
-        rules: Vec<Parsed<HistRule>>,
-        n: Vec<usize>,
-        k: Vec<usize>,
-        #[serde(default = "default_dists")]
-        dist: Vec<Parsed<IndexDist>>,
-        #[serde(default = "default_oob")]
-        out_of_range: f64,
-        #[serde(default = "default_dtypes")]
-        dtypes: Vec<Parsed<DType>>,
-        #[serde(default = "default_backends")]
-        backends: Vec<String>,
-        #[serde(default = "default_modes")]
-        modes: Vec<Parsed<Mode>>,
-        #[serde(default = "yes")]
-        validate: bool,
-    },
-    Kmeans {
-        n: Vec<usize>,
-        k: Vec<usize>,
-        d: Vec<usize>,
-        #[serde(default = "default_dtypes")]
-        dtypes: Vec<Parsed<DType>>,
-        #[serde(default = "default_backends")]
-        backends: Vec<String>,
-        #[serde(default = "default_modes")]
-        modes: Vec<Parsed<Mode>>,
-        #[serde(default = "yes")]
-        validate: bool,
-    },
-    Gmm {
-        d: Vec<usize>,
-        k: Vec<usize>,
-        n: Vec<usize>,
-        #[serde(default = "default_dtypes")]
-        dtypes: Vec<Parsed<DType>>,
-        #[serde(default = "default_backends")]
-        backends: Vec<String>,
-        #[serde(default = "default_modes")]
-        modes: Vec<Parsed<Mode>>,
-        #[serde(default = "yes")]
-        validate: bool,
-    },
-    /// ADBench's D-LSTM: l layers, c characters, b bits per character (ADBench's files: 14).
-    Lstm {
-        l: Vec<usize>,
-        c: Vec<usize>,
-        #[serde(default = "default_lstm_bits")]
-        b: Vec<usize>,
-        #[serde(default = "default_dtypes")]
-        dtypes: Vec<Parsed<DType>>,
-        #[serde(default = "default_backends")]
-        backends: Vec<String>,
-        #[serde(default = "default_modes")]
-        modes: Vec<Parsed<Mode>>,
-        #[serde(default = "yes")]
-        validate: bool,
-    },
-    /// Bundle adjustment: explicit (n, m, p) triples (sizes do not combine as a product; the
-    /// ADBench files' sizes are listed, and the problems generated as those files are).
-    Ba {
-        sizes: Vec<[usize; 3]>,
-        #[serde(default = "default_dtypes")]
-        dtypes: Vec<Parsed<DType>>,
-        #[serde(default = "default_backends")]
-        backends: Vec<String>,
-        #[serde(default = "default_modes")]
-        modes: Vec<Parsed<Mode>>,
-        #[serde(default = "yes")]
-        validate: bool,
-    },
-}
-
-fn default_lstm_bits() -> Vec<usize> {
-    vec![14]
-}
-
-/// A case of any workload family.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Case {
-    Hist(CaseSpec),
-    Classic(ClassicSpec),
-}
-
-impl Case {
-    pub fn id(&self) -> String {
-        match self {
-            Case::Hist(c) => c.id(),
-            Case::Classic(c) => c.id(),
-        }
-    }
-
-    /// A row with the case's identity and nothing measured.
-    pub fn empty_row(&self, threads: usize) -> adgauge_reports::ResultRow {
-        match self {
-            Case::Hist(c) => crate::runner::empty_row(threads, c),
-            Case::Classic(c) => c.empty_row(threads),
-        }
-    }
-}
+/// One entry of `cases:` as written: keys with their values and where they are.
+type EntryFile = BTreeMap<String, Spanned<Json>>;
 
 #[derive(Deserialize, Debug)]
 #[serde(deny_unknown_fields)]
@@ -236,49 +73,7 @@ struct SuiteFile {
     timing: Option<TimingFile>,
     #[serde(default)]
     tolerances: BTreeMap<String, ToleranceFile>,
-    cases: Vec<GroupFile>,
-}
-
-/// One case of a suite.
-#[derive(Clone, Debug, PartialEq)]
-pub struct CaseSpec {
-    pub workload: HistWorkload,
-    pub n: usize,
-    pub k: usize,
-    pub dist: IndexDist,
-    pub out_of_range: f64,
-    pub dtype: DType,
-    pub rule: HistRule,
-    pub seed: u64,
-    pub backend: String,
-    pub modes: Vec<Mode>,
-    pub validate: bool,
-}
-
-impl CaseSpec {
-    pub fn params(&self) -> BTreeMap<String, String> {
-        let mut p = BTreeMap::new();
-        p.insert("n".into(), self.n.to_string());
-        p.insert("k".into(), self.k.to_string());
-        p.insert("dist".into(), self.dist.name().into());
-        p.insert("oob".into(), self.out_of_range.to_string());
-        p
-    }
-
-    /// The stable case id.
-    pub fn id(&self) -> String {
-        adgauge_reports::case_id(
-            &self.workload.name(),
-            &self.params(),
-            &self.backend,
-            self.dtype.name(),
-            self.rule.name(),
-        )
-    }
-
-    pub fn times(&self, m: Mode) -> bool {
-        self.modes.contains(&m)
-    }
+    cases: Vec<EntryFile>,
 }
 
 /// A parsed suite: its cases and the settings that apply to all of them.
@@ -297,6 +92,13 @@ pub struct Suite {
 /// The seed suites use unless they set one.
 pub const DEFAULT_SEED: u64 = 20_261_122;
 
+/// Keys every entry may set, whatever its workload (`backends` reads the same as `tools`).
+const COMMON_KEYS: [&str; 7] = ["workload", "dtypes", "tools", "backends", "modes", "validate", "rules"];
+
+/// The longest time a suite may set (a day): longer values are typos, and `Duration` cannot
+/// hold every f64.
+const MAX_SECONDS: f64 = 86_400.0;
+
 /// Parses a suite; `source` names the file in errors (which carry line:column).
 pub fn parse_suite(text: &str, source: &str) -> Result<Suite, String> {
     // YAML 1.2 booleans only: under YAML 1.1 the key `n` would read as `false`.
@@ -307,28 +109,29 @@ pub fn parse_suite(text: &str, source: &str) -> Result<Suite, String> {
     let mut budget =
         Budget { min_sample: Duration::from_millis(5), samples: 5, time_limit: Duration::from_millis(400) };
     let mut case_limit = Duration::from_secs(120);
-    let positive = |what: &str, x: f64| -> Result<f64, String> {
-        if x.is_finite() && x > 0.0 {
-            Ok(x)
+    let seconds = |what: &str, x: f64| -> Result<Duration, String> {
+        if x.is_finite() && x > 0.0 && x <= MAX_SECONDS {
+            Ok(Duration::from_secs_f64(x))
         } else {
-            Err(format!("{source}: timing.{what} must be a positive number, got {x}"))
+            Err(format!("{source}: timing.{what} must be a positive number of seconds up to {MAX_SECONDS}, got {x}"))
         }
     };
     if let Some(t) = &file.timing {
         if let Some(s) = t.samples {
-            if s == 0 {
-                return Err(format!("{source}: timing.samples must be at least 1"));
+            if s == 0 || s > 1_000_000 {
+                return Err(format!("{source}: timing.samples must be in [1, 1000000], got {s}"));
             }
-            budget.samples = s;
+            budget.samples = s as usize;
         }
         if let Some(ms) = t.min_sample_ms {
-            budget.min_sample = Duration::from_secs_f64(positive("min_sample_ms", ms)? / 1e3);
+            budget.min_sample =
+                seconds("min_sample_ms", ms / 1e3).map_err(|e| e.replace("seconds", "seconds (/ 1000)"))?;
         }
         if let Some(s) = t.time_limit_s {
-            budget.time_limit = Duration::from_secs_f64(positive("time_limit_s", s)?);
+            budget.time_limit = seconds("time_limit_s", s)?;
         }
         if let Some(s) = t.case_time_limit_s {
-            case_limit = Duration::from_secs_f64(positive("case_time_limit_s", s)?);
+            case_limit = seconds("case_time_limit_s", s)?;
         }
     }
     let mut tolerances = BTreeMap::new();
@@ -338,136 +141,260 @@ pub fn parse_suite(text: &str, source: &str) -> Result<Suite, String> {
         })?;
         for (dt, v) in [(DType::F32, t.f32), (DType::F64, t.f64)] {
             if let Some(v) = v {
-                tolerances.insert(
-                    (kind, dt),
-                    positive(&format!("tolerances.{name}.{dt}"), v).map_err(|e| e.replace("timing.", ""))?,
-                );
+                if !(v.is_finite() && v > 0.0) {
+                    return Err(format!("{source}: tolerances.{name}.{dt} must be a positive number, got {v}"));
+                }
+                tolerances.insert((kind, dt), v);
             }
         }
     }
     let mut cases = Vec::new();
-    for (g, group) in file.cases.iter().enumerate() {
-        match group {
-            // The classic workloads are expanded below.
-            GroupFile::Kmeans { .. } | GroupFile::Gmm { .. } | GroupFile::Lstm { .. } => {}
-            GroupFile::Ba { sizes, dtypes, backends, modes, validate } => {
-                for &[n, m, p] in sizes {
-                    if n == 0 || m == 0 || p == 0 {
-                        return Err(format!("{source}: cases[{g}]: BA sizes must be positive (n={n}, m={m}, p={p})"));
-                    }
-                    for (dtype, backend) in dtypes.iter().flat_map(|d| backends.iter().map(move |b| (d.0, b))) {
-                        cases.push(Case::Classic(ClassicSpec {
-                            kind: ClassicKind::Ba { n, m, p },
-                            dtype,
-                            seed,
-                            backend: backend.clone(),
-                            modes: modes.iter().map(|m| m.0).collect(),
-                            validate: *validate,
-                        }));
-                    }
-                }
-            }
-            GroupFile::Hist { ops, rules, n, k, dist, out_of_range, dtypes, backends, modes, validate } => {
-                if !(0.0..=1.0).contains(out_of_range) {
-                    return Err(format!("{source}: cases[{g}].out_of_range must be in [0, 1], got {out_of_range}"));
-                }
-                for (what, list_empty) in
-                    [("ops", ops.is_empty()), ("rules", rules.is_empty()), ("n", n.is_empty()), ("k", k.is_empty())]
-                {
-                    if list_empty {
-                        return Err(format!("{source}: cases[{g}].{what} is empty"));
-                    }
-                }
-                for &op in ops {
-                    for &size in n {
-                        for &bins in k {
-                            for &d in dist {
-                                for &dtype in dtypes {
-                                    for backend in backends {
-                                        for &rule in rules {
-                                            cases.push(Case::Hist(CaseSpec {
-                                                workload: HistWorkload { op: op.0 },
-                                                n: size,
-                                                k: bins,
-                                                dist: d.0,
-                                                out_of_range: *out_of_range,
-                                                dtype: dtype.0,
-                                                rule: rule.0,
-                                                seed,
-                                                backend: backend.clone(),
-                                                modes: modes.iter().map(|m| m.0).collect(),
-                                                validate: *validate,
-                                            }));
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
-    for group in &file.cases {
-        let (kmeans, d_list, k_list, n_list, dtypes, backends, modes, validate) = match group {
-            GroupFile::Hist { .. } | GroupFile::Ba { .. } => continue,
-            GroupFile::Lstm { l, c, b, dtypes, backends, modes, validate } => {
-                for (&l, &c, &b) in l.iter().flat_map(|l| c.iter().flat_map(move |c| b.iter().map(move |b| (l, c, b))))
-                {
-                    if l == 0 || c < 2 || b == 0 {
-                        return Err(format!("{source}: LSTM sizes need l >= 1, c >= 2, b >= 1 (l={l}, c={c}, b={b})"));
-                    }
-                    for &dtype in dtypes {
-                        for backend in backends {
-                            cases.push(Case::Classic(ClassicSpec {
-                                kind: ClassicKind::Lstm { l, c, b },
-                                dtype: dtype.0,
-                                seed,
-                                backend: backend.clone(),
-                                modes: modes.iter().map(|m| m.0).collect(),
-                                validate: *validate,
-                            }));
-                        }
-                    }
-                }
-                continue;
-            }
-            GroupFile::Kmeans { n, k, d, dtypes, backends, modes, validate } => {
-                (true, d, k, n, dtypes, backends, modes, validate)
-            }
-            GroupFile::Gmm { d, k, n, dtypes, backends, modes, validate } => {
-                (false, d, k, n, dtypes, backends, modes, validate)
-            }
-        };
-        for &n in n_list {
-            for &k in k_list {
-                for &d in d_list {
-                    if n == 0 || k == 0 || d == 0 {
-                        return Err(format!("{source}: sizes must be positive (n={n}, k={k}, d={d})"));
-                    }
-                    for &dtype in dtypes {
-                        for backend in backends {
-                            let kind =
-                                if kmeans { ClassicKind::Kmeans { n, k, d } } else { ClassicKind::Gmm { d, k, n } };
-                            cases.push(Case::Classic(ClassicSpec {
-                                kind,
-                                dtype: dtype.0,
-                                seed,
-                                backend: backend.clone(),
-                                modes: modes.iter().map(|m| m.0).collect(),
-                                validate: *validate,
-                            }));
-                        }
-                    }
-                }
-            }
-        }
+    for (g, entry) in file.cases.iter().enumerate() {
+        let at = Entry { text, source, g, entry };
+        cases.extend(at.expand(seed)?);
     }
     let mut seen = std::collections::BTreeSet::new();
     if let Some(dup) = cases.iter().find(|c| !seen.insert(c.id())) {
         return Err(format!("{source}: case {} is listed twice", dup.id()));
     }
     Ok(Suite { name: file.name, description: file.description, seed, budget, case_limit, tolerances, cases })
+}
+
+/// One entry of `cases:` being read: knows where it is, for messages.
+struct Entry<'a> {
+    text: &'a str,
+    source: &'a str,
+    g: usize,
+    entry: &'a EntryFile,
+}
+
+impl Entry<'_> {
+    /// `file:line:column: cases[g].key: message`, pointing at `needle` when it is found on or
+    /// after the value's line (a list element, or the key itself), else at the value.
+    fn error(&self, key: &str, needle: Option<&str>, message: &str) -> String {
+        let (line, column) = match self.entry.get(key) {
+            Some(v) => {
+                let (l, c) = (v.referenced.line() as usize, v.referenced.column() as usize);
+                needle.and_then(|n| find_word(self.text, l, n)).unwrap_or((l, c))
+            }
+            None => match self.entry.get("workload") {
+                Some(v) => (v.referenced.line() as usize, v.referenced.column() as usize),
+                None => (0, 0),
+            },
+        };
+        if line == 0 {
+            format!("{}: cases[{}]: {key}: {message}", self.source, self.g)
+        } else {
+            format!("{}:{line}:{column}: cases[{}].{key}: {message}", self.source, self.g)
+        }
+    }
+
+    fn get(&self, key: &str) -> Option<&Json> {
+        self.entry.get(key).map(|v| &v.value)
+    }
+
+    /// A list value (a single scalar reads as a list of one).
+    fn list(&self, key: &str, default: Option<Json>) -> Result<Vec<Json>, String> {
+        let value = match (self.get(key), default) {
+            (Some(v), _) => v.clone(),
+            (None, Some(d)) => d,
+            (None, None) => return Err(self.error(key, None, "missing (this workload needs it)")),
+        };
+        let items = match value {
+            Json::Array(items) => items,
+            other => vec![other],
+        };
+        if items.is_empty() {
+            return Err(self.error(key, None, "is empty"));
+        }
+        Ok(items)
+    }
+
+    /// A list of names, each checked by `parse` (whose error names the bad one).
+    fn names<T>(
+        &self,
+        key: &str,
+        default: Option<Json>,
+        what: &str,
+        parse: impl Fn(&str) -> Result<T, String>,
+    ) -> Result<Vec<T>, String> {
+        self.list(key, default)?
+            .iter()
+            .map(|v| match v {
+                Json::String(s) => parse(s).map_err(|e| self.error(key, Some(s), &e)),
+                other => Err(self.error(key, None, &format!("expected {what} names, got {other}"))),
+            })
+            .collect()
+    }
+
+    fn whole(&self, key: &str, v: &Json, min: u64, max: u64) -> Result<u64, String> {
+        let text = v.to_string();
+        match v.as_u64() {
+            Some(x) if (min..=max).contains(&x) => Ok(x),
+            Some(x) => Err(self.error(key, Some(&text), &format!("{x} is outside [{min}, {max}]"))),
+            None => Err(self.error(key, Some(&text), &format!("expected a whole number in [{min}, {max}], got {v}"))),
+        }
+    }
+
+    /// The values of one schema key: each a set of (parameter, value) pairs.
+    fn values(&self, spec: &ParamSpec) -> Result<Vec<Vec<(String, Value)>>, String> {
+        let key = spec.key;
+        let default = spec.default.map(|d| serde_json::from_str::<Json>(d).unwrap_or(Json::Null));
+        let one = |v: Value| vec![(key.to_string(), v)];
+        match &spec.kind {
+            ParamKind::Ints { min, max } => {
+                self.list(key, default)?.iter().map(|v| Ok(one(Value::Int(self.whole(key, v, *min, *max)?)))).collect()
+            }
+            ParamKind::Float { min, max } => {
+                let v = match (self.get(key), default) {
+                    (Some(v), _) => v.clone(),
+                    (None, Some(d)) => d,
+                    (None, None) => return Err(self.error(key, None, "missing (this workload needs it)")),
+                };
+                match v.as_f64() {
+                    Some(x) if x >= *min && x <= *max => Ok(vec![one(Value::Float(x))]),
+                    _ => Err(self.error(key, None, &format!("must be a number in [{min}, {max}], got {v}"))),
+                }
+            }
+            ParamKind::Names { choices } => {
+                let what = key.trim_end_matches('s');
+                self.names(key, default, what, |s| {
+                    if choices.iter().any(|c| c == s) {
+                        Ok(one(Value::Name(s.to_string())))
+                    } else {
+                        Err(format!("unknown {what} '{s}' (known: {})", choices.join(", ")))
+                    }
+                })
+            }
+            ParamKind::Tuples { names, min, max } => self
+                .list(key, default)?
+                .iter()
+                .map(|t| match t {
+                    Json::Array(xs) if xs.len() == names.len() => names
+                        .iter()
+                        .zip(xs)
+                        .map(|(name, x)| Ok((name.to_string(), Value::Int(self.whole(key, x, *min, *max)?))))
+                        .collect(),
+                    other => Err(self.error(
+                        key,
+                        None,
+                        &format!("expected [{}] lists of whole numbers, got {other}", names.join(", ")),
+                    )),
+                })
+                .collect(),
+        }
+    }
+
+    /// The entry's cases: the product of its schema keys (in schema order, the first outermost),
+    /// then dtypes, tools and rules.
+    fn expand(&self, seed: u64) -> Result<Vec<Case>, String> {
+        let family = match self.get("workload") {
+            Some(Json::String(s)) => s.as_str(),
+            Some(other) => return Err(self.error("workload", None, &format!("expected a workload name, got {other}"))),
+            None => return Err(self.error("workload", None, "missing (every entry names its workload)")),
+        };
+        let workload: &'static dyn Workload =
+            adgauge_workloads::registry().iter().copied().find(|w| w.family() == family).ok_or_else(|| {
+                let known = adgauge_workloads::families().join(", ");
+                self.error("workload", Some(family), &format!("unknown workload '{family}' (known: {known})"))
+            })?;
+        let schema = workload.schema();
+        let rules = workload.rules();
+        for key in self.entry.keys() {
+            let known = COMMON_KEYS.contains(&key.as_str()) && (key != "rules" || !rules.is_empty());
+            if !known && !schema.iter().any(|s| s.key == key) {
+                let mut valid: Vec<&str> = schema.iter().map(|s| s.key).collect();
+                valid.extend(COMMON_KEYS.iter().filter(|&&k| k != "workload" && (k != "rules" || !rules.is_empty())));
+                let message = format!("unknown field `{key}` for workload {family} (valid: {})", valid.join(", "));
+                return Err(self.error(key, Some(&format!("{key}:")), &message));
+            }
+        }
+        if self.entry.contains_key("tools") && self.entry.contains_key("backends") {
+            return Err(self.error("backends", None, "give tools or its alias backends, not both"));
+        }
+        let mut combos = vec![Params::default()];
+        for spec in &schema {
+            let values = self.values(spec)?;
+            combos = combos
+                .iter()
+                .flat_map(|p| {
+                    values.iter().map(move |pairs| {
+                        let mut p = p.clone();
+                        p.0.extend(pairs.iter().cloned());
+                        p
+                    })
+                })
+                .collect();
+        }
+        let dtypes = self.names("dtypes", Some(Json::from(["f32"])), "dtype", |s| s.parse::<DType>())?;
+        let tools_key = if self.entry.contains_key("backends") { "backends" } else { "tools" };
+        let builtin = Tools::builtin_names();
+        let tools = self.names(tools_key, Some(Json::from(["cpu"])), "tool", |s| {
+            if builtin.contains(&s) {
+                Ok(s.to_string())
+            } else {
+                Err(format!("unknown tool '{s}' (known: {})", builtin.join(", ")))
+            }
+        })?;
+        let modes = self.names("modes", Some(Json::from(["primal", "vjp", "jvp"])), "mode", |s| match s.parse() {
+            Ok(m) if Mode::TIMED.contains(&m) => Ok(m),
+            _ => Err(format!("unknown mode '{s}' (expected primal, vjp or jvp)")),
+        })?;
+        let validate = match self.get("validate") {
+            None => true,
+            Some(Json::Bool(b)) => *b,
+            Some(other) => return Err(self.error("validate", None, &format!("expected true or false, got {other}"))),
+        };
+        let rules: Vec<String> = if rules.is_empty() {
+            vec!["-".to_string()]
+        } else {
+            let all = Json::from(rules.clone());
+            self.names("rules", Some(all), "rule", |s| {
+                if rules.iter().any(|r| r == s) {
+                    Ok(s.to_string())
+                } else {
+                    Err(format!("unknown rule '{s}' (known: {})", rules.join(", ")))
+                }
+            })?
+        };
+        let mut cases = Vec::new();
+        for params in &combos {
+            for &dtype in &dtypes {
+                for tool in &tools {
+                    for rule in &rules {
+                        cases.push(Case {
+                            workload,
+                            name: workload.case_name(params),
+                            params: params.clone(),
+                            rule: rule.clone(),
+                            dtype,
+                            tool: tool.clone(),
+                            modes: modes.clone(),
+                            validate,
+                            seed,
+                        });
+                    }
+                }
+            }
+        }
+        Ok(cases)
+    }
+}
+
+/// The first whole-word occurrence of `needle` at or after 1-based `line`, as (line, column).
+fn find_word(text: &str, line: usize, needle: &str) -> Option<(usize, usize)> {
+    for (i, l) in text.lines().enumerate().skip(line.saturating_sub(1)) {
+        let hit = l.match_indices(needle).map(|(at, _)| at).find(|&at| {
+            let before = l[..at].chars().last().is_none_or(|c| !c.is_alphanumeric() && c != '-' && c != '_');
+            let after =
+                l[at + needle.len()..].chars().next().is_none_or(|c| !c.is_alphanumeric() && c != '-' && c != '_');
+            before && after
+        });
+        if let Some(at) = hit {
+            return Some((i + 1, at + 1));
+        }
+    }
+    None
 }
 
 /// Errors inside an internally tagged entry carry the entry's position, not the offending key's
@@ -515,6 +442,10 @@ pub fn default_suite() -> Suite {
 mod tests {
     use super::*;
 
+    fn ids(s: &Suite) -> Vec<String> {
+        s.cases.iter().map(Case::id).collect()
+    }
+
     #[test]
     fn the_embedded_and_shipped_suites_parse_with_unique_ids() {
         let d = default_suite();
@@ -535,17 +466,36 @@ mod tests {
     fn unknown_keys_and_bad_values_name_line_and_column() {
         let unknown = "name: x\ncases:\n  - workload: hist\n    ops: [add]\n    n: [10]\n    k: [2]\n    bogus: 1\n";
         let e = parse_suite(unknown, "s.yaml").unwrap_err();
-        assert!(e.contains("bogus") && e.contains("7"), "{e}");
+        assert!(e.starts_with("s.yaml:7:5: cases[0].bogus: unknown field `bogus`"), "{e}");
+        assert!(e.contains("valid: ops, n, k, dist, out_of_range"), "{e}");
         let bad_rule =
             "name: x\ncases:\n  - workload: hist\n    ops: [add]\n    rules: [magic]\n    n: [10]\n    k: [2]\n";
         let e = parse_suite(bad_rule, "s.yaml").unwrap_err();
-        assert!(e.starts_with("s.yaml:5:13: unknown rule 'magic'"), "{e}");
+        assert!(e.starts_with("s.yaml:5:13: cases[0].rules: unknown rule 'magic' (known: auto,"), "{e}");
         let bad_workload = "name: x\ncases:\n  - workload: nope\n";
-        assert!(parse_suite(bad_workload, "s.yaml").unwrap_err().contains("nope"));
+        let e = parse_suite(bad_workload, "s.yaml").unwrap_err();
+        assert!(e.starts_with("s.yaml:3:15: cases[0].workload: unknown workload 'nope' (known: hist, kmeans"), "{e}");
         let bad_n = "name: x\ncases:\n  - workload: hist\n    ops: [add]\n    n: [-3]\n    k: [2]\n";
-        assert!(parse_suite(bad_n, "s.yaml").is_err());
+        assert!(
+            parse_suite(bad_n, "s.yaml").unwrap_err().starts_with("s.yaml:5:9: cases[0].n: expected a whole number")
+        );
         let oob = "name: x\ncases:\n  - workload: hist\n    ops: [add]\n    n: [10]\n    k: [2]\n    out_of_range: 2\n";
-        assert!(parse_suite(oob, "s.yaml").unwrap_err().contains("out_of_range"));
+        assert!(parse_suite(oob, "s.yaml").unwrap_err().contains("cases[0].out_of_range: must be a number in [0, 1]"));
+        let zero_k = "name: x\ncases:\n  - workload: hist\n    ops: [add]\n    n: [10]\n    k: [0]\n";
+        assert!(parse_suite(zero_k, "s.yaml").unwrap_err().contains("cases[0].k: 0 is outside [1,"));
+        let missing = "name: x\ncases:\n  - workload: kmeans\n    n: [10]\n    k: [2]\n";
+        assert!(parse_suite(missing, "s.yaml").unwrap_err().contains("cases[0].d: missing"));
+        let bad_tool = "name: x\ncases:\n  - workload: llsq\n    n: [10]\n    m: [2]\n    tools: [cpu, gpu]\n";
+        let bad_tool = bad_tool.replace("llsq", "kmeans").replace("m: [2]", "k: [2]\n    d: [1]");
+        let e = parse_suite(&bad_tool, "s.yaml").unwrap_err();
+        assert!(e.starts_with("s.yaml:7:18: cases[0].tools: unknown tool 'gpu' (known: cpu, opencl, cuda)"), "{e}");
+        let rules_elsewhere =
+            "name: x\ncases:\n  - workload: kmeans\n    n: [1]\n    k: [1]\n    d: [1]\n    rules: [auto]\n";
+        assert!(
+            parse_suite(rules_elsewhere, "s.yaml").unwrap_err().contains("unknown field `rules` for workload kmeans")
+        );
+        let huge = "name: x\ntiming: {case_time_limit_s: 1e300}\ncases: []\n";
+        assert!(parse_suite(huge, "s.yaml").unwrap_err().contains("timing.case_time_limit_s"));
     }
 
     #[test]
@@ -557,15 +507,10 @@ mod tests {
         assert_eq!(s.budget.samples, 3);
         assert_eq!(s.budget.time_limit, Duration::from_millis(1500));
         assert_eq!(s.tolerances.get(&(CheckKind::FdVjp, DType::F32)), Some(&0.002));
-        assert!(s.cases.iter().all(|c| match c {
-            Case::Hist(c) => c.times(Mode::Vjp) && !c.times(Mode::Jvp) && c.seed == 5,
-            Case::Classic(_) => false,
-        }));
+        assert!(s.cases.iter().all(|c| c.modes == [Mode::Primal, Mode::Vjp] && c.seed == 5));
         let classic = "name: c\ncases:\n  - workload: kmeans\n    n: [100]\n    k: [3]\n    d: [2, 4]\n  - workload: gmm\n    d: [2]\n    k: [5]\n    n: [50]\n  - workload: lstm\n    l: [1, 2]\n    c: [8]\n    backends: [opencl]\n";
-        let s = parse_suite(classic, "c").unwrap();
-        let ids: Vec<String> = s.cases.iter().map(Case::id).collect();
         assert_eq!(
-            ids,
+            ids(&parse_suite(classic, "c").unwrap()),
             [
                 "kmeans[d=2,k=3,n=100]/cpu/f32/-",
                 "kmeans[d=4,k=3,n=100]/cpu/f32/-",
@@ -575,13 +520,30 @@ mod tests {
             ]
         );
         let short = "name: c\ncases:\n  - workload: lstm\n    l: [1]\n    c: [1]\n";
-        assert!(parse_suite(short, "c").unwrap_err().contains("c >= 2"));
+        assert!(parse_suite(short, "c").unwrap_err().contains("cases[0].c: 1 is outside [2,"));
         let ba = "name: b\ncases:\n  - workload: ba\n    sizes: [[2, 3, 4], [5, 6, 7]]\n    dtypes: [f64]\n";
-        let ids: Vec<String> = parse_suite(ba, "b").unwrap().cases.iter().map(Case::id).collect();
-        assert_eq!(ids, ["ba[m=3,n=2,p=4]/cpu/f64/-", "ba[m=6,n=5,p=7]/cpu/f64/-"]);
+        assert_eq!(ids(&parse_suite(ba, "b").unwrap()), ["ba[m=3,n=2,p=4]/cpu/f64/-", "ba[m=6,n=5,p=7]/cpu/f64/-"]);
         let bad = "name: b\ncases:\n  - workload: ba\n    sizes: [[2, 0, 4]]\n";
-        assert!(parse_suite(bad, "b").unwrap_err().contains("positive"));
+        assert!(parse_suite(bad, "b").unwrap_err().contains("0 is outside [1,"));
         let short = "name: b\ncases:\n  - workload: ba\n    sizes: [[2, 4]]\n";
-        assert!(parse_suite(short, "b").is_err());
+        assert!(parse_suite(short, "b").unwrap_err().contains("expected [n, m, p] lists"));
+    }
+
+    #[test]
+    fn tools_and_backends_read_the_same() {
+        let with = |key: &str| {
+            format!(
+                "name: t\ncases:\n  - workload: hist\n    ops: [add]\n    rules: [auto]\n    n: [10]\n    k: [2]\n    {key}: [cpu, opencl]\n"
+            )
+        };
+        let (a, b) = (parse_suite(&with("tools"), "t").unwrap(), parse_suite(&with("backends"), "t").unwrap());
+        assert_eq!(ids(&a), ids(&b));
+        assert_eq!(
+            ids(&a),
+            [
+                "hist-add[dist=uniform,k=2,n=10,oob=0.05]/cpu/f32/auto",
+                "hist-add[dist=uniform,k=2,n=10,oob=0.05]/opencl/f32/auto"
+            ]
+        );
     }
 }

@@ -14,80 +14,9 @@
 //! pass. A check passes when both are within [`tolerance`].
 
 use adgauge_backends::DType;
+use adgauge_workloads::Validation;
+pub use adgauge_workloads::{CheckKind, FlatFn};
 use rand::RngExt;
-
-/// A case seen as a differentiable function of one flat input vector.
-pub trait FlatFn {
-    fn n_in(&self) -> usize;
-    fn n_out(&self) -> usize;
-    /// The point derivatives are taken at (already rounded to the dtype under test).
-    fn x0(&self) -> &[f64];
-    /// The primal in f64 at any x (for finite differences).
-    fn eval_f64(&self, x: &[f64]) -> anyhow::Result<Vec<f64>>;
-    /// J^T w at x0, in the dtype under test.
-    fn vjp(&self, w: &[f64]) -> anyhow::Result<Vec<f64>>;
-    /// J v at x0, in the dtype under test.
-    fn jvp(&self, v: &[f64]) -> anyhow::Result<Vec<f64>>;
-    /// Why finite differences would be meaningless at x0 (a kink within the step), if they are.
-    fn fd_unsafe(&self, h: f64) -> Option<String>;
-}
-
-/// The checks, as named in results and in the tolerance table.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum CheckKind {
-    DotProduct,
-    FdJvp,
-    FdVjp,
-    FullJacobian,
-    OracleVjp,
-    OracleJvp,
-    RuleAgreement,
-    /// Against a hand-derived ("manual") derivative (the reverse-mode one where both modes are
-    /// compared).
-    Manual,
-    /// The forward-mode derivative against the hand-derived one (BA's Jacobian by 15 sweeps).
-    ManualJvp,
-    /// A Hessian (diagonal) by forward-over-reverse against a hand-derived one.
-    ManualHessian,
-}
-
-impl CheckKind {
-    pub const ALL: [CheckKind; 10] = [
-        CheckKind::DotProduct,
-        CheckKind::FdJvp,
-        CheckKind::FdVjp,
-        CheckKind::FullJacobian,
-        CheckKind::OracleVjp,
-        CheckKind::OracleJvp,
-        CheckKind::RuleAgreement,
-        CheckKind::Manual,
-        CheckKind::ManualJvp,
-        CheckKind::ManualHessian,
-    ];
-
-    pub fn from_name(name: &str) -> Option<CheckKind> {
-        CheckKind::ALL.into_iter().find(|k| k.name() == name)
-    }
-
-    pub fn names() -> Vec<&'static str> {
-        CheckKind::ALL.iter().map(|k| k.name()).collect()
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            CheckKind::DotProduct => "dot-product",
-            CheckKind::FdJvp => "fd-jvp",
-            CheckKind::FdVjp => "fd-vjp",
-            CheckKind::FullJacobian => "full-jacobian",
-            CheckKind::OracleVjp => "oracle-vjp",
-            CheckKind::OracleJvp => "oracle-jvp",
-            CheckKind::RuleAgreement => "rule-agreement",
-            CheckKind::Manual => "manual",
-            CheckKind::ManualJvp => "manual-jvp",
-            CheckKind::ManualHessian => "manual-hessian",
-        }
-    }
-}
 
 /// The one tolerance table (README.md repeats it): the largest accepted metric per check and
 /// dtype. Finite differences carry O(h^2) truncation error and, in f32, the f32 rounding of the
@@ -288,6 +217,35 @@ pub fn compare(kind: CheckKind, dtype: DType, got: &[f64], want: &[f64]) -> Outc
     Outcome::new(kind, dtype, discrepancy(got, want))
 }
 
+/// Runs every check of a workload's [`Validation`], in the order results list them: the
+/// forward-mode ones (dot-product, fd-jvp) when the flat function has a JVP, fd-vjp, the full
+/// Jacobian, then the workload's comparisons (one outcome per check, the worst of its
+/// comparisons).
+pub fn run_checks(v: &Validation, dtype: DType, seed: u64) -> anyhow::Result<Vec<Outcome>> {
+    let f = v.flat.as_ref();
+    let mut out = Vec::new();
+    let has_jvp = f.jvp(&vec![0.0; f.n_in()]).is_ok();
+    let fd = finite_difference(f, dtype, seed)?;
+    if has_jvp {
+        out.push(dot_product_test(f, dtype, seed)?);
+        out.push(fd_jvp_test(f, dtype, &fd)?);
+    }
+    out.push(fd_vjp_test(f, dtype, &fd)?);
+    if let Some(full) = &v.full_jacobian {
+        let mut o = full_jacobian_test(full.flat.as_ref(), dtype)?;
+        o.tolerance = tolerance(full.tolerance_of, dtype);
+        out.push(o);
+    }
+    for c in &v.comparisons {
+        let o = compare(c.check, dtype, &c.got, &c.want);
+        match out.iter_mut().find(|x| x.kind == c.check) {
+            Some(prev) => prev.worst = prev.worst.max(o.worst),
+            None => out.push(o),
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -308,15 +266,15 @@ mod tests {
         fn x0(&self) -> &[f64] {
             &self.x
         }
-        fn eval_f64(&self, x: &[f64]) -> anyhow::Result<Vec<f64>> {
+        fn eval_f64(&self, x: &[f64]) -> adgauge_backends::Result<Vec<f64>> {
             Ok(vec![x[0] * x[1], x[2].sin()])
         }
-        fn vjp(&self, w: &[f64]) -> anyhow::Result<Vec<f64>> {
+        fn vjp(&self, w: &[f64]) -> adgauge_backends::Result<Vec<f64>> {
             let x = &self.x;
             let d0 = if self.wrong_vjp { 0.0 } else { w[0] * x[1] };
             Ok(vec![d0, w[0] * x[0], w[1] * x[2].cos()])
         }
-        fn jvp(&self, v: &[f64]) -> anyhow::Result<Vec<f64>> {
+        fn jvp(&self, v: &[f64]) -> adgauge_backends::Result<Vec<f64>> {
             let x = &self.x;
             Ok(vec![v[0] * x[1] + v[1] * x[0], v[2] * x[2].cos()])
         }

@@ -41,11 +41,18 @@
 //! reference.
 
 use adgauge_backends::{
-    BinaryOp, DType, Elem, Forward, OpError, Ops, OutOfRange, Result, Reverse, TensorMeta, UnaryOp,
+    AnyDevice, BinaryOp, Cpu, DType, Device, Elem, Forward, OpError, Ops, OutOfRange, Result, Reverse, TensorMeta,
+    UnaryOp, with_device,
 };
 use adgauge_datasets::ba::{BaInput, N_CAM_PARAMS};
 use rayon::prelude::*;
 use std::sync::Arc;
+
+use crate::json::format_array;
+use crate::workload::{
+    CheckKind, CheckSettings, Comparison, EvalRequest, FlatFn, FullJacobian, Mode, ParamKind, ParamSpec, Params,
+    Prepared, Problem, Validation, Value, WResult, Workload, WorkloadError, rounded,
+};
 
 /// Parameters each observation depends on: 11 camera, 3 point, 1 weight.
 pub const N_GATHERED: usize = N_CAM_PARAMS + 3 + 1;
@@ -584,6 +591,246 @@ pub fn manual_in(b: &BaInput, dtype: DType) -> BaOutput {
     match dtype {
         DType::F32 => manual::<f32>(b),
         DType::F64 => manual::<f64>(b),
+    }
+}
+
+/// Most Jacobian entries `adgauge eval ba` prints (31 per observation): ADBench's largest file
+/// (ba20, p = 28987644) would need about 14 GB for its Jacobian and a JSON text many times that.
+pub const MAX_EVAL_JACOBIAN_ENTRIES: usize = 1 << 27;
+
+/// Validation size, on a problem with distinct values (see [`BaFlat`]).
+const CHECK: [(&str, u64); 3] = [("n", 3), ("m", 10), ("p", 30)];
+
+/// Bundle adjustment in the registry: `workload: ba` with listed (n cameras, m points, p
+/// observations) triples, generated as ADBench's replicated files are.
+pub struct Ba;
+
+impl Workload for Ba {
+    fn family(&self) -> &'static str {
+        "ba"
+    }
+    fn about(&self) -> &'static str {
+        "ADBench's bundle adjustment residuals and their sparse Jacobian"
+    }
+    fn schema(&self) -> Vec<ParamSpec> {
+        vec![ParamSpec {
+            key: "sizes",
+            kind: ParamKind::Tuples { names: &["n", "m", "p"], min: 1, max: 1 << 30 },
+            default: None,
+            column: None,
+            doc: "(n cameras, m points, p observations) triples, listed (not a product)",
+        }]
+    }
+    fn validation_params(&self, params: &Params) -> Params {
+        CHECK.iter().fold(params.clone(), |p, &(key, max)| p.capped(key, max))
+    }
+    fn check_params(&self, _name: &str) -> Params {
+        Params::new(&CHECK.map(|(key, v)| (key, Value::Int(v))))
+    }
+    fn generate(&self, p: &Params, seed: u64) -> WResult<Box<dyn Problem>> {
+        Ok(Box::new(BaProblem { n: p.int("n")?, m: p.int("m")?, p: p.int("p")?, seed }))
+    }
+    fn eval(&self, req: &EvalRequest, device: &AnyDevice) -> WResult<String> {
+        let b = BaInput::parse(&req.text, &req.source).map_err(|e| WorkloadError::BadInput(e.to_string()))?;
+        let mode = req.mode.unwrap_or(Mode::Primal);
+        let entries = (2 * N_GATHERED + 1).saturating_mul(b.p);
+        if mode != Mode::Primal && entries > MAX_EVAL_JACOBIAN_ENTRIES {
+            return Err(WorkloadError::BadInput(format!(
+                "{}: the Jacobian of p = {} observations has {entries} entries, more than eval prints \
+                 ({MAX_EVAL_JACOBIAN_ENTRIES}); use --mode primal, or time it in a suite (workload: ba)",
+                req.source, b.p
+            )));
+        }
+        let dt = req.dtype;
+        let input = WorkloadError::from_input;
+        with_device!(device, |d| {
+            let x = upload(d, &b, dt).map_err(input)?;
+            let out = match mode {
+                Mode::Primal => objective(d, &x),
+                Mode::Vjp => jacobian_reverse(d, &x),
+                Mode::Jvp | Mode::HessianDiag => jacobian_forward(d, &x),
+            }
+            .map_err(input)?;
+            Ok(format_output(&out, dt))
+        })
+    }
+    fn table_label(&self, name: &str, row: &std::collections::BTreeMap<String, String>) -> String {
+        match row.get("p") {
+            Some(p) => format!("{name} p={p}"),
+            None => name.to_string(),
+        }
+    }
+}
+
+/// The JSON object of `adgauge eval ba`: `{"reproj_err": [2p], "w_err": [p]}`, with
+/// `"jacobian": {"nrows", "ncols", "rows", "cols", "vals"}` (ADBench's CSR layout) when computed.
+pub fn format_output(out: &BaOutput, dt: DType) -> String {
+    let ints = |xs: &[usize]| format!("[{}]", xs.iter().map(usize::to_string).collect::<Vec<_>>().join(", "));
+    let mut s =
+        format!("{{\"reproj_err\": {}, \"w_err\": {}", format_array(&out.reproj_err, dt), format_array(&out.w_err, dt));
+    if let Some(j) = &out.jacobian {
+        s += &format!(
+            ", \"jacobian\": {{\"nrows\": {}, \"ncols\": {}, \"rows\": {}, \"cols\": {}, \"vals\": {}}}",
+            j.pattern.nrows,
+            j.pattern.ncols,
+            ints(&j.pattern.rows),
+            ints(&j.pattern.cols),
+            format_array(&j.vals, dt)
+        );
+    }
+    s + "}"
+}
+
+/// A BA case: problems are generated when needed, ADBench-like (replicated, as the ADBench
+/// files are) for timing and with distinct values for validation (replicated values would hide
+/// indexing mistakes).
+struct BaProblem {
+    n: usize,
+    m: usize,
+    p: usize,
+    seed: u64,
+}
+
+impl Problem for BaProblem {
+    fn prepare(&self, device: &AnyDevice, dtype: DType, _rule: &str) -> WResult<Box<dyn Prepared>> {
+        let BaProblem { n, m, p, seed } = *self;
+        let input = BaInput::generate(n, m, p, seed);
+        with_device!(device, |d| Ok(
+            Box::new(BaPrepared { device: d.clone(), x: upload(d, &input, dtype)? }) as Box<dyn Prepared>
+        ))
+    }
+
+    /// The generic checks, the full Jacobian by one-hot VJPs against one-hot JVPs, and the sparse
+    /// Jacobians by reverse and by forward sweeps against the hand-derived one.
+    fn validation(&self, device: &AnyDevice, cpu: &Cpu, s: &CheckSettings) -> WResult<Validation> {
+        let BaProblem { n, m, p, seed } = *self;
+        let input = BaInput::generate_varied(n, m, p, seed);
+        with_device!(device, |d| {
+            let dt = s.dtype;
+            let f = BaFlat::new(d.clone(), cpu.clone(), dt, &input);
+            let [reverse, forward, manual] = f.jacobians()?;
+            let comparisons = vec![
+                Comparison { check: CheckKind::Manual, got: reverse, want: manual.clone() },
+                Comparison { check: CheckKind::ManualJvp, got: forward, want: manual },
+            ];
+            // In f32 the rotation columns are ill-conditioned: d err / d r is a sum of terms about
+            // a hundred times larger than itself (cancellation in d Xc / d r), so two correct f32
+            // sweeps (one-hot VJPs and JVPs) differ by up to about 2e-5 there, as each differs
+            // from the f64 Jacobian. The f32 bound of the comparisons with a reference applies.
+            let tolerance_of = if dt == DType::F32 { CheckKind::Manual } else { CheckKind::FullJacobian };
+            let full = BaFlat::new(d.clone(), cpu.clone(), dt, &input);
+            Ok(Validation {
+                flat: Box::new(f),
+                full_jacobian: Some(FullJacobian { flat: Box::new(full), tolerance_of }),
+                comparisons,
+            })
+        })
+    }
+}
+
+/// Timed modes: primal = the residuals, vjp = the Jacobian by reverse sweeps, jvp = by forward
+/// sweeps (results read back and dropped).
+struct BaPrepared<D: Device> {
+    device: D,
+    x: BaInputs<D>,
+}
+
+impl<D: Device> Prepared for BaPrepared<D> {
+    fn run(&self, mode: Mode) -> WResult<()> {
+        let (d, x) = (&self.device, &self.x);
+        drop(match mode {
+            Mode::Primal => objective(d, x)?,
+            Mode::Vjp => jacobian_reverse(d, x)?,
+            Mode::Jvp | Mode::HessianDiag => jacobian_forward(d, x)?,
+        });
+        Ok(d.synchronize()?)
+    }
+}
+
+/// BA as a flat function: x = [cams (11n), points (3m), weights (p)], y = [reproj_err (2p, x and
+/// y per observation), w_err (p)], at a point rounded to the dtype under test.
+///
+/// BA's parameters span four orders of magnitude (rotations about 0.05, focal lengths about
+/// 1000), and the finite differences of validation take one step for all coordinates, scaled by
+/// the largest: a step suited to f would swamp the rotations in truncation error. So the flat
+/// function sees every coordinate in its own unit, a power of two `scale[k]` near its magnitude
+/// (x = scale * x_flat). Scaling by powers of two is exact, so the checks validate exactly
+/// J diag(scale): `jvp(v) = J (scale * v)`, `vjp(w) = scale * J^T w`.
+pub struct BaFlat<D: Ops> {
+    /// Runs the derivatives (the device under test).
+    device: D,
+    /// Runs the f64 primal for finite differences.
+    cpu: Cpu,
+    dtype: DType,
+    input: BaInput,
+    scale: Vec<f64>,
+    x0: Vec<f64>,
+}
+
+impl<D: Ops> BaFlat<D> {
+    pub fn new(device: D, cpu: Cpu, dtype: DType, input: &BaInput) -> BaFlat<D> {
+        let input = BaInput {
+            cams: rounded(&input.cams, dtype),
+            x: rounded(&input.x, dtype),
+            w: rounded(&input.w, dtype),
+            feats: rounded(&input.feats, dtype),
+            ..input.clone()
+        };
+        let raw: Vec<f64> = input.cams.iter().chain(&input.x).chain(&input.w).copied().collect();
+        let scale: Vec<f64> = raw.iter().map(|&v| 2f64.powi(v.abs().max(1.0).log2().round() as i32)).collect();
+        let x0 = raw.iter().zip(&scale).map(|(v, s)| v / s).collect();
+        BaFlat { device, cpu, dtype, input, scale, x0 }
+    }
+
+    fn at(&self, x: &[f64]) -> BaInput {
+        let x: Vec<f64> = x.iter().zip(&self.scale).map(|(v, s)| v * s).collect();
+        let (nc, nx) = (self.input.cams.len(), self.input.x.len());
+        BaInput { cams: x[..nc].to_vec(), x: x[nc..nc + nx].to_vec(), w: x[nc + nx..].to_vec(), ..self.input.clone() }
+    }
+
+    fn uploaded(&self) -> Result<BaInputs<D>> {
+        upload(&self.device, &self.input, self.dtype)
+    }
+
+    /// The dense Jacobians (row-major 3p x n_in) by reverse sweeps, by forward sweeps and by hand.
+    pub fn jacobians(&self) -> Result<[Vec<f64>; 3]> {
+        let x = self.uploaded()?;
+        let dense = |o: BaOutput| o.jacobian.map(|j| j.to_dense()).unwrap_or_default();
+        Ok([
+            dense(jacobian_reverse(&self.device, &x)?),
+            dense(jacobian_forward(&self.device, &x)?),
+            dense(manual_in(&self.input, self.dtype)),
+        ])
+    }
+}
+
+impl<D: Ops> FlatFn for BaFlat<D> {
+    fn n_in(&self) -> usize {
+        self.x0.len()
+    }
+    fn n_out(&self) -> usize {
+        3 * self.input.p
+    }
+    fn x0(&self) -> &[f64] {
+        &self.x0
+    }
+    fn eval_f64(&self, x: &[f64]) -> Result<Vec<f64>> {
+        let b = upload(&self.cpu, &self.at(x), DType::F64)?;
+        let out = objective(&self.cpu, &b)?;
+        Ok(out.reproj_err.into_iter().chain(out.w_err).collect())
+    }
+    fn vjp(&self, w: &[f64]) -> Result<Vec<f64>> {
+        let g = vjp(&self.device, &self.uploaded()?, w)?;
+        Ok(g.iter().zip(&self.scale).map(|(g, s)| g * s).collect())
+    }
+    fn jvp(&self, v: &[f64]) -> Result<Vec<f64>> {
+        let v: Vec<f64> = v.iter().zip(&self.scale).map(|(v, s)| v * s).collect();
+        jvp(&self.device, &self.uploaded()?, &v)
+    }
+    fn fd_unsafe(&self, _h: f64) -> Option<String> {
+        // Smooth near x0: the only branch (the small-angle fallback) is taken at a rotation of
+        // exactly zero, and the validation problems have none.
+        None
     }
 }
 

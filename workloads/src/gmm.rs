@@ -35,9 +35,19 @@
 //! file are the same. [`GmmInputs::variant`] selects the variant; the split of the gradient is
 //! the caller's (see [`split_gradbench`]).
 
-use adgauge_backends::{BinaryOp, DType, Elem, Forward, Ops, OutOfRange, Result, Reverse, TensorMeta, UnaryOp};
+use adgauge_backends::{
+    AnyDevice, BinaryOp, Cpu, DType, Device, Elem, Forward, Ops, OutOfRange, Result, Reverse, TensorMeta, UnaryOp,
+    with_device,
+};
 use adgauge_datasets::gmm::{GmmInput, Wishart, icf_size};
 use rayon::prelude::*;
+
+use crate::json::{format_array, format_number, format_rows, objective_json};
+use crate::objective::{ObjectiveFlat, ScalarObjective};
+use crate::workload::{
+    CheckSettings, EvalOption, EvalRequest, Mode, ParamSpec, Params, Prepared, Problem, Validation, Value, WResult,
+    Workload, WorkloadError, rounded, sizes,
+};
 
 /// Which definition of the objective: ADBench's (the default) or GradBench's revision (see the
 /// module documentation for every difference).
@@ -403,6 +413,167 @@ pub fn manual_variant_in(g: &GmmInput, dtype: DType, variant: GmmVariant) -> (f6
     match dtype {
         DType::F32 => manual_variant::<f32>(g, variant),
         DType::F64 => manual_variant::<f64>(g, variant),
+    }
+}
+
+/// GMM in the registry: `workload: gmm` with n points in d dimensions and k components
+/// (ADBench's generator).
+pub struct Gmm;
+
+/// Validation size: every parameter gets a finite difference.
+const CHECK: [(&str, u64); 3] = [("n", 50), ("k", 3), ("d", 3)];
+
+impl Workload for Gmm {
+    fn family(&self) -> &'static str {
+        "gmm"
+    }
+    fn about(&self) -> &'static str {
+        "ADBench's Gaussian mixture model objective and its gradient"
+    }
+    fn schema(&self) -> Vec<ParamSpec> {
+        vec![
+            sizes("n", 1, 1 << 30, "points"),
+            sizes("k", 1, 1 << 16, "components"),
+            sizes("d", 1, 1 << 12, "dimensions"),
+        ]
+    }
+    fn eval_options(&self) -> Vec<EvalOption> {
+        vec![
+            EvalOption {
+                flag: "gmm-replicate-point",
+                takes_value: false,
+                help: "gmm: the file holds one point line for all n points (detected when absent)",
+            },
+            EvalOption {
+                flag: "gmm-variant",
+                takes_value: true,
+                help: "gmm: adbench (default) or gradbench (the prior's sign; the gradient printed as \
+                       {\"alpha\", \"mu\", \"q\", \"l\"})",
+            },
+        ]
+    }
+    fn validation_params(&self, params: &Params) -> Params {
+        CHECK.iter().fold(params.clone(), |p, &(key, max)| p.capped(key, max))
+    }
+    fn check_params(&self, _name: &str) -> Params {
+        Params::new(&CHECK.map(|(key, v)| (key, Value::Int(v))))
+    }
+    fn generate(&self, p: &Params, seed: u64) -> WResult<Box<dyn Problem>> {
+        Ok(Box::new(GmmProblem(GmmInput::generate(p.int("d")?, p.int("k")?, p.int("n")?, seed))))
+    }
+    fn eval(&self, req: &EvalRequest, device: &AnyDevice) -> WResult<String> {
+        let replicate = req.options.contains_key("gmm-replicate-point").then_some(true);
+        let variant: GmmVariant = match req.options.get("gmm-variant") {
+            Some(v) => v.parse().map_err(WorkloadError::BadInput)?,
+            None => GmmVariant::Adbench,
+        };
+        let g =
+            GmmInput::parse(&req.text, &req.source, replicate).map_err(|e| WorkloadError::BadInput(e.to_string()))?;
+        let dt = req.dtype;
+        let input = WorkloadError::from_input;
+        with_device!(device, |dev| {
+            let mut x = upload(dev, &g, dt).map_err(input)?;
+            x.variant = variant;
+            let with_gradient = |(f, gr): (f64, Vec<f64>)| match variant {
+                GmmVariant::Adbench => objective_json(f, Some(&gr), dt),
+                GmmVariant::GradBench => gradbench_json(f, &gr, g.d, g.k, dt),
+            };
+            Ok(match req.mode.unwrap_or(Mode::Primal) {
+                Mode::Primal => objective_json(dev.to_vec(&objective(dev, &x).map_err(input)?)?[0], None, dt),
+                Mode::Vjp => with_gradient(gradient(dev, &x).map_err(input)?),
+                Mode::Jvp | Mode::HessianDiag => with_gradient(gradient_forward(dev, &x).map_err(input)?),
+            })
+        })
+    }
+    fn table_label(&self, name: &str, row: &std::collections::BTreeMap<String, String>) -> String {
+        match row.get("d") {
+            Some(d) => format!("{name} d={d}"),
+            None => name.to_string(),
+        }
+    }
+}
+
+/// GradBench's GMM output: `{"objective": x, "gradient": {"alpha": [K], "mu": [[d]..K],
+/// "q": [[d]..K], "l": [[d(d-1)/2]..K]}}` (l per component in ADBench's column-by-column order).
+fn gradbench_json(f: f64, grad: &[f64], d: usize, k: usize, dt: DType) -> String {
+    let [alpha, mu, q, l] = split_gradbench(d, k, grad);
+    format!(
+        "{{\"objective\": {}, \"gradient\": {{\"alpha\": {}, \"mu\": {}, \"q\": {}, \"l\": {}}}}}",
+        format_number(f, dt),
+        format_array(&alpha, dt),
+        format_rows(&mu, k, dt),
+        format_rows(&q, k, dt),
+        format_rows(&l, k, dt)
+    )
+}
+
+struct GmmProblem(GmmInput);
+
+impl Problem for GmmProblem {
+    fn prepare(&self, device: &AnyDevice, dtype: DType, _rule: &str) -> WResult<Box<dyn Prepared>> {
+        with_device!(device, |d| {
+            let x = upload(d, &self.0, dtype)?;
+            let ones = vec![1.0; x.k + x.k * x.d + x.k * icf_size(x.d)];
+            Ok(Box::new(GmmPrepared { device: d.clone(), x, ones }) as Box<dyn Prepared>)
+        })
+    }
+    fn validation(&self, device: &AnyDevice, cpu: &Cpu, s: &CheckSettings) -> WResult<Validation> {
+        with_device!(device, |d| Ok(ObjectiveFlat::<GmmObjective, _>::validation(cpu, d, s.dtype, &self.0)?))
+    }
+}
+
+/// Timed modes: primal = the objective, vjp = objective and gradient, jvp = one forward sweep.
+struct GmmPrepared<D: Device> {
+    device: D,
+    x: GmmInputs<D>,
+    ones: Vec<f64>,
+}
+
+impl<D: Device> Prepared for GmmPrepared<D> {
+    fn run(&self, mode: Mode) -> WResult<()> {
+        let (d, x) = (&self.device, &self.x);
+        match mode {
+            Mode::Primal => drop(objective(d, x)?),
+            Mode::Vjp => drop(gradient(d, x)?),
+            Mode::Jvp | Mode::HessianDiag => drop(directional(d, x, &self.ones)?),
+        }
+        Ok(d.synchronize()?)
+    }
+}
+
+/// GMM as a scalar objective of [alphas, means, icf].
+pub struct GmmObjective;
+
+impl ScalarObjective for GmmObjective {
+    type Input = GmmInput;
+    fn rounded(g: &GmmInput, dtype: DType) -> GmmInput {
+        GmmInput {
+            alphas: rounded(&g.alphas, dtype),
+            means: rounded(&g.means, dtype),
+            icf: rounded(&g.icf, dtype),
+            x: rounded(&g.x, dtype),
+            ..g.clone()
+        }
+    }
+    fn params(g: &GmmInput) -> Vec<f64> {
+        g.alphas.iter().chain(&g.means).chain(&g.icf).copied().collect()
+    }
+    fn with_params(g: &GmmInput, x: &[f64]) -> GmmInput {
+        let (a, rest) = x.split_at(g.alphas.len());
+        let (m, q) = rest.split_at(g.means.len());
+        GmmInput { alphas: a.to_vec(), means: m.to_vec(), icf: q.to_vec(), ..g.clone() }
+    }
+    fn objective_f64(cpu: &Cpu, g: &GmmInput) -> Result<f64> {
+        Ok(cpu.to_vec(&objective(cpu, &upload(cpu, g, DType::F64)?)?)?[0])
+    }
+    fn gradient<D: Device>(d: &D, g: &GmmInput, dtype: DType) -> Result<Vec<f64>> {
+        Ok(gradient(d, &upload(d, g, dtype)?)?.1)
+    }
+    fn directional<D: Device>(d: &D, g: &GmmInput, dtype: DType, v: &[f64]) -> Result<f64> {
+        Ok(directional(d, &upload(d, g, dtype)?, v)?.1)
+    }
+    fn manual_gradient(g: &GmmInput, dtype: DType) -> Vec<f64> {
+        manual_in(g, dtype).1
     }
 }
 

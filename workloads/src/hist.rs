@@ -3,9 +3,21 @@
 //!
 //! Inputs come from the seeded generator in `adgauge_datasets::hist` (n, k, index distribution,
 //! out-of-range fraction) with values shaped for the operator, or from an explicit case file.
+//!
+//! [`HistFamily`] is the [`Workload`] of the registry: one family (`workload: hist` in suites)
+//! whose `ops` key picks the operator, and whose cases have a reverse-mode rule. Validation
+//! adds the sequential oracle and the agreement of every rule to the generic checks.
 
-use adgauge_backends::{DType, Forward, HistOp, HistRule, Ops, Result, Reverse};
-use adgauge_datasets::hist::{HistData, HistSpec, IndexDist, Values};
+use adgauge_backends::{
+    AnyDevice, Cpu, DType, Device, Extremum, Forward, HistOp, HistRule, Ops, Result, Reverse, oracle, with_device,
+};
+use adgauge_datasets::hist::{HistData, HistSpec, IndexDist, Values, generate};
+
+use crate::json::{format_object, parse_hist_case};
+use crate::workload::{
+    CheckKind, CheckSettings, Comparison, FlatFn, FullJacobian, Mode, ParamKind, ParamSpec, Params, Prepared, Problem,
+    Validation, Value, WResult, Workload, WorkloadError, rounded,
+};
 
 /// One histogram workload: the operator fixes the name (`hist-<op>`) and the value shape.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -103,6 +115,373 @@ impl HistWorkload {
 
     fn primal_on<O: Ops>(&self, o: &O, dest: &O::T, inds: &O::I, vals: &O::T) -> Result<O::T> {
         o.reduce_by_index(dest, self.op, inds, vals)
+    }
+}
+
+/// Validation sizes: large enough for every bin to see several elements, small enough for
+/// finite differences with well-separated values and for a full Jacobian.
+const CHECK_N: u64 = 2000;
+const CHECK_K: u64 = 64;
+const JACOBIAN_N: usize = 40;
+const JACOBIAN_K: usize = 6;
+
+/// The histogram workloads as one registry entry.
+pub struct HistFamily;
+
+fn rule_of(name: &str) -> WResult<HistRule> {
+    name.parse().map_err(WorkloadError::BadInput)
+}
+
+impl HistFamily {
+    fn workload(params: &Params) -> WResult<HistWorkload> {
+        let op: HistOp = params.name("ops")?.parse().map_err(WorkloadError::BadInput)?;
+        Ok(HistWorkload { op })
+    }
+
+    fn workload_named(name: &str) -> WResult<HistWorkload> {
+        HistWorkload::parse(name)
+            .ok_or_else(|| WorkloadError::BadInput(format!("'{name}' is not a histogram workload")))
+    }
+}
+
+impl Workload for HistFamily {
+    fn family(&self) -> &'static str {
+        "hist"
+    }
+    fn about(&self) -> &'static str {
+        "hist = reduce_by_index(dest, op, inds, vals), differentiated with respect to vals and dest"
+    }
+    fn names(&self) -> Vec<String> {
+        HistOp::named().into_iter().map(|op| HistWorkload { op }.name()).collect()
+    }
+    fn check_names(&self) -> Vec<String> {
+        HistWorkload::all().iter().map(HistWorkload::name).collect()
+    }
+    fn schema(&self) -> Vec<ParamSpec> {
+        let ops = HistOp::named().into_iter().map(|op| op.name().to_string()).collect();
+        let dists = [IndexDist::Uniform, IndexDist::Skewed].iter().map(|d| d.name().to_string()).collect();
+        vec![
+            ParamSpec {
+                key: "ops",
+                kind: ParamKind::Names { choices: ops },
+                default: None,
+                column: None,
+                doc: "operators (the workload hist-<op>)",
+            },
+            ParamSpec {
+                key: "n",
+                kind: ParamKind::Ints { min: 0, max: 1 << 32 },
+                default: None,
+                column: Some("n"),
+                doc: "values",
+            },
+            ParamSpec {
+                key: "k",
+                kind: ParamKind::Ints { min: 1, max: 1 << 32 },
+                default: None,
+                column: Some("k"),
+                doc: "bins",
+            },
+            ParamSpec {
+                key: "dist",
+                kind: ParamKind::Names { choices: dists },
+                default: Some(r#"["uniform"]"#),
+                column: Some("dist"),
+                doc: "index distribution",
+            },
+            ParamSpec {
+                key: "out_of_range",
+                kind: ParamKind::Float { min: 0.0, max: 1.0 },
+                default: Some("0.05"),
+                column: Some("oob"),
+                doc: "fraction of indices outside [0, k) (half -1, half >= k)",
+            },
+        ]
+    }
+    fn rules(&self) -> Vec<String> {
+        HistRule::ALL.iter().map(|r| r.name().to_string()).collect()
+    }
+    fn case_name(&self, params: &Params) -> String {
+        params.name("ops").map(|op| format!("hist-{op}")).unwrap_or_else(|_| "hist".into())
+    }
+    fn validation_params(&self, params: &Params) -> Params {
+        params.capped("n", CHECK_N).capped("k", CHECK_K)
+    }
+    fn check_params(&self, name: &str) -> Params {
+        let op = name.strip_prefix("hist-").unwrap_or(name);
+        Params::new(&[
+            ("ops", Value::Name(op.into())),
+            ("n", Value::Int(CHECK_N)),
+            ("k", Value::Int(CHECK_K)),
+            ("dist", Value::Name("uniform".into())),
+            ("out_of_range", Value::Float(0.05)),
+        ])
+    }
+    fn generate(&self, params: &Params, seed: u64) -> WResult<Box<dyn Problem>> {
+        let w = HistFamily::workload(params)?;
+        let dist: IndexDist = params.name("dist")?.parse().map_err(WorkloadError::BadInput)?;
+        let spec = w.spec(params.int("n")?, params.int("k")?, dist, params.float("out_of_range")?, seed);
+        Ok(Box::new(HistProblem { w, data: generate(&spec), spec }))
+    }
+    fn eval(&self, req: &crate::workload::EvalRequest, device: &AnyDevice) -> WResult<String> {
+        let w = HistFamily::workload_named(&req.name)?;
+        let rule = rule_of(req.rule.as_deref().unwrap_or("auto"))?;
+        let case = parse_hist_case(&req.text, &req.source, w.op.name())?;
+        with_device!(device, |d| eval_on(d, w, rule, req, &case))
+    }
+}
+
+/// `adgauge eval hist-<op>`: `{"hist"}` (primal), with `"vals_bar", "dest_bar"` (vjp), or with
+/// `"hist_dot"` (jvp).
+fn eval_on<D: Device>(
+    device: &D,
+    w: HistWorkload,
+    rule: HistRule,
+    req: &crate::workload::EvalRequest,
+    case: &crate::json::HistCase,
+) -> WResult<String> {
+    let dt = req.dtype;
+    let input = WorkloadError::from_input;
+    let source = &req.source;
+    let x = w.upload(device, &case.data, dt).map_err(input)?;
+    Ok(match req.mode.unwrap_or(Mode::Primal) {
+        Mode::Primal => {
+            let hist = device.to_vec(&w.primal(device, &x).map_err(input)?)?;
+            format_object(&[("hist", &hist)], dt)
+        }
+        Mode::Vjp => {
+            let bar = case
+                .hist_bar
+                .as_ref()
+                .ok_or_else(|| WorkloadError::BadInput(format!("{source}: field hist_bar: required for --mode vjp")))?;
+            let bar = device.tensor(bar, &[bar.len()], dt).map_err(input)?;
+            let r = w.vjp(device, rule, &x, &bar).map_err(input)?;
+            let (hist, vals_bar, dest_bar) =
+                (device.to_vec(&r.hist)?, device.to_vec(&r.vals_bar)?, device.to_vec(&r.dest_bar)?);
+            format_object(&[("hist", &hist), ("vals_bar", &vals_bar), ("dest_bar", &dest_bar)], dt)
+        }
+        Mode::Jvp | Mode::HessianDiag => {
+            let missing = |f: &str| WorkloadError::BadInput(format!("{source}: field {f}: required for --mode jvp"));
+            let vd = case.vals_dot.as_ref().ok_or_else(|| missing("vals_dot"))?;
+            let dd = case.dest_dot.as_ref().ok_or_else(|| missing("dest_dot"))?;
+            let vd = device.tensor(vd, &[vd.len()], dt).map_err(input)?;
+            let dd = device.tensor(dd, &[dd.len()], dt).map_err(input)?;
+            let (hist, hist_dot) = w.jvp(device, &x, &dd, &vd).map_err(input)?;
+            format_object(&[("hist", &device.to_vec(&hist)?), ("hist_dot", &device.to_vec(&hist_dot)?)], dt)
+        }
+    })
+}
+
+/// A generated histogram case.
+struct HistProblem {
+    w: HistWorkload,
+    spec: HistSpec,
+    data: HistData,
+}
+
+impl Problem for HistProblem {
+    fn prepare(&self, device: &AnyDevice, dtype: DType, rule: &str) -> WResult<Box<dyn Prepared>> {
+        let rule = rule_of(rule)?;
+        with_device!(device, |d| {
+            let (n, k) = (self.data.vals.len(), self.data.k);
+            Ok(Box::new(HistPrepared {
+                device: d.clone(),
+                w: self.w,
+                rule,
+                x: self.w.upload(d, &self.data, dtype)?,
+                bar: d.full(&[k], 1.0, dtype)?,
+                vals_dot: d.full(&[n], 1.0, dtype)?,
+                dest_dot: d.full(&[k], 1.0, dtype)?,
+            }) as Box<dyn Prepared>)
+        })
+    }
+
+    fn validation(&self, device: &AnyDevice, cpu: &Cpu, s: &CheckSettings) -> WResult<Validation> {
+        with_device!(device, |d| self.validation_on(d, cpu, s))
+    }
+}
+
+impl HistProblem {
+    /// The generic checks on [vals, dest] -> hist, the oracle for a random adjoint and tangent,
+    /// every other rule's VJP, and the full Jacobian at a tiny size.
+    fn validation_on<D: Device>(&self, device: &D, cpu: &Cpu, s: &CheckSettings) -> WResult<Validation> {
+        let (dt, rule) = (s.dtype, rule_of(&s.rule)?);
+        let drop_dest_adjoint = s.fault.as_deref() == Some("drop-dest-adjoint");
+        let mut f = HistFlat::new(device.clone(), cpu.clone(), self.w, rule, dt, &self.data);
+        f.drop_dest_adjoint = drop_dest_adjoint;
+        let mut rng = adgauge_datasets::rng(s.seed ^ 0x04ac1e);
+        let mut random = |n: usize| -> Vec<f64> {
+            (0..n).map(|_| dt.round(rand::RngExt::random_range(&mut rng, -1.0..1.0))).collect()
+        };
+        let bar = random(self.data.k);
+        let got = f.vjp(&bar)?;
+        let mut comparisons =
+            vec![Comparison { check: CheckKind::OracleVjp, got: got.clone(), want: f.oracle_vjp(&bar) }];
+        for other in HistRule::ALL.into_iter().filter(|&r| r != rule) {
+            match f.vjp_parts(other, &bar) {
+                Ok((vb, db)) => comparisons.push(Comparison {
+                    check: CheckKind::RuleAgreement,
+                    got: got.clone(),
+                    want: vb.into_iter().chain(db).collect(),
+                }),
+                Err(adgauge_backends::OpError::Unsupported(_)) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let n_in = f.n_in();
+        let mut full_jacobian = None;
+        if f.jvp(&vec![0.0; n_in]).is_ok() {
+            let v = random(n_in);
+            comparisons.push(Comparison { check: CheckKind::OracleJvp, got: f.jvp(&v)?, want: f.oracle_jvp(&v) });
+            let tiny =
+                generate(&HistSpec { n: self.spec.n.min(JACOBIAN_N), k: self.spec.k.min(JACOBIAN_K), ..self.spec });
+            let mut g = HistFlat::new(device.clone(), cpu.clone(), self.w, rule, dt, &tiny);
+            g.drop_dest_adjoint = drop_dest_adjoint;
+            full_jacobian = Some(FullJacobian { flat: Box::new(g), tolerance_of: CheckKind::FullJacobian });
+        }
+        Ok(Validation { flat: Box::new(f), full_jacobian, comparisons })
+    }
+}
+
+/// A histogram case resident on a device with an all-ones adjoint and tangents.
+struct HistPrepared<D: Device> {
+    device: D,
+    w: HistWorkload,
+    rule: HistRule,
+    x: HistInputs<D>,
+    bar: D::T,
+    vals_dot: D::T,
+    dest_dot: D::T,
+}
+
+impl<D: Device> Prepared for HistPrepared<D> {
+    fn run(&self, mode: Mode) -> WResult<()> {
+        let (d, w) = (&self.device, self.w);
+        match mode {
+            Mode::Primal => drop(w.primal(d, &self.x)?),
+            Mode::Vjp => drop(w.vjp(d, self.rule, &self.x, &self.bar)?),
+            Mode::Jvp | Mode::HessianDiag => drop(w.jvp(d, &self.x, &self.dest_dot, &self.vals_dot)?),
+        }
+        Ok(d.synchronize()?)
+    }
+}
+
+/// One histogram case as a flat function (x = [vals, dest], y = hist) at a point rounded to the
+/// dtype under test: derivatives on `device`, the f64 primal on `cpu`.
+pub struct HistFlat<D: Ops> {
+    device: D,
+    cpu: Cpu,
+    pub workload: HistWorkload,
+    pub rule: HistRule,
+    pub dtype: DType,
+    pub data: HistData,
+    /// Fault injection for testing the validator: zero dest's adjoint (a broken `+` rule).
+    pub drop_dest_adjoint: bool,
+    x0: Vec<f64>,
+}
+
+impl<D: Ops> HistFlat<D> {
+    pub fn new(device: D, cpu: Cpu, workload: HistWorkload, rule: HistRule, dtype: DType, data: &HistData) -> Self {
+        let data = HistData {
+            k: data.k,
+            inds: data.inds.clone(),
+            vals: rounded(&data.vals, dtype),
+            dest: rounded(&data.dest, dtype),
+        };
+        let x0 = data.vals.iter().chain(&data.dest).copied().collect();
+        HistFlat { device, cpu, workload, rule, dtype, data, drop_dest_adjoint: false, x0 }
+    }
+
+    fn n(&self) -> usize {
+        self.data.vals.len()
+    }
+
+    fn at(&self, x: &[f64]) -> HistData {
+        HistData {
+            k: self.data.k,
+            inds: self.data.inds.clone(),
+            vals: x[..self.n()].to_vec(),
+            dest: x[self.n()..].to_vec(),
+        }
+    }
+
+    /// (vals_bar, dest_bar) for the output adjoint `w`, under `rule`.
+    pub fn vjp_parts(&self, rule: HistRule, w: &[f64]) -> Result<(Vec<f64>, Vec<f64>)> {
+        let d = &self.device;
+        let x = self.workload.upload(d, &self.data, self.dtype)?;
+        let bar = d.tensor(w, &[w.len()], self.dtype)?;
+        let r = self.workload.vjp(d, rule, &x, &bar)?;
+        Ok((d.to_vec(&r.vals_bar)?, d.to_vec(&r.dest_bar)?))
+    }
+
+    /// The oracle's J^T w, flattened like `vjp`.
+    pub fn oracle_vjp(&self, w: &[f64]) -> Vec<f64> {
+        let (_, db, vb) = oracle::hist_vjp(self.workload.op, &self.data.dest, &self.data.inds, &self.data.vals, w);
+        vb.into_iter().chain(db).collect()
+    }
+
+    /// The oracle's J v for v = [vals_dot, dest_dot].
+    pub fn oracle_jvp(&self, v: &[f64]) -> Vec<f64> {
+        let d = &self.data;
+        let (vals_dot, dest_dot) = v.split_at(d.vals.len());
+        oracle::hist_jvp(self.workload.op, &d.dest, &d.inds, &d.vals, dest_dot, vals_dot).1
+    }
+}
+
+impl<D: Ops> FlatFn for HistFlat<D> {
+    fn n_in(&self) -> usize {
+        self.x0.len()
+    }
+    fn n_out(&self) -> usize {
+        self.data.k
+    }
+    fn x0(&self) -> &[f64] {
+        &self.x0
+    }
+    fn eval_f64(&self, x: &[f64]) -> Result<Vec<f64>> {
+        let x = self.workload.upload(&self.cpu, &self.at(x), DType::F64)?;
+        self.cpu.to_vec(&self.workload.primal(&self.cpu, &x)?)
+    }
+    fn vjp(&self, w: &[f64]) -> Result<Vec<f64>> {
+        let (vb, mut db) = self.vjp_parts(self.rule, w)?;
+        if self.drop_dest_adjoint {
+            db.iter_mut().for_each(|x| *x = 0.0);
+        }
+        Ok(vb.into_iter().chain(db).collect())
+    }
+    fn jvp(&self, v: &[f64]) -> Result<Vec<f64>> {
+        let d = &self.device;
+        let x = self.workload.upload(d, &self.data, self.dtype)?;
+        let (vals_dot, dest_dot) = v.split_at(self.n());
+        let vd = d.tensor(vals_dot, &[vals_dot.len()], self.dtype)?;
+        let dd = d.tensor(dest_dot, &[dest_dot.len()], self.dtype)?;
+        let (_, hist_dot) = self.workload.jvp(d, &x, &dd, &vd)?;
+        d.to_vec(&hist_dot)
+    }
+    fn fd_unsafe(&self, h: f64) -> Option<String> {
+        let ext = self.workload.op.tie_break()?;
+        // Each bin's winner must beat every other competitor by more than the step moves them
+        // (|v_i| <= 1, so by 2h), or the finite difference straddles a kink.
+        let d = &self.data;
+        let k = d.k;
+        let mut best = d.dest.clone();
+        let mut second = vec![if ext == Extremum::Min { f64::INFINITY } else { f64::NEG_INFINITY }; k];
+        let better = |a: f64, b: f64| if ext == Extremum::Min { a < b } else { a > b };
+        for (&b, &v) in d.inds.iter().zip(&d.vals) {
+            if b < 0 || b as usize >= k {
+                continue;
+            }
+            let b = b as usize;
+            if better(v, best[b]) {
+                second[b] = best[b];
+                best[b] = v;
+            } else if better(v, second[b]) || v == best[b] {
+                second[b] = v;
+            }
+        }
+        (0..k).find(|&b| second[b].is_finite() && (best[b] - second[b]).abs() <= 2.0 * h).map(|b| {
+            format!("bin {b}: competing values {} and {} are within the step 2h = {:.1e}", best[b], second[b], 2.0 * h)
+        })
     }
 }
 

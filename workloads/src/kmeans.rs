@@ -11,9 +11,18 @@
 //! centre index. The hand-derived reference ([`manual`]) loops over points with the direct
 //! difference form, in parallel over fixed chunks of points (f32 or f64).
 
-use adgauge_backends::{BinaryOp, DType, Elem, Forward, Ops, Result, Reverse, TensorMeta, UnaryOp};
+use adgauge_backends::{
+    AnyDevice, BinaryOp, Cpu, DType, Device, Elem, Forward, Ops, Result, Reverse, TensorMeta, UnaryOp, with_device,
+};
 use adgauge_datasets::kmeans::KmeansData;
 use rayon::prelude::*;
+use serde_json::Value as Json;
+
+use crate::json::{format_number, format_rows, kind, parse_number};
+use crate::workload::{
+    CheckKind, CheckSettings, Comparison, EvalRequest, FlatFn, Mode, ParamSpec, Params, Prepared, Problem, Validation,
+    Value, WResult, Workload, WorkloadError, rounded, sizes,
+};
 
 /// A k-means case on an engine's device.
 pub struct KmeansInputs<O: Ops> {
@@ -155,6 +164,254 @@ pub fn manual_in(data: &KmeansData, dtype: DType) -> KmeansOut {
     }
 }
 
+/// k-means in the registry: `workload: kmeans` with n points, k centres, d dimensions.
+pub struct Kmeans;
+
+/// Validation size: every coordinate gets a finite difference.
+const CHECK: [(&str, u64); 3] = [("n", 200), ("k", 5), ("d", 4)];
+
+impl Workload for Kmeans {
+    fn family(&self) -> &'static str {
+        "kmeans"
+    }
+    fn about(&self) -> &'static str {
+        "k-means cost of centres; gradient by reverse mode, Hessian diagonal by forward over reverse"
+    }
+    fn schema(&self) -> Vec<ParamSpec> {
+        vec![sizes("n", 1, 1 << 30, "points"), sizes("k", 1, 1 << 24, "centres"), sizes("d", 1, 1 << 16, "dimensions")]
+    }
+    fn eval_modes(&self) -> Vec<Mode> {
+        vec![Mode::HessianDiag, Mode::Primal, Mode::Vjp]
+    }
+    fn validation_params(&self, params: &Params) -> Params {
+        CHECK.iter().fold(params.clone(), |p, &(key, max)| p.capped(key, max))
+    }
+    fn check_params(&self, _name: &str) -> Params {
+        Params::new(&CHECK.map(|(key, v)| (key, Value::Int(v))))
+    }
+    fn generate(&self, p: &Params, seed: u64) -> WResult<Box<dyn Problem>> {
+        let data = adgauge_datasets::kmeans::generate(p.int("n")?, p.int("k")?, p.int("d")?, seed);
+        Ok(Box::new(KmeansProblem(data)))
+    }
+    fn eval(&self, req: &EvalRequest, device: &AnyDevice) -> WResult<String> {
+        let data = parse_kmeans_case(&req.text, &req.source)?;
+        let input = WorkloadError::from_input;
+        let dt = req.dtype;
+        with_device!(device, |d| {
+            let x = upload(d, &data, dt).map_err(input)?;
+            match req.mode.unwrap_or(Mode::HessianDiag) {
+                Mode::Primal => {
+                    let c = d.to_vec(&cost(d, &x.points, &x.centres).map_err(input)?)?;
+                    Ok(format!("{{\"cost\": {}}}", format_number(c[0], dt)))
+                }
+                // The gradient by reverse mode comes with the Hessian diagonal and the Newton
+                // direction (GradBench's kmeans outputs).
+                _ => Ok(format_kmeans(&evaluate(d, &x).map_err(input)?, data.d, dt)),
+            }
+        })
+    }
+    fn table_label(&self, name: &str, row: &std::collections::BTreeMap<String, String>) -> String {
+        match row.get("d") {
+            Some(d) => format!("{name} d={d}"),
+            None => name.to_string(),
+        }
+    }
+}
+
+struct KmeansProblem(KmeansData);
+
+impl Problem for KmeansProblem {
+    fn prepare(&self, device: &AnyDevice, dtype: DType, _rule: &str) -> WResult<Box<dyn Prepared>> {
+        with_device!(device, |d| {
+            let x = upload(d, &self.0, dtype)?;
+            let ones = d.full(x.centres.shape(), 1.0, dtype)?;
+            Ok(Box::new(KmeansPrepared { device: d.clone(), x, ones }) as Box<dyn Prepared>)
+        })
+    }
+
+    fn validation(&self, device: &AnyDevice, cpu: &Cpu, s: &CheckSettings) -> WResult<Validation> {
+        with_device!(device, |d| {
+            let f = KmeansFlat::new(cpu.clone(), d.clone(), s.dtype, &self.0);
+            let (ad, manual) = f.hessians()?;
+            let comparisons = vec![
+                Comparison { check: CheckKind::Manual, got: f.vjp(&[1.0])?, want: f.manual_gradient() },
+                Comparison { check: CheckKind::ManualHessian, got: ad, want: manual },
+            ];
+            Ok(Validation { flat: Box::new(f), full_jacobian: None, comparisons })
+        })
+    }
+}
+
+/// Timed modes: primal = the cost, vjp = cost and gradient, jvp = one forward sweep along ones.
+struct KmeansPrepared<D: Device> {
+    device: D,
+    x: KmeansInputs<D>,
+    ones: D::T,
+}
+
+impl<D: Device> Prepared for KmeansPrepared<D> {
+    fn run(&self, mode: Mode) -> WResult<()> {
+        let (d, x) = (&self.device, &self.x);
+        match mode {
+            Mode::Primal => drop(cost(d, &x.points, &x.centres)?),
+            Mode::Vjp => drop(gradient(d, x)?),
+            Mode::Jvp => {
+                let f = Forward::new(d.clone());
+                let c = f.dual(x.centres.clone(), self.ones.clone())?;
+                drop(cost(&f, &f.lift(x.points.clone()), &c)?);
+            }
+            Mode::HessianDiag => drop(hessian_diag(d, x)?),
+        }
+        Ok(d.synchronize()?)
+    }
+}
+
+/// A matrix field: an array of rows of equal length `d` (when given) of finite numbers.
+fn matrix(
+    obj: &serde_json::Map<String, Json>,
+    source: &str,
+    name: &str,
+    d: Option<usize>,
+) -> WResult<(usize, usize, Vec<f64>)> {
+    let err = |field: String, msg: String| WorkloadError::BadInput(format!("{source}: field {field}: {msg}"));
+    let rows = match obj.get(name) {
+        None => return Err(err(name.into(), "missing".into())),
+        Some(Json::Array(a)) => a,
+        Some(_) => return Err(err(name.into(), "expected an array of rows (arrays of numbers)".into())),
+    };
+    if rows.is_empty() {
+        return Err(err(name.into(), "has no rows (at least one is needed)".into()));
+    }
+    let mut width = d;
+    let mut out = Vec::new();
+    for (i, row) in rows.iter().enumerate() {
+        let Json::Array(row) = row else {
+            return Err(err(format!("{name}[{i}]"), format!("expected an array of numbers, found {}", kind(row))));
+        };
+        let w = *width.get_or_insert(row.len());
+        if row.len() != w {
+            let what = if d.is_some() { "the points have".to_string() } else { format!("{name}[0] has") };
+            return Err(err(format!("{name}[{i}]"), format!("has {} elements but {what} {w}", row.len())));
+        }
+        for (j, v) in row.iter().enumerate() {
+            let x = parse_number(v).map_err(|m| err(format!("{name}[{i}][{j}]"), m))?;
+            if !x.is_finite() {
+                return Err(err(format!("{name}[{i}][{j}]"), format!("must be finite, got {x}")));
+            }
+            out.push(x);
+        }
+    }
+    let w = width.unwrap_or(0);
+    if w == 0 {
+        return Err(err(format!("{name}[0]"), "rows are empty (the dimension must be at least 1)".into()));
+    }
+    Ok((rows.len(), w, out))
+}
+
+/// Parses `{"points": [[..]..], "centres": [[..]..]}`; `source` names the file in messages.
+pub fn parse_kmeans_case(text: &str, source: &str) -> WResult<KmeansData> {
+    let bad = |m: String| WorkloadError::BadInput(m);
+    let value: Json = serde_json::from_str(text).map_err(|e| bad(format!("{source}: not valid JSON: {e}")))?;
+    let Json::Object(obj) = value else {
+        return Err(bad(format!("{source}: expected a JSON object with fields points and centres")));
+    };
+    if let Some(extra) = obj.keys().find(|k| k.as_str() != "points" && k.as_str() != "centres") {
+        return Err(bad(format!("{source}: unknown field '{extra}' (expected points, centres)")));
+    }
+    let (n, d, points) = matrix(&obj, source, "points", None)?;
+    let (k, _, centres) = matrix(&obj, source, "centres", Some(d))?;
+    Ok(KmeansData { n, k, d, points, centres })
+}
+
+/// `{"cost": x, "gradient": [[..]..], "hessian_diag": [[..]..], "dir": [[..]..]}`.
+pub fn format_kmeans(out: &KmeansOut, d: usize, dtype: DType) -> String {
+    format!(
+        "{{\"cost\": {}, \"gradient\": {}, \"hessian_diag\": {}, \"dir\": {}}}",
+        format_number(out.cost, dtype),
+        format_rows(&out.gradient, out.gradient.len() / d, dtype),
+        format_rows(&out.hessian_diag, out.hessian_diag.len() / d, dtype),
+        format_rows(&out.dir, out.dir.len() / d, dtype)
+    )
+}
+
+/// A k-means case as a flat function of the centres (x = centres, row-major; y = `[cost]`), at
+/// a point rounded to the dtype: the derivatives come from `device` (the device under test) in
+/// the dtype, the f64 values for finite differences from the CPU.
+pub struct KmeansFlat<D: Device> {
+    pub cpu: Cpu,
+    pub device: D,
+    pub dtype: DType,
+    pub data: KmeansData,
+}
+
+impl<D: Device> KmeansFlat<D> {
+    pub fn new(cpu: Cpu, device: D, dtype: DType, data: &KmeansData) -> KmeansFlat<D> {
+        let data =
+            KmeansData { points: rounded(&data.points, dtype), centres: rounded(&data.centres, dtype), ..data.clone() };
+        KmeansFlat { cpu, device, dtype, data }
+    }
+
+    /// The manual gradient, J^T w for `w = [1]`.
+    pub fn manual_gradient(&self) -> Vec<f64> {
+        manual_in(&self.data, self.dtype).gradient
+    }
+
+    /// The AD Hessian diagonal and the manual one.
+    pub fn hessians(&self) -> Result<(Vec<f64>, Vec<f64>)> {
+        let x = upload(&self.device, &self.data, self.dtype)?;
+        let (_, _, h) = hessian_diag(&self.device, &x)?;
+        Ok((self.device.to_vec(&h)?, manual_in(&self.data, self.dtype).hessian_diag))
+    }
+}
+
+impl<D: Device> FlatFn for KmeansFlat<D> {
+    fn n_in(&self) -> usize {
+        self.data.centres.len()
+    }
+    fn n_out(&self) -> usize {
+        1
+    }
+    fn x0(&self) -> &[f64] {
+        &self.data.centres
+    }
+    fn eval_f64(&self, x: &[f64]) -> Result<Vec<f64>> {
+        let data = KmeansData { centres: x.to_vec(), ..self.data.clone() };
+        let t = upload(&self.cpu, &data, DType::F64)?;
+        self.cpu.to_vec(&cost(&self.cpu, &t.points, &t.centres)?)
+    }
+    fn vjp(&self, w: &[f64]) -> Result<Vec<f64>> {
+        let x = upload(&self.device, &self.data, self.dtype)?;
+        let (_, g) = gradient(&self.device, &x)?;
+        Ok(self.device.to_vec(&g)?.into_iter().map(|v| v * w[0]).collect())
+    }
+    fn jvp(&self, v: &[f64]) -> Result<Vec<f64>> {
+        let x = upload(&self.device, &self.data, self.dtype)?;
+        let f = Forward::new(self.device.clone());
+        let c = f.dual(x.centres.clone(), self.device.tensor(v, x.centres.shape(), self.dtype)?)?;
+        let y = cost(&f, &f.lift(x.points.clone()), &c)?;
+        self.device.to_vec(&f.tangent(&y)?)
+    }
+    fn fd_unsafe(&self, h: f64) -> Option<String> {
+        // A point whose two nearest centres are within the step of each other is on a kink.
+        let (k, d) = (self.data.k, self.data.d);
+        let c = &self.data.centres;
+        let radius = 2.0 * h * (d as f64).sqrt();
+        for (i, p) in self.data.points.chunks(d).enumerate() {
+            let mut dist: Vec<f64> =
+                (0..k).map(|j| c[j * d..(j + 1) * d].iter().zip(p).map(|(a, b)| (a - b) * (a - b)).sum()).collect();
+            dist.sort_by(f64::total_cmp);
+            if k > 1 {
+                // |dist(c1) - dist(c2)| can change by about 2 |p - c| * step per centre.
+                let slack = 2.0 * radius * (dist[0].sqrt() + dist[1].sqrt()) + 2.0 * radius * radius;
+                if dist[1] - dist[0] <= slack {
+                    return Some(format!("point {i}: its two nearest centres are within the step"));
+                }
+            }
+        }
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use adgauge_backends::Cpu;
@@ -205,6 +462,30 @@ mod tests {
             let fd = (f(&up) - f(&dn)) / (2.0 * h);
             assert!((fd - g[i]).abs() < 1e-6 * fd.abs().max(1.0), "coordinate {i}: {} vs {fd}", g[i]);
         }
+    }
+
+    fn msg(text: &str) -> String {
+        match parse_kmeans_case(text, "case.json").unwrap_err() {
+            WorkloadError::BadInput(m) => m,
+            other => panic!("not a bad-input error: {other}"),
+        }
+    }
+
+    #[test]
+    fn malformed_cases_name_their_field() {
+        assert!(msg("[]").contains("expected a JSON object"));
+        assert!(msg(r#"{"centres": [[1]]}"#).contains("field points: missing"));
+        assert!(msg(r#"{"points": [[1]]}"#).contains("field centres: missing"));
+        assert!(msg(r#"{"points": [], "centres": [[1]]}"#).contains("field points: has no rows"));
+        assert!(msg(r#"{"points": [[1, 2], [3]], "centres": [[1, 2]]}"#).contains("field points[1]: has 1 elements"));
+        assert!(msg(r#"{"points": [[1, 2]], "centres": [[1]]}"#).contains("field centres[0]: has 1 elements"));
+        assert!(msg(r#"{"points": [[1, "x"]], "centres": [[1, 2]]}"#).contains("field points[0][1]"));
+        assert!(msg(r#"{"points": [[1, "nan"]], "centres": [[1, 2]]}"#).contains("must be finite"));
+        assert!(msg(r#"{"points": [[]], "centres": [[]]}"#).contains("dimension must be at least 1"));
+        assert!(msg(r#"{"points": [1], "centres": [[1]]}"#).contains("field points[0]"));
+        assert!(msg(r#"{"points": [[1]], "centres": [[1]], "k": 2}"#).contains("unknown field 'k'"));
+        let ok = parse_kmeans_case(r#"{"points": [[1, 2], [3, 4], [5, 6]], "centres": [[0, 0]]}"#, "c").unwrap();
+        assert_eq!((ok.n, ok.k, ok.d), (3, 1, 2));
     }
 
     #[test]

@@ -31,8 +31,17 @@
 //! forget/input/output/change) and extra (in_weight, out_weight, out_bias); the gradient is laid
 //! out as ADBench's: [main (8lb), extra (3b)]. The state and the sequence are constants.
 
-use adgauge_backends::{DType, Elem, Forward, Ops, OutOfRange, Result, Reverse, UnaryOp};
+use adgauge_backends::{
+    AnyDevice, Cpu, DType, Device, Elem, Forward, Ops, OutOfRange, Result, Reverse, UnaryOp, with_device,
+};
 use adgauge_datasets::lstm::LstmInput;
+
+use crate::json::objective_json;
+use crate::objective::{ObjectiveFlat, ScalarObjective};
+use crate::workload::{
+    CheckSettings, EvalRequest, Mode, ParamKind, ParamSpec, Params, Prepared, Problem, Validation, Value, WResult,
+    Workload, WorkloadError, rounded, sizes,
+};
 
 /// An LSTM problem on an engine's device.
 pub struct LstmInputs<O: Ops> {
@@ -356,6 +365,132 @@ pub fn manual_in(s: &LstmInput, dtype: DType) -> (f64, Vec<f64>) {
     match dtype {
         DType::F32 => manual::<f32>(s),
         DType::F64 => manual::<f64>(s),
+    }
+}
+
+/// LSTM in the registry: `workload: lstm` with l layers and c characters of b bits.
+pub struct Lstm;
+
+/// Validation size: every parameter gets a finite difference.
+const CHECK: [(&str, u64); 3] = [("l", 2), ("c", 6), ("b", 4)];
+
+impl Workload for Lstm {
+    fn family(&self) -> &'static str {
+        "lstm"
+    }
+    fn about(&self) -> &'static str {
+        "ADBench's D-LSTM objective and its gradient"
+    }
+    fn schema(&self) -> Vec<ParamSpec> {
+        vec![
+            sizes("l", 1, 1 << 10, "layers"),
+            sizes("c", 2, 1 << 24, "characters (at least 2: one prediction)"),
+            ParamSpec {
+                key: "b",
+                kind: ParamKind::Ints { min: 1, max: 1 << 16 },
+                default: Some("[14]"),
+                column: Some("b"),
+                doc: "bits per character (ADBench's files: 14)",
+            },
+        ]
+    }
+    fn validation_params(&self, params: &Params) -> Params {
+        CHECK.iter().fold(params.clone(), |p, &(key, max)| p.capped(key, max))
+    }
+    fn check_params(&self, _name: &str) -> Params {
+        Params::new(&CHECK.map(|(key, v)| (key, Value::Int(v))))
+    }
+    fn generate(&self, p: &Params, seed: u64) -> WResult<Box<dyn Problem>> {
+        Ok(Box::new(LstmProblem(LstmInput::generate(p.int("l")?, p.int("c")?, p.int("b")?, seed))))
+    }
+    fn eval(&self, req: &EvalRequest, device: &AnyDevice) -> WResult<String> {
+        let s = LstmInput::parse(&req.text, &req.source).map_err(|e| WorkloadError::BadInput(e.to_string()))?;
+        let dt = req.dtype;
+        let input = WorkloadError::from_input;
+        with_device!(device, |d| {
+            let x = upload(d, &s, dt).map_err(input)?;
+            let with_gradient = |(f, gr): (f64, Vec<f64>)| objective_json(f, Some(&gr), dt);
+            Ok(match req.mode.unwrap_or(Mode::Primal) {
+                Mode::Primal => objective_json(d.to_vec(&objective(d, &x).map_err(input)?)?[0], None, dt),
+                Mode::Vjp => with_gradient(gradient(d, &x).map_err(input)?),
+                Mode::Jvp | Mode::HessianDiag => with_gradient(gradient_forward(d, &x).map_err(input)?),
+            })
+        })
+    }
+    fn table_label(&self, name: &str, row: &std::collections::BTreeMap<String, String>) -> String {
+        match (row.get("l"), row.get("c")) {
+            (Some(l), Some(c)) => format!("{name} l={l} c={c}"),
+            _ => name.to_string(),
+        }
+    }
+}
+
+struct LstmProblem(LstmInput);
+
+impl Problem for LstmProblem {
+    fn prepare(&self, device: &AnyDevice, dtype: DType, _rule: &str) -> WResult<Box<dyn Prepared>> {
+        with_device!(device, |d| {
+            let x = upload(d, &self.0, dtype)?;
+            let ones = vec![1.0; x.num_params()];
+            Ok(Box::new(LstmPrepared { device: d.clone(), x, ones }) as Box<dyn Prepared>)
+        })
+    }
+    fn validation(&self, device: &AnyDevice, cpu: &Cpu, s: &CheckSettings) -> WResult<Validation> {
+        with_device!(device, |d| Ok(ObjectiveFlat::<LstmObjective, _>::validation(cpu, d, s.dtype, &self.0)?))
+    }
+}
+
+/// Timed modes: primal = the objective, vjp = objective and gradient, jvp = one forward sweep.
+struct LstmPrepared<D: Device> {
+    device: D,
+    x: LstmInputs<D>,
+    ones: Vec<f64>,
+}
+
+impl<D: Device> Prepared for LstmPrepared<D> {
+    fn run(&self, mode: Mode) -> WResult<()> {
+        let (d, x) = (&self.device, &self.x);
+        match mode {
+            Mode::Primal => drop(objective(d, x)?),
+            Mode::Vjp => drop(gradient(d, x)?),
+            Mode::Jvp | Mode::HessianDiag => drop(directional(d, x, &self.ones)?),
+        }
+        Ok(d.synchronize()?)
+    }
+}
+
+/// LSTM as a scalar objective of [main, extra].
+pub struct LstmObjective;
+
+impl ScalarObjective for LstmObjective {
+    type Input = LstmInput;
+    fn rounded(s: &LstmInput, dtype: DType) -> LstmInput {
+        LstmInput {
+            main_params: rounded(&s.main_params, dtype),
+            extra_params: rounded(&s.extra_params, dtype),
+            state: rounded(&s.state, dtype),
+            sequence: rounded(&s.sequence, dtype),
+            ..s.clone()
+        }
+    }
+    fn params(s: &LstmInput) -> Vec<f64> {
+        s.main_params.iter().chain(&s.extra_params).copied().collect()
+    }
+    fn with_params(s: &LstmInput, x: &[f64]) -> LstmInput {
+        let (m, e) = x.split_at(s.main_params.len());
+        LstmInput { main_params: m.to_vec(), extra_params: e.to_vec(), ..s.clone() }
+    }
+    fn objective_f64(cpu: &Cpu, s: &LstmInput) -> Result<f64> {
+        Ok(cpu.to_vec(&objective(cpu, &upload(cpu, s, DType::F64)?)?)?[0])
+    }
+    fn gradient<D: Device>(d: &D, s: &LstmInput, dtype: DType) -> Result<Vec<f64>> {
+        Ok(gradient(d, &upload(d, s, dtype)?)?.1)
+    }
+    fn directional<D: Device>(d: &D, s: &LstmInput, dtype: DType, v: &[f64]) -> Result<f64> {
+        Ok(directional(d, &upload(d, s, dtype)?, v)?.1)
+    }
+    fn manual_gradient(s: &LstmInput, dtype: DType) -> Vec<f64> {
+        manual_in(s, dtype).1
     }
 }
 

@@ -1,5 +1,5 @@
-//! Explicit histogram cases in JSON (`adgauge eval hist-<op> --input case.json`) and the JSON the
-//! command prints.
+//! JSON for `adgauge eval`: the explicit histogram case (`adgauge eval hist-<op> --input
+//! case.json`), numbers and matrices in inputs, and the shortest-decimal JSON every workload prints.
 //!
 //! Input: `{"k": K, "inds": [..n integers], "vals": [..n], "dest": [..K], "hist_bar": [..K],
 //! "vals_dot": [..n], "dest_dot": [..K], "op": "<name>"}`; numbers may also be the strings
@@ -12,7 +12,11 @@ use serde_json::{Map, Value};
 use adgauge_backends::DType;
 use adgauge_datasets::hist::HistData;
 
-use crate::exit::bad_input;
+use crate::workload::{WResult, WorkloadError};
+
+fn bad_input(message: impl Into<String>) -> WorkloadError {
+    WorkloadError::BadInput(message.into())
+}
 
 /// Largest accepted number of bins.
 pub const MAX_K: u64 = 1 << 32;
@@ -29,7 +33,7 @@ pub struct HistCase {
 }
 
 /// Parses a case; `source` names the file in messages, `op` is the workload's operator name.
-pub fn parse_hist_case(text: &str, source: &str, op: &str) -> anyhow::Result<HistCase> {
+pub fn parse_hist_case(text: &str, source: &str, op: &str) -> WResult<HistCase> {
     let value: Value = serde_json::from_str(text).map_err(|e| bad_input(format!("{source}: not valid JSON: {e}")))?;
     let Value::Object(obj) = value else {
         return Err(bad_input(format!("{source}: expected a JSON object at the top level, found {}", kind(&value))));
@@ -55,7 +59,7 @@ pub fn parse_hist_case(text: &str, source: &str, op: &str) -> anyhow::Result<His
     let n = inds.len();
     let vals = required_numbers(&obj, "vals", n, "len(inds)").map_err(|(f, m)| err(&f, m))?;
     let dest = required_numbers(&obj, "dest", k, "k").map_err(|(f, m)| err(&f, m))?;
-    let optional = |name: &str, len: usize, what: &str| -> anyhow::Result<Option<Vec<f64>>> {
+    let optional = |name: &str, len: usize, what: &str| -> WResult<Option<Vec<f64>>> {
         match obj.get(name) {
             None => Ok(None),
             Some(_) => required_numbers(&obj, name, len, what).map(Some).map_err(|(f, m)| err(&f, m)),
@@ -69,7 +73,7 @@ pub fn parse_hist_case(text: &str, source: &str, op: &str) -> anyhow::Result<His
     })
 }
 
-fn kind(v: &Value) -> &'static str {
+pub fn kind(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
@@ -174,15 +178,23 @@ pub fn format_object(fields: &[(&str, &[f64])], dtype: DType) -> String {
     format!("{{{}}}", parts.join(", "))
 }
 
+/// `{"objective": x}`, with `"gradient": [...]` when there is one.
+pub fn objective_json(f: f64, gradient: Option<&[f64]>, dtype: DType) -> String {
+    match gradient {
+        None => format!("{{\"objective\": {}}}", format_number(f, dtype)),
+        Some(g) => format!("{{\"objective\": {}, \"gradient\": {}}}", format_number(f, dtype), format_array(g, dtype)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exit::{Code, code_of};
 
     fn msg(text: &str) -> String {
-        let e = parse_hist_case(text, "case.json", "add").unwrap_err();
-        assert_eq!(code_of(&e), Code::BadInput);
-        e.to_string()
+        match parse_hist_case(text, "case.json", "add").unwrap_err() {
+            WorkloadError::BadInput(m) => m,
+            other => panic!("not a bad-input error: {other}"),
+        }
     }
 
     #[test]

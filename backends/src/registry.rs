@@ -1,0 +1,116 @@
+//! The device registry: the one place that lists the devices adgauge knows. Everything that
+//! needs "every device" (the `backends` command, the built-in tools of a suite, `--backend`
+//! parsing) goes through [`DEVICES`], and code that must run on an opened device of any kind
+//! takes an [`AnyDevice`] and dispatches once with [`with_device!`](crate::with_device).
+//!
+//! Adding a device: implement [`Device`] for it, add a variant to [`AnyDevice`] and to
+//! [`with_device!`](crate::with_device), and add one [`DeviceKind`] line to [`DEVICES`].
+
+use crate::device::DeviceStatus;
+use crate::{Cpu, Cuda, DType, Device, OpError, OpenCl, Result};
+
+/// An opened device of any kind. Cloning is cheap (every device shares its runtime).
+#[derive(Clone)]
+pub enum AnyDevice {
+    Cpu(Cpu),
+    OpenCl(OpenCl),
+    Cuda(Cuda),
+}
+
+/// Runs `$body` with `$d` bound to the concrete device inside an [`AnyDevice`]: the body is
+/// compiled once per device type, so generic code over [`Device`] runs on any of them.
+#[macro_export]
+macro_rules! with_device {
+    ($dev:expr, |$d:ident| $body:expr) => {
+        match $dev {
+            $crate::AnyDevice::Cpu($d) => $body,
+            $crate::AnyDevice::OpenCl($d) => $body,
+            $crate::AnyDevice::Cuda($d) => $body,
+        }
+    };
+}
+
+/// One kind of device: its name (`--backend NAME`, a suite's `tools:`), how to probe it without
+/// side effects, and how to open it.
+pub struct DeviceKind {
+    pub name: &'static str,
+    pub probe: fn() -> DeviceStatus,
+    /// Opens the device with this many CPU worker threads (used by the CPU device only).
+    pub open: fn(Option<usize>) -> Result<AnyDevice>,
+}
+
+fn probe_cpu() -> DeviceStatus {
+    let threads = rayon::current_num_threads();
+    DeviceStatus { name: "cpu", available: true, detail: format!("rayon, {threads} threads") }
+}
+
+/// Every device adgauge knows, in the order `adgauge backends` lists them.
+pub const DEVICES: &[DeviceKind] = &[
+    DeviceKind { name: "cpu", probe: probe_cpu, open: |threads| Ok(AnyDevice::Cpu(Cpu::new(threads)?)) },
+    DeviceKind { name: "opencl", probe: crate::opencl::probe, open: |_| Ok(AnyDevice::OpenCl(OpenCl::new()?)) },
+    DeviceKind { name: "cuda", probe: crate::cuda::probe, open: |_| Ok(AnyDevice::Cuda(Cuda::new()?)) },
+];
+
+/// The registered device called `name`, if any.
+pub fn device_kind(name: &str) -> Option<&'static DeviceKind> {
+    DEVICES.iter().find(|d| d.name == name)
+}
+
+/// The names of every registered device.
+pub fn device_names() -> Vec<&'static str> {
+    DEVICES.iter().map(|d| d.name).collect()
+}
+
+impl AnyDevice {
+    /// The registry name of this device's kind (`cpu`, `opencl`, `cuda`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            AnyDevice::Cpu(_) => "cpu",
+            AnyDevice::OpenCl(_) => "opencl",
+            AnyDevice::Cuda(_) => "cuda",
+        }
+    }
+
+    pub fn device_name(&self) -> String {
+        with_device!(self, |d| d.device_name())
+    }
+
+    pub fn threads(&self) -> usize {
+        with_device!(self, |d| d.threads())
+    }
+
+    pub fn synchronize(&self) -> Result<()> {
+        with_device!(self, |d| d.synchronize())
+    }
+
+    pub fn trim_cache(&self) {
+        with_device!(self, |d| d.trim_cache())
+    }
+
+    pub fn kernel_compile_time(&self) -> Option<std::time::Duration> {
+        with_device!(self, |d| d.kernel_compile_time())
+    }
+
+    /// Whether the device computes in `dtype`, and why not (a capability, known without
+    /// running anything).
+    pub fn supports_dtype(&self, dtype: DType) -> std::result::Result<(), String> {
+        let fp64 = match self {
+            AnyDevice::Cpu(_) => true,
+            AnyDevice::OpenCl(d) => d.has_f64(),
+            AnyDevice::Cuda(d) => d.has_f64(),
+        };
+        if dtype == DType::F64 && !fp64 {
+            return Err(format!("f64 on {}: the device lacks fp64", self.device_name()));
+        }
+        Ok(())
+    }
+}
+
+/// Opens the device called `name`. An unknown name is [`OpError::Unsupported`] listing the
+/// known ones; a known device that cannot start is [`OpError::Device`] with the reason.
+pub fn open_device(name: &str, threads: Option<usize>) -> Result<AnyDevice> {
+    match device_kind(name) {
+        Some(kind) => (kind.open)(threads),
+        None => Err(OpError::Unsupported(format!("unknown backend '{name}' (known: {})", device_names().join(", ")))),
+    }
+}

@@ -1,0 +1,215 @@
+//! Tools: the things whose derivatives adgauge measures and validates (DESIGN's layer 4, the
+//! harness-level backend). A [`Tool`] has a name and version, says whether it is available and
+//! why not, declares what it can do ([`Capabilities`]), and evaluates a workload's problem in a
+//! mode, with optional self-reported timings. The case pipeline (`pipeline.rs`) drives every
+//! tool the same way.
+//!
+//! The first family of tools is adgauge's own engine on each registered device
+//! ([`EngineTool`]: `cpu`, `opencl`, `cuda`, from [`adgauge_backends::DEVICES`], the only list of
+//! devices). Tools that run in another process implement the same trait.
+
+use std::cell::OnceCell;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use adgauge_backends::{AnyDevice, Cpu, DEVICES, DType, Device, DeviceKind};
+use adgauge_workloads::{CheckSettings, Mode, Prepared, Problem, Validation, Workload};
+
+use crate::memory::peak_during;
+
+/// What a tool can do.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Capabilities {
+    pub dtypes: Vec<DType>,
+    /// The workload families it evaluates (`None`: every registered one).
+    pub workloads: Option<Vec<String>>,
+    pub modes: Vec<Mode>,
+    /// Conventions where tools legitimately differ, declared so that comparisons can take them
+    /// into account (e.g. `tie-policy` of min/max adjoints).
+    pub conventions: BTreeMap<&'static str, &'static str>,
+}
+
+impl Capabilities {
+    /// Why the tool cannot evaluate `workload` in `mode` and `dtype`, if it cannot.
+    pub fn unsupported(&self, workload: &dyn Workload, mode: Mode, dtype: DType) -> Option<String> {
+        if !self.dtypes.contains(&dtype) {
+            let names: Vec<&str> = self.dtypes.iter().map(|d| d.name()).collect();
+            return Some(format!("{dtype} is not among its dtypes ({})", names.join(", ")));
+        }
+        if let Some(ws) = &self.workloads
+            && !ws.iter().any(|w| w == workload.family())
+        {
+            return Some(format!("it does not evaluate {}", workload.family()));
+        }
+        if !self.modes.contains(&mode) {
+            return Some(format!("it has no {mode} mode"));
+        }
+        None
+    }
+}
+
+/// One evaluation by a tool.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Evaluation {
+    /// The outputs, where the tool returns them (the engine keeps them on its device when timed).
+    pub output: Option<serde_json::Value>,
+    /// The tool's own timings of the evaluation (one per run), where it reports them.
+    pub timings: Vec<Duration>,
+}
+
+/// A problem a tool has prepared: resident and ready for timed evaluations.
+pub trait PreparedCase {
+    /// One evaluation of `mode`.
+    fn evaluate(&mut self, mode: Mode) -> anyhow::Result<Evaluation>;
+    /// Peak bytes allocated above the resident inputs during one evaluation of `mode`, where
+    /// the tool can measure it.
+    fn peak_bytes(&mut self, _mode: Mode) -> anyhow::Result<Option<u64>> {
+        Ok(None)
+    }
+}
+
+/// A thing that computes derivatives: see the module documentation.
+pub trait Tool {
+    fn name(&self) -> &str;
+    fn version(&self) -> String;
+    /// `Ok(detail)` when the tool can run (what was found), `Err(reason)` otherwise.
+    fn availability(&self) -> Result<String, String>;
+    fn capabilities(&self) -> Capabilities;
+    /// Worker threads the tool computes with (recorded in every row).
+    fn threads(&self) -> usize;
+    /// Puts `problem` on the tool in `dtype` with the reverse-mode `rule`.
+    fn prepare(&self, problem: &dyn Problem, dtype: DType, rule: &str) -> anyhow::Result<Box<dyn PreparedCase>>;
+    /// What the case's derivatives are validated with, as computed by this tool.
+    fn validation(&self, problem: &dyn Problem, settings: &CheckSettings) -> anyhow::Result<Validation>;
+    /// Seconds spent compiling kernels so far (kept apart from timings), where the tool compiles.
+    fn compile_time(&self) -> Option<Duration> {
+        None
+    }
+}
+
+/// adgauge's own engine on one device, opened on first use.
+pub struct EngineTool {
+    kind: &'static DeviceKind,
+    threads: Option<usize>,
+    /// The CPU device computes the f64 reference values of validation for every device.
+    cpu: Cpu,
+    device: OnceCell<Result<AnyDevice, String>>,
+}
+
+impl EngineTool {
+    pub fn new(kind: &'static DeviceKind, threads: Option<usize>, cpu: Cpu) -> EngineTool {
+        EngineTool { kind, threads, cpu, device: OnceCell::new() }
+    }
+
+    /// The opened device, or why it cannot be opened.
+    pub fn device(&self) -> Result<&AnyDevice, String> {
+        self.device
+            .get_or_init(|| match self.kind.name {
+                // The CPU device is already open (with the run's threads); sharing it keeps one
+                // thread pool.
+                "cpu" => Ok(AnyDevice::Cpu(self.cpu.clone())),
+                _ => (self.kind.open)(self.threads).map_err(|e| {
+                    let probed = (self.kind.probe)();
+                    if probed.available { e.to_string() } else { probed.detail }
+                }),
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    fn opened(&self) -> anyhow::Result<&AnyDevice> {
+        self.device().map_err(|why| anyhow::anyhow!("backend {} unavailable: {why}", self.kind.name))
+    }
+}
+
+impl Tool for EngineTool {
+    fn name(&self) -> &str {
+        self.kind.name
+    }
+    fn version(&self) -> String {
+        engine_version()
+    }
+    fn availability(&self) -> Result<String, String> {
+        self.device().map(AnyDevice::device_name)
+    }
+    fn capabilities(&self) -> Capabilities {
+        let dtypes = match self.device() {
+            Ok(d) => DType::ALL.into_iter().filter(|&dt| d.supports_dtype(dt).is_ok()).collect(),
+            Err(_) => Vec::new(),
+        };
+        Capabilities {
+            dtypes,
+            workloads: None,
+            modes: Mode::ALL.to_vec(),
+            conventions: BTreeMap::from([(
+                "tie-policy",
+                "min/max: the whole adjoint goes to one winner, the lowest position (dest first)",
+            )]),
+        }
+    }
+    fn threads(&self) -> usize {
+        self.device().map(AnyDevice::threads).unwrap_or_else(|_| self.cpu.threads())
+    }
+    fn prepare(&self, problem: &dyn Problem, dtype: DType, rule: &str) -> anyhow::Result<Box<dyn PreparedCase>> {
+        let device = self.opened()?.clone();
+        let prepared = problem.prepare(&device, dtype, rule)?;
+        Ok(Box::new(EnginePrepared { device, prepared }))
+    }
+    fn validation(&self, problem: &dyn Problem, settings: &CheckSettings) -> anyhow::Result<Validation> {
+        Ok(problem.validation(self.opened()?, &self.cpu, settings)?)
+    }
+    fn compile_time(&self) -> Option<Duration> {
+        self.device().ok()?.kernel_compile_time()
+    }
+}
+
+/// The version of adgauge's engine (every built-in tool's).
+fn engine_version() -> String {
+    format!("adgauge {}", env!("CARGO_PKG_VERSION"))
+}
+
+struct EnginePrepared {
+    device: AnyDevice,
+    prepared: Box<dyn Prepared>,
+}
+
+impl PreparedCase for EnginePrepared {
+    fn evaluate(&mut self, mode: Mode) -> anyhow::Result<Evaluation> {
+        self.prepared.run(mode)?;
+        Ok(Evaluation::default())
+    }
+    /// The host's counting allocator sees every allocation of the evaluation; the device's
+    /// buffer cache is emptied first so that every buffer the mode needs is counted.
+    fn peak_bytes(&mut self, mode: Mode) -> anyhow::Result<Option<u64>> {
+        self.device.trim_cache();
+        let (r, bytes) = peak_during(|| self.prepared.run(mode));
+        r?;
+        Ok(Some(bytes as u64))
+    }
+}
+
+/// The tools of a run, by name: the built-in ones (one per registered device).
+pub struct Tools {
+    tools: Vec<Box<dyn Tool>>,
+}
+
+impl Tools {
+    /// adgauge's engine on every registered device (each opened on first use).
+    pub fn builtin(threads: Option<usize>, cpu: Cpu) -> Tools {
+        Tools {
+            tools: DEVICES
+                .iter()
+                .map(|k| Box::new(EngineTool::new(k, threads, cpu.clone())) as Box<dyn Tool>)
+                .collect(),
+        }
+    }
+
+    pub fn get(&self, name: &str) -> Option<&dyn Tool> {
+        self.tools.iter().find(|t| t.name() == name).map(|t| t.as_ref())
+    }
+
+    /// The names of the built-in tools (what a suite's `tools:` may list).
+    pub fn builtin_names() -> Vec<&'static str> {
+        DEVICES.iter().map(|k| k.name).collect()
+    }
+}

@@ -1,0 +1,152 @@
+//! The one case pipeline, end to end, for every registered workload: suite tolerance overrides
+//! and the per-case time limit apply to all of them (they were ignored for the classic workloads
+//! before the pipeline was one), `--isolate` runs any of them, and the harness names no
+//! workload outside the registry.
+
+mod common;
+
+use adgauge_workloads::{ParamKind, Value as Param, Workload, registry};
+use common::{adgauge, stderr, stdout, temp_file};
+use serde_json::Value;
+
+/// A suite entry for `w` at its `adgauge check` size (built from its schema, so a new workload
+/// is covered without touching this file), f64, with the settings `extra`.
+fn entry(w: &dyn Workload, extra: &str) -> String {
+    let name = w.check_names().remove(0);
+    let params = w.check_params(&name);
+    let mut yaml = format!("  - workload: {}\n", w.family());
+    for spec in w.schema() {
+        let value = |key: &str| params.0.get(key).cloned();
+        let text = match &spec.kind {
+            ParamKind::Tuples { names, .. } => {
+                let xs: Vec<String> = names.iter().filter_map(|n| value(n)).map(|v| v.to_string()).collect();
+                format!("[[{}]]", xs.join(", "))
+            }
+            ParamKind::Float { .. } => value(spec.key).map(|v| v.to_string()).unwrap_or_default(),
+            _ => match value(spec.key) {
+                Some(Param::Name(s)) => format!("[{s}]"),
+                Some(v) => format!("[{v}]"),
+                None => continue,
+            },
+        };
+        yaml += &format!("    {}: {text}\n", spec.key);
+    }
+    if !w.rules().is_empty() {
+        yaml += "    rules: [auto]\n";
+    }
+    yaml + "    dtypes: [f64]\n" + extra
+}
+
+fn suite(name: &str, header: &str, extra: &str) -> std::path::PathBuf {
+    let entries: String = registry().iter().map(|w| entry(*w, extra)).collect();
+    temp_file("pipeline", &format!("{name}.yaml"), &format!("name: {name}\n{header}cases:\n{entries}"))
+}
+
+fn rows(args: &[&str]) -> (Option<i32>, Vec<Value>) {
+    let out = adgauge(args);
+    let rows = stdout(&out).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    (out.status.code(), rows)
+}
+
+#[test]
+fn suite_tolerance_overrides_apply_to_every_workload() {
+    // No finite difference agrees with a derivative to 1e-300: every case must fail fd-vjp,
+    // and with the override's tolerance, not the table's.
+    let path = suite("tolerances", "tolerances: {fd-vjp: {f64: 1e-300}}\n", "");
+    let (code, rows) = rows(&["run", "--suite", path.to_str().unwrap(), "--json", "--no-save", "--quiet"]);
+    assert_eq!(code, Some(1));
+    assert_eq!(rows.len(), registry().len());
+    for row in &rows {
+        assert_eq!(row["status"], "failed", "{row}");
+        let fd = row["checks"].as_array().unwrap().iter().find(|c| c["name"] == "fd-vjp").unwrap();
+        assert_eq!(fd["tolerance"], 1e-300, "{row}");
+        assert_eq!(fd["passed"], false, "{row}");
+        // Every other check keeps its tolerance from the table and passes.
+        assert!(
+            row["checks"].as_array().unwrap().iter().filter(|c| c["name"] != "fd-vjp").all(|c| c["passed"] == true)
+        );
+    }
+}
+
+#[test]
+fn the_case_time_limit_applies_to_every_workload() {
+    let path = suite("limit", "timing: {case_time_limit_s: 1e-9}\n", "    validate: false\n");
+    let (code, rows) = rows(&["run", "--suite", path.to_str().unwrap(), "--json", "--no-save", "--quiet"]);
+    assert_eq!(code, Some(1));
+    assert_eq!(rows.len(), registry().len());
+    for row in &rows {
+        assert_eq!(row["status"], "timeout", "{row}");
+        assert!(row["message"].as_str().unwrap().contains("reached before timing"), "{row}");
+        assert!(row["primal"].is_null(), "{row}");
+    }
+}
+
+#[test]
+fn isolate_runs_every_workload_in_a_child() {
+    let path = suite("isolate", "timing: {samples: 1, min_sample_ms: 1, time_limit_s: 0.05}\n", "    modes: [vjp]\n");
+    let (code, rows) = rows(&["run", "--suite", path.to_str().unwrap(), "--json", "--no-save", "--quiet", "--isolate"]);
+    assert_eq!(code, Some(0), "{rows:?}");
+    assert_eq!(rows.len(), registry().len());
+    for row in &rows {
+        assert_eq!(row["status"], "ok", "{row}");
+        assert!(row["vjp"]["median_s"].as_f64().unwrap() > 0.0, "{row}");
+        assert!(row["primal"].is_null(), "only vjp was asked for: {row}");
+    }
+}
+
+#[test]
+fn unknown_workloads_tools_and_parameters_exit_2_listing_the_valid_names() {
+    let bad = temp_file(
+        "pipeline",
+        "bad.yaml",
+        "name: b\ncases:\n  - workload: kmeans\n    n: [2]\n    k: [1]\n    dd: [1]\n",
+    );
+    let out = adgauge(&["run", "--suite", bad.to_str().unwrap(), "--no-save"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains("bad.yaml:6:5: cases[0].dd: unknown field `dd`") && err.contains("valid: n, k, d"), "{err}");
+    let out = adgauge(&["check", "--workload", "nope"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("unknown workload 'nope' (known: hist-add,"), "{}", stderr(&out));
+    let out = adgauge(&["check", "--backend", "tpu"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("unknown tool 'tpu' (known: cpu, opencl, cuda)"), "{}", stderr(&out));
+    let out = adgauge(&["eval", "nope", "--input", "-"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("unknown workload 'nope'"), "{}", stderr(&out));
+}
+
+/// Comment and test-module text is allowed to mention workloads (examples, fixtures); code is
+/// not: every dispatch on a workload goes through the registry.
+fn code_tokens(source: &str) -> Vec<String> {
+    let code = source.split("#[cfg(test)]").next().unwrap_or("");
+    code.lines()
+        .map(|l| l.split("//").next().unwrap_or(""))
+        .flat_map(|l| l.split(|c: char| !c.is_ascii_alphanumeric()).map(str::to_ascii_lowercase).collect::<Vec<_>>())
+        .filter(|t| !t.is_empty())
+        .collect()
+}
+
+#[test]
+fn no_workload_is_named_in_the_harness_outside_the_registry() {
+    let families: Vec<&str> = registry().iter().map(|w| w.family()).collect();
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut found = Vec::new();
+    let mut files = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "rs") {
+            files += 1;
+            let text = std::fs::read_to_string(&path).unwrap();
+            for t in code_tokens(&text) {
+                if families.contains(&t.as_str()) {
+                    found.push(format!("{}: {t}", path.display()));
+                }
+            }
+        }
+    }
+    assert!(files >= 10, "read only {files} files from {}", dir.display());
+    assert!(found.is_empty(), "workload names in harness code: {found:?}");
+    // The scan itself sees names where they are.
+    assert_eq!(code_tokens("let x = run(\"kmeans\"); // gmm\n#[cfg(test)]\nlstm"), ["let", "x", "run", "kmeans"]);
+}

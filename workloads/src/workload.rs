@@ -1,0 +1,406 @@
+//! The [`Workload`] trait: everything the harness needs to know about a workload, so that suites,
+//! `check`, `run`, `eval` and the result table work through the registry ([`crate::registry`])
+//! and never name a workload.
+//!
+//! A workload is seen in three ways:
+//! * as a **schema** ([`Workload::schema`]): the keys a suite entry `workload: <family>` may set,
+//!   with defaults and bounds; a suite entry expands into the product of its lists;
+//! * as a **problem** ([`Problem`]), generated from parameters and a seed (or read from an `eval`
+//!   input): it can be put on a device for timing ([`Problem::prepare`] → [`Prepared`]) and
+//!   validated there ([`Problem::validation`] → [`Validation`]: the case as a flat function for the
+//!   generic checks, plus comparisons with the workload's own references);
+//! * as a **JSON interface** ([`Workload::eval`]): one explicit input in, one JSON object out.
+//!
+//! The checks themselves (dot-product test, finite differences, tolerances) are the harness's;
+//! a workload only supplies what they run on.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use adgauge_backends::{AnyDevice, Cpu, DType, OpError};
+
+/// What a workload's operations can fail with: bad input (exit 2 in the harness) or an op error
+/// (a device failure, or an unsupported combination that becomes a skip).
+#[derive(Debug, thiserror::Error)]
+pub enum WorkloadError {
+    /// The input (a file, a JSON field, a parameter) is malformed; the message names it.
+    #[error("{0}")]
+    BadInput(String),
+    #[error(transparent)]
+    Op(#[from] OpError),
+}
+
+impl WorkloadError {
+    /// An op error met while evaluating user input: errors that come from the input (lengths,
+    /// dtypes, indices, unsupported rules) are bad input; device failures stay op errors.
+    pub fn from_input(e: OpError) -> WorkloadError {
+        match e {
+            OpError::Device(_) | OpError::Foreign(_) => WorkloadError::Op(e),
+            other => WorkloadError::BadInput(other.to_string()),
+        }
+    }
+
+    /// Whether this says the combination is not supported (a skip, not a failure).
+    pub fn is_unsupported(&self) -> bool {
+        matches!(self, WorkloadError::Op(OpError::Unsupported(_)))
+    }
+}
+
+/// Result of workload operations.
+pub type WResult<T> = std::result::Result<T, WorkloadError>;
+
+/// A mode of evaluation. Suites time the first three (a result row has a column for each); a
+/// workload may offer named extras in `eval`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Mode {
+    /// The objective only.
+    Primal,
+    /// Reverse mode: the objective and the adjoints of the inputs (a gradient or J^T w).
+    Vjp,
+    /// Forward mode: a directional derivative (J v).
+    Jvp,
+    /// A Hessian diagonal by forward over reverse (k-means).
+    HessianDiag,
+}
+
+impl Mode {
+    /// The modes a suite times, in row order.
+    pub const TIMED: [Mode; 3] = [Mode::Primal, Mode::Vjp, Mode::Jvp];
+    pub const ALL: [Mode; 4] = [Mode::Primal, Mode::Vjp, Mode::Jvp, Mode::HessianDiag];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Primal => "primal",
+            Mode::Vjp => "vjp",
+            Mode::Jvp => "jvp",
+            Mode::HessianDiag => "hessian-diag",
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Mode::ALL.into_iter().find(|m| m.name() == s).ok_or_else(|| {
+            let names: Vec<&str> = Mode::ALL.iter().map(|m| m.name()).collect();
+            format!("unknown mode '{s}' (known: {})", names.join(", "))
+        })
+    }
+}
+
+/// One value of a case parameter.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    Int(u64),
+    Float(f64),
+    Name(String),
+}
+
+impl fmt::Display for Value {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Value::Int(x) => write!(f, "{x}"),
+            Value::Float(x) => write!(f, "{x}"),
+            Value::Name(s) => f.write_str(s),
+        }
+    }
+}
+
+/// A case's parameters, by key (after a suite entry is expanded: one value per key).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Params(pub BTreeMap<String, Value>);
+
+impl Params {
+    pub fn new(pairs: &[(&str, Value)]) -> Params {
+        Params(pairs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect())
+    }
+
+    /// A whole-number parameter. Expansion guarantees the schema's keys are present, so a
+    /// missing one is a programming error reported as bad input rather than a panic.
+    pub fn int(&self, key: &str) -> WResult<usize> {
+        match self.0.get(key) {
+            Some(Value::Int(x)) => usize::try_from(*x).map_err(|_| bad(format!("{key} = {x} does not fit"))),
+            other => Err(bad(format!("parameter {key}: expected a whole number, got {other:?}"))),
+        }
+    }
+
+    pub fn float(&self, key: &str) -> WResult<f64> {
+        match self.0.get(key) {
+            Some(Value::Float(x)) => Ok(*x),
+            Some(Value::Int(x)) => Ok(*x as f64),
+            other => Err(bad(format!("parameter {key}: expected a number, got {other:?}"))),
+        }
+    }
+
+    pub fn name(&self, key: &str) -> WResult<&str> {
+        match self.0.get(key) {
+            Some(Value::Name(s)) => Ok(s),
+            other => Err(bad(format!("parameter {key}: expected a name, got {other:?}"))),
+        }
+    }
+
+    /// `key` set to `value` (a copy).
+    pub fn with(&self, key: &str, value: Value) -> Params {
+        let mut p = self.clone();
+        p.0.insert(key.to_string(), value);
+        p
+    }
+
+    /// A whole-number parameter capped at `max` (validation sizes).
+    pub fn capped(&self, key: &str, max: u64) -> Params {
+        match self.0.get(key) {
+            Some(Value::Int(x)) => self.with(key, Value::Int((*x).min(max))),
+            _ => self.clone(),
+        }
+    }
+}
+
+fn bad(message: String) -> WorkloadError {
+    WorkloadError::BadInput(message)
+}
+
+/// What a suite key holds.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ParamKind {
+    /// A list of whole numbers in `[min, max]`, one product dimension.
+    Ints { min: u64, max: u64 },
+    /// One number in `[min, max]` (not a list).
+    Float { min: f64, max: f64 },
+    /// A list of names from `choices`, one product dimension.
+    Names { choices: Vec<String> },
+    /// A list of tuples of whole numbers in `[min, max]`, one product dimension: each tuple sets
+    /// the parameters `names` together (sizes that do not combine as a product).
+    Tuples { names: &'static [&'static str], min: u64, max: u64 },
+}
+
+/// One key a suite entry may set.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ParamSpec {
+    /// The suite key.
+    pub key: &'static str,
+    pub kind: ParamKind,
+    /// The value when the key is absent, as JSON (e.g. `[14]`, `0.05`); `None`: required.
+    pub default: Option<&'static str>,
+    /// The result-row column of the value (`None`: not a row parameter, e.g. the operator that
+    /// is part of the workload's name).
+    pub column: Option<&'static str>,
+    pub doc: &'static str,
+}
+
+/// A list of sizes (whole numbers in `[min, max]`) shown in the row column of the same name.
+pub fn sizes(key: &'static str, min: u64, max: u64, doc: &'static str) -> ParamSpec {
+    ParamSpec { key, kind: ParamKind::Ints { min, max }, default: None, column: Some(key), doc }
+}
+
+/// A flag of `adgauge eval` that belongs to one workload (e.g. GMM's objective variant).
+#[derive(Clone, Debug, PartialEq)]
+pub struct EvalOption {
+    /// The flag without dashes.
+    pub flag: &'static str,
+    /// Whether it takes a value (`--flag VALUE`) or is a switch.
+    pub takes_value: bool,
+    pub help: &'static str,
+}
+
+/// One explicit input for `adgauge eval`.
+#[derive(Clone, Debug)]
+pub struct EvalRequest {
+    /// The workload name as given (`hist-add`, `kmeans`, ...).
+    pub name: String,
+    /// The input's text and where it came from (a path, or `<stdin>`), for messages.
+    pub text: String,
+    pub source: String,
+    /// `None`: the workload's default.
+    pub mode: Option<Mode>,
+    pub dtype: DType,
+    /// The reverse-mode rule, for workloads that have rules.
+    pub rule: Option<String>,
+    /// The workload's own flags ([`EvalOption`]) that were given: flag -> value ("" for a switch).
+    pub options: BTreeMap<String, String>,
+}
+
+/// How a case is validated: its settings.
+#[derive(Clone, Debug)]
+pub struct CheckSettings {
+    pub dtype: DType,
+    /// The rule under test ("-" for workloads without rules).
+    pub rule: String,
+    pub seed: u64,
+    /// A fault to inject (tests of the validator), e.g. `drop-dest-adjoint`.
+    pub fault: Option<String>,
+}
+
+/// The checks, as named in results and in the tolerance table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CheckKind {
+    DotProduct,
+    FdJvp,
+    FdVjp,
+    FullJacobian,
+    OracleVjp,
+    OracleJvp,
+    RuleAgreement,
+    /// Against a hand-derived ("manual") derivative (the reverse-mode one where both modes are
+    /// compared).
+    Manual,
+    /// The forward-mode derivative against the hand-derived one (BA's Jacobian by 15 sweeps).
+    ManualJvp,
+    /// A Hessian (diagonal) by forward-over-reverse against a hand-derived one.
+    ManualHessian,
+}
+
+impl CheckKind {
+    pub const ALL: [CheckKind; 10] = [
+        CheckKind::DotProduct,
+        CheckKind::FdJvp,
+        CheckKind::FdVjp,
+        CheckKind::FullJacobian,
+        CheckKind::OracleVjp,
+        CheckKind::OracleJvp,
+        CheckKind::RuleAgreement,
+        CheckKind::Manual,
+        CheckKind::ManualJvp,
+        CheckKind::ManualHessian,
+    ];
+
+    pub fn from_name(name: &str) -> Option<CheckKind> {
+        CheckKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    pub fn names() -> Vec<&'static str> {
+        CheckKind::ALL.iter().map(|k| k.name()).collect()
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CheckKind::DotProduct => "dot-product",
+            CheckKind::FdJvp => "fd-jvp",
+            CheckKind::FdVjp => "fd-vjp",
+            CheckKind::FullJacobian => "full-jacobian",
+            CheckKind::OracleVjp => "oracle-vjp",
+            CheckKind::OracleJvp => "oracle-jvp",
+            CheckKind::RuleAgreement => "rule-agreement",
+            CheckKind::Manual => "manual",
+            CheckKind::ManualJvp => "manual-jvp",
+            CheckKind::ManualHessian => "manual-hessian",
+        }
+    }
+}
+
+/// A case seen as a differentiable function of one flat input vector: inputs x in R^n, outputs
+/// y in R^m. Every workload is validated through this view.
+pub trait FlatFn {
+    fn n_in(&self) -> usize;
+    fn n_out(&self) -> usize;
+    /// The point derivatives are taken at (already rounded to the dtype under test).
+    fn x0(&self) -> &[f64];
+    /// The primal in f64 at any x (for finite differences).
+    fn eval_f64(&self, x: &[f64]) -> adgauge_backends::Result<Vec<f64>>;
+    /// J^T w at x0, in the dtype under test.
+    fn vjp(&self, w: &[f64]) -> adgauge_backends::Result<Vec<f64>>;
+    /// J v at x0, in the dtype under test.
+    fn jvp(&self, v: &[f64]) -> adgauge_backends::Result<Vec<f64>>;
+    /// Why finite differences would be meaningless at x0 (a kink within the step), if they are.
+    fn fd_unsafe(&self, h: f64) -> Option<String>;
+}
+
+/// A derivative computed on the device under test next to an independent value of the same
+/// quantity (an oracle, a hand-derived derivative, another rule).
+pub struct Comparison {
+    pub check: CheckKind,
+    pub got: Vec<f64>,
+    pub want: Vec<f64>,
+}
+
+/// The full-Jacobian check of a case: one-hot VJPs against one-hot JVPs on `flat`.
+pub struct FullJacobian {
+    pub flat: Box<dyn FlatFn>,
+    /// Whose tolerance applies (normally [`CheckKind::FullJacobian`]'s).
+    pub tolerance_of: CheckKind,
+}
+
+/// What the harness validates a case with: the generic checks on `flat` (dot-product and
+/// finite differences; the forward-mode ones when its JVP is supported), the full Jacobian where
+/// small enough, and the workload's comparisons (each compared with the check's metric; several
+/// comparisons of one check report the worst).
+pub struct Validation {
+    pub flat: Box<dyn FlatFn>,
+    pub full_jacobian: Option<FullJacobian>,
+    pub comparisons: Vec<Comparison>,
+}
+
+/// A problem resident on a device, ready for timed evaluation.
+pub trait Prepared {
+    /// One evaluation of `mode` (results dropped); returns after the device has finished.
+    fn run(&self, mode: Mode) -> WResult<()>;
+}
+
+/// One problem of a workload (generated or read), in f64 on the host.
+pub trait Problem: Send + Sync {
+    /// Puts the problem on `device` in `dtype` for timed evaluations with `rule`.
+    fn prepare(&self, device: &AnyDevice, dtype: DType, rule: &str) -> WResult<Box<dyn Prepared>>;
+    /// The problem's validation: derivatives on `device`, the f64 primal of finite differences
+    /// on `cpu`.
+    fn validation(&self, device: &AnyDevice, cpu: &Cpu, settings: &CheckSettings) -> WResult<Validation>;
+}
+
+/// A workload: see the module documentation.
+pub trait Workload: Send + Sync {
+    /// The suite tag (`workload: <family>`); also the name of a single-workload family.
+    fn family(&self) -> &'static str;
+    /// One line for listings.
+    fn about(&self) -> &'static str;
+    /// The workload names of this family (`eval`, `check --workload`, result rows).
+    fn names(&self) -> Vec<String> {
+        vec![self.family().to_string()]
+    }
+    /// The names `adgauge check` validates when no `--workload` is given.
+    fn check_names(&self) -> Vec<String> {
+        self.names()
+    }
+    /// The keys of a suite entry, in expansion order (the first is the outermost loop).
+    fn schema(&self) -> Vec<ParamSpec>;
+    /// The reverse-mode rules a case may choose (`rules:` in a suite); empty when the workload
+    /// has none (its rows say `-`).
+    fn rules(&self) -> Vec<String> {
+        Vec::new()
+    }
+    /// The modes `eval` offers, the first being its default.
+    fn eval_modes(&self) -> Vec<Mode> {
+        vec![Mode::Primal, Mode::Vjp, Mode::Jvp]
+    }
+    /// The workload's own `eval` flags.
+    fn eval_options(&self) -> Vec<EvalOption> {
+        Vec::new()
+    }
+    /// The name of the case with these (expanded) parameters.
+    fn case_name(&self, _params: &Params) -> String {
+        self.family().to_string()
+    }
+    /// The validation-size variant of a case: small enough for finite differences on every
+    /// coordinate and a full Jacobian.
+    fn validation_params(&self, params: &Params) -> Params;
+    /// The case `adgauge check` validates for `name` (at validation size).
+    fn check_params(&self, name: &str) -> Params;
+    /// The problem of these parameters, from a seeded generator.
+    fn generate(&self, params: &Params, seed: u64) -> WResult<Box<dyn Problem>>;
+    /// Evaluates one explicit input on `device` and returns one JSON object.
+    fn eval(&self, request: &EvalRequest, device: &AnyDevice) -> WResult<String>;
+    /// The workload column of the result table for a row of `name` with these row parameters
+    /// (n and k have columns of their own).
+    fn table_label(&self, name: &str, _row_params: &BTreeMap<String, String>) -> String {
+        name.to_string()
+    }
+}
+
+/// The input rounded to `dtype` (derivatives are taken at representable points).
+pub fn rounded(xs: &[f64], dtype: DType) -> Vec<f64> {
+    xs.iter().map(|&x| dtype.round(x)).collect()
+}
