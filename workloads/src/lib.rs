@@ -10,6 +10,7 @@ pub mod gmm;
 pub mod hist;
 pub mod json;
 pub mod kmeans;
+pub mod llsq;
 pub mod lstm;
 pub mod objective;
 pub mod workload;
@@ -23,7 +24,7 @@ pub use workload::{
 /// Every workload, in the order listings, `adgauge check` and the docs use. Adding a workload is
 /// one file and one line here.
 pub fn registry() -> &'static [&'static dyn Workload] {
-    &[&hist::HistFamily, &kmeans::Kmeans, &gmm::Gmm, &lstm::Lstm, &ba::Ba]
+    &[&hist::HistFamily, &kmeans::Kmeans, &gmm::Gmm, &lstm::Lstm, &ba::Ba, &llsq::Llsq]
 }
 
 /// The workload that answers to `name` (a family's suite tag, or one of its workload names).
