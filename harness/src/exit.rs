@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-/// A process exit code from DESIGN.md's table.
+/// A process exit code from docs/ARCHITECTURE.md's table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Code {
     Success = 0,

@@ -1,4 +1,4 @@
-//! Timing methodology (DESIGN.md, harness): inputs are resident on the device and excluded; the
+//! Timing methodology (docs/ARCHITECTURE.md, harness): inputs are resident on the device and excluded; the
 //! timed closure includes everything a user pays for (forward sweep, taping, reverse sweep,
 //! allocation) and ends with a device synchronisation; one warm-up call; calls are batched until
 //! a sample lasts at least `min_sample`; samples are kept until `samples` are taken or

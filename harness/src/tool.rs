@@ -1,4 +1,4 @@
-//! Tools: the things whose derivatives adgauge measures and validates (DESIGN's layer 4, the
+//! Tools: the things whose derivatives adgauge measures and validates (layer 4 of docs/ARCHITECTURE.md, the
 //! harness-level backend). A [`Tool`] has a name and version, says whether it is available and
 //! why not, declares what it can do ([`Capabilities`]), and evaluates a workload's problem in a
 //! mode, with optional self-reported timings. The case pipeline (`pipeline.rs`) drives every

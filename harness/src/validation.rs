@@ -1,4 +1,4 @@
-//! Derivative validation (DESIGN.md, harness): every check works on a flattened view of a case —
+//! Derivative validation (docs/ARCHITECTURE.md, harness): every check works on a flattened view of a case —
 //! inputs x in R^n, outputs y in R^m — so that every workload is validated the same way.
 //!
 //! * dot-product test: <v, J^T w> vs <J v, w> for random v, w, accumulated in f64, relative to the
