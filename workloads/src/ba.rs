@@ -51,7 +51,7 @@ use std::sync::Arc;
 use crate::json::format_array;
 use crate::workload::{
     CheckKind, CheckSettings, Comparison, EvalRequest, FlatFn, FullJacobian, Mode, ParamKind, ParamSpec, Params,
-    Prepared, Problem, Validation, Value, WResult, Workload, WorkloadError, rounded,
+    Prepared, Problem, Validation, WResult, Workload, WorkloadError, rounded,
 };
 
 /// Parameters each observation depends on: 11 camera, 3 point, 1 weight.
@@ -622,10 +622,10 @@ impl Workload for Ba {
         }]
     }
     fn validation_params(&self, params: &Params) -> Params {
-        CHECK.iter().fold(params.clone(), |p, &(key, max)| p.capped(key, max))
+        params.capped_by(&CHECK)
     }
     fn check_params(&self, _name: &str) -> Params {
-        Params::new(&CHECK.map(|(key, v)| (key, Value::Int(v))))
+        Params::ints(&CHECK)
     }
     fn generate(&self, p: &Params, seed: u64) -> WResult<Box<dyn Problem>> {
         Ok(Box::new(BaProblem { n: p.int("n")?, m: p.int("m")?, p: p.int("p")?, seed }))

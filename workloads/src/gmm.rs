@@ -36,17 +36,16 @@
 //! the caller's (see [`split_gradbench`]).
 
 use adgauge_backends::{
-    AnyDevice, BinaryOp, Cpu, DType, Device, Elem, Forward, Ops, OutOfRange, Result, Reverse, TensorMeta, UnaryOp,
+    AnyDevice, BinaryOp, DType, Device, Elem, Forward, Ops, OutOfRange, Result, Reverse, TensorMeta, UnaryOp,
     with_device,
 };
 use adgauge_datasets::gmm::{GmmInput, Wishart, icf_size};
 use rayon::prelude::*;
 
 use crate::json::{format_array, format_number, format_rows, objective_json};
-use crate::objective::{ObjectiveFlat, ScalarObjective};
+use crate::objective::{ObjectiveProblem, ScalarObjective};
 use crate::workload::{
-    CheckSettings, EvalOption, EvalRequest, Mode, ParamSpec, Params, Prepared, Problem, Validation, Value, WResult,
-    Workload, WorkloadError, rounded, sizes,
+    EvalOption, EvalRequest, Mode, ParamSpec, Params, Problem, WResult, Workload, WorkloadError, rounded, sizes,
 };
 
 /// Which definition of the objective: ADBench's (the default) or GradBench's revision (see the
@@ -453,13 +452,13 @@ impl Workload for Gmm {
         ]
     }
     fn validation_params(&self, params: &Params) -> Params {
-        CHECK.iter().fold(params.clone(), |p, &(key, max)| p.capped(key, max))
+        params.capped_by(&CHECK)
     }
     fn check_params(&self, _name: &str) -> Params {
-        Params::new(&CHECK.map(|(key, v)| (key, Value::Int(v))))
+        Params::ints(&CHECK)
     }
     fn generate(&self, p: &Params, seed: u64) -> WResult<Box<dyn Problem>> {
-        Ok(Box::new(GmmProblem(GmmInput::generate(p.int("d")?, p.int("k")?, p.int("n")?, seed))))
+        Ok(Box::new(ObjectiveProblem::<GmmObjective>(GmmInput::generate(p.int("d")?, p.int("k")?, p.int("n")?, seed))))
     }
     fn eval(&self, req: &EvalRequest, device: &AnyDevice) -> WResult<String> {
         let replicate = req.options.contains_key("gmm-replicate-point").then_some(true);
@@ -507,44 +506,11 @@ fn gradbench_json(f: f64, grad: &[f64], d: usize, k: usize, dt: DType) -> String
     )
 }
 
-struct GmmProblem(GmmInput);
-
-impl Problem for GmmProblem {
-    fn prepare(&self, device: &AnyDevice, dtype: DType, _rule: &str) -> WResult<Box<dyn Prepared>> {
-        with_device!(device, |d| {
-            let x = upload(d, &self.0, dtype)?;
-            let ones = vec![1.0; x.k + x.k * x.d + x.k * icf_size(x.d)];
-            Ok(Box::new(GmmPrepared { device: d.clone(), x, ones }) as Box<dyn Prepared>)
-        })
-    }
-    fn validation(&self, device: &AnyDevice, cpu: &Cpu, s: &CheckSettings) -> WResult<Validation> {
-        with_device!(device, |d| Ok(ObjectiveFlat::<GmmObjective, _>::validation(cpu, d, s.dtype, &self.0)?))
-    }
-}
-
-/// Timed modes: primal = the objective, vjp = objective and gradient, jvp = one forward sweep.
-struct GmmPrepared<D: Device> {
-    device: D,
-    x: GmmInputs<D>,
-    ones: Vec<f64>,
-}
-
-impl<D: Device> Prepared for GmmPrepared<D> {
-    fn run(&self, mode: Mode) -> WResult<()> {
-        let (d, x) = (&self.device, &self.x);
-        match mode {
-            Mode::Primal => drop(objective(d, x)?),
-            Mode::Vjp => drop(gradient(d, x)?),
-            Mode::Jvp | Mode::HessianDiag => drop(directional(d, x, &self.ones)?),
-        }
-        Ok(d.synchronize()?)
-    }
-}
-
 /// GMM as a scalar objective of [alphas, means, icf].
 pub struct GmmObjective;
 
 impl ScalarObjective for GmmObjective {
+    type Resident<D: Device> = GmmInputs<D>;
     type Input = GmmInput;
     fn rounded(g: &GmmInput, dtype: DType) -> GmmInput {
         GmmInput {
@@ -563,14 +529,17 @@ impl ScalarObjective for GmmObjective {
         let (m, q) = rest.split_at(g.means.len());
         GmmInput { alphas: a.to_vec(), means: m.to_vec(), icf: q.to_vec(), ..g.clone() }
     }
-    fn objective_f64(cpu: &Cpu, g: &GmmInput) -> Result<f64> {
-        Ok(cpu.to_vec(&objective(cpu, &upload(cpu, g, DType::F64)?)?)?[0])
+    fn upload<D: Device>(d: &D, input: &GmmInput, dtype: DType) -> Result<GmmInputs<D>> {
+        upload(d, input, dtype)
     }
-    fn gradient<D: Device>(d: &D, g: &GmmInput, dtype: DType) -> Result<Vec<f64>> {
-        Ok(gradient(d, &upload(d, g, dtype)?)?.1)
+    fn objective<D: Device>(d: &D, x: &GmmInputs<D>) -> Result<D::T> {
+        objective(d, x)
     }
-    fn directional<D: Device>(d: &D, g: &GmmInput, dtype: DType, v: &[f64]) -> Result<f64> {
-        Ok(directional(d, &upload(d, g, dtype)?, v)?.1)
+    fn gradient<D: Device>(d: &D, x: &GmmInputs<D>) -> Result<Vec<f64>> {
+        Ok(gradient(d, x)?.1)
+    }
+    fn directional<D: Device>(d: &D, x: &GmmInputs<D>, v: &[f64]) -> Result<f64> {
+        Ok(directional(d, x, v)?.1)
     }
     fn manual_gradient(g: &GmmInput, dtype: DType) -> Vec<f64> {
         manual_in(g, dtype).1

@@ -21,7 +21,7 @@ use serde_json::Value as Json;
 use crate::json::{format_number, format_rows, kind, parse_number};
 use crate::workload::{
     CheckKind, CheckSettings, Comparison, EvalRequest, FlatFn, Mode, ParamSpec, Params, Prepared, Problem, Validation,
-    Value, WResult, Workload, WorkloadError, rounded, sizes,
+    WResult, Workload, WorkloadError, rounded, sizes,
 };
 
 /// A k-means case on an engine's device.
@@ -184,10 +184,10 @@ impl Workload for Kmeans {
         vec![Mode::HessianDiag, Mode::Primal, Mode::Vjp]
     }
     fn validation_params(&self, params: &Params) -> Params {
-        CHECK.iter().fold(params.clone(), |p, &(key, max)| p.capped(key, max))
+        params.capped_by(&CHECK)
     }
     fn check_params(&self, _name: &str) -> Params {
-        Params::new(&CHECK.map(|(key, v)| (key, Value::Int(v))))
+        Params::ints(&CHECK)
     }
     fn generate(&self, p: &Params, seed: u64) -> WResult<Box<dyn Problem>> {
         let data = adgauge_datasets::kmeans::generate(p.int("n")?, p.int("k")?, p.int("d")?, seed);

@@ -15,16 +15,15 @@
 //! (one forward sweep per coefficient) modes.
 
 use adgauge_backends::{
-    AnyDevice, BinaryOp, Cpu, DType, Device, Elem, Forward, Ops, Result, Reverse, TensorMeta, UnaryOp, with_device,
+    AnyDevice, BinaryOp, DType, Device, Elem, Forward, Ops, Result, Reverse, TensorMeta, UnaryOp, with_device,
 };
 use rand::RngExt;
 use serde_json::Value as Json;
 
 use crate::json::{kind, objective_json, parse_number};
-use crate::objective::{ObjectiveFlat, ScalarObjective};
+use crate::objective::{ObjectiveProblem, ScalarObjective};
 use crate::workload::{
-    CheckSettings, EvalRequest, Mode, ParamSpec, Params, Prepared, Problem, Validation, Value, WResult, Workload,
-    WorkloadError, rounded, sizes,
+    EvalRequest, Mode, ParamSpec, Params, Problem, WResult, Workload, WorkloadError, rounded, sizes,
 };
 
 /// Most entries of the Vandermonde matrix (n m) a case may need.
@@ -229,14 +228,14 @@ impl Workload for Llsq {
         vec![sizes("n", 2, 1 << 28, "sample points"), sizes("m", 1, 1 << 16, "coefficients")]
     }
     fn validation_params(&self, params: &Params) -> Params {
-        CHECK.iter().fold(params.clone(), |p, &(key, max)| p.capped(key, max))
+        params.capped_by(&CHECK)
     }
     fn check_params(&self, _name: &str) -> Params {
-        Params::new(&CHECK.map(|(key, v)| (key, Value::Int(v))))
+        Params::ints(&CHECK)
     }
     fn generate(&self, p: &Params, seed: u64) -> WResult<Box<dyn Problem>> {
         let input = checked(LlsqInput::generate(p.int("n")?, p.int("m")?, seed), "llsq")?;
-        Ok(Box::new(LlsqProblem(input)))
+        Ok(Box::new(ObjectiveProblem::<LlsqObjective>(input)))
     }
     fn eval(&self, req: &EvalRequest, device: &AnyDevice) -> WResult<String> {
         let input = parse_input(&req.text, &req.source)?;
@@ -260,43 +259,11 @@ impl Workload for Llsq {
     }
 }
 
-struct LlsqProblem(LlsqInput);
-
-impl Problem for LlsqProblem {
-    fn prepare(&self, device: &AnyDevice, dtype: DType, _rule: &str) -> WResult<Box<dyn Prepared>> {
-        with_device!(device, |d| {
-            let ones = vec![1.0; self.0.x.len()];
-            Ok(Box::new(LlsqPrepared { device: d.clone(), x: upload(d, &self.0, dtype)?, ones }) as Box<dyn Prepared>)
-        })
-    }
-    fn validation(&self, device: &AnyDevice, cpu: &Cpu, s: &CheckSettings) -> WResult<Validation> {
-        with_device!(device, |d| Ok(ObjectiveFlat::<LlsqObjective, _>::validation(cpu, d, s.dtype, &self.0)?))
-    }
-}
-
-/// Timed modes: primal = the objective, vjp = objective and gradient, jvp = one forward sweep.
-struct LlsqPrepared<D: Device> {
-    device: D,
-    x: LlsqInputs<D>,
-    ones: Vec<f64>,
-}
-
-impl<D: Device> Prepared for LlsqPrepared<D> {
-    fn run(&self, mode: Mode) -> WResult<()> {
-        let d = &self.device;
-        match mode {
-            Mode::Primal => drop(objective(d, &self.x)?),
-            Mode::Vjp => drop(gradient(d, &self.x)?),
-            Mode::Jvp | Mode::HessianDiag => drop(directional(d, &self.x, &self.ones)?),
-        }
-        Ok(d.synchronize()?)
-    }
-}
-
 /// llsq as a scalar objective of its coefficients.
 struct LlsqObjective;
 
 impl ScalarObjective for LlsqObjective {
+    type Resident<D: Device> = LlsqInputs<D>;
     type Input = LlsqInput;
     fn rounded(input: &LlsqInput, dtype: DType) -> LlsqInput {
         LlsqInput { x: rounded(&input.x, dtype), n: input.n }
@@ -307,14 +274,17 @@ impl ScalarObjective for LlsqObjective {
     fn with_params(input: &LlsqInput, x: &[f64]) -> LlsqInput {
         LlsqInput { x: x.to_vec(), n: input.n }
     }
-    fn objective_f64(cpu: &Cpu, input: &LlsqInput) -> Result<f64> {
-        Ok(cpu.to_vec(&objective(cpu, &upload(cpu, input, DType::F64)?)?)?[0])
+    fn upload<D: Device>(d: &D, input: &LlsqInput, dtype: DType) -> Result<LlsqInputs<D>> {
+        upload(d, input, dtype)
     }
-    fn gradient<D: Device>(d: &D, input: &LlsqInput, dtype: DType) -> Result<Vec<f64>> {
-        Ok(gradient(d, &upload(d, input, dtype)?)?.1)
+    fn objective<D: Device>(d: &D, x: &LlsqInputs<D>) -> Result<D::T> {
+        objective(d, x)
     }
-    fn directional<D: Device>(d: &D, input: &LlsqInput, dtype: DType, v: &[f64]) -> Result<f64> {
-        Ok(directional(d, &upload(d, input, dtype)?, v)?.1)
+    fn gradient<D: Device>(d: &D, x: &LlsqInputs<D>) -> Result<Vec<f64>> {
+        Ok(gradient(d, x)?.1)
+    }
+    fn directional<D: Device>(d: &D, x: &LlsqInputs<D>, v: &[f64]) -> Result<f64> {
+        Ok(directional(d, x, v)?.1)
     }
     fn manual_gradient(input: &LlsqInput, dtype: DType) -> Vec<f64> {
         manual_in(input, dtype).1
@@ -323,6 +293,8 @@ impl ScalarObjective for LlsqObjective {
 
 #[cfg(test)]
 mod tests {
+    use adgauge_backends::Cpu;
+
     use super::*;
 
     /// n = 3: t = (-1, 0, 1), s = (-1, 0, 1). With x = (a, b): r = (-1 - a + b, -a, 1 - a - b),

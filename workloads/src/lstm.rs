@@ -32,15 +32,14 @@
 //! out as ADBench's: [main (8lb), extra (3b)]. The state and the sequence are constants.
 
 use adgauge_backends::{
-    AnyDevice, Cpu, DType, Device, Elem, Forward, Ops, OutOfRange, Result, Reverse, UnaryOp, with_device,
+    AnyDevice, DType, Device, Elem, Forward, Ops, OutOfRange, Result, Reverse, UnaryOp, with_device,
 };
 use adgauge_datasets::lstm::LstmInput;
 
 use crate::json::objective_json;
-use crate::objective::{ObjectiveFlat, ScalarObjective};
+use crate::objective::{ObjectiveProblem, ScalarObjective};
 use crate::workload::{
-    CheckSettings, EvalRequest, Mode, ParamKind, ParamSpec, Params, Prepared, Problem, Validation, Value, WResult,
-    Workload, WorkloadError, rounded, sizes,
+    EvalRequest, Mode, ParamKind, ParamSpec, Params, Problem, WResult, Workload, WorkloadError, rounded, sizes,
 };
 
 /// An LSTM problem on an engine's device.
@@ -395,13 +394,18 @@ impl Workload for Lstm {
         ]
     }
     fn validation_params(&self, params: &Params) -> Params {
-        CHECK.iter().fold(params.clone(), |p, &(key, max)| p.capped(key, max))
+        params.capped_by(&CHECK)
     }
     fn check_params(&self, _name: &str) -> Params {
-        Params::new(&CHECK.map(|(key, v)| (key, Value::Int(v))))
+        Params::ints(&CHECK)
     }
     fn generate(&self, p: &Params, seed: u64) -> WResult<Box<dyn Problem>> {
-        Ok(Box::new(LstmProblem(LstmInput::generate(p.int("l")?, p.int("c")?, p.int("b")?, seed))))
+        Ok(Box::new(ObjectiveProblem::<LstmObjective>(LstmInput::generate(
+            p.int("l")?,
+            p.int("c")?,
+            p.int("b")?,
+            seed,
+        ))))
     }
     fn eval(&self, req: &EvalRequest, device: &AnyDevice) -> WResult<String> {
         let s = LstmInput::parse(&req.text, &req.source).map_err(|e| WorkloadError::BadInput(e.to_string()))?;
@@ -425,44 +429,11 @@ impl Workload for Lstm {
     }
 }
 
-struct LstmProblem(LstmInput);
-
-impl Problem for LstmProblem {
-    fn prepare(&self, device: &AnyDevice, dtype: DType, _rule: &str) -> WResult<Box<dyn Prepared>> {
-        with_device!(device, |d| {
-            let x = upload(d, &self.0, dtype)?;
-            let ones = vec![1.0; x.num_params()];
-            Ok(Box::new(LstmPrepared { device: d.clone(), x, ones }) as Box<dyn Prepared>)
-        })
-    }
-    fn validation(&self, device: &AnyDevice, cpu: &Cpu, s: &CheckSettings) -> WResult<Validation> {
-        with_device!(device, |d| Ok(ObjectiveFlat::<LstmObjective, _>::validation(cpu, d, s.dtype, &self.0)?))
-    }
-}
-
-/// Timed modes: primal = the objective, vjp = objective and gradient, jvp = one forward sweep.
-struct LstmPrepared<D: Device> {
-    device: D,
-    x: LstmInputs<D>,
-    ones: Vec<f64>,
-}
-
-impl<D: Device> Prepared for LstmPrepared<D> {
-    fn run(&self, mode: Mode) -> WResult<()> {
-        let (d, x) = (&self.device, &self.x);
-        match mode {
-            Mode::Primal => drop(objective(d, x)?),
-            Mode::Vjp => drop(gradient(d, x)?),
-            Mode::Jvp | Mode::HessianDiag => drop(directional(d, x, &self.ones)?),
-        }
-        Ok(d.synchronize()?)
-    }
-}
-
 /// LSTM as a scalar objective of [main, extra].
 pub struct LstmObjective;
 
 impl ScalarObjective for LstmObjective {
+    type Resident<D: Device> = LstmInputs<D>;
     type Input = LstmInput;
     fn rounded(s: &LstmInput, dtype: DType) -> LstmInput {
         LstmInput {
@@ -480,14 +451,17 @@ impl ScalarObjective for LstmObjective {
         let (m, e) = x.split_at(s.main_params.len());
         LstmInput { main_params: m.to_vec(), extra_params: e.to_vec(), ..s.clone() }
     }
-    fn objective_f64(cpu: &Cpu, s: &LstmInput) -> Result<f64> {
-        Ok(cpu.to_vec(&objective(cpu, &upload(cpu, s, DType::F64)?)?)?[0])
+    fn upload<D: Device>(d: &D, input: &LstmInput, dtype: DType) -> Result<LstmInputs<D>> {
+        upload(d, input, dtype)
     }
-    fn gradient<D: Device>(d: &D, s: &LstmInput, dtype: DType) -> Result<Vec<f64>> {
-        Ok(gradient(d, &upload(d, s, dtype)?)?.1)
+    fn objective<D: Device>(d: &D, x: &LstmInputs<D>) -> Result<D::T> {
+        objective(d, x)
     }
-    fn directional<D: Device>(d: &D, s: &LstmInput, dtype: DType, v: &[f64]) -> Result<f64> {
-        Ok(directional(d, &upload(d, s, dtype)?, v)?.1)
+    fn gradient<D: Device>(d: &D, x: &LstmInputs<D>) -> Result<Vec<f64>> {
+        Ok(gradient(d, x)?.1)
+    }
+    fn directional<D: Device>(d: &D, x: &LstmInputs<D>, v: &[f64]) -> Result<f64> {
+        Ok(directional(d, x, v)?.1)
     }
     fn manual_gradient(s: &LstmInput, dtype: DType) -> Vec<f64> {
         manual_in(s, dtype).1

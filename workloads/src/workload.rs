@@ -153,6 +153,16 @@ impl Params {
         p
     }
 
+    /// Whole-number parameters from (key, value) pairs (a validation size).
+    pub fn ints(pairs: &[(&str, u64)]) -> Params {
+        Params(pairs.iter().map(|&(k, v)| (k.to_string(), Value::Int(v))).collect())
+    }
+
+    /// Every whole-number parameter of `caps` capped at its value (the validation-size variant).
+    pub fn capped_by(&self, caps: &[(&str, u64)]) -> Params {
+        caps.iter().fold(self.clone(), |p, &(key, max)| p.capped(key, max))
+    }
+
     /// A whole-number parameter capped at `max` (validation sizes).
     pub fn capped(&self, key: &str, max: u64) -> Params {
         match self.0.get(key) {
