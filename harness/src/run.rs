@@ -241,6 +241,8 @@ pub fn check(args: &CheckArgs, threads: Option<usize>) -> anyhow::Result<Code> {
         tolerances: Default::default(),
         fault,
     };
+    // Lines go through a console so that `adgauge check | head` ends quietly.
+    let console = Console::new(0, true);
     let mut failures = Vec::new();
     let mut skipped = 0;
     for c in &cases {
@@ -250,19 +252,19 @@ pub fn check(args: &CheckArgs, threads: Option<usize>) -> anyhow::Result<Code> {
             None => validate(tool, c, &settings),
         };
         match result {
-            Ok(outcomes) => print_outcomes(&id, &outcomes, &mut failures),
+            Ok(outcomes) => print_outcomes(&console, &id, &outcomes, &mut failures),
             Err(e) if is_unsupported(&e) => {
                 skipped += 1;
-                println!("{id:<62} skipped: {e:#}");
+                console.line(&format!("{id:<62} skipped: {e:#}"));
             }
             Err(e) => {
-                println!("{id:<62} ERROR {e:#}");
+                console.line(&format!("{id:<62} ERROR {e:#}"));
                 failures.push(format!("{id}: error: {e:#}"));
             }
         }
     }
     if failures.is_empty() {
-        println!("{} cases passed every check ({skipped} skipped as unsupported)", cases.len() - skipped);
+        console.line(&format!("{} cases passed every check ({skipped} skipped as unsupported)", cases.len() - skipped));
         Ok(Code::Success)
     } else {
         eprintln!("{} failure(s):", failures.len());
@@ -274,14 +276,19 @@ pub fn check(args: &CheckArgs, threads: Option<usize>) -> anyhow::Result<Code> {
 }
 
 /// One line per check; failures are collected to be repeated at the end.
-fn print_outcomes(id: &str, outcomes: &[Outcome], failures: &mut Vec<String>) {
+fn print_outcomes(console: &Console, id: &str, outcomes: &[Outcome], failures: &mut Vec<String>) {
     for o in outcomes {
         let state = match (&o.skipped, o.passed()) {
             (Some(why), _) => format!("skipped ({why})"),
             (None, true) => "ok".into(),
             (None, false) => "FAILED".into(),
         };
-        println!("{id:<62} {:<15} worst {:>10.3e}  tol {:>7.1e}  {state}", o.kind.name(), o.worst, o.tolerance);
+        console.line(&format!(
+            "{id:<62} {:<15} worst {:>10.3e}  tol {:>7.1e}  {state}",
+            o.kind.name(),
+            o.worst,
+            o.tolerance
+        ));
         if !o.passed() {
             failures.push(format!("{id}: {} worst {:.3e} > tolerance {:.1e}", o.kind.name(), o.worst, o.tolerance));
         }

@@ -172,3 +172,24 @@ fn a_libcuda_without_cuda_symbols_is_reported_not_a_crash() {
     assert!(stderr(&out).contains("cuInit") && !stderr(&out).contains("panicked"), "{}", stderr(&out));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `adgauge check | head -1`: a reader that goes away ends the output, not the process.
+#[test]
+fn a_closed_stdout_is_not_a_crash() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_adgauge"))
+        .args(["check", "--workload", "hist-add", "--dtype", "f64"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    assert!(first.starts_with("hist-add["), "{first}");
+    // The reader is dropped here: every later write meets a closed pipe.
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
