@@ -36,20 +36,37 @@ pub struct EvalArgs {
     /// Element type of values: f64 or f32.
     #[arg(long, default_value = "f64")]
     pub dtype: DType,
+    /// Largest input accepted, in bytes (inputs are read whole; `--input /dev/zero` must end).
+    #[arg(long, default_value_t = DEFAULT_MAX_INPUT_BYTES)]
+    pub max_input_bytes: u64,
     /// The workloads' own flags that were given (filled from the command line in `main.rs`).
     #[arg(skip)]
     pub options: BTreeMap<String, String>,
 }
 
-fn read_input(path: &PathBuf) -> anyhow::Result<(String, String)> {
+/// The default of `--max-input-bytes`: 4 GiB, above ADBench's largest file (ba20, about 1.2 GB).
+pub const DEFAULT_MAX_INPUT_BYTES: u64 = 4 << 30;
+
+/// Reads the input whole, refusing more than `max` bytes.
+fn read_input(path: &PathBuf, max: u64) -> anyhow::Result<(String, String)> {
     let name = path.display().to_string();
-    let mut text = String::new();
-    if name == "-" {
-        std::io::stdin().read_to_string(&mut text).map_err(|e| bad_input(format!("standard input: {e}")))?;
-        return Ok(("<stdin>".into(), text));
+    let (name, reader): (String, Box<dyn Read>) = if name == "-" {
+        ("<stdin>".into(), Box::new(std::io::stdin()))
+    } else {
+        let f = std::fs::File::open(path).map_err(|e| bad_input(format!("{name}: cannot open: {e}")))?;
+        (name, Box::new(f))
+    };
+    let mut bytes = Vec::new();
+    reader
+        .take(max.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(|e| bad_input(format!("{name}: cannot read: {e}")))?;
+    if bytes.len() as u64 > max {
+        return Err(bad_input(format!("{name}: larger than {max} bytes (raise --max-input-bytes to read it)")));
     }
-    let mut f = std::fs::File::open(path).map_err(|e| bad_input(format!("{name}: cannot open: {e}")))?;
-    f.read_to_string(&mut text).map_err(|e| bad_input(format!("{name}: cannot read: {e}")))?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        bad_input(format!("{name}: not UTF-8 text (invalid byte at offset {})", e.utf8_error().valid_up_to()))
+    })?;
     Ok((name, text))
 }
 
@@ -83,7 +100,7 @@ pub fn run(args: &EvalArgs, threads: Option<usize>) -> anyhow::Result<String> {
     if let Some(flag) = args.options.keys().find(|f| !own.contains(&f.as_str())) {
         return Err(bad_input(format!("--{flag} does not apply to workload {}", args.workload)));
     }
-    let (source, text) = read_input(&args.input)?;
+    let (source, text) = read_input(&args.input, args.max_input_bytes)?;
     let device = open_device(&args.backend, threads).map_err(|e| match e {
         OpError::Unsupported(msg) => bad_input(msg),
         other => unavailable(format!("backend {} is unavailable: {other}", args.backend)),

@@ -28,8 +28,8 @@ static ALLOCATOR: memory::Counting = memory::Counting;
 #[derive(Parser, Debug)]
 #[command(version, about)]
 struct Cli {
-    /// Worker threads of the CPU device (default: all cores).
-    #[arg(long, global = true)]
+    /// Worker threads of the CPU device (default: all cores; at most 1024).
+    #[arg(long, global = true, value_parser = parse_threads)]
     threads: Option<usize>,
     #[command(subcommand)]
     command: Option<Command>,
@@ -55,6 +55,16 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// Most worker threads accepted: more only costs start-up time (100000 threads took minutes).
+const MAX_THREADS: usize = 1024;
+
+fn parse_threads(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(t) if (1..=MAX_THREADS).contains(&t) => Ok(t),
+        _ => Err(format!("'{s}' is not a thread count in [1, {MAX_THREADS}]")),
+    }
 }
 
 /// The command line with every workload's own `eval` flags added.
@@ -92,7 +102,7 @@ fn main() -> ExitCode {
     let command = cli.command.unwrap_or(Command::Run(run::RunArgs::default()));
     let result = match command {
         Command::Eval(args) => eval::run(&args, cli.threads).map(|json| {
-            println!("{json}");
+            sinks::Console::new(0, true).line(&json);
             Code::Success
         }),
         Command::Run(args) => run::run(&args, cli.threads),
@@ -103,14 +113,15 @@ fn main() -> ExitCode {
         Command::Backends { json } => (|| {
             // Tools open their devices on first use: listing versions opens nothing.
             let tools = tool::Tools::builtin(cli.threads, adgauge_backends::Cpu::new(cli.threads)?);
+            let console = sinks::Console::new(0, true);
             for d in adgauge_backends::probe_devices() {
                 if json {
                     let version = tools.get(d.name).map(|t| t.version());
                     let v = serde_json::json!({"name": d.name, "available": d.available, "detail": d.detail, "version": version});
-                    println!("{v}");
+                    console.line(&v.to_string());
                 } else {
                     let state = if d.available { "available" } else { "unavailable" };
-                    println!("{:<8} {:<12} {}", d.name, state, d.detail);
+                    console.line(&format!("{:<8} {:<12} {}", d.name, state, d.detail));
                 }
             }
             Ok(Code::Success)

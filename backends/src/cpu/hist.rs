@@ -68,7 +68,8 @@ where
 {
     let n = inds.len();
     let plan = Plan::new(n, k);
-    if plan.rows() == 1 {
+    // With no bins every index is out of range: nothing to fold, and no row to split by.
+    if plan.rows() == 1 || k == 0 {
         let mut out = pool.filled(k, neutral);
         for i in 0..n {
             if let Some(b) = bin_of(inds, i, k) {

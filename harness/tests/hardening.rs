@@ -1,0 +1,79 @@
+//! Inputs that used to crash or run unbounded (issue "Validation power and hardening"): each is
+//! refused with exit 2 naming what is wrong, or computed, never a panic.
+
+mod common;
+
+use common::{adgauge, json, numbers, opencl_available, stderr, temp_file};
+
+/// No bins: every index is out of range, so the histogram is empty and every adjoint of vals is 0
+/// (semantics: out-of-range indices are ignored). The CPU device panicked here before.
+#[test]
+fn zero_bins_give_an_empty_histogram_for_every_operator_rule_and_mode() {
+    let case = format!(
+        r#"{{"k": 0, "inds": {inds:?}, "vals": {ones:?}, "dest": [], "hist_bar": [], "vals_dot": {ones:?}, "dest_dot": []}}"#,
+        inds = [-1i64; 16],
+        ones = [1.0f64; 16]
+    );
+    let path = temp_file("hardening", "k0.json", &case);
+    let p = path.to_str().unwrap();
+    let mut backends = vec!["cpu"];
+    if opencl_available() {
+        backends.push("opencl");
+    }
+    for backend in backends {
+        for op in ["add", "mul", "min", "max", "logaddexp", "hypot"] {
+            for rule in ["auto", "special", "general-sort", "general-chunked"] {
+                let w = format!("hist-{op}");
+                let at = format!("{w} {rule} on {backend}");
+                let base = ["eval", &w, "--input", p, "--rule", rule, "--backend", backend];
+                let primal = json(&adgauge(&base));
+                assert_eq!(numbers(&primal["hist"]), Vec::<f64>::new(), "{at}");
+                let vjp = json(&adgauge(&[&base[..], &["--mode", "vjp"]].concat()));
+                assert_eq!(numbers(&vjp["vals_bar"]), vec![0.0; 16], "{at}");
+                assert_eq!(numbers(&vjp["dest_bar"]), Vec::<f64>::new(), "{at}");
+                let jvp = json(&adgauge(&[&base[..], &["--mode", "jvp"]].concat()));
+                assert_eq!(numbers(&jvp["hist_dot"]), Vec::<f64>::new(), "{at}");
+            }
+        }
+    }
+}
+
+#[test]
+fn unbounded_inputs_and_thread_counts_are_refused() {
+    let out = adgauge(&["--threads", "100000", "check", "--workload", "hist-add"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("not a thread count in [1, 1024]"), "{}", stderr(&out));
+    let out = adgauge(&["eval", "hist-add", "--input", "/dev/zero", "--max-input-bytes", "65536"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("/dev/zero: larger than 65536 bytes"), "{}", stderr(&out));
+    let bytes = temp_file("hardening", "latin1.json", "{\"k\": 1}");
+    std::fs::write(&bytes, b"{\"k\": 1, \"op\": \"\xe9\"}").unwrap();
+    let out = adgauge(&["eval", "hist-add", "--input", bytes.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("not UTF-8 text (invalid byte at offset 16)"), "{}", stderr(&out));
+}
+
+/// Suite values that overflowed `Duration` or asked for absurd work: refused before running.
+#[test]
+fn absurd_suite_settings_are_refused_naming_the_field() {
+    for (timing, field) in [
+        ("{case_time_limit_s: 1e300}", "timing.case_time_limit_s"),
+        ("{min_sample_ms: 1e22}", "timing.min_sample_ms"),
+        ("{samples: 1000000000000}", "timing.samples"),
+    ] {
+        let text =
+            format!("name: x\ntiming: {timing}\ncases:\n  - workload: hist\n    ops: [add]\n    n: [10]\n    k: [2]\n");
+        let path = temp_file("hardening", "absurd.yaml", &text);
+        let out = adgauge(&["run", "--suite", path.to_str().unwrap(), "--no-save"]);
+        assert_eq!(out.status.code(), Some(2), "{timing}");
+        assert!(stderr(&out).contains(field), "{timing}: {}", stderr(&out));
+    }
+    let zero_k = temp_file(
+        "hardening",
+        "k0.yaml",
+        "name: x\ncases:\n  - workload: hist\n    ops: [add]\n    n: [10]\n    k: [0]\n",
+    );
+    let out = adgauge(&["run", "--suite", zero_k.to_str().unwrap(), "--no-save"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("k0.yaml:6:9: cases[0].k: 0 is outside [1,"), "{}", stderr(&out));
+}
