@@ -3,10 +3,13 @@
 mod environment;
 mod eval;
 mod exit;
+mod external;
 mod history;
 mod memory;
 mod pipeline;
+mod protocol;
 mod run;
+mod serve;
 mod sinks;
 mod suite;
 mod timing;
@@ -49,6 +52,8 @@ enum Command {
     Report(history::ReportArgs),
     /// Combine runs (shards, machines) into one run.
     Merge(history::MergeArgs),
+    /// Serve adgauge's engine as a GradBench tool: the protocol's JSON lines on stdin/stdout.
+    Tool(serve::ToolArgs),
     /// List devices with their availability.
     Backends {
         /// One JSON object per device.
@@ -107,6 +112,7 @@ fn main() -> ExitCode {
         }),
         Command::Run(args) => run::run(&args, cli.threads),
         Command::Check(args) => run::check(&args, cli.threads),
+        Command::Tool(args) => serve::serve(&args, cli.threads),
         Command::Gate(args) => history::gate_command(&args),
         Command::Merge(args) => history::merge_command(&args),
         Command::Report(args) => history::report_command(&args),

@@ -13,7 +13,7 @@ use adgauge_backends::{DType, OpError};
 use adgauge_reports::{Check, ResultRow, Status, Timing};
 use adgauge_workloads::{CheckSettings, Mode, ParamKind, Params, Workload, WorkloadError};
 
-use crate::timing::{Budget, measure};
+use crate::timing::Budget;
 use crate::tool::{Tool, Tools};
 use crate::validation::{self, CheckKind, Outcome};
 
@@ -133,7 +133,7 @@ pub fn cannot_run(tool: &dyn Tool, case: &Case) -> Option<String> {
 pub fn validate(tool: &dyn Tool, case: &Case, settings: &Settings) -> anyhow::Result<Vec<Outcome>> {
     let small = case.workload.validation_params(&case.params);
     let problem = case.workload.generate(&small, case.seed)?;
-    let v = tool.validation(problem.as_ref(), &case.check_settings(settings.fault.clone()))?;
+    let v = tool.validation(case.workload, problem.as_ref(), &case.check_settings(settings.fault.clone()))?;
     let mut outcomes = validation::run_checks(&v, case.dtype, case.seed)?;
     for o in &mut outcomes {
         if let Some(&t) = settings.tolerances.get(&(o.kind, case.dtype)) {
@@ -202,7 +202,9 @@ fn run_phases(
         }
     };
     if case.validate {
-        record_checks(row, &validate(tool, case, settings)?);
+        let outcomes = validate(tool, case, settings)?;
+        record_checks(row, &outcomes);
+        tool.verdict(row.status != Status::Failed, row.message.clone());
     }
     if !settings.time {
         return Ok(());
@@ -211,14 +213,15 @@ fn run_phases(
         return Ok(());
     }
     let problem = case.workload.generate(&case.params, case.seed)?;
-    let mut prepared = tool.prepare(problem.as_ref(), case.dtype, &case.rule)?;
-    let timed: Vec<Mode> = Mode::TIMED.into_iter().filter(|m| case.modes.contains(m)).collect();
+    let mut prepared = tool.prepare(case.workload, problem.as_ref(), case.dtype, &case.rule)?;
+    let timed: Vec<Mode> =
+        Mode::TIMED.into_iter().filter(|&m| case.modes.contains(&m) && prepared.supports(m)).collect();
     let mut timings: [Option<Timing>; 3] = [None, None, None];
     for &mode in &timed {
         if over(row, &format!("timing {mode}")) {
             return Ok(());
         }
-        timings[slot(mode)] = Some(measure(&settings.budget, || prepared.evaluate(mode).map(drop))?);
+        timings[slot(mode)] = Some(prepared.timing(mode, &settings.budget)?);
         [row.primal, row.vjp, row.jvp] = timings.clone();
     }
     let mut peaks: [Option<u64>; 3] = [None, None, None];

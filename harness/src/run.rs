@@ -9,9 +9,10 @@ use adgauge_reports::{ResultRow, Status};
 use adgauge_workloads::Mode;
 
 use crate::exit::{Code, bad_input, unavailable};
+use crate::external::{ExternalSpec, parse_tool_cmd};
 use crate::pipeline::{Case, Settings, cannot_run, is_unsupported, run_case, validate};
 use crate::sinks::{Console, Fanout, HistorySink, JsonLinesSink, ProgressSink, RunStart, Sink, TableSink};
-use crate::suite::{DEFAULT_SEED, Suite, default_suite, parse_suite};
+use crate::suite::{DEFAULT_SEED, Suite, default_suite, parse_suite_with};
 use crate::tool::Tools;
 use crate::validation::Outcome;
 
@@ -49,6 +50,10 @@ pub struct RunArgs {
     /// and the per-case time limit is enforced by killing the child.
     #[arg(long)]
     pub isolate: bool,
+    /// An external tool speaking GradBench's protocol, NAME=COMMAND (repeatable); a suite's
+    /// `tools:` may then name it.
+    #[arg(long = "tool-cmd", value_parser = parse_tool_cmd)]
+    pub tool_cmd: Vec<ExternalSpec>,
     /// Only the case with exactly this id (used by --isolate for its children).
     #[arg(long, hide = true)]
     pub exact: Option<String>,
@@ -75,6 +80,10 @@ pub struct CheckArgs {
     /// Only this dtype (default: both).
     #[arg(long)]
     pub dtype: Option<DType>,
+    /// An external tool speaking GradBench's protocol, NAME=COMMAND (repeatable): `--backend
+    /// NAME` then validates it.
+    #[arg(long = "tool-cmd", value_parser = parse_tool_cmd)]
+    pub tool_cmd: Vec<ExternalSpec>,
     /// Fault injection to show the checks catch a broken rule: `drop-dest-adjoint` zeroes dest's
     /// adjoint in every VJP.
     #[arg(long, hide = true)]
@@ -88,13 +97,13 @@ fn code_for(row: &ResultRow) -> Code {
     }
 }
 
-fn load_suite(path: &Option<PathBuf>) -> anyhow::Result<Suite> {
+fn load_suite(path: &Option<PathBuf>, external: &[ExternalSpec]) -> anyhow::Result<Suite> {
     match path {
         None => Ok(default_suite()),
         Some(p) => {
             let text =
                 std::fs::read_to_string(p).map_err(|e| bad_input(format!("{}: cannot read: {e}", p.display())))?;
-            parse_suite(&text, &p.display().to_string()).map_err(bad_input)
+            parse_suite_with(&text, &p.display().to_string(), external).map_err(bad_input)
         }
     }
 }
@@ -110,7 +119,7 @@ fn settings(suite: &Suite) -> Settings {
 }
 
 pub fn run(args: &RunArgs, threads: Option<usize>) -> anyhow::Result<Code> {
-    let suite = load_suite(&args.suite)?;
+    let suite = load_suite(&args.suite, &args.tool_cmd)?;
     let mut cases = suite.cases.clone();
     if let Some((i, n)) = args.shard {
         cases = cases.into_iter().enumerate().filter(|(j, _)| j % n == i - 1).map(|(_, c)| c).collect();
@@ -136,7 +145,7 @@ pub fn run(args: &RunArgs, threads: Option<usize>) -> anyhow::Result<Code> {
     }
     let cpu = Cpu::new(threads)?;
     // Every tool opens on first use; one that cannot start makes its cases skipped rows.
-    let tools = Tools::builtin(threads, cpu.clone());
+    let tools = Tools::with_external(threads, cpu.clone(), &suite.external);
     let info = crate::environment::run_info();
     let mut sink = Fanout::default();
     sink.push(ProgressSink(console.clone()));
@@ -227,9 +236,11 @@ pub fn check(args: &CheckArgs, threads: Option<usize>) -> anyhow::Result<Code> {
         }
     };
     let cases = check_cases(args)?;
-    let tools = Tools::builtin(threads, Cpu::new(threads)?);
+    let tools = Tools::with_external(threads, Cpu::new(threads)?, &args.tool_cmd);
     let tool = tools.get(&args.backend).ok_or_else(|| {
-        bad_input(format!("--backend: unknown tool '{}' (known: {})", args.backend, Tools::builtin_names().join(", ")))
+        let mut known: Vec<String> = Tools::builtin_names().iter().map(|s| s.to_string()).collect();
+        known.extend(args.tool_cmd.iter().map(|t| t.name.clone()));
+        bad_input(format!("--backend: unknown tool '{}' (known: {})", args.backend, known.join(", ")))
     })?;
     if let Err(why) = tool.availability() {
         return Err(unavailable(format!("backend {} is unavailable: {why}", args.backend)));
@@ -324,6 +335,9 @@ fn run_isolated(
     }
     if let Some(t) = threads {
         cmd.arg("--threads").arg(t.to_string());
+    }
+    for t in &args.tool_cmd {
+        cmd.arg("--tool-cmd").arg(format!("{}={}", t.name, t.command));
     }
     let mut child = match cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn() {
         Ok(c) => c,

@@ -36,6 +36,7 @@ use serde_saphyr::Spanned;
 use adgauge_backends::DType;
 use adgauge_workloads::{Mode, ParamKind, ParamSpec, Params, Value, Workload};
 
+use crate::external::{ExternalSpec, parse_tool_cmd};
 use crate::pipeline::Case;
 use crate::timing::Budget;
 use crate::tool::Tools;
@@ -87,6 +88,8 @@ pub struct Suite {
     /// Tolerance overrides: (check, dtype) -> tolerance.
     pub tolerances: BTreeMap<(CheckKind, DType), f64>,
     pub cases: Vec<Case>,
+    /// The external tools the suite's cases may name (defined in it or on the command line).
+    pub external: Vec<ExternalSpec>,
 }
 
 /// The seed suites use unless they set one.
@@ -101,6 +104,11 @@ const MAX_SECONDS: f64 = 86_400.0;
 
 /// Parses a suite; `source` names the file in errors (which carry line:column).
 pub fn parse_suite(text: &str, source: &str) -> Result<Suite, String> {
+    parse_suite_with(text, source, &[])
+}
+
+/// [`parse_suite`] with external tools already defined (`--tool-cmd`) that entries may name.
+pub fn parse_suite_with(text: &str, source: &str, external: &[ExternalSpec]) -> Result<Suite, String> {
     // YAML 1.2 booleans only: under YAML 1.1 the key `n` would read as `false`.
     let options = serde_saphyr::options! { strict_booleans: true, };
     let file: SuiteFile = serde_saphyr::from_str_with_options(text, options)
@@ -149,15 +157,16 @@ pub fn parse_suite(text: &str, source: &str) -> Result<Suite, String> {
         }
     }
     let mut cases = Vec::new();
+    let mut external = external.to_vec();
     for (g, entry) in file.cases.iter().enumerate() {
         let at = Entry { text, source, g, entry };
-        cases.extend(at.expand(seed)?);
+        cases.extend(at.expand(seed, &mut external)?);
     }
     let mut seen = std::collections::BTreeSet::new();
     if let Some(dup) = cases.iter().find(|c| !seen.insert(c.id())) {
         return Err(format!("{source}: case {} is listed twice", dup.id()));
     }
-    Ok(Suite { name: file.name, description: file.description, seed, budget, case_limit, tolerances, cases })
+    Ok(Suite { name: file.name, description: file.description, seed, budget, case_limit, tolerances, cases, external })
 }
 
 /// One entry of `cases:` being read: knows where it is, for messages.
@@ -287,7 +296,74 @@ impl Entry<'_> {
 
     /// The entry's cases: the product of its schema keys (in schema order, the first outermost),
     /// then dtypes, tools and rules.
-    fn expand(&self, seed: u64) -> Result<Vec<Case>, String> {
+    /// The entry's tools: names of built-in or already defined external tools, or external tools
+    /// defined here as `{name: NAME, command: "COMMAND", timeout_s: SECONDS}`.
+    fn tools(&self, key: &str, external: &mut Vec<ExternalSpec>) -> Result<Vec<String>, String> {
+        let builtin = Tools::builtin_names();
+        let mut names = Vec::new();
+        for item in self.list(key, Some(Json::from(["cpu"])))? {
+            let name = match &item {
+                Json::String(s) => {
+                    if !builtin.contains(&s.as_str()) && !external.iter().any(|t| &t.name == s) {
+                        let mut known: Vec<String> = builtin.iter().map(|b| b.to_string()).collect();
+                        known.extend(external.iter().map(|t| t.name.clone()));
+                        let message = format!("unknown tool '{s}' (known: {})", known.join(", "));
+                        return Err(self.error(key, Some(s), &message));
+                    }
+                    s.clone()
+                }
+                Json::Object(map) => {
+                    let spec = self.external_tool(key, map)?;
+                    match external.iter().find(|t| t.name == spec.name) {
+                        Some(t) if t != &spec => {
+                            let message = format!("tool '{}' is defined twice with different commands", spec.name);
+                            return Err(self.error(key, Some(&spec.name), &message));
+                        }
+                        Some(_) => {}
+                        None => external.push(spec.clone()),
+                    }
+                    spec.name
+                }
+                other => {
+                    return Err(self.error(
+                        key,
+                        None,
+                        &format!("expected tool names or {{name, command}}, got {other}"),
+                    ));
+                }
+            };
+            names.push(name);
+        }
+        Ok(names)
+    }
+
+    fn external_tool(&self, key: &str, map: &serde_json::Map<String, Json>) -> Result<ExternalSpec, String> {
+        if let Some(extra) = map.keys().find(|k| !["name", "command", "timeout_s"].contains(&k.as_str())) {
+            return Err(self.error(
+                key,
+                Some(extra),
+                &format!("unknown field `{extra}` of a tool (valid: name, command, timeout_s)"),
+            ));
+        }
+        let text = |field: &str| match map.get(field) {
+            Some(Json::String(s)) if !s.trim().is_empty() => Ok(s.clone()),
+            _ => Err(self.error(key, None, &format!("a tool needs a non-empty string `{field}`"))),
+        };
+        let mut spec = parse_tool_cmd(&format!("{}={}", text("name")?, text("command")?))
+            .map_err(|e| self.error(key, None, &e))?;
+        if Tools::builtin_names().contains(&spec.name.as_str()) {
+            return Err(self.error(key, Some(&spec.name), &format!("'{}' is a built-in tool's name", spec.name)));
+        }
+        if let Some(t) = map.get("timeout_s") {
+            match t.as_f64() {
+                Some(x) if x > 0.0 && x <= MAX_SECONDS => spec.timeout = Duration::from_secs_f64(x),
+                _ => return Err(self.error(key, None, &format!("timeout_s must be in (0, {MAX_SECONDS}], got {t}"))),
+            }
+        }
+        Ok(spec)
+    }
+
+    fn expand(&self, seed: u64, external: &mut Vec<ExternalSpec>) -> Result<Vec<Case>, String> {
         let family = match self.get("workload") {
             Some(Json::String(s)) => s.as_str(),
             Some(other) => return Err(self.error("workload", None, &format!("expected a workload name, got {other}"))),
@@ -328,14 +404,7 @@ impl Entry<'_> {
         }
         let dtypes = self.names("dtypes", Some(Json::from(["f32"])), "dtype", |s| s.parse::<DType>())?;
         let tools_key = if self.entry.contains_key("backends") { "backends" } else { "tools" };
-        let builtin = Tools::builtin_names();
-        let tools = self.names(tools_key, Some(Json::from(["cpu"])), "tool", |s| {
-            if builtin.contains(&s) {
-                Ok(s.to_string())
-            } else {
-                Err(format!("unknown tool '{s}' (known: {})", builtin.join(", ")))
-            }
-        })?;
+        let tools = self.tools(tools_key, external)?;
         let modes = self.names("modes", Some(Json::from(["primal", "vjp", "jvp"])), "mode", |s| match s.parse() {
             Ok(m) if Mode::TIMED.contains(&m) => Ok(m),
             _ => Err(format!("unknown mode '{s}' (expected primal, vjp or jvp)")),

@@ -44,13 +44,21 @@ pub fn measure<E>(budget: &Budget, mut f: impl FnMut() -> Result<(), E>) -> Resu
             break;
         }
     }
+    Ok(summarize(per_call, batch).expect("at least one sample is always taken"))
+}
+
+/// Min, median, max and coefficient of variation of per-call seconds (`None` without samples).
+pub fn summarize(mut per_call: Vec<f64>, batch: usize) -> Option<Timing> {
+    if per_call.is_empty() {
+        return None;
+    }
     per_call.sort_by(f64::total_cmp);
     let m = per_call.len();
     let median = if m % 2 == 1 { per_call[m / 2] } else { 0.5 * (per_call[m / 2 - 1] + per_call[m / 2]) };
     let mean = per_call.iter().sum::<f64>() / m as f64;
     let var = per_call.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / m as f64;
     let cv = if mean > 0.0 { var.sqrt() / mean } else { 0.0 };
-    Ok(Timing { min_s: per_call[0], median_s: median, max_s: per_call[m - 1], batch, samples: m, cv })
+    Some(Timing { min_s: per_call[0], median_s: median, max_s: per_call[m - 1], batch, samples: m, cv })
 }
 
 #[cfg(test)]

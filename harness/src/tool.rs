@@ -15,7 +15,11 @@ use std::time::Duration;
 use adgauge_backends::{AnyDevice, Cpu, DEVICES, DType, Device, DeviceKind};
 use adgauge_workloads::{CheckSettings, Mode, Prepared, Problem, Validation, Workload};
 
+use adgauge_reports::Timing;
+
+use crate::external::{ExternalSpec, ProcessTool};
 use crate::memory::peak_during;
+use crate::timing::{Budget, measure};
 
 /// What a tool can do.
 #[derive(Clone, Debug, PartialEq)]
@@ -59,8 +63,17 @@ pub struct Evaluation {
 
 /// A problem a tool has prepared: resident and ready for timed evaluations.
 pub trait PreparedCase {
+    /// Whether the tool can evaluate `mode` on this problem (modes it cannot are left untimed).
+    fn supports(&self, _mode: Mode) -> bool {
+        true
+    }
     /// One evaluation of `mode`.
     fn evaluate(&mut self, mode: Mode) -> anyhow::Result<Evaluation>;
+    /// The timing of `mode` under `budget`: measured around [`PreparedCase::evaluate`] here;
+    /// tools that time themselves report their own runs.
+    fn timing(&mut self, mode: Mode, budget: &Budget) -> anyhow::Result<Timing> {
+        measure(budget, || self.evaluate(mode).map(drop))
+    }
     /// Peak bytes allocated above the resident inputs during one evaluation of `mode`, where
     /// the tool can measure it.
     fn peak_bytes(&mut self, _mode: Mode) -> anyhow::Result<Option<u64>> {
@@ -77,10 +90,23 @@ pub trait Tool {
     fn capabilities(&self) -> Capabilities;
     /// Worker threads the tool computes with (recorded in every row).
     fn threads(&self) -> usize;
-    /// Puts `problem` on the tool in `dtype` with the reverse-mode `rule`.
-    fn prepare(&self, problem: &dyn Problem, dtype: DType, rule: &str) -> anyhow::Result<Box<dyn PreparedCase>>;
+    /// Puts `problem` (of `workload`) on the tool in `dtype` with the reverse-mode `rule`.
+    fn prepare(
+        &self,
+        workload: &dyn Workload,
+        problem: &dyn Problem,
+        dtype: DType,
+        rule: &str,
+    ) -> anyhow::Result<Box<dyn PreparedCase>>;
     /// What the case's derivatives are validated with, as computed by this tool.
-    fn validation(&self, problem: &dyn Problem, settings: &CheckSettings) -> anyhow::Result<Validation>;
+    fn validation(
+        &self,
+        workload: &dyn Workload,
+        problem: &dyn Problem,
+        settings: &CheckSettings,
+    ) -> anyhow::Result<Validation>;
+    /// The verdict of the case's checks (tools that take one are told; GradBench's `analysis`).
+    fn verdict(&self, _valid: bool, _error: Option<String>) {}
     /// Seconds spent compiling kernels so far (kept apart from timings), where the tool compiles.
     fn compile_time(&self) -> Option<Duration> {
         None
@@ -150,12 +176,23 @@ impl Tool for EngineTool {
     fn threads(&self) -> usize {
         self.device().map(AnyDevice::threads).unwrap_or_else(|_| self.cpu.threads())
     }
-    fn prepare(&self, problem: &dyn Problem, dtype: DType, rule: &str) -> anyhow::Result<Box<dyn PreparedCase>> {
+    fn prepare(
+        &self,
+        _workload: &dyn Workload,
+        problem: &dyn Problem,
+        dtype: DType,
+        rule: &str,
+    ) -> anyhow::Result<Box<dyn PreparedCase>> {
         let device = self.opened()?.clone();
         let prepared = problem.prepare(&device, dtype, rule)?;
         Ok(Box::new(EnginePrepared { device, prepared }))
     }
-    fn validation(&self, problem: &dyn Problem, settings: &CheckSettings) -> anyhow::Result<Validation> {
+    fn validation(
+        &self,
+        _workload: &dyn Workload,
+        problem: &dyn Problem,
+        settings: &CheckSettings,
+    ) -> anyhow::Result<Validation> {
         Ok(problem.validation(self.opened()?, &self.cpu, settings)?)
     }
     fn compile_time(&self) -> Option<Duration> {
@@ -211,5 +248,14 @@ impl Tools {
     /// The names of the built-in tools (what a suite's `tools:` may list).
     pub fn builtin_names() -> Vec<&'static str> {
         DEVICES.iter().map(|k| k.name).collect()
+    }
+
+    /// The built-in tools and these external ones (started on first use).
+    pub fn with_external(threads: Option<usize>, cpu: Cpu, external: &[ExternalSpec]) -> Tools {
+        let mut tools = Tools::builtin(threads, cpu);
+        for spec in external {
+            tools.tools.push(Box::new(ProcessTool::new(spec.clone())));
+        }
+        tools
     }
 }

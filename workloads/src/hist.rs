@@ -13,10 +13,14 @@ use adgauge_backends::{
 };
 use adgauge_datasets::hist::{HistData, HistSpec, IndexDist, Values, generate};
 
-use crate::json::{format_object, parse_hist_case};
+use std::sync::Arc;
+
+use serde_json::Value as Json;
+
+use crate::json::{format_number, format_object, parse_hist_case, parse_number};
 use crate::workload::{
     CheckKind, CheckSettings, Comparison, FlatFn, FullJacobian, Mode, ParamKind, ParamSpec, Params, Prepared, Problem,
-    Validation, Value, WResult, Workload, WorkloadError, rounded,
+    Remote, RemoteCall, Validation, Value, WResult, Workload, WorkloadError, rounded,
 };
 
 /// One histogram workload: the operator fixes the name (`hist-<op>`) and the value shape.
@@ -223,6 +227,33 @@ impl Workload for HistFamily {
         let spec = w.spec(params.int("n")?, params.int("k")?, dist, params.float("out_of_range")?, seed);
         Ok(Box::new(HistProblem { w, data: generate(&spec), spec }))
     }
+    fn gradbench_module(&self) -> Option<&'static str> {
+        Some("hist")
+    }
+    fn gradbench_evaluate(&self, function: &str, input: &Json, device: &AnyDevice, dtype: DType) -> WResult<String> {
+        let mode = match function {
+            "primal" => Mode::Primal,
+            "vjp" => Mode::Vjp,
+            "jvp" => Mode::Jvp,
+            other => {
+                return Err(WorkloadError::BadInput(format!("hist: no function '{other}' (known: primal, vjp, jvp)")));
+            }
+        };
+        let Some(Json::String(op)) = input.get("op") else {
+            return Err(WorkloadError::BadInput("hist: input field op: required (the operator's name)".into()));
+        };
+        let request = crate::workload::EvalRequest {
+            name: format!("hist-{op}"),
+            text: input.to_string(),
+            source: format!("hist.{function} input"),
+            mode: Some(mode),
+            dtype,
+            rule: None,
+            options: Default::default(),
+        };
+        HistFamily::workload_named(&request.name)?;
+        self.eval(&request, device)
+    }
     fn eval(&self, req: &crate::workload::EvalRequest, device: &AnyDevice) -> WResult<String> {
         let w = HistFamily::workload_named(&req.name)?;
         let rule = rule_of(req.rule.as_deref().unwrap_or("auto"))?;
@@ -298,6 +329,46 @@ impl Problem for HistProblem {
 
     fn validation(&self, device: &AnyDevice, cpu: &Cpu, s: &CheckSettings) -> WResult<Validation> {
         with_device!(device, |d| self.validation_on(d, cpu, s))
+    }
+
+    fn remote_call(&self, mode: Mode) -> Option<RemoteCall> {
+        let (n, k) = (self.data.vals.len(), self.data.k);
+        let (ones_n, ones_k) = (vec![1.0; n], vec![1.0; k]);
+        let (function, extra): (&str, Vec<(&str, &[f64])>) = match mode {
+            Mode::Primal => ("primal", vec![]),
+            Mode::Vjp => ("vjp", vec![("hist_bar", &ones_k)]),
+            Mode::Jvp => ("jvp", vec![("vals_dot", &ones_n), ("dest_dot", &ones_k)]),
+            Mode::HessianDiag => return None,
+        };
+        Some(RemoteCall { function: function.into(), input: module_input(self.w.op, &self.data, &extra) })
+    }
+
+    /// The tool's VJP and JVP against finite differences (f64 primal on the CPU), the oracle, and
+    /// each other (dot-product test, full Jacobian at a tiny size). The tool computes in f64.
+    fn remote_validation(&self, remote: Arc<dyn Remote>, cpu: &Cpu, s: &CheckSettings) -> WResult<Validation> {
+        let f = RemoteHistFlat::new(remote.clone(), cpu.clone(), self.w.op, &self.data);
+        let local = HistFlat::new(cpu.clone(), cpu.clone(), self.w, HistRule::Auto, DType::F64, &self.data);
+        let mut rng = adgauge_datasets::rng(s.seed ^ 0x04ac1e);
+        let mut random =
+            |n: usize| -> Vec<f64> { (0..n).map(|_| rand::RngExt::random_range(&mut rng, -1.0..1.0)).collect() };
+        let bar = random(self.data.k);
+        let v = random(f.n_in());
+        let mut comparisons =
+            vec![Comparison { check: CheckKind::OracleVjp, got: f.vjp(&bar)?, want: local.oracle_vjp(&bar) }];
+        // A tool without forward mode says so (unsupported): its forward-mode checks are left out.
+        let mut full_jacobian = None;
+        match f.jvp(&v) {
+            Ok(got) => {
+                comparisons.push(Comparison { check: CheckKind::OracleJvp, got, want: local.oracle_jvp(&v) });
+                let tiny =
+                    generate(&HistSpec { n: self.spec.n.min(JACOBIAN_N), k: self.spec.k.min(JACOBIAN_K), ..self.spec });
+                let g = RemoteHistFlat::new(remote, cpu.clone(), self.w.op, &tiny);
+                full_jacobian = Some(FullJacobian { flat: Box::new(g), tolerance_of: CheckKind::FullJacobian });
+            }
+            Err(adgauge_backends::OpError::Unsupported(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+        Ok(Validation { flat: Box::new(f), full_jacobian, comparisons })
     }
 }
 
@@ -459,29 +530,122 @@ impl<D: Ops> FlatFn for HistFlat<D> {
         d.to_vec(&hist_dot)
     }
     fn fd_unsafe(&self, h: f64) -> Option<String> {
-        let ext = self.workload.op.tie_break()?;
-        // Each bin's winner must beat every other competitor by more than the step moves them
-        // (|v_i| <= 1, so by 2h), or the finite difference straddles a kink.
-        let d = &self.data;
-        let k = d.k;
-        let mut best = d.dest.clone();
-        let mut second = vec![if ext == Extremum::Min { f64::INFINITY } else { f64::NEG_INFINITY }; k];
-        let better = |a: f64, b: f64| if ext == Extremum::Min { a < b } else { a > b };
-        for (&b, &v) in d.inds.iter().zip(&d.vals) {
-            if b < 0 || b as usize >= k {
-                continue;
-            }
-            let b = b as usize;
-            if better(v, best[b]) {
-                second[b] = best[b];
-                best[b] = v;
-            } else if better(v, second[b]) || v == best[b] {
-                second[b] = v;
-            }
+        tie_within_step(self.workload.op, &self.data, h)
+    }
+}
+
+/// For min/max: a bin whose winner does not beat every other competitor by more than the step
+/// moves them (|v_i| <= 1, so by 2h), where a finite difference would straddle a kink.
+fn tie_within_step(op: HistOp, d: &HistData, h: f64) -> Option<String> {
+    let ext = op.tie_break()?;
+    let k = d.k;
+    let mut best = d.dest.clone();
+    let mut second = vec![if ext == Extremum::Min { f64::INFINITY } else { f64::NEG_INFINITY }; k];
+    let better = |a: f64, b: f64| if ext == Extremum::Min { a < b } else { a > b };
+    for (&b, &v) in d.inds.iter().zip(&d.vals) {
+        if b < 0 || b as usize >= k {
+            continue;
         }
-        (0..k).find(|&b| second[b].is_finite() && (best[b] - second[b]).abs() <= 2.0 * h).map(|b| {
-            format!("bin {b}: competing values {} and {} are within the step 2h = {:.1e}", best[b], second[b], 2.0 * h)
-        })
+        let b = b as usize;
+        if better(v, best[b]) {
+            second[b] = best[b];
+            best[b] = v;
+        } else if better(v, second[b]) || v == best[b] {
+            second[b] = v;
+        }
+    }
+    (0..k).find(|&b| second[b].is_finite() && (best[b] - second[b]).abs() <= 2.0 * h).map(|b| {
+        format!("bin {b}: competing values {} and {} are within the step 2h = {:.1e}", best[b], second[b], 2.0 * h)
+    })
+}
+
+/// The `hist` module's input for a case (GradBench has no histogram eval; `docs/protocol.md`
+/// documents this one): the eval JSON of `adgauge eval hist-<op>` with the operator named.
+fn module_input(op: HistOp, d: &HistData, extra: &[(&str, &[f64])]) -> Json {
+    let mut input = serde_json::json!({"op": op.name(), "k": d.k, "inds": d.inds, "vals": numbers(&d.vals), "dest": numbers(&d.dest)});
+    for (key, xs) in extra {
+        input[*key] = numbers(xs);
+    }
+    input
+}
+
+/// Numbers as JSON, non-finite ones as the strings `eval` uses.
+fn numbers(xs: &[f64]) -> Json {
+    Json::Array(xs.iter().map(|&x| serde_json::from_str(&format_number(x, DType::F64)).unwrap_or(Json::Null)).collect())
+}
+
+/// A histogram case as a flat function whose derivatives come from a tool in another process.
+struct RemoteHistFlat {
+    remote: Arc<dyn Remote>,
+    cpu: Cpu,
+    op: HistOp,
+    data: HistData,
+    x0: Vec<f64>,
+}
+
+impl RemoteHistFlat {
+    fn new(remote: Arc<dyn Remote>, cpu: Cpu, op: HistOp, data: &HistData) -> RemoteHistFlat {
+        let x0 = data.vals.iter().chain(&data.dest).copied().collect();
+        RemoteHistFlat { remote, cpu, op, data: data.clone(), x0 }
+    }
+
+    fn call(&self, function: &str, extra: &[(&str, &[f64])], fields: &[(&str, usize)]) -> Result<Vec<Vec<f64>>> {
+        let out = self.remote.call(function, module_input(self.op, &self.data, extra)).map_err(remote_error)?;
+        fields.iter().map(|&(name, len)| output_numbers(&out, name, len)).collect()
+    }
+}
+
+/// A remote failure seen by validation: a device-level error (the tool, not the input, failed).
+fn remote_error(e: WorkloadError) -> adgauge_backends::OpError {
+    match e {
+        WorkloadError::Op(op) => op,
+        WorkloadError::BadInput(m) => adgauge_backends::OpError::Device(m),
+    }
+}
+
+/// Field `name` of a tool's output: `len` numbers (or the strings "inf", "-inf", "nan").
+fn output_numbers(out: &Json, name: &str, len: usize) -> Result<Vec<f64>> {
+    let bad = |m: String| adgauge_backends::OpError::Device(format!("output field {name}: {m}"));
+    let Some(Json::Array(xs)) = out.get(name) else {
+        return Err(bad(format!("missing or not an array in {}", crate::json::kind(out))));
+    };
+    if xs.len() != len {
+        return Err(bad(format!("has {} elements, expected {len}", xs.len())));
+    }
+    xs.iter().map(|v| parse_number(v).map_err(&bad)).collect()
+}
+
+impl FlatFn for RemoteHistFlat {
+    fn n_in(&self) -> usize {
+        self.x0.len()
+    }
+    fn n_out(&self) -> usize {
+        self.data.k
+    }
+    fn x0(&self) -> &[f64] {
+        &self.x0
+    }
+    fn eval_f64(&self, x: &[f64]) -> Result<Vec<f64>> {
+        let n = self.data.vals.len();
+        let at =
+            HistData { k: self.data.k, inds: self.data.inds.clone(), vals: x[..n].to_vec(), dest: x[n..].to_vec() };
+        let w = HistWorkload { op: self.op };
+        self.cpu.to_vec(&w.primal(&self.cpu, &w.upload(&self.cpu, &at, DType::F64)?)?)
+    }
+    fn vjp(&self, w: &[f64]) -> Result<Vec<f64>> {
+        let (n, k) = (self.data.vals.len(), self.data.k);
+        let parts = self.call("vjp", &[("hist_bar", w)], &[("vals_bar", n), ("dest_bar", k)])?;
+        Ok(parts.concat())
+    }
+    fn jvp(&self, v: &[f64]) -> Result<Vec<f64>> {
+        let n = self.data.vals.len();
+        let (vals_dot, dest_dot) = v.split_at(n);
+        let parts =
+            self.call("jvp", &[("vals_dot", vals_dot), ("dest_dot", dest_dot)], &[("hist_dot", self.data.k)])?;
+        Ok(parts.concat())
+    }
+    fn fd_unsafe(&self, h: f64) -> Option<String> {
+        tie_within_step(self.op, &self.data, h)
     }
 }
 

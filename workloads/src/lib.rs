@@ -18,7 +18,7 @@ pub mod workload;
 pub use hist::{HistInputs, HistVjp, HistWorkload};
 pub use workload::{
     CheckKind, CheckSettings, Comparison, EvalOption, EvalRequest, FlatFn, FullJacobian, Mode, ParamKind, ParamSpec,
-    Params, Prepared, Problem, Validation, Value, WResult, Workload, WorkloadError,
+    Params, Prepared, Problem, Remote, RemoteCall, Validation, Value, WResult, Workload, WorkloadError,
 };
 
 /// Every workload, in the order listings, `adgauge check` and the docs use. Adding a workload is
@@ -35,6 +35,11 @@ pub fn find(name: &str) -> Option<&'static dyn Workload> {
 /// Every workload name (`eval`, `check --workload`), for messages listing the valid ones.
 pub fn all_names() -> Vec<String> {
     registry().iter().flat_map(|w| w.check_names()).collect()
+}
+
+/// The workload that serves GradBench module `module`.
+pub fn by_module(module: &str) -> Option<&'static dyn Workload> {
+    registry().iter().copied().find(|w| w.gradbench_module() == Some(module))
 }
 
 /// Every suite tag (`workload:` in a suite entry).

@@ -20,8 +20,8 @@ use adgauge_backends::{
 use rand::RngExt;
 use serde_json::Value as Json;
 
-use crate::json::{kind, objective_json, parse_number};
-use crate::objective::{ObjectiveProblem, ScalarObjective};
+use crate::json::{format_array, format_number, kind, objective_json, parse_number};
+use crate::objective::{ObjectiveProblem, RemoteModule, ScalarObjective};
 use crate::workload::{
     EvalRequest, Mode, ParamSpec, Params, Problem, WResult, Workload, WorkloadError, rounded, sizes,
 };
@@ -251,6 +251,23 @@ impl Workload for Llsq {
             })
         })
     }
+    fn gradbench_module(&self) -> Option<&'static str> {
+        Some("llsq")
+    }
+    /// GradBench's `llsq` functions: `primal` returns y, `gradient` returns dy/dx.
+    fn gradbench_evaluate(&self, function: &str, input: &Json, device: &AnyDevice, dtype: DType) -> WResult<String> {
+        let source = format!("llsq.{function} input");
+        let input = parse_input(&input.to_string(), &source)?;
+        let bad = WorkloadError::from_input;
+        with_device!(device, |d| {
+            let x = upload(d, &input, dtype).map_err(bad)?;
+            match function {
+                "primal" => Ok(format_number(d.to_vec(&objective(d, &x).map_err(bad)?)?[0], dtype)),
+                "gradient" => Ok(format_array(&gradient(d, &x).map_err(bad)?.1, dtype)),
+                other => Err(WorkloadError::BadInput(format!("llsq: no function '{other}' (known: primal, gradient)"))),
+            }
+        })
+    }
     fn table_label(&self, name: &str, row: &std::collections::BTreeMap<String, String>) -> String {
         match row.get("m") {
             Some(m) => format!("{name} m={m}"),
@@ -288,6 +305,13 @@ impl ScalarObjective for LlsqObjective {
     }
     fn manual_gradient(input: &LlsqInput, dtype: DType) -> Vec<f64> {
         manual_in(input, dtype).1
+    }
+    fn remote(input: &LlsqInput) -> Option<RemoteModule> {
+        Some(RemoteModule {
+            primal: "primal",
+            gradient: "gradient",
+            input: serde_json::json!({"x": input.x, "n": input.n}),
+        })
     }
 }
 

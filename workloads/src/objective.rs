@@ -4,9 +4,14 @@
 //! objective and gradient by reverse mode, jvp = one forward sweep along ones) and
 //! [`ObjectiveFlat`] the [`FlatFn`] that validation runs on.
 
-use adgauge_backends::{AnyDevice, Cpu, DType, Device, Ops, Result, with_device};
+use std::sync::Arc;
 
-use crate::workload::{CheckSettings, Comparison, FlatFn, Mode, Prepared, Problem, Validation, WResult};
+use adgauge_backends::{AnyDevice, Cpu, DType, Device, OpError, Ops, Result, with_device};
+use serde_json::Value as Json;
+
+use crate::workload::{
+    CheckKind, CheckSettings, Comparison, FlatFn, Mode, Prepared, Problem, Remote, RemoteCall, Validation, WResult,
+};
 
 /// A workload with one scalar output of a flat parameter vector.
 pub trait ScalarObjective: 'static {
@@ -28,10 +33,38 @@ pub trait ScalarObjective: 'static {
     fn directional<D: Device>(device: &D, x: &Self::Resident<D>, v: &[f64]) -> Result<f64>;
     /// The hand-derived gradient in `dtype`.
     fn manual_gradient(input: &Self::Input, dtype: DType) -> Vec<f64>;
+    /// The workload's GradBench module for this input, where it has one.
+    fn remote(_input: &Self::Input) -> Option<RemoteModule> {
+        None
+    }
+    /// The gradient in the module's output, flat in [`ScalarObjective::params`]' layout.
+    fn remote_gradient(output: &Json, input: &Self::Input) -> Result<Vec<f64>> {
+        flat_gradient(output, Self::params(input).len())
+    }
 }
 
 /// A [`ScalarObjective`]'s problem.
 pub struct ObjectiveProblem<W: ScalarObjective>(pub W::Input);
+
+/// A scalar objective's GradBench module: the functions returning the objective and the
+/// gradient, and the input of a problem.
+pub struct RemoteModule {
+    pub primal: &'static str,
+    pub gradient: &'static str,
+    pub input: Json,
+}
+
+/// The gradient in a module's output: a flat array of `len` numbers.
+pub fn flat_gradient(output: &Json, len: usize) -> Result<Vec<f64>> {
+    let bad = |m: String| OpError::Device(format!("gradient output: {m}"));
+    let Json::Array(xs) = output else {
+        return Err(bad(format!("expected an array of numbers, found {}", crate::json::kind(output))));
+    };
+    if xs.len() != len {
+        return Err(bad(format!("has {} elements, expected {len}", xs.len())));
+    }
+    xs.iter().map(|v| crate::json::parse_number(v).map_err(&bad)).collect()
+}
 
 impl<W: ScalarObjective> Problem for ObjectiveProblem<W> {
     fn prepare(&self, device: &AnyDevice, dtype: DType, _rule: &str) -> WResult<Box<dyn Prepared>> {
@@ -43,6 +76,57 @@ impl<W: ScalarObjective> Problem for ObjectiveProblem<W> {
     }
     fn validation(&self, device: &AnyDevice, cpu: &Cpu, s: &CheckSettings) -> WResult<Validation> {
         with_device!(device, |d| Ok(ObjectiveFlat::<W, _>::validation(cpu, d, s.dtype, &self.0)?))
+    }
+    fn remote_call(&self, mode: Mode) -> Option<RemoteCall> {
+        let module = W::remote(&self.0)?;
+        let function = match mode {
+            Mode::Primal => module.primal,
+            Mode::Vjp => module.gradient,
+            Mode::Jvp | Mode::HessianDiag => return None,
+        };
+        Some(RemoteCall { function: function.into(), input: module.input })
+    }
+    /// The tool's gradient (one call) against finite differences of the f64 objective on the
+    /// CPU and against the hand-derived gradient. The directional derivative is the gradient's
+    /// (the modules have no forward mode), so the dot-product test holds by construction.
+    fn remote_validation(&self, remote: Arc<dyn Remote>, cpu: &Cpu, _s: &CheckSettings) -> WResult<Validation> {
+        let module = W::remote(&self.0).ok_or_else(|| OpError::Unsupported("no GradBench module".into()))?;
+        let output = remote.call(module.gradient, module.input)?;
+        let gradient = W::remote_gradient(&output, &self.0)?;
+        let f = ObjectiveFlat::<W, Cpu>::new(cpu.clone(), cpu.clone(), DType::F64, &self.0);
+        let manual = Comparison { check: CheckKind::Manual, got: gradient.clone(), want: f.manual_gradient() };
+        Ok(Validation { flat: Box::new(GradientFlat { f, gradient }), full_jacobian: None, comparisons: vec![manual] })
+    }
+}
+
+/// A scalar objective with a given gradient (a tool's): J^T w = w gradient, J v = gradient . v;
+/// f64 values on the CPU.
+struct GradientFlat<W: ScalarObjective> {
+    f: ObjectiveFlat<W, Cpu>,
+    gradient: Vec<f64>,
+}
+
+impl<W: ScalarObjective> FlatFn for GradientFlat<W> {
+    fn n_in(&self) -> usize {
+        self.f.n_in()
+    }
+    fn n_out(&self) -> usize {
+        1
+    }
+    fn x0(&self) -> &[f64] {
+        self.f.x0()
+    }
+    fn eval_f64(&self, x: &[f64]) -> Result<Vec<f64>> {
+        self.f.eval_f64(x)
+    }
+    fn vjp(&self, w: &[f64]) -> Result<Vec<f64>> {
+        Ok(self.gradient.iter().map(|g| g * w[0]).collect())
+    }
+    fn jvp(&self, v: &[f64]) -> Result<Vec<f64>> {
+        Ok(vec![self.gradient.iter().zip(v).map(|(g, v)| g * v).sum()])
+    }
+    fn fd_unsafe(&self, h: f64) -> Option<String> {
+        self.f.fd_unsafe(h)
     }
 }
 

@@ -346,6 +346,19 @@ pub struct Validation {
     pub comparisons: Vec<Comparison>,
 }
 
+/// A tool outside adgauge's engine that evaluates a workload's functions in GradBench's shapes
+/// (a process speaking GradBench's protocol): `call(function, input)` returns the output.
+pub trait Remote {
+    fn call(&self, function: &str, input: serde_json::Value) -> WResult<serde_json::Value>;
+}
+
+/// One call of a workload's GradBench module: the function and its input.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RemoteCall {
+    pub function: String,
+    pub input: serde_json::Value,
+}
+
 /// A problem resident on a device, ready for timed evaluation.
 pub trait Prepared {
     /// One evaluation of `mode` (results dropped); returns after the device has finished.
@@ -359,6 +372,20 @@ pub trait Problem: Send + Sync {
     /// The problem's validation: derivatives on `device`, the f64 primal of finite differences
     /// on `cpu`.
     fn validation(&self, device: &AnyDevice, cpu: &Cpu, settings: &CheckSettings) -> WResult<Validation>;
+    /// The GradBench call that evaluates `mode` on this problem, where its module has one.
+    fn remote_call(&self, _mode: Mode) -> Option<RemoteCall> {
+        None
+    }
+    /// The problem's validation with the derivatives computed by `remote` (in f64) and the
+    /// primal of finite differences on `cpu`.
+    fn remote_validation(
+        &self,
+        _remote: std::sync::Arc<dyn Remote>,
+        _cpu: &Cpu,
+        _settings: &CheckSettings,
+    ) -> WResult<Validation> {
+        Err(WorkloadError::Op(OpError::Unsupported("this workload has no GradBench module".into())))
+    }
 }
 
 /// A workload: see the module documentation.
@@ -403,6 +430,22 @@ pub trait Workload: Send + Sync {
     fn generate(&self, params: &Params, seed: u64) -> WResult<Box<dyn Problem>>;
     /// Evaluates one explicit input on `device` and returns one JSON object.
     fn eval(&self, request: &EvalRequest, device: &AnyDevice) -> WResult<String>;
+    /// The GradBench module (its eval's name) this workload serves and drives, if any.
+    fn gradbench_module(&self) -> Option<&'static str> {
+        None
+    }
+    /// Evaluates `function` of the GradBench module on `input` (the module's JSON shapes; the
+    /// protocol's `min_runs` and `min_seconds` already removed) on `device` in `dtype`; returns
+    /// the output as JSON text.
+    fn gradbench_evaluate(
+        &self,
+        function: &str,
+        _input: &serde_json::Value,
+        _device: &AnyDevice,
+        _dtype: DType,
+    ) -> WResult<String> {
+        Err(WorkloadError::BadInput(format!("{}: no GradBench function '{function}'", self.family())))
+    }
     /// The workload column of the result table for a row of `name` with these row parameters
     /// (n and k have columns of their own).
     fn table_label(&self, name: &str, _row_params: &BTreeMap<String, String>) -> String {
