@@ -217,15 +217,25 @@ fn run_phases(
     let timed: Vec<Mode> =
         Mode::TIMED.into_iter().filter(|&m| case.modes.contains(&m) && prepared.supports(m)).collect();
     let mut timings: [Option<Timing>; 3] = [None, None, None];
+    let mut untimed = Vec::new();
     for &mode in &timed {
         if over(row, &format!("timing {mode}")) {
             return Ok(());
         }
-        timings[slot(mode)] = Some(prepared.timing(mode, &settings.budget)?);
+        match prepared.timing(mode, &settings.budget) {
+            Ok(t) => timings[slot(mode)] = Some(t),
+            // A mode the tool turns down leaves its column empty; the others are still measured.
+            Err(e) if is_unsupported(&e) => {
+                untimed.push(mode);
+                let note = format!("{mode} not timed: {e:#}");
+                row.message = Some(row.message.take().map_or(note.clone(), |m| format!("{m}; {note}")));
+            }
+            Err(e) => return Err(e),
+        }
         [row.primal, row.vjp, row.jvp] = timings.clone();
     }
     let mut peaks: [Option<u64>; 3] = [None, None, None];
-    for &mode in &timed {
+    for &mode in timed.iter().filter(|m| !untimed.contains(m)) {
         if over(row, &format!("memory {mode}")) {
             return Ok(());
         }

@@ -525,6 +525,7 @@ mod tests {
             ("nightly", include_str!("../../suites/nightly.yaml")),
             ("overhead", include_str!("../../suites/overhead.yaml")),
             ("classic", include_str!("../../suites/classic.yaml")),
+            ("tools", include_str!("../../suites/tools.yaml")),
         ] {
             let s = parse_suite(text, name).unwrap();
             assert!(!s.cases.is_empty(), "{name}");

@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""JAX as a GradBench-protocol tool for adgauge (modules `hist` and `llsq`).
+
+Needs JAX (CPU): scripts/setup-tools.sh makes a virtualenv with pinned versions. Every function
+is jit-compiled per shape; derivatives come from jax.vjp and jax.jvp.
+
+hist (docs/protocol.md): add, min, max and hypot through jax.ops.segment_* (JAX splits a tied
+min/max bin's adjoint evenly between the tied entries: the convention declared at start);
+logaddexp as a max-shifted log-sum-exp; mul through a zero-counting product with a custom VJP
+(jax.ops.segment_prod has no derivative), so its forward mode is unsupported.
+"""
+
+import json
+import math
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+
+jax.config.update("jax_enable_x64", True)
+
+CONVENTIONS = {"tie-policy": "split", "mul": "zero-count (reverse mode only)"}
+
+
+def number(x):
+    if isinstance(x, str):
+        return {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}[x]
+    return float(x)
+
+
+def plain(xs):
+    """JSON-safe numbers: non-finite values as the strings adgauge reads."""
+    out = []
+    for x in xs.tolist() if hasattr(xs, "tolist") else xs:
+        if math.isnan(x):
+            out.append("nan")
+        elif math.isinf(x):
+            out.append("inf" if x > 0 else "-inf")
+        else:
+            out.append(x)
+    return out
+
+
+def segments(inds, k):
+    """Out-of-range indices go to an extra segment k, dropped afterwards."""
+    return jnp.where((inds >= 0) & (inds < k), inds, k)
+
+
+def zero_count_product(vals, seg, k):
+    @jax.custom_vjp
+    def prod(v):
+        return forward(v)[0]
+
+    def forward(v):
+        nonzero = jnp.where(v == 0, 1.0, v)
+        p = jax.ops.segment_prod(nonzero, seg, num_segments=k + 1)[:k]
+        z = jax.ops.segment_sum((v == 0).astype(v.dtype), seg, num_segments=k + 1)[:k]
+        return jnp.where(z > 0, 0.0, p), (v, p, z)
+
+    def backward(res, g):
+        v, p, z = res
+        pk = jnp.concatenate([p, jnp.ones(1)])[seg]
+        zk = jnp.concatenate([z, jnp.zeros(1)])[seg]
+        gk = jnp.concatenate([g, jnp.zeros(1)])[seg]
+        safe = jnp.where(v == 0, 1.0, v)
+        dv = jnp.where(zk == 0, pk / safe, jnp.where((zk == 1) & (v == 0), pk, 0.0))
+        return (gk * dv,)
+
+    prod.defvjp(forward, backward)
+    return prod(vals)
+
+
+def hist_fn(op, k):
+    def f(inds, vals, dest):
+        seg = segments(inds, k)
+        if op == "add":
+            return dest + jax.ops.segment_sum(vals, seg, num_segments=k + 1)[:k]
+        if op == "min":
+            return jnp.minimum(dest, jax.ops.segment_min(vals, seg, num_segments=k + 1)[:k])
+        if op == "max":
+            return jnp.maximum(dest, jax.ops.segment_max(vals, seg, num_segments=k + 1)[:k])
+        if op == "hypot":
+            return jnp.sqrt(dest * dest + jax.ops.segment_sum(vals * vals, seg, num_segments=k + 1)[:k])
+        if op == "logaddexp":
+            m = jnp.maximum(dest, jax.ops.segment_max(vals, seg, num_segments=k + 1)[:k])
+            safe = jax.lax.stop_gradient(jnp.where(jnp.isfinite(m), m, 0.0))
+            mk = jnp.concatenate([safe, jnp.zeros(1)])[seg]
+            s = jax.ops.segment_sum(jnp.exp(vals - mk), seg, num_segments=k + 1)[:k] + jnp.exp(dest - safe)
+            return safe + jnp.log(s)
+        if op == "mul":
+            return dest * zero_count_product(vals, seg, k)
+        raise ValueError(f"operator {op} is not supported")
+    return f
+
+
+_compiled = {}
+
+
+def compiled(key, make):
+    if key not in _compiled:
+        _compiled[key] = jax.jit(make())
+    return _compiled[key]
+
+
+def hist(function, x):
+    """Prepares `function` on the input; returns a timed run and the output's formatter."""
+    op, k = x["op"], int(x["k"])
+    inds = jnp.asarray(x["inds"], dtype=jnp.int64)
+    vals = jnp.asarray([number(v) for v in x["vals"]], dtype=jnp.float64)
+    dest = jnp.asarray([number(v) for v in x["dest"]], dtype=jnp.float64)
+    f = hist_fn(op, k)
+    if function == "primal":
+        run = compiled(("primal", op, k), lambda: f)
+        return (lambda: run(inds, vals, dest).block_until_ready()), (lambda h: {"hist": plain(h)})
+    if function == "vjp":
+        bar = jnp.asarray([number(v) for v in x["hist_bar"]], dtype=jnp.float64)
+
+        def vjp(inds, vals, dest, bar):
+            h, pull = jax.vjp(lambda v, d: f(inds, v, d), vals, dest)
+            vb, db = pull(bar)
+            return h, vb, db
+
+        run = compiled(("vjp", op, k), lambda: vjp)
+        return (lambda: jax.block_until_ready(run(inds, vals, dest, bar))), (
+            lambda r: {"hist": plain(r[0]), "vals_bar": plain(r[1]), "dest_bar": plain(r[2])}
+        )
+    if function == "jvp":
+        if op == "mul":
+            raise ValueError("mul: the zero-counting product has a custom VJP and no forward mode")
+        vd = jnp.asarray([number(v) for v in x["vals_dot"]], dtype=jnp.float64)
+        dd = jnp.asarray([number(v) for v in x["dest_dot"]], dtype=jnp.float64)
+
+        def jvp(inds, vals, dest, vd, dd):
+            return jax.jvp(lambda v, d: f(inds, v, d), (vals, dest), (vd, dd))
+
+        run = compiled(("jvp", op, k), lambda: jvp)
+        return (lambda: jax.block_until_ready(run(inds, vals, dest, vd, dd))), (
+            lambda r: {"hist": plain(r[0]), "hist_dot": plain(r[1])}
+        )
+    raise ValueError(f"hist has no function {function}")
+
+
+def llsq(function, x):
+    coeffs = jnp.asarray([number(v) for v in x["x"]], dtype=jnp.float64)
+    n = int(x["n"])
+
+    def y(c):
+        t = -1.0 + jnp.arange(n, dtype=jnp.float64) * 2.0 / (n - 1)
+        powers = t[:, None] ** jnp.arange(c.shape[0], dtype=jnp.float64)[None, :]
+        r = jnp.sign(t) - powers @ c
+        return 0.5 * jnp.sum(r * r)
+
+    if function == "primal":
+        run = compiled(("llsq", n), lambda: y)
+        return (lambda: run(coeffs).block_until_ready()), float
+    if function == "gradient":
+        run = compiled(("llsq-grad", n), lambda: jax.grad(y))
+        return (lambda: run(coeffs).block_until_ready()), plain
+    raise ValueError(f"llsq has no function {function}")
+
+
+MODULES = {"hist": hist, "llsq": llsq}
+
+
+def main():
+    for line in sys.stdin:
+        message = json.loads(line)
+        kind, mid = message["kind"], message["id"]
+        response = {"id": mid}
+        if kind == "start":
+            response.update(tool="jax", config={"version": jax.__version__, "conventions": CONVENTIONS})
+        elif kind == "define":
+            response["success"] = message["module"] in MODULES
+        elif kind == "evaluate":
+            x = dict(message.get("input") or {})
+            runs = max(1, int(x.pop("min_runs", 1)))
+            min_seconds = float(x.pop("min_seconds", 0))
+            timings = []
+            try:
+                # Inputs are converted once, outside the timed runs (as GradBench's tools do).
+                run, output = MODULES[message["module"]](message["function"], x)
+                start_all = time.perf_counter()
+                while len(timings) < runs or time.perf_counter() - start_all < min_seconds:
+                    start = time.perf_counter_ns()
+                    result = run()
+                    timings.append({"name": "evaluate", "nanoseconds": time.perf_counter_ns() - start})
+                response.update(success=True, output=output(result), timings=timings)
+            except Exception as e:  # every failure is the tool's answer, not a crash
+                response.update(success=False, error=f"{type(e).__name__}: {e}")
+        print(json.dumps(response), flush=True)
+
+
+if __name__ == "__main__":
+    main()
