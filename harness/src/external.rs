@@ -62,8 +62,9 @@ struct Session {
     lines: Receiver<String>,
     stderr: Arc<Mutex<String>>,
     next_id: i64,
-    /// The `start` response.
+    /// The `start` response: the tool's name and the conventions its `config` declares.
     tool: String,
+    conventions: BTreeMap<String, String>,
 }
 
 impl Drop for Session {
@@ -129,10 +130,25 @@ impl Session {
                 }
             }
         });
-        let mut session = Session { child, stdin, lines, stderr: tail, next_id: 0, tool: String::new() };
+        let mut session = Session {
+            child,
+            stdin,
+            lines,
+            stderr: tail,
+            next_id: 0,
+            tool: String::new(),
+            conventions: BTreeMap::new(),
+        };
         let r =
             session.request(|id| Message::Start { id, eval: Some("adgauge".into()), config: None }, spec.timeout)?;
         session.tool = r.tool.unwrap_or_else(|| spec.name.clone());
+        if let Some(Json::Object(declared)) = r.config.as_ref().and_then(|c| c.get("conventions")) {
+            for (key, value) in declared {
+                if let Json::String(v) = value {
+                    session.conventions.insert(key.clone(), v.clone());
+                }
+            }
+        }
         Ok(session)
     }
 
@@ -189,6 +205,8 @@ struct Shared {
     session: Option<Session>,
     /// Whether the tool started at all (the first attempt decides availability).
     started: Option<Result<String, String>>,
+    /// What its `start` response declared.
+    conventions: BTreeMap<String, String>,
     defined: BTreeMap<String, bool>,
     /// Ids of the evaluate messages of the current validation (for `analysis`).
     validated: Vec<i64>,
@@ -200,6 +218,9 @@ impl Shared {
             let s = Session::open(&self.spec);
             if self.started.is_none() {
                 self.started = Some(s.as_ref().map(|s| s.tool.clone()).map_err(Clone::clone));
+            }
+            if let Ok(s) = &s {
+                self.conventions = s.conventions.clone();
             }
             self.session = Some(s?);
         }
@@ -265,7 +286,14 @@ pub struct ProcessTool {
 impl ProcessTool {
     pub fn new(spec: ExternalSpec) -> ProcessTool {
         let name = spec.name.clone();
-        let shared = Shared { spec, session: None, started: None, defined: BTreeMap::new(), validated: Vec::new() };
+        let shared = Shared {
+            spec,
+            session: None,
+            started: None,
+            conventions: BTreeMap::new(),
+            defined: BTreeMap::new(),
+            validated: Vec::new(),
+        };
         ProcessTool { shared: Arc::new(Mutex::new(shared)), name }
     }
 
@@ -304,19 +332,20 @@ impl Tool for ProcessTool {
         })
     }
     fn capabilities(&self) -> Capabilities {
-        let workloads = self.with(|s| {
-            adgauge_workloads::registry()
+        let (workloads, conventions) = self.with(|s| {
+            let workloads = adgauge_workloads::registry()
                 .iter()
                 .filter(|w| w.gradbench_module().is_some_and(|m| s.define(m)))
                 .map(|w| w.family().to_string())
-                .collect()
+                .collect();
+            (workloads, s.conventions.clone())
         });
         Capabilities {
             // Protocol numbers are JSON doubles.
             dtypes: vec![DType::F64],
             workloads: Some(workloads),
             modes: vec![Mode::Primal, Mode::Vjp, Mode::Jvp],
-            conventions: BTreeMap::new(),
+            conventions,
         }
     }
     fn threads(&self) -> usize {

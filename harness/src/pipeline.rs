@@ -86,8 +86,8 @@ impl Case {
         )
     }
 
-    pub fn check_settings(&self, fault: Option<String>) -> CheckSettings {
-        CheckSettings { dtype: self.dtype, rule: self.rule.clone(), seed: self.seed, fault }
+    pub fn check_settings(&self, fault: Option<String>, conventions: BTreeMap<String, String>) -> CheckSettings {
+        CheckSettings { dtype: self.dtype, rule: self.rule.clone(), seed: self.seed, fault, conventions }
     }
 }
 
@@ -133,7 +133,9 @@ pub fn cannot_run(tool: &dyn Tool, case: &Case) -> Option<String> {
 pub fn validate(tool: &dyn Tool, case: &Case, settings: &Settings) -> anyhow::Result<Vec<Outcome>> {
     let small = case.workload.validation_params(&case.params);
     let problem = case.workload.generate(&small, case.seed)?;
-    let v = tool.validation(case.workload, problem.as_ref(), &case.check_settings(settings.fault.clone()))?;
+    let conventions = tool.capabilities().conventions;
+    let v =
+        tool.validation(case.workload, problem.as_ref(), &case.check_settings(settings.fault.clone(), conventions))?;
     let mut outcomes = validation::run_checks(&v, case.dtype, case.seed)?;
     for o in &mut outcomes {
         if let Some(&t) = settings.tolerances.get(&(o.kind, case.dtype)) {
@@ -263,5 +265,13 @@ pub fn record_checks(row: &mut ResultRow, outcomes: &[Outcome]) {
     if let Some(bad) = outcomes.iter().find(|o| !o.passed()) {
         row.status = Status::Failed;
         row.message = Some(format!("{} worst {:.3e} > tolerance {:.1e}", bad.kind.name(), bad.worst, bad.tolerance));
+    } else {
+        let notes: Vec<String> = outcomes
+            .iter()
+            .filter_map(|o| Some(format!("{}: convention: {}", o.kind.name(), o.convention.as_ref()?)))
+            .collect();
+        if !notes.is_empty() {
+            row.message = Some(notes.join("; "));
+        }
     }
 }

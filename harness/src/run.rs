@@ -289,10 +289,11 @@ pub fn check(args: &CheckArgs, threads: Option<usize>) -> anyhow::Result<Code> {
 /// One line per check; failures are collected to be repeated at the end.
 fn print_outcomes(console: &Console, id: &str, outcomes: &[Outcome], failures: &mut Vec<String>) {
     for o in outcomes {
-        let state = match (&o.skipped, o.passed()) {
-            (Some(why), _) => format!("skipped ({why})"),
-            (None, true) => "ok".into(),
-            (None, false) => "FAILED".into(),
+        let state = match (&o.skipped, o.passed(), &o.convention) {
+            (Some(why), _, _) => format!("skipped ({why})"),
+            (None, true, Some(convention)) => format!("ok (convention: {convention})"),
+            (None, true, None) => "ok".into(),
+            (None, false, _) => "FAILED".into(),
         };
         console.line(&format!(
             "{id:<62} {:<15} worst {:>10.3e}  tol {:>7.1e}  {state}",

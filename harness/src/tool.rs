@@ -30,7 +30,7 @@ pub struct Capabilities {
     pub modes: Vec<Mode>,
     /// Conventions where tools legitimately differ, declared so that comparisons can take them
     /// into account (e.g. `tie-policy` of min/max adjoints).
-    pub conventions: BTreeMap<&'static str, &'static str>,
+    pub conventions: BTreeMap<String, String>,
 }
 
 impl Capabilities {
@@ -167,10 +167,8 @@ impl Tool for EngineTool {
             dtypes,
             workloads: None,
             modes: Mode::ALL.to_vec(),
-            conventions: BTreeMap::from([(
-                "tie-policy",
-                "min/max: the whole adjoint goes to one winner, the lowest position (dest first)",
-            )]),
+            // min/max: each bin's whole adjoint goes to one winner, the lowest position, dest first.
+            conventions: BTreeMap::from([("tie-policy".to_string(), "one-winner".to_string())]),
         }
     }
     fn threads(&self) -> usize {

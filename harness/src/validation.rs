@@ -35,7 +35,8 @@ pub fn tolerance(check: CheckKind, dtype: DType) -> f64 {
             | CheckKind::RuleAgreement
             | CheckKind::Manual
             | CheckKind::ManualJvp
-            | CheckKind::ManualHessian,
+            | CheckKind::ManualHessian
+            | CheckKind::Ties,
             DType::F64,
         ) => 1e-10,
         (
@@ -44,7 +45,8 @@ pub fn tolerance(check: CheckKind, dtype: DType) -> f64 {
             | CheckKind::RuleAgreement
             | CheckKind::Manual
             | CheckKind::ManualJvp
-            | CheckKind::ManualHessian,
+            | CheckKind::ManualHessian
+            | CheckKind::Ties,
             DType::F32,
         ) => 1e-4,
     }
@@ -59,6 +61,9 @@ pub struct Outcome {
     pub tolerance: f64,
     /// Set when the check could not run meaningfully (e.g. a kink within the FD step).
     pub skipped: Option<String>,
+    /// Set when the derivative differs from adgauge's reference but is right under a
+    /// convention (e.g. a tie policy): which.
+    pub convention: Option<String>,
 }
 
 impl Outcome {
@@ -66,7 +71,7 @@ impl Outcome {
         self.skipped.is_some() || self.worst <= self.tolerance
     }
     fn new(kind: CheckKind, dtype: DType, worst: f64) -> Outcome {
-        Outcome { kind, worst, tolerance: tolerance(kind, dtype), skipped: None }
+        Outcome { kind, worst, tolerance: tolerance(kind, dtype), skipped: None, convention: None }
     }
 }
 
@@ -237,9 +242,12 @@ pub fn run_checks(v: &Validation, dtype: DType, seed: u64) -> anyhow::Result<Vec
         out.push(o);
     }
     for c in &v.comparisons {
-        let o = compare(c.check, dtype, &c.got, &c.want);
+        let o = Outcome { convention: c.convention.clone(), ..compare(c.check, dtype, &c.got, &c.want) };
         match out.iter_mut().find(|x| x.kind == c.check) {
-            Some(prev) => prev.worst = prev.worst.max(o.worst),
+            Some(prev) => {
+                prev.worst = prev.worst.max(o.worst);
+                prev.convention = prev.convention.take().or(o.convention);
+            }
             None => out.push(o),
         }
     }

@@ -186,3 +186,30 @@ fn a_single_unavailable_tool_exits_4_with_the_reason() {
     assert!(stdout(&out).contains("llsq[m=8,n=100]/self/f64/-"), "{}", stdout(&out));
     assert!(stdout(&out).contains("f32 is not among its dtypes"), "{}", stdout(&out));
 }
+
+/// At a tie, a tool that splits the adjoint (and says so) gives a valid subgradient: a
+/// convention; one that hands the whole adjoint to every tied entry is wrong. adgauge's engine
+/// gives it to one winner.
+#[test]
+fn tie_conventions_are_told_apart_from_wrong_adjoints() {
+    if !python_available() {
+        return;
+    }
+    let script = planted();
+    let suite = format!(
+        "name: ties\ntiming: {{samples: 2, min_sample_ms: 1, time_limit_s: 0.05}}\ncases:\n  - workload: hist\n    ops: [max, min]\n    rules: [auto]\n    n: [300]\n    k: [9]\n    dtypes: [f64]\n    modes: [vjp]\n    tools:\n      - cpu\n      - {{name: all, command: \"python3 {script} --fault tie-all\"}}\n      - {{name: split, command: \"python3 {script} --fault tie-split\"}}\n"
+    );
+    let (code, rows) = rows(&suite, "ties.yaml");
+    assert_eq!(code, Some(1));
+    for w in ["hist-max", "hist-min"] {
+        let cpu = row(&rows, w, "cpu");
+        assert_eq!(cpu["status"], "ok", "{cpu}");
+        assert!(cpu["checks"].as_array().unwrap().iter().any(|c| c["name"] == "ties" && c["worst"] == 0.0), "{cpu}");
+        let all = row(&rows, w, "all");
+        assert_eq!(all["status"], "failed", "{all}");
+        assert!(all["message"].as_str().unwrap().starts_with("ties worst"), "{all}");
+        let split = row(&rows, w, "split");
+        assert_eq!(split["status"], "ok", "{split}");
+        assert!(split["message"].as_str().unwrap().contains("ties: convention: tie-policy split"), "{split}");
+    }
+}

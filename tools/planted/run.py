@@ -11,6 +11,8 @@ adjoint to one winner, the lowest position, dest first) and `llsq` (primal, grad
   crash       every evaluate message makes the tool exit with status 3
   garbage     every evaluate message is answered with a line that is not JSON
   wrong-id    every evaluate message is answered with another id
+  tie-all     min/max give the whole adjoint to every tied entry (wrong: no subgradient)
+  tie-split   min/max split a tied bin's adjoint evenly (a valid convention, declared at start)
 """
 
 import argparse
@@ -61,6 +63,15 @@ def hist(function, x, fault):
         if op == "add":
             vals_bar = [bar[b] if 0 <= b < k else 0.0 for b in inds]
             dest_bar = list(bar)
+        elif fault in ("tie-all", "tie-split"):
+            best = hist_primal(op, k, inds, vals, dest)
+            tied = [[i for i, (bb, v) in enumerate(zip(inds, vals)) if bb == b and v == best[b]] for b in range(k)]
+            share = [1.0 if fault == "tie-all" else 1.0 / (len(tied[b]) + (dest[b] == best[b])) for b in range(k)]
+            vals_bar = [0.0] * len(vals)
+            for b in range(k):
+                for i in tied[b]:
+                    vals_bar[i] = bar[b] * share[b]
+            dest_bar = [bar[b] * share[b] if dest[b] == best[b] else 0.0 for b in range(k)]
         else:
             win = winners(op, k, inds, vals, dest)
             vals_bar = [0.0] * len(vals)
@@ -109,7 +120,7 @@ def llsq(function, x):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--fault", default="none",
-                        choices=["none", "wrong-dest", "hang", "crash", "garbage", "wrong-id"])
+                        choices=["none", "wrong-dest", "hang", "crash", "garbage", "wrong-id", "tie-all", "tie-split"])
     fault = parser.parse_args().fault
     for line in sys.stdin:
         message = json.loads(line)
@@ -117,6 +128,8 @@ def main():
         response = {"id": mid}
         if kind == "start":
             response["tool"] = f"planted-{fault}"
+            if fault == "tie-split":
+                response["config"] = {"conventions": {"tie-policy": "split"}}
         elif kind == "define":
             response["success"] = message["module"] in ("hist", "llsq")
         elif kind == "evaluate":

@@ -710,8 +710,8 @@ impl Problem for BaProblem {
             let f = BaFlat::new(d.clone(), cpu.clone(), dt, &input);
             let [reverse, forward, manual] = f.jacobians()?;
             let comparisons = vec![
-                Comparison { check: CheckKind::Manual, got: reverse, want: manual.clone() },
-                Comparison { check: CheckKind::ManualJvp, got: forward, want: manual },
+                Comparison { check: CheckKind::Manual, got: reverse, want: manual.clone(), convention: None },
+                Comparison { check: CheckKind::ManualJvp, got: forward, want: manual, convention: None },
             ];
             // In f32 the rotation columns are ill-conditioned: d err / d r is a sum of terms about
             // a hundred times larger than itself (cancellation in d Xc / d r), so two correct f32

@@ -353,13 +353,26 @@ impl Problem for HistProblem {
             |n: usize| -> Vec<f64> { (0..n).map(|_| rand::RngExt::random_range(&mut rng, -1.0..1.0)).collect() };
         let bar = random(self.data.k);
         let v = random(f.n_in());
-        let mut comparisons =
-            vec![Comparison { check: CheckKind::OracleVjp, got: f.vjp(&bar)?, want: local.oracle_vjp(&bar) }];
+        let mut comparisons = vec![Comparison {
+            check: CheckKind::OracleVjp,
+            got: f.vjp(&bar)?,
+            want: local.oracle_vjp(&bar),
+            convention: None,
+        }];
+        if let Some((tie, tie_bar)) = tie_case(self.w.op) {
+            let t = RemoteHistFlat::new(remote.clone(), cpu.clone(), self.w.op, &tie);
+            comparisons.push(judge_ties(self.w.op, &tie, &tie_bar, t.vjp(&tie_bar)?, &s.conventions));
+        }
         // A tool without forward mode says so (unsupported): its forward-mode checks are left out.
         let mut full_jacobian = None;
         match f.jvp(&v) {
             Ok(got) => {
-                comparisons.push(Comparison { check: CheckKind::OracleJvp, got, want: local.oracle_jvp(&v) });
+                comparisons.push(Comparison {
+                    check: CheckKind::OracleJvp,
+                    got,
+                    want: local.oracle_jvp(&v),
+                    convention: None,
+                });
                 let tiny =
                     generate(&HistSpec { n: self.spec.n.min(JACOBIAN_N), k: self.spec.k.min(JACOBIAN_K), ..self.spec });
                 let g = RemoteHistFlat::new(remote, cpu.clone(), self.w.op, &tiny);
@@ -386,24 +399,40 @@ impl HistProblem {
         };
         let bar = random(self.data.k);
         let got = f.vjp(&bar)?;
-        let mut comparisons =
-            vec![Comparison { check: CheckKind::OracleVjp, got: got.clone(), want: f.oracle_vjp(&bar) }];
+        let mut comparisons = vec![Comparison {
+            check: CheckKind::OracleVjp,
+            got: got.clone(),
+            want: f.oracle_vjp(&bar),
+            convention: None,
+        }];
         for other in HistRule::ALL.into_iter().filter(|&r| r != rule) {
             match f.vjp_parts(other, &bar) {
                 Ok((vb, db)) => comparisons.push(Comparison {
                     check: CheckKind::RuleAgreement,
                     got: got.clone(),
                     want: vb.into_iter().chain(db).collect(),
+                    convention: None,
                 }),
                 Err(adgauge_backends::OpError::Unsupported(_)) => continue,
                 Err(e) => return Err(e.into()),
             }
         }
+        if let Some((tie, tie_bar)) = tie_case(self.w.op) {
+            let t = HistFlat::new(device.clone(), cpu.clone(), self.w, rule, dt, &tie);
+            let mut t = t;
+            t.drop_dest_adjoint = drop_dest_adjoint;
+            comparisons.push(judge_ties(self.w.op, &tie, &tie_bar, t.vjp(&tie_bar)?, &s.conventions));
+        }
         let n_in = f.n_in();
         let mut full_jacobian = None;
         if f.jvp(&vec![0.0; n_in]).is_ok() {
             let v = random(n_in);
-            comparisons.push(Comparison { check: CheckKind::OracleJvp, got: f.jvp(&v)?, want: f.oracle_jvp(&v) });
+            comparisons.push(Comparison {
+                check: CheckKind::OracleJvp,
+                got: f.jvp(&v)?,
+                want: f.oracle_jvp(&v),
+                convention: None,
+            });
             let tiny =
                 generate(&HistSpec { n: self.spec.n.min(JACOBIAN_N), k: self.spec.k.min(JACOBIAN_K), ..self.spec });
             let mut g = HistFlat::new(device.clone(), cpu.clone(), self.w, rule, dt, &tiny);
@@ -557,6 +586,94 @@ fn tie_within_step(op: HistOp, d: &HistData, h: f64) -> Option<String> {
     (0..k).find(|&b| second[b].is_finite() && (best[b] - second[b]).abs() <= 2.0 * h).map(|b| {
         format!("bin {b}: competing values {} and {} are within the step 2h = {:.1e}", best[b], second[b], 2.0 * h)
     })
+}
+
+/// A small min/max case with exact ties, and an adjoint that splits exactly: two elements tied
+/// (bin 0), dest tied with an element (bin 1), three elements tied (bin 2), dest alone (bin 3),
+/// and out-of-range indices. `None` for operators without a tie policy.
+fn tie_case(op: HistOp) -> Option<(HistData, Vec<f64>)> {
+    let sign = if op.tie_break()? == Extremum::Max { 1.0 } else { -1.0 };
+    let scaled = |xs: &[f64]| xs.iter().map(|x| x * sign).collect();
+    let data = HistData {
+        k: 4,
+        inds: vec![0, 0, 1, 1, 2, 2, 2, 3, -1, 7],
+        vals: scaled(&[3.0, 3.0, 2.0, 1.0, 0.5, 0.5, 0.5, -2.0, 9.0, 9.0]),
+        dest: scaled(&[1.0, 2.0, 0.0, -1.0]),
+    };
+    Some((data, vec![2.0, -4.0, 3.0, 0.5]))
+}
+
+/// The adjoint of an even split of each bin's adjoint between its tied winners (JAX's and
+/// PyTorch's convention), laid out [vals_bar, dest_bar].
+fn split_ties(op: HistOp, d: &HistData, bar: &[f64]) -> Vec<f64> {
+    let winners = tied_winners(op, d);
+    let mut out = vec![0.0; d.vals.len() + d.k];
+    for (b, w) in winners.iter().enumerate() {
+        for &i in w {
+            out[i] = bar[b] / w.len() as f64;
+        }
+    }
+    out
+}
+
+/// Per bin, the positions in [vals, dest] layout of the entries equal to the bin's extremum.
+fn tied_winners(op: HistOp, d: &HistData) -> Vec<Vec<usize>> {
+    let n = d.vals.len();
+    let best = oracle::hist_vjp(op, &d.dest, &d.inds, &d.vals, &vec![0.0; d.k]).0;
+    (0..d.k)
+        .map(|b| {
+            let mut w: Vec<usize> = (0..n).filter(|&i| d.inds[i] == b as i64 && d.vals[i] == best[b]).collect();
+            if d.dest[b] == best[b] {
+                w.push(n + b);
+            }
+            w
+        })
+        .collect()
+}
+
+/// Judges min/max adjoints `got` at ties: the oracle of the declared tie policy (adgauge's one
+/// winner unless the tool declares `split`) is the reference; adjoints that differ from it but
+/// hand each bin's adjoint out among its tied winners only, as a convex combination, are a
+/// valid subgradient and pass as a convention; anything else is compared, and fails.
+fn judge_ties(
+    op: HistOp,
+    d: &HistData,
+    bar: &[f64],
+    got: Vec<f64>,
+    conventions: &std::collections::BTreeMap<String, String>,
+) -> Comparison {
+    let one_winner = {
+        let (_, db, vb) = oracle::hist_vjp(op, &d.dest, &d.inds, &d.vals, bar);
+        vb.into_iter().chain(db).collect::<Vec<f64>>()
+    };
+    let split = split_ties(op, d, bar);
+    let declared = conventions.get("tie-policy").map(String::as_str).unwrap_or("one-winner");
+    let want = if declared == "split" { split.clone() } else { one_winner.clone() };
+    let close = |a: &[f64], b: &[f64]| a.iter().zip(b).all(|(x, y)| (x - y).abs() <= 1e-6 * y.abs().max(1.0));
+    let named = if close(&got, &one_winner) {
+        "one-winner"
+    } else if close(&got, &split) {
+        "split"
+    } else {
+        "a subgradient"
+    };
+    let valid = got.len() == want.len()
+        && tied_winners(op, d).iter().enumerate().all(|(b, w)| {
+            let sum: f64 = w.iter().map(|&i| got[i]).sum();
+            let convex = w.iter().all(|&i| got[i] * bar[b] >= 0.0 && got[i].abs() <= bar[b].abs() * (1.0 + 1e-6));
+            convex && (sum - bar[b]).abs() <= 1e-6 * bar[b].abs().max(1.0)
+        })
+        && (0..got.len()).all(|i| tied_winners(op, d).iter().any(|w| w.contains(&i)) || got[i].abs() <= 1e-12);
+    match (close(&got, &want), valid) {
+        (true, _) if named == "one-winner" => Comparison { check: CheckKind::Ties, got, want, convention: None },
+        (true, _) | (false, true) => Comparison {
+            check: CheckKind::Ties,
+            want: got.clone(),
+            got,
+            convention: Some(format!("tie-policy {named} (adgauge's is one-winner; declared {declared})")),
+        },
+        (false, false) => Comparison { check: CheckKind::Ties, got, want, convention: None },
+    }
 }
 
 /// The `hist` module's input for a case (GradBench has no histogram eval; `docs/protocol.md`

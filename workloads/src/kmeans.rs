@@ -234,8 +234,13 @@ impl Problem for KmeansProblem {
             let f = KmeansFlat::new(cpu.clone(), d.clone(), s.dtype, &self.0);
             let (ad, manual) = f.hessians()?;
             let comparisons = vec![
-                Comparison { check: CheckKind::Manual, got: f.vjp(&[1.0])?, want: f.manual_gradient() },
-                Comparison { check: CheckKind::ManualHessian, got: ad, want: manual },
+                Comparison {
+                    check: CheckKind::Manual,
+                    got: f.vjp(&[1.0])?,
+                    want: f.manual_gradient(),
+                    convention: None,
+                },
+                Comparison { check: CheckKind::ManualHessian, got: ad, want: manual, convention: None },
             ];
             Ok(Validation { flat: Box::new(f), full_jacobian: None, comparisons })
         })

@@ -94,7 +94,8 @@ impl<W: ScalarObjective> Problem for ObjectiveProblem<W> {
         let output = remote.call(module.gradient, module.input)?;
         let gradient = W::remote_gradient(&output, &self.0)?;
         let f = ObjectiveFlat::<W, Cpu>::new(cpu.clone(), cpu.clone(), DType::F64, &self.0);
-        let manual = Comparison { check: CheckKind::Manual, got: gradient.clone(), want: f.manual_gradient() };
+        let manual =
+            Comparison { check: CheckKind::Manual, got: gradient.clone(), want: f.manual_gradient(), convention: None };
         Ok(Validation { flat: Box::new(GradientFlat { f, gradient }), full_jacobian: None, comparisons: vec![manual] })
     }
 }
@@ -177,7 +178,7 @@ impl<W: ScalarObjective, D: Device> ObjectiveFlat<W, D> {
     pub fn validation(cpu: &Cpu, device: &D, dtype: DType, input: &W::Input) -> Result<Validation> {
         let f = ObjectiveFlat::<W, D>::new(cpu.clone(), device.clone(), dtype, input);
         let manual =
-            Comparison { check: crate::workload::CheckKind::Manual, got: f.vjp(&[1.0])?, want: f.manual_gradient() };
+            Comparison { check: CheckKind::Manual, got: f.vjp(&[1.0])?, want: f.manual_gradient(), convention: None };
         Ok(Validation { flat: Box::new(f), full_jacobian: None, comparisons: vec![manual] })
     }
 }

@@ -245,6 +245,8 @@ pub struct CheckSettings {
     pub seed: u64,
     /// A fault to inject (tests of the validator), e.g. `drop-dest-adjoint`.
     pub fault: Option<String>,
+    /// The conventions the tool under test declares (e.g. `tie-policy`: `one-winner`, `split`).
+    pub conventions: BTreeMap<String, String>,
 }
 
 /// The checks, as named in results and in the tolerance table.
@@ -264,10 +266,14 @@ pub enum CheckKind {
     ManualJvp,
     /// A Hessian (diagonal) by forward-over-reverse against a hand-derived one.
     ManualHessian,
+    /// Min/max adjoints on data with exact ties (between elements and with dest) against the
+    /// oracle of the tool's declared tie policy; another valid subgradient passes as a
+    /// convention.
+    Ties,
 }
 
 impl CheckKind {
-    pub const ALL: [CheckKind; 10] = [
+    pub const ALL: [CheckKind; 11] = [
         CheckKind::DotProduct,
         CheckKind::FdJvp,
         CheckKind::FdVjp,
@@ -278,6 +284,7 @@ impl CheckKind {
         CheckKind::Manual,
         CheckKind::ManualJvp,
         CheckKind::ManualHessian,
+        CheckKind::Ties,
     ];
 
     pub fn from_name(name: &str) -> Option<CheckKind> {
@@ -300,6 +307,7 @@ impl CheckKind {
             CheckKind::Manual => "manual",
             CheckKind::ManualJvp => "manual-jvp",
             CheckKind::ManualHessian => "manual-hessian",
+            CheckKind::Ties => "ties",
         }
     }
 }
@@ -327,6 +335,9 @@ pub struct Comparison {
     pub check: CheckKind,
     pub got: Vec<f64>,
     pub want: Vec<f64>,
+    /// Set when `got` differs from adgauge's reference but is right under a convention (the
+    /// workload has then judged it, and `want` is what the convention gives): its name.
+    pub convention: Option<String>,
 }
 
 /// The full-Jacobian check of a case: one-hot VJPs against one-hot JVPs on `flat`.
