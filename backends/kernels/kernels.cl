@@ -703,17 +703,24 @@ KERNEL void arg_axis(GLOBAL T *vals, GLOBAL i64 *pos, GLOBAL const T *x, GLOBAL 
 }
 
 /* out[batch] = op(a) op(b), m x n from m x k and k x n, in ts x ts tiles staged in local
- * memory (`tiles`: 2 ts^2 elements): one work-group of ts^2 work-items per output tile, groups
- * numbered batch-major then tile row, tile column. The inner dimension is summed in ascending
- * order and zero entries of op(a) are skipped, as on the CPU (0 * inf never enters a sum).
- * a_stride / b_stride are the batch strides (0 for an operand shared by every batch). */
+ * memory (`tiles`: 2 ts^2 elements): one work-group of ts^2 work-items per output tile. With
+ * `splits` > 1 the inner dimension is cut into chunks of kc, group s of them writing its partial
+ * product to out + s * batches * m * n (summed by the host's next launch): a small output with
+ * a long inner dimension (the adjoints of a product with many rows) would otherwise occupy only
+ * a few work-groups. Groups are numbered split-major, then batch, tile row, tile column. Each
+ * chunk is summed in ascending order and zero entries of op(a) contribute nothing, as on the
+ * CPU (0 * inf never enters a sum). a_stride / b_stride are the batch strides (0 for an operand
+ * shared by every batch). */
 KERNEL void matmul_tiled(GLOBAL T *out, GLOBAL const T *a, GLOBAL const T *b, i64 m, i64 k, i64 n, i64 a_stride,
-                         i64 b_stride, int ta, int tb, i64 tiles_n, i64 tiles_per_batch, i64 ts,
+                         i64 b_stride, int ta, int tb, i64 batches, i64 tiles_n, i64 tiles_per_batch, i64 kc, i64 ts,
                          LOCAL_ARG(T, tiles)) {
     LOCAL_BIND(T, tiles);
     LOCAL T *as = tiles;
     LOCAL T *bs = tiles + ts * ts;
     i64 g = GRP0;
+    i64 per_split = batches * tiles_per_batch;
+    i64 s = g / per_split;
+    g -= s * per_split;
     i64 bi = g / tiles_per_batch;
     i64 rem = g - bi * tiles_per_batch;
     i64 r0 = (rem / tiles_n) * ts, c0 = (rem % tiles_n) * ts;
@@ -721,32 +728,36 @@ KERNEL void matmul_tiled(GLOBAL T *out, GLOBAL const T *a, GLOBAL const T *b, i6
     i64 li = lid / ts, lj = lid % ts;
     GLOBAL const T *ab = a + bi * a_stride;
     GLOBAL const T *bb = b + bi * b_stride;
+    i64 kb = s * kc, ke = min(k, kb + kc);
     T acc = (T)0;
-    for (i64 l0 = 0; l0 < k; l0 += ts) {
+    for (i64 l0 = kb; l0 < ke; l0 += ts) {
         /* Consecutive work-items read consecutive addresses: for a transposed operand the tile
          * is read along its stored rows and written transposed into local memory. */
         if (ta) {
             i64 row = r0 + lj, col = l0 + li;
-            as[lj * ts + li] = (row < m && col < k) ? ab[col * m + row] : (T)0;
+            as[lj * ts + li] = (row < m && col < ke) ? ab[col * m + row] : (T)0;
         } else {
             i64 row = r0 + li, col = l0 + lj;
-            as[li * ts + lj] = (row < m && col < k) ? ab[row * k + col] : (T)0;
+            as[li * ts + lj] = (row < m && col < ke) ? ab[row * k + col] : (T)0;
         }
         if (tb) {
             i64 row = l0 + lj, col = c0 + li;
-            bs[lj * ts + li] = (row < k && col < n) ? bb[col * k + row] : (T)0;
+            bs[lj * ts + li] = (row < ke && col < n) ? bb[col * k + row] : (T)0;
         } else {
             i64 row = l0 + li, col = c0 + lj;
-            bs[li * ts + lj] = (row < k && col < n) ? bb[row * n + col] : (T)0;
+            bs[li * ts + lj] = (row < ke && col < n) ? bb[row * n + col] : (T)0;
         }
         BARRIER();
-        i64 lend = min(ts, k - l0);
+        i64 lend = min(ts, ke - l0);
+        /* A select, not a branch, so that work-items stay in step (PoCL vectorises across
+         * them); adding +0 leaves the sum unchanged, which starts at +0 and cannot become -0. */
         for (i64 l = 0; l < lend; l++) {
             T x = as[li * ts + l];
-            if (x != (T)0) acc += x * bs[l * ts + lj];
+            T p = x * bs[l * ts + lj];
+            acc += x != (T)0 ? p : (T)0;
         }
         BARRIER();
     }
     i64 row = r0 + li, col = c0 + lj;
-    if (row < m && col < n) out[bi * m * n + row * n + col] = acc;
+    if (row < m && col < n) out[((s * batches + bi) * m + row) * n + col] = acc;
 }

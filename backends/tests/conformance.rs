@@ -692,9 +692,22 @@ fn dense_ops<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
     let (y, cy) = both(&dyadic(6, 3), &[2, 3]);
     cmp(f, &tag("sum_to [2, 3] -> [3, 1]"), d, d.sum_to(&y, &[3, 1]), c, c.sum_to(&cy, &[3, 1]), 0.0);
 
-    // Matrix products: (m, k, n) around the tile, with every transpose and batch form.
-    let sizes =
-        [(1, 1, 1), (5, 3, 4), (16, 16, 16), (17, 33, 15), (31, 1, 47), (3, 70, 2), (1, 40, 1), (2, 0, 3), (0, 4, 3)];
+    // Matrix products: (m, k, n) around the tile (16), with every transpose and batch form;
+    // (5, 1000, 3) and (2, 600, 17) have few output tiles and a long inner dimension, which the
+    // kernel devices split into chunks.
+    let sizes = [
+        (1, 1, 1),
+        (5, 3, 4),
+        (16, 16, 16),
+        (17, 33, 15),
+        (31, 1, 47),
+        (3, 70, 2),
+        (1, 40, 1),
+        (2, 0, 3),
+        (0, 4, 3),
+        (5, 1000, 3),
+        (2, 600, 17),
+    ];
     for (m, k, n) in sizes {
         for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
             for (batch, ab, bb) in [(1, false, false), (3, true, true), (2, true, false), (2, false, true)] {

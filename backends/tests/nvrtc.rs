@@ -96,7 +96,7 @@ fn every_cuda_program_compiles_to_ptx_with_every_kernel() {
                     let matmul = params(&ptx, "matmul_tiled");
                     let want_mm = [
                         ".u64", ".u64", ".u64", ".u64", ".u64", ".u64", ".u64", ".u64", ".u32", ".u32", ".u64", ".u64",
-                        ".u64", ".u32",
+                        ".u64", ".u64", ".u64", ".u32",
                     ];
                     if matmul != want_mm {
                         failures.push(format!("{dt} {}: matmul_tiled parameters {matmul:?}", op.name));

@@ -203,3 +203,39 @@ fn timings_on_opencl() {
         }
     }
 }
+
+/// Per-op times of the dense kernels on OpenCL next to the CPU device's (a measurement, not a
+/// check): `cargo test --release -p adgauge-workloads --test transfers -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn dense_op_timings_on_opencl() {
+    let Some(d) = opencl() else { return };
+    let c = adgauge_backends::Cpu::new(None).unwrap();
+    fn run<O: Ops + Device>(o: &O, dt: DType) -> Vec<(String, f64)> {
+        let t = |shape: &[usize]| {
+            let n: usize = shape.iter().product();
+            o.tensor(&(0..n).map(|i| ((i * 7) % 13) as f64 * 0.1).collect::<Vec<_>>(), shape, dt).unwrap()
+        };
+        let (p, cen, dist, tall) = (t(&[10_000, 16]), t(&[100, 16]), t(&[10_000, 100]), t(&[100_000, 5]));
+        let mut out = Vec::new();
+        let mut time = |name: &str, f: &dyn Fn()| {
+            let s = best(|| {
+                f();
+                o.synchronize().unwrap();
+            });
+            out.push((name.to_string(), s));
+        };
+        time("matmul [1e4,16] x [100,16]^T", &|| drop(o.matmul(&p, false, &cen, true).unwrap()));
+        time("matmul [1e4,100]^T x [1e4,16]", &|| drop(o.matmul(&dist, true, &p, false).unwrap()));
+        time("sum_axis [1e4,100] axis 1", &|| drop(o.sum_axis(&dist, 1).unwrap()));
+        time("min_axis [1e4,100] axis 1", &|| drop(o.min_axis(&dist, 1).unwrap()));
+        time("sum_to [1e5,5] -> [1,5]", &|| drop(o.sum_to(&tall, &[1, 5]).unwrap()));
+        time("broadcast_to [100,16] -> [100,100,16]", &|| drop(o.broadcast_to(&cen, &[100, 100, 16]).unwrap()));
+        out
+    }
+    for dt in [DType::F32, DType::F64] {
+        for ((name, g), (_, h)) in run(&d, dt).into_iter().zip(run(&c, dt)) {
+            println!("{dt} {name:<34} opencl {:>9.3} ms  cpu {:>9.3} ms", g * 1e3, h * 1e3);
+        }
+    }
+}

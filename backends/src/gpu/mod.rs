@@ -353,6 +353,20 @@ fn axis_blocks(o: usize, r: usize, q: usize) -> (usize, usize) {
     if o * q < 4096 && r > 2 * AXIS_BLOCK { (AXIS_BLOCK, r.div_ceil(AXIS_BLOCK)) } else { (r.max(1), 1) }
 }
 
+/// Work-groups a matrix product should have before its inner dimension is split.
+const MATMUL_GROUPS: usize = 64;
+/// Fewest inner-dimension elements per split of a matrix product.
+const MATMUL_MIN_SPLIT: usize = 256;
+
+/// How a matrix product with `groups` output tiles and inner dimension `k` is split: (splits,
+/// inner elements per split). Products with few output tiles and a long inner dimension are
+/// split until they have about MATMUL_GROUPS work-groups; from the shape only, so results are
+/// deterministic.
+fn matmul_splits(groups: usize, k: usize) -> (usize, usize) {
+    let splits = MATMUL_GROUPS.div_ceil(groups.max(1)).min(k / MATMUL_MIN_SPLIT).max(1);
+    (splits, k.div_ceil(splits).max(1))
+}
+
 impl<R: KernelRuntime> KernelDevice<R> {
     /// Opens the process-wide device of this runtime (selected by its environment variable),
     /// or says why it is unavailable.
@@ -1542,15 +1556,17 @@ impl<R: KernelRuntime> Ops for KernelDevice<R> {
         let ts = self.matmul_tile(dt);
         let (tiles_m, tiles_n) = (p.m.div_ceil(ts), p.n.div_ceil(ts));
         let per_batch = tiles_m * tiles_n;
+        let (splits, kc) = matmul_splits(p.batch * per_batch, p.k);
+        let partial = if splits > 1 { Some(self.alloc(splits * out.len, dt.size_bytes())?) } else { None };
         let stride = |batched: bool, len: usize| if batched { len as i64 } else { 0 };
         self.rt.launch(
             dt,
             ADD,
             "matmul_tiled",
-            p.batch * per_batch * ts * ts,
+            splits * p.batch * per_batch * ts * ts,
             Some(ts * ts),
             &[
-                Arg::Buf(&out),
+                Arg::Buf(partial.as_ref().unwrap_or(&out)),
                 Arg::Buf(&a.buf),
                 Arg::Buf(&b.buf),
                 Arg::I64(p.m as i64),
@@ -1560,12 +1576,19 @@ impl<R: KernelRuntime> Ops for KernelDevice<R> {
                 Arg::I64(stride(p.b_batched, p.k * p.n)),
                 Arg::I32(i32::from(ta)),
                 Arg::I32(i32::from(tb)),
+                Arg::I64(p.batch as i64),
                 Arg::I64(tiles_n as i64),
                 Arg::I64(per_batch as i64),
+                Arg::I64(kc as i64),
                 Arg::I64(ts as i64),
                 Arg::Local(2 * ts * ts * dt.size_bytes()),
             ],
         )?;
+        if let Some(partial) = partial {
+            // The chunks' partial products in chunk order.
+            let sum = self.sum_orq(dt, &partial, 1, splits, out.len)?;
+            return Ok(self.wrap(sum, shape, dt));
+        }
         Ok(self.wrap(out, shape, dt))
     }
 
