@@ -51,7 +51,8 @@ impl Transfers {
         self.uploads + self.downloads
     }
 
-    /// What happened between `earlier` and `self` (both from one device).
+    /// What happened between `earlier` and `self` (both from one device, `earlier` taken
+    /// first).
     pub fn since(&self, earlier: &Transfers) -> Transfers {
         Transfers {
             uploads: self.uploads - earlier.uploads,
@@ -62,7 +63,9 @@ impl Transfers {
     }
 }
 
-/// Device buffer memory of one device, in bytes.
+/// Device buffer memory of one device, in bytes: what adgauge asked the driver for, from each
+/// buffer's allocation to the drop of its last handle. The driver may round allocations up, and
+/// may keep a dropped buffer until the queued kernels that use it have run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DeviceMemory {
     /// Bytes of the device buffers alive now.
