@@ -1,8 +1,9 @@
 //! Host<->device transfers inside the workloads' evaluations on OpenCL: once the inputs are
 //! uploaded, the k-means, GMM and LSTM objectives and gradients run without a single copy
 //! between host and device until their results are read back, and the read-backs are exactly
-//! the ones each function's return type needs. Each test opens its own device handle, whose
-//! counters no other test touches.
+//! the ones each function's return type needs; once the results are dropped, the device holds
+//! only the inputs again (no tape or intermediate outlives an evaluation). Each test opens its
+//! own device handle, whose counters no other test touches.
 //!
 //! Skipped (with the reason printed) where OpenCL cannot start, unless `ADGAUGE_REQUIRE` has
 //! `opencl`: then the skip is a failure.
@@ -56,6 +57,8 @@ fn kmeans_cost_gradient_and_hessian_stay_on_the_device() {
     let dt = dtype(&d);
     let data = adgauge_datasets::kmeans::generate(1000, 7, 5, 1);
     let x = kmeans::upload(&d, &data, dt).unwrap();
+    let resident = d.device_memory().unwrap().in_use;
+    assert_eq!(resident, (data.n + data.k) * data.d * dt.size_bytes(), "points and centres");
     // The functions return device tensors: nothing may cross until they are read.
     let (f, t) = during(&d, || kmeans::cost(&d, &x.points, &x.centres).unwrap());
     assert_eq!(t, Transfers::default(), "k-means cost");
@@ -64,10 +67,17 @@ fn kmeans_cost_gradient_and_hessian_stay_on_the_device() {
     let ((_, _, h), t) = during(&d, || kmeans::hessian_diag(&d, &x).unwrap());
     assert_eq!(t, Transfers::default(), "k-means Hessian diagonal (forward over reverse)");
     // Reading the results back is one download each; the values are the hand-derived ones.
-    let ((f, fg, g, h), t) = during(&d, || {
+    let ((fv, fgv, gv, hv), t) = during(&d, || {
         (d.to_vec(&f).unwrap()[0], d.to_vec(&fg).unwrap()[0], d.to_vec(&g).unwrap(), d.to_vec(&h).unwrap())
     });
     assert_eq!(t, reads(dt, 4, 2 + 2 * data.k * data.d));
+    // Once the results are dropped only the inputs remain: the tapes and intermediates were
+    // freed (and did exist: the peak is above the inputs).
+    drop((f, fg, g, h));
+    let mem = d.device_memory().unwrap();
+    assert_eq!(mem.in_use, resident);
+    assert!(mem.peak > resident, "{mem:?}");
+    let (f, fg, g, h) = (fv, fgv, gv, hv);
     let want = kmeans::manual_in(&data, dt);
     assert!(close(f, want.cost, dt) && close(fg, want.cost, dt), "cost {f} / {fg} vs {}", want.cost);
     for (j, (a, b)) in g.iter().zip(&want.gradient).enumerate() {
@@ -82,6 +92,7 @@ fn gmm_objective_and_gradient_stay_on_the_device() {
     let dt = dtype(&d);
     let g = GmmInput::generate(3, 4, 200, 1);
     let x = gmm::upload(&d, &g, dt).unwrap();
+    let resident = d.device_memory().unwrap().in_use;
     let (f, t) = during(&d, || gmm::objective(&d, &x).unwrap());
     assert_eq!(t, Transfers::default(), "GMM objective");
     assert_eq!(f.shape(), &[1]);
@@ -93,6 +104,9 @@ fn gmm_objective_and_gradient_stay_on_the_device() {
     let (want_value, want_grad) = gmm::manual_in(&g, dt);
     assert!(close(value, want_value, dt), "objective {value} vs {want_value}");
     assert!(close(d.to_vec(&f).unwrap()[0], want_value, dt));
+    // Nothing but the inputs outlives the evaluations.
+    drop(f);
+    assert_eq!(d.device_memory().unwrap().in_use, resident);
     assert_eq!(grad.len(), want_grad.len());
     for (j, (a, b)) in grad.iter().zip(&want_grad).enumerate() {
         assert!(close(*a, *b, dt), "gradient[{j}] {a} vs {b}");
@@ -105,6 +119,7 @@ fn lstm_objective_and_gradient_stay_on_the_device() {
     let dt = dtype(&d);
     let s = LstmInput::generate(2, 6, 5, 1);
     let x = lstm::upload(&d, &s, dt).unwrap();
+    let resident = d.device_memory().unwrap().in_use;
     // The rows of the parameters are gathered with checked indices; their ranges are known
     // from the upload, so no check is read back.
     let (f, t) = during(&d, || lstm::objective(&d, &x).unwrap());
@@ -115,6 +130,9 @@ fn lstm_objective_and_gradient_stay_on_the_device() {
     let (want_value, want_grad) = lstm::manual_in(&s, dt);
     assert!(close(value, want_value, dt), "objective {value} vs {want_value}");
     assert!(close(d.to_vec(&f).unwrap()[0], want_value, dt));
+    // Nothing but the inputs outlives the evaluations.
+    drop(f);
+    assert_eq!(d.device_memory().unwrap().in_use, resident);
     for (j, (a, b)) in grad.iter().zip(&want_grad).enumerate() {
         assert!(close(*a, *b, dt), "gradient[{j}] {a} vs {b}");
     }
