@@ -138,9 +138,10 @@ KERNEL void reduce_chunks(GLOBAL T *out, GLOBAL const T *x, i64 n, i64 chunk, i6
 
 /* ---- indexing ---- */
 
-/* Out-of-range indices read `fill` and record the first offending position in *bad. */
+/* Out-of-range indices read `fill`; with `record` they also record the first offending
+ * position in *bad (unread otherwise). */
 KERNEL void gather(GLOBAL T *out, GLOBAL const T *src, GLOBAL const i64 *ix, i64 n, i64 len, T fill,
-                   GLOBAL i64 *bad) {
+                   GLOBAL i64 *bad, int record) {
     i64 i = GID0;
     if (i >= n) return;
     i64 b = ix[i];
@@ -148,7 +149,7 @@ KERNEL void gather(GLOBAL T *out, GLOBAL const T *src, GLOBAL const i64 *ix, i64
         out[i] = src[b];
     } else {
         out[i] = fill;
-        ATOMIC_MIN_I64(bad, i);
+        if (record) ATOMIC_MIN_I64(bad, i);
     }
 }
 
@@ -642,4 +643,121 @@ KERNEL void linrec_fixup(GLOBAL T *out, GLOBAL const T *carries, GLOBAL const i6
         out[j] = linrec_apply(out[j], product, carry);
         if (exclusive) product = product * b[j];
     }
+}
+
+/* ---- dense ops (backends/src/cpu/dense.rs is the reference). Broadcasts and sums down to a
+ * broadcast shape work on an (O, R, Q) view: O outer kept positions, R broadcast (summed)
+ * positions, Q inner kept positions; the host splits other layouts into such views, one
+ * broadcast run at a time. ---- */
+
+/* out (O x R x Q) = x (O x Q) repeated along R; n = O R Q. */
+KERNEL void broadcast_orq(GLOBAL T *out, GLOBAL const T *x, i64 n, i64 r, i64 q) {
+    i64 i = GID0;
+    if (i >= n) return;
+    i64 row = i / q;
+    out[i] = x[(row / r) * q + (i - row * q)];
+}
+
+/* Per (a, block, c) the sum over b in the block, b ascending: out is O x blocks x Q. Long sums
+ * with few outputs are cut into fixed blocks (from the shape only) for parallelism; a second
+ * launch over the partials (R = blocks, one block) adds them in block order. */
+KERNEL void sum_orq(GLOBAL T *out, GLOBAL const T *x, i64 o, i64 r, i64 q, i64 rb, i64 blocks) {
+    i64 i = GID0;
+    if (i >= o * blocks * q) return;
+    i64 c = i % q;
+    i64 t = i / q;
+    i64 blk = t % blocks, a = t / blocks;
+    i64 b1 = min(r, (blk + 1) * rb);
+    GLOBAL const T *p = x + a * r * q + c;
+    T acc = (T)0;
+    for (i64 b = blk * rb; b < b1; b++) acc += p[b * q];
+    out[i] = acc;
+}
+
+/* Per (a, block, c) the minimum (is_max 0) or maximum over b in the block and its position:
+ * the flat index into x, or with has_pos the entry of `in_pos` there (the second launch, over
+ * the blocks' winners). Ties go to the lowest b; NaN never wins, but a NaN in first place
+ * yields to the first non-NaN (as on the CPU), so an all-NaN line reports its first position. */
+KERNEL void arg_axis(GLOBAL T *vals, GLOBAL i64 *pos, GLOBAL const T *x, GLOBAL const i64 *in_pos, i64 o, i64 r,
+                     i64 q, i64 rb, i64 blocks, int is_max, int has_pos) {
+    i64 i = GID0;
+    if (i >= o * blocks * q) return;
+    i64 c = i % q;
+    i64 t = i / q;
+    i64 blk = t % blocks, a = t / blocks;
+    i64 b0 = blk * rb, b1 = min(r, (blk + 1) * rb);
+    i64 j = (a * r + b0) * q + c;
+    T v = x[j];
+    i64 p = has_pos ? in_pos[j] : j;
+    for (i64 b = b0 + 1; b < b1; b++) {
+        j += q;
+        T y = x[j];
+        int better = (is_max ? y > v : y < v) || (isnan(v) && !isnan(y));
+        if (better) {
+            v = y;
+            p = has_pos ? in_pos[j] : j;
+        }
+    }
+    vals[i] = v;
+    pos[i] = p;
+}
+
+/* out[batch] = op(a) op(b), m x n from m x k and k x n, in ts x ts tiles staged in local
+ * memory (`tiles`: 2 ts^2 elements): one work-group of ts^2 work-items per output tile. With
+ * `splits` > 1 the inner dimension is cut into chunks of kc, group s of them writing its partial
+ * product to out + s * batches * m * n (summed by the host's next launch): a small output with
+ * a long inner dimension (the adjoints of a product with many rows) would otherwise occupy only
+ * a few work-groups. Groups are numbered split-major, then batch, tile row, tile column. Each
+ * chunk is summed in ascending order and zero entries of op(a) contribute nothing, as on the
+ * CPU (0 * inf never enters a sum). a_stride / b_stride are the batch strides (0 for an operand
+ * shared by every batch). */
+KERNEL void matmul_tiled(GLOBAL T *out, GLOBAL const T *a, GLOBAL const T *b, i64 m, i64 k, i64 n, i64 a_stride,
+                         i64 b_stride, int ta, int tb, i64 batches, i64 tiles_n, i64 tiles_per_batch, i64 kc, i64 ts,
+                         LOCAL_ARG(T, tiles)) {
+    LOCAL_BIND(T, tiles);
+    LOCAL T *as = tiles;
+    LOCAL T *bs = tiles + ts * ts;
+    i64 g = GRP0;
+    i64 per_split = batches * tiles_per_batch;
+    i64 s = g / per_split;
+    g -= s * per_split;
+    i64 bi = g / tiles_per_batch;
+    i64 rem = g - bi * tiles_per_batch;
+    i64 r0 = (rem / tiles_n) * ts, c0 = (rem % tiles_n) * ts;
+    i64 lid = LID0;
+    i64 li = lid / ts, lj = lid % ts;
+    GLOBAL const T *ab = a + bi * a_stride;
+    GLOBAL const T *bb = b + bi * b_stride;
+    i64 kb = s * kc, ke = min(k, kb + kc);
+    T acc = (T)0;
+    for (i64 l0 = kb; l0 < ke; l0 += ts) {
+        /* Consecutive work-items read consecutive addresses: for a transposed operand the tile
+         * is read along its stored rows and written transposed into local memory. */
+        if (ta) {
+            i64 row = r0 + lj, col = l0 + li;
+            as[lj * ts + li] = (row < m && col < ke) ? ab[col * m + row] : (T)0;
+        } else {
+            i64 row = r0 + li, col = l0 + lj;
+            as[li * ts + lj] = (row < m && col < ke) ? ab[row * k + col] : (T)0;
+        }
+        if (tb) {
+            i64 row = l0 + lj, col = c0 + li;
+            bs[lj * ts + li] = (row < ke && col < n) ? bb[col * k + row] : (T)0;
+        } else {
+            i64 row = l0 + li, col = c0 + lj;
+            bs[li * ts + lj] = (row < ke && col < n) ? bb[row * n + col] : (T)0;
+        }
+        BARRIER();
+        i64 lend = min(ts, ke - l0);
+        /* A select, not a branch, so that work-items stay in step (PoCL vectorises across
+         * them); adding +0 leaves the sum unchanged, which starts at +0 and cannot become -0. */
+        for (i64 l = 0; l < lend; l++) {
+            T x = as[li * ts + l];
+            T p = x * bs[l * ts + lj];
+            acc += x != (T)0 ? p : (T)0;
+        }
+        BARRIER();
+    }
+    i64 row = r0 + li, col = c0 + lj;
+    if (row < m && col < n) out[((s * batches + bi) * m + row) * n + col] = acc;
 }

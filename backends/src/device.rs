@@ -19,6 +19,59 @@ pub trait Device: Ops {
     fn kernel_compile_time(&self) -> Option<std::time::Duration> {
         None
     }
+    /// Host<->device transfers this device (with its clones) has made so far, or None for a
+    /// device whose tensors live in host memory (the CPU). Workloads that leave their inputs
+    /// and intermediates on the device make none between upload and read-back.
+    fn transfers(&self) -> Option<Transfers> {
+        None
+    }
+    /// Bytes of device buffers in use now and their peak since the device opened or the last
+    /// [`Device::reset_peak_device_memory`], or None for a device that does not track them.
+    fn device_memory(&self) -> Option<DeviceMemory> {
+        None
+    }
+    /// Starts a new peak at the bytes in use now.
+    fn reset_peak_device_memory(&self) {}
+}
+
+/// Host<->device copies, counted by the kernel devices at each buffer read or write.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Transfers {
+    /// Host-to-device writes (tensor and index uploads).
+    pub uploads: u64,
+    /// Device-to-host reads (read-backs of tensors, indices and check results).
+    pub downloads: u64,
+    pub bytes_up: u64,
+    pub bytes_down: u64,
+}
+
+impl Transfers {
+    /// Uploads and downloads together.
+    pub fn count(&self) -> u64 {
+        self.uploads + self.downloads
+    }
+
+    /// What happened between `earlier` and `self` (both from one device, `earlier` taken
+    /// first).
+    pub fn since(&self, earlier: &Transfers) -> Transfers {
+        Transfers {
+            uploads: self.uploads - earlier.uploads,
+            downloads: self.downloads - earlier.downloads,
+            bytes_up: self.bytes_up - earlier.bytes_up,
+            bytes_down: self.bytes_down - earlier.bytes_down,
+        }
+    }
+}
+
+/// Device buffer memory of one device, in bytes: what adgauge asked the driver for, from each
+/// buffer's allocation to the drop of its last handle. The driver may round allocations up, and
+/// may keep a dropped buffer until the queued kernels that use it have run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceMemory {
+    /// Bytes of the device buffers alive now.
+    pub in_use: usize,
+    /// The most bytes alive at once since the device opened or the peak was last reset.
+    pub peak: usize,
 }
 
 /// Whether a device kind can be used on this machine, and why not.

@@ -59,6 +59,10 @@ pub const COMMON_KERNELS: &[&str] = &[
     "linrec_chunks",
     "linrec_carries",
     "linrec_fixup",
+    "broadcast_orq",
+    "sum_orq",
+    "arg_axis",
+    "matmul_tiled",
 ];
 
 /// The kernels a program of `dtype` contains.

@@ -37,7 +37,7 @@ pub mod rules;
 
 pub use cpu::Cpu;
 pub use cuda::Cuda;
-pub use device::{Device, DeviceStatus, probe_devices};
+pub use device::{Device, DeviceMemory, DeviceStatus, Transfers, probe_devices};
 pub use dtype::{DType, Elem};
 pub use error::{OpError, Result};
 pub use forward::{Dual, Forward};

@@ -498,48 +498,22 @@ pub trait Ops: Clone + 'static {
 
     // ==== dense ops (k-means, GMM, LSTM, BA) ====
     // Shapes broadcast as in numpy (trailing alignment; a dimension of 1 stretches). Each op has
-    // rules in `rules/dense.rs`. The default bodies are host fallbacks (read back, run the CPU
-    // kernel in f64, upload) so that a device without these kernels still runs them; the CPU
-    // device and the AD engines override them.
+    // rules in `rules/dense.rs`. There are no default bodies: a host fallback would hide a read
+    // back and an upload inside every timed region, so every device implements these with its
+    // own kernels, or returns `OpError::Unsupported` naming the op.
 
     /// `x` broadcast to `shape`.
-    fn broadcast_to(&self, x: &Self::T, shape: &[usize]) -> Result<Self::T> {
-        let mut out = vec![0.0; shape.iter().product()];
-        crate::cpu::dense::broadcast_to(&self.to_vec(x)?, x.shape(), shape, &mut out)?;
-        self.tensor(&out, shape, x.dtype())
-    }
+    fn broadcast_to(&self, x: &Self::T, shape: &[usize]) -> Result<Self::T>;
     /// `x` summed down to `shape`, a shape that broadcasts to x's (the adjoint of broadcast_to).
-    fn sum_to(&self, x: &Self::T, shape: &[usize]) -> Result<Self::T> {
-        let mut out = vec![0.0; shape.iter().product()];
-        crate::cpu::dense::sum_to(&self.to_vec(x)?, x.shape(), shape, &mut out)?;
-        self.tensor(&out, shape, x.dtype())
-    }
+    fn sum_to(&self, x: &Self::T, shape: &[usize]) -> Result<Self::T>;
     /// `op(a) op(b)` with `op(x)` the transpose of the last two dimensions when its flag is set;
     /// batch dimensions (all but the last two) are equal, or one operand is two-dimensional and
-    /// shared by every batch.
-    fn matmul(&self, a: &Self::T, ta: bool, b: &Self::T, tb: bool) -> Result<Self::T> {
-        if a.dtype() != b.dtype() {
-            return Err(crate::OpError::DType { op: "matmul", left: a.dtype(), right: b.dtype() });
-        }
-        let p = crate::cpu::dense::matmul_plan(a.shape(), ta, b.shape(), tb)?;
-        let mut out = vec![0.0; p.out_shape.iter().product()];
-        crate::cpu::dense::matmul(&self.to_vec(a)?, ta, &self.to_vec(b)?, tb, &p, &mut out);
-        self.tensor(&out, &p.out_shape, a.dtype())
-    }
+    /// shared by every batch. Zero entries of `op(a)` are skipped (`0 * inf` never enters a sum).
+    fn matmul(&self, a: &Self::T, ta: bool, b: &Self::T, tb: bool) -> Result<Self::T>;
     /// Minimum or maximum along `axis` (kept with length 1) and the flat position in `x` of each
-    /// winner (ties go to the lowest position along the axis).
-    fn arg_reduce_axis(&self, ext: Extremum, x: &Self::T, axis: usize) -> Result<(Self::T, Self::I)> {
-        let view = crate::cpu::dense::axis_view("arg_reduce_axis", x.shape(), axis)?;
-        let mut shape = x.shape().to_vec();
-        shape[axis] = 1;
-        let n = view.0 * view.2;
-        let (mut vals, mut pos) = (vec![0.0; n], vec![0i64; n]);
-        if view.1 == 0 {
-            return Err(crate::OpError::Shape { op: "arg_reduce_axis", detail: format!("empty axis {axis}") });
-        }
-        crate::cpu::dense::arg_reduce_axis(&self.to_vec(x)?, view, ext, &mut vals, &mut pos);
-        Ok((self.tensor(&vals, &shape, x.dtype())?, self.index(&pos)?))
-    }
+    /// winner (ties go to the lowest position along the axis; NaN never wins against a number,
+    /// and an all-NaN line reports its first position). An empty axis is an error.
+    fn arg_reduce_axis(&self, ext: Extremum, x: &Self::T, axis: usize) -> Result<(Self::T, Self::I)>;
 
     // ---- dense conveniences composed from the above ----
     /// A binary op with numpy broadcasting.

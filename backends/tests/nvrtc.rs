@@ -92,6 +92,15 @@ fn every_cuda_program_compiles_to_ptx_with_every_kernel() {
                     if hist_local != [".u64", ".u64", ".u64", ".u64", ".u64", ".u32", ".u64"] {
                         failures.push(format!("{dt} {}: hist_local parameters {hist_local:?}", op.name));
                     }
+                    // The tiled matrix product stages both tiles in the one dynamic block.
+                    let matmul = params(&ptx, "matmul_tiled");
+                    let want_mm = [
+                        ".u64", ".u64", ".u64", ".u64", ".u64", ".u64", ".u64", ".u64", ".u32", ".u32", ".u64", ".u64",
+                        ".u64", ".u64", ".u64", ".u32",
+                    ];
+                    if matmul != want_mm {
+                        failures.push(format!("{dt} {}: matmul_tiled parameters {matmul:?}", op.name));
+                    }
                     let mut got = entries(&ptx);
                     got.sort_unstable();
                     if got != want {

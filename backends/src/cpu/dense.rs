@@ -1,7 +1,8 @@
 //! Dense kernels (k-means, GMM, LSTM, BA): broadcasting, sums down to a broadcast shape,
 //! arg-min/arg-max along an axis, and batched matrix products. Generic over the element type and
-//! written on plain slices, so the op API's host fallbacks (for devices without these kernels)
-//! run the same code. Work splits into fixed blocks: results never depend on the thread count.
+//! written on plain slices; the kernel devices' dense kernels (backends/kernels/kernels.cl)
+//! follow these semantics. Work splits into fixed blocks: results never depend on the thread
+//! count.
 
 use rayon::prelude::*;
 
@@ -13,9 +14,9 @@ use super::kernels::PAR_MIN;
 /// One run of merged dimensions: `reduced` when the small shape has 1 there and the big one
 /// does not (broadcast forwards, summed backwards).
 #[derive(Clone, Copy, Debug, PartialEq)]
-struct Run {
-    reduced: bool,
-    len: usize,
+pub(crate) struct Run {
+    pub reduced: bool,
+    pub len: usize,
 }
 
 /// numpy's broadcast of two shapes (trailing alignment; a dimension of 1 stretches).
@@ -37,7 +38,7 @@ pub fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Result<Ve
 }
 
 /// The merged runs of `small` broadcast to `big` (an error when it does not broadcast).
-fn runs(op: &'static str, small: &[usize], big: &[usize]) -> Result<Vec<Run>> {
+pub(crate) fn runs(op: &'static str, small: &[usize], big: &[usize]) -> Result<Vec<Run>> {
     if small.len() > big.len() {
         return Err(OpError::Shape { op, detail: format!("{small:?} has more dimensions than {big:?}") });
     }

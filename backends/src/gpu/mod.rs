@@ -13,13 +13,22 @@
 //! counts, their prefix, an in-order scatter per chunk) and `scan` (chunk sweeps, a carry pass
 //! over the chunks, a fix-up of the positions before each chunk's first segment start), and
 //! `linear_recurrence` (the same three phases over affine maps, with the CPU device's order of
-//! operations). Every primitive runs on the device; none goes through the CPU.
+//! operations), and the dense ops: `broadcast_to` and `sum_to` over (outer, broadcast, inner)
+//! views one broadcast run at a time, `arg_reduce_axis` (long lines in fixed blocks, then the
+//! blocks' winners in order), and `matmul` in square tiles staged in local memory, every
+//! transpose and batch form. Every primitive runs on the device; none goes through the CPU.
+//!
+//! The device counts what crosses the host boundary ([`Device::transfers`]: uploads of tensors
+//! and indices, read-backs, and a gather's range check when an index tensor's range is not
+//! known) and the bytes of its live buffers with their peak ([`Device::device_memory`]).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::checks::{broadcast_shape, same_dtype, same_len};
-use crate::device::Device;
+use crate::cpu::dense;
+use crate::device::{Device, DeviceMemory, Transfers};
 use crate::ops::{ChunkedHist, Extremum, IndexMeta, Operand, OutOfRange, ScanSpec, TensorMeta};
 use crate::{BinaryOp, DType, HistOp, OpError, Ops, Result, UnaryOp};
 
@@ -27,6 +36,42 @@ use crate::{BinaryOp, DType, HistOp, OpError, Ops, Result, UnaryOp};
 pub struct RawBuf<B> {
     pub buf: B,
     pub len: usize,
+    /// The device's memory accounting, released with the buffer (None for buffers a runtime
+    /// allocates outside a device, e.g. in tests).
+    tracked: Option<Tracked>,
+}
+
+/// What one kernel device (and its clones) has done: host<->device transfers and the bytes of
+/// its live device buffers with their peak. Shared by every clone of a device, separate per
+/// [`KernelDevice::new`], so concurrent users (tests) do not see each other's traffic.
+#[derive(Debug, Default)]
+struct Counters {
+    uploads: AtomicU64,
+    downloads: AtomicU64,
+    bytes_up: AtomicU64,
+    bytes_down: AtomicU64,
+    in_use: AtomicUsize,
+    peak: AtomicUsize,
+}
+
+/// Bytes of one live buffer, counted in [`Counters`] until it drops.
+struct Tracked {
+    counters: Arc<Counters>,
+    bytes: usize,
+}
+
+impl Tracked {
+    fn new(counters: Arc<Counters>, bytes: usize) -> Tracked {
+        let now = counters.in_use.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        counters.peak.fetch_max(now, Ordering::Relaxed);
+        Tracked { counters, bytes }
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.counters.in_use.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
 }
 
 /// A kernel argument.
@@ -120,7 +165,7 @@ pub trait KernelRuntime: Send + Sync + Sized + 'static {
         let bytes = len
             .checked_mul(elem_size)
             .ok_or_else(|| OpError::Device(format!("a buffer of {len} elements overflows usize")))?;
-        Ok(RawBuf { buf: self.alloc_bytes(bytes.max(8))?, len })
+        Ok(RawBuf { buf: self.alloc_bytes(bytes.max(8))?, len, tracked: None })
     }
 
     /// Uploads plain-old-data elements.
@@ -187,11 +232,15 @@ impl<R: KernelRuntime> std::fmt::Debug for GpuTensor<R> {
 /// An index tensor (i64) in a device buffer.
 pub struct GpuIndex<R: KernelRuntime> {
     buf: Arc<Buf<R>>,
+    /// Every entry lies in `lo..=hi`, when known (uploads, sort permutations, winners' positions):
+    /// a gather that must reject out-of-range indices then needs no device-side check, whose
+    /// verdict would have to be read back.
+    bounds: Option<(i64, i64)>,
 }
 
 impl<R: KernelRuntime> Clone for GpuIndex<R> {
     fn clone(&self) -> Self {
-        GpuIndex { buf: self.buf.clone() }
+        GpuIndex { buf: self.buf.clone(), bounds: self.bounds }
     }
 }
 
@@ -211,11 +260,12 @@ impl<R: KernelRuntime> std::fmt::Debug for GpuIndex<R> {
 /// runtime.
 pub struct KernelDevice<R: KernelRuntime> {
     rt: Arc<R>,
+    counters: Arc<Counters>,
 }
 
 impl<R: KernelRuntime> Clone for KernelDevice<R> {
     fn clone(&self) -> Self {
-        KernelDevice { rt: self.rt.clone() }
+        KernelDevice { rt: self.rt.clone(), counters: self.counters.clone() }
     }
 }
 
@@ -293,12 +343,69 @@ fn binary_code(op: BinaryOp) -> i32 {
 
 const ADD: HistOp = HistOp::Add;
 
+/// Block length of long reductions along an axis (sum_to, arg_reduce_axis).
+const AXIS_BLOCK: usize = 1024;
+
+/// How a reduction over R of an (O, R, Q) view is cut: (block length, blocks). Few outputs
+/// (fewer than 4096 lines) with long lines are cut into fixed blocks so that more work-items
+/// share the work; the cut depends on the shape only, so results are deterministic.
+fn axis_blocks(o: usize, r: usize, q: usize) -> (usize, usize) {
+    if o * q < 4096 && r > 2 * AXIS_BLOCK { (AXIS_BLOCK, r.div_ceil(AXIS_BLOCK)) } else { (r.max(1), 1) }
+}
+
+/// Work-groups a matrix product should have before its inner dimension is split.
+const MATMUL_GROUPS: usize = 64;
+/// Fewest inner-dimension elements per split of a matrix product.
+const MATMUL_MIN_SPLIT: usize = 256;
+
+/// How a matrix product with `groups` output tiles and inner dimension `k` is split: (splits,
+/// inner elements per split). Products with few output tiles and a long inner dimension are
+/// split until they have about MATMUL_GROUPS work-groups; from the shape only, so results are
+/// deterministic.
+fn matmul_splits(groups: usize, k: usize) -> (usize, usize) {
+    let splits = MATMUL_GROUPS.div_ceil(groups.max(1)).min(k / MATMUL_MIN_SPLIT).max(1);
+    (splits, k.div_ceil(splits).max(1))
+}
+
 impl<R: KernelRuntime> KernelDevice<R> {
     /// Opens the process-wide device of this runtime (selected by its environment variable),
     /// or says why it is unavailable.
     pub fn new() -> Result<Self> {
         let rt = R::get().map_err(OpError::Device)?;
-        Ok(KernelDevice { rt })
+        Ok(KernelDevice { rt, counters: Arc::default() })
+    }
+
+    /// A new uninitialised buffer of `len` elements of `elem_size` bytes, counted in this
+    /// device's memory until it drops.
+    fn alloc(&self, len: usize, elem_size: usize) -> Result<Buf<R>> {
+        let b = self.rt.alloc(len, elem_size)?;
+        Ok(self.track(b, elem_size))
+    }
+
+    fn track(&self, mut b: Buf<R>, elem_size: usize) -> Buf<R> {
+        // The runtime allocates at least 8 bytes (see KernelRuntime::alloc).
+        b.tracked = Some(Tracked::new(self.counters.clone(), (b.len * elem_size).max(8)));
+        b
+    }
+
+    /// Uploads host data: one counted transfer (none for empty data, which moves no bytes).
+    fn upload<E: Pod>(&self, data: &[E]) -> Result<Buf<R>> {
+        let b = self.rt.upload(data)?;
+        if !data.is_empty() {
+            self.counters.uploads.fetch_add(1, Ordering::Relaxed);
+            self.counters.bytes_up.fetch_add(size_of_val(data) as u64, Ordering::Relaxed);
+        }
+        Ok(self.track(b, size_of::<E>()))
+    }
+
+    /// Reads a buffer back: one counted transfer (none for an empty buffer).
+    fn download<E: Pod>(&self, b: &Buf<R>) -> Result<Vec<E>> {
+        let out = self.rt.download::<E>(b)?;
+        if !out.is_empty() {
+            self.counters.downloads.fetch_add(1, Ordering::Relaxed);
+            self.counters.bytes_down.fetch_add(size_of_val(&out[..]) as u64, Ordering::Relaxed);
+        }
+        Ok(out)
     }
 
     /// Whether f64 works on this device.
@@ -320,7 +427,7 @@ impl<R: KernelRuntime> KernelDevice<R> {
     fn new_tensor(&self, shape: Vec<usize>, dtype: DType) -> Result<(Buf<R>, Vec<usize>)> {
         self.rt.check_dtype(dtype)?;
         let n = shape.iter().product();
-        Ok((self.rt.alloc(n, dtype.size_bytes())?, shape))
+        Ok((self.alloc(n, dtype.size_bytes())?, shape))
     }
 
     fn wrap(&self, b: Buf<R>, shape: Vec<usize>, dtype: DType) -> GpuTensor<R> {
@@ -328,7 +435,12 @@ impl<R: KernelRuntime> KernelDevice<R> {
     }
 
     fn wrap_index(&self, b: Buf<R>) -> GpuIndex<R> {
-        GpuIndex { buf: Arc::new(b) }
+        GpuIndex { buf: Arc::new(b), bounds: None }
+    }
+
+    /// An index tensor whose entries are known to lie in `lo..=hi`.
+    fn wrap_index_within(&self, b: Buf<R>, lo: i64, hi: i64) -> GpuIndex<R> {
+        GpuIndex { buf: Arc::new(b), bounds: Some((lo, hi)) }
     }
 
     fn launch(
@@ -372,9 +484,9 @@ impl<R: KernelRuntime> KernelDevice<R> {
         let (chunks, chunk) = chunk_plan(n, 1);
         let sweep = Sweep {
             chunks,
-            ends: self.rt.alloc(chunks, dt.size_bytes())?,
-            carries: self.rt.alloc(chunks, dt.size_bytes())?,
-            heads: self.rt.alloc(chunks, 8)?,
+            ends: self.alloc(chunks, dt.size_bytes())?,
+            carries: self.alloc(chunks, dt.size_bytes())?,
+            heads: self.alloc(chunks, 8)?,
             n: n as i64,
             chunk: chunk as i64,
         };
@@ -390,7 +502,7 @@ impl<R: KernelRuntime> KernelDevice<R> {
     }
 
     fn copy_of(&self, t: &GpuTensor<R>) -> Result<Buf<R>> {
-        let mut out = self.rt.alloc(t.buf.len, t.dtype.size_bytes())?;
+        let mut out = self.alloc(t.buf.len, t.dtype.size_bytes())?;
         self.rt.copy(&t.buf, &mut out, t.buf.len * t.dtype.size_bytes())?;
         Ok(out)
     }
@@ -419,6 +531,45 @@ impl<R: KernelRuntime> KernelDevice<R> {
         Ok(self.wrap(out, shape, dt))
     }
 
+    /// `x` viewed as (O, R, Q) summed over R into a new O x Q buffer (two launches when the
+    /// sum is cut into blocks, see [`axis_blocks`]).
+    fn sum_orq(&self, dt: DType, x: &Buf<R>, o: usize, r: usize, q: usize) -> Result<Buf<R>> {
+        let out = self.alloc(o * q, dt.size_bytes())?;
+        let launch = |out: &Buf<R>, src: &Buf<R>, r: usize, rb: usize, blocks: usize| {
+            self.launch(
+                dt,
+                ADD,
+                "sum_orq",
+                o * blocks * q,
+                &[
+                    Arg::Buf(out),
+                    Arg::Buf(src),
+                    Arg::I64(o as i64),
+                    Arg::I64(r as i64),
+                    Arg::I64(q as i64),
+                    Arg::I64(rb as i64),
+                    Arg::I64(blocks as i64),
+                ],
+            )
+        };
+        let (rb, blocks) = axis_blocks(o, r, q);
+        if blocks == 1 {
+            launch(&out, x, r, rb, 1)?;
+        } else {
+            let partial = self.alloc(o * blocks * q, dt.size_bytes())?;
+            launch(&partial, x, r, rb, blocks)?;
+            launch(&out, &partial, blocks, blocks, 1)?;
+        }
+        Ok(out)
+    }
+
+    /// The side of the matrix product's square tiles: 16 where a work-group of 256 and two
+    /// tiles of local memory fit (every GPU), else the largest power of two that does.
+    fn matmul_tile(&self, dt: DType) -> usize {
+        let fits = |ts: usize| ts * ts <= self.rt.max_group() && 2 * ts * ts * dt.size_bytes() <= self.rt.local_mem();
+        [16, 8, 4, 2].into_iter().find(|&ts| fits(ts)).unwrap_or(1)
+    }
+
     fn arg_hist(
         &self,
         dest: &GpuTensor<R>,
@@ -429,11 +580,11 @@ impl<R: KernelRuntime> KernelDevice<R> {
         let dt = dest.dtype;
         let (k, n) = (dest.buf.len, vals.buf.len);
         let is_max = i32::from(ext == Extremum::Max);
-        let out_v = self.rt.alloc(k, dt.size_bytes())?;
-        let out_p = self.rt.alloc(k, 8)?;
+        let out_v = self.alloc(k, dt.size_bytes())?;
+        let out_p = self.alloc(k, 8)?;
         let (kk, nn) = (k as i64, n as i64);
         if dt == DType::F32 && n < u32::MAX as usize - 1 {
-            let keys = self.rt.alloc(k, 8)?;
+            let keys = self.alloc(k, 8)?;
             self.launch(
                 dt,
                 ADD,
@@ -470,8 +621,8 @@ impl<R: KernelRuntime> KernelDevice<R> {
                 ],
             )?;
         } else {
-            let wv = self.rt.alloc(k, 8)?;
-            let pos = self.rt.alloc(k, 8)?;
+            let wv = self.alloc(k, 8)?;
+            let pos = self.alloc(k, 8)?;
             self.launch(
                 dt,
                 ADD,
@@ -534,11 +685,11 @@ impl<R: KernelRuntime> KernelDevice<R> {
     fn radix_sort(&self, keys: &GpuIndex<R>, num_keys: usize, want_ranks: bool) -> Result<(Buf<R>, Option<Buf<R>>)> {
         let n = keys.buf.len;
         let plan = RadixPlan::new(n, num_keys);
-        let counts = self.rt.alloc(plan.chunks * plan.radix, 8)?;
-        let totals = self.rt.alloc(plan.radix, 8)?;
+        let counts = self.alloc(plan.chunks * plan.radix, 8)?;
+        let totals = self.alloc(plan.radix, 8)?;
         // A single pass needs no second permutation buffer.
-        let bufs = [self.rt.alloc(n, 8)?, self.rt.alloc(if plan.passes > 1 { n } else { 0 }, 8)?];
-        let ranks = if want_ranks { Some(self.rt.alloc(n, 8)?) } else { None };
+        let bufs = [self.alloc(n, 8)?, self.alloc(if plan.passes > 1 { n } else { 0 }, 8)?];
+        let ranks = if want_ranks { Some(self.alloc(n, 8)?) } else { None };
         for pass in 0..plan.passes {
             // Pass p writes bufs[p % 2] and reads the previous pass's output (on the first pass
             // the identity, which the kernels generate: the keys only stand in for the buffer).
@@ -592,8 +743,8 @@ impl<R: KernelRuntime> Ops for KernelDevice<R> {
         same_len("tensor", "data length vs shape", data.len(), n)?;
         self.rt.check_dtype(dtype)?;
         let b = match dtype {
-            DType::F32 => self.rt.upload(&data.iter().map(|&x| x as f32).collect::<Vec<f32>>())?,
-            DType::F64 => self.rt.upload(data)?,
+            DType::F32 => self.upload(&data.iter().map(|&x| x as f32).collect::<Vec<f32>>())?,
+            DType::F64 => self.upload(data)?,
         };
         Ok(self.wrap(b, shape.to_vec(), dtype))
     }
@@ -605,18 +756,21 @@ impl<R: KernelRuntime> Ops for KernelDevice<R> {
     }
 
     fn index(&self, data: &[i64]) -> Result<GpuIndex<R>> {
-        Ok(self.wrap_index(self.rt.upload(data)?))
+        // The data is on the host here, so its range costs one pass and saves gathers their
+        // read-back check (an empty index is within any range).
+        let (lo, hi) = data.iter().fold((i64::MAX, i64::MIN), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+        Ok(self.wrap_index_within(self.upload(data)?, lo, hi))
     }
 
     fn to_vec(&self, t: &GpuTensor<R>) -> Result<Vec<f64>> {
         match t.dtype {
-            DType::F32 => Ok(self.rt.download::<f32>(&t.buf)?.into_iter().map(f64::from).collect()),
-            DType::F64 => self.rt.download::<f64>(&t.buf),
+            DType::F32 => Ok(self.download::<f32>(&t.buf)?.into_iter().map(f64::from).collect()),
+            DType::F64 => self.download::<f64>(&t.buf),
         }
     }
 
     fn index_to_vec(&self, i: &GpuIndex<R>) -> Result<Vec<i64>> {
-        self.rt.download::<i64>(&i.buf)
+        self.download::<i64>(&i.buf)
     }
 
     fn reshape(&self, t: &GpuTensor<R>, shape: &[usize]) -> Result<GpuTensor<R>> {
@@ -706,7 +860,7 @@ impl<R: KernelRuntime> Ops for KernelDevice<R> {
         let n = x.buf.len;
         let (out, shape) = self.new_tensor(vec![1], dt)?;
         let (chunks, chunk) = chunk_plan(n, 1);
-        let partial = self.rt.alloc(chunks, dt.size_bytes())?;
+        let partial = self.alloc(chunks, dt.size_bytes())?;
         if n == 0 {
             self.fill_raw(&out, op.neutral(), dt)?;
         } else {
@@ -739,10 +893,20 @@ impl<R: KernelRuntime> Ops for KernelDevice<R> {
         let n = idx.buf.len;
         let len = src.buf.len;
         let (out, shape) = self.new_tensor(vec![n], dt)?;
-        let bad = self.rt.upload(&[i64::MAX])?;
         let fill = match oob {
             OutOfRange::Fill(v) => v,
             OutOfRange::Error => 0.0,
+        };
+        // Rejecting out-of-range indices takes a device-side check and reading its verdict
+        // back, unless the index tensor's range is known to fit.
+        let fits = idx.bounds.is_some_and(|(lo, hi)| lo >= 0 && hi < len as i64);
+        let check = oob == OutOfRange::Error && !fits;
+        let bad = if check {
+            let b = self.alloc(1, 8)?;
+            self.fill_index_raw(&b, i64::MAX, dt)?;
+            Some(b)
+        } else {
+            None
         };
         self.launch(
             dt,
@@ -756,13 +920,15 @@ impl<R: KernelRuntime> Ops for KernelDevice<R> {
                 Arg::I64(n as i64),
                 Arg::I64(len as i64),
                 Arg::Val(fill, dt),
-                Arg::Buf(&bad),
+                // Unwritten without the check: the output stands in.
+                Arg::Buf(bad.as_ref().unwrap_or(&out)),
+                Arg::I32(i32::from(check)),
             ],
         )?;
-        if oob == OutOfRange::Error {
-            let position = self.rt.download::<i64>(&bad)?[0];
+        if let Some(bad) = bad {
+            let position = self.download::<i64>(&bad)?[0];
             if position != i64::MAX {
-                let index = self.rt.download::<i64>(&idx.buf)?[position as usize];
+                let index = self.download::<i64>(&idx.buf)?[position as usize];
                 return Err(OpError::IndexOutOfRange { op: "gather", index, position: position as usize, len });
             }
         }
@@ -774,7 +940,7 @@ impl<R: KernelRuntime> Ops for KernelDevice<R> {
         same_len("scatter", "indices vs values", idx.buf.len, vals.buf.len)?;
         let (k, n) = (dest.buf.len, idx.buf.len);
         let out = self.copy_of(dest)?;
-        let win = self.rt.alloc(k, 8)?;
+        let win = self.alloc(k, 8)?;
         self.fill_index_raw(&win, -1, dt)?;
         self.launch(
             dt,
@@ -794,12 +960,14 @@ impl<R: KernelRuntime> Ops for KernelDevice<R> {
     }
 
     fn sort_by_key(&self, keys: &GpuIndex<R>, num_keys: usize) -> Result<GpuIndex<R>> {
-        Ok(self.wrap_index(self.radix_sort(keys, num_keys, false)?.0))
+        let last = keys.buf.len as i64 - 1;
+        Ok(self.wrap_index_within(self.radix_sort(keys, num_keys, false)?.0, 0, last))
     }
 
     fn sort_by_key_ranked(&self, keys: &GpuIndex<R>, num_keys: usize) -> Result<(GpuIndex<R>, GpuIndex<R>)> {
+        let last = keys.buf.len as i64 - 1;
         match self.radix_sort(keys, num_keys, true)? {
-            (perm, Some(ranks)) => Ok((self.wrap_index(perm), self.wrap_index(ranks))),
+            (perm, Some(ranks)) => Ok((self.wrap_index_within(perm, 0, last), self.wrap_index_within(ranks, 0, last))),
             (_, None) => Err(OpError::Device("sort_by_key_ranked: the radix sort returned no ranks".into())),
         }
     }
@@ -860,7 +1028,7 @@ impl<R: KernelRuntime> Ops for KernelDevice<R> {
         same_len("arg_reduce_by_index", "indices vs values", inds.buf.len, vals.buf.len)?;
         self.rt.check_dtype(dt)?;
         let (v, p) = self.arg_hist(dest, ext, inds, vals)?;
-        Ok((self.wrap(v, dest.shape.clone(), dt), self.wrap_index(p)))
+        Ok((self.wrap(v, dest.shape.clone(), dt), self.wrap_index_within(p, -1, vals.buf.len as i64 - 1)))
     }
 
     fn prod_nonzero_by_index(
@@ -873,7 +1041,7 @@ impl<R: KernelRuntime> Ops for KernelDevice<R> {
         same_len("prod_nonzero_by_index", "indices vs values", inds.buf.len, vals.buf.len)?;
         let n = vals.buf.len;
         let (p, shape) = self.new_tensor(vec![k], dt)?;
-        let z = self.rt.alloc(k, 8)?;
+        let z = self.alloc(k, 8)?;
         self.fill_raw(&p, 1.0, dt)?;
         self.fill_index_raw(&z, 0, dt)?;
         self.launch(
@@ -890,7 +1058,7 @@ impl<R: KernelRuntime> Ops for KernelDevice<R> {
                 Arg::I64(k as i64),
             ],
         )?;
-        Ok((self.wrap(p, shape, dt), self.wrap_index(z)))
+        Ok((self.wrap(p, shape, dt), self.wrap_index_within(z, 0, n as i64)))
     }
 
     fn prod_vals_adjoint(
@@ -1005,7 +1173,7 @@ impl<R: KernelRuntime> Ops for KernelDevice<R> {
 
     fn gather_index(&self, src: &GpuIndex<R>, idx: &GpuIndex<R>) -> Result<GpuIndex<R>> {
         let n = idx.buf.len;
-        let out = self.rt.alloc(n, 8)?;
+        let out = self.alloc(n, 8)?;
         self.launch(
             DType::F32,
             ADD,
@@ -1013,7 +1181,11 @@ impl<R: KernelRuntime> Ops for KernelDevice<R> {
             n,
             &[Arg::Buf(&out), Arg::Buf(&src.buf), Arg::Buf(&idx.buf), Arg::I64(n as i64), Arg::I64(src.buf.len as i64)],
         )?;
-        Ok(self.wrap_index(out))
+        // Entries of src, or -1 for an index outside it.
+        Ok(match src.bounds {
+            Some((lo, hi)) => self.wrap_index_within(out, lo.min(-1), hi.max(-1)),
+            None => self.wrap_index(out),
+        })
     }
 
     fn scan(
@@ -1093,7 +1265,7 @@ impl<R: KernelRuntime> Ops for KernelDevice<R> {
         let Some(Sweep { chunks, ends, carries, heads, n: nn, chunk: cl }) = sweep else {
             return Ok(self.wrap(out, shape, dt));
         };
-        let prods = self.rt.alloc(chunks, dt.size_bytes())?;
+        let prods = self.alloc(chunks, dt.size_bytes())?;
         let cs = chunks as i64;
         let keys = segments.map_or(&*a.buf, |s| &*s.buf);
         let (exclusive, reverse) = (i32::from(spec.exclusive), i32::from(spec.reverse));
@@ -1173,10 +1345,10 @@ impl<R: KernelRuntime> Ops for KernelDevice<R> {
         same_len("reduce_by_index_dual", "values vs tangents", n, vals_dot.buf.len)?;
         same_len("reduce_by_index_dual", "dest vs tangents", k, dest_dot.buf.len)?;
         let (h, shape) = self.new_tensor(dest.shape.clone(), dt)?;
-        let hd = self.rt.alloc(k, dt.size_bytes())?;
+        let hd = self.alloc(k, dt.size_bytes())?;
         let (chunks, chunk) = chunk_plan(n, k);
-        let rows = self.rt.alloc(chunks * k, dt.size_bytes())?;
-        let rows_dot = self.rt.alloc(chunks * k, dt.size_bytes())?;
+        let rows = self.alloc(chunks * k, dt.size_bytes())?;
+        let rows_dot = self.alloc(chunks * k, dt.size_bytes())?;
         if k > 0 {
             self.launch(
                 dt,
@@ -1228,11 +1400,11 @@ impl<R: KernelRuntime> Ops for KernelDevice<R> {
         self.rt.check_dtype(dt)?;
         let (chunks, chunk) = chunk_plan(n, k);
         let size = dt.size_bytes();
-        let rows = self.rt.alloc(chunks * k, size)?;
-        let pre = self.rt.alloc(chunks * k, size)?;
-        let suf = self.rt.alloc(chunks * k, size)?;
-        let elements = self.rt.alloc(k, size)?;
-        let hist = self.rt.alloc(k, size)?;
+        let rows = self.alloc(chunks * k, size)?;
+        let pre = self.alloc(chunks * k, size)?;
+        let suf = self.alloc(chunks * k, size)?;
+        let elements = self.alloc(k, size)?;
+        let hist = self.alloc(k, size)?;
         if k > 0 {
             self.launch(
                 dt,
@@ -1299,8 +1471,8 @@ impl<R: KernelRuntime> Ops for KernelDevice<R> {
             });
         }
         let (out, shape) = self.new_tensor(vals.shape.clone(), dt)?;
-        let y1 = self.rt.alloc(n, dt.size_bytes())?;
-        let run = self.rt.alloc(chunks * k, dt.size_bytes())?;
+        let y1 = self.alloc(n, dt.size_bytes())?;
+        let run = self.alloc(chunks * k, dt.size_bytes())?;
         self.launch(
             dt,
             op,
@@ -1323,6 +1495,149 @@ impl<R: KernelRuntime> Ops for KernelDevice<R> {
         )?;
         Ok(self.wrap(out, shape, dt))
     }
+
+    // ==== dense ops (kernels in the "dense ops" section of kernels.cl) ====
+    fn broadcast_to(&self, x: &GpuTensor<R>, shape: &[usize]) -> Result<GpuTensor<R>> {
+        let rs = dense::runs("broadcast_to", &x.shape, shape)?;
+        let dt = x.dtype;
+        self.rt.check_dtype(dt)?;
+        let mut cur: Option<Buf<R>> = None;
+        // One broadcast run at a time, innermost first: the runs inside it are already full
+        // size, those outside it still have length 1 where they broadcast.
+        for j in (0..rs.len()).rev().filter(|&j| rs[j].reduced) {
+            let o: usize = rs[..j].iter().map(|r| if r.reduced { 1 } else { r.len }).product();
+            let (r, q) = (rs[j].len, rs[j + 1..].iter().map(|r| r.len).product::<usize>());
+            let n = o * r * q;
+            let out = self.alloc(n, dt.size_bytes())?;
+            let src = cur.as_ref().unwrap_or(&x.buf);
+            self.launch(
+                dt,
+                ADD,
+                "broadcast_orq",
+                n,
+                &[Arg::Buf(&out), Arg::Buf(src), Arg::I64(n as i64), Arg::I64(r as i64), Arg::I64(q as i64)],
+            )?;
+            cur = Some(out);
+        }
+        Ok(match cur {
+            Some(b) => self.wrap(b, shape.to_vec(), dt),
+            // Nothing broadcasts: the same elements (tensors are immutable, so they are shared).
+            None => GpuTensor { buf: x.buf.clone(), shape: shape.to_vec(), dtype: dt },
+        })
+    }
+
+    fn sum_to(&self, x: &GpuTensor<R>, shape: &[usize]) -> Result<GpuTensor<R>> {
+        let rs = dense::runs("sum_to", shape, &x.shape)?;
+        let dt = x.dtype;
+        self.rt.check_dtype(dt)?;
+        let mut lens: Vec<usize> = rs.iter().map(|r| r.len).collect();
+        let mut cur: Option<Buf<R>> = None;
+        // One summed run at a time, innermost first.
+        for j in (0..rs.len()).rev().filter(|&j| rs[j].reduced) {
+            let (o, r) = (lens[..j].iter().product::<usize>(), lens[j]);
+            let q: usize = lens[j + 1..].iter().product();
+            let src = cur.as_ref().unwrap_or(&x.buf);
+            cur = Some(self.sum_orq(dt, src, o, r, q)?);
+            lens[j] = 1;
+        }
+        Ok(match cur {
+            Some(b) => self.wrap(b, shape.to_vec(), dt),
+            None => GpuTensor { buf: x.buf.clone(), shape: shape.to_vec(), dtype: dt },
+        })
+    }
+
+    fn matmul(&self, a: &GpuTensor<R>, ta: bool, b: &GpuTensor<R>, tb: bool) -> Result<GpuTensor<R>> {
+        let dt = same_dtype("matmul", a, b)?;
+        let p = dense::matmul_plan(&a.shape, ta, &b.shape, tb)?;
+        let (out, shape) = self.new_tensor(p.out_shape.clone(), dt)?;
+        if out.len == 0 {
+            return Ok(self.wrap(out, shape, dt));
+        }
+        let ts = self.matmul_tile(dt);
+        let (tiles_m, tiles_n) = (p.m.div_ceil(ts), p.n.div_ceil(ts));
+        let per_batch = tiles_m * tiles_n;
+        let (splits, kc) = matmul_splits(p.batch * per_batch, p.k);
+        let partial = if splits > 1 { Some(self.alloc(splits * out.len, dt.size_bytes())?) } else { None };
+        let stride = |batched: bool, len: usize| if batched { len as i64 } else { 0 };
+        self.rt.launch(
+            dt,
+            ADD,
+            "matmul_tiled",
+            splits * p.batch * per_batch * ts * ts,
+            Some(ts * ts),
+            &[
+                Arg::Buf(partial.as_ref().unwrap_or(&out)),
+                Arg::Buf(&a.buf),
+                Arg::Buf(&b.buf),
+                Arg::I64(p.m as i64),
+                Arg::I64(p.k as i64),
+                Arg::I64(p.n as i64),
+                Arg::I64(stride(p.a_batched, p.m * p.k)),
+                Arg::I64(stride(p.b_batched, p.k * p.n)),
+                Arg::I32(i32::from(ta)),
+                Arg::I32(i32::from(tb)),
+                Arg::I64(p.batch as i64),
+                Arg::I64(tiles_n as i64),
+                Arg::I64(per_batch as i64),
+                Arg::I64(kc as i64),
+                Arg::I64(ts as i64),
+                Arg::Local(2 * ts * ts * dt.size_bytes()),
+            ],
+        )?;
+        if let Some(partial) = partial {
+            // The chunks' partial products in chunk order.
+            let sum = self.sum_orq(dt, &partial, 1, splits, out.len)?;
+            return Ok(self.wrap(sum, shape, dt));
+        }
+        Ok(self.wrap(out, shape, dt))
+    }
+
+    fn arg_reduce_axis(&self, ext: Extremum, x: &GpuTensor<R>, axis: usize) -> Result<(GpuTensor<R>, GpuIndex<R>)> {
+        let (o, r, q) = dense::axis_view("arg_reduce_axis", &x.shape, axis)?;
+        if r == 0 {
+            return Err(OpError::Shape { op: "arg_reduce_axis", detail: format!("empty axis {axis}") });
+        }
+        let dt = x.dtype;
+        let mut shape = x.shape.clone();
+        shape[axis] = 1;
+        let (vals, shape) = self.new_tensor(shape, dt)?;
+        let pos = self.alloc(o * q, 8)?;
+        let is_max = i32::from(ext == Extremum::Max);
+        let (rb, blocks) = axis_blocks(o, r, q);
+        let args = |vals: &Buf<R>, pos: &Buf<R>, src: &Buf<R>, in_pos: Option<&Buf<R>>, r: usize, rb: usize, blocks| {
+            self.launch(
+                dt,
+                ADD,
+                "arg_axis",
+                o * blocks * q,
+                &[
+                    Arg::Buf(vals),
+                    Arg::Buf(pos),
+                    Arg::Buf(src),
+                    // Unread without positions: the source stands in.
+                    Arg::Buf(in_pos.unwrap_or(src)),
+                    Arg::I64(o as i64),
+                    Arg::I64(r as i64),
+                    Arg::I64(q as i64),
+                    Arg::I64(rb as i64),
+                    Arg::I64(blocks as i64),
+                    Arg::I32(is_max),
+                    Arg::I32(i32::from(in_pos.is_some())),
+                ],
+            )
+        };
+        if blocks == 1 {
+            args(&vals, &pos, &x.buf, None, r, rb, 1)?;
+        } else {
+            // The blocks' winners, then the winner among them in block order (ties to the
+            // earlier block, so to the lowest position, as in one pass).
+            let (bv, bp) = (self.alloc(o * blocks * q, dt.size_bytes())?, self.alloc(o * blocks * q, 8)?);
+            args(&bv, &bp, &x.buf, None, r, rb, blocks)?;
+            args(&vals, &pos, &bv, Some(&bp), blocks, blocks, 1)?;
+        }
+        let last = x.buf.len as i64 - 1;
+        Ok((self.wrap(vals, shape, dt), self.wrap_index_within(pos, 0, last)))
+    }
 }
 
 impl<R: KernelRuntime> Device for KernelDevice<R> {
@@ -1340,5 +1655,22 @@ impl<R: KernelRuntime> Device for KernelDevice<R> {
     }
     fn kernel_compile_time(&self) -> Option<std::time::Duration> {
         Some(self.rt.compile_time())
+    }
+    fn transfers(&self) -> Option<Transfers> {
+        let c = &self.counters;
+        Some(Transfers {
+            uploads: c.uploads.load(Ordering::Relaxed),
+            downloads: c.downloads.load(Ordering::Relaxed),
+            bytes_up: c.bytes_up.load(Ordering::Relaxed),
+            bytes_down: c.bytes_down.load(Ordering::Relaxed),
+        })
+    }
+    fn device_memory(&self) -> Option<DeviceMemory> {
+        let c = &self.counters;
+        Some(DeviceMemory { in_use: c.in_use.load(Ordering::Relaxed), peak: c.peak.load(Ordering::Relaxed) })
+    }
+    fn reset_peak_device_memory(&self) {
+        let c = &self.counters;
+        c.peak.store(c.in_use.load(Ordering::Relaxed), Ordering::Relaxed);
     }
 }
