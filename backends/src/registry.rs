@@ -91,6 +91,18 @@ impl AnyDevice {
         with_device!(self, |d| d.kernel_compile_time())
     }
 
+    pub fn device_memory(&self) -> Option<crate::device::DeviceMemory> {
+        with_device!(self, |d| d.device_memory())
+    }
+
+    pub fn reset_peak_device_memory(&self) {
+        with_device!(self, |d| d.reset_peak_device_memory())
+    }
+
+    pub fn transfers(&self) -> Option<crate::device::Transfers> {
+        with_device!(self, |d| d.transfers())
+    }
+
     /// Whether the device computes in `dtype`, and why not (a capability, known without
     /// running anything).
     pub fn supports_dtype(&self, dtype: DType) -> std::result::Result<(), String> {

@@ -213,13 +213,21 @@ impl PreparedCase for EnginePrepared {
         self.prepared.run(mode)?;
         Ok(Evaluation::default())
     }
-    /// The host's counting allocator sees every allocation of the evaluation; the device's
-    /// buffer cache is emptied first so that every buffer the mode needs is counted.
+    /// The host's counting allocator sees every host allocation of the evaluation; a device
+    /// that keeps its own buffers (OpenCL, CUDA) adds the high-water mark of its buffers above
+    /// the resident inputs. The buffer cache is emptied first so that every buffer the mode
+    /// needs is counted.
     fn peak_bytes(&mut self, mode: Mode) -> anyhow::Result<Option<u64>> {
         self.device.trim_cache();
-        let (r, bytes) = peak_during(|| self.prepared.run(mode));
+        self.device.reset_peak_device_memory();
+        let resident = self.device.device_memory().map(|m| m.in_use);
+        let (r, host) = peak_during(|| self.prepared.run(mode));
         r?;
-        Ok(Some(bytes as u64))
+        let device = match (resident, self.device.device_memory()) {
+            (Some(before), Some(after)) => after.peak.saturating_sub(before),
+            _ => 0,
+        };
+        Ok(Some((host + device) as u64))
     }
 }
 

@@ -150,3 +150,22 @@ fn no_workload_is_named_in_the_harness_outside_the_registry() {
     // The scan itself sees names where they are.
     assert_eq!(code_tokens("let x = run(\"kmeans\"); // gmm\n#[cfg(test)]\nlstm"), ["let", "x", "run", "kmeans"]);
 }
+
+/// On a kernel device the peak bytes of an evaluation include its device buffers: k-means'
+/// gradient holds the n x k distance matrix (and its adjoint) on the device, so the peak is at
+/// least n k 4 bytes in f32 whatever the host allocates.
+#[test]
+fn device_buffers_count_in_the_peak_memory_of_kernel_devices() {
+    if !common::opencl_available() {
+        return;
+    }
+    let text = "name: m\ntiming: {samples: 1, min_sample_ms: 1, time_limit_s: 0.05}\ncases:\n  - workload: kmeans\n    n: [20000]\n    k: [16]\n    d: [2]\n    dtypes: [f32]\n    tools: [opencl]\n    validate: false\n";
+    let path = temp_file("pipeline", "memory.yaml", text);
+    let (code, rows) = rows(&["run", "--suite", path.to_str().unwrap(), "--json", "--no-save", "--quiet"]);
+    assert_eq!(code, Some(0), "{rows:?}");
+    let distances = 20000 * 16 * 4;
+    for mode in ["primal", "vjp"] {
+        let peak = rows[0][format!("{mode}_peak_bytes")].as_u64().unwrap();
+        assert!(peak >= distances, "{mode}: {peak} bytes < the {distances} of the distance matrix");
+    }
+}
