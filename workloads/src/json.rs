@@ -178,6 +178,39 @@ pub fn format_object(fields: &[(&str, &[f64])], dtype: DType) -> String {
     format!("{{{}}}", parts.join(", "))
 }
 
+/// `xs` as rows of `width` numbers (JSON values), as GradBench's inputs nest their matrices.
+pub fn rows_json(xs: &[f64], width: usize) -> Value {
+    Value::Array(xs.chunks(width.max(1)).map(|row| Value::from(row.to_vec())).collect())
+}
+
+/// A matrix field of `source`: rows of equal length of finite numbers, flattened; returns
+/// (rows, width, values).
+pub fn parse_rows(obj: &Value, field: &str, source: &str) -> WResult<(usize, usize, Vec<f64>)> {
+    let bad = |m: String| bad_input(format!("{source}: field {field}: {m}"));
+    let Some(Value::Array(rows)) = obj.get(field) else {
+        return Err(bad("missing or not an array of rows".into()));
+    };
+    let width = match rows.first() {
+        Some(Value::Array(r)) => r.len(),
+        _ => return Err(bad("expected rows (arrays of numbers)".into())),
+    };
+    let mut out = Vec::with_capacity(rows.len() * width);
+    for (i, row) in rows.iter().enumerate() {
+        let Value::Array(row) = row else { return Err(bad(format!("row {i} is not an array"))) };
+        if row.len() != width {
+            return Err(bad(format!("row {i} has {} numbers, row 0 has {width}", row.len())));
+        }
+        for (j, v) in row.iter().enumerate() {
+            let x = parse_number(v).map_err(|m| bad(format!("[{i}][{j}]: {m}")))?;
+            if !x.is_finite() {
+                return Err(bad(format!("[{i}][{j}]: must be finite, got {x}")));
+            }
+            out.push(x);
+        }
+    }
+    Ok((rows.len(), width, out))
+}
+
 /// `{"objective": x}`, with `"gradient": [...]` when there is one.
 pub fn objective_json(f: f64, gradient: Option<&[f64]>, dtype: DType) -> String {
     match gradient {

@@ -36,8 +36,10 @@ use adgauge_backends::{
 };
 use adgauge_datasets::lstm::LstmInput;
 
-use crate::json::objective_json;
-use crate::objective::{ObjectiveProblem, ScalarObjective};
+use serde_json::Value as Json;
+
+use crate::json::{format_array, format_number, objective_json, parse_rows, rows_json};
+use crate::objective::{ObjectiveProblem, RemoteModule, ScalarObjective};
 use crate::workload::{
     EvalRequest, Mode, ParamKind, ParamSpec, Params, Problem, WResult, Workload, WorkloadError, rounded, sizes,
 };
@@ -421,12 +423,52 @@ impl Workload for Lstm {
             })
         })
     }
+    fn gradbench_module(&self) -> Option<&'static str> {
+        Some("lstm")
+    }
+    /// GradBench's `lstm`: `objective` returns the loss, `jacobian` its gradient [main, extra].
+    fn gradbench_evaluate(&self, function: &str, input: &Json, device: &AnyDevice, dtype: DType) -> WResult<String> {
+        let s = parse_gradbench_input(input, &format!("lstm.{function} input"))?;
+        let bad = WorkloadError::from_input;
+        with_device!(device, |d| {
+            let x = upload(d, &s, dtype).map_err(bad)?;
+            match function {
+                "objective" => Ok(format_number(d.to_vec(&objective(d, &x).map_err(bad)?)?[0], dtype)),
+                "jacobian" => Ok(format_array(&gradient(d, &x).map_err(bad)?.1, dtype)),
+                other => {
+                    Err(WorkloadError::BadInput(format!("lstm: no function '{other}' (known: objective, jacobian)")))
+                }
+            }
+        })
+    }
     fn table_label(&self, name: &str, row: &std::collections::BTreeMap<String, String>) -> String {
         match (row.get("l"), row.get("c")) {
             (Some(l), Some(c)) => format!("{name} l={l} c={c}"),
             _ => name.to_string(),
         }
     }
+}
+
+/// GradBench's `lstm` input: the four matrices as rows (main 2l x 4b, extra 3 x b, state 2l x b,
+/// sequence c x b).
+pub fn gradbench_input(s: &LstmInput) -> Json {
+    serde_json::json!({
+        "main_params": rows_json(&s.main_params, 4 * s.b),
+        "extra_params": rows_json(&s.extra_params, s.b),
+        "state": rows_json(&s.state, s.b),
+        "sequence": rows_json(&s.sequence, s.b),
+    })
+}
+
+/// Reads GradBench's `lstm` input (the sizes follow from the matrices, as in GradBench).
+pub fn parse_gradbench_input(input: &Json, source: &str) -> WResult<LstmInput> {
+    let (rows, width, main_params) = parse_rows(input, "main_params", source)?;
+    let (_, _, extra_params) = parse_rows(input, "extra_params", source)?;
+    let (_, _, state) = parse_rows(input, "state", source)?;
+    let (c, _, sequence) = parse_rows(input, "sequence", source)?;
+    let s = LstmInput { l: rows / 2, c, b: width / 4, main_params, extra_params, state, sequence };
+    s.validate().map_err(|e| WorkloadError::BadInput(format!("{source}: {e}")))?;
+    Ok(s)
 }
 
 /// LSTM as a scalar objective of [main, extra].
@@ -466,6 +508,9 @@ impl ScalarObjective for LstmObjective {
     fn manual_gradient(s: &LstmInput, dtype: DType) -> Vec<f64> {
         manual_in(s, dtype).1
     }
+    fn remote(s: &LstmInput) -> Option<RemoteModule> {
+        Some(RemoteModule { primal: "objective", gradient: "jacobian", input: gradbench_input(s) })
+    }
 }
 
 #[cfg(test)]
@@ -474,6 +519,21 @@ mod tests {
     use adgauge_datasets::adbench::adbench_file;
 
     use super::*;
+
+    #[test]
+    fn gradbench_inputs_round_trip_and_malformed_ones_name_the_field() {
+        let s = LstmInput::generate(2, 6, 4, 1);
+        let json = gradbench_input(&s);
+        assert_eq!(json["main_params"].as_array().unwrap().len(), 4);
+        assert_eq!(json["main_params"][0].as_array().unwrap().len(), 16);
+        assert_eq!(parse_gradbench_input(&json, "in").unwrap(), s);
+        let mut bad = json.clone();
+        bad["state"][1] = serde_json::json!([1.0]);
+        match parse_gradbench_input(&bad, "in") {
+            Err(WorkloadError::BadInput(m)) => assert!(m.contains("field state: row 1 has 1 numbers"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+    }
 
     fn close(a: &[f64], b: &[f64], tol: f64) -> bool {
         a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() <= tol * (x.abs() + y.abs()).max(1.0))
