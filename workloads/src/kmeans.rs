@@ -18,10 +18,12 @@ use adgauge_datasets::kmeans::KmeansData;
 use rayon::prelude::*;
 use serde_json::Value as Json;
 
-use crate::json::{format_number, format_rows, kind, parse_number};
+use std::sync::Arc;
+
+use crate::json::{format_number, format_rows, kind, parse_number, parse_rows, rows_json};
 use crate::workload::{
-    CheckKind, CheckSettings, Comparison, EvalRequest, FlatFn, Mode, ParamSpec, Params, Prepared, Problem, Validation,
-    WResult, Workload, WorkloadError, rounded, sizes,
+    CheckKind, CheckSettings, Comparison, EvalRequest, FlatFn, Mode, ParamSpec, Params, Prepared, Problem, Remote,
+    RemoteCall, Validation, WResult, Workload, WorkloadError, rounded, sizes,
 };
 
 /// A k-means case on an engine's device.
@@ -210,6 +212,29 @@ impl Workload for Kmeans {
             }
         })
     }
+    fn gradbench_module(&self) -> Option<&'static str> {
+        Some("kmeans")
+    }
+    /// GradBench's `kmeans`: `cost`, and `dir`, the Newton direction (gradient / Hessian
+    /// diagonal, 0 for an empty cluster) as k rows of d.
+    fn gradbench_evaluate(&self, function: &str, input: &Json, device: &AnyDevice, dtype: DType) -> WResult<String> {
+        let source = format!("kmeans.{function} input");
+        let (n, d, points) = parse_rows(input, "points", &source)?;
+        let (k, dc, centres) = parse_rows(input, "centroids", &source)?;
+        if dc != d {
+            return Err(WorkloadError::BadInput(format!("{source}: centroids have {dc} columns, points {d}")));
+        }
+        let data = KmeansData { n, k, d, points, centres };
+        let bad = WorkloadError::from_input;
+        with_device!(device, |dev| {
+            let x = upload(dev, &data, dtype).map_err(bad)?;
+            match function {
+                "cost" => Ok(format_number(dev.to_vec(&cost(dev, &x.points, &x.centres).map_err(bad)?)?[0], dtype)),
+                "dir" => Ok(format_rows(&evaluate(dev, &x).map_err(bad)?.dir, k, dtype)),
+                other => Err(WorkloadError::BadInput(format!("kmeans: no function '{other}' (known: cost, dir)"))),
+            }
+        })
+    }
     fn table_label(&self, name: &str, row: &std::collections::BTreeMap<String, String>) -> String {
         match row.get("d") {
             Some(d) => format!("{name} d={d}"),
@@ -244,6 +269,69 @@ impl Problem for KmeansProblem {
             ];
             Ok(Validation { flat: Box::new(f), full_jacobian: None, comparisons })
         })
+    }
+
+    /// GradBench's `kmeans`: `cost` (timed as primal) and `dir` (timed as vjp: the gradient and
+    /// the Hessian diagonal it needs).
+    fn remote_call(&self, mode: Mode) -> Option<RemoteCall> {
+        let function = match mode {
+            Mode::Primal => "cost",
+            Mode::Vjp => "dir",
+            Mode::Jvp | Mode::HessianDiag => return None,
+        };
+        Some(RemoteCall { function: function.into(), input: gradbench_input(&self.0) })
+    }
+
+    /// The tool's Newton direction against the hand-derived one, and the gradient it implies
+    /// (direction times the exact Hessian diagonal 2 count) against finite differences of the
+    /// f64 cost on the CPU.
+    fn remote_validation(&self, remote: Arc<dyn Remote>, cpu: &Cpu, _s: &CheckSettings) -> WResult<Validation> {
+        let output = remote.call("dir", gradbench_input(&self.0))?;
+        let (rows, width, dir) = parse_rows(&serde_json::json!({"dir": output}), "dir", "kmeans.dir output")?;
+        if (rows, width) != (self.0.k, self.0.d) {
+            let m = format!("kmeans.dir output: {rows} x {width}, expected {} x {}", self.0.k, self.0.d);
+            return Err(WorkloadError::Op(adgauge_backends::OpError::Device(m)));
+        }
+        let manual = manual::<f64>(&self.0);
+        let gradient = dir.iter().zip(&manual.hessian_diag).map(|(d, h)| d * h).collect();
+        let f = KmeansFlat::new(cpu.clone(), cpu.clone(), DType::F64, &self.0);
+        let comparisons = vec![Comparison { check: CheckKind::Manual, got: dir, want: manual.dir, convention: None }];
+        Ok(Validation { flat: Box::new(GivenGradient { f, gradient }), full_jacobian: None, comparisons })
+    }
+}
+
+/// GradBench's `kmeans` input: `{"points": [n rows of d], "centroids": [k rows of d]}`.
+pub fn gradbench_input(data: &KmeansData) -> Json {
+    serde_json::json!({"points": rows_json(&data.points, data.d), "centroids": rows_json(&data.centres, data.d)})
+}
+
+/// The cost as a flat function whose gradient a tool gave.
+struct GivenGradient {
+    f: KmeansFlat<Cpu>,
+    gradient: Vec<f64>,
+}
+
+impl FlatFn for GivenGradient {
+    fn n_in(&self) -> usize {
+        self.f.n_in()
+    }
+    fn n_out(&self) -> usize {
+        1
+    }
+    fn x0(&self) -> &[f64] {
+        self.f.x0()
+    }
+    fn eval_f64(&self, x: &[f64]) -> Result<Vec<f64>> {
+        self.f.eval_f64(x)
+    }
+    fn vjp(&self, w: &[f64]) -> Result<Vec<f64>> {
+        Ok(self.gradient.iter().map(|g| g * w[0]).collect())
+    }
+    fn jvp(&self, v: &[f64]) -> Result<Vec<f64>> {
+        Ok(vec![self.gradient.iter().zip(v).map(|(g, v)| g * v).sum()])
+    }
+    fn fd_unsafe(&self, h: f64) -> Option<String> {
+        self.f.fd_unsafe(h)
     }
 }
 
