@@ -64,6 +64,14 @@ impl RunWriter {
     }
 }
 
+/// Whether two paths name the same file or directory.
+fn same_path(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
+}
+
 /// A run file, or the newest run of a history directory.
 pub fn resolve_run(path: &Path) -> anyhow::Result<(RunInfo, Vec<ResultRow>)> {
     let file = if path.is_dir() {
@@ -101,8 +109,21 @@ pub fn gate_command(args: &GateArgs) -> anyhow::Result<Code> {
     if args.max_slowdown.is_nan() || args.max_slowdown < 1.0 {
         return Err(bad_input(format!("--max-slowdown must be >= 1, got {}", args.max_slowdown)));
     }
-    let (_, base) = resolve_run(&args.baseline)?;
-    let (_, cur) = resolve_run(&args.current)?;
+    let (base, cur) = if args.baseline.is_dir() && same_path(&args.baseline, &args.current) {
+        // One history for both sides: its newest run against the one before it.
+        let runs = store::run_files(&args.current).map_err(|e| bad_input(e.to_string()))?;
+        let [.., previous, newest] = runs.as_slice() else {
+            return Err(bad_input(format!(
+                "{}: gating a history against itself needs two runs, it has {}",
+                args.current.display(),
+                runs.len()
+            )));
+        };
+        let read = |p: &Path| read_run(p).map_err(|e| bad_input(e.to_string()));
+        (read(previous)?.1, read(newest)?.1)
+    } else {
+        (resolve_run(&args.baseline)?.1, resolve_run(&args.current)?.1)
+    };
     let report = gate(&base, &cur, &GateConfig { max_slowdown: args.max_slowdown, min_seconds: args.min_seconds });
     if args.json {
         let findings: Vec<serde_json::Value> = report
@@ -140,8 +161,15 @@ pub fn gate_command(args: &GateArgs) -> anyhow::Result<Code> {
         let ids: Vec<String> = cur.iter().map(|r| r.case_id.clone()).collect();
         store::write_atomic(path, &junit(&report, &ids))?;
     }
+    if report.compared == 0 && !base.is_empty() {
+        return Err(bad_input(format!(
+            "the runs share no case ({} baseline, {} current): different suites?",
+            base.len(),
+            cur.len()
+        )));
+    }
     let mut code = Code::Success;
-    if report.broken() {
+    if report.broken() || report.missing() {
         code = code.combine(Code::Failed);
     }
     if report.slower() {

@@ -196,3 +196,47 @@ fn a_plain_run_saves_itself_unless_told_not_to() {
     assert_eq!(csvs(&dir).len(), 1);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The gate goes red where it used to go green: a history gated against itself compares its
+/// newest run with the previous one (not with itself), runs that share no case are a usage
+/// error, and a case that disappeared or lost its tool (ok -> skipped) fails the gate.
+#[test]
+fn the_gate_refuses_what_it_cannot_judge_and_fails_lost_cases() {
+    let hist = temp("strict");
+    let h = hist.to_str().unwrap();
+    let run = || adgauge(&["run", "--filter", ONE_CASE, "--history", h, "--quiet"]);
+    assert_eq!(run().status.code(), Some(0));
+    let out = adgauge(&["gate", "--baseline", h, "--current", h]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("needs two runs, it has 1"));
+    assert_eq!(run().status.code(), Some(0));
+    let out = adgauge(&["gate", "--baseline", h, "--current", h, "--max-slowdown", "100"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("compared 1 cases; 0 finding(s)"));
+
+    let runs = csvs(&hist);
+    let (info, rows) = read_run(&runs[0]).unwrap();
+    let fixture = |name: &str, rows: &[adgauge_reports::ResultRow]| {
+        let p = hist.join(format!("fixture-{name}.run"));
+        write_atomic(&p, &to_csv(&info, rows)).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let base = runs[0].to_str().unwrap();
+    let mut other = rows.clone();
+    other[0].case_id = "hist-add[other]/cpu/f32/auto".into();
+    let out = adgauge(&["gate", "--baseline", base, "--current", &fixture("other", &other)]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("share no case"));
+    let mut skipped = rows.clone();
+    skipped[0].status = adgauge_reports::Status::Skipped;
+    skipped[0].message = Some("backend cpu unavailable: test".into());
+    let out = adgauge(&["gate", "--baseline", base, "--current", &fixture("skipped", &skipped)]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("was ok, now skipped: backend cpu unavailable"));
+    let mut two = rows.clone();
+    two.push(other[0].clone());
+    let out = adgauge(&["gate", "--baseline", &fixture("two", &two), "--current", base, "--max-slowdown", "100"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("MISSING  hist-add[other]"));
+    std::fs::remove_dir_all(&hist).unwrap();
+}

@@ -1,7 +1,9 @@
 //! Regression gates: a current run against a baseline run, case by case (matched by case id).
 //!
 //! * correctness: a case whose checks fail now, or that passed in the baseline and now fails,
-//!   errors or times out, fails the gate (exit 1);
+//!   errors, times out or is skipped (a tool that became unavailable loses coverage), or whose
+//!   times or check values are not finite, fails the gate (exit 1); so does a baseline case the
+//!   current run lacks;
 //! * speed: a case regressed when its median time (per mode) or its overhead grew beyond
 //!   `max_slowdown` AND beyond the noise — the relative spread (max - min) / median of the
 //!   baseline's and the current samples, whichever is larger — so that a noisy case does not
@@ -59,15 +61,37 @@ impl GateReport {
     pub fn slower(&self) -> bool {
         self.findings.iter().any(|f| matches!(f, Finding::Slower { .. }))
     }
+    pub fn missing(&self) -> bool {
+        self.findings.iter().any(|f| matches!(f, Finding::Missing { .. }))
+    }
 }
 
 fn spread(t: &Timing) -> f64 {
     if t.median_s > 0.0 { (t.max_s - t.min_s) / t.median_s } else { 0.0 }
 }
 
+/// A timing that is not a finite non-negative time (corrupted or hand-edited results).
+fn bad_timing(r: &ResultRow) -> Option<String> {
+    for (mode, t) in [("primal", &r.primal), ("vjp", &r.vjp), ("jvp", &r.jvp)] {
+        if let Some(t) = t
+            && [t.min_s, t.median_s, t.max_s].iter().any(|x| !x.is_finite() || *x < 0.0)
+        {
+            return Some(format!("{mode} timing is not a finite non-negative time (median {})", t.median_s));
+        }
+    }
+    None
+}
+
 fn failed(r: &ResultRow) -> Option<String> {
     if let Some(c) = r.checks.iter().find(|c| !c.passed) {
         return Some(format!("check {} worst {:.3e} > tolerance {:.1e}", c.name, c.worst, c.tolerance));
+    }
+    // A NaN worst value compares false with its tolerance: it must not read as a pass.
+    if let Some(c) = r.checks.iter().find(|c| c.worst.is_nan()) {
+        return Some(format!("check {}: worst value is NaN", c.name));
+    }
+    if let Some(bad) = bad_timing(r) {
+        return Some(bad);
     }
     match r.status {
         Status::Failed | Status::Error | Status::Timeout => {
@@ -96,12 +120,24 @@ pub fn gate(baseline: &[ResultRow], current: &[ResultRow], cfg: &GateConfig) -> 
         if failed(c).is_some() {
             continue; // already reported
         }
+        // A baseline that cannot be compared with (an infinite time would hide any slowdown).
+        if let Some(bad) = bad_timing(b) {
+            report.findings.push(Finding::Broken { case_id: b.case_id.clone(), detail: format!("baseline's {bad}") });
+            continue;
+        }
+        if b.status == Status::Ok && c.status == Status::Skipped {
+            let why = c.message.clone().unwrap_or_default();
+            report
+                .findings
+                .push(Finding::Broken { case_id: b.case_id.clone(), detail: format!("was ok, now skipped: {why}") });
+            continue;
+        }
         let timings = [("primal", &b.primal, &c.primal), ("vjp", &b.vjp, &c.vjp), ("jvp", &b.jvp, &c.jvp)];
         for (mode, tb, tc) in timings {
             let (Some(tb), Some(tc)) = (tb, tc) else {
                 continue;
             };
-            if tb.median_s < cfg.min_seconds || tb.median_s <= 0.0 {
+            if tb.median_s < cfg.min_seconds || !(tb.median_s > 0.0 && tb.median_s.is_finite()) {
                 continue;
             }
             let ratio = tc.median_s / tb.median_s;
@@ -245,5 +281,37 @@ mod tests {
     fn a_case_missing_from_the_current_run_is_reported() {
         let r = gate(&[row("a", 1e-3, 0.0)], &[], &GateConfig::default());
         assert_eq!(r.findings, vec![Finding::Missing { case_id: "a".into() }]);
+        assert!(r.missing());
+    }
+
+    #[test]
+    fn lost_coverage_and_non_finite_results_break_the_gate() {
+        let base = vec![row("a", 1e-3, 0.05), row("b", 1e-3, 0.05), row("c", 1e-3, 0.05)];
+        let mut skipped = row("a", 1e-3, 0.05);
+        skipped.status = Status::Skipped;
+        skipped.message = Some("backend opencl unavailable: no platform".into());
+        let mut nan_time = row("b", 1e-3, 0.05);
+        nan_time.primal.as_mut().unwrap().median_s = f64::NAN;
+        let mut nan_check = row("c", 1e-3, 0.05);
+        nan_check.checks[0].worst = f64::NAN;
+        nan_check.checks[0].passed = true;
+        let r = gate(&base, &[skipped, nan_time, nan_check], &GateConfig::default());
+        let broken: Vec<(&str, &str)> = r
+            .findings
+            .iter()
+            .filter_map(|f| match f {
+                Finding::Broken { case_id, detail } => Some((case_id.as_str(), detail.as_str())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(broken.len(), 3, "{:?}", r.findings);
+        assert!(broken.iter().any(|(id, d)| *id == "a" && d.starts_with("was ok, now skipped: backend opencl")));
+        assert!(broken.iter().any(|(id, d)| *id == "b" && d.contains("primal timing is not a finite")));
+        assert!(broken.iter().any(|(id, d)| *id == "c" && d.contains("worst value is NaN")));
+        // An infinite baseline would hide any slowdown: it breaks the gate instead.
+        let mut inf = row("a", 1e-3, 0.05);
+        inf.primal.as_mut().unwrap().median_s = f64::INFINITY;
+        let r = gate(&[inf], &[row("a", 1e-3, 0.05)], &GateConfig::default());
+        assert!(r.broken(), "{:?}", r.findings);
     }
 }
