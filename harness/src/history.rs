@@ -125,6 +125,7 @@ pub fn gate_command(args: &GateArgs) -> anyhow::Result<Code> {
         (resolve_run(&args.baseline)?.1, resolve_run(&args.current)?.1)
     };
     let report = gate(&base, &cur, &GateConfig { max_slowdown: args.max_slowdown, min_seconds: args.min_seconds });
+    let console = crate::sinks::Console::new(0, true);
     if args.json {
         let findings: Vec<serde_json::Value> = report
             .findings
@@ -141,19 +142,19 @@ pub fn gate_command(args: &GateArgs) -> anyhow::Result<Code> {
                 }
             })
             .collect();
-        println!("{}", serde_json::json!({"compared": report.compared, "findings": findings}));
+        console.line(&serde_json::json!({"compared": report.compared, "findings": findings}).to_string());
     } else {
-        println!("compared {} cases; {} finding(s)", report.compared, report.findings.len());
+        console.line(&format!("compared {} cases; {} finding(s)", report.compared, report.findings.len()));
         for f in &report.findings {
             match f {
-                Finding::Broken { case_id, detail } => println!("BROKEN   {case_id}: {detail}"),
-                Finding::Slower { case_id, metric, baseline, current, ratio, noise } => println!(
+                Finding::Broken { case_id, detail } => console.line(&format!("BROKEN   {case_id}: {detail}")),
+                Finding::Slower { case_id, metric, baseline, current, ratio, noise } => console.line(&format!(
                     "SLOWER   {case_id}: {metric} {:.3} ms -> {:.3} ms ({ratio:.2}x; noise {:.0}%)",
                     baseline * 1e3,
                     current * 1e3,
                     noise * 100.0
-                ),
-                Finding::Missing { case_id } => println!("MISSING  {case_id}"),
+                )),
+                Finding::Missing { case_id } => console.line(&format!("MISSING  {case_id}")),
             }
         }
     }
@@ -213,7 +214,12 @@ pub fn merge_command(args: &MergeArgs) -> anyhow::Result<Code> {
     }
     info.machine = machines.join(" + ");
     let path = store::append_run(&args.out, &info, &rows)?;
-    println!("merged {} rows from {} runs into {}", rows.len(), args.runs.len(), path.display());
+    crate::sinks::Console::new(0, true).line(&format!(
+        "merged {} rows from {} runs into {}",
+        rows.len(),
+        args.runs.len(),
+        path.display()
+    ));
     Ok(Code::Success)
 }
 
@@ -239,6 +245,6 @@ pub fn report_command(args: &ReportArgs) -> anyhow::Result<Code> {
     }
     let path = args.out.join("index.html");
     store::write_atomic(&path, &adgauge_reports::html::render(&runs))?;
-    println!("wrote {} ({} runs)", path.display(), runs.len());
+    crate::sinks::Console::new(0, true).line(&format!("wrote {} ({} runs)", path.display(), runs.len()));
     Ok(Code::Success)
 }
