@@ -11,7 +11,9 @@ use adgauge_workloads::Mode;
 use crate::exit::{Code, bad_input, unavailable};
 use crate::external::{ExternalSpec, parse_tool_cmd};
 use crate::pipeline::{Case, Settings, cannot_run, is_unsupported, run_case, validate};
-use crate::sinks::{Console, Fanout, HistorySink, JsonLinesSink, ProgressSink, RunStart, Sink, TableSink};
+use crate::sinks::{
+    Console, Fanout, HistorySink, JsonLinesSink, ProgressSink, RunStart, Sink, TableSink, ToolsComparedSink,
+};
 use crate::suite::{DEFAULT_SEED, Suite, default_suite, parse_suite_with};
 use crate::tool::Tools;
 use crate::validation::Outcome;
@@ -153,6 +155,7 @@ pub fn run(args: &RunArgs, threads: Option<usize>) -> anyhow::Result<Code> {
         sink.push(JsonLinesSink(console.clone()));
     } else {
         sink.push(TableSink(console.clone()));
+        sink.push(ToolsComparedSink::new(console.clone()));
     }
     let mut dirs: Vec<PathBuf> = args.out.iter().chain(&args.history).cloned().collect();
     // Children of --isolate (--exact) report to their parent, which saves the run.

@@ -166,6 +166,92 @@ impl Sink for TableSink {
     }
 }
 
+/// After the run, the tools side by side: for every case run by several tools, each tool's
+/// median times, its overhead and its time relative to adgauge's CPU engine, and its finding.
+pub struct ToolsComparedSink {
+    console: Console,
+    rows: Vec<ResultRow>,
+}
+
+impl ToolsComparedSink {
+    pub fn new(console: Console) -> ToolsComparedSink {
+        ToolsComparedSink { console, rows: Vec::new() }
+    }
+}
+
+/// A case's identity without its tool: workload, parameters, dtype, rule.
+type CaseKey = (String, Vec<(String, String)>, String, String);
+
+fn without_tool(row: &ResultRow) -> CaseKey {
+    let params = row.params.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    (row.workload.clone(), params, row.dtype.clone(), row.rule.clone())
+}
+
+impl Sink for ToolsComparedSink {
+    fn case_finished(&mut self, row: &ResultRow) -> anyhow::Result<()> {
+        self.rows.push(row.clone());
+        Ok(())
+    }
+    fn run_finished(&mut self) -> anyhow::Result<()> {
+        let mut groups: Vec<(CaseKey, Vec<&ResultRow>)> = Vec::new();
+        for row in &self.rows {
+            let key = without_tool(row);
+            match groups.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, rows)) => rows.push(row),
+                None => groups.push((key, vec![row])),
+            }
+        }
+        groups.retain(|(_, rows)| rows.len() > 1);
+        if groups.is_empty() {
+            return Ok(());
+        }
+        self.console.line("");
+        self.console.line("tools compared (median ms; in brackets: time / cpu's)");
+        self.console.line(&format!(
+            "{:<24} {:<8} {:>19} {:>19} {:>19} {:>7}  finding",
+            "case", "tool", "primal", "vjp", "jvp", "vjp/pri"
+        ));
+        for (_, rows) in groups {
+            let reference = rows.iter().find(|r| r.backend == "cpu").copied();
+            for (i, row) in rows.iter().enumerate() {
+                let cell = |t: &Option<Timing>, base: Option<&Option<Timing>>| match t {
+                    None => "-".to_string(),
+                    Some(t) => match base.and_then(|b| b.as_ref()).filter(|_| row.backend != "cpu") {
+                        Some(b) if b.median_s > 0.0 => {
+                            format!("{:.3} ({:.2}x)", t.median_s * 1e3, t.median_s / b.median_s)
+                        }
+                        _ => format!("{:.3}", t.median_s * 1e3),
+                    },
+                };
+                let label = if i == 0 {
+                    let p = |k: &str| row.params.get(k).map(|v| format!(" {k}={v}")).unwrap_or_default();
+                    format!("{}{}{}", row.workload, p("n"), p("k"))
+                } else {
+                    String::new()
+                };
+                let finding = match (row.status, &row.message) {
+                    (Status::Ok, None) => "ok".to_string(),
+                    (Status::Ok, Some(m)) => format!("ok; {m}"),
+                    (Status::Failed, m) => format!("WRONG: {}", m.clone().unwrap_or_default()),
+                    (Status::Skipped, m) => format!("unsupported/skipped: {}", m.clone().unwrap_or_default()),
+                    (other, m) => format!("{}: {}", other.name().to_uppercase(), m.clone().unwrap_or_default()),
+                };
+                self.console.line(&format!(
+                    "{:<24} {:<8} {:>19} {:>19} {:>19} {:>7}  {}",
+                    label,
+                    row.backend,
+                    cell(&row.primal, reference.map(|r| &r.primal)),
+                    cell(&row.vjp, reference.map(|r| &r.vjp)),
+                    cell(&row.jvp, reference.map(|r| &r.jvp)),
+                    ratio(row.vjp_overhead()),
+                    finding
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The run's files in the history directories (see [`RunWriter`]): each row as it finishes,
 /// the whole run at the end.
 pub struct HistorySink {

@@ -213,4 +213,15 @@ fn tie_conventions_are_told_apart_from_wrong_adjoints() {
         assert_eq!(split["status"], "ok", "{split}");
         assert!(split["message"].as_str().unwrap().contains("ties: convention: tie-policy split"), "{split}");
     }
+    // The run table ends with the tools side by side, each with its finding.
+    let path = temp_file("external", "ties.yaml", &suite);
+    let table = stdout(&adgauge(&["run", "--suite", path.to_str().unwrap(), "--no-save", "--quiet"]));
+    let compared = table.split("tools compared").nth(1).unwrap_or_else(|| panic!("{table}"));
+    let line =
+        |tool: &str| compared.lines().find(|l| l.split_whitespace().any(|w| w == tool)).unwrap_or("").to_string();
+    assert!(line("all").contains("WRONG: ties worst"), "{compared}");
+    assert!(
+        line("split").contains("ok; ties: convention: tie-policy split") && line("split").contains("x)"),
+        "{compared}"
+    );
 }
