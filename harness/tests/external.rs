@@ -103,11 +103,11 @@ fn adgauge_tool_answers_as_eval_does_in_process() {
 #[test]
 fn adgauge_as_an_external_tool_passes_the_checks_of_its_own_engine() {
     let suite = format!(
-        "name: self\ntiming: {{samples: 2, min_sample_ms: 1, time_limit_s: 0.05}}\ncases:\n  - workload: hist\n    ops: [add, min]\n    rules: [auto]\n    n: [300]\n    k: [9]\n    dtypes: [f64]\n    tools: [cpu, {{name: self, command: \"{BIN} tool\"}}]\n  - workload: llsq\n    n: [40]\n    m: [5]\n    dtypes: [f64]\n    tools: [cpu, self]\n  - workload: lstm\n    l: [1]\n    c: [5]\n    b: [3]\n    dtypes: [f64]\n    tools: [cpu, self]\n  - workload: kmeans\n    n: [300]\n    k: [4]\n    d: [3]\n    dtypes: [f64]\n    tools: [cpu, self]\n"
+        "name: self\ntiming: {{samples: 2, min_sample_ms: 1, time_limit_s: 0.05}}\ncases:\n  - workload: hist\n    ops: [add, min]\n    rules: [auto]\n    n: [300]\n    k: [9]\n    dtypes: [f64]\n    tools: [cpu, {{name: self, command: \"{BIN} tool\"}}]\n  - workload: llsq\n    n: [40]\n    m: [5]\n    dtypes: [f64]\n    tools: [cpu, self]\n  - workload: lstm\n    l: [1]\n    c: [5]\n    b: [3]\n    dtypes: [f64]\n    tools: [cpu, self]\n  - workload: kmeans\n    n: [300]\n    k: [4]\n    d: [3]\n    dtypes: [f64]\n    tools: [cpu, self]\n  - workload: gmm\n    n: [40]\n    k: [3]\n    d: [3]\n    dtypes: [f64]\n    tools: [cpu, self]\n"
     );
     let (code, rows) = rows(&suite, "self.yaml");
     assert_eq!(code, Some(0), "{rows:#?}");
-    for w in ["hist-add", "hist-min", "llsq", "lstm", "kmeans"] {
+    for w in ["hist-add", "hist-min", "llsq", "lstm", "kmeans", "gmm"] {
         let (cpu, ext) = (row(&rows, w, "cpu"), row(&rows, w, "self"));
         assert_eq!((cpu["status"].as_str(), ext["status"].as_str()), (Some("ok"), Some("ok")), "{w}: {ext}");
         // The tool is judged by the checks of the engine, less those of engine internals (and

@@ -42,8 +42,10 @@ use adgauge_backends::{
 use adgauge_datasets::gmm::{GmmInput, Wishart, icf_size};
 use rayon::prelude::*;
 
-use crate::json::{format_array, format_number, format_rows, objective_json};
-use crate::objective::{ObjectiveProblem, ScalarObjective};
+use serde_json::Value as Json;
+
+use crate::json::{format_array, format_number, format_rows, objective_json, parse_number, parse_rows, rows_json};
+use crate::objective::{ObjectiveProblem, RemoteModule, ScalarObjective};
 use crate::workload::{
     EvalOption, EvalRequest, Mode, ParamSpec, Params, Problem, WResult, Workload, WorkloadError, rounded, sizes,
 };
@@ -484,6 +486,29 @@ impl Workload for Gmm {
             })
         })
     }
+    fn gradbench_module(&self) -> Option<&'static str> {
+        Some("gmm")
+    }
+    /// GradBench's `gmm` (its variant of the objective): `objective`, and `jacobian` as
+    /// `{"alpha", "mu", "q", "l"}`.
+    fn gradbench_evaluate(&self, function: &str, input: &Json, device: &AnyDevice, dtype: DType) -> WResult<String> {
+        let g = parse_gradbench_input(input, &format!("gmm.{function} input"))?;
+        let bad = WorkloadError::from_input;
+        with_device!(device, |dev| {
+            let x = GmmGradBenchObjective::upload(dev, &g, dtype).map_err(bad)?;
+            match function {
+                "objective" => Ok(format_number(dev.to_vec(&objective(dev, &x).map_err(bad)?)?[0], dtype)),
+                "jacobian" => {
+                    let full = gradbench_json(0.0, &gradient(dev, &x).map_err(bad)?.1, g.d, g.k, dtype);
+                    let v: Json = serde_json::from_str(&full).map_err(|e| WorkloadError::BadInput(e.to_string()))?;
+                    Ok(v["gradient"].to_string())
+                }
+                other => {
+                    Err(WorkloadError::BadInput(format!("gmm: no function '{other}' (known: objective, jacobian)")))
+                }
+            }
+        })
+    }
     fn table_label(&self, name: &str, row: &std::collections::BTreeMap<String, String>) -> String {
         match row.get("d") {
             Some(d) => format!("{name} d={d}"),
@@ -506,10 +531,130 @@ fn gradbench_json(f: f64, grad: &[f64], d: usize, k: usize, dt: DType) -> String
     )
 }
 
+/// GradBench's GMM (the Wishart prior's sign reversed, see the module documentation) as a scalar
+/// objective of [alphas, means, icf]: what GradBench's `gmm` module computes.
+pub struct GmmGradBenchObjective;
+
+impl ScalarObjective for GmmGradBenchObjective {
+    type Remote = Self;
+    type Resident<D: Device> = GmmInputs<D>;
+    type Input = GmmInput;
+    fn rounded(g: &GmmInput, dtype: DType) -> GmmInput {
+        GmmObjective::rounded(g, dtype)
+    }
+    fn params(g: &GmmInput) -> Vec<f64> {
+        GmmObjective::params(g)
+    }
+    fn with_params(g: &GmmInput, x: &[f64]) -> GmmInput {
+        GmmObjective::with_params(g, x)
+    }
+    fn upload<D: Device>(d: &D, input: &GmmInput, dtype: DType) -> Result<GmmInputs<D>> {
+        let mut x = upload(d, input, dtype)?;
+        x.variant = GmmVariant::GradBench;
+        Ok(x)
+    }
+    fn objective<D: Device>(d: &D, x: &GmmInputs<D>) -> Result<D::T> {
+        objective(d, x)
+    }
+    fn gradient<D: Device>(d: &D, x: &GmmInputs<D>) -> Result<Vec<f64>> {
+        Ok(gradient(d, x)?.1)
+    }
+    fn directional<D: Device>(d: &D, x: &GmmInputs<D>, v: &[f64]) -> Result<f64> {
+        Ok(directional(d, x, v)?.1)
+    }
+    fn manual_gradient(g: &GmmInput, dtype: DType) -> Vec<f64> {
+        manual_variant_in(g, dtype, GmmVariant::GradBench).1
+    }
+    fn remote(g: &GmmInput) -> Option<RemoteModule> {
+        Some(RemoteModule { primal: "objective", gradient: "jacobian", input: gradbench_input(g) })
+    }
+    fn remote_gradient(output: &Json, g: &GmmInput) -> Result<Vec<f64>> {
+        parse_gradbench_gradient(output, g.d, g.k)
+    }
+}
+
+/// GradBench's `gmm` input: sizes, the parameters split as alpha (k), mu, q and l (k rows each),
+/// the points (n rows) and the Wishart prior.
+pub fn gradbench_input(g: &GmmInput) -> Json {
+    let [alpha, mu, q, l] = split_gradbench(g.d, g.k, &GmmObjective::params(g));
+    let lw = g.d * g.d.saturating_sub(1) / 2;
+    serde_json::json!({
+        "d": g.d, "k": g.k, "n": g.n,
+        "alpha": alpha, "mu": rows_json(&mu, g.d), "q": rows_json(&q, g.d), "l": rows_json(&l, lw),
+        "x": rows_json(&g.x, g.d), "gamma": g.wishart.gamma, "m": g.wishart.m,
+    })
+}
+
+/// Reads GradBench's `gmm` input.
+pub fn parse_gradbench_input(input: &Json, source: &str) -> WResult<GmmInput> {
+    let bad = |m: String| WorkloadError::BadInput(format!("{source}: {m}"));
+    let size = |f: &str| {
+        input
+            .get(f)
+            .and_then(Json::as_u64)
+            .map(|v| v as usize)
+            .ok_or_else(|| bad(format!("field {f}: expected a whole number")))
+    };
+    let (d, k, n) = (size("d")?, size("k")?, size("n")?);
+    let alphas: Vec<f64> = match input.get("alpha") {
+        Some(Json::Array(a)) => {
+            a.iter().map(|v| parse_number(v).map_err(|m| bad(format!("field alpha: {m}")))).collect::<WResult<_>>()?
+        }
+        _ => return Err(bad("field alpha: expected an array".into())),
+    };
+    let (_, _, mu) = parse_rows(input, "mu", source)?;
+    let (_, _, q) = parse_rows(input, "q", source)?;
+    let l = if d > 1 { parse_rows(input, "l", source)?.2 } else { Vec::new() };
+    let (_, _, x) = parse_rows(input, "x", source)?;
+    let gamma =
+        input.get("gamma").and_then(Json::as_f64).ok_or_else(|| bad("field gamma: expected a number".into()))?;
+    let m = input.get("m").and_then(Json::as_i64).ok_or_else(|| bad("field m: expected a whole number".into()))?;
+    let lw = d * d.saturating_sub(1) / 2;
+    if alphas.len() != k || mu.len() != k * d || q.len() != k * d || l.len() != k * lw || x.len() != n * d {
+        return Err(bad(format!("sizes do not match d = {d}, k = {k}, n = {n}")));
+    }
+    let icf = (0..k)
+        .flat_map(|c| q[c * d..(c + 1) * d].iter().chain(&l[c * lw..(c + 1) * lw]).copied().collect::<Vec<_>>())
+        .collect();
+    let m = i32::try_from(m).map_err(|_| bad(format!("field m: {m} is out of range")))?;
+    let g = GmmInput { d, k, n, alphas, means: mu, icf, x, wishart: Wishart { gamma, m } };
+    g.validate().map_err(|e| bad(e.to_string()))?;
+    Ok(g)
+}
+
+/// The gradient in GradBench's output `{"alpha", "mu", "q", "l"}`, flat as [alphas, means, icf].
+fn parse_gradbench_gradient(out: &Json, d: usize, k: usize) -> Result<Vec<f64>> {
+    let device = |m: String| adgauge_backends::OpError::Device(format!("gmm.jacobian output: {m}"));
+    let flat = |field: &str, len: usize| -> Result<Vec<f64>> {
+        let v = out.get(field).ok_or_else(|| device(format!("field {field}: missing")))?;
+        let xs: Vec<f64> = match v {
+            Json::Array(a) if a.iter().all(Json::is_array) => a
+                .iter()
+                .flat_map(|r| r.as_array().cloned().unwrap_or_default())
+                .map(|x| parse_number(&x).map_err(&device))
+                .collect::<Result<_>>()?,
+            Json::Array(a) => a.iter().map(|x| parse_number(x).map_err(&device)).collect::<Result<_>>()?,
+            other => {
+                return Err(device(format!("field {field}: expected an array, found {}", crate::json::kind(other))));
+            }
+        };
+        if xs.len() != len {
+            return Err(device(format!("field {field}: {} numbers, expected {len}", xs.len())));
+        }
+        Ok(xs)
+    };
+    let lw = d * d.saturating_sub(1) / 2;
+    let (alpha, mu, q, l) = (flat("alpha", k)?, flat("mu", k * d)?, flat("q", k * d)?, flat("l", k * lw)?);
+    let icf =
+        (0..k).flat_map(|c| q[c * d..(c + 1) * d].iter().chain(&l[c * lw..(c + 1) * lw]).copied().collect::<Vec<_>>());
+    Ok(alpha.into_iter().chain(mu).chain(icf).collect())
+}
+
 /// GMM as a scalar objective of [alphas, means, icf].
 pub struct GmmObjective;
 
 impl ScalarObjective for GmmObjective {
+    type Remote = GmmGradBenchObjective;
     type Resident<D: Device> = GmmInputs<D>;
     type Input = GmmInput;
     fn rounded(g: &GmmInput, dtype: DType) -> GmmInput {
@@ -552,6 +697,19 @@ mod tests {
     use adgauge_datasets::adbench::adbench_file;
 
     use super::*;
+
+    #[test]
+    fn gradbench_inputs_and_gradients_round_trip() {
+        let g = GmmInput::generate(3, 2, 5, 7);
+        let json = gradbench_input(&g);
+        assert_eq!(json["l"][0].as_array().unwrap().len(), 3);
+        assert_eq!(parse_gradbench_input(&json, "in").unwrap(), g);
+        // A gradient laid out as [alphas, means, icf] survives GradBench's split and back.
+        let flat: Vec<f64> = (0..GmmObjective::params(&g).len()).map(|i| i as f64).collect();
+        let printed = gradbench_json(0.0, &flat, g.d, g.k, DType::F64);
+        let v: Json = serde_json::from_str(&printed).unwrap();
+        assert_eq!(parse_gradbench_gradient(&v["gradient"], g.d, g.k).unwrap(), flat);
+    }
 
     fn close(a: &[f64], b: &[f64], tol: f64) -> bool {
         a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() <= tol * (x.abs() + y.abs()).max(1.0))

@@ -280,6 +280,7 @@ impl Workload for Llsq {
 struct LlsqObjective;
 
 impl ScalarObjective for LlsqObjective {
+    type Remote = Self;
     type Resident<D: Device> = LlsqInputs<D>;
     type Input = LlsqInput;
     fn rounded(input: &LlsqInput, dtype: DType) -> LlsqInput {

@@ -475,6 +475,7 @@ pub fn parse_gradbench_input(input: &Json, source: &str) -> WResult<LstmInput> {
 pub struct LstmObjective;
 
 impl ScalarObjective for LstmObjective {
+    type Remote = Self;
     type Resident<D: Device> = LstmInputs<D>;
     type Input = LstmInput;
     fn rounded(s: &LstmInput, dtype: DType) -> LstmInput {

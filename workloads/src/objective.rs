@@ -18,6 +18,9 @@ pub trait ScalarObjective: 'static {
     type Input: Clone + Send + Sync + 'static;
     /// The input resident on a device.
     type Resident<D: Device>;
+    /// The objective a tool's GradBench module computes for this input, and whose references
+    /// judge it (`Self`, except where GradBench's definition differs from adgauge's: GMM).
+    type Remote: ScalarObjective<Input = Self::Input>;
     /// The input with every number rounded to `dtype` (derivatives are taken at that point).
     fn rounded(input: &Self::Input, dtype: DType) -> Self::Input;
     /// The parameters, flat, in the gradient's layout.
@@ -78,7 +81,7 @@ impl<W: ScalarObjective> Problem for ObjectiveProblem<W> {
         with_device!(device, |d| Ok(ObjectiveFlat::<W, _>::validation(cpu, d, s.dtype, &self.0)?))
     }
     fn remote_call(&self, mode: Mode) -> Option<RemoteCall> {
-        let module = W::remote(&self.0)?;
+        let module = W::Remote::remote(&self.0)?;
         let function = match mode {
             Mode::Primal => module.primal,
             Mode::Vjp => module.gradient,
@@ -90,10 +93,10 @@ impl<W: ScalarObjective> Problem for ObjectiveProblem<W> {
     /// CPU and against the hand-derived gradient. The directional derivative is the gradient's
     /// (the modules have no forward mode), so the dot-product test holds by construction.
     fn remote_validation(&self, remote: Arc<dyn Remote>, cpu: &Cpu, _s: &CheckSettings) -> WResult<Validation> {
-        let module = W::remote(&self.0).ok_or_else(|| OpError::Unsupported("no GradBench module".into()))?;
+        let module = W::Remote::remote(&self.0).ok_or_else(|| OpError::Unsupported("no GradBench module".into()))?;
         let output = remote.call(module.gradient, module.input)?;
-        let gradient = W::remote_gradient(&output, &self.0)?;
-        let f = ObjectiveFlat::<W, Cpu>::new(cpu.clone(), cpu.clone(), DType::F64, &self.0);
+        let gradient = W::Remote::remote_gradient(&output, &self.0)?;
+        let f = ObjectiveFlat::<W::Remote, Cpu>::new(cpu.clone(), cpu.clone(), DType::F64, &self.0);
         let manual =
             Comparison { check: CheckKind::Manual, got: gradient.clone(), want: f.manual_gradient(), convention: None };
         Ok(Validation { flat: Box::new(GradientFlat { f, gradient }), full_jacobian: None, comparisons: vec![manual] })
