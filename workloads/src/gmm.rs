@@ -531,48 +531,6 @@ fn gradbench_json(f: f64, grad: &[f64], d: usize, k: usize, dt: DType) -> String
     )
 }
 
-/// GradBench's GMM (the Wishart prior's sign reversed, see the module documentation) as a scalar
-/// objective of [alphas, means, icf]: what GradBench's `gmm` module computes.
-pub struct GmmGradBenchObjective;
-
-impl ScalarObjective for GmmGradBenchObjective {
-    type Remote = Self;
-    type Resident<D: Device> = GmmInputs<D>;
-    type Input = GmmInput;
-    fn rounded(g: &GmmInput, dtype: DType) -> GmmInput {
-        GmmObjective::rounded(g, dtype)
-    }
-    fn params(g: &GmmInput) -> Vec<f64> {
-        GmmObjective::params(g)
-    }
-    fn with_params(g: &GmmInput, x: &[f64]) -> GmmInput {
-        GmmObjective::with_params(g, x)
-    }
-    fn upload<D: Device>(d: &D, input: &GmmInput, dtype: DType) -> Result<GmmInputs<D>> {
-        let mut x = upload(d, input, dtype)?;
-        x.variant = GmmVariant::GradBench;
-        Ok(x)
-    }
-    fn objective<D: Device>(d: &D, x: &GmmInputs<D>) -> Result<D::T> {
-        objective(d, x)
-    }
-    fn gradient<D: Device>(d: &D, x: &GmmInputs<D>) -> Result<Vec<f64>> {
-        Ok(gradient(d, x)?.1)
-    }
-    fn directional<D: Device>(d: &D, x: &GmmInputs<D>, v: &[f64]) -> Result<f64> {
-        Ok(directional(d, x, v)?.1)
-    }
-    fn manual_gradient(g: &GmmInput, dtype: DType) -> Vec<f64> {
-        manual_variant_in(g, dtype, GmmVariant::GradBench).1
-    }
-    fn remote(g: &GmmInput) -> Option<RemoteModule> {
-        Some(RemoteModule { primal: "objective", gradient: "jacobian", input: gradbench_input(g) })
-    }
-    fn remote_gradient(output: &Json, g: &GmmInput) -> Result<Vec<f64>> {
-        parse_gradbench_gradient(output, g.d, g.k)
-    }
-}
-
 /// GradBench's `gmm` input: sizes, the parameters split as alpha (k), mu, q and l (k rows each),
 /// the points (n rows) and the Wishart prior.
 pub fn gradbench_input(g: &GmmInput) -> Json {
@@ -650,10 +608,22 @@ fn parse_gradbench_gradient(out: &Json, d: usize, k: usize) -> Result<Vec<f64>> 
     Ok(alpha.into_iter().chain(mu).chain(icf).collect())
 }
 
-/// GMM as a scalar objective of [alphas, means, icf].
-pub struct GmmObjective;
+/// GMM as a scalar objective of [alphas, means, icf]: ADBench's objective
+/// ([`GmmObjective`]) or GradBench's, whose Wishart prior has the opposite sign
+/// ([`GmmGradBenchObjective`]: what GradBench's `gmm` module computes, so a tool speaking it is
+/// judged by that variant's references).
+pub struct GmmOf<const GRADBENCH: bool>;
 
-impl ScalarObjective for GmmObjective {
+/// ADBench's GMM objective.
+pub type GmmObjective = GmmOf<false>;
+/// GradBench's GMM objective.
+pub type GmmGradBenchObjective = GmmOf<true>;
+
+impl<const GRADBENCH: bool> GmmOf<GRADBENCH> {
+    const VARIANT: GmmVariant = if GRADBENCH { GmmVariant::GradBench } else { GmmVariant::Adbench };
+}
+
+impl<const GRADBENCH: bool> ScalarObjective for GmmOf<GRADBENCH> {
     type Remote = GmmGradBenchObjective;
     type Resident<D: Device> = GmmInputs<D>;
     type Input = GmmInput;
@@ -675,7 +645,9 @@ impl ScalarObjective for GmmObjective {
         GmmInput { alphas: a.to_vec(), means: m.to_vec(), icf: q.to_vec(), ..g.clone() }
     }
     fn upload<D: Device>(d: &D, input: &GmmInput, dtype: DType) -> Result<GmmInputs<D>> {
-        upload(d, input, dtype)
+        let mut x = upload(d, input, dtype)?;
+        x.variant = Self::VARIANT;
+        Ok(x)
     }
     fn objective<D: Device>(d: &D, x: &GmmInputs<D>) -> Result<D::T> {
         objective(d, x)
@@ -687,7 +659,13 @@ impl ScalarObjective for GmmObjective {
         Ok(directional(d, x, v)?.1)
     }
     fn manual_gradient(g: &GmmInput, dtype: DType) -> Vec<f64> {
-        manual_in(g, dtype).1
+        manual_variant_in(g, dtype, Self::VARIANT).1
+    }
+    fn remote(g: &GmmInput) -> Option<RemoteModule> {
+        GRADBENCH.then(|| RemoteModule { primal: "objective", gradient: "jacobian", input: gradbench_input(g) })
+    }
+    fn remote_gradient(output: &Json, g: &GmmInput) -> Result<Vec<f64>> {
+        parse_gradbench_gradient(output, g.d, g.k)
     }
 }
 

@@ -694,20 +694,19 @@ fn numbers(xs: &[f64]) -> Json {
 /// A histogram case as a flat function whose derivatives come from a tool in another process.
 struct RemoteHistFlat {
     remote: Arc<dyn Remote>,
-    cpu: Cpu,
-    op: HistOp,
-    data: HistData,
-    x0: Vec<f64>,
+    /// The same case on the CPU in f64: the primal of finite differences, the sizes, the point.
+    local: HistFlat<Cpu>,
 }
 
 impl RemoteHistFlat {
     fn new(remote: Arc<dyn Remote>, cpu: Cpu, op: HistOp, data: &HistData) -> RemoteHistFlat {
-        let x0 = data.vals.iter().chain(&data.dest).copied().collect();
-        RemoteHistFlat { remote, cpu, op, data: data.clone(), x0 }
+        let local = HistFlat::new(cpu.clone(), cpu, HistWorkload { op }, HistRule::Auto, DType::F64, data);
+        RemoteHistFlat { remote, local }
     }
 
     fn call(&self, function: &str, extra: &[(&str, &[f64])], fields: &[(&str, usize)]) -> Result<Vec<Vec<f64>>> {
-        let out = self.remote.call(function, module_input(self.op, &self.data, extra)).map_err(remote_error)?;
+        let input = module_input(self.local.workload.op, &self.local.data, extra);
+        let out = self.remote.call(function, input).map_err(remote_error)?;
         fields.iter().map(|&(name, len)| output_numbers(&out, name, len)).collect()
     }
 }
@@ -734,35 +733,30 @@ fn output_numbers(out: &Json, name: &str, len: usize) -> Result<Vec<f64>> {
 
 impl FlatFn for RemoteHistFlat {
     fn n_in(&self) -> usize {
-        self.x0.len()
+        self.local.n_in()
     }
     fn n_out(&self) -> usize {
-        self.data.k
+        self.local.n_out()
     }
     fn x0(&self) -> &[f64] {
-        &self.x0
+        self.local.x0()
     }
     fn eval_f64(&self, x: &[f64]) -> Result<Vec<f64>> {
-        let n = self.data.vals.len();
-        let at =
-            HistData { k: self.data.k, inds: self.data.inds.clone(), vals: x[..n].to_vec(), dest: x[n..].to_vec() };
-        let w = HistWorkload { op: self.op };
-        self.cpu.to_vec(&w.primal(&self.cpu, &w.upload(&self.cpu, &at, DType::F64)?)?)
+        self.local.eval_f64(x)
     }
     fn vjp(&self, w: &[f64]) -> Result<Vec<f64>> {
-        let (n, k) = (self.data.vals.len(), self.data.k);
+        let (n, k) = (self.local.data.vals.len(), self.local.data.k);
         let parts = self.call("vjp", &[("hist_bar", w)], &[("vals_bar", n), ("dest_bar", k)])?;
         Ok(parts.concat())
     }
     fn jvp(&self, v: &[f64]) -> Result<Vec<f64>> {
-        let n = self.data.vals.len();
-        let (vals_dot, dest_dot) = v.split_at(n);
+        let (vals_dot, dest_dot) = v.split_at(self.local.data.vals.len());
         let parts =
-            self.call("jvp", &[("vals_dot", vals_dot), ("dest_dot", dest_dot)], &[("hist_dot", self.data.k)])?;
+            self.call("jvp", &[("vals_dot", vals_dot), ("dest_dot", dest_dot)], &[("hist_dot", self.local.data.k)])?;
         Ok(parts.concat())
     }
     fn fd_unsafe(&self, h: f64) -> Option<String> {
-        tie_within_step(self.op, &self.data, h)
+        self.local.fd_unsafe(h)
     }
 }
 

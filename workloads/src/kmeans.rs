@@ -21,6 +21,7 @@ use serde_json::Value as Json;
 use std::sync::Arc;
 
 use crate::json::{format_number, format_rows, kind, parse_number, parse_rows, rows_json};
+use crate::objective::GivenGradient;
 use crate::workload::{
     CheckKind, CheckSettings, Comparison, EvalRequest, FlatFn, Mode, ParamSpec, Params, Prepared, Problem, Remote,
     RemoteCall, Validation, WResult, Workload, WorkloadError, rounded, sizes,
@@ -303,36 +304,6 @@ impl Problem for KmeansProblem {
 /// GradBench's `kmeans` input: `{"points": [n rows of d], "centroids": [k rows of d]}`.
 pub fn gradbench_input(data: &KmeansData) -> Json {
     serde_json::json!({"points": rows_json(&data.points, data.d), "centroids": rows_json(&data.centres, data.d)})
-}
-
-/// The cost as a flat function whose gradient a tool gave.
-struct GivenGradient {
-    f: KmeansFlat<Cpu>,
-    gradient: Vec<f64>,
-}
-
-impl FlatFn for GivenGradient {
-    fn n_in(&self) -> usize {
-        self.f.n_in()
-    }
-    fn n_out(&self) -> usize {
-        1
-    }
-    fn x0(&self) -> &[f64] {
-        self.f.x0()
-    }
-    fn eval_f64(&self, x: &[f64]) -> Result<Vec<f64>> {
-        self.f.eval_f64(x)
-    }
-    fn vjp(&self, w: &[f64]) -> Result<Vec<f64>> {
-        Ok(self.gradient.iter().map(|g| g * w[0]).collect())
-    }
-    fn jvp(&self, v: &[f64]) -> Result<Vec<f64>> {
-        Ok(vec![self.gradient.iter().zip(v).map(|(g, v)| g * v).sum()])
-    }
-    fn fd_unsafe(&self, h: f64) -> Option<String> {
-        self.f.fd_unsafe(h)
-    }
 }
 
 /// Timed modes: primal = the cost, vjp = cost and gradient, jvp = one forward sweep along ones.

@@ -99,18 +99,18 @@ impl<W: ScalarObjective> Problem for ObjectiveProblem<W> {
         let f = ObjectiveFlat::<W::Remote, Cpu>::new(cpu.clone(), cpu.clone(), DType::F64, &self.0);
         let manual =
             Comparison { check: CheckKind::Manual, got: gradient.clone(), want: f.manual_gradient(), convention: None };
-        Ok(Validation { flat: Box::new(GradientFlat { f, gradient }), full_jacobian: None, comparisons: vec![manual] })
+        Ok(Validation { flat: Box::new(GivenGradient { f, gradient }), full_jacobian: None, comparisons: vec![manual] })
     }
 }
 
-/// A scalar objective with a given gradient (a tool's): J^T w = w gradient, J v = gradient . v;
-/// f64 values on the CPU.
-struct GradientFlat<W: ScalarObjective> {
-    f: ObjectiveFlat<W, Cpu>,
-    gradient: Vec<f64>,
+/// A scalar function whose gradient was given (a tool's): J^T w = w gradient, J v = gradient . v;
+/// the values (for finite differences) and the point come from `f`.
+pub struct GivenGradient<F: FlatFn> {
+    pub f: F,
+    pub gradient: Vec<f64>,
 }
 
-impl<W: ScalarObjective> FlatFn for GradientFlat<W> {
+impl<F: FlatFn> FlatFn for GivenGradient<F> {
     fn n_in(&self) -> usize {
         self.f.n_in()
     }
