@@ -208,7 +208,7 @@ impl Sink for ToolsComparedSink {
         self.console.line("");
         self.console.line("tools compared (median ms; in brackets: time / cpu's)");
         self.console.line(&format!(
-            "{:<24} {:<8} {:>19} {:>19} {:>19} {:>7}  finding",
+            "{:<30} {:<8} {:>19} {:>19} {:>19} {:>7}  finding",
             "case", "tool", "primal", "vjp", "jvp", "vjp/pri"
         ));
         for (_, rows) in groups {
@@ -225,7 +225,10 @@ impl Sink for ToolsComparedSink {
                 };
                 let label = if i == 0 {
                     let p = |k: &str| row.params.get(k).map(|v| format!(" {k}={v}")).unwrap_or_default();
-                    format!("{}{}{}", row.workload, p("n"), p("k"))
+                    let name = adgauge_workloads::find(&row.workload)
+                        .map(|w| w.table_label(&row.workload, &row.params))
+                        .unwrap_or_else(|| row.workload.clone());
+                    format!("{name}{}{}", p("n"), p("k"))
                 } else {
                     String::new()
                 };
@@ -237,7 +240,7 @@ impl Sink for ToolsComparedSink {
                     (other, m) => format!("{}: {}", other.name().to_uppercase(), m.clone().unwrap_or_default()),
                 };
                 self.console.line(&format!(
-                    "{:<24} {:<8} {:>19} {:>19} {:>19} {:>7}  {}",
+                    "{:<30} {:<8} {:>19} {:>19} {:>19} {:>7}  {}",
                     label,
                     row.backend,
                     cell(&row.primal, reference.map(|r| &r.primal)),

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""JAX as a GradBench-protocol tool for adgauge (modules `hist` and `llsq`).
+"""JAX as a GradBench-protocol tool for adgauge (modules `hist`, `llsq`, `kmeans` and `lstm`).
 
 Needs JAX (CPU): scripts/setup-tools.sh makes a virtualenv with pinned versions. Every function
 is jit-compiled per shape; derivatives come from jax.vjp and jax.jvp.
@@ -160,7 +160,74 @@ def llsq(function, x):
     raise ValueError(f"llsq has no function {function}")
 
 
-MODULES = {"hist": hist, "llsq": llsq}
+def kmeans(function, x):
+    points = jnp.asarray([[number(v) for v in row] for row in x["points"]], dtype=jnp.float64)
+    centroids = jnp.asarray([[number(v) for v in row] for row in x["centroids"]], dtype=jnp.float64)
+
+    def cost(c):
+        d2 = jnp.sum((points[:, None, :] - c[None, :, :]) ** 2, axis=2)
+        return jnp.sum(jnp.min(d2, axis=1))
+
+    def direction(c):
+        # The Hessian is diagonal: one Hessian-vector product with ones (forward over reverse).
+        g, h = jax.jvp(jax.grad(cost), (c,), (jnp.ones_like(c),))
+        return jnp.where(h > 0, g / jnp.where(h > 0, h, 1.0), 0.0)
+
+    shape = points.shape + centroids.shape
+    if function == "cost":
+        run = compiled(("kmeans-cost", shape), lambda: cost)
+        return (lambda: run(centroids).block_until_ready()), float
+    if function == "dir":
+        run = compiled(("kmeans-dir", shape), lambda: direction)
+        return (lambda: run(centroids).block_until_ready()), (lambda d: [plain(row) for row in d])
+    raise ValueError(f"kmeans has no function {function}")
+
+
+def lstm(function, x):
+    """ADBench's D-LSTM (diagonal weights, the +2 inside the log-sum-exp kept)."""
+    main = jnp.asarray([[number(v) for v in row] for row in x["main_params"]], dtype=jnp.float64)
+    extra = jnp.asarray([[number(v) for v in row] for row in x["extra_params"]], dtype=jnp.float64)
+    state = jnp.asarray([[number(v) for v in row] for row in x["state"]], dtype=jnp.float64)
+    seq = jnp.asarray([[number(v) for v in row] for row in x["sequence"]], dtype=jnp.float64)
+    layers, b = main.shape[0] // 2, main.shape[1] // 4
+
+    def loss(main, extra):
+        def step(carry, t):
+            hidden, cell = carry
+            inp = seq[t] * extra[0]
+            new_h, new_c = [], []
+            for j in range(layers):
+                w, bias = main[2 * j], main[2 * j + 1]
+                forget = jax.nn.sigmoid(inp * w[:b] + bias[:b])
+                ingate = jax.nn.sigmoid(hidden[j] * w[b:2 * b] + bias[b:2 * b])
+                outgate = jax.nn.sigmoid(inp * w[2 * b:3 * b] + bias[2 * b:3 * b])
+                change = jnp.tanh(hidden[j] * w[3 * b:] + bias[3 * b:])
+                c = cell[j] * forget + ingate * change
+                h = outgate * jnp.tanh(c)
+                new_h.append(h)
+                new_c.append(c)
+                inp = h
+            ypred = inp * extra[1] + extra[2]
+            ynorm = ypred - jnp.log(jnp.sum(jnp.exp(ypred)) + 2.0)
+            return (jnp.stack(new_h), jnp.stack(new_c)), jnp.sum(seq[t + 1] * ynorm)
+
+        init = (state[0::2], state[1::2])
+        _, totals = jax.lax.scan(step, init, jnp.arange(seq.shape[0] - 1))
+        return -jnp.sum(totals) / ((seq.shape[0] - 1) * b)
+
+    shape = (main.shape, seq.shape)
+    if function == "objective":
+        run = compiled(("lstm", shape), lambda: loss)
+        return (lambda: run(main, extra).block_until_ready()), float
+    if function == "jacobian":
+        run = compiled(("lstm-grad", shape), lambda: jax.grad(loss, argnums=(0, 1)))
+        return (lambda: jax.block_until_ready(run(main, extra))), (
+            lambda g: plain(jnp.concatenate([g[0].reshape(-1), g[1].reshape(-1)]))
+        )
+    raise ValueError(f"lstm has no function {function}")
+
+
+MODULES = {"hist": hist, "llsq": llsq, "kmeans": kmeans, "lstm": lstm}
 
 
 def main():
