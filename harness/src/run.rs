@@ -152,7 +152,7 @@ pub fn run(args: &RunArgs, threads: Option<usize>) -> anyhow::Result<Code> {
     let mut sink = Fanout::default();
     sink.push(ProgressSink(console.clone()));
     if args.json {
-        sink.push(JsonLinesSink(console.clone()));
+        sink.push(JsonLinesSink::new(console.clone()));
     } else {
         sink.push(TableSink(console.clone()));
         sink.push(ToolsComparedSink::new(console.clone()));

@@ -130,12 +130,40 @@ impl Sink for ProgressSink {
     }
 }
 
-/// One JSON object per row (JSON lines).
-pub struct JsonLinesSink(pub Console);
+/// One JSON object per row (JSON lines): the row, with the run it belongs to (id, time, git
+/// revision, version, machine) and its overheads, so that a line can be read on its own.
+pub struct JsonLinesSink {
+    console: Console,
+    run: Option<serde_json::Value>,
+}
+
+impl JsonLinesSink {
+    pub fn new(console: Console) -> JsonLinesSink {
+        JsonLinesSink { console, run: None }
+    }
+}
 
 impl Sink for JsonLinesSink {
+    fn run_started(&mut self, run: &RunStart) -> anyhow::Result<()> {
+        let mut info = serde_json::to_value(run.info)?;
+        if let serde_json::Value::Object(map) = &mut info {
+            map.insert("suite".into(), run.suite.into());
+        }
+        self.run = Some(info);
+        Ok(())
+    }
     fn case_finished(&mut self, row: &ResultRow) -> anyhow::Result<()> {
-        self.0.line(&serde_json::to_string(row)?);
+        let mut value = serde_json::to_value(row)?;
+        if let serde_json::Value::Object(map) = &mut value {
+            if let Some(serde_json::Value::Object(run)) = &self.run {
+                for (k, v) in run {
+                    map.entry(k.clone()).or_insert_with(|| v.clone());
+                }
+            }
+            map.insert("vjp_overhead".into(), row.vjp_overhead().into());
+            map.insert("jvp_overhead".into(), row.jvp_overhead().into());
+        }
+        self.console.line(&value.to_string());
         Ok(())
     }
 }

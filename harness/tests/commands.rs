@@ -115,7 +115,14 @@ fn run_lists_filters_and_prints_json_rows() {
         assert!(row["case_id"].as_str().unwrap().contains("k=10,"));
         let status = row["status"].as_str().unwrap();
         assert!(status == "ok" || status == "skipped", "{row}");
+        // Every line says which run and machine it comes from, and its overheads.
+        assert!(row["run_id"].as_str().is_some_and(|id| !id.is_empty()), "{row}");
+        assert_eq!(row["suite"], "default", "{row}");
+        assert!(row["git_revision"].is_string() && row["machine"].is_string() && row["cores"].as_u64().unwrap() >= 1);
         if status == "ok" {
+            let overhead = row["vjp_overhead"].as_f64().unwrap();
+            let median = |m: &str| row[m]["median_s"].as_f64().unwrap();
+            assert!((overhead - median("vjp") / median("primal")).abs() <= 1e-12 * overhead, "{row}");
             assert!(row["primal"]["median_s"].as_f64().unwrap() > 0.0);
             assert!(row["vjp"]["median_s"].as_f64().unwrap() > 0.0);
             assert!(row["vjp_peak_bytes"].as_u64().unwrap() > 0);
