@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use adgauge_backends::{DType, OpError, open_device};
+use adgauge_backends::{AnyDevice, DType, OpError, open_device};
 use adgauge_workloads::{EvalRequest, Mode, WorkloadError};
 
 use crate::exit::{bad_input, unavailable};
@@ -70,6 +70,15 @@ fn read_input(path: &PathBuf, max: u64) -> anyhow::Result<(String, String)> {
     Ok((name, text))
 }
 
+/// Opens the device of `--backend NAME`: an unknown name is bad usage (exit 2), a device that
+/// cannot start is unavailable (exit 4, with the reason).
+pub fn open_backend(name: &str, threads: Option<usize>) -> anyhow::Result<AnyDevice> {
+    open_device(name, threads).map_err(|e| match e {
+        OpError::Unsupported(msg) => bad_input(msg),
+        other => unavailable(format!("backend {name} is unavailable: {other}")),
+    })
+}
+
 pub fn run(args: &EvalArgs, threads: Option<usize>) -> anyhow::Result<String> {
     let workload =
         adgauge_workloads::find(&args.workload).filter(|w| w.names().contains(&args.workload)).ok_or_else(|| {
@@ -101,10 +110,7 @@ pub fn run(args: &EvalArgs, threads: Option<usize>) -> anyhow::Result<String> {
         return Err(bad_input(format!("--{flag} does not apply to workload {}", args.workload)));
     }
     let (source, text) = read_input(&args.input, args.max_input_bytes)?;
-    let device = open_device(&args.backend, threads).map_err(|e| match e {
-        OpError::Unsupported(msg) => bad_input(msg),
-        other => unavailable(format!("backend {} is unavailable: {other}", args.backend)),
-    })?;
+    let device = open_backend(&args.backend, threads)?;
     let request = EvalRequest {
         name: args.workload.clone(),
         text,

@@ -281,10 +281,12 @@ impl Shared {
 pub struct ProcessTool {
     shared: Arc<Mutex<Shared>>,
     name: String,
+    /// The run's CPU device: the f64 references its outputs are judged by.
+    cpu: Cpu,
 }
 
 impl ProcessTool {
-    pub fn new(spec: ExternalSpec) -> ProcessTool {
+    pub fn new(spec: ExternalSpec, cpu: Cpu) -> ProcessTool {
         let name = spec.name.clone();
         let shared = Shared {
             spec,
@@ -294,7 +296,7 @@ impl ProcessTool {
             defined: BTreeMap::new(),
             validated: Vec::new(),
         };
-        ProcessTool { shared: Arc::new(Mutex::new(shared)), name }
+        ProcessTool { shared: Arc::new(Mutex::new(shared)), name, cpu }
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut Shared) -> T) -> T {
@@ -372,8 +374,7 @@ impl Tool for ProcessTool {
         self.with(|s| s.validated.clear());
         let remote = Arc::new(RemoteHandle { shared: self.shared.clone(), module });
         // The tool computes in f64; its derivatives are compared with f64 references.
-        let cpu = Cpu::new(None)?;
-        Ok(problem.remote_validation(remote, &cpu, settings)?)
+        Ok(problem.remote_validation(remote, &self.cpu, settings)?)
     }
     fn verdict(&self, valid: bool, error: Option<String>) {
         self.with(|s| {

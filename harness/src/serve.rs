@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use serde_json::Value as Json;
 
-use adgauge_backends::{AnyDevice, DType, OpError, open_device};
+use adgauge_backends::{AnyDevice, DType};
 use adgauge_workloads::WorkloadError;
 
-use crate::exit::{Code, bad_input, unavailable};
+use crate::exit::{Code, bad_input};
 use crate::protocol::{Message, Response, Timing, take_run_settings};
 
 #[derive(Args, Debug)]
@@ -27,10 +27,7 @@ pub struct ToolArgs {
 }
 
 pub fn serve(args: &ToolArgs, threads: Option<usize>) -> anyhow::Result<Code> {
-    let device = open_device(&args.backend, threads).map_err(|e| match e {
-        OpError::Unsupported(msg) => bad_input(msg),
-        other => unavailable(format!("backend {} is unavailable: {other}", args.backend)),
-    })?;
+    let device = crate::eval::open_backend(&args.backend, threads)?;
     let stdin = std::io::stdin();
     let mut out = std::io::stdout().lock();
     for (n, line) in stdin.lock().lines().enumerate() {

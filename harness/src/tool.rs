@@ -258,9 +258,9 @@ impl Tools {
 
     /// The built-in tools and these external ones (started on first use).
     pub fn with_external(threads: Option<usize>, cpu: Cpu, external: &[ExternalSpec]) -> Tools {
-        let mut tools = Tools::builtin(threads, cpu);
+        let mut tools = Tools::builtin(threads, cpu.clone());
         for spec in external {
-            tools.tools.push(Box::new(ProcessTool::new(spec.clone())));
+            tools.tools.push(Box::new(ProcessTool::new(spec.clone(), cpu.clone())));
         }
         tools
     }

@@ -498,11 +498,7 @@ impl Workload for Gmm {
             let x = GmmGradBenchObjective::upload(dev, &g, dtype).map_err(bad)?;
             match function {
                 "objective" => Ok(format_number(dev.to_vec(&objective(dev, &x).map_err(bad)?)?[0], dtype)),
-                "jacobian" => {
-                    let full = gradbench_json(0.0, &gradient(dev, &x).map_err(bad)?.1, g.d, g.k, dtype);
-                    let v: Json = serde_json::from_str(&full).map_err(|e| WorkloadError::BadInput(e.to_string()))?;
-                    Ok(v["gradient"].to_string())
-                }
+                "jacobian" => Ok(gradbench_gradient_json(&gradient(dev, &x).map_err(bad)?.1, g.d, g.k, dtype)),
                 other => {
                     Err(WorkloadError::BadInput(format!("gmm: no function '{other}' (known: objective, jacobian)")))
                 }
@@ -520,10 +516,14 @@ impl Workload for Gmm {
 /// GradBench's GMM output: `{"objective": x, "gradient": {"alpha": [K], "mu": [[d]..K],
 /// "q": [[d]..K], "l": [[d(d-1)/2]..K]}}` (l per component in ADBench's column-by-column order).
 fn gradbench_json(f: f64, grad: &[f64], d: usize, k: usize, dt: DType) -> String {
+    format!("{{\"objective\": {}, \"gradient\": {}}}", format_number(f, dt), gradbench_gradient_json(grad, d, k, dt))
+}
+
+/// GradBench's GMM gradient: `{"alpha": [K], "mu": [[d]..K], "q": [[d]..K], "l": [[d(d-1)/2]..K]}`.
+fn gradbench_gradient_json(grad: &[f64], d: usize, k: usize, dt: DType) -> String {
     let [alpha, mu, q, l] = split_gradbench(d, k, grad);
     format!(
-        "{{\"objective\": {}, \"gradient\": {{\"alpha\": {}, \"mu\": {}, \"q\": {}, \"l\": {}}}}}",
-        format_number(f, dt),
+        "{{\"alpha\": {}, \"mu\": {}, \"q\": {}, \"l\": {}}}",
         format_array(&alpha, dt),
         format_rows(&mu, k, dt),
         format_rows(&q, k, dt),
@@ -560,10 +560,11 @@ pub fn parse_gradbench_input(input: &Json, source: &str) -> WResult<GmmInput> {
         }
         _ => return Err(bad("field alpha: expected an array".into())),
     };
-    let (_, _, mu) = parse_rows(input, "mu", source)?;
-    let (_, _, q) = parse_rows(input, "q", source)?;
-    let l = if d > 1 { parse_rows(input, "l", source)?.2 } else { Vec::new() };
-    let (_, _, x) = parse_rows(input, "x", source)?;
+    let (_, _, mu) = parse_rows(input, "mu", source, Some(d))?;
+    let (_, _, q) = parse_rows(input, "q", source, Some(d))?;
+    // d = 1 has no lower entries: GradBench sends k empty rows.
+    let l = if d > 1 { parse_rows(input, "l", source, Some(d * (d - 1) / 2))?.2 } else { Vec::new() };
+    let (_, _, x) = parse_rows(input, "x", source, Some(d))?;
     let gamma =
         input.get("gamma").and_then(Json::as_f64).ok_or_else(|| bad("field gamma: expected a number".into()))?;
     let m = input.get("m").and_then(Json::as_i64).ok_or_else(|| bad("field m: expected a whole number".into()))?;

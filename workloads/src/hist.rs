@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use serde_json::Value as Json;
 
-use crate::json::{format_number, format_object, parse_hist_case, parse_number};
+use crate::json::{format_object, number_json, parse_hist_case, parse_number};
 use crate::workload::{
     CheckKind, CheckSettings, Comparison, FlatFn, FullJacobian, Mode, ParamKind, ParamSpec, Params, Prepared, Problem,
     Remote, RemoteCall, Validation, Value, WResult, Workload, WorkloadError, rounded,
@@ -418,8 +418,7 @@ impl HistProblem {
             }
         }
         if let Some((tie, tie_bar)) = tie_case(self.w.op) {
-            let t = HistFlat::new(device.clone(), cpu.clone(), self.w, rule, dt, &tie);
-            let mut t = t;
+            let mut t = HistFlat::new(device.clone(), cpu.clone(), self.w, rule, dt, &tie);
             t.drop_dest_adjoint = drop_dest_adjoint;
             comparisons.push(judge_ties(self.w.op, &tie, &tie_bar, t.vjp(&tie_bar)?, &s.conventions));
         }
@@ -688,7 +687,7 @@ fn module_input(op: HistOp, d: &HistData, extra: &[(&str, &[f64])]) -> Json {
 
 /// Numbers as JSON, non-finite ones as the strings `eval` uses.
 fn numbers(xs: &[f64]) -> Json {
-    Json::Array(xs.iter().map(|&x| serde_json::from_str(&format_number(x, DType::F64)).unwrap_or(Json::Null)).collect())
+    Json::Array(xs.iter().map(|&x| number_json(x)).collect())
 }
 
 /// A histogram case as a flat function whose derivatives come from a tool in another process.

@@ -183,32 +183,58 @@ pub fn rows_json(xs: &[f64], width: usize) -> Value {
     Value::Array(xs.chunks(width.max(1)).map(|row| Value::from(row.to_vec())).collect())
 }
 
-/// A matrix field of `source`: rows of equal length of finite numbers, flattened; returns
-/// (rows, width, values).
-pub fn parse_rows(obj: &Value, field: &str, source: &str) -> WResult<(usize, usize, Vec<f64>)> {
-    let bad = |m: String| bad_input(format!("{source}: field {field}: {m}"));
-    let Some(Value::Array(rows)) = obj.get(field) else {
-        return Err(bad("missing or not an array of rows".into()));
+/// A matrix field of `obj`: a non-empty array of rows of equal length (`width`, when given) of
+/// finite numbers, flattened row by row; returns (rows, width, values). Messages name the field
+/// and element.
+pub fn parse_rows(obj: &Value, field: &str, source: &str, width: Option<usize>) -> WResult<(usize, usize, Vec<f64>)> {
+    let err = |at: String, msg: String| bad_input(format!("{source}: field {at}: {msg}"));
+    let rows = match obj.get(field) {
+        None => return Err(err(field.into(), "missing".into())),
+        Some(Value::Array(a)) => a,
+        Some(_) => return Err(err(field.into(), "expected an array of rows (arrays of numbers)".into())),
     };
-    let width = match rows.first() {
-        Some(Value::Array(r)) => r.len(),
-        _ => return Err(bad("expected rows (arrays of numbers)".into())),
-    };
-    let mut out = Vec::with_capacity(rows.len() * width);
+    if rows.is_empty() {
+        return Err(err(field.into(), "has no rows (at least one is needed)".into()));
+    }
+    let mut w = width;
+    let mut out = Vec::new();
     for (i, row) in rows.iter().enumerate() {
-        let Value::Array(row) = row else { return Err(bad(format!("row {i} is not an array"))) };
-        if row.len() != width {
-            return Err(bad(format!("row {i} has {} numbers, row 0 has {width}", row.len())));
+        let Value::Array(row) = row else {
+            return Err(err(format!("{field}[{i}]"), format!("expected an array of numbers, found {}", kind(row))));
+        };
+        let expected = *w.get_or_insert(row.len());
+        if row.len() != expected {
+            let what = if width.is_some() { "expected".to_string() } else { format!("{field}[0] has") };
+            return Err(err(format!("{field}[{i}]"), format!("has {} elements but {what} {expected}", row.len())));
         }
         for (j, v) in row.iter().enumerate() {
-            let x = parse_number(v).map_err(|m| bad(format!("[{i}][{j}]: {m}")))?;
+            let x = parse_number(v).map_err(|m| err(format!("{field}[{i}][{j}]"), m))?;
             if !x.is_finite() {
-                return Err(bad(format!("[{i}][{j}]: must be finite, got {x}")));
+                return Err(err(format!("{field}[{i}][{j}]"), format!("must be finite, got {x}")));
             }
             out.push(x);
         }
     }
-    Ok((rows.len(), width, out))
+    let w = w.unwrap_or(0);
+    if w == 0 {
+        return Err(err(format!("{field}[0]"), "rows are empty (the dimension must be at least 1)".into()));
+    }
+    Ok((rows.len(), w, out))
+}
+
+/// A number as JSON: non-finite values as the strings "inf", "-inf", "nan" (JSON has no others).
+pub fn number_json(x: f64) -> Value {
+    if x.is_finite() {
+        Value::from(x)
+    } else {
+        Value::from(if x.is_nan() {
+            "nan"
+        } else if x > 0.0 {
+            "inf"
+        } else {
+            "-inf"
+        })
+    }
 }
 
 /// `{"objective": x}`, with `"gradient": [...]` when there is one.

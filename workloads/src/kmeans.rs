@@ -20,7 +20,7 @@ use serde_json::Value as Json;
 
 use std::sync::Arc;
 
-use crate::json::{format_number, format_rows, kind, parse_number, parse_rows, rows_json};
+use crate::json::{format_number, format_rows, parse_rows, rows_json};
 use crate::objective::GivenGradient;
 use crate::workload::{
     CheckKind, CheckSettings, Comparison, EvalRequest, FlatFn, Mode, ParamSpec, Params, Prepared, Problem, Remote,
@@ -220,11 +220,8 @@ impl Workload for Kmeans {
     /// diagonal, 0 for an empty cluster) as k rows of d.
     fn gradbench_evaluate(&self, function: &str, input: &Json, device: &AnyDevice, dtype: DType) -> WResult<String> {
         let source = format!("kmeans.{function} input");
-        let (n, d, points) = parse_rows(input, "points", &source)?;
-        let (k, dc, centres) = parse_rows(input, "centroids", &source)?;
-        if dc != d {
-            return Err(WorkloadError::BadInput(format!("{source}: centroids have {dc} columns, points {d}")));
-        }
+        let (n, d, points) = parse_rows(input, "points", &source, None)?;
+        let (k, _, centres) = parse_rows(input, "centroids", &source, Some(d))?;
         let data = KmeansData { n, k, d, points, centres };
         let bad = WorkloadError::from_input;
         with_device!(device, |dev| {
@@ -288,9 +285,11 @@ impl Problem for KmeansProblem {
     /// f64 cost on the CPU.
     fn remote_validation(&self, remote: Arc<dyn Remote>, cpu: &Cpu, _s: &CheckSettings) -> WResult<Validation> {
         let output = remote.call("dir", gradbench_input(&self.0))?;
-        let (rows, width, dir) = parse_rows(&serde_json::json!({"dir": output}), "dir", "kmeans.dir output")?;
-        if (rows, width) != (self.0.k, self.0.d) {
-            let m = format!("kmeans.dir output: {rows} x {width}, expected {} x {}", self.0.k, self.0.d);
+        let (rows, _, dir) =
+            parse_rows(&serde_json::json!({"dir": output}), "dir", "kmeans.dir output", Some(self.0.d))
+                .map_err(|e| adgauge_backends::OpError::Device(e.to_string()))?;
+        if rows != self.0.k {
+            let m = format!("kmeans.dir output: {rows} rows, expected {}", self.0.k);
             return Err(WorkloadError::Op(adgauge_backends::OpError::Device(m)));
         }
         let manual = manual::<f64>(&self.0);
@@ -330,48 +329,6 @@ impl<D: Device> Prepared for KmeansPrepared<D> {
     }
 }
 
-/// A matrix field: an array of rows of equal length `d` (when given) of finite numbers.
-fn matrix(
-    obj: &serde_json::Map<String, Json>,
-    source: &str,
-    name: &str,
-    d: Option<usize>,
-) -> WResult<(usize, usize, Vec<f64>)> {
-    let err = |field: String, msg: String| WorkloadError::BadInput(format!("{source}: field {field}: {msg}"));
-    let rows = match obj.get(name) {
-        None => return Err(err(name.into(), "missing".into())),
-        Some(Json::Array(a)) => a,
-        Some(_) => return Err(err(name.into(), "expected an array of rows (arrays of numbers)".into())),
-    };
-    if rows.is_empty() {
-        return Err(err(name.into(), "has no rows (at least one is needed)".into()));
-    }
-    let mut width = d;
-    let mut out = Vec::new();
-    for (i, row) in rows.iter().enumerate() {
-        let Json::Array(row) = row else {
-            return Err(err(format!("{name}[{i}]"), format!("expected an array of numbers, found {}", kind(row))));
-        };
-        let w = *width.get_or_insert(row.len());
-        if row.len() != w {
-            let what = if d.is_some() { "the points have".to_string() } else { format!("{name}[0] has") };
-            return Err(err(format!("{name}[{i}]"), format!("has {} elements but {what} {w}", row.len())));
-        }
-        for (j, v) in row.iter().enumerate() {
-            let x = parse_number(v).map_err(|m| err(format!("{name}[{i}][{j}]"), m))?;
-            if !x.is_finite() {
-                return Err(err(format!("{name}[{i}][{j}]"), format!("must be finite, got {x}")));
-            }
-            out.push(x);
-        }
-    }
-    let w = width.unwrap_or(0);
-    if w == 0 {
-        return Err(err(format!("{name}[0]"), "rows are empty (the dimension must be at least 1)".into()));
-    }
-    Ok((rows.len(), w, out))
-}
-
 /// Parses `{"points": [[..]..], "centres": [[..]..]}`; `source` names the file in messages.
 pub fn parse_kmeans_case(text: &str, source: &str) -> WResult<KmeansData> {
     let bad = |m: String| WorkloadError::BadInput(m);
@@ -382,8 +339,9 @@ pub fn parse_kmeans_case(text: &str, source: &str) -> WResult<KmeansData> {
     if let Some(extra) = obj.keys().find(|k| k.as_str() != "points" && k.as_str() != "centres") {
         return Err(bad(format!("{source}: unknown field '{extra}' (expected points, centres)")));
     }
-    let (n, d, points) = matrix(&obj, source, "points", None)?;
-    let (k, _, centres) = matrix(&obj, source, "centres", Some(d))?;
+    let obj = Json::Object(obj);
+    let (n, d, points) = parse_rows(&obj, "points", source, None)?;
+    let (k, _, centres) = parse_rows(&obj, "centres", source, Some(d))?;
     Ok(KmeansData { n, k, d, points, centres })
 }
 

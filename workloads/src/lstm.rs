@@ -462,11 +462,12 @@ pub fn gradbench_input(s: &LstmInput) -> Json {
 
 /// Reads GradBench's `lstm` input (the sizes follow from the matrices, as in GradBench).
 pub fn parse_gradbench_input(input: &Json, source: &str) -> WResult<LstmInput> {
-    let (rows, width, main_params) = parse_rows(input, "main_params", source)?;
-    let (_, _, extra_params) = parse_rows(input, "extra_params", source)?;
-    let (_, _, state) = parse_rows(input, "state", source)?;
-    let (c, _, sequence) = parse_rows(input, "sequence", source)?;
-    let s = LstmInput { l: rows / 2, c, b: width / 4, main_params, extra_params, state, sequence };
+    let (rows, width, main_params) = parse_rows(input, "main_params", source, None)?;
+    let b = width / 4;
+    let (_, _, extra_params) = parse_rows(input, "extra_params", source, Some(b))?;
+    let (_, _, state) = parse_rows(input, "state", source, Some(b))?;
+    let (c, _, sequence) = parse_rows(input, "sequence", source, Some(b))?;
+    let s = LstmInput { l: rows / 2, c, b, main_params, extra_params, state, sequence };
     s.validate().map_err(|e| WorkloadError::BadInput(format!("{source}: {e}")))?;
     Ok(s)
 }
@@ -531,7 +532,9 @@ mod tests {
         let mut bad = json.clone();
         bad["state"][1] = serde_json::json!([1.0]);
         match parse_gradbench_input(&bad, "in") {
-            Err(WorkloadError::BadInput(m)) => assert!(m.contains("field state: row 1 has 1 numbers"), "{m}"),
+            Err(WorkloadError::BadInput(m)) => {
+                assert!(m.contains("field state[1]: has 1 elements but expected 4"), "{m}")
+            }
             other => panic!("{other:?}"),
         }
     }
