@@ -56,6 +56,10 @@ pub struct RunArgs {
     /// `tools:` may then name it.
     #[arg(long = "tool-cmd", value_parser = parse_tool_cmd)]
     pub tool_cmd: Vec<ExternalSpec>,
+    /// The full terminal table: min and median times, every ratio, whole messages (wider than
+    /// 100 columns).
+    #[arg(long)]
+    pub wide: bool,
     /// Only the case with exactly this id (used by --isolate for its children).
     #[arg(long, hide = true)]
     pub exact: Option<String>,
@@ -154,7 +158,7 @@ pub fn run(args: &RunArgs, threads: Option<usize>) -> anyhow::Result<Code> {
     if args.json {
         sink.push(JsonLinesSink::new(console.clone()));
     } else {
-        sink.push(TableSink(console.clone()));
+        sink.push(TableSink::new(console.clone(), args.wide));
         sink.push(ToolsComparedSink::new(console.clone()));
     }
     let mut dirs: Vec<PathBuf> = args.out.iter().chain(&args.history).cloned().collect();
@@ -166,13 +170,32 @@ pub fn run(args: &RunArgs, threads: Option<usize>) -> anyhow::Result<Code> {
         sink.push(HistorySink::new(dirs, info.clone())?);
     }
     let settings = settings(&suite);
-    let machine = cpu.device_name();
+    // The header names every tool of the run: what it runs on, or why it cannot.
+    let mut named: Vec<&str> = Vec::new();
+    for c in &cases {
+        if !named.contains(&c.tool.as_str()) {
+            named.push(&c.tool);
+        }
+    }
+    let tool_lines = named
+        .iter()
+        .map(|&name| {
+            let detail = match tools.get(name) {
+                Some(t) => match t.availability() {
+                    Ok(what) => format!("{what}; {}", t.version()),
+                    Err(why) => format!("unavailable: {why}"),
+                },
+                None => "unknown tool".to_string(),
+            };
+            (name.to_string(), detail)
+        })
+        .collect();
     sink.run_started(&RunStart {
         info: &info,
         suite: &suite.name,
         description: suite.description.as_deref(),
         cases: cases.len(),
-        machine: &machine,
+        tools: tool_lines,
         seed: suite.seed,
     })?;
     let mut code = Code::Success;

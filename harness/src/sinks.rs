@@ -7,6 +7,7 @@
 //! (`adgauge run | head`) silences it instead of ending the run, so results still reach the
 //! history.
 
+use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -24,7 +25,8 @@ pub struct RunStart<'a> {
     pub suite: &'a str,
     pub description: Option<&'a str>,
     pub cases: usize,
-    pub machine: &'a str,
+    /// Every tool of the run, with what it is (device, threads) or why it is unavailable.
+    pub tools: Vec<(String, String)>,
     pub seed: u64,
 }
 
@@ -168,28 +170,78 @@ impl Sink for JsonLinesSink {
     }
 }
 
-/// The terminal table: a header, then one line per row.
-pub struct TableSink(pub Console);
+/// The terminal table: a header naming the run and every tool in it, one line per row, and a
+/// closing summary with the cases that did not pass. The default table fits 100 columns
+/// (median times, the vjp memory ratio, messages cut to the line); `--wide` shows min and
+/// median times, every ratio and whole messages.
+pub struct TableSink {
+    console: Console,
+    wide: bool,
+    started: std::time::Instant,
+    counts: BTreeMap<&'static str, usize>,
+    /// Case id and the status and message of every row that is not plain `ok`.
+    notes: Vec<(String, String)>,
+}
+
+impl TableSink {
+    pub fn new(console: Console, wide: bool) -> TableSink {
+        TableSink { console, wide, started: std::time::Instant::now(), counts: BTreeMap::new(), notes: Vec::new() }
+    }
+}
+
+/// The width the default table keeps to.
+pub const TABLE_WIDTH: usize = 100;
 
 impl Sink for TableSink {
     fn run_started(&mut self, run: &RunStart) -> anyhow::Result<()> {
-        self.0.line(&format!(
-            "adgauge {} — suite {} ({} cases) on {}, seed {}, run {}",
+        self.started = std::time::Instant::now();
+        self.console.line(&format!(
+            "adgauge {} — suite {} ({} cases), seed {}, run {}",
             env!("CARGO_PKG_VERSION"),
             run.suite,
             run.cases,
-            run.machine,
             run.seed,
             run.info.run_id
         ));
         if let Some(d) = run.description {
-            self.0.line(d);
+            self.console.line(d);
         }
-        self.0.line(&header());
+        for (name, detail) in &run.tools {
+            self.console.line(&format!("  {name}: {detail}"));
+        }
+        self.console.line(&if self.wide { wide_header() } else { header() });
         Ok(())
     }
     fn case_finished(&mut self, row: &ResultRow) -> anyhow::Result<()> {
-        self.0.line(&table_row(row));
+        *self.counts.entry(row.status.name()).or_default() += 1;
+        if row.status != Status::Ok || row.message.is_some() {
+            let message = row.message.as_deref().map(|m| format!(": {m}")).unwrap_or_default();
+            self.notes.push((row.case_id.clone(), format!("{}{message}", row.status.name())));
+        }
+        self.console.line(&if self.wide { wide_table_row(row) } else { table_row(row) });
+        Ok(())
+    }
+    fn run_finished(&mut self) -> anyhow::Result<()> {
+        if !self.wide && !self.notes.is_empty() {
+            self.console.line("");
+            self.console.line("not plain ok:");
+            for (id, note) in &self.notes {
+                self.console.line(&format!("  {id}"));
+                for l in wrap(note, 6, TABLE_WIDTH) {
+                    self.console.line(&l);
+                }
+            }
+        }
+        let total: usize = self.counts.values().sum();
+        let parts: Vec<String> = ["ok", "failed", "error", "timeout", "skipped"]
+            .iter()
+            .map(|s| format!("{} {s}", self.counts.get(s).copied().unwrap_or(0)))
+            .collect();
+        self.console.line(&format!(
+            "{total} cases: {} in {:.1} s",
+            parts.join(", "),
+            self.started.elapsed().as_secs_f64()
+        ));
         Ok(())
     }
 }
@@ -236,8 +288,8 @@ impl Sink for ToolsComparedSink {
         self.console.line("");
         self.console.line("tools compared (median ms; in brackets: time / cpu's)");
         self.console.line(&format!(
-            "{:<30} {:<8} {:>19} {:>19} {:>19} {:>7}  finding",
-            "case", "tool", "primal", "vjp", "jvp", "vjp/pri"
+            "{:<24} {:<8} {:>15} {:>15} {:>15} {:>4}  finding",
+            "case", "tool", "primal", "vjp", "jvp", "v/p"
         ));
         for (_, rows) in groups {
             let reference = rows.iter().find(|r| r.backend == "cpu").copied();
@@ -246,40 +298,90 @@ impl Sink for ToolsComparedSink {
                     None => "-".to_string(),
                     Some(t) => match base.and_then(|b| b.as_ref()).filter(|_| row.backend != "cpu") {
                         Some(b) if b.median_s > 0.0 => {
-                            format!("{:.3} ({:.2}x)", t.median_s * 1e3, t.median_s / b.median_s)
+                            format!("{} ({})", short_ms(t.median_s), times(t.median_s / b.median_s))
                         }
-                        _ => format!("{:.3}", t.median_s * 1e3),
+                        _ => short_ms(t.median_s),
                     },
                 };
-                let label = if i == 0 {
-                    let p = |k: &str| row.params.get(k).map(|v| format!(" {k}={v}")).unwrap_or_default();
-                    let name = adgauge_workloads::find(&row.workload)
-                        .map(|w| w.table_label(&row.workload, &row.params))
-                        .unwrap_or_else(|| row.workload.clone());
-                    format!("{name}{}{}", p("n"), p("k"))
-                } else {
-                    String::new()
-                };
-                let finding = match (row.status, &row.message) {
-                    (Status::Ok, None) => "ok".to_string(),
-                    (Status::Ok, Some(m)) => format!("ok; {m}"),
-                    (Status::Failed, m) => format!("WRONG: {}", m.clone().unwrap_or_default()),
-                    (Status::Skipped, m) => format!("unsupported/skipped: {}", m.clone().unwrap_or_default()),
-                    (other, m) => format!("{}: {}", other.name().to_uppercase(), m.clone().unwrap_or_default()),
-                };
-                self.console.line(&format!(
-                    "{:<30} {:<8} {:>19} {:>19} {:>19} {:>7}  {}",
+                let label = if i == 0 { fit(&case_label(row), 24) } else { String::new() };
+                let line = format!(
+                    "{:<24} {:<8} {:>15} {:>15} {:>15} {:>4}  {}",
                     label,
-                    row.backend,
+                    fit(&row.backend, 8),
                     cell(&row.primal, reference.map(|r| &r.primal)),
                     cell(&row.vjp, reference.map(|r| &r.vjp)),
                     cell(&row.jvp, reference.map(|r| &r.jvp)),
-                    ratio(row.vjp_overhead()),
-                    finding
-                ));
+                    short_ratio(row.vjp_overhead()),
+                    finding(row)
+                );
+                self.console.line(&line);
+                // The reason, under the line, wrapped to the table's width.
+                if let Some(m) = &row.message {
+                    for l in wrap(m, 6, TABLE_WIDTH) {
+                        self.console.line(&l);
+                    }
+                }
             }
         }
         Ok(())
+    }
+}
+
+/// A tool's finding on a case in one word: what `docs/protocol.md` calls it.
+fn finding(row: &ResultRow) -> &'static str {
+    let message = row.message.as_deref().unwrap_or("");
+    match row.status {
+        Status::Ok if message.contains(": convention:") => "convention",
+        Status::Ok if message.is_empty() => "ok",
+        Status::Ok => "ok*",
+        Status::Failed => "WRONG",
+        Status::Skipped if message.starts_with("unsupported") => "unsupported",
+        Status::Skipped => "skipped",
+        Status::Error => "ERROR",
+        Status::Timeout => "TIMEOUT",
+    }
+}
+
+/// `text` in lines of at most `width` characters, each indented by `indent` spaces (a word
+/// longer than a line is cut).
+fn wrap(text: &str, indent: usize, width: usize) -> Vec<String> {
+    let room = width.saturating_sub(indent).max(10);
+    let mut lines = Vec::new();
+    let mut current = String::new();
+    for word in text.split_whitespace() {
+        let word = fit(word, room);
+        if !current.is_empty() && current.chars().count() + 1 + word.chars().count() > room {
+            lines.push(std::mem::take(&mut current));
+        }
+        if !current.is_empty() {
+            current.push(' ');
+        }
+        current.push_str(&word);
+    }
+    if !current.is_empty() {
+        lines.push(current);
+    }
+    lines.into_iter().map(|l| format!("{:indent$}{l}", "")).collect()
+}
+
+/// Milliseconds to four significant digits.
+fn short_ms(seconds: f64) -> String {
+    let ms = seconds * 1e3;
+    match ms {
+        m if m >= 1000.0 => format!("{m:.0}"),
+        m if m >= 100.0 => format!("{m:.1}"),
+        m if m >= 10.0 => format!("{m:.2}"),
+        m => format!("{m:.3}"),
+    }
+}
+
+/// A ratio as `1.23x`, in at most 6 characters.
+fn times(r: f64) -> String {
+    match r {
+        r if r < 10.0 => format!("{r:.2}x"),
+        r if r < 100.0 => format!("{r:.1}x"),
+        r if r < 1e4 => format!("{r:.0}x"),
+        r => format!("{r:.0e}x"),
     }
 }
 
@@ -322,13 +424,106 @@ fn ratio(x: Option<f64>) -> String {
     x.map(|r| format!("{r:.2}")).unwrap_or_else(|| "-".into())
 }
 
+/// A number of a size parameter, short: powers of ten of 10^4 and more as `1e5`.
+fn short_size(v: &str) -> String {
+    match v.parse::<u64>() {
+        Ok(n) if n >= 10_000 && n.to_string().trim_start_matches('1').chars().all(|c| c == '0') => {
+            format!("1e{}", n.to_string().len() - 1)
+        }
+        _ => v.to_string(),
+    }
+}
+
+/// The case's label without its tool: the workload's own label and its n and k.
+fn case_label(row: &ResultRow) -> String {
+    let mut label = adgauge_workloads::find(&row.workload)
+        .map(|w| w.table_label(&row.workload, &row.params))
+        .unwrap_or_else(|| row.workload.clone());
+    for key in ["n", "k"] {
+        if let Some(v) = row.params.get(key) {
+            label.push_str(&format!(" {key}={}", short_size(v)));
+        }
+    }
+    label
+}
+
+/// `s` in at most `width` characters (cut with an ellipsis).
+fn fit(s: &str, width: usize) -> String {
+    if s.chars().count() <= width {
+        s.to_string()
+    } else {
+        s.chars().take(width.saturating_sub(1)).collect::<String>() + "…"
+    }
+}
+
+fn status_word(row: &ResultRow) -> String {
+    match row.status {
+        Status::Ok => match &row.message {
+            None => "ok".to_string(),
+            Some(m) => format!("ok; {m}"),
+        },
+        other => format!("{}: {}", other.name().to_uppercase(), row.message.clone().unwrap_or_default()),
+    }
+}
+
+/// The default table's status column: five characters; the closing list has whole messages.
+fn short_status(row: &ResultRow) -> &'static str {
+    match (row.status, &row.message) {
+        (Status::Ok, None) => "ok",
+        // Right, with a note (e.g. a convention other than adgauge's, an untimed mode).
+        (Status::Ok, Some(_)) => "ok*",
+        (Status::Failed, _) => "FAIL",
+        (Status::Error, _) => "ERROR",
+        (Status::Skipped, _) => "skip",
+        (Status::Timeout, _) => "TIME",
+    }
+}
+
 fn header() -> String {
     format!(
-        "{:<15} {:>9} {:>8} {:<6} {:<15} {:<4} {:>3} {:>17} {:>17} {:>17} {:>7} {:>7} {:>7} {:>7}  check",
+        "{:<27} {:<6} {:<15} {:<3} {:>7} {:>7} {:>7} {:>4} {:>4} {:>4}  {}",
+        "case (ms: medians)", "tool", "rule", "dt", "primal", "vjp", "jvp", "v/p", "j/p", "mem", "check"
+    )
+}
+
+/// One line of the default table (at most [`TABLE_WIDTH`] characters).
+pub fn table_row(row: &ResultRow) -> String {
+    let med = |t: &Option<Timing>| t.as_ref().map(|t| short_ms(t.median_s)).unwrap_or_else(|| "-".into());
+    format!(
+        "{:<27} {:<6} {:<15} {:<3} {:>7} {:>7} {:>7} {:>4} {:>4} {:>4}  {}",
+        fit(&case_label(row), 27),
+        fit(&row.backend, 6),
+        fit(&row.rule, 15),
+        row.dtype,
+        med(&row.primal),
+        med(&row.vjp),
+        med(&row.jvp),
+        short_ratio(row.vjp_overhead()),
+        short_ratio(row.jvp_overhead()),
+        short_ratio(row.vjp_memory_ratio()),
+        short_status(row)
+    )
+}
+
+/// A ratio in at most 4 characters.
+fn short_ratio(x: Option<f64>) -> String {
+    match x {
+        Some(r) if r < 9.995 => format!("{r:.2}"),
+        Some(r) if r < 99.95 => format!("{r:.1}"),
+        Some(r) if r < 9999.5 => format!("{r:.0}"),
+        Some(r) if r.is_finite() => format!("{r:.0e}"),
+        Some(_) => "inf".into(),
+        None => "-".into(),
+    }
+}
+
+fn wide_header() -> String {
+    format!(
+        "{:<15} {:>9} {:>8} {:<6} {:<15} {:<4} {:>3} {:>17} {:>17} {:>17} {:>7} {:>7} {:>7} {:>7} {:>9}  check",
         "workload",
         "n",
         "k",
-        "device",
+        "tool",
         "rule",
         "type",
         "thr",
@@ -338,23 +533,22 @@ fn header() -> String {
         "vjp/pri",
         "jvp/pri",
         "mem vjp",
-        "mem jvp"
+        "mem jvp",
+        "primal MB"
     )
 }
 
-/// One table line; the workload column is the workload's own label (its sizes besides n and k).
-pub fn table_row(row: &ResultRow) -> String {
+/// One line of the `--wide` table; the workload column is the workload's own label (its sizes
+/// besides n and k).
+pub fn wide_table_row(row: &ResultRow) -> String {
     let p = |k: &str| row.params.get(k).cloned().unwrap_or_default();
     let workload = adgauge_workloads::find(&row.workload)
         .map(|w| w.table_label(&row.workload, &row.params))
         .unwrap_or_else(|| row.workload.clone());
     let both = |t: &Option<Timing>| format!("{}/{}", ms(t, |t| t.min_s), ms(t, |t| t.median_s));
-    let status = match row.status {
-        Status::Ok => "ok".to_string(),
-        other => format!("{}: {}", other.name().to_uppercase(), row.message.clone().unwrap_or_default()),
-    };
+    let mb = row.primal_peak_bytes.map(|b| format!("{:.3}", b as f64 / 1e6)).unwrap_or_else(|| "-".into());
     format!(
-        "{:<15} {:>9} {:>8} {:<6} {:<15} {:<4} {:>3} {:>17} {:>17} {:>17} {:>7} {:>7} {:>7} {:>7}  {}",
+        "{:<15} {:>9} {:>8} {:<6} {:<15} {:<4} {:>3} {:>17} {:>17} {:>17} {:>7} {:>7} {:>7} {:>7} {:>9}  {}",
         workload,
         p("n"),
         p("k"),
@@ -369,6 +563,79 @@ pub fn table_row(row: &ResultRow) -> String {
         ratio(row.jvp_overhead()),
         ratio(row.vjp_memory_ratio()),
         ratio(row.jvp_memory_ratio()),
-        status
+        mb,
+        status_word(row)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use adgauge_reports::Check;
+
+    fn row(workload: &str, params: &[(&str, &str)], status: Status, message: Option<&str>) -> ResultRow {
+        let params = params.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let mut r = ResultRow::unmeasured(workload, params, "opencl", "f32", "general-chunked", 2, 1);
+        let t = |s: f64| Some(Timing { min_s: s, median_s: s, max_s: s, batch: 1, samples: 5, cv: 0.0 });
+        (r.primal, r.vjp, r.jvp) = (t(1234.5678), t(0.000_012_3), t(0.098_765));
+        (r.primal_peak_bytes, r.vjp_peak_bytes) = (Some(1000), Some(123_456_789));
+        r.status = status;
+        r.message = message.map(str::to_string);
+        r.checks.push(Check { name: "fd-vjp".into(), worst: 0.5, tolerance: 1e-3, passed: status == Status::Ok });
+        r
+    }
+
+    #[test]
+    fn default_table_lines_fit_100_columns_whatever_the_names_and_sizes() {
+        let long = "x".repeat(300);
+        for r in [
+            row("hist-logaddexp", &[("n", "10000000"), ("k", "1000000")], Status::Failed, Some(&long)),
+            row("hist-add", &[("n", "16392"), ("k", "10")], Status::Ok, None),
+            row(&long, &[], Status::Error, Some("boom")),
+        ] {
+            let line = table_row(&r);
+            assert!(line.chars().count() <= TABLE_WIDTH, "{} chars: {line}", line.chars().count());
+        }
+        assert!(header().chars().count() <= TABLE_WIDTH);
+        let line = table_row(&row("hist-logaddexp", &[("n", "10000000"), ("k", "1000000")], Status::Failed, None));
+        // Sizes are short, times have four significant digits, the huge memory ratio stays in
+        // its column, and the status is a word.
+        assert!(line.starts_with("hist-logaddexp n=1e7 k=1e6"), "{line}");
+        assert!(line.contains(" 1234567 ") || line.contains(" 1234568 "), "{line}");
+        assert!(line.contains(" 0.012 ") && line.contains(" 98.77 "), "{line}");
+        assert!(line.contains(" 1e5 "), "memory ratio 123457: {line}");
+        assert!(line.trim_end().ends_with("FAIL"), "{line}");
+    }
+
+    #[test]
+    fn sizes_ratios_and_messages_are_shortened_without_losing_their_value() {
+        assert_eq!(short_size("10000000"), "1e7");
+        assert_eq!(short_size("1000"), "1000");
+        assert_eq!(short_size("16392"), "16392");
+        assert_eq!(short_size("20000"), "20000");
+        assert_eq!(short_ratio(Some(2.345)), "2.35");
+        assert_eq!(short_ratio(Some(9.999)), "10.0");
+        assert_eq!(short_ratio(Some(770.7)), "771");
+        assert_eq!(short_ratio(Some(f64::INFINITY)), "inf");
+        assert_eq!(short_ratio(None), "-");
+        assert_eq!(times(0.284), "0.28x");
+        assert_eq!(times(42.0), "42.0x");
+        let text = "ties: convention: tie-policy split ".repeat(10);
+        let lines = wrap(&text, 6, 40);
+        assert!(lines.iter().all(|l| l.starts_with("      ") && l.chars().count() <= 40), "{lines:?}");
+        let words: Vec<&str> = lines.iter().flat_map(|l| l.split_whitespace()).collect();
+        assert_eq!(words, text.split_whitespace().collect::<Vec<_>>(), "no word is lost");
+    }
+
+    #[test]
+    fn findings_are_named_as_the_protocol_docs_name_them() {
+        let f = |status, message| finding(&row("hist-max", &[], status, message));
+        assert_eq!(f(Status::Ok, Some("ties: convention: tie-policy split")), "convention");
+        assert_eq!(f(Status::Ok, None), "ok");
+        assert_eq!(f(Status::Ok, Some("jvp not timed: no forward mode")), "ok*");
+        assert_eq!(f(Status::Failed, Some("fd-vjp worst 0.5")), "WRONG");
+        assert_eq!(f(Status::Skipped, Some("unsupported: tool jax could not evaluate hist.jvp")), "unsupported");
+        assert_eq!(f(Status::Skipped, Some("backend cuda unavailable")), "skipped");
+        assert_eq!(f(Status::Error, None), "ERROR");
+    }
 }

@@ -217,11 +217,15 @@ fn tie_conventions_are_told_apart_from_wrong_adjoints() {
     let path = temp_file("external", "ties.yaml", &suite);
     let table = stdout(&adgauge(&["run", "--suite", path.to_str().unwrap(), "--no-save", "--quiet"]));
     let compared = table.split("tools compared").nth(1).unwrap_or_else(|| panic!("{table}"));
-    let line =
-        |tool: &str| compared.lines().find(|l| l.split_whitespace().any(|w| w == tool)).unwrap_or("").to_string();
-    assert!(line("all").contains("WRONG: ties worst"), "{compared}");
+    // A tool's line ends with its finding in a word; its reason follows, indented.
+    let lines: Vec<&str> = compared.lines().collect();
+    let at = |tool: &str| lines.iter().position(|l| l.split_whitespace().any(|w| w == tool)).unwrap();
+    let (all, split) = (at("all"), at("split"));
     assert!(
-        line("split").contains("ok; ties: convention: tie-policy split") && line("split").contains("x)"),
+        lines[all].trim_end().ends_with("WRONG") && lines[all + 1].trim_start().starts_with("ties worst"),
         "{compared}"
     );
+    assert!(lines[split].trim_end().ends_with("convention") && lines[split].contains("x)"), "{compared}");
+    assert!(lines[split + 1].contains("ties: convention: tie-policy split"), "{compared}");
+    assert!(lines.iter().all(|l| l.chars().count() <= 100), "{compared}");
 }

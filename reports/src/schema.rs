@@ -95,7 +95,9 @@ pub struct ResultRow {
     pub primal: Option<Timing>,
     pub vjp: Option<Timing>,
     pub jvp: Option<Timing>,
-    /// Peak bytes allocated above the resident inputs during one evaluation of each mode.
+    /// Peak footprint of one evaluation of each mode: the resident inputs plus the high-water
+    /// mark of what the evaluation allocates (host and device). Files written before
+    /// 2026-11-24 counted only what the evaluation added.
     pub primal_peak_bytes: Option<u64>,
     pub vjp_peak_bytes: Option<u64>,
     pub jvp_peak_bytes: Option<u64>,
