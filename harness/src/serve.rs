@@ -2,7 +2,8 @@
 //! (`protocol.rs`) on stdin/stdout, so GradBench's runner, or adgauge's own eval side
 //! (`external.rs`), can drive it. Modules are the registered workloads' GradBench modules;
 //! each `evaluate` runs the function at least `min_runs` times and for at least `min_seconds`,
-//! and reports every run's time.
+//! and reports every run's time: the computation only, the input parsed and put on the device
+//! before the runs (`Workload::gradbench_prepare`) and the output printed after them.
 
 use std::io::{BufRead, Write};
 use std::time::{Duration, Instant};
@@ -98,17 +99,21 @@ fn evaluate(
     let workload = adgauge_workloads::by_module(module).ok_or_else(|| format!("unknown module '{module}'"))?;
     let mut input = input.clone().unwrap_or(Json::Null);
     let (min_runs, min_seconds) = take_run_settings(&mut input);
+    let reason = |e: WorkloadError| match e {
+        WorkloadError::BadInput(m) => m,
+        WorkloadError::Op(op) => op.to_string(),
+    };
+    // Parsing and uploading happen once, before the timed runs; reading back and printing once,
+    // after them.
+    let mut call = workload.gradbench_prepare(function, &input, device, dtype).map_err(reason)?;
     let started = Instant::now();
     let mut timings = Vec::new();
-    let mut output = String::new();
-    while (timings.len() as u64) < min_runs || started.elapsed() < Duration::from_secs_f64(min_seconds) {
+    while (timings.len() as u64) < min_runs.max(1) || started.elapsed() < Duration::from_secs_f64(min_seconds) {
         let t = Instant::now();
-        output = workload.gradbench_evaluate(function, &input, device, dtype).map_err(|e| match e {
-            WorkloadError::BadInput(m) => m,
-            WorkloadError::Op(op) => op.to_string(),
-        })?;
+        call.run().map_err(reason)?;
         timings.push(Timing { name: "evaluate".into(), nanoseconds: t.elapsed().as_nanos() as u64 });
     }
+    let output = call.output().map_err(reason)?;
     let output = serde_json::from_str(&output).map_err(|e| format!("the engine printed invalid JSON: {e}"))?;
     Ok((output, timings))
 }

@@ -254,6 +254,33 @@ impl Workload for HistFamily {
         HistFamily::workload_named(&request.name)?;
         self.eval(&request, device)
     }
+    /// Parsed and uploaded once; each run computes the mode on the resident inputs.
+    fn gradbench_prepare<'a>(
+        &'a self,
+        function: &'a str,
+        input: &'a Json,
+        device: &'a AnyDevice,
+        dtype: DType,
+    ) -> WResult<Box<dyn crate::workload::GradbenchCall + 'a>> {
+        let mode = match function {
+            "primal" => Mode::Primal,
+            "vjp" => Mode::Vjp,
+            "jvp" => Mode::Jvp,
+            other => {
+                return Err(WorkloadError::BadInput(format!("hist: no function '{other}' (known: primal, vjp, jvp)")));
+            }
+        };
+        let Some(Json::String(op)) = input.get("op") else {
+            return Err(WorkloadError::BadInput("hist: input field op: required (the operator's name)".into()));
+        };
+        let w = HistFamily::workload_named(&format!("hist-{op}"))?;
+        let source = format!("hist.{function} input");
+        let case = parse_hist_case(&input.to_string(), &source, w.op.name())?;
+        with_device!(device, |d| {
+            Ok(Box::new(HistCall::new(d.clone(), w, mode, &case, &source, dtype)?)
+                as Box<dyn crate::workload::GradbenchCall + 'a>)
+        })
+    }
     fn eval(&self, req: &crate::workload::EvalRequest, device: &AnyDevice) -> WResult<String> {
         let w = HistFamily::workload_named(&req.name)?;
         let rule = rule_of(req.rule.as_deref().unwrap_or("auto"))?;
@@ -301,6 +328,77 @@ fn eval_on<D: Device>(
             format_object(&[("hist", &device.to_vec(&hist)?), ("hist_dot", &device.to_vec(&hist_dot)?)], dt)
         }
     })
+}
+
+/// A GradBench `hist` call with its inputs resident on the device (see
+/// [`crate::workload::GradbenchCall`]); `auto` rule.
+struct HistCall<D: Device> {
+    device: D,
+    w: HistWorkload,
+    mode: Mode,
+    dtype: DType,
+    x: HistInputs<D>,
+    /// The mode's seed: `hist_bar` (vjp) or `[vals_dot, dest_dot]` (jvp).
+    seeds: Vec<D::T>,
+    /// The last run's named outputs, on the device.
+    last: Vec<(&'static str, D::T)>,
+}
+
+impl<D: Device> HistCall<D> {
+    fn new(
+        device: D,
+        w: HistWorkload,
+        mode: Mode,
+        case: &crate::json::HistCase,
+        source: &str,
+        dtype: DType,
+    ) -> WResult<HistCall<D>> {
+        let input = WorkloadError::from_input;
+        let x = w.upload(&device, &case.data, dtype).map_err(input)?;
+        let field = |v: &Option<Vec<f64>>, name: &str| {
+            v.clone().ok_or_else(|| WorkloadError::BadInput(format!("{source}: field {name}: required for {mode}")))
+        };
+        let mut seeds = Vec::new();
+        match mode {
+            Mode::Vjp => seeds.push(field(&case.hist_bar, "hist_bar")?),
+            Mode::Jvp | Mode::HessianDiag => {
+                seeds.push(field(&case.vals_dot, "vals_dot")?);
+                seeds.push(field(&case.dest_dot, "dest_dot")?);
+            }
+            Mode::Primal => {}
+        }
+        let seeds =
+            seeds.iter().map(|v| device.tensor(v, &[v.len()], dtype).map_err(input)).collect::<WResult<Vec<_>>>()?;
+        Ok(HistCall { device, w, mode, dtype, x, seeds, last: Vec::new() })
+    }
+}
+
+impl<D: Device> crate::workload::GradbenchCall for HistCall<D> {
+    fn run(&mut self) -> WResult<()> {
+        let (d, w) = (&self.device, self.w);
+        self.last = match (self.mode, self.seeds.as_slice()) {
+            (Mode::Primal, _) => vec![("hist", w.primal(d, &self.x)?)],
+            (Mode::Vjp, [bar]) => {
+                let r = w.vjp(d, HistRule::Auto, &self.x, bar)?;
+                vec![("hist", r.hist), ("vals_bar", r.vals_bar), ("dest_bar", r.dest_bar)]
+            }
+            (_, [vals_dot, dest_dot]) => {
+                let (hist, hist_dot) = w.jvp(d, &self.x, dest_dot, vals_dot)?;
+                vec![("hist", hist), ("hist_dot", hist_dot)]
+            }
+            _ => return Err(WorkloadError::BadInput(format!("hist: no seeds for {}", self.mode))),
+        };
+        Ok(d.synchronize()?)
+    }
+    fn output(&mut self) -> WResult<String> {
+        if self.last.is_empty() {
+            self.run()?;
+        }
+        let values =
+            self.last.iter().map(|(name, t)| Ok((*name, self.device.to_vec(t)?))).collect::<WResult<Vec<_>>>()?;
+        let fields: Vec<(&str, &[f64])> = values.iter().map(|(n, v)| (*n, v.as_slice())).collect();
+        Ok(format_object(&fields, self.dtype))
+    }
 }
 
 /// A generated histogram case.
@@ -765,6 +863,38 @@ mod tests {
     use adgauge_datasets::hist::generate;
 
     use super::*;
+
+    /// A served call (parsed and uploaded once, run twice) gives what one whole evaluation
+    /// gives, and both are the hand-computed histogram and adjoints.
+    #[test]
+    fn a_prepared_gradbench_call_equals_the_whole_evaluation_and_the_hand_values() {
+        let device = AnyDevice::Cpu(Cpu::new(Some(1)).unwrap());
+        // max over bins 0..3: bin 0 folds dest 2 with 2, 2, 1 (tie: dest wins), bin 1 dest 1
+        // with 0.5, bin 2 dest 3 with 3 (tie: dest wins); indices -1 and 5 are ignored.
+        let input = serde_json::json!({"op": "max", "k": 3, "inds": [0, 1, 0, 2, -1, 5, 0],
+            "vals": [2, 0.5, 2, 3, 9, 9, 1], "dest": [2, 1, 3], "hist_bar": [1, 2, 3],
+            "vals_dot": [1, 1, 1, 1, 1, 1, 1], "dest_dot": [10, 20, 30]});
+        let family = HistFamily;
+        let parse = |s: &str| serde_json::from_str::<Json>(s).unwrap();
+        let mut outputs = Vec::new();
+        for function in ["primal", "vjp", "jvp"] {
+            let whole = family.gradbench_evaluate(function, &input, &device, DType::F64).unwrap();
+            let mut call = family.gradbench_prepare(function, &input, &device, DType::F64).unwrap();
+            call.run().unwrap();
+            call.run().unwrap();
+            let served = call.output().unwrap();
+            assert_eq!(parse(&served), parse(&whole), "{function}");
+            outputs.push(parse(&served));
+        }
+        assert_eq!(outputs[0]["hist"], serde_json::json!([2.0, 1.0, 3.0]));
+        assert_eq!(outputs[1]["dest_bar"], serde_json::json!([1.0, 2.0, 3.0]));
+        assert_eq!(outputs[1]["vals_bar"], serde_json::json!([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]));
+        // The winners are the dests: the tangent of each bin is its dest's.
+        assert_eq!(outputs[2]["hist_dot"], serde_json::json!([10.0, 20.0, 30.0]));
+        let missing = serde_json::json!({"op": "max", "k": 1, "inds": [0], "vals": [1], "dest": [0]});
+        let err = family.gradbench_prepare("vjp", &missing, &device, DType::F64).err().unwrap();
+        assert!(err.to_string().contains("field hist_bar: required"), "{err}");
+    }
 
     #[test]
     fn names_round_trip() {

@@ -17,8 +17,9 @@ pub mod workload;
 
 pub use hist::{HistInputs, HistVjp, HistWorkload};
 pub use workload::{
-    CheckKind, CheckSettings, Comparison, EvalOption, EvalRequest, FlatFn, FullJacobian, Mode, ParamKind, ParamSpec,
-    Params, Prepared, Problem, Remote, RemoteCall, Validation, Value, WResult, Workload, WorkloadError,
+    CheckKind, CheckSettings, Comparison, EvalOption, EvalRequest, FlatFn, FullJacobian, GradbenchCall, Mode,
+    ParamKind, ParamSpec, Params, Prepared, Problem, Remote, RemoteCall, Validation, Value, WResult, Workload,
+    WorkloadError,
 };
 
 /// Every workload, in the order listings, `adgauge check` and the docs use. Adding a workload is

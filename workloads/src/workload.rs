@@ -457,10 +457,54 @@ pub trait Workload: Send + Sync {
     ) -> WResult<String> {
         Err(WorkloadError::BadInput(format!("{}: no GradBench function '{function}'", self.family())))
     }
+    /// `function` on `input` as a call that a served tool (`adgauge tool`) times run by run:
+    /// the input is parsed and put on `device` once, outside the timings, as GradBench's own
+    /// tools convert their inputs before timing. The default parses and prints inside every run
+    /// (through [`Workload::gradbench_evaluate`]); workloads with large inputs override it.
+    fn gradbench_prepare<'a>(
+        &'a self,
+        function: &'a str,
+        input: &'a serde_json::Value,
+        device: &'a AnyDevice,
+        dtype: DType,
+    ) -> WResult<Box<dyn GradbenchCall + 'a>> {
+        Ok(Box::new(WholeCall { workload: self, function, input, device, dtype, output: None }))
+    }
     /// The workload column of the result table for a row of `name` with these row parameters
     /// (n and k have columns of their own).
     fn table_label(&self, name: &str, _row_params: &BTreeMap<String, String>) -> String {
         name.to_string()
+    }
+}
+
+/// One GradBench `evaluate` of a workload's function, prepared: [`GradbenchCall::run`] is what
+/// a served tool times (it returns after the device has finished), [`GradbenchCall::output`]
+/// reads the last run's results back and prints them once.
+pub trait GradbenchCall {
+    fn run(&mut self) -> WResult<()>;
+    fn output(&mut self) -> WResult<String>;
+}
+
+/// The default [`GradbenchCall`]: every run evaluates the whole function, parsing included.
+struct WholeCall<'a, W: ?Sized> {
+    workload: &'a W,
+    function: &'a str,
+    input: &'a serde_json::Value,
+    device: &'a AnyDevice,
+    dtype: DType,
+    output: Option<String>,
+}
+
+impl<W: Workload + ?Sized> GradbenchCall for WholeCall<'_, W> {
+    fn run(&mut self) -> WResult<()> {
+        self.output = Some(self.workload.gradbench_evaluate(self.function, self.input, self.device, self.dtype)?);
+        Ok(())
+    }
+    fn output(&mut self) -> WResult<String> {
+        if self.output.is_none() {
+            self.run()?;
+        }
+        Ok(self.output.clone().unwrap_or_default())
     }
 }
 
