@@ -32,6 +32,21 @@ use std::path::Path;
 use crate::error::{DatasetError, Result};
 use crate::text::{self, MAX_REPLICATED_ELEMENTS, TextReader, product, write_row};
 
+impl Wishart {
+    /// The prior is defined only for gamma > 0 (its log enters the objective) and m >= -1 (the
+    /// degrees of freedom d + m + 1 must exceed d - 1 for the multivariate gamma function);
+    /// outside that the objective is NaN, which used to pass as a result.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        if self.gamma.is_nan() || self.gamma <= 0.0 {
+            return Err("a positive Wishart gamma (its log enters the objective)".into());
+        }
+        if self.m < -1 {
+            return Err("Wishart m >= -1 (the degrees of freedom d + m + 1 must exceed d - 1)".into());
+        }
+        Ok(())
+    }
+}
+
 /// Parameters of the Wishart prior on the precision matrices.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Wishart {
@@ -127,6 +142,9 @@ impl GmmInput {
         let (line, [gamma, m]) = r.fields::<2>(what)?;
         let gamma = r.float(line, gamma, &|| "number (Wishart gamma)".to_string())?;
         let m = m.parse::<i32>().map_err(|_| r.error(line, "an integer (Wishart m)", text::quote(m)))?;
+        if let Err(why) = (Wishart { gamma, m }).check() {
+            return Err(r.error(line, &why, format!("gamma {gamma}, m {m}")));
+        }
         r.finish()?;
         Ok(GmmInput { d, k, n: n as usize, alphas, means, icf, x, wishart: Wishart { gamma, m } })
     }
@@ -159,6 +177,7 @@ impl GmmInput {
         if !self.wishart.gamma.is_finite() {
             return Err(invalid("non-finite Wishart gamma".into()));
         }
+        self.wishart.check().map_err(|why| invalid(format!("Wishart parameters: expected {why}")))?;
         Ok(())
     }
 
@@ -360,7 +379,7 @@ mod tests {
         g.alphas = vec![f64::MAX, f64::MIN_POSITIVE];
         g.means = vec![5e-324, -0.0, 1e-300, -1e300];
         g.x[0] = 0.1 + 0.2;
-        g.wishart = Wishart { gamma: 2.5, m: -3 };
+        g.wishart = Wishart { gamma: 2.5, m: 7 };
         let text = g.to_text(false).unwrap();
         let back = GmmInput::parse(&text, "gen", None).unwrap();
         assert_eq!(back, g);
@@ -411,6 +430,25 @@ mod tests {
         let e = parse_lines(lines, replicate).unwrap_err();
         assert_eq!(e.file(), "bad.txt");
         e
+    }
+
+    /// A prior outside its domain made the objective NaN and the run exit 0.
+    #[test]
+    fn wishart_parameters_outside_the_priors_domain_are_refused_at_their_line() {
+        for (line, why) in
+            [("-1.0 0", "positive Wishart gamma"), ("0 0", "positive Wishart gamma"), ("1.0 -2", "m >= -1")]
+        {
+            let mut lines = sample();
+            lines[10] = line.to_string();
+            let e = parse_err(&lines, None).to_string();
+            assert!(e.contains("bad.txt:11") && e.contains(why), "{line}: {e}");
+        }
+        let mut lines = sample();
+        lines[10] = "2.5 -1".to_string();
+        assert_eq!(parse_lines(&lines, None).unwrap().wishart, Wishart { gamma: 2.5, m: -1 });
+        let mut g = GmmInput::generate(2, 2, 3, 0);
+        g.wishart.gamma = -1.0;
+        assert!(matches!(g.validate(), Err(DatasetError::Invalid { .. })));
     }
 
     #[test]

@@ -53,6 +53,36 @@ fn unbounded_inputs_and_thread_counts_are_refused() {
     assert!(stderr(&out).contains("not UTF-8 text (invalid byte at offset 16)"), "{}", stderr(&out));
 }
 
+/// Inputs that used to be accepted silently: a key given twice (serde kept the last) and a
+/// finite f64 that f32 cannot hold (it became inf). Both are now exit 2 naming the place.
+#[test]
+fn duplicate_keys_and_values_that_overflow_the_dtype_are_refused() {
+    let twice = temp_file(
+        "hardening",
+        "twice.json",
+        "{\"k\": 1, \"inds\": [0],\n \"vals\": [1], \"vals\": [2], \"dest\": [0]}",
+    );
+    let out = adgauge(&["eval", "hist-add", "--input", twice.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("duplicate key \"vals\" at line 2"), "{}", stderr(&out));
+    let kmeans =
+        temp_file("hardening", "twice-kmeans.json", "{\"points\": [[1]], \"centres\": [[0]], \"points\": [[2]]}");
+    let out = adgauge(&["eval", "kmeans", "--input", kmeans.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("duplicate key \"points\""), "{}", stderr(&out));
+
+    let big = temp_file("hardening", "big.json", "{\"k\": 2, \"inds\": [0, 1], \"vals\": [1, 1e39], \"dest\": [0, 0]}");
+    let out = adgauge(&["eval", "hist-add", "--input", big.to_str().unwrap(), "--dtype", "f32"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("field vals[1]: 1e39 overflows f32"), "{}", stderr(&out));
+    // The same input is fine in f64, and an explicit infinity stays allowed in f32.
+    let sum = json(&adgauge(&["eval", "hist-add", "--input", big.to_str().unwrap(), "--dtype", "f64"]));
+    assert_eq!(numbers(&sum["hist"]), vec![1.0, 1e39]);
+    let inf = temp_file("hardening", "inf.json", "{\"k\": 1, \"inds\": [0], \"vals\": [\"inf\"], \"dest\": [0]}");
+    let sum = json(&adgauge(&["eval", "hist-add", "--input", inf.to_str().unwrap(), "--dtype", "f32"]));
+    assert_eq!(sum["hist"], serde_json::json!(["inf"]), "infinities print as the string \"inf\"");
+}
+
 /// Suite values that overflowed `Duration` or asked for absurd work: refused before running.
 #[test]
 fn absurd_suite_settings_are_refused_naming_the_field() {

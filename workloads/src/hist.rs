@@ -276,6 +276,7 @@ impl Workload for HistFamily {
         let w = HistFamily::workload_named(&format!("hist-{op}"))?;
         let source = format!("hist.{function} input");
         let case = parse_hist_case(&input.to_string(), &source, w.op.name())?;
+        case.check_representable(&source, dtype)?;
         with_device!(device, |d| {
             Ok(Box::new(HistCall::new(d.clone(), w, mode, &case, &source, dtype)?)
                 as Box<dyn crate::workload::GradbenchCall + 'a>)
@@ -285,6 +286,7 @@ impl Workload for HistFamily {
         let w = HistFamily::workload_named(&req.name)?;
         let rule = rule_of(req.rule.as_deref().unwrap_or("auto"))?;
         let case = parse_hist_case(&req.text, &req.source, w.op.name())?;
+        case.check_representable(&req.source, req.dtype)?;
         with_device!(device, |d| eval_on(d, w, rule, req, &case))
     }
 }

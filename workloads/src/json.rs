@@ -32,9 +32,98 @@ pub struct HistCase {
     pub dest_dot: Option<Vec<f64>>,
 }
 
+/// Parses JSON text into a value, refusing an object with the same key twice: serde_json keeps
+/// the last one silently, and an input whose `vals` appear twice is ambiguous, not valid. The
+/// error names the key, with the line and column where its second occurrence ends.
+pub fn parse_json(text: &str, source: &str) -> WResult<Value> {
+    serde_json::from_str::<Strict>(text)
+        .map(|Strict(v)| v)
+        .map_err(|e| bad_input(format!("{source}: not valid JSON: {e}")))
+}
+
+/// A JSON value deserialized with duplicate keys refused (see [`parse_json`]).
+struct Strict(Value);
+
+impl<'de> serde::Deserialize<'de> for Strict {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Strict, D::Error> {
+        d.deserialize_any(StrictVisitor).map(Strict)
+    }
+}
+
+struct StrictVisitor;
+
+impl<'de> serde::de::Visitor<'de> for StrictVisitor {
+    type Value = Value;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_string()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1 << 20));
+        while let Some(Strict(v)) = seq.next_element()? {
+            out.push(v);
+        }
+        Ok(Value::Array(out))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if out.contains_key(&key) {
+                return Err(serde::de::Error::custom(format!("duplicate key \"{key}\"")));
+            }
+            let Strict(v) = map.next_value()?;
+            out.insert(key, v);
+        }
+        Ok(Value::Object(out))
+    }
+}
+
+/// Refuses finite inputs that `dtype` cannot hold (a 1e39 in f32 would silently become inf):
+/// the error names the field, the element and the value.
+pub fn check_representable(source: &str, field: &str, xs: &[f64], dtype: DType) -> WResult<()> {
+    if let Some((i, x)) = xs.iter().enumerate().find(|(_, x)| x.is_finite() && !dtype.round(**x).is_finite()) {
+        return Err(bad_input(format!("{source}: field {field}[{i}]: {x:e} overflows {}", dtype.name())));
+    }
+    Ok(())
+}
+
+impl HistCase {
+    /// [`check_representable`] over every field of the case.
+    pub fn check_representable(&self, source: &str, dtype: DType) -> WResult<()> {
+        check_representable(source, "vals", &self.data.vals, dtype)?;
+        check_representable(source, "dest", &self.data.dest, dtype)?;
+        for (field, xs) in [("hist_bar", &self.hist_bar), ("vals_dot", &self.vals_dot), ("dest_dot", &self.dest_dot)] {
+            if let Some(xs) = xs {
+                check_representable(source, field, xs, dtype)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Parses a case; `source` names the file in messages, `op` is the workload's operator name.
 pub fn parse_hist_case(text: &str, source: &str, op: &str) -> WResult<HistCase> {
-    let value: Value = serde_json::from_str(text).map_err(|e| bad_input(format!("{source}: not valid JSON: {e}")))?;
+    let value = parse_json(text, source)?;
     let Value::Object(obj) = value else {
         return Err(bad_input(format!("{source}: expected a JSON object at the top level, found {}", kind(&value))));
     };
@@ -271,6 +360,27 @@ mod tests {
         assert_eq!(c.data.dest, vec![f64::NEG_INFINITY, 0.5]);
         assert_eq!(c.hist_bar, Some(vec![1.0, 2.0]));
         assert_eq!(c.vals_dot, None);
+    }
+
+    #[test]
+    fn duplicate_keys_are_refused_at_any_depth_and_values_keep_their_types() {
+        let v =
+            parse_json(r#"{"a": [1, -2, 3.5, "x", null, true, {"b": {}}], "c": 18446744073709551615}"#, "t").unwrap();
+        assert_eq!(v["a"], serde_json::json!([1, -2, 3.5, "x", null, true, {"b": {}}]));
+        assert_eq!(v["c"].as_u64(), Some(u64::MAX));
+        let e = parse_json("{\"a\": [{\"b\": 1,\n \"b\": 2}]}", "case.json").unwrap_err().to_string();
+        assert!(e.starts_with("case.json: not valid JSON: duplicate key \"b\" at line 2"), "{e}");
+        assert!(parse_json("[1, 2", "t").is_err());
+        // Keys equal only after unescaping are the same key.
+        assert!(parse_json(r#"{"a": 1, "\u0061": 2}"#, "t").unwrap_err().to_string().contains("duplicate key \"a\""));
+    }
+
+    #[test]
+    fn values_a_dtype_cannot_hold_are_named() {
+        assert!(check_representable("s", "vals", &[1.0, 3.4e38, f64::INFINITY, f64::NAN], DType::F32).is_ok());
+        let e = check_representable("s", "dest", &[0.0, -1e39], DType::F32).unwrap_err().to_string();
+        assert_eq!(e, "s: field dest[1]: -1e39 overflows f32");
+        assert!(check_representable("s", "dest", &[1e300], DType::F64).is_ok());
     }
 
     #[test]

@@ -332,7 +332,7 @@ impl<D: Device> Prepared for KmeansPrepared<D> {
 /// Parses `{"points": [[..]..], "centres": [[..]..]}`; `source` names the file in messages.
 pub fn parse_kmeans_case(text: &str, source: &str) -> WResult<KmeansData> {
     let bad = |m: String| WorkloadError::BadInput(m);
-    let value: Json = serde_json::from_str(text).map_err(|e| bad(format!("{source}: not valid JSON: {e}")))?;
+    let value = crate::json::parse_json(text, source)?;
     let Json::Object(obj) = value else {
         return Err(bad(format!("{source}: expected a JSON object with fields points and centres")));
     };

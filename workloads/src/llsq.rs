@@ -170,7 +170,7 @@ pub fn manual_in(input: &LlsqInput, dtype: DType) -> (f64, Vec<f64>) {
 /// accepted and ignored, so GradBench's messages can be replayed).
 pub fn parse_input(text: &str, source: &str) -> WResult<LlsqInput> {
     let bad = |m: String| WorkloadError::BadInput(format!("{source}: {m}"));
-    let value: Json = serde_json::from_str(text).map_err(|e| bad(format!("not valid JSON: {e}")))?;
+    let value = crate::json::parse_json(text, source)?;
     let Json::Object(obj) = value else {
         return Err(bad(format!("expected a JSON object with fields x and n, found {}", kind(&value))));
     };
