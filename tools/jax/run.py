@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""JAX as a GradBench-protocol tool for adgauge (modules `hist`, `llsq`, `kmeans` and `lstm`).
+"""JAX as a GradBench-protocol tool for adgauge (modules `hist`, `llsq`, `kmeans`, `lstm`, `gmm`
+and `ba`).
 
 Needs JAX (CPU): scripts/setup-tools.sh makes a virtualenv with pinned versions. Every function
 is jit-compiled per shape; derivatives come from jax.vjp and jax.jvp.
@@ -8,6 +9,11 @@ hist (docs/protocol.md): add, min, max and hypot through jax.ops.segment_* (JAX 
 min/max bin's adjoint evenly between the tied entries: the convention declared at start);
 logaddexp as a max-shifted log-sum-exp; mul through a zero-counting product with a custom VJP
 (jax.ops.segment_prod has no derivative), so its forward mode is unsupported.
+
+gmm: GradBench's objective (log likelihood + log Wishart prior), max-shifted log-sum-exps; its
+gradient by jax.grad. ba: ADBench's residuals vectorised over observations; each observation's
+2 x 15 Jacobian block by jax.jacfwd (vmapped), laid out as ADBench's CSR (docs/protocol.md, with
+adgauge's `full` extension).
 """
 
 import json
@@ -17,6 +23,7 @@ import time
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 jax.config.update("jax_enable_x64", True)
 
@@ -227,7 +234,157 @@ def lstm(function, x):
     raise ValueError(f"lstm has no function {function}")
 
 
-MODULES = {"hist": hist, "llsq": llsq, "kmeans": kmeans, "lstm": lstm}
+def logsumexp(a, axis):
+    """Max-shifted: exp never overflows; the shift carries no derivative (it cancels)."""
+    mx = jax.lax.stop_gradient(jnp.max(a, axis=axis, keepdims=True))
+    return jnp.squeeze(mx, axis) + jnp.log(jnp.sum(jnp.exp(a - mx), axis=axis))
+
+
+def multigammaln(a, d):
+    j = jnp.arange(1, d + 1, dtype=jnp.float64)
+    return 0.25 * d * (d - 1) * math.log(math.pi) + jnp.sum(jax.scipy.special.gammaln(a + 0.5 * (1.0 - j)))
+
+
+def rows(x, field):
+    return jnp.asarray([[number(v) for v in row] for row in x[field]], dtype=jnp.float64)
+
+
+def gmm(function, x):
+    """GradBench's GMM: sum_i logsumexp_k(alpha_k + sum(q_k) - |Q_k (x_i - mu_k)|^2 / 2)
+    - n logsumexp(alpha) + the log Wishart prior, Q_k = diag(exp q_k) + the strictly lower part
+    filled column by column from l_k."""
+    d, k, n = int(x["d"]), int(x["k"]), int(x["n"])
+    alpha = jnp.asarray([number(v) for v in x["alpha"]], dtype=jnp.float64)
+    mu, q, points = rows(x, "mu"), rows(x, "q"), rows(x, "x")
+    lw = d * (d - 1) // 2
+    l = rows(x, "l") if lw > 0 else jnp.zeros((k, 0), dtype=jnp.float64)
+    gamma, m = float(x["gamma"]), int(x["m"])
+    # Column-by-column order of the strictly lower part: (1,0), (2,0), ..., (2,1), ...
+    cols, rws = np.triu_indices(d, 1)
+
+    def objective(alpha, mu, q, l):
+        lower = jnp.zeros((k, d, d), dtype=jnp.float64).at[:, rws, cols].set(l)
+        qmat = lower + jnp.exp(q)[:, :, None] * jnp.eye(d)
+        xc = points[:, None, :] - mu[None, :, :]
+        z = jnp.einsum("krc,nkc->nkr", qmat, xc)
+        main = alpha[None, :] + jnp.sum(q, axis=1)[None, :] - 0.5 * jnp.sum(z * z, axis=2)
+        np1 = d + m + 1
+        c = np1 * d * (math.log(gamma) - 0.5 * math.log(2.0)) - multigammaln(0.5 * np1, d)
+        prior = 0.5 * gamma * gamma * (jnp.sum(jnp.exp(2.0 * q)) + jnp.sum(l * l)) - m * jnp.sum(q)
+        const = -n * d * 0.5 * math.log(2.0 * math.pi) + k * c
+        return const + jnp.sum(logsumexp(main, 1)) - n * logsumexp(alpha, 0) - prior
+
+    key = (d, k, n, gamma, m)
+    args = (alpha, mu, q, l)
+    if function == "objective":
+        run = compiled(("gmm", key), lambda: objective)
+        return (lambda: run(*args).block_until_ready()), float
+    if function == "jacobian":
+        run = compiled(("gmm-grad", key), lambda: jax.grad(objective, argnums=(0, 1, 2, 3)))
+        return (lambda: jax.block_until_ready(run(*args))), (
+            lambda g: {"alpha": plain(g[0]), "mu": [plain(r) for r in g[1]], "q": [plain(r) for r in g[2]],
+                       "l": [plain(r) for r in g[3]]}
+        )
+    raise ValueError(f"gmm has no function {function}")
+
+
+def ba_problem(x):
+    """The problem of a `ba` input: full arrays (adgauge's extension) or GradBench's replicated
+    camera, point, weight and feature with observation i = (i mod n, i mod m)."""
+    n, m, p = int(x["n"]), int(x["m"]), int(x["p"])
+    full = x.get("full")
+    if full is not None:
+        cams = np.asarray([[number(v) for v in r] for r in full["cams"]], dtype=np.float64)
+        pts = np.asarray([[number(v) for v in r] for r in full["x"]], dtype=np.float64)
+        w = np.asarray([number(v) for v in full["w"]], dtype=np.float64)
+        feats = np.asarray([[number(v) for v in r] for r in full["feats"]], dtype=np.float64)
+        obs = np.asarray(full["obs"], dtype=np.int64).reshape(p, 2)
+    else:
+        cams = np.tile(np.asarray([number(v) for v in x["cam"]], dtype=np.float64), (n, 1))
+        pts = np.tile(np.asarray([number(v) for v in x["x"]], dtype=np.float64), (m, 1))
+        w = np.full(p, number(x["w"]), dtype=np.float64)
+        feats = np.tile(np.asarray([number(v) for v in x["feat"]], dtype=np.float64), (p, 1))
+        obs = np.stack([np.arange(p) % n, np.arange(p) % m], axis=1)
+    if cams.shape != (n, 11) or pts.shape != (m, 3) or w.shape != (p,) or feats.shape != (p, 2):
+        raise ValueError("ba: array shapes do not match n, m, p")
+    return n, m, p, cams, pts, w, feats, obs, full is not None
+
+
+def ba_pattern(n, m, p, obs):
+    """ADBench's CSR layout: rows 2i and 2i+1 hold camera obs[i][0]'s 11 columns, point
+    obs[i][1]'s 3 and weight i's; row 2p + i weight i's column alone."""
+    wcol = 11 * n + 3 * m
+    block = np.concatenate([11 * obs[:, :1] + np.arange(11), 11 * n + 3 * obs[:, 1:] + np.arange(3),
+                            wcol + np.arange(p)[:, None]], axis=1)
+    cols = np.concatenate([np.repeat(block, 2, axis=0).reshape(-1), wcol + np.arange(p)])
+    rows = np.concatenate([15 * np.arange(2 * p + 1), 30 * p + np.arange(1, p + 1)])
+    return rows, cols
+
+
+def ba_residual(params, feat, xp):
+    """One observation's two reprojection errors from its 15 parameters (camera 11, point 3,
+    weight), in the array module `xp` (jax.numpy here, torch in tools/pytorch)."""
+    r, c, f, x0, k = params[0:3], params[3:6], params[6], params[7:9], params[9:11]
+    xo = params[11:14] - c
+    w = params[14]
+    sqtheta = xp.sum(r * r)
+    small = sqtheta == 0
+    theta = xp.sqrt(xp.where(small, 1.0, sqtheta))
+    axis = r / theta
+    cos, sin = xp.cos(theta), xp.sin(theta)
+
+    def cross(a, b):
+        return xp.stack([a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]])
+
+    rotated = xo * cos + cross(axis, xo) * sin + axis * (xp.sum(axis * xo) * (1.0 - cos))
+    xc = xp.where(small, xo + cross(r, xo), rotated)
+    proj = xc[0:2] / xc[2]
+    rsq = xp.sum(proj * proj)
+    proj = proj * (1.0 + k[0] * rsq + k[1] * rsq * rsq) * f + x0
+    return w * (proj - feat)
+
+
+def ba_output(function, full, p, rows, cols):
+    def objective(r):
+        err, w_err = np.asarray(r[0]).reshape(-1), np.asarray(r[1])
+        if full:
+            return {"reproj_err": plain(err), "w_err": plain(w_err)}
+        return {"reproj_error": {"elements": plain(err[:2]), "repeated": p},
+                "w_err": {"element": float(w_err[0]), "repeated": p}}
+
+    def jacobian(r):
+        vals = np.concatenate([np.asarray(r[0]).reshape(-1), np.asarray(r[1])])
+        if full:
+            return {"nrows": 3 * p, "ncols": int(cols.max()) + 1, "rows": rows.tolist(), "cols": cols.tolist(),
+                    "vals": plain(vals)}
+        kept = lambda a: a[:30].tolist() + [a[-1].item()]
+        return {"rows": kept(rows), "cols": kept(cols), "vals": plain(kept(vals))}
+
+    return objective if function == "objective" else jacobian
+
+
+def ba(function, x):
+    n, m, p, cams, pts, w, feats, obs, full = ba_problem(x)
+    # Each observation's 15 parameters, gathered once (outside the timed runs, as the layout).
+    params = jnp.asarray(np.concatenate([cams[obs[:, 0]], pts[obs[:, 1]], w[:, None]], axis=1))
+    feats = jnp.asarray(feats)
+    rows, cols = ba_pattern(n, m, p, obs)
+
+    def objective(params, feats):
+        err = jax.vmap(lambda q, f: ba_residual(q, f, jnp))(params, feats)
+        return err, 1.0 - params[:, 14] ** 2
+
+    def jacobian(params, feats):
+        block = jax.vmap(jax.jacfwd(lambda q, f: ba_residual(q, f, jnp)))(params, feats)
+        return block, -2.0 * params[:, 14]
+
+    if function not in ("objective", "jacobian"):
+        raise ValueError(f"ba has no function {function}")
+    run = compiled(("ba", function, p), lambda: objective if function == "objective" else jacobian)
+    return (lambda: jax.block_until_ready(run(params, feats))), ba_output(function, full, p, rows, cols)
+
+
+MODULES = {"hist": hist, "llsq": llsq, "kmeans": kmeans, "lstm": lstm, "gmm": gmm, "ba": ba}
 
 
 def main():
