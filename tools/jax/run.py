@@ -16,37 +16,21 @@ gradient by jax.grad. ba: ADBench's residuals vectorised over observations; each
 adgauge's `full` extension).
 """
 
-import json
 import math
+import pathlib
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "common"))
+import ba as ba_module  # noqa: E402 - tools/common, put on the path above
+from protocol import number, plain, serve  # noqa: E402
+
 jax.config.update("jax_enable_x64", True)
 
 CONVENTIONS = {"tie-policy": "split", "mul": "zero-count (reverse mode only)"}
-
-
-def number(x):
-    if isinstance(x, str):
-        return {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}[x]
-    return float(x)
-
-
-def plain(xs):
-    """JSON-safe numbers: non-finite values as the strings adgauge reads."""
-    out = []
-    for x in xs.tolist() if hasattr(xs, "tolist") else xs:
-        if math.isnan(x):
-            out.append("nan")
-        elif math.isinf(x):
-            out.append("inf" if x > 0 else "-inf")
-        else:
-            out.append(x)
-    return out
 
 
 def segments(inds, k):
@@ -288,131 +272,32 @@ def gmm(function, x):
     raise ValueError(f"gmm has no function {function}")
 
 
-def ba_problem(x):
-    """The problem of a `ba` input: full arrays (adgauge's extension) or GradBench's replicated
-    camera, point, weight and feature with observation i = (i mod n, i mod m)."""
-    n, m, p = int(x["n"]), int(x["m"]), int(x["p"])
-    full = x.get("full")
-    if full is not None:
-        cams = np.asarray([[number(v) for v in r] for r in full["cams"]], dtype=np.float64)
-        pts = np.asarray([[number(v) for v in r] for r in full["x"]], dtype=np.float64)
-        w = np.asarray([number(v) for v in full["w"]], dtype=np.float64)
-        feats = np.asarray([[number(v) for v in r] for r in full["feats"]], dtype=np.float64)
-        obs = np.asarray(full["obs"], dtype=np.int64).reshape(p, 2)
-    else:
-        cams = np.tile(np.asarray([number(v) for v in x["cam"]], dtype=np.float64), (n, 1))
-        pts = np.tile(np.asarray([number(v) for v in x["x"]], dtype=np.float64), (m, 1))
-        w = np.full(p, number(x["w"]), dtype=np.float64)
-        feats = np.tile(np.asarray([number(v) for v in x["feat"]], dtype=np.float64), (p, 1))
-        obs = np.stack([np.arange(p) % n, np.arange(p) % m], axis=1)
-    if cams.shape != (n, 11) or pts.shape != (m, 3) or w.shape != (p,) or feats.shape != (p, 2):
-        raise ValueError("ba: array shapes do not match n, m, p")
-    return n, m, p, cams, pts, w, feats, obs, full is not None
-
-
-def ba_pattern(n, m, p, obs):
-    """ADBench's CSR layout: rows 2i and 2i+1 hold camera obs[i][0]'s 11 columns, point
-    obs[i][1]'s 3 and weight i's; row 2p + i weight i's column alone."""
-    wcol = 11 * n + 3 * m
-    block = np.concatenate([11 * obs[:, :1] + np.arange(11), 11 * n + 3 * obs[:, 1:] + np.arange(3),
-                            wcol + np.arange(p)[:, None]], axis=1)
-    cols = np.concatenate([np.repeat(block, 2, axis=0).reshape(-1), wcol + np.arange(p)])
-    rows = np.concatenate([15 * np.arange(2 * p + 1), 30 * p + np.arange(1, p + 1)])
-    return rows, cols
-
-
-def ba_residual(params, feat, xp):
-    """One observation's two reprojection errors from its 15 parameters (camera 11, point 3,
-    weight), in the array module `xp` (jax.numpy here, torch in tools/pytorch)."""
-    r, c, f, x0, k = params[0:3], params[3:6], params[6], params[7:9], params[9:11]
-    xo = params[11:14] - c
-    w = params[14]
-    sqtheta = xp.sum(r * r)
-    small = sqtheta == 0
-    theta = xp.sqrt(xp.where(small, 1.0, sqtheta))
-    axis = r / theta
-    cos, sin = xp.cos(theta), xp.sin(theta)
-
-    def cross(a, b):
-        return xp.stack([a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]])
-
-    rotated = xo * cos + cross(axis, xo) * sin + axis * (xp.sum(axis * xo) * (1.0 - cos))
-    xc = xp.where(small, xo + cross(r, xo), rotated)
-    proj = xc[0:2] / xc[2]
-    rsq = xp.sum(proj * proj)
-    proj = proj * (1.0 + k[0] * rsq + k[1] * rsq * rsq) * f + x0
-    return w * (proj - feat)
-
-
-def ba_output(function, full, p, rows, cols):
-    def objective(r):
-        err, w_err = np.asarray(r[0]).reshape(-1), np.asarray(r[1])
-        if full:
-            return {"reproj_err": plain(err), "w_err": plain(w_err)}
-        return {"reproj_error": {"elements": plain(err[:2]), "repeated": p},
-                "w_err": {"element": float(w_err[0]), "repeated": p}}
-
-    def jacobian(r):
-        vals = np.concatenate([np.asarray(r[0]).reshape(-1), np.asarray(r[1])])
-        if full:
-            return {"nrows": 3 * p, "ncols": int(cols.max()) + 1, "rows": rows.tolist(), "cols": cols.tolist(),
-                    "vals": plain(vals)}
-        kept = lambda a: a[:30].tolist() + [a[-1].item()]
-        return {"rows": kept(rows), "cols": kept(cols), "vals": plain(kept(vals))}
-
-    return objective if function == "objective" else jacobian
-
-
 def ba(function, x):
-    n, m, p, cams, pts, w, feats, obs, full = ba_problem(x)
+    n, m, p, cams, pts, w, feats, obs, full = ba_module.problem(x)
     # Each observation's 15 parameters, gathered once (outside the timed runs, as the layout).
-    params = jnp.asarray(np.concatenate([cams[obs[:, 0]], pts[obs[:, 1]], w[:, None]], axis=1))
+    params = jnp.asarray(ba_module.gathered(cams, pts, w, obs))
     feats = jnp.asarray(feats)
-    rows, cols = ba_pattern(n, m, p, obs)
+    rows, cols = ba_module.pattern(n, m, p, obs)
+    output = ba_module.output(function, full, p, rows, cols)
+
+    def residual(q, f):
+        return ba_module.residual(q, f, jnp)
 
     def objective(params, feats):
-        err = jax.vmap(lambda q, f: ba_residual(q, f, jnp))(params, feats)
-        return err, 1.0 - params[:, 14] ** 2
+        return jax.vmap(residual)(params, feats), 1.0 - params[:, 14] ** 2
 
     def jacobian(params, feats):
-        block = jax.vmap(jax.jacfwd(lambda q, f: ba_residual(q, f, jnp)))(params, feats)
-        return block, -2.0 * params[:, 14]
+        return jax.vmap(jax.jacfwd(residual))(params, feats), -2.0 * params[:, 14]
 
-    if function not in ("objective", "jacobian"):
-        raise ValueError(f"ba has no function {function}")
     run = compiled(("ba", function, p), lambda: objective if function == "objective" else jacobian)
-    return (lambda: jax.block_until_ready(run(params, feats))), ba_output(function, full, p, rows, cols)
+    return (lambda: jax.block_until_ready(run(params, feats))), output
 
 
 MODULES = {"hist": hist, "llsq": llsq, "kmeans": kmeans, "lstm": lstm, "gmm": gmm, "ba": ba}
 
 
 def main():
-    for line in sys.stdin:
-        message = json.loads(line)
-        kind, mid = message["kind"], message["id"]
-        response = {"id": mid}
-        if kind == "start":
-            response.update(tool="jax", config={"version": jax.__version__, "conventions": CONVENTIONS})
-        elif kind == "define":
-            response["success"] = message["module"] in MODULES
-        elif kind == "evaluate":
-            x = dict(message.get("input") or {})
-            runs = max(1, int(x.pop("min_runs", 1)))
-            min_seconds = float(x.pop("min_seconds", 0))
-            timings = []
-            try:
-                # Inputs are converted once, outside the timed runs (as GradBench's tools do).
-                run, output = MODULES[message["module"]](message["function"], x)
-                start_all = time.perf_counter()
-                while len(timings) < runs or time.perf_counter() - start_all < min_seconds:
-                    start = time.perf_counter_ns()
-                    result = run()
-                    timings.append({"name": "evaluate", "nanoseconds": time.perf_counter_ns() - start})
-                response.update(success=True, output=output(result), timings=timings)
-            except Exception as e:  # every failure is the tool's answer, not a crash
-                response.update(success=False, error=f"{type(e).__name__}: {e}")
-        print(json.dumps(response), flush=True)
+    serve("jax", {"version": jax.__version__, "conventions": CONVENTIONS}, MODULES)
 
 
 if __name__ == "__main__":
