@@ -295,3 +295,57 @@ fn tie_conventions_are_told_apart_from_wrong_adjoints() {
         "{compared}"
     );
 }
+
+/// BA's Jacobian from a tool: right (dual numbers) passes; a chain-rule slip and two indexing
+/// mistakes fail, on the distinct values of adgauge's `full` extension. A tool that only knows
+/// GradBench's replicated form is judged on it and labelled so; there the mistake of using the
+/// first feature everywhere passes: what replicated inputs cannot show. (Another camera in
+/// observation 0's columns shows even there, as an output that is not ADBench's layout.)
+#[test]
+fn wrong_ba_jacobians_fail_and_replicated_only_tools_are_labelled() {
+    if !python_available() {
+        return;
+    }
+    let tool = |name: &str, fault: &str| {
+        format!("      - {{name: {name}, command: \"python3 {} --fault {fault}\"}}\n", planted())
+    };
+    let suite = format!(
+        "name: planted-ba\ntiming: {{samples: 2, min_sample_ms: 1, time_limit_s: 0.05}}\ncases:\n  - workload: ba\n    sizes: [[3, 10, 30]]\n    dtypes: [f64]\n    tools:\n      - cpu\n{}{}{}{}{}{}",
+        tool("fine", "none"),
+        tool("sign", "ba-sign"),
+        tool("swap", "ba-swap"),
+        tool("feat0", "ba-feat0"),
+        tool("gb", "ba-compressed"),
+        tool("gbfeat0", "ba-feat0-compressed"),
+    );
+    let (code, rows) = rows(&suite, "planted-ba.yaml");
+    assert_eq!(code, Some(1), "{rows:#?}");
+    let failed = |r: &Value| -> Vec<String> {
+        r["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["passed"] == false)
+            .map(|c| c["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let fine = row(&rows, "ba", "fine");
+    // Right, on distinct values: no convention to report.
+    assert_eq!((fine["status"].as_str(), fine["message"].as_str()), (Some("ok"), None), "{fine}");
+    let mut names = check_names(fine);
+    names.sort();
+    assert_eq!(names, ["dot-product", "fd-jvp", "fd-vjp", "manual"]);
+    for name in ["sign", "swap", "feat0"] {
+        let r = row(&rows, "ba", name);
+        assert_eq!(r["status"], "failed", "{r}");
+        let failed = failed(r);
+        for check in ["fd-vjp", "fd-jvp", "manual"] {
+            assert!(failed.contains(&check.to_string()), "{name}: {check} must fail: {r}");
+        }
+    }
+    for name in ["gb", "gbfeat0"] {
+        let r = row(&rows, "ba", name);
+        assert_eq!(r["status"], "ok", "{r}");
+        assert!(r["message"].as_str().unwrap().contains("manual: convention: replicated input only"), "{r}");
+    }
+}
