@@ -914,6 +914,12 @@ fn remote_jacobian(out: &Json, b: &BaInput, full: bool) -> Result<Option<Vec<f64
         .enumerate()
         .map(|(i, v)| parse_number(v).map_err(|e| bad(format!("field vals[{i}]: {e}"))))
         .collect::<Result<_>>()?;
+    // adgauge's problems project every point in front of every camera: the Jacobian is finite,
+    // and a NaN or infinity is a broken output, named here rather than as a check's infinite
+    // discrepancy.
+    if let Some((i, v)) = vals.iter().enumerate().find(|(_, v)| !v.is_finite()) {
+        return Err(bad(format!("field vals[{i}]: {v} (the Jacobian is finite at this point)")));
+    }
     let pattern = BaPattern::new(b.n, b.m, &b.obs);
     let (nrows, ncols) = (pattern.nrows, pattern.ncols);
     if cols.len() != vals.len() {
@@ -1336,6 +1342,10 @@ mod tests {
         let mut bad = full.clone();
         bad["vals"][0] = Json::from("oops");
         assert!(remote_jacobian(&bad, &rep, true).unwrap_err().to_string().contains("field vals[0]"));
+        bad["vals"][0] = Json::from(0.5);
+        bad["vals"][7] = Json::from("nan");
+        let e = remote_jacobian(&bad, &rep, true).unwrap_err().to_string();
+        assert!(e.contains("field vals[7]: NaN"), "{e}");
         let mut bad = full;
         bad["rows"] = serde_json::json!([0, 1]);
         assert!(remote_jacobian(&bad, &rep, true).unwrap_err().to_string().contains("field rows: 2 row pointers"));
