@@ -526,6 +526,7 @@ mod tests {
             ("overhead", include_str!("../../suites/overhead.yaml")),
             ("classic", include_str!("../../suites/classic.yaml")),
             ("tools", include_str!("../../suites/tools.yaml")),
+            ("tools-quick", include_str!("../../suites/tools-quick.yaml")),
         ] {
             let s = parse_suite(text, name).unwrap();
             assert!(!s.cases.is_empty(), "{name}");

@@ -8,7 +8,7 @@ mod common;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 
-use common::{adgauge, json, stderr, stdout, temp_file};
+use common::{adgauge, close, json, numbers, stderr, stdout, temp_file};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_adgauge");
@@ -100,19 +100,89 @@ fn adgauge_tool_answers_as_eval_does_in_process() {
     assert_eq!(responses[4]["output"], serde_json::json!([1.5, -1.5]));
 }
 
+/// BA over the protocol: GradBench's replicated input gets its compressed outputs, equal to the
+/// same problem's `adgauge eval ba` (observation 0's 30 entries and the last); adgauge's `full`
+/// extension gets the whole Jacobian of distinct values, whose simple entries are checked by
+/// hand.
+#[test]
+fn adgauge_tool_serves_ba_in_both_forms() {
+    let (cam, x, w, feat) =
+        ([0.01, -0.02, 0.03, 0.1, -0.2, 0.3, 700.0, 1.5, -2.5, 0.05, -0.005], [0.5, -0.25, 8.0], 0.75, [3.0, -4.0]);
+    let replicated = serde_json::json!({"n": 2, "m": 3, "p": 12, "cam": cam, "x": x, "w": w, "feat": feat});
+    let ws = [0.6, 0.9, 1.2, 1.4];
+    let full = serde_json::json!({"n": 2, "m": 2, "p": 4, "cam": cam, "x": x, "w": w, "feat": feat, "full": {
+        "cams": [cam, [0.02, 0.01, -0.04, -0.3, 0.2, 0.1, 900.0, -1.0, 2.0, -0.03, 0.002]],
+        "x": [x, [-1.0, 1.5, 7.0]], "w": ws, "feats": [[1, 2], [3, 4], [5, 6], [7, 8]],
+        "obs": [[1, 0], [0, 1], [1, 1], [0, 0]]}});
+    let evaluate = |id: i64, function: &str, input: &Value| {
+        let mut input = input.clone();
+        input["min_runs"] = 1.into();
+        serde_json::json!({"id": id, "kind": "evaluate", "module": "ba", "function": function, "input": input})
+    };
+    let r = converse(&[
+        serde_json::json!({"id": 0, "kind": "define", "module": "ba"}),
+        evaluate(1, "objective", &replicated),
+        evaluate(2, "jacobian", &replicated),
+        evaluate(3, "objective", &full),
+        evaluate(4, "jacobian", &full),
+        evaluate(5, "hessian", &full),
+    ]);
+    assert_eq!(r[0]["success"], true);
+    for response in &r[1..5] {
+        assert_eq!(response["success"], true, "{response}");
+    }
+    assert_eq!(r[5]["success"], false);
+    assert!(r[5]["error"].as_str().unwrap().contains("no function 'hessian'"), "{}", r[5]);
+    // The same replicated problem in ADBench's text form, evaluated in process.
+    let row = |v: &[f64]| v.iter().map(f64::to_string).collect::<Vec<_>>().join(" ");
+    let text = format!("2 3 12\n{}\n{}\n{w}\n{}\n", row(&cam), row(&x), row(&feat));
+    let path = temp_file("external", "ba.txt", &text);
+    let local = json(&adgauge(&["eval", "ba", "--input", path.to_str().unwrap(), "--mode", "vjp"]));
+    let e = &local["reproj_err"];
+    assert_eq!(r[1]["output"]["reproj_error"], serde_json::json!({"elements": [e[0], e[1]], "repeated": 12}));
+    assert_eq!(r[1]["output"]["w_err"], serde_json::json!({"element": local["w_err"][0], "repeated": 12}));
+    let jac = &local["jacobian"];
+    for field in ["rows", "cols", "vals"] {
+        let all = jac[field].as_array().unwrap();
+        let kept: Vec<Value> = all[..30].iter().chain(all.last()).cloned().collect();
+        assert_eq!(r[2]["output"][field], Value::Array(kept), "{field}");
+    }
+    // Full form, by hand: w_err = 1 - w^2; per observation i (camera c), d err_x / d u0 = w_i
+    // (column 11c + 7), d err_y / d u0 = 0, d err_y / d v0 = w_i; weight rows d/dw = -2 w_i.
+    let wr: Vec<f64> = numbers(&r[3]["output"]["w_err"]);
+    assert_eq!(numbers(&r[3]["output"]["reproj_err"]).len(), 8);
+    let j = &r[4]["output"];
+    let (vals, cols, rows) = (numbers(&j["vals"]), numbers(&j["cols"]), numbers(&j["rows"]));
+    assert_eq!((j["nrows"].as_u64(), j["ncols"].as_u64(), vals.len(), rows.len()), (Some(12), Some(32), 124, 13));
+    for (i, (&wi, c)) in ws.iter().zip([1.0, 0.0, 1.0, 0.0]).enumerate() {
+        assert!(close(wr[i], 1.0 - wi * wi, 1e-15), "w_err[{i}]");
+        let (x_row, y_row) = (30 * i, 30 * i + 15);
+        assert_eq!(
+            (cols[x_row + 7], cols[y_row + 7], cols[y_row + 8]),
+            (11.0 * c + 7.0, 11.0 * c + 7.0, 11.0 * c + 8.0)
+        );
+        assert_eq!((vals[x_row + 7], vals[y_row + 7], vals[y_row + 8]), (wi, 0.0, wi), "observation {i}");
+        assert_eq!((cols[120 + i], vals[120 + i]), (28.0 + i as f64, -2.0 * wi));
+    }
+}
+
 #[test]
 fn adgauge_as_an_external_tool_passes_the_checks_of_its_own_engine() {
     let suite = format!(
-        "name: self\ntiming: {{samples: 2, min_sample_ms: 1, time_limit_s: 0.05}}\ncases:\n  - workload: hist\n    ops: [add, min]\n    rules: [auto]\n    n: [300]\n    k: [9]\n    dtypes: [f64]\n    tools: [cpu, {{name: self, command: \"{BIN} tool\"}}]\n  - workload: llsq\n    n: [40]\n    m: [5]\n    dtypes: [f64]\n    tools: [cpu, self]\n  - workload: lstm\n    l: [1]\n    c: [5]\n    b: [3]\n    dtypes: [f64]\n    tools: [cpu, self]\n  - workload: kmeans\n    n: [300]\n    k: [4]\n    d: [3]\n    dtypes: [f64]\n    tools: [cpu, self]\n  - workload: gmm\n    n: [40]\n    k: [3]\n    d: [3]\n    dtypes: [f64]\n    tools: [cpu, self]\n"
+        "name: self\ntiming: {{samples: 2, min_sample_ms: 1, time_limit_s: 0.05}}\ncases:\n  - workload: hist\n    ops: [add, min]\n    rules: [auto]\n    n: [300]\n    k: [9]\n    dtypes: [f64]\n    tools: [cpu, {{name: self, command: \"{BIN} tool\"}}]\n  - workload: llsq\n    n: [40]\n    m: [5]\n    dtypes: [f64]\n    tools: [cpu, self]\n  - workload: lstm\n    l: [1]\n    c: [5]\n    b: [3]\n    dtypes: [f64]\n    tools: [cpu, self]\n  - workload: kmeans\n    n: [300]\n    k: [4]\n    d: [3]\n    dtypes: [f64]\n    tools: [cpu, self]\n  - workload: gmm\n    n: [40]\n    k: [3]\n    d: [3]\n    dtypes: [f64]\n    tools: [cpu, self]\n  - workload: ba\n    sizes: [[3, 10, 30]]\n    dtypes: [f64]\n    tools: [cpu, self]\n"
     );
     let (code, rows) = rows(&suite, "self.yaml");
     assert_eq!(code, Some(0), "{rows:#?}");
-    for w in ["hist-add", "hist-min", "llsq", "lstm", "kmeans", "gmm"] {
+    for w in ["hist-add", "hist-min", "llsq", "lstm", "kmeans", "gmm", "ba"] {
         let (cpu, ext) = (row(&rows, w, "cpu"), row(&rows, w, "self"));
         assert_eq!((cpu["status"].as_str(), ext["status"].as_str()), (Some("ok"), Some("ok")), "{w}: {ext}");
         // The tool is judged by the checks of the engine, less those of engine internals (and
-        // k-means' Hessian, which GradBench's module only returns inside its direction).
-        let engine_only = ["rule-agreement", "manual-hessian"];
+        // k-means' Hessian, which GradBench's module only returns inside its direction; BA's
+        // module has one Jacobian, so no forward-mode one and no one-hot VJPs against JVPs).
+        let mut engine_only = vec!["rule-agreement", "manual-hessian"];
+        if w == "ba" {
+            engine_only.extend(["manual-jvp", "full-jacobian"]);
+        }
         let want: Vec<String> = check_names(cpu).into_iter().filter(|c| !engine_only.contains(&c.as_str())).collect();
         let mut got = check_names(ext);
         got.sort();
@@ -228,4 +298,58 @@ fn tie_conventions_are_told_apart_from_wrong_adjoints() {
     assert!(lines[split].trim_end().ends_with("convention") && lines[split].contains("x)"), "{compared}");
     assert!(lines[split + 1].contains("ties: convention: tie-policy split"), "{compared}");
     assert!(lines.iter().all(|l| l.chars().count() <= 100), "{compared}");
+}
+
+/// BA's Jacobian from a tool: right (dual numbers) passes; a chain-rule slip and two indexing
+/// mistakes fail, on the distinct values of adgauge's `full` extension. A tool that only knows
+/// GradBench's replicated form is judged on it and labelled so; there the mistake of using the
+/// first feature everywhere passes: what replicated inputs cannot show. (Another camera in
+/// observation 0's columns shows even there, as an output that is not ADBench's layout.)
+#[test]
+fn wrong_ba_jacobians_fail_and_replicated_only_tools_are_labelled() {
+    if !python_available() {
+        return;
+    }
+    let tool = |name: &str, fault: &str| {
+        format!("      - {{name: {name}, command: \"python3 {} --fault {fault}\"}}\n", planted())
+    };
+    let suite = format!(
+        "name: planted-ba\ntiming: {{samples: 2, min_sample_ms: 1, time_limit_s: 0.05}}\ncases:\n  - workload: ba\n    sizes: [[3, 10, 30]]\n    dtypes: [f64]\n    tools:\n      - cpu\n{}{}{}{}{}{}",
+        tool("fine", "none"),
+        tool("sign", "ba-sign"),
+        tool("swap", "ba-swap"),
+        tool("feat0", "ba-feat0"),
+        tool("gb", "ba-compressed"),
+        tool("gbfeat0", "ba-feat0-compressed"),
+    );
+    let (code, rows) = rows(&suite, "planted-ba.yaml");
+    assert_eq!(code, Some(1), "{rows:#?}");
+    let failed = |r: &Value| -> Vec<String> {
+        r["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["passed"] == false)
+            .map(|c| c["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let fine = row(&rows, "ba", "fine");
+    // Right, on distinct values: no convention to report.
+    assert_eq!((fine["status"].as_str(), fine["message"].as_str()), (Some("ok"), None), "{fine}");
+    let mut names = check_names(fine);
+    names.sort();
+    assert_eq!(names, ["dot-product", "fd-jvp", "fd-vjp", "manual"]);
+    for name in ["sign", "swap", "feat0"] {
+        let r = row(&rows, "ba", name);
+        assert_eq!(r["status"], "failed", "{r}");
+        let failed = failed(r);
+        for check in ["fd-vjp", "fd-jvp", "manual"] {
+            assert!(failed.contains(&check.to_string()), "{name}: {check} must fail: {r}");
+        }
+    }
+    for name in ["gb", "gbfeat0"] {
+        let r = row(&rows, "ba", name);
+        assert_eq!(r["status"], "ok", "{r}");
+        assert!(r["message"].as_str().unwrap().contains("manual: convention: replicated input only"), "{r}");
+    }
 }

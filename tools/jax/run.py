@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""JAX as a GradBench-protocol tool for adgauge (modules `hist`, `llsq`, `kmeans` and `lstm`).
+"""JAX as a GradBench-protocol tool for adgauge (modules `hist`, `llsq`, `kmeans`, `lstm`, `gmm`
+and `ba`).
 
 Needs JAX (CPU): scripts/setup-tools.sh makes a virtualenv with pinned versions. Every function
 is jit-compiled per shape; derivatives come from jax.vjp and jax.jvp.
@@ -8,38 +9,28 @@ hist (docs/protocol.md): add, min, max and hypot through jax.ops.segment_* (JAX 
 min/max bin's adjoint evenly between the tied entries: the convention declared at start);
 logaddexp as a max-shifted log-sum-exp; mul through a zero-counting product with a custom VJP
 (jax.ops.segment_prod has no derivative), so its forward mode is unsupported.
+
+gmm: GradBench's objective (log likelihood + log Wishart prior), max-shifted log-sum-exps; its
+gradient by jax.grad. ba: ADBench's residuals vectorised over observations; each observation's
+2 x 15 Jacobian block by jax.jacfwd (vmapped), laid out as ADBench's CSR (docs/protocol.md, with
+adgauge's `full` extension).
 """
 
-import json
 import math
+import pathlib
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "common"))
+import ba as ba_module  # noqa: E402 - tools/common, put on the path above
+from protocol import number, plain, serve  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 
 CONVENTIONS = {"tie-policy": "split", "mul": "zero-count (reverse mode only)"}
-
-
-def number(x):
-    if isinstance(x, str):
-        return {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}[x]
-    return float(x)
-
-
-def plain(xs):
-    """JSON-safe numbers: non-finite values as the strings adgauge reads."""
-    out = []
-    for x in xs.tolist() if hasattr(xs, "tolist") else xs:
-        if math.isnan(x):
-            out.append("nan")
-        elif math.isinf(x):
-            out.append("inf" if x > 0 else "-inf")
-        else:
-            out.append(x)
-    return out
 
 
 def segments(inds, k):
@@ -227,35 +218,86 @@ def lstm(function, x):
     raise ValueError(f"lstm has no function {function}")
 
 
-MODULES = {"hist": hist, "llsq": llsq, "kmeans": kmeans, "lstm": lstm}
+def logsumexp(a, axis):
+    """Max-shifted: exp never overflows; the shift carries no derivative (it cancels)."""
+    mx = jax.lax.stop_gradient(jnp.max(a, axis=axis, keepdims=True))
+    return jnp.squeeze(mx, axis) + jnp.log(jnp.sum(jnp.exp(a - mx), axis=axis))
+
+
+def multigammaln(a, d):
+    j = jnp.arange(1, d + 1, dtype=jnp.float64)
+    return 0.25 * d * (d - 1) * math.log(math.pi) + jnp.sum(jax.scipy.special.gammaln(a + 0.5 * (1.0 - j)))
+
+
+def rows(x, field):
+    return jnp.asarray([[number(v) for v in row] for row in x[field]], dtype=jnp.float64)
+
+
+def gmm(function, x):
+    """GradBench's GMM: sum_i logsumexp_k(alpha_k + sum(q_k) - |Q_k (x_i - mu_k)|^2 / 2)
+    - n logsumexp(alpha) + the log Wishart prior, Q_k = diag(exp q_k) + the strictly lower part
+    filled column by column from l_k."""
+    d, k, n = int(x["d"]), int(x["k"]), int(x["n"])
+    alpha = jnp.asarray([number(v) for v in x["alpha"]], dtype=jnp.float64)
+    mu, q, points = rows(x, "mu"), rows(x, "q"), rows(x, "x")
+    lw = d * (d - 1) // 2
+    l = rows(x, "l") if lw > 0 else jnp.zeros((k, 0), dtype=jnp.float64)
+    gamma, m = float(x["gamma"]), int(x["m"])
+    # Column-by-column order of the strictly lower part: (1,0), (2,0), ..., (2,1), ...
+    cols, rws = np.triu_indices(d, 1)
+
+    def objective(alpha, mu, q, l):
+        lower = jnp.zeros((k, d, d), dtype=jnp.float64).at[:, rws, cols].set(l)
+        qmat = lower + jnp.exp(q)[:, :, None] * jnp.eye(d)
+        xc = points[:, None, :] - mu[None, :, :]
+        z = jnp.einsum("krc,nkc->nkr", qmat, xc)
+        main = alpha[None, :] + jnp.sum(q, axis=1)[None, :] - 0.5 * jnp.sum(z * z, axis=2)
+        np1 = d + m + 1
+        c = np1 * d * (math.log(gamma) - 0.5 * math.log(2.0)) - multigammaln(0.5 * np1, d)
+        prior = 0.5 * gamma * gamma * (jnp.sum(jnp.exp(2.0 * q)) + jnp.sum(l * l)) - m * jnp.sum(q)
+        const = -n * d * 0.5 * math.log(2.0 * math.pi) + k * c
+        return const + jnp.sum(logsumexp(main, 1)) - n * logsumexp(alpha, 0) - prior
+
+    key = (d, k, n, gamma, m)
+    args = (alpha, mu, q, l)
+    if function == "objective":
+        run = compiled(("gmm", key), lambda: objective)
+        return (lambda: run(*args).block_until_ready()), float
+    if function == "jacobian":
+        run = compiled(("gmm-grad", key), lambda: jax.grad(objective, argnums=(0, 1, 2, 3)))
+        return (lambda: jax.block_until_ready(run(*args))), (
+            lambda g: {"alpha": plain(g[0]), "mu": [plain(r) for r in g[1]], "q": [plain(r) for r in g[2]],
+                       "l": [plain(r) for r in g[3]]}
+        )
+    raise ValueError(f"gmm has no function {function}")
+
+
+def ba(function, x):
+    n, m, p, cams, pts, w, feats, obs, full = ba_module.problem(x)
+    # Each observation's 15 parameters, gathered once (outside the timed runs, as the layout).
+    params = jnp.asarray(ba_module.gathered(cams, pts, w, obs))
+    feats = jnp.asarray(feats)
+    rows, cols = ba_module.pattern(n, m, p, obs)
+    output = ba_module.output(function, full, p, rows, cols)
+
+    def residual(q, f):
+        return ba_module.residual(q, f, jnp)
+
+    def objective(params, feats):
+        return jax.vmap(residual)(params, feats), 1.0 - params[:, 14] ** 2
+
+    def jacobian(params, feats):
+        return jax.vmap(jax.jacfwd(residual))(params, feats), -2.0 * params[:, 14]
+
+    run = compiled(("ba", function, p), lambda: objective if function == "objective" else jacobian)
+    return (lambda: jax.block_until_ready(run(params, feats))), output
+
+
+MODULES = {"hist": hist, "llsq": llsq, "kmeans": kmeans, "lstm": lstm, "gmm": gmm, "ba": ba}
 
 
 def main():
-    for line in sys.stdin:
-        message = json.loads(line)
-        kind, mid = message["kind"], message["id"]
-        response = {"id": mid}
-        if kind == "start":
-            response.update(tool="jax", config={"version": jax.__version__, "conventions": CONVENTIONS})
-        elif kind == "define":
-            response["success"] = message["module"] in MODULES
-        elif kind == "evaluate":
-            x = dict(message.get("input") or {})
-            runs = max(1, int(x.pop("min_runs", 1)))
-            min_seconds = float(x.pop("min_seconds", 0))
-            timings = []
-            try:
-                # Inputs are converted once, outside the timed runs (as GradBench's tools do).
-                run, output = MODULES[message["module"]](message["function"], x)
-                start_all = time.perf_counter()
-                while len(timings) < runs or time.perf_counter() - start_all < min_seconds:
-                    start = time.perf_counter_ns()
-                    result = run()
-                    timings.append({"name": "evaluate", "nanoseconds": time.perf_counter_ns() - start})
-                response.update(success=True, output=output(result), timings=timings)
-            except Exception as e:  # every failure is the tool's answer, not a crash
-                response.update(success=False, error=f"{type(e).__name__}: {e}")
-        print(json.dumps(response), flush=True)
+    serve("jax", {"version": jax.__version__, "conventions": CONVENTIONS}, MODULES)
 
 
 if __name__ == "__main__":

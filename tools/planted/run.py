@@ -2,7 +2,9 @@
 """A GradBench-protocol tool with planted faults, for testing adgauge's eval side (stdlib only).
 
 Modules: `hist` (primal, vjp, jvp for the operators add, min and max; min/max give each bin's
-adjoint to one winner, the lowest position, dest first) and `llsq` (primal, gradient).
+adjoint to one winner, the lowest position, dest first), `llsq` (primal, gradient) and `ba`
+(objective, jacobian: ADBench's residuals differentiated by dual numbers, one sweep per
+parameter of an observation; both of GradBench's input forms, docs/protocol.md).
 
 --fault chooses what goes wrong:
   none        correct derivatives
@@ -13,10 +15,18 @@ adjoint to one winner, the lowest position, dest first) and `llsq` (primal, grad
   wrong-id    every evaluate message is answered with another id
   tie-all     min/max give the whole adjoint to every tied entry (wrong: no subgradient)
   tie-split   min/max split a tied bin's adjoint evenly (a valid convention, declared at start)
+  ba-sign     ba's Jacobian has the wrong sign on the camera centre's columns (a chain-rule slip)
+  ba-swap     ba's observation i uses the camera of observation i + 1 (an indexing mistake)
+  ba-feat0    ba's every observation uses the first feature (an indexing mistake that replicated
+              inputs cannot show)
+  ba-compressed        ba ignores adgauge's `full` extension: GradBench's replicated input and
+                       compressed outputs only (a GradBench-only tool)
+  ba-feat0-compressed  both of the above
 """
 
 import argparse
 import json
+import math
 import sys
 import time
 
@@ -117,10 +127,128 @@ def llsq(function, x):
     raise ValueError(f"llsq has no function {function}")
 
 
+class Dual:
+    """A number with one tangent (forward mode)."""
+
+    def __init__(self, v, d=0.0):
+        self.v, self.d = v, d
+
+    def __add__(a, b):
+        b = lift(b)
+        return Dual(a.v + b.v, a.d + b.d)
+
+    __radd__ = __add__
+
+    def __sub__(a, b):
+        b = lift(b)
+        return Dual(a.v - b.v, a.d - b.d)
+
+    def __rsub__(a, b):
+        return lift(b) - a
+
+    def __mul__(a, b):
+        b = lift(b)
+        return Dual(a.v * b.v, a.d * b.v + a.v * b.d)
+
+    __rmul__ = __mul__
+
+    def __truediv__(a, b):
+        b = lift(b)
+        return Dual(a.v / b.v, (a.d * b.v - a.v * b.d) / (b.v * b.v))
+
+
+def lift(x):
+    return x if isinstance(x, Dual) else Dual(float(x))
+
+
+def dsqrt(a):
+    r = math.sqrt(a.v)
+    return Dual(r, a.d / (2 * r))
+
+
+def dcos(a):
+    return Dual(math.cos(a.v), -math.sin(a.v) * a.d)
+
+
+def dsin(a):
+    return Dual(math.sin(a.v), math.cos(a.v) * a.d)
+
+
+def cross(a, b):
+    return [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]]
+
+
+def reprojection(q, feat):
+    """ADBench's two reprojection errors of one observation from its 15 parameters (camera 11,
+    point 3, weight), Duals."""
+    r, c, f, x0, k, w = q[0:3], q[3:6], q[6], q[7:9], q[9:11], q[14]
+    xo = [q[11 + i] - c[i] for i in range(3)]
+    sqtheta = r[0] * r[0] + r[1] * r[1] + r[2] * r[2]
+    if sqtheta.v != 0:
+        theta = dsqrt(sqtheta)
+        cos, sin = dcos(theta), dsin(theta)
+        axis = [ri / theta for ri in r]
+        axo = cross(axis, xo)
+        tmp = (axis[0] * xo[0] + axis[1] * xo[1] + axis[2] * xo[2]) * (1 - cos)
+        xc = [xo[i] * cos + axo[i] * sin + axis[i] * tmp for i in range(3)]
+    else:
+        rxo = cross(r, xo)
+        xc = [xo[i] + rxo[i] for i in range(3)]
+    u, v = xc[0] / xc[2], xc[1] / xc[2]
+    rsq = u * u + v * v
+    lsc = 1 + k[0] * rsq + k[1] * rsq * rsq
+    return [w * (u * lsc * f + x0[0] - feat[0]), w * (v * lsc * f + x0[1] - feat[1])]
+
+
+def ba(function, x, fault):
+    n, m, p = x["n"], x["m"], x["p"]
+    full = x.get("full") if fault not in ("ba-compressed", "ba-feat0-compressed") else None
+    if full is not None:
+        cams, pts = [[number(v) for v in r] for r in full["cams"]], [[number(v) for v in r] for r in full["x"]]
+        ws, feats = [number(v) for v in full["w"]], [[number(v) for v in r] for r in full["feats"]]
+        obs = [tuple(o) for o in full["obs"]]
+    else:
+        cams, pts = [[number(v) for v in x["cam"]]] * n, [[number(v) for v in x["x"]]] * m
+        ws, feats = [number(x["w"])] * p, [[number(v) for v in x["feat"]]] * p
+        obs = [(i % n, i % m) for i in range(p)]
+    if fault == "ba-swap":
+        obs = [(obs[(i + 1) % p][0], obs[i][1]) for i in range(p)]
+    if fault in ("ba-feat0", "ba-feat0-compressed"):
+        feats = [feats[0]] * p
+    params = [cams[c] + pts[j] + [ws[i]] for i, (c, j) in enumerate(obs)]
+    if function == "objective":
+        err = [e.v for i, q in enumerate(params) for e in reprojection([Dual(v) for v in q], feats[i])]
+        w_err = [1 - w * w for w in ws]
+        if full is not None:
+            return {"reproj_err": err, "w_err": w_err}
+        return {"reproj_error": {"elements": err[:2], "repeated": p}, "w_err": {"element": w_err[0], "repeated": p}}
+    if function != "jacobian":
+        raise ValueError(f"ba has no function {function}")
+    wcol = 11 * n + 3 * m
+    rows, cols, vals = [0], [], []
+    for i, ((c, j), q) in enumerate(zip(obs, params)):
+        sweeps = [reprojection([Dual(v, float(s == t)) for t, v in enumerate(q)], feats[i]) for s in range(15)]
+        for row in range(2):
+            rows.append(rows[-1] + 15)
+            cols += [11 * c + t for t in range(11)] + [11 * n + 3 * j + t for t in range(3)] + [wcol + i]
+            block = [sweeps[s][row].d for s in range(15)]
+            if fault == "ba-sign":
+                block[3:6] = [-b for b in block[3:6]]
+            vals += block
+    for i, w in enumerate(ws):
+        rows.append(rows[-1] + 1)
+        cols.append(wcol + i)
+        vals.append(-2 * w)
+    if full is not None:
+        return {"nrows": 3 * p, "ncols": wcol + p, "rows": rows, "cols": cols, "vals": vals}
+    return {"rows": rows[:30] + rows[-1:], "cols": cols[:30] + cols[-1:], "vals": vals[:30] + vals[-1:]}
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--fault", default="none",
-                        choices=["none", "wrong-dest", "hang", "crash", "garbage", "wrong-id", "tie-all", "tie-split"])
+                        choices=["none", "wrong-dest", "hang", "crash", "garbage", "wrong-id", "tie-all", "tie-split",
+                                 "ba-sign", "ba-swap", "ba-feat0", "ba-compressed", "ba-feat0-compressed"])
     fault = parser.parse_args().fault
     for line in sys.stdin:
         message = json.loads(line)
@@ -131,7 +259,7 @@ def main():
             if fault == "tie-split":
                 response["config"] = {"conventions": {"tie-policy": "split"}}
         elif kind == "define":
-            response["success"] = message["module"] in ("hist", "llsq")
+            response["success"] = message["module"] in ("hist", "llsq", "ba")
         elif kind == "evaluate":
             if fault == "hang":
                 time.sleep(3600)
@@ -152,6 +280,8 @@ def main():
                     start = time.perf_counter_ns()
                     if message["module"] == "hist":
                         output = hist(message["function"], x, fault)
+                    elif message["module"] == "ba":
+                        output = ba(message["function"], x, fault)
                     else:
                         output = llsq(message["function"], x)
                     timings.append({"name": "evaluate", "nanoseconds": time.perf_counter_ns() - start})

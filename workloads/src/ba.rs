@@ -48,10 +48,12 @@ use adgauge_datasets::ba::{BaInput, N_CAM_PARAMS};
 use rayon::prelude::*;
 use std::sync::Arc;
 
-use crate::json::format_array;
+use serde_json::Value as Json;
+
+use crate::json::{format_array, format_number, parse_number, parse_rows, rows_json};
 use crate::workload::{
     CheckKind, CheckSettings, Comparison, EvalRequest, FlatFn, FullJacobian, Mode, ParamKind, ParamSpec, Params,
-    Prepared, Problem, Validation, WResult, Workload, WorkloadError, rounded,
+    Prepared, Problem, Remote, RemoteCall, Validation, WResult, Workload, WorkloadError, rounded,
 };
 
 /// Parameters each observation depends on: 11 camera, 3 point, 1 weight.
@@ -654,6 +656,41 @@ impl Workload for Ba {
             Ok(format_output(&out, dt))
         })
     }
+    fn gradbench_module(&self) -> Option<&'static str> {
+        Some("ba")
+    }
+    /// GradBench's `ba`: `objective` and `jacobian`, on its replicated input (outputs in its
+    /// compressed shapes) or on adgauge's extension with full arrays (outputs in full); see
+    /// [`parse_gradbench_input`].
+    fn gradbench_evaluate(&self, function: &str, input: &Json, device: &AnyDevice, dtype: DType) -> WResult<String> {
+        let source = format!("ba.{function} input");
+        let mode = match function {
+            "objective" => Mode::Primal,
+            "jacobian" => Mode::Vjp,
+            other => {
+                return Err(WorkloadError::BadInput(format!("ba: no function '{other}' (known: objective, jacobian)")));
+            }
+        };
+        let (b, full) = parse_gradbench_input(input, &source)?;
+        let entries = (2 * N_GATHERED + 1).saturating_mul(b.p);
+        if mode == Mode::Vjp && entries > MAX_EVAL_JACOBIAN_ENTRIES {
+            return Err(WorkloadError::BadInput(format!(
+                "{source}: the Jacobian of p = {} observations has {entries} entries, more than adgauge computes \
+                 for one message ({MAX_EVAL_JACOBIAN_ENTRIES})",
+                b.p
+            )));
+        }
+        let bad = WorkloadError::from_input;
+        with_device!(device, |d| {
+            let x = upload(d, &b, dtype).map_err(bad)?;
+            let out = match mode {
+                Mode::Primal => objective(d, &x),
+                _ => jacobian_reverse(d, &x),
+            }
+            .map_err(bad)?;
+            Ok(gradbench_output(&out, full, dtype))
+        })
+    }
     fn table_label(&self, name: &str, row: &std::collections::BTreeMap<String, String>) -> String {
         match row.get("p") {
             Some(p) => format!("{name} p={p}"),
@@ -665,20 +702,307 @@ impl Workload for Ba {
 /// The JSON object of `adgauge eval ba`: `{"reproj_err": [2p], "w_err": [p]}`, with
 /// `"jacobian": {"nrows", "ncols", "rows", "cols", "vals"}` (ADBench's CSR layout) when computed.
 pub fn format_output(out: &BaOutput, dt: DType) -> String {
-    let ints = |xs: &[usize]| format!("[{}]", xs.iter().map(usize::to_string).collect::<Vec<_>>().join(", "));
     let mut s =
         format!("{{\"reproj_err\": {}, \"w_err\": {}", format_array(&out.reproj_err, dt), format_array(&out.w_err, dt));
     if let Some(j) = &out.jacobian {
-        s += &format!(
-            ", \"jacobian\": {{\"nrows\": {}, \"ncols\": {}, \"rows\": {}, \"cols\": {}, \"vals\": {}}}",
-            j.pattern.nrows,
-            j.pattern.ncols,
-            ints(&j.pattern.rows),
-            ints(&j.pattern.cols),
-            format_array(&j.vals, dt)
-        );
+        s += &format!(", \"jacobian\": {}", jacobian_json(j, dt));
     }
     s + "}"
+}
+
+/// A sparse Jacobian as `{"nrows", "ncols", "rows", "cols", "vals"}` (ADBench's CSR layout).
+fn jacobian_json(j: &SparseJacobian, dt: DType) -> String {
+    format!(
+        "{{\"nrows\": {}, \"ncols\": {}, \"rows\": {}, \"cols\": {}, \"vals\": {}}}",
+        j.pattern.nrows,
+        j.pattern.ncols,
+        ints_json(&j.pattern.rows),
+        ints_json(&j.pattern.cols),
+        format_array(&j.vals, dt)
+    )
+}
+
+fn ints_json(xs: &[usize]) -> String {
+    format!("[{}]", xs.iter().map(usize::to_string).collect::<Vec<_>>().join(", "))
+}
+
+/// Entries GradBench keeps of BA's Jacobian (in each of rows, cols and vals): the first 30
+/// (observation 0's two rows) and the last.
+pub const GRADBENCH_KEPT: usize = 2 * N_GATHERED + 1;
+
+/// GradBench's `ba` input for a problem: `{"n", "m", "p", "cam": [11], "x": [3], "w", "feat":
+/// [2]}`, which stands for the problem that replicates them (observation i = (i mod n, i mod m)).
+/// With `full`, adgauge's extension is added: `"full": {"cams": [n rows of 11], "x": [m rows of
+/// 3], "w": [p], "feats": [p rows of 2], "obs": [p rows of 2 (camera, point)]}`, the problem
+/// itself (GradBench's fields then hold its first camera, point, weight and feature, so that a
+/// tool that does not know the extension still reads a well-formed input).
+pub fn gradbench_input(b: &BaInput, full: bool) -> Json {
+    let mut input = serde_json::json!({
+        "n": b.n, "m": b.m, "p": b.p,
+        "cam": &b.cams[..N_CAM_PARAMS.min(b.cams.len())], "x": &b.x[..3.min(b.x.len())],
+        "w": b.w.first().copied().unwrap_or(1.0), "feat": &b.feats[..2.min(b.feats.len())],
+    });
+    if full {
+        let obs: Vec<[usize; 2]> = b.obs.iter().map(|&(c, j)| [c, j]).collect();
+        input["full"] = serde_json::json!({
+            "cams": rows_json(&b.cams, N_CAM_PARAMS), "x": rows_json(&b.x, 3), "w": b.w,
+            "feats": rows_json(&b.feats, 2), "obs": obs,
+        });
+    }
+    input
+}
+
+/// Reads GradBench's `ba` input (see [`gradbench_input`]): the problem, and whether it came as
+/// adgauge's extension with full arrays.
+pub fn parse_gradbench_input(input: &Json, source: &str) -> WResult<(BaInput, bool)> {
+    let bad = |m: String| WorkloadError::BadInput(format!("{source}: {m}"));
+    let size = |f: &str| {
+        input
+            .get(f)
+            .and_then(Json::as_u64)
+            .filter(|&v| v > 0)
+            .and_then(|v| usize::try_from(v).ok())
+            .ok_or_else(|| bad(format!("field {f}: expected a positive whole number")))
+    };
+    let (n, m, p) = (size("n")?, size("m")?, size("p")?);
+    let numbers = |v: Option<&Json>, field: &str, len: Option<usize>| -> WResult<Vec<f64>> {
+        let Some(Json::Array(xs)) = v else {
+            return Err(bad(format!("field {field}: expected an array of numbers")));
+        };
+        if len.is_some_and(|l| l != xs.len()) {
+            return Err(bad(format!("field {field}: {} numbers, expected {}", xs.len(), len.unwrap_or(0))));
+        }
+        xs.iter()
+            .enumerate()
+            .map(|(i, x)| match parse_number(x) {
+                Ok(x) if x.is_finite() => Ok(x),
+                Ok(x) => Err(bad(format!("field {field}[{i}]: must be finite, got {x}"))),
+                Err(e) => Err(bad(format!("field {field}[{i}]: {e}"))),
+            })
+            .collect()
+    };
+    let cam = numbers(input.get("cam"), "cam", Some(N_CAM_PARAMS))?;
+    let x = numbers(input.get("x"), "x", Some(3))?;
+    let feat = numbers(input.get("feat"), "feat", Some(2))?;
+    let w = match input.get("w").map(parse_number) {
+        Some(Ok(w)) if w.is_finite() => w,
+        _ => return Err(bad("field w: expected a finite number".into())),
+    };
+    let b = match input.get("full") {
+        None => {
+            // The replication is built in memory: bound it as ADBench's reader does.
+            let elements = (N_CAM_PARAMS as u64)
+                .saturating_mul(n as u64)
+                .saturating_add(3 * m as u64)
+                .saturating_add(5 * p as u64);
+            if elements > adgauge_datasets::MAX_REPLICATED_ELEMENTS {
+                return Err(bad(format!(
+                    "n = {n}, m = {m}, p = {p} replicate to {elements} numbers, more than {}",
+                    adgauge_datasets::MAX_REPLICATED_ELEMENTS
+                )));
+            }
+            BaInput {
+                n,
+                m,
+                p,
+                cams: cam.repeat(n),
+                x: x.repeat(m),
+                w: vec![w; p],
+                obs: (0..p).map(|i| (i % n, i % m)).collect(),
+                feats: feat.repeat(p),
+            }
+        }
+        Some(full) => {
+            let src = format!("{source}: full");
+            let rows = |field: &str, width: usize, want: usize, what: &str| -> WResult<Vec<f64>> {
+                let (count, _, xs) = parse_rows(full, field, &src, Some(width))?;
+                if count != want {
+                    return Err(bad(format!("field full.{field}: {count} rows, expected {what} = {want}")));
+                }
+                Ok(xs)
+            };
+            let cams = rows("cams", N_CAM_PARAMS, n, "n")?;
+            let pts = rows("x", 3, m, "m")?;
+            let feats = rows("feats", 2, p, "p")?;
+            let ws = numbers(full.get("w"), "full.w", Some(p))?;
+            let Some(Json::Array(obs)) = full.get("obs") else {
+                return Err(bad("field full.obs: expected p rows of 2 whole numbers (camera, point)".into()));
+            };
+            if obs.len() != p {
+                return Err(bad(format!("field full.obs: {} rows, expected p = {p}", obs.len())));
+            }
+            let obs = obs
+                .iter()
+                .enumerate()
+                .map(|(i, o)| {
+                    let pair = o.as_array().filter(|a| a.len() == 2).map(|a| (a[0].as_u64(), a[1].as_u64()));
+                    match pair {
+                        Some((Some(c), Some(j))) if (c as usize) < n && (j as usize) < m => {
+                            Ok((c as usize, j as usize))
+                        }
+                        _ => Err(bad(format!(
+                            "field full.obs[{i}]: expected [camera < n = {n}, point < m = {m}], got {o}"
+                        ))),
+                    }
+                })
+                .collect::<WResult<_>>()?;
+            BaInput { n, m, p, cams, x: pts, w: ws, obs, feats }
+        }
+    };
+    b.validate().map_err(|e| bad(e.to_string()))?;
+    Ok((b, input.get("full").is_some()))
+}
+
+/// GradBench's `ba` outputs. Full (adgauge's extension): `objective` is `{"reproj_err": [2p],
+/// "w_err": [p]}` and `jacobian` `{"nrows", "ncols", "rows", "cols", "vals"}` (ADBench's CSR,
+/// as `adgauge eval ba`). Compressed (GradBench's, for its replicated input): `objective` is
+/// `{"reproj_error": {"elements": [2], "repeated": p}, "w_err": {"element", "repeated": p}}`
+/// and `jacobian` keeps the first 30 and the last entry of rows, cols and vals.
+fn gradbench_output(out: &BaOutput, full: bool, dt: DType) -> String {
+    match (&out.jacobian, full) {
+        (None, true) => format_output(out, dt),
+        (Some(j), true) => jacobian_json(j, dt),
+        (None, false) => format!(
+            "{{\"reproj_error\": {{\"elements\": {}, \"repeated\": {}}}, \"w_err\": {{\"element\": {}, \"repeated\": {}}}}}",
+            format_array(&out.reproj_err[..2.min(out.reproj_err.len())], dt),
+            out.reproj_err.len() / 2,
+            format_number(out.w_err.first().copied().unwrap_or(f64::NAN), dt),
+            out.w_err.len()
+        ),
+        (Some(j), false) => {
+            let kept = |len: usize| (0..len.min(GRADBENCH_KEPT - 1)).chain(len.checked_sub(1)).collect::<Vec<_>>();
+            let rows: Vec<usize> = kept(j.pattern.rows.len()).into_iter().map(|i| j.pattern.rows[i]).collect();
+            let cols: Vec<usize> = kept(j.pattern.cols.len()).into_iter().map(|i| j.pattern.cols[i]).collect();
+            let vals: Vec<f64> = kept(j.vals.len()).into_iter().map(|i| j.vals[i]).collect();
+            format!(
+                "{{\"rows\": {}, \"cols\": {}, \"vals\": {}}}",
+                ints_json(&rows),
+                ints_json(&cols),
+                format_array(&vals, dt)
+            )
+        }
+    }
+}
+
+/// A tool's `jacobian` output as a dense matrix (row-major, 3p x (11n + 3m + p)) of the problem
+/// `b` it was asked about. Full outputs may be any CSR of that size (entries of one cell are
+/// added); GradBench's compressed output (31 entries, for a replicated problem) must keep
+/// ADBench's layout, and observation 0's block and the last weight derivative stand for all
+/// (the replication the format assumes). `Ok(None)`: the output is compressed but `b` was sent
+/// in full (the tool does not read adgauge's extension).
+fn remote_jacobian(out: &Json, b: &BaInput, full: bool) -> Result<Option<Vec<f64>>> {
+    let bad = |m: String| OpError::Device(format!("ba.jacobian output: {m}"));
+    let ints = |field: &str| -> Result<Vec<usize>> {
+        let Some(Json::Array(xs)) = out.get(field) else {
+            return Err(bad(format!("field {field}: missing or not an array in {}", crate::json::kind(out))));
+        };
+        xs.iter()
+            .enumerate()
+            .map(|(i, v)| {
+                v.as_u64()
+                    .and_then(|v| usize::try_from(v).ok())
+                    .ok_or_else(|| bad(format!("field {field}[{i}]: expected a whole number, got {v}")))
+            })
+            .collect()
+    };
+    let (rows, cols) = (ints("rows")?, ints("cols")?);
+    let Some(Json::Array(vals)) = out.get("vals") else {
+        return Err(bad("field vals: missing or not an array".into()));
+    };
+    let vals: Vec<f64> = vals
+        .iter()
+        .enumerate()
+        .map(|(i, v)| parse_number(v).map_err(|e| bad(format!("field vals[{i}]: {e}"))))
+        .collect::<Result<_>>()?;
+    // adgauge's problems project every point in front of every camera: the Jacobian is finite,
+    // and a NaN or infinity is a broken output, named here rather than as a check's infinite
+    // discrepancy.
+    if let Some((i, v)) = vals.iter().enumerate().find(|(_, v)| !v.is_finite()) {
+        return Err(bad(format!("field vals[{i}]: {v} (the Jacobian is finite at this point)")));
+    }
+    let pattern = BaPattern::new(b.n, b.m, &b.obs);
+    let (nrows, ncols) = (pattern.nrows, pattern.ncols);
+    if cols.len() != vals.len() {
+        return Err(bad(format!("fields cols and vals: {} and {} entries, expected as many", cols.len(), vals.len())));
+    }
+    let compressed = b.p > 1 && cols.len() == GRADBENCH_KEPT;
+    if compressed {
+        if full {
+            return Ok(None);
+        }
+        // The layout is ADBench's: the kept entries of the pattern, exactly.
+        let kept = |xs: &[usize]| xs.iter().take(GRADBENCH_KEPT - 1).chain(xs.last()).copied().collect::<Vec<_>>();
+        for (field, got, want) in [("rows", &rows, kept(&pattern.rows)), ("cols", &cols, kept(&pattern.cols))] {
+            if *got != want {
+                return Err(bad(format!("field {field}: {got:?} is not ADBench's layout {want:?}")));
+            }
+        }
+        let block = &vals[..GRADBENCH_KEPT - 1];
+        let wd = vals[GRADBENCH_KEPT - 1];
+        return Ok(Some(pattern.fill(|_, out| out.copy_from_slice(block), |_| wd).to_dense()));
+    }
+    if rows.len() != nrows + 1 {
+        return Err(bad(format!("field rows: {} row pointers, expected 3p + 1 = {}", rows.len(), nrows + 1)));
+    }
+    if rows[0] != 0 || rows.windows(2).any(|w| w[0] > w[1]) || rows[nrows] != cols.len() {
+        return Err(bad(format!(
+            "field rows: not CSR row pointers (from 0, non-decreasing, ending at the {} entries)",
+            cols.len()
+        )));
+    }
+    if let Some((i, c)) = cols.iter().enumerate().find(|(_, c)| **c >= ncols) {
+        return Err(bad(format!("field cols[{i}]: column {c}, but there are {ncols} (11n + 3m + p)")));
+    }
+    let mut dense = vec![0.0; nrows * ncols];
+    for r in 0..nrows {
+        for k in rows[r]..rows[r + 1] {
+            dense[r * ncols + cols[k]] += vals[k];
+        }
+    }
+    Ok(Some(dense))
+}
+
+/// BA as a flat function whose Jacobian came from a tool: the point, the units and the f64
+/// primal of finite differences are [`BaFlat`]'s (on the CPU), J^T w and J v are products with
+/// the tool's dense Jacobian (in BaFlat's units).
+struct GivenJacobian {
+    flat: BaFlat<Cpu>,
+    dense: Vec<f64>,
+}
+
+impl FlatFn for GivenJacobian {
+    fn n_in(&self) -> usize {
+        self.flat.n_in()
+    }
+    fn n_out(&self) -> usize {
+        self.flat.n_out()
+    }
+    fn x0(&self) -> &[f64] {
+        self.flat.x0()
+    }
+    fn eval_f64(&self, x: &[f64]) -> Result<Vec<f64>> {
+        self.flat.eval_f64(x)
+    }
+    fn vjp(&self, w: &[f64]) -> Result<Vec<f64>> {
+        let (nr, nc) = (self.n_out(), self.n_in());
+        Ok((0..nc).map(|c| (0..nr).map(|r| self.dense[r * nc + c] * w[r]).sum::<f64>() * self.flat.scale[c]).collect())
+    }
+    fn jvp(&self, v: &[f64]) -> Result<Vec<f64>> {
+        let (nr, nc) = (self.n_out(), self.n_in());
+        Ok((0..nr).map(|r| (0..nc).map(|c| self.dense[r * nc + c] * v[c] * self.flat.scale[c]).sum()).collect())
+    }
+    fn fd_unsafe(&self, h: f64) -> Option<String> {
+        self.flat.fd_unsafe(h)
+    }
+}
+
+/// The validation of a tool's Jacobian of `b`: the generic checks on it and the comparison with
+/// the hand-derived Jacobian (labelled with `convention` where the input was replicated).
+fn given_jacobian_validation(cpu: &Cpu, b: &BaInput, dense: Vec<f64>, convention: Option<String>) -> Validation {
+    let flat = BaFlat::new(cpu.clone(), cpu.clone(), DType::F64, b);
+    let want = manual::<f64>(b).jacobian.map(|j| j.to_dense()).unwrap_or_default();
+    let manual = Comparison { check: CheckKind::Manual, got: dense.clone(), want, convention };
+    Validation { flat: Box::new(GivenJacobian { flat, dense }), full_jacobian: None, comparisons: vec![manual] }
 }
 
 /// A BA case: problems are generated when needed, ADBench-like (replicated, as the ADBench
@@ -698,6 +1022,39 @@ impl Problem for BaProblem {
         with_device!(device, |d| Ok(
             Box::new(BaPrepared { device: d.clone(), x: upload(d, &input, dtype)? }) as Box<dyn Prepared>
         ))
+    }
+
+    /// GradBench's `ba` on the timed problem (replicated, as GradBench sends it): `objective` as
+    /// primal, `jacobian` as vjp (the module has one Jacobian: no forward mode of its own).
+    fn remote_call(&self, mode: Mode) -> Option<RemoteCall> {
+        let function = match mode {
+            Mode::Primal => "objective",
+            Mode::Vjp => "jacobian",
+            Mode::Jvp | Mode::HessianDiag => return None,
+        };
+        let BaProblem { n, m, p, seed } = *self;
+        Some(RemoteCall { function: function.into(), input: gradbench_input(&BaInput::generate(n, m, p, seed), false) })
+    }
+
+    /// The tool's Jacobian on the problem with distinct values (sent with adgauge's `full`
+    /// extension) against finite differences of the f64 primal and the hand-derived Jacobian,
+    /// and in the dot-product test. A tool that answers in GradBench's compressed shape does not
+    /// read the extension: it is validated on the replicated problem instead, and the comparison
+    /// says so (a convention: replicated values cannot show indexing mistakes).
+    fn remote_validation(&self, remote: Arc<dyn Remote>, cpu: &Cpu, _s: &CheckSettings) -> WResult<Validation> {
+        let BaProblem { n, m, p, seed } = *self;
+        let varied = BaInput::generate_varied(n, m, p, seed);
+        let out = remote.call("jacobian", gradbench_input(&varied, true))?;
+        if let Some(dense) = remote_jacobian(&out, &varied, true)? {
+            return Ok(given_jacobian_validation(cpu, &varied, dense, None));
+        }
+        let replicated = BaInput::generate(n, m, p, seed);
+        let out = remote.call("jacobian", gradbench_input(&replicated, false))?;
+        let dense = remote_jacobian(&out, &replicated, false)?
+            .ok_or_else(|| OpError::Device("ba.jacobian output: compressed for a replicated input".into()))?;
+        let note =
+            "replicated input only (the tool answers GradBench's compressed Jacobian, not adgauge's full arrays)";
+        Ok(given_jacobian_validation(cpu, &replicated, dense, Some(note.into())))
     }
 
     /// The generic checks, the full Jacobian by one-hot VJPs against one-hot JVPs, and the sparse
@@ -929,6 +1286,69 @@ mod tests {
                 assert_eq!(jm.vals[30 * p + i], -2.0 * b.w[i]);
             }
         }
+    }
+
+    #[test]
+    fn gradbench_inputs_round_trip_in_both_forms() {
+        let rep = BaInput::generate(3, 4, 7, 2);
+        let (back, full) = parse_gradbench_input(&gradbench_input(&rep, false), "in").unwrap();
+        assert_eq!((back, full), (rep.clone(), false));
+        let varied = BaInput::generate_varied(3, 4, 7, 2);
+        let (back, full) = parse_gradbench_input(&gradbench_input(&varied, true), "in").unwrap();
+        assert_eq!((back, full), (varied.clone(), true));
+        // Malformed inputs name the field.
+        let mut bad = gradbench_input(&varied, true);
+        bad["full"]["obs"][2] = serde_json::json!([3, 0]);
+        let e = parse_gradbench_input(&bad, "in").unwrap_err().to_string();
+        assert!(e.contains("full.obs[2]") && e.contains("camera < n = 3"), "{e}");
+        let mut bad = gradbench_input(&varied, true);
+        bad["full"]["w"] = serde_json::json!([1.0]);
+        assert!(parse_gradbench_input(&bad, "in").unwrap_err().to_string().contains("full.w: 1 numbers, expected 7"));
+        let mut bad = gradbench_input(&rep, false);
+        bad["cam"] = serde_json::json!([1, 2]);
+        assert!(parse_gradbench_input(&bad, "in").unwrap_err().to_string().contains("field cam: 2 numbers"));
+        bad["p"] = serde_json::json!(0);
+        assert!(parse_gradbench_input(&bad, "in").unwrap_err().to_string().contains("field p"));
+    }
+
+    /// GradBench's compressed Jacobian keeps observation 0's 30 entries and the last one; read
+    /// back it stands for the whole replicated Jacobian. A full one reads back as it is.
+    #[test]
+    fn tool_jacobians_read_back_in_both_shapes_and_bad_ones_name_the_field() {
+        let p = 12;
+        let rep = BaInput::generate(2, 3, p, 4);
+        let man = manual::<f64>(&rep);
+        let j = man.jacobian.clone().unwrap();
+        let compressed: Json = serde_json::from_str(&gradbench_output(&man, false, DType::F64)).unwrap();
+        // Row pointers: 15 per reprojection row (2p rows), then 1 per weight row; 31p in all.
+        let rows: Vec<usize> =
+            (0..30).map(|r| if r <= 2 * p { 15 * r } else { 30 * p + r - 2 * p }).chain([31 * p]).collect();
+        assert_eq!(compressed["rows"], serde_json::json!(rows));
+        // The last column is the last weight's: 11n + 3m + p - 1.
+        assert_eq!(compressed["cols"][30], 22 + 9 + p - 1);
+        assert_eq!(compressed["cols"].as_array().unwrap().len(), 31);
+        // (serde_json reads decimals to within an ulp, not always exactly.)
+        assert!((compressed["vals"][30].as_f64().unwrap() + 2.0 * rep.w[p - 1]).abs() < 1e-15);
+        let dense = remote_jacobian(&compressed, &rep, false).unwrap().unwrap();
+        assert!(max_rel(&dense, &j.to_dense()) < 1e-15);
+        // Sent in full but answered compressed: the tool does not read the extension.
+        assert_eq!(remote_jacobian(&compressed, &rep, true).unwrap(), None);
+        let full: Json = serde_json::from_str(&gradbench_output(&man, true, DType::F64)).unwrap();
+        assert!(max_rel(&remote_jacobian(&full, &rep, true).unwrap().unwrap(), &j.to_dense()) < 1e-15);
+        let mut bad = full.clone();
+        bad["cols"][3] = Json::from(1000);
+        let e = remote_jacobian(&bad, &rep, true).unwrap_err().to_string();
+        assert!(e.contains("field cols[3]: column 1000"), "{e}");
+        let mut bad = full.clone();
+        bad["vals"][0] = Json::from("oops");
+        assert!(remote_jacobian(&bad, &rep, true).unwrap_err().to_string().contains("field vals[0]"));
+        bad["vals"][0] = Json::from(0.5);
+        bad["vals"][7] = Json::from("nan");
+        let e = remote_jacobian(&bad, &rep, true).unwrap_err().to_string();
+        assert!(e.contains("field vals[7]: NaN"), "{e}");
+        let mut bad = full;
+        bad["rows"] = serde_json::json!([0, 1]);
+        assert!(remote_jacobian(&bad, &rep, true).unwrap_err().to_string().contains("field rows: 2 row pointers"));
     }
 
     #[test]
