@@ -242,9 +242,14 @@ fn planted_bugs_are_found_and_faulty_tools_become_rows() {
         let message = r["message"].as_str().unwrap();
         assert!(message.contains(name) && message.contains(words), "{name}: {message}");
     }
-    // Every tool process was killed and reaped.
+    // Every tool process of this test was killed and reaped (other tests of this binary run
+    // planted tools with other faults at the same time).
     let ps = Command::new("ps").args(["-eo", "args"]).output().unwrap();
-    assert!(!String::from_utf8_lossy(&ps.stdout).contains(&planted()), "a planted tool is still running");
+    let ps = String::from_utf8_lossy(&ps.stdout);
+    for fault in ["wrong-dest", "hang", "crash", "garbage", "wrong-id"] {
+        let mine = format!("{} --fault {fault}", planted());
+        assert!(!ps.lines().any(|l| l.contains(&mine)), "a planted tool ({fault}) is still running: {ps}");
+    }
 }
 
 #[test]
