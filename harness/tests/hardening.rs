@@ -83,6 +83,26 @@ fn duplicate_keys_and_values_that_overflow_the_dtype_are_refused() {
     assert_eq!(sum["hist"], serde_json::json!(["inf"]), "infinities print as the string \"inf\"");
 }
 
+/// hypot of an empty bin with dest -3 gave 3 on the CPU and -3 on OpenCL: a negative dest is
+/// outside hypot's domain (bins are magnitudes) and is now refused on every device.
+#[test]
+fn a_negative_hypot_dest_is_refused_naming_it() {
+    let case = temp_file("hardening", "hypot.json", "{\"k\": 2, \"inds\": [1], \"vals\": [-4], \"dest\": [3, -3]}");
+    let mut backends = vec!["cpu"];
+    if opencl_available() {
+        backends.push("opencl");
+    }
+    for backend in backends {
+        let out = adgauge(&["eval", "hist-hypot", "--input", case.to_str().unwrap(), "--backend", backend]);
+        assert_eq!(out.status.code(), Some(2), "{backend}: {}", stderr(&out));
+        assert!(stderr(&out).contains("field dest[1]: -3 is outside hypot's domain"), "{}", stderr(&out));
+    }
+    // Within the domain: bin 0 keeps its 3 (empty), bin 1 is hypot(0, -4) = 4.
+    let ok = temp_file("hardening", "hypot-ok.json", "{\"k\": 2, \"inds\": [1], \"vals\": [-4], \"dest\": [3, 0]}");
+    let h = json(&adgauge(&["eval", "hist-hypot", "--input", ok.to_str().unwrap()]));
+    assert_eq!(numbers(&h["hist"]), vec![3.0, 4.0]);
+}
+
 /// Suite values that overflowed `Duration` or asked for absurd work: refused before running.
 #[test]
 fn absurd_suite_settings_are_refused_naming_the_field() {

@@ -277,6 +277,7 @@ impl Workload for HistFamily {
         let source = format!("hist.{function} input");
         let case = parse_hist_case(&input.to_string(), &source, w.op.name())?;
         case.check_representable(&source, dtype)?;
+        check_domain(w, &case, &source)?;
         with_device!(device, |d| {
             Ok(Box::new(HistCall::new(d.clone(), w, mode, &case, &source, dtype)?)
                 as Box<dyn crate::workload::GradbenchCall + 'a>)
@@ -287,12 +288,27 @@ impl Workload for HistFamily {
         let rule = rule_of(req.rule.as_deref().unwrap_or("auto"))?;
         let case = parse_hist_case(&req.text, &req.source, w.op.name())?;
         case.check_representable(&req.source, req.dtype)?;
+        check_domain(w, &case, &req.source)?;
         with_device!(device, |d| eval_on(d, w, rule, req, &case))
     }
 }
 
 /// `adgauge eval hist-<op>`: `{"hist"}` (primal), with `"vals_bar", "dest_bar"` (vjp), or with
 /// `"hist_dot"` (jvp).
+/// hypot's bins are magnitudes: its neutral element 0 is neutral only on [0, inf), so a
+/// negative dest has no meaning every rule agrees on (the sequential fold keeps an empty bin's
+/// -3, a parallel reduction from 0 gives hypot(-3, 0) = 3). Such a dest is refused, naming it.
+fn check_domain(w: HistWorkload, case: &crate::json::HistCase, source: &str) -> WResult<()> {
+    if w.op == HistOp::General(&adgauge_backends::general::HYPOT)
+        && let Some((i, x)) = case.data.dest.iter().enumerate().find(|(_, x)| **x < 0.0)
+    {
+        return Err(WorkloadError::BadInput(format!(
+            "{source}: field dest[{i}]: {x} is outside hypot's domain [0, inf) (its bins are magnitudes)"
+        )));
+    }
+    Ok(())
+}
+
 fn eval_on<D: Device>(
     device: &D,
     w: HistWorkload,
