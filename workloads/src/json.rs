@@ -375,6 +375,15 @@ mod tests {
         assert!(parse_json(r#"{"a": 1, "\u0061": 2}"#, "t").unwrap_err().to_string().contains("duplicate key \"a\""));
     }
 
+    /// Inputs are read as the exact doubles they print (serde_json's float_roundtrip).
+    #[test]
+    fn numbers_are_read_exactly() {
+        for x in [-1.3541784761043947f64, 0.1 + 0.2, 5e-324, 1.7976931348623157e308, 2.2250738585072014e-308] {
+            let v = parse_json(&format!("[{x:?}]"), "t").unwrap();
+            assert_eq!(v[0].as_f64().unwrap().to_bits(), x.to_bits(), "{x:?}");
+        }
+    }
+
     #[test]
     fn values_a_dtype_cannot_hold_are_named() {
         assert!(check_representable("s", "vals", &[1.0, 3.4e38, f64::INFINITY, f64::NAN], DType::F32).is_ok());
