@@ -288,7 +288,7 @@ impl Sink for ToolsComparedSink {
         self.console.line("");
         self.console.line("tools compared (median ms; in brackets: time / cpu's)");
         self.console.line(&format!(
-            "{:<24} {:<8} {:>15} {:>15} {:>15} {:>4}  finding",
+            "{:<27} {:<8} {:>14} {:>14} {:>14} {:>4}  finding",
             "case", "tool", "primal", "vjp", "jvp", "v/p"
         ));
         for (_, rows) in groups {
@@ -303,9 +303,9 @@ impl Sink for ToolsComparedSink {
                         _ => short_ms(t.median_s),
                     },
                 };
-                let label = if i == 0 { fit(&case_label(row), 24) } else { String::new() };
+                let label = if i == 0 { fit(&case_label(row), 27) } else { String::new() };
                 let line = format!(
-                    "{:<24} {:<8} {:>15} {:>15} {:>15} {:>4}  {}",
+                    "{:<27} {:<8} {:>14} {:>14} {:>14} {:>4}  {}",
                     label,
                     fit(&row.backend, 8),
                     cell(&row.primal, reference.map(|r| &r.primal)),
