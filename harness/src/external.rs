@@ -65,6 +65,8 @@ struct Session {
     /// The `start` response: the tool's name and the conventions its `config` declares.
     tool: String,
     conventions: BTreeMap<String, String>,
+    /// Threads the tool says it computes with (0: not said).
+    threads: usize,
 }
 
 impl Drop for Session {
@@ -138,10 +140,18 @@ impl Session {
             next_id: 0,
             tool: String::new(),
             conventions: BTreeMap::new(),
+            threads: 0,
         };
         let r =
             session.request(|id| Message::Start { id, eval: Some("adgauge".into()), config: None }, spec.timeout)?;
         session.tool = r.tool.unwrap_or_else(|| spec.name.clone());
+        // A declared version (and thread count) makes the tool's rows say what ran.
+        if let Some(Json::String(version)) = r.config.as_ref().and_then(|c| c.get("version")) {
+            session.tool = format!("{} {version}", session.tool);
+        }
+        if let Some(threads) = r.config.as_ref().and_then(|c| c.get("threads")).and_then(Json::as_u64) {
+            session.threads = threads as usize;
+        }
         if let Some(Json::Object(declared)) = r.config.as_ref().and_then(|c| c.get("conventions")) {
             for (key, value) in declared {
                 if let Json::String(v) = value {
@@ -207,6 +217,8 @@ struct Shared {
     started: Option<Result<String, String>>,
     /// What its `start` response declared.
     conventions: BTreeMap<String, String>,
+    /// The threads its `start` response declared (0: not declared).
+    threads: usize,
     defined: BTreeMap<String, bool>,
     /// Ids of the evaluate messages of the current validation (for `analysis`).
     validated: Vec<i64>,
@@ -221,6 +233,7 @@ impl Shared {
             }
             if let Ok(s) = &s {
                 self.conventions = s.conventions.clone();
+                self.threads = s.threads;
             }
             self.session = Some(s?);
         }
@@ -293,6 +306,7 @@ impl ProcessTool {
             session: None,
             started: None,
             conventions: BTreeMap::new(),
+            threads: 0,
             defined: BTreeMap::new(),
             validated: Vec::new(),
         };
@@ -351,7 +365,7 @@ impl Tool for ProcessTool {
         }
     }
     fn threads(&self) -> usize {
-        0
+        self.with(|s| s.threads)
     }
     fn prepare(
         &self,

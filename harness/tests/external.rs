@@ -216,6 +216,8 @@ fn planted_bugs_are_found_and_faulty_tools_become_rows() {
     assert_eq!(rows.len(), 8, "the suite goes on past every faulty tool: {rows:#?}");
     assert_eq!(row(&rows, "hist-add", "cpu")["status"], "ok");
     assert_eq!(row(&rows, "hist-add", "fine")["status"], "ok", "{}", row(&rows, "hist-add", "fine"));
+    // The threads a tool declares at start are its rows' threads.
+    assert_eq!(row(&rows, "hist-add", "fine")["threads"], 1, "{}", row(&rows, "hist-add", "fine"));
     // dest's adjoint dropped: finite differences and the oracle see it; vals' adjoint is right.
     let wrong = row(&rows, "hist-add", "wrong");
     assert_eq!(wrong["status"], "failed", "{wrong}");

@@ -256,8 +256,9 @@ def main():
         response = {"id": mid}
         if kind == "start":
             response["tool"] = f"planted-{fault}"
+            response["config"] = {"version": "1.0", "threads": 1}
             if fault == "tie-split":
-                response["config"] = {"conventions": {"tie-policy": "split"}}
+                response["config"]["conventions"] = {"tie-policy": "split"}
         elif kind == "define":
             response["success"] = message["module"] in ("hist", "llsq", "ba")
         elif kind == "evaluate":
