@@ -148,7 +148,8 @@ pub fn run(args: &RunArgs, threads: Option<usize>) -> anyhow::Result<Code> {
     let cpu = Cpu::new(threads)?;
     // Every tool opens on first use; one that cannot start makes its cases skipped rows.
     let tools = Tools::with_external(threads, cpu.clone(), &suite.external);
-    let info = crate::environment::run_info();
+    let mut info = crate::environment::run_info();
+    info.suite = suite.name.clone();
     let mut sink = Fanout::default();
     sink.push(ProgressSink(console.clone()));
     if args.json {

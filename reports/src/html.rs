@@ -302,7 +302,15 @@ mod tests {
 
     fn row(workload: &str, k: u64, vjp_ms: f64, passed: bool) -> ResultRow {
         let t = |ms: f64| {
-            Some(Timing { min_s: ms * 0.9e-3, median_s: ms * 1e-3, max_s: ms * 1.1e-3, batch: 1, samples: 5, cv: 0.05 })
+            Some(Timing {
+                min_s: ms * 0.9e-3,
+                median_s: ms * 1e-3,
+                max_s: ms * 1.1e-3,
+                batch: 1,
+                samples: 5,
+                cv: 0.05,
+                sample_s: vec![],
+            })
         };
         let mut params = BTreeMap::new();
         params.insert("k".to_string(), k.to_string());
@@ -332,6 +340,7 @@ mod tests {
             status: if passed { Status::Ok } else { Status::Failed },
             message: None,
             compile_s: None,
+            tool_version: None,
         }
     }
 
@@ -345,6 +354,7 @@ mod tests {
             cpu_model: "cpu".into(),
             cores: 2,
             governor: "unknown".into(),
+            suite: String::new(),
         }
     }
 
