@@ -466,3 +466,113 @@ pub fn report_command(args: &ReportArgs) -> anyhow::Result<Code> {
     crate::sinks::Console::new(0, true).line(&format!("wrote {} ({} runs)", path.display(), runs.len()));
     Ok(Code::Success)
 }
+
+/// Output formats of `adgauge history`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum HistoryFormat {
+    Table,
+    Csv,
+    Json,
+}
+
+#[derive(Args, Debug)]
+pub struct HistoryArgs {
+    /// The history directory.
+    #[arg(long)]
+    pub history: PathBuf,
+    /// Only case ids containing this text.
+    #[arg(long)]
+    pub case: Option<String>,
+    /// Only runs at or after this date (YYYY-MM-DD, or an RFC 3339 UTC time).
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Only this mode (primal, vjp, jvp).
+    #[arg(long)]
+    pub mode: Option<String>,
+    /// Only runs of this suite (needed when the history holds several).
+    #[arg(long)]
+    pub suite: Option<String>,
+    /// Per case and mode, the best (lowest) median of the last N runs.
+    #[arg(long, conflicts_with = "regressions")]
+    pub best_of: Option<usize>,
+    /// Per case and mode, the first median since --since against the newest: those slower than
+    /// --max-ratio.
+    #[arg(long)]
+    pub regressions: bool,
+    /// The ratio above which --regressions lists a case.
+    #[arg(long, default_value_t = 1.15)]
+    pub max_ratio: f64,
+    /// Output format (times in seconds, except the table's milliseconds).
+    #[arg(long, value_enum, default_value_t = HistoryFormat::Table)]
+    pub format: HistoryFormat,
+}
+
+/// Whether `s` starts like an RFC 3339 date (`YYYY-MM-DD`).
+fn is_date(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() >= 10
+        && b[..10].iter().enumerate().all(|(i, c)| if i == 4 || i == 7 { *c == b'-' } else { c.is_ascii_digit() })
+}
+
+/// `adgauge history`: queries over a history directory (reports' `query` module).
+pub fn history_command(args: &HistoryArgs) -> anyhow::Result<Code> {
+    use adgauge_reports::query::{self, Selection};
+    if let Some(s) = &args.since
+        && !is_date(s)
+    {
+        return Err(bad_input(format!("--since {s}: expected a date, YYYY-MM-DD (or an RFC 3339 UTC time)")));
+    }
+    if args.best_of == Some(0) {
+        return Err(bad_input("--best-of must be at least 1"));
+    }
+    if !(args.max_ratio > 0.0 && args.max_ratio.is_finite()) {
+        return Err(bad_input(format!("--max-ratio must be a positive number, got {}", args.max_ratio)));
+    }
+    let files = history_runs(&args.history)?;
+    if files.is_empty() {
+        return Err(bad_input(format!("{}: no runs in this history", args.history.display())));
+    }
+    // One history, one suite: trends across suites would compare unlike cases. Files of schema
+    // 1 and 2 name no suite and go with any.
+    let mut runs = Vec::new();
+    let mut suite: Option<(String, PathBuf)> = args.suite.clone().map(|s| (s, PathBuf::new()));
+    for (path, info, rows) in files {
+        if info.suite.is_empty() {
+            runs.push((info, rows));
+            continue;
+        }
+        match &suite {
+            None => suite = Some((info.suite.clone(), path.clone())),
+            Some((s, _)) if *s == info.suite => {}
+            Some((s, first)) if args.suite.is_none() => {
+                return Err(bad_input(format!(
+                    "{}:2: run {} is of suite '{}', but {} is of suite '{s}': give --suite NAME to choose",
+                    path.display(),
+                    info.run_id,
+                    info.suite,
+                    first.display()
+                )));
+            }
+            Some(_) => continue,
+        }
+        runs.push((info, rows));
+    }
+    let sel = Selection { case: args.case.clone(), since: args.since.clone(), mode: args.mode.clone() };
+    let table = if let Some(n) = args.best_of {
+        query::best_of(&runs, n, &sel)
+    } else if args.regressions {
+        query::regressions(&runs, args.max_ratio, &sel)
+    } else {
+        query::trend(&runs, &sel)
+    };
+    let text = match args.format {
+        HistoryFormat::Table => table.to_text(),
+        HistoryFormat::Csv => table.to_csv(),
+        HistoryFormat::Json => table.to_json_lines(),
+    };
+    let console = crate::sinks::Console::new(0, true);
+    for line in text.lines() {
+        console.line(line);
+    }
+    Ok(Code::Success)
+}
