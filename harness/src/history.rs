@@ -67,6 +67,34 @@ impl RunWriter {
     }
 }
 
+/// `run --json`: each finished case as the lines its run file holds, as typed JSON objects
+/// (`store::json_lines`), so that a pipe gets the same rows as the files.
+pub struct FileRowsJsonSink {
+    console: crate::sinks::Console,
+    run: Option<RunInfo>,
+}
+
+impl FileRowsJsonSink {
+    pub fn new(console: crate::sinks::Console) -> FileRowsJsonSink {
+        FileRowsJsonSink { console, run: None }
+    }
+}
+
+impl crate::sinks::Sink for FileRowsJsonSink {
+    fn run_started(&mut self, run: &crate::sinks::RunStart) -> anyhow::Result<()> {
+        self.run = Some(RunInfo { suite: run.suite.to_string(), ..run.info.clone() });
+        Ok(())
+    }
+    fn case_finished(&mut self, row: &ResultRow) -> anyhow::Result<()> {
+        let run =
+            self.run.as_ref().ok_or_else(|| anyhow::anyhow!("internal: a case finished before its run started"))?;
+        for line in store::json_lines(run, std::slice::from_ref(row)) {
+            self.console.line(&line);
+        }
+        Ok(())
+    }
+}
+
 /// A run file, or the newest run of a history directory.
 pub fn resolve_run(path: &Path) -> anyhow::Result<(RunInfo, Vec<ResultRow>)> {
     let file = if path.is_dir() {
@@ -358,7 +386,7 @@ pub fn gate_command(args: &GateArgs) -> anyhow::Result<Code> {
     }
     if let Some(path) = &args.junit {
         let ids: Vec<String> = cur.iter().map(|r| r.case_id.clone()).collect();
-        store::write_atomic(path, &junit(&report, &ids))?;
+        store::write_atomic(path, junit(&report, &ids))?;
     }
     if let Some(path) = &args.summary {
         let mut f = OpenOptions::new()
@@ -462,7 +490,7 @@ pub fn report_command(args: &ReportArgs) -> anyhow::Result<Code> {
         return Err(bad_input(format!("{}: no runs to report on", args.history.display())));
     }
     let path = args.out.join("index.html");
-    store::write_atomic(&path, &adgauge_reports::html::render(&runs))?;
+    store::write_atomic(&path, adgauge_reports::html::render(&runs))?;
     crate::sinks::Console::new(0, true).line(&format!("wrote {} ({} runs)", path.display(), runs.len()));
     Ok(Code::Success)
 }
@@ -473,6 +501,7 @@ pub enum HistoryFormat {
     Table,
     Csv,
     Json,
+    Parquet,
 }
 
 #[derive(Args, Debug)]
@@ -505,6 +534,9 @@ pub struct HistoryArgs {
     /// Output format (times in seconds, except the table's milliseconds).
     #[arg(long, value_enum, default_value_t = HistoryFormat::Table)]
     pub format: HistoryFormat,
+    /// Write the answer to this file instead of the terminal (needed for parquet).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
 }
 
 /// Whether `s` starts like an RFC 3339 date (`YYYY-MM-DD`).
@@ -524,6 +556,9 @@ pub fn history_command(args: &HistoryArgs) -> anyhow::Result<Code> {
     }
     if args.best_of == Some(0) {
         return Err(bad_input("--best-of must be at least 1"));
+    }
+    if args.format == HistoryFormat::Parquet && args.out.is_none() {
+        return Err(bad_input("--format parquet writes a binary file: give --out FILE"));
     }
     if !(args.max_ratio > 0.0 && args.max_ratio.is_finite()) {
         return Err(bad_input(format!("--max-ratio must be a positive number, got {}", args.max_ratio)));
@@ -569,7 +604,18 @@ pub fn history_command(args: &HistoryArgs) -> anyhow::Result<Code> {
         HistoryFormat::Table => table.to_text(),
         HistoryFormat::Csv => table.to_csv(),
         HistoryFormat::Json => table.to_json_lines(),
+        HistoryFormat::Parquet => String::new(),
     };
+    if let Some(out) = &args.out {
+        if args.format == HistoryFormat::Parquet {
+            let bytes = adgauge_reports::parquet::table_parquet(&table)
+                .map_err(|e| anyhow::anyhow!("{}: writing Parquet: {e}", out.display()))?;
+            store::write_atomic(out, bytes)?;
+        } else {
+            store::write_atomic(out, &text)?;
+        }
+        return Ok(Code::Success);
+    }
     let console = crate::sinks::Console::new(0, true);
     for line in text.lines() {
         console.line(line);

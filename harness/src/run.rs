@@ -29,7 +29,8 @@ pub struct RunArgs {
     /// List the suite's case ids and exit.
     #[arg(long)]
     pub list: bool,
-    /// Print one JSON result row per case (JSON lines) instead of the table.
+    /// Print the run's rows as JSON lines instead of the table: one object per case and mode,
+    /// with the run file's columns (schema 3), typed.
     #[arg(long)]
     pub json: bool,
     /// Write the run as `<run id>.csv` into this directory.
@@ -152,8 +153,11 @@ pub fn run(args: &RunArgs, threads: Option<usize>) -> anyhow::Result<Code> {
     info.suite = suite.name.clone();
     let mut sink = Fanout::default();
     sink.push(ProgressSink(console.clone()));
-    if args.json {
+    if args.json && args.exact.is_some() {
+        // A child of --isolate reports its one row to the parent in the rows' own JSON.
         sink.push(JsonLinesSink::new(console.clone()));
+    } else if args.json {
+        sink.push(crate::history::FileRowsJsonSink::new(console.clone()));
     } else {
         sink.push(TableSink(console.clone()));
         sink.push(ToolsComparedSink::new(console.clone()));

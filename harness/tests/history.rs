@@ -68,7 +68,7 @@ fn runs_accumulate_and_gates_judge_fixtures() {
     }
     info.run_id.push_str("-base");
     let base_path = hist.join("fixture-base.run");
-    write_atomic(&base_path, &to_csv(&info, &rows)).unwrap();
+    write_atomic(&base_path, to_csv(&info, &rows)).unwrap();
     let base = base_path.to_str().unwrap();
     let mut slow = rows.clone();
     let r = &mut slow[0];
@@ -77,7 +77,7 @@ fn runs_accumulate_and_gates_judge_fixtures() {
     }
     info.run_id.push_str("-slow");
     let slow_path = hist.join("fixture-slow.run");
-    write_atomic(&slow_path, &to_csv(&info, &slow)).unwrap();
+    write_atomic(&slow_path, to_csv(&info, &slow)).unwrap();
     let junit = hist.join("gate.xml");
     let out = adgauge(&[
         "gate",
@@ -97,7 +97,7 @@ fn runs_accumulate_and_gates_judge_fixtures() {
     bad[0].checks[0].passed = false;
     info.run_id.push_str("-bad");
     let bad_path = hist.join("fixture-bad.run");
-    write_atomic(&bad_path, &to_csv(&info, &bad)).unwrap();
+    write_atomic(&bad_path, to_csv(&info, &bad)).unwrap();
     let out = adgauge(&["gate", "--baseline", base, "--current", bad_path.to_str().unwrap(), "--json"]);
     assert_eq!(out.status.code(), Some(1));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -228,7 +228,7 @@ fn the_gate_refuses_what_it_cannot_judge_and_fails_lost_cases() {
     let fixture = |name: &str, rows: &[adgauge_reports::ResultRow]| {
         let p = hist.join(format!("fixture-{name}.run"));
         let info = adgauge_reports::RunInfo { run_id: format!("{}-{name}", info.run_id), ..info.clone() };
-        write_atomic(&p, &to_csv(&info, rows)).unwrap();
+        write_atomic(&p, to_csv(&info, rows)).unwrap();
         p.to_str().unwrap().to_string()
     };
     let base = runs[0].to_str().unwrap();

@@ -88,6 +88,27 @@ fn the_trend_of_a_case_lists_its_medians_run_by_run() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Each run has its Parquet twin; a query's answer can be written as Parquet (the values are
+/// checked by the reports crate's round-trip tests; here, that a Parquet file is written).
+#[test]
+fn runs_and_answers_are_written_as_parquet() {
+    let dir = history("parquet");
+    let twin = dir.join("20261101T050000Z-aaaaaa.parquet");
+    let magic = |p: &Path| {
+        let b = std::fs::read(p).unwrap();
+        b.len() > 8 && b.starts_with(b"PAR1") && b.ends_with(b"PAR1")
+    };
+    assert!(magic(&twin));
+    let out = dir.join("trend.parquet");
+    let (code, _, err) = query(&dir, &["--case", "a", "--format", "parquet", "--out", out.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(magic(&out));
+    let (code, _, err) = query(&dir, &["--format", "parquet"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("give --out FILE"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn the_best_of_the_last_runs_and_regressions_since_a_date() {
     let dir = history("best");

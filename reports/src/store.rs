@@ -176,7 +176,7 @@ pub fn header(rows: &[ResultRow]) -> Vec<String> {
 
 /// The file lines of one case (one per measured mode, or one with an empty mode), laid out under
 /// `header`.
-fn case_records(run: &RunInfo, row: &ResultRow, header: &[String]) -> Vec<Vec<String>> {
+pub(crate) fn case_records(run: &RunInfo, row: &ResultRow, header: &[String]) -> Vec<Vec<String>> {
     let measured: Vec<&str> =
         MODES.iter().copied().filter(|m| matches!(mode_of(row, m), (Some(_), _) | (_, Some(_)))).collect();
     let modes = if measured.is_empty() { vec![""] } else { measured };
@@ -243,6 +243,110 @@ fn case_records(run: &RunInfo, row: &ResultRow, header: &[String]) -> Vec<Vec<St
             f
         })
         .collect()
+}
+
+/// How a column's values are typed outside the CSV (JSON lines, Parquet).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Text,
+    Count,
+    Real,
+    Flag,
+    /// Space-separated reals in the CSV, a list elsewhere.
+    Samples,
+}
+
+/// The type of a file column, given its (text) values: fixed by name for the fixed and check
+/// columns; a parameter is a count or a real where every value present parses as one.
+pub fn column_kind(column: &str, values: &[&str]) -> Kind {
+    match column {
+        "schema_version" | "cores" | "threads" | "seed" | "samples" | "batch" | "peak_bytes" => Kind::Count,
+        "compile_s" | "min_s" | "median_s" | "max_s" | "cv" | "overhead" | "memory_ratio" => Kind::Real,
+        "sample_s" => Kind::Samples,
+        c if c.starts_with(CHECK_PREFIX) && c.ends_with(".passed") => Kind::Flag,
+        c if c.starts_with(CHECK_PREFIX) => Kind::Real,
+        c if c.starts_with(PARAM_PREFIX) => {
+            let present = || values.iter().filter(|v| !v.is_empty());
+            if present().all(|v| v.parse::<u64>().is_ok()) {
+                Kind::Count
+            } else if present().all(|v| v.parse::<f64>().is_ok()) {
+                Kind::Real
+            } else {
+                Kind::Text
+            }
+        }
+        _ => Kind::Text,
+    }
+}
+
+/// A CSV field as a typed JSON value (empty is null).
+fn json_value(kind: Kind, field: &str) -> serde_json::Value {
+    use serde_json::Value;
+    let real = |x: &str| x.parse::<f64>().ok().and_then(serde_json::Number::from_f64).map(Value::Number);
+    match kind {
+        _ if field.is_empty() && kind != Kind::Samples => Value::Null,
+        Kind::Text => field.into(),
+        Kind::Count => field.parse::<u64>().map(Value::from).unwrap_or(Value::Null),
+        Kind::Real => real(field).unwrap_or(Value::Null),
+        Kind::Flag => field.parse::<bool>().map(Value::from).unwrap_or(Value::Null),
+        Kind::Samples => Value::Array(field.split_whitespace().filter_map(real).collect()),
+    }
+}
+
+/// The file lines of a run's rows as JSON objects, one per line (`run --json`): the same
+/// columns, in the file's order, with typed values.
+pub fn json_lines(run: &RunInfo, rows: &[ResultRow]) -> Vec<String> {
+    let header = header(rows);
+    let records: Vec<Vec<String>> = rows.iter().flat_map(|r| case_records(run, r, &header)).collect();
+    let kinds: Vec<Kind> = header
+        .iter()
+        .enumerate()
+        .map(|(i, h)| column_kind(h, &records.iter().map(|r| r[i].as_str()).collect::<Vec<_>>()))
+        .collect();
+    records
+        .iter()
+        .map(|r| {
+            // Written by hand to keep the file's column order (serde_json's maps sort keys).
+            let fields: Vec<String> = header
+                .iter()
+                .zip(r)
+                .zip(&kinds)
+                .map(|((h, f), k)| format!("{}:{}", serde_json::Value::from(h.as_str()), json_value(*k, f)))
+                .collect();
+            format!("{{{}}}", fields.join(","))
+        })
+        .collect()
+}
+
+/// Reads JSON lines written by [`json_lines`] back into a run (the lines of one run, in any
+/// order); errors name `origin` and the line.
+pub fn rows_from_json_lines(text: &str, origin: &Path) -> Result<(RunInfo, Vec<ResultRow>), StoreError> {
+    use serde_json::Value;
+    let err = |line: usize, message: String| StoreError::Parse { path: origin.to_path_buf(), line, message };
+    let mut objects = Vec::new();
+    for (i, l) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        match serde_json::from_str::<serde_json::Map<String, Value>>(l) {
+            Ok(o) => objects.push((i + 1, o)),
+            Err(e) => return Err(err(i + 1, format!("not a JSON object: {e}"))),
+        }
+    }
+    let mut header: Vec<String> = COLUMNS.iter().map(|c| c.to_string()).collect();
+    for (_, o) in &objects {
+        for k in o.keys() {
+            if !header.contains(k) {
+                header.push(k.clone());
+            }
+        }
+    }
+    let field = |v: Option<&Value>| match v {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(xs)) => xs.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(" "),
+        Some(other) => other.to_string(),
+    };
+    let records: Vec<Record> =
+        objects.iter().map(|(line, o)| (*line, header.iter().map(|h| field(o.get(h))).collect())).collect();
+    parse_v3(&header, &records).map_err(|(l, m)| err(l, m))
 }
 
 /// A whole run as CSV text (header included).
@@ -605,13 +709,13 @@ pub fn read_run(path: &Path) -> Result<(RunInfo, Vec<ResultRow>), StoreError> {
 }
 
 /// Writes `contents` to `path` atomically: temporary file in the same directory, fsync, rename.
-pub fn write_atomic(path: &Path, contents: &str) -> Result<(), StoreError> {
+pub fn write_atomic(path: &Path, contents: impl AsRef<[u8]>) -> Result<(), StoreError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     fs::create_dir_all(dir).map_err(io(dir))?;
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
     let mut f = fs::File::create(&tmp).map_err(io(&tmp))?;
-    f.write_all(contents.as_bytes()).map_err(io(&tmp))?;
+    f.write_all(contents.as_ref()).map_err(io(&tmp))?;
     f.sync_all().map_err(io(&tmp))?;
     drop(f);
     fs::rename(&tmp, path).map_err(io(path))?;
@@ -622,7 +726,9 @@ pub fn write_atomic(path: &Path, contents: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Adds a run to a history directory as `<run_id>.csv`; never touches existing files.
+/// Adds a run to a history directory as `<run_id>.csv`, with the same table as
+/// `<run_id>.parquet` beside it for dataframe tools (written first: the CSV is the run's record,
+/// and its appearance says the run is complete); never touches existing files.
 pub fn append_run(dir: &Path, run: &RunInfo, rows: &[ResultRow]) -> Result<PathBuf, StoreError> {
     let path = dir.join(format!("{}.csv", run.run_id));
     if path.exists() {
@@ -634,7 +740,14 @@ pub fn append_run(dir: &Path, run: &RunInfo, rows: &[ResultRow]) -> Result<PathB
             ),
         });
     }
-    write_atomic(&path, &to_csv(run, rows))?;
+    let parquet = dir.join(format!("{}.parquet", run.run_id));
+    let bytes = crate::parquet::run_parquet(run, rows).map_err(|e| StoreError::Parse {
+        path: parquet.clone(),
+        line: 0,
+        message: format!("writing Parquet: {e}"),
+    })?;
+    write_atomic(&parquet, bytes)?;
+    write_atomic(&path, to_csv(run, rows))?;
     Ok(path)
 }
 
@@ -889,5 +1002,29 @@ mod tests {
         assert!(e.contains("copy.csv:2: run 20261123T050000Z-def is already in the history"), "{e}");
         assert_eq!(run_files(&dir).unwrap().len(), 3);
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// `run --json` prints the file's lines as typed JSON, which read back into the same rows.
+    #[test]
+    fn json_lines_carry_the_file_columns_typed_and_read_back() {
+        let (run, mut rows) = sample();
+        rows[0].checks.reverse(); // JSON objects read back with sorted keys: checks by name
+        let lines = json_lines(&run, &rows);
+        assert_eq!(lines.len(), 5);
+        let first: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
+        assert!(lines[0].starts_with("{\"schema_version\":3,\"run_id\":\"20261122T050000Z-abc\","), "{}", lines[0]);
+        assert_eq!(first["mode"], "primal");
+        assert_eq!(first["median_s"], 1.5e-3);
+        assert_eq!(first["sample_s"], serde_json::json!([2e-3, 1e-3, 1.5e-3]));
+        assert_eq!(first["param.k"], 10);
+        assert_eq!(first["check.fd-vjp.passed"], true);
+        assert_eq!(first["overhead"], serde_json::Value::Null);
+        let second: serde_json::Value = serde_json::from_str(&lines[1]).unwrap();
+        assert_eq!(second["overhead"], 2.0);
+        let (run2, rows2) = rows_from_json_lines(&lines.join("\n"), Path::new("-")).unwrap();
+        assert_eq!(run2, run);
+        assert_eq!(rows2, rows);
+        let e = rows_from_json_lines("{\"a\":1}\nnot json", Path::new("out.jsonl")).unwrap_err().to_string();
+        assert!(e.starts_with("out.jsonl:2: not a JSON object"), "{e}");
     }
 }
