@@ -455,8 +455,10 @@ pub fn merge_command(args: &MergeArgs) -> anyhow::Result<Code> {
         )));
     }
     info.machine = machines.join(" + ");
-    // The shards' CPU models, not the merging machine's: the gate compares them.
+    // The shards' CPU models, not the merging machine's: the gate compares them, so they are
+    // sorted (shards finish in any order).
     if !cpus.is_empty() {
+        cpus.sort();
         info.cpu_model = cpus.join(" + ");
     }
     let path = store::append_run(&args.out, &info, &rows)?;
