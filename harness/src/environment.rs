@@ -41,18 +41,14 @@ fn cpu_model() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
+/// The git revision this binary was built from (`build.rs`; "unknown" outside a git checkout,
+/// `<hash>-dirty` when tracked files differed from the commit). `ADGAUGE_GIT_REV` overrides it,
+/// for builds whose source came without its history (a CI artifact, a tarball).
 fn git_revision() -> String {
-    if let Ok(rev) = std::env::var("ADGAUGE_GIT_REV") {
-        return rev;
-    }
-    std::process::Command::new("git")
-        .args(["rev-parse", "--short=12", "HEAD"])
-        .output()
+    std::env::var("ADGAUGE_GIT_REV")
         .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "unknown".into())
+        .unwrap_or_else(|| env!("ADGAUGE_BUILD_GIT_REV").to_string())
 }
 
 /// Information about this run and machine.
@@ -72,6 +68,7 @@ pub fn run_info() -> RunInfo {
         cores: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         governor: read_trimmed("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")
             .unwrap_or_else(|| "unknown".into()),
+        suite: String::new(),
     }
 }
 

@@ -1,5 +1,6 @@
 //! Result files on disk: writing a run as it goes (`run --out/--history`), `adgauge gate`
-//! and `adgauge merge`.
+//! (baseline selection; the rules are in `adgauge_reports::gate` and docs/gate.md) and
+//! `adgauge merge`.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
@@ -7,15 +8,17 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 
-use adgauge_reports::gate::{Finding, GateConfig, gate, junit};
-use adgauge_reports::store::{self, COLUMNS, read_run, to_csv_line};
+use adgauge_reports::gate::{Baseline, Finding, GateConfig, GateReport, gate_runs, junit};
+use adgauge_reports::store::{self, read_run};
 use adgauge_reports::{ResultRow, RunInfo};
 
 use crate::exit::{Code, bad_input};
 
 /// Writes a run's rows as they complete, so that a crash loses at most the row in progress:
-/// rows go to a hidden `.<run_id>.partial.csv`, flushed after each row; `finish` writes the
-/// complete run atomically as `<run_id>.csv` and removes the partial file.
+/// rows go to a hidden `.<run_id>.partial.jsonl` (the run's information, then one JSON row per
+/// line: schema 3's CSV header names every parameter and check of the run, which are not known
+/// until it ends), flushed after each row; `finish` writes the complete run atomically as
+/// `<run_id>.csv` and removes the partial file.
 pub struct RunWriter {
     dirs: Vec<PathBuf>,
     partials: Vec<(PathBuf, File)>,
@@ -28,20 +31,20 @@ impl RunWriter {
         let mut partials = Vec::new();
         for d in &dirs {
             fs::create_dir_all(d).map_err(|e| bad_input(format!("{}: cannot create directory: {e}", d.display())))?;
-            let p = d.join(format!(".{}.partial.csv", run.run_id));
+            let p = d.join(format!(".{}.partial.jsonl", run.run_id));
             let mut f = OpenOptions::new()
                 .create(true)
                 .append(true)
                 .open(&p)
                 .map_err(|e| bad_input(format!("{}: cannot write: {e}", p.display())))?;
-            writeln!(f, "{}", COLUMNS.join(","))?;
+            writeln!(f, "{}", serde_json::to_string(&run)?)?;
             partials.push((p, f));
         }
         Ok(RunWriter { dirs, partials, run, rows: Vec::new() })
     }
 
     pub fn push(&mut self, row: ResultRow) -> anyhow::Result<()> {
-        let line = to_csv_line(&self.run, &row);
+        let line = serde_json::to_string(&row)?;
         for (_, f) in &mut self.partials {
             writeln!(f, "{line}")?;
             f.flush()?;
@@ -64,11 +67,31 @@ impl RunWriter {
     }
 }
 
-/// Whether two paths name the same file or directory.
-fn same_path(a: &Path, b: &Path) -> bool {
-    match (a.canonicalize(), b.canonicalize()) {
-        (Ok(a), Ok(b)) => a == b,
-        _ => a == b,
+/// `run --json`: each finished case as the lines its run file holds, as typed JSON objects
+/// (`store::json_lines`), so that a pipe gets the same rows as the files.
+pub struct FileRowsJsonSink {
+    console: crate::sinks::Console,
+    run: Option<RunInfo>,
+}
+
+impl FileRowsJsonSink {
+    pub fn new(console: crate::sinks::Console) -> FileRowsJsonSink {
+        FileRowsJsonSink { console, run: None }
+    }
+}
+
+impl crate::sinks::Sink for FileRowsJsonSink {
+    fn run_started(&mut self, run: &crate::sinks::RunStart) -> anyhow::Result<()> {
+        self.run = Some(RunInfo { suite: run.suite.to_string(), ..run.info.clone() });
+        Ok(())
+    }
+    fn case_finished(&mut self, row: &ResultRow) -> anyhow::Result<()> {
+        let run =
+            self.run.as_ref().ok_or_else(|| anyhow::anyhow!("internal: a case finished before its run started"))?;
+        for line in store::json_lines(run, std::slice::from_ref(row)) {
+            self.console.line(&line);
+        }
+        Ok(())
     }
 }
 
@@ -85,96 +108,300 @@ pub fn resolve_run(path: &Path) -> anyhow::Result<(RunInfo, Vec<ResultRow>)> {
 
 #[derive(Args, Debug)]
 pub struct GateArgs {
-    /// The baseline run (a run .csv, or a history directory: its newest run).
+    /// The baseline: `previous` (the run of the history before the current one), `best-of:N`
+    /// (per case and mode, the lowest median of the N runs before the current one), a run id of
+    /// the history, a run file, or a directory (its newest run other than the current one).
     #[arg(long)]
-    pub baseline: PathBuf,
-    /// The current run (same forms).
+    pub baseline: String,
+    /// The current run: a run file or a directory (its newest run); default: the newest run of
+    /// --history.
     #[arg(long)]
-    pub current: PathBuf,
+    pub current: Option<PathBuf>,
+    /// The history directory the selectors and run ids choose from (default: --current when it
+    /// is a directory).
+    #[arg(long)]
+    pub history: Option<PathBuf>,
     /// Largest accepted ratio of current to baseline median time.
     #[arg(long, default_value_t = 1.15)]
     pub max_slowdown: f64,
-    /// Cases whose baseline median is shorter than this are not judged on speed.
-    #[arg(long, default_value_t = 0.0)]
+    /// Cases whose baseline median is shorter than this (seconds) are not judged on speed.
+    #[arg(long, default_value_t = 1e-3)]
     pub min_seconds: f64,
+    /// Significance level of the rank test on the samples.
+    #[arg(long, default_value_t = 0.01)]
+    pub alpha: f64,
+    /// Baseline cases missing or skipped now are reported, not failures.
+    #[arg(long)]
+    pub allow_missing: bool,
+    /// Environment changes (CPU model, threads, dtypes, tool versions, ...) are reported, not
+    /// failures; speed is then judged anyway.
+    #[arg(long)]
+    pub allow_env_change: bool,
     /// Print the findings as one JSON object.
     #[arg(long)]
     pub json: bool,
     /// Also write a JUnit XML summary to this file.
     #[arg(long)]
     pub junit: Option<PathBuf>,
+    /// Also append a Markdown summary to this file (e.g. $GITHUB_STEP_SUMMARY).
+    #[arg(long)]
+    pub summary: Option<PathBuf>,
+}
+
+/// The runs of a history, oldest first, each with its file (exit 2 on a corrupt file or a run
+/// stored twice).
+fn history_runs(dir: &Path) -> anyhow::Result<Vec<(PathBuf, RunInfo, Vec<ResultRow>)>> {
+    store::read_history_files(dir).map_err(|e| bad_input(e.to_string()))
+}
+
+/// The current run: --current (a file, or a directory's newest run) or the newest of --history.
+fn current_run(args: &GateArgs) -> anyhow::Result<(RunInfo, Vec<ResultRow>)> {
+    match (&args.current, &args.history) {
+        (Some(p), _) => resolve_run(p),
+        (None, Some(h)) => {
+            let runs = history_runs(h)?;
+            let (_, info, rows) = runs
+                .into_iter()
+                .next_back()
+                .ok_or_else(|| bad_input(format!("{}: no runs in this history", h.display())))?;
+            Ok((info, rows))
+        }
+        (None, None) => {
+            Err(bad_input("gate: give --current RUN, or --history DIR (its newest run is the current one)"))
+        }
+    }
+}
+
+/// The history runs a selector chooses from: before the current run, of its suite (a history
+/// may hold runs of several suites; files of schema 1 and 2 name none and always qualify).
+fn earlier_runs(dir: &Path, current: &RunInfo) -> anyhow::Result<Vec<(RunInfo, Vec<ResultRow>)>> {
+    Ok(history_runs(dir)?
+        .into_iter()
+        .filter(|(_, info, _)| info.run_id < current.run_id)
+        .filter(|(_, info, _)| info.suite.is_empty() || current.suite.is_empty() || info.suite == current.suite)
+        .map(|(_, info, rows)| (info, rows))
+        .collect())
+}
+
+/// Resolves `--baseline`.
+fn select_baseline(args: &GateArgs, current: &RunInfo) -> anyhow::Result<Baseline> {
+    let history = args.history.clone().or_else(|| args.current.clone().filter(|p| p.is_dir()));
+    let need_history = |what: &str| {
+        history.clone().ok_or_else(|| bad_input(format!("--baseline {what} needs --history DIR (or --current DIR)")))
+    };
+    let sel = args.baseline.as_str();
+    let none_before = |dir: &Path| {
+        bad_input(format!(
+            "{}: no run of suite '{}' before the current run {} to compare with",
+            dir.display(),
+            current.suite,
+            current.run_id
+        ))
+    };
+    if sel == "previous" {
+        let dir = need_history(sel)?;
+        let (info, rows) = earlier_runs(&dir, current)?.pop().ok_or_else(|| none_before(&dir))?;
+        return Ok(Baseline::run(format!("previous run {}", info.run_id), info, rows));
+    }
+    if let Some(n) = sel.strip_prefix("best-of:") {
+        let n: usize = n
+            .parse()
+            .ok()
+            .filter(|n| *n >= 1)
+            .ok_or_else(|| bad_input(format!("--baseline {sel}: N must be a whole number >= 1")))?;
+        let dir = need_history(sel)?;
+        let mut runs = earlier_runs(&dir, current)?;
+        let skip = runs.len().saturating_sub(n);
+        runs.drain(..skip);
+        return Baseline::best_of(runs).ok_or_else(|| none_before(&dir));
+    }
+    let path = Path::new(sel);
+    if path.is_dir() {
+        // A directory's newest run other than the current one (the same directory for both
+        // sides gives the previous run).
+        let (info, rows) = earlier_runs(path, current)?.pop().ok_or_else(|| none_before(path))?;
+        return Ok(Baseline::run(format!("newest run {} of {}", info.run_id, path.display()), info, rows));
+    }
+    if path.is_file() {
+        let (info, rows) = read_run(path).map_err(|e| bad_input(e.to_string()))?;
+        return Ok(Baseline::run(format!("run {} ({})", info.run_id, path.display()), info, rows));
+    }
+    let Some(dir) = history else {
+        return Err(bad_input(format!(
+            "--baseline {sel}: no such file or directory (a run id needs --history DIR; selectors: previous, best-of:N)"
+        )));
+    };
+    let mut matches: Vec<(RunInfo, Vec<ResultRow>)> =
+        history_runs(&dir)?.into_iter().filter(|(_, i, _)| i.run_id.starts_with(sel)).map(|(_, i, r)| (i, r)).collect();
+    match matches.len() {
+        1 => {
+            let (info, rows) = matches.pop().expect("one match");
+            Ok(Baseline::run(format!("run {}", info.run_id), info, rows))
+        }
+        0 => Err(bad_input(format!("--baseline {sel}: not a file, a selector or a run id of {}", dir.display()))),
+        n => Err(bad_input(format!(
+            "--baseline {sel}: {n} runs of {} start with it; give more of the id",
+            dir.display()
+        ))),
+    }
+}
+
+fn finding_json(f: &Finding) -> serde_json::Value {
+    let mut v = serde_json::json!({"kind": f.kind(), "case_id": f.case_id(), "detail": f.describe()});
+    match f {
+        Finding::Slower { metric, baseline, current, ratio, evidence, .. } => {
+            v["metric"] = metric.clone().into();
+            v["baseline_s"] = (*baseline).into();
+            v["current_s"] = (*current).into();
+            v["ratio"] = (*ratio).into();
+            v["evidence"] = evidence.clone().into();
+        }
+        Finding::CheckRegressed { check, .. } => v["check"] = check.clone().into(),
+        Finding::ToolLost { tool, .. } => v["tool"] = tool.clone().into(),
+        Finding::EnvChanged { what, baseline, current } => {
+            v["what"] = what.clone().into();
+            v["baseline"] = baseline.clone().into();
+            v["current"] = current.clone().into();
+        }
+        _ => {}
+    }
+    v
+}
+
+/// The gate's verdict as Markdown (the CI job's step summary).
+fn markdown(report: &GateReport, baseline: &Baseline, current: &RunInfo, code: Code) -> String {
+    let verdict = match code {
+        Code::Success => "passed",
+        Code::Failed => "FAILED (exit 1)",
+        Code::Regression => "slower (exit 3)",
+        _ => "could not judge (exit 2)",
+    };
+    let mut s = format!(
+        "## adgauge gate: {verdict}\n\nCurrent run `{}` (suite {}) against {}: {} cases compared, {} finding(s), {} note(s), {} timing(s) not judged.\n\n",
+        current.run_id,
+        if current.suite.is_empty() { "?" } else { &current.suite },
+        baseline.label,
+        report.compared,
+        report.findings.len(),
+        report.notes.len(),
+        report.not_judged.len()
+    );
+    let cell = |t: &str| t.replace('|', "\\|").replace('\n', " ");
+    for (title, list) in [("Findings", &report.findings), ("Notes (waived)", &report.notes)] {
+        if list.is_empty() {
+            continue;
+        }
+        s.push_str(&format!("### {title}\n\n| kind | case | detail |\n|---|---|---|\n"));
+        for f in list {
+            s.push_str(&format!("| {} | `{}` | {} |\n", f.kind(), cell(f.case_id()), cell(&f.describe())));
+        }
+        s.push('\n');
+    }
+    s
 }
 
 pub fn gate_command(args: &GateArgs) -> anyhow::Result<Code> {
     if args.max_slowdown.is_nan() || args.max_slowdown < 1.0 {
         return Err(bad_input(format!("--max-slowdown must be >= 1, got {}", args.max_slowdown)));
     }
-    let (base, cur) = if args.baseline.is_dir() && same_path(&args.baseline, &args.current) {
-        // One history for both sides: its newest run against the one before it.
-        let runs = store::run_files(&args.current).map_err(|e| bad_input(e.to_string()))?;
-        let [.., previous, newest] = runs.as_slice() else {
-            return Err(bad_input(format!(
-                "{}: gating a history against itself needs two runs, it has {}",
-                args.current.display(),
-                runs.len()
-            )));
-        };
-        let read = |p: &Path| read_run(p).map_err(|e| bad_input(e.to_string()));
-        (read(previous)?.1, read(newest)?.1)
-    } else {
-        (resolve_run(&args.baseline)?.1, resolve_run(&args.current)?.1)
-    };
-    let report = gate(&base, &cur, &GateConfig { max_slowdown: args.max_slowdown, min_seconds: args.min_seconds });
-    let console = crate::sinks::Console::new(0, true);
-    if args.json {
-        let findings: Vec<serde_json::Value> = report
-            .findings
-            .iter()
-            .map(|f| match f {
-                Finding::Broken { case_id, detail } => {
-                    serde_json::json!({"kind": "broken", "case_id": case_id, "detail": detail})
-                }
-                Finding::Slower { case_id, metric, baseline, current, ratio, noise } => serde_json::json!({
-                    "kind": "slower", "case_id": case_id, "metric": metric, "baseline_s": baseline,
-                    "current_s": current, "ratio": ratio, "noise": noise}),
-                Finding::Missing { case_id } => {
-                    serde_json::json!({"kind": "missing", "case_id": case_id})
-                }
-            })
-            .collect();
-        console.line(&serde_json::json!({"compared": report.compared, "findings": findings}).to_string());
-    } else {
-        console.line(&format!("compared {} cases; {} finding(s)", report.compared, report.findings.len()));
-        for f in &report.findings {
-            match f {
-                Finding::Broken { case_id, detail } => console.line(&format!("BROKEN   {case_id}: {detail}")),
-                Finding::Slower { case_id, metric, baseline, current, ratio, noise } => console.line(&format!(
-                    "SLOWER   {case_id}: {metric} {:.3} ms -> {:.3} ms ({ratio:.2}x; noise {:.0}%)",
-                    baseline * 1e3,
-                    current * 1e3,
-                    noise * 100.0
-                )),
-                Finding::Missing { case_id } => console.line(&format!("MISSING  {case_id}")),
-            }
-        }
+    if !(args.min_seconds >= 0.0 && args.min_seconds.is_finite()) {
+        return Err(bad_input(format!("--min-seconds must be a time >= 0, got {}", args.min_seconds)));
     }
-    if let Some(path) = &args.junit {
-        let ids: Vec<String> = cur.iter().map(|r| r.case_id.clone()).collect();
-        store::write_atomic(path, &junit(&report, &ids))?;
+    if !(args.alpha > 0.0 && args.alpha < 1.0) {
+        return Err(bad_input(format!("--alpha must be in (0, 1), got {}", args.alpha)));
     }
-    if report.compared == 0 && !base.is_empty() {
+    let (info, cur) = current_run(args)?;
+    let baseline = select_baseline(args, &info)?;
+    if baseline.runs.iter().any(|r| r.run_id == info.run_id) {
         return Err(bad_input(format!(
-            "the runs share no case ({} baseline, {} current): different suites?",
-            base.len(),
-            cur.len()
+            "the baseline and the current run are the same run ({}): a run compared with itself proves nothing",
+            info.run_id
         )));
     }
+    let cfg = GateConfig {
+        max_slowdown: args.max_slowdown,
+        min_seconds: args.min_seconds,
+        alpha: args.alpha,
+        allow_missing: args.allow_missing,
+        allow_env_change: args.allow_env_change,
+        ..GateConfig::default()
+    };
+    let report = gate_runs(&baseline, &info, &cur, &cfg);
     let mut code = Code::Success;
-    if report.broken() || report.missing() {
+    if report.failed() {
         code = code.combine(Code::Failed);
     }
     if report.slower() {
         code = code.combine(Code::Regression);
+    }
+    // Nothing compared proves nothing: say so (exit 2) rather than pass.
+    let nothing = (report.compared == 0).then(|| {
+        if report.shared == 0 {
+            format!(
+                "the runs share no case ({} baseline, {} current): different suites or filters?",
+                baseline.rows.len(),
+                cur.len()
+            )
+        } else {
+            format!("none of the {} cases the runs share ran in the baseline (all skipped there)", report.shared)
+        }
+    });
+    if nothing.is_some() {
+        code = Code::BadInput;
+    }
+    let console = crate::sinks::Console::new(0, true);
+    if args.json {
+        let v = serde_json::json!({
+            "baseline": baseline.label,
+            "baseline_runs": baseline.runs.iter().map(|r| r.run_id.clone()).collect::<Vec<_>>(),
+            "current": info.run_id,
+            "compared": report.compared,
+            "shared": report.shared,
+            "findings": report.findings.iter().map(finding_json).collect::<Vec<_>>(),
+            "notes": report.notes.iter().map(finding_json).collect::<Vec<_>>(),
+            "not_judged": report.not_judged,
+            "exit_code": code as u8,
+        });
+        console.line(&v.to_string());
+    } else {
+        console.line(&format!(
+            "compared {} cases; {} finding(s); current run {} against {}",
+            report.compared,
+            report.findings.len(),
+            info.run_id,
+            baseline.label
+        ));
+        for f in &report.findings {
+            console.line(&format!("{:<16} {}", f.kind().to_uppercase(), f.describe()));
+        }
+        for f in &report.notes {
+            console.line(&format!("note: {:<10} {}", f.kind(), f.describe()));
+        }
+        if !report.not_judged.is_empty() {
+            console.line(&format!(
+                "{} timing(s) not judged on speed (too short or too few samples; --json lists them)",
+                report.not_judged.len()
+            ));
+        }
+    }
+    if let Some(path) = &args.junit {
+        let ids: Vec<String> = cur.iter().map(|r| r.case_id.clone()).collect();
+        store::write_atomic(path, junit(&report, &ids))?;
+    }
+    if let Some(path) = &args.summary {
+        let mut f = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| bad_input(format!("{}: cannot write: {e}", path.display())))?;
+        let mut text = markdown(&report, &baseline, &info, code);
+        if let Some(why) = &nothing {
+            text.push_str(&format!("**Nothing compared:** {why}\n"));
+        }
+        f.write_all(text.as_bytes())?;
+    }
+    if let Some(why) = nothing {
+        return Err(bad_input(why));
     }
     Ok(code)
 }
@@ -194,11 +421,19 @@ pub struct MergeArgs {
 pub fn merge_command(args: &MergeArgs) -> anyhow::Result<Code> {
     let mut rows = Vec::new();
     let mut machines: Vec<String> = Vec::new();
+    let mut cpus: Vec<String> = Vec::new();
+    let mut suites: Vec<String> = Vec::new();
     let mut first: Option<RunInfo> = None;
     for p in &args.runs {
         let (info, r) = resolve_run(p)?;
         if !machines.contains(&info.machine) {
             machines.push(info.machine.clone());
+        }
+        if !cpus.contains(&info.cpu_model) {
+            cpus.push(info.cpu_model.clone());
+        }
+        if !info.suite.is_empty() && !suites.contains(&info.suite) {
+            suites.push(info.suite.clone());
         }
         first.get_or_insert(info);
         rows.extend(r);
@@ -211,8 +446,21 @@ pub fn merge_command(args: &MergeArgs) -> anyhow::Result<Code> {
     if let Some(f) = first {
         info.git_revision = f.git_revision;
         info.adgauge_version = f.adgauge_version;
+        info.suite = f.suite;
+    }
+    if suites.len() > 1 {
+        return Err(bad_input(format!(
+            "the runs are of different suites ({}): one run holds one suite",
+            suites.join(", ")
+        )));
     }
     info.machine = machines.join(" + ");
+    // The shards' CPU models, not the merging machine's: the gate compares them, so they are
+    // sorted (shards finish in any order).
+    if !cpus.is_empty() {
+        cpus.sort();
+        info.cpu_model = cpus.join(" + ");
+    }
     let path = store::append_run(&args.out, &info, &rows)?;
     crate::sinks::Console::new(0, true).line(&format!(
         "merged {} rows from {} runs into {}",
@@ -244,7 +492,135 @@ pub fn report_command(args: &ReportArgs) -> anyhow::Result<Code> {
         return Err(bad_input(format!("{}: no runs to report on", args.history.display())));
     }
     let path = args.out.join("index.html");
-    store::write_atomic(&path, &adgauge_reports::html::render(&runs))?;
+    store::write_atomic(&path, adgauge_reports::html::render(&runs))?;
     crate::sinks::Console::new(0, true).line(&format!("wrote {} ({} runs)", path.display(), runs.len()));
+    Ok(Code::Success)
+}
+
+/// Output formats of `adgauge history`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum HistoryFormat {
+    Table,
+    Csv,
+    Json,
+    Parquet,
+}
+
+#[derive(Args, Debug)]
+pub struct HistoryArgs {
+    /// The history directory.
+    #[arg(long)]
+    pub history: PathBuf,
+    /// Only case ids containing this text.
+    #[arg(long)]
+    pub case: Option<String>,
+    /// Only runs at or after this date (YYYY-MM-DD, or an RFC 3339 UTC time).
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Only this mode (primal, vjp, jvp).
+    #[arg(long)]
+    pub mode: Option<String>,
+    /// Only runs of this suite (needed when the history holds several).
+    #[arg(long)]
+    pub suite: Option<String>,
+    /// Per case and mode, the best (lowest) median of the last N runs.
+    #[arg(long, conflicts_with = "regressions")]
+    pub best_of: Option<usize>,
+    /// Per case and mode, the first median since --since against the newest: those slower than
+    /// --max-ratio.
+    #[arg(long)]
+    pub regressions: bool,
+    /// The ratio above which --regressions lists a case.
+    #[arg(long, default_value_t = 1.15)]
+    pub max_ratio: f64,
+    /// Output format (times in seconds, except the table's milliseconds).
+    #[arg(long, value_enum, default_value_t = HistoryFormat::Table)]
+    pub format: HistoryFormat,
+    /// Write the answer to this file instead of the terminal (needed for parquet).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// Whether `s` starts like an RFC 3339 date (`YYYY-MM-DD`).
+fn is_date(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() >= 10
+        && b[..10].iter().enumerate().all(|(i, c)| if i == 4 || i == 7 { *c == b'-' } else { c.is_ascii_digit() })
+}
+
+/// `adgauge history`: queries over a history directory (reports' `query` module).
+pub fn history_command(args: &HistoryArgs) -> anyhow::Result<Code> {
+    use adgauge_reports::query::{self, Selection};
+    if let Some(s) = &args.since
+        && !is_date(s)
+    {
+        return Err(bad_input(format!("--since {s}: expected a date, YYYY-MM-DD (or an RFC 3339 UTC time)")));
+    }
+    if args.best_of == Some(0) {
+        return Err(bad_input("--best-of must be at least 1"));
+    }
+    if args.format == HistoryFormat::Parquet && args.out.is_none() {
+        return Err(bad_input("--format parquet writes a binary file: give --out FILE"));
+    }
+    if !(args.max_ratio > 0.0 && args.max_ratio.is_finite()) {
+        return Err(bad_input(format!("--max-ratio must be a positive number, got {}", args.max_ratio)));
+    }
+    let files = history_runs(&args.history)?;
+    if files.is_empty() {
+        return Err(bad_input(format!("{}: no runs in this history", args.history.display())));
+    }
+    // One history, one suite: trends across suites would compare unlike cases. Files of schema
+    // 1 and 2 name no suite and go with any.
+    let mut runs = Vec::new();
+    let mut suite: Option<(String, PathBuf)> = args.suite.clone().map(|s| (s, PathBuf::new()));
+    for (path, info, rows) in files {
+        if info.suite.is_empty() {
+            runs.push((info, rows));
+            continue;
+        }
+        match &suite {
+            None => suite = Some((info.suite.clone(), path.clone())),
+            Some((s, _)) if *s == info.suite => {}
+            Some((s, first)) if args.suite.is_none() => {
+                return Err(bad_input(format!(
+                    "{}:2: run {} is of suite '{}', but {} is of suite '{s}': give --suite NAME to choose",
+                    path.display(),
+                    info.run_id,
+                    info.suite,
+                    first.display()
+                )));
+            }
+            Some(_) => continue,
+        }
+        runs.push((info, rows));
+    }
+    let sel = Selection { case: args.case.clone(), since: args.since.clone(), mode: args.mode.clone() };
+    let table = if let Some(n) = args.best_of {
+        query::best_of(&runs, n, &sel)
+    } else if args.regressions {
+        query::regressions(&runs, args.max_ratio, &sel)
+    } else {
+        query::trend(&runs, &sel)
+    };
+    let text = match args.format {
+        HistoryFormat::Table => table.to_text(),
+        HistoryFormat::Csv => table.to_csv(),
+        HistoryFormat::Json => table.to_json_lines(),
+        HistoryFormat::Parquet => String::new(),
+    };
+    if let Some(out) = &args.out {
+        if args.format == HistoryFormat::Parquet {
+            let bytes = adgauge_reports::parquet::table_parquet(&table)
+                .map_err(|e| anyhow::anyhow!("{}: writing Parquet: {e}", out.display()))?;
+            store::write_atomic(out, bytes)?;
+        } else {
+            store::write_atomic(out, &text)?;
+        }
+        return Ok(Code::Success);
+    }
+    let console = crate::sinks::Console::new(0, true);
+    for line in text.lines() {
+        console.line(line);
+    }
     Ok(Code::Success)
 }

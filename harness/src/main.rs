@@ -48,6 +48,8 @@ enum Command {
     Check(run::CheckArgs),
     /// Compare a run against a baseline: exit 1 on failing checks, 3 on slowdowns.
     Gate(history::GateArgs),
+    /// Query a history: the trend of cases, the best of the last N runs, regressions since a date.
+    History(history::HistoryArgs),
     /// Write the self-contained HTML report of a history.
     Report(history::ReportArgs),
     /// Combine runs (shards, machines) into one run.
@@ -116,6 +118,7 @@ fn main() -> ExitCode {
         Command::Gate(args) => history::gate_command(&args),
         Command::Merge(args) => history::merge_command(&args),
         Command::Report(args) => history::report_command(&args),
+        Command::History(args) => history::history_command(&args),
         Command::Backends { json } => (|| {
             // Tools open their devices on first use: listing versions opens nothing.
             let tools = tool::Tools::builtin(cli.threads, adgauge_backends::Cpu::new(cli.threads)?);

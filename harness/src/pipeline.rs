@@ -161,12 +161,15 @@ pub fn run_case(tools: &Tools, case: &Case, settings: &Settings) -> ResultRow {
     if let Some(why) = cannot_run(tool, case) {
         row.status = Status::Skipped;
         row.message = Some(why);
+        row.tool_version = Some(tool.version());
         return row;
     }
     let started = Instant::now();
     let compiled_before = tool.compile_time();
     let outcome = catch_unwind(AssertUnwindSafe(|| run_phases(tool, case, settings, started, &mut row)));
     row.compile_s = compiled_before.and_then(|before| Some(tool.compile_time()?.saturating_sub(before).as_secs_f64()));
+    // Asked after the phases: an external tool knows its version once it has started.
+    row.tool_version = Some(tool.version());
     match outcome {
         Ok(Ok(())) => {}
         Ok(Err(e)) => {

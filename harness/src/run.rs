@@ -29,7 +29,8 @@ pub struct RunArgs {
     /// List the suite's case ids and exit.
     #[arg(long)]
     pub list: bool,
-    /// Print one JSON result row per case (JSON lines) instead of the table.
+    /// Print the run's rows as JSON lines instead of the table: one object per case and mode,
+    /// with the run file's columns (schema 3), typed.
     #[arg(long)]
     pub json: bool,
     /// Write the run as `<run id>.csv` into this directory.
@@ -152,11 +153,15 @@ pub fn run(args: &RunArgs, threads: Option<usize>) -> anyhow::Result<Code> {
     let cpu = Cpu::new(threads)?;
     // Every tool opens on first use; one that cannot start makes its cases skipped rows.
     let tools = Tools::with_external(threads, cpu.clone(), &suite.external);
-    let info = crate::environment::run_info();
+    let mut info = crate::environment::run_info();
+    info.suite = suite.name.clone();
     let mut sink = Fanout::default();
     sink.push(ProgressSink(console.clone()));
-    if args.json {
+    if args.json && args.exact.is_some() {
+        // A child of --isolate reports its one row to the parent in the rows' own JSON.
         sink.push(JsonLinesSink::new(console.clone()));
+    } else if args.json {
+        sink.push(crate::history::FileRowsJsonSink::new(console.clone()));
     } else {
         sink.push(TableSink::new(console.clone(), args.wide));
         sink.push(ToolsComparedSink::new(console.clone()));

@@ -576,7 +576,8 @@ mod tests {
     fn row(workload: &str, params: &[(&str, &str)], status: Status, message: Option<&str>) -> ResultRow {
         let params = params.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         let mut r = ResultRow::unmeasured(workload, params, "opencl", "f32", "general-chunked", 2, 1);
-        let t = |s: f64| Some(Timing { min_s: s, median_s: s, max_s: s, batch: 1, samples: 5, cv: 0.0 });
+        let t =
+            |s: f64| Some(Timing { min_s: s, median_s: s, max_s: s, batch: 1, samples: 5, cv: 0.0, sample_s: vec![] });
         (r.primal, r.vjp, r.jvp) = (t(1234.5678), t(0.000_012_3), t(0.098_765));
         (r.primal_peak_bytes, r.vjp_peak_bytes) = (Some(1000), Some(123_456_789));
         r.status = status;

@@ -52,13 +52,14 @@ pub fn summarize(mut per_call: Vec<f64>, batch: usize) -> Option<Timing> {
     if per_call.is_empty() {
         return None;
     }
+    let sample_s = per_call.clone(); // in measured order, for the gate's rank test
     per_call.sort_by(f64::total_cmp);
     let m = per_call.len();
     let median = if m % 2 == 1 { per_call[m / 2] } else { 0.5 * (per_call[m / 2 - 1] + per_call[m / 2]) };
     let mean = per_call.iter().sum::<f64>() / m as f64;
     let var = per_call.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / m as f64;
     let cv = if mean > 0.0 { var.sqrt() / mean } else { 0.0 };
-    Some(Timing { min_s: per_call[0], median_s: median, max_s: per_call[m - 1], batch, samples: m, cv })
+    Some(Timing { min_s: per_call[0], median_s: median, max_s: per_call[m - 1], batch, samples: m, cv, sample_s })
 }
 
 #[cfg(test)]

@@ -69,7 +69,7 @@ fn run_records_kernel_compile_time_apart_from_timings() {
     .unwrap();
     let out = adgauge(&["run", "--suite", suite.to_str().unwrap(), "--json", "--no-save"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let rows: Vec<Value> = stdout(&out).lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let rows: Vec<Value> = common::case_rows(&out);
     let compile = |backend: &str| -> Vec<Value> {
         rows.iter().filter(|r| r["backend"] == backend).map(|r| r["compile_s"].clone()).collect()
     };
@@ -107,26 +107,39 @@ fn run_lists_filters_and_prints_json_rows() {
 
     let out = adgauge(&["run", "--json", "--no-save", "--filter", "hist-max[dist=uniform,k=10,"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let rows: Vec<Value> = stdout(&out).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    assert!(!rows.is_empty());
-    for row in &rows {
-        assert_eq!(row["schema_version"], adgauge_reports::SCHEMA_VERSION);
-        assert_eq!(row["workload"], "hist-max");
-        assert!(row["case_id"].as_str().unwrap().contains("k=10,"));
-        let status = row["status"].as_str().unwrap();
-        assert!(status == "ok" || status == "skipped", "{row}");
-        // Every line says which run and machine it comes from, and its overheads.
-        assert!(row["run_id"].as_str().is_some_and(|id| !id.is_empty()), "{row}");
-        assert_eq!(row["suite"], "default", "{row}");
-        assert!(row["git_revision"].is_string() && row["machine"].is_string() && row["cores"].as_u64().unwrap() >= 1);
+    // The same lines as the run file: one per case and mode, its columns, typed.
+    let lines: Vec<Value> = stdout(&out).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(!lines.is_empty());
+    let primal = |case: &Value| -> f64 {
+        lines.iter().find(|l| l["case_id"] == *case && l["mode"] == "primal").unwrap()["median_s"].as_f64().unwrap()
+    };
+    for line in &lines {
+        assert_eq!(line["schema_version"], adgauge_reports::SCHEMA_VERSION);
+        assert_eq!(line["workload"], "hist-max");
+        assert_eq!(line["param.k"], 10, "{line}");
+        assert!(line["case_id"].as_str().unwrap().contains("k=10,"));
+        let status = line["status"].as_str().unwrap();
+        assert!(status == "ok" || status == "skipped", "{line}");
+        // Every line says which run and machine it comes from.
+        assert!(line["run_id"].as_str().is_some_and(|id| !id.is_empty()), "{line}");
+        assert_eq!(line["suite"], "default", "{line}");
+        assert!(
+            line["git_revision"].is_string() && line["machine"].is_string() && line["cores"].as_u64().unwrap() >= 1
+        );
         if status == "ok" {
-            let overhead = row["vjp_overhead"].as_f64().unwrap();
-            let median = |m: &str| row[m]["median_s"].as_f64().unwrap();
-            assert!((overhead - median("vjp") / median("primal")).abs() <= 1e-12 * overhead, "{row}");
-            assert!(row["primal"]["median_s"].as_f64().unwrap() > 0.0);
-            assert!(row["vjp"]["median_s"].as_f64().unwrap() > 0.0);
-            assert!(row["vjp_peak_bytes"].as_u64().unwrap() > 0);
-            assert!(row["checks"].as_array().unwrap().iter().all(|c| c["passed"] == true));
+            let mode = line["mode"].as_str().unwrap();
+            assert!(["primal", "vjp", "jvp"].contains(&mode), "{line}");
+            assert!(line["median_s"].as_f64().unwrap() > 0.0);
+            assert!(line["sample_s"].as_array().unwrap().len() as u64 == line["samples"].as_u64().unwrap(), "{line}");
+            if mode == "vjp" {
+                assert!(line["peak_bytes"].as_u64().unwrap() > 0, "{line}");
+                let overhead = line["overhead"].as_f64().unwrap();
+                let want = line["median_s"].as_f64().unwrap() / primal(&line["case_id"]);
+                assert!((overhead - want).abs() <= 1e-12 * overhead, "{line}");
+            }
+            let checks: Vec<(&String, &Value)> =
+                line.as_object().unwrap().iter().filter(|(k, _)| k.ends_with(".passed")).collect();
+            assert!(!checks.is_empty() && checks.iter().all(|(_, v)| **v == true), "{line}");
         }
     }
 }

@@ -35,8 +35,7 @@ fn python_available() -> bool {
 fn rows(suite: &str, name: &str) -> (Option<i32>, Vec<Value>) {
     let path = temp_file("external", name, suite);
     let out = adgauge(&["run", "--suite", path.to_str().unwrap(), "--json", "--no-save", "--quiet"]);
-    let rows = stdout(&out).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    (out.status.code(), rows)
+    (out.status.code(), common::case_rows(&out))
 }
 
 fn row<'a>(rows: &'a [Value], workload: &str, tool: &str) -> &'a Value {

@@ -45,33 +45,39 @@ fn runs_accumulate_and_gates_judge_fixtures() {
     assert!(h[0].0.run_id < h[1].0.run_id);
 
     let base = runs[0].to_str().unwrap();
-    // Identical runs: 0.
+    // A run compared with itself proves nothing: 2.
     let same = adgauge(&["gate", "--baseline", base, "--current", base]);
-    assert_eq!(same.status.code(), Some(0), "{}", String::from_utf8_lossy(&same.stdout));
+    assert_eq!(same.status.code(), Some(2), "{}", String::from_utf8_lossy(&same.stdout));
+    // The run's samples are in its file, for the gate's rank test.
+    assert!(h[0].1[0].vjp.as_ref().unwrap().sample_s.len() >= 5);
 
-    // One case 2x slower (beyond its noise): 3. The measured run's own spread depends on the
-    // machine's load, so the fixtures are that run with a fixed 5% spread around its medians.
-    let (info, mut rows) = read_run(&runs[0]).unwrap();
+    // One case 2x slower: 3. The measured run's own samples depend on the machine's load, so
+    // the fixtures are that run with 7 samples within 2.5% of a 5 ms median (over the gate's
+    // 1 ms minimum), then 10 ms; each fixture is its own run.
+    let (mut info, mut rows) = read_run(&runs[0]).unwrap();
     let spread = |t: &mut adgauge_reports::Timing, median: f64| {
         t.median_s = median;
         t.min_s = median * 0.975;
         t.max_s = median * 1.025;
         t.cv = 0.01;
+        t.sample_s = [1.0, 0.975, 1.025, 0.99, 1.01, 0.98, 1.02].iter().map(|f| f * median).collect();
     };
     let r = &mut rows[0];
     for t in [&mut r.primal, &mut r.vjp].into_iter().flatten() {
-        spread(t, t.median_s);
+        spread(t, 5e-3);
     }
+    info.run_id.push_str("-base");
     let base_path = hist.join("fixture-base.run");
-    write_atomic(&base_path, &to_csv(&info, &rows)).unwrap();
+    write_atomic(&base_path, to_csv(&info, &rows)).unwrap();
     let base = base_path.to_str().unwrap();
     let mut slow = rows.clone();
     let r = &mut slow[0];
     for t in [&mut r.primal, &mut r.vjp].into_iter().flatten() {
-        spread(t, t.median_s * 2.0);
+        spread(t, 10e-3);
     }
+    info.run_id.push_str("-slow");
     let slow_path = hist.join("fixture-slow.run");
-    write_atomic(&slow_path, &to_csv(&info, &slow)).unwrap();
+    write_atomic(&slow_path, to_csv(&info, &slow)).unwrap();
     let junit = hist.join("gate.xml");
     let out = adgauge(&[
         "gate",
@@ -89,12 +95,13 @@ fn runs_accumulate_and_gates_judge_fixtures() {
     // A check that now fails: 1 (and 1 beats 3 when both apply).
     let mut bad = slow.clone();
     bad[0].checks[0].passed = false;
+    info.run_id.push_str("-bad");
     let bad_path = hist.join("fixture-bad.run");
-    write_atomic(&bad_path, &to_csv(&info, &bad)).unwrap();
+    write_atomic(&bad_path, to_csv(&info, &bad)).unwrap();
     let out = adgauge(&["gate", "--baseline", base, "--current", bad_path.to_str().unwrap(), "--json"]);
     assert_eq!(out.status.code(), Some(1));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["findings"][0]["kind"], "broken");
+    assert_eq!(v["findings"][0]["kind"], "check-regressed");
 
     // Usage errors: 2.
     assert_eq!(adgauge(&["gate", "--baseline", "/nonexistent.csv", "--current", base]).status.code(), Some(2));
@@ -122,10 +129,10 @@ fn a_killed_run_leaves_the_history_intact_and_no_half_written_run() {
     let partial: Vec<PathBuf> = std::fs::read_dir(&hist)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| p.file_name().unwrap().to_string_lossy().ends_with(".partial.csv"))
+        .filter(|p| p.file_name().unwrap().to_string_lossy().ends_with(".partial.jsonl"))
         .collect();
     assert_eq!(partial.len(), 1);
-    assert!(std::fs::read_to_string(&partial[0]).unwrap().starts_with("schema_version,run_id"));
+    assert!(std::fs::read_to_string(&partial[0]).unwrap().starts_with("{\"run_id\":"));
     std::fs::remove_dir_all(&hist).unwrap();
 }
 
@@ -199,7 +206,8 @@ fn a_plain_run_saves_itself_unless_told_not_to() {
 
 /// The gate goes red where it used to go green: a history gated against itself compares its
 /// newest run with the previous one (not with itself), runs that share no case are a usage
-/// error, and a case that disappeared or lost its tool (ok -> skipped) fails the gate.
+/// error, and a case that disappeared or lost its tool (ok -> skipped) fails the gate (the
+/// other conditions are in tests/gate.rs).
 #[test]
 fn the_gate_refuses_what_it_cannot_judge_and_fails_lost_cases() {
     let hist = temp("strict");
@@ -208,17 +216,19 @@ fn the_gate_refuses_what_it_cannot_judge_and_fails_lost_cases() {
     assert_eq!(run().status.code(), Some(0));
     let out = adgauge(&["gate", "--baseline", h, "--current", h]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("needs two runs, it has 1"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("before the current run"));
     assert_eq!(run().status.code(), Some(0));
     let out = adgauge(&["gate", "--baseline", h, "--current", h, "--max-slowdown", "100"]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("compared 1 cases; 0 finding(s)"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains(" against newest run "));
 
     let runs = csvs(&hist);
     let (info, rows) = read_run(&runs[0]).unwrap();
     let fixture = |name: &str, rows: &[adgauge_reports::ResultRow]| {
         let p = hist.join(format!("fixture-{name}.run"));
-        write_atomic(&p, &to_csv(&info, rows)).unwrap();
+        let info = adgauge_reports::RunInfo { run_id: format!("{}-{name}", info.run_id), ..info.clone() };
+        write_atomic(&p, to_csv(&info, rows)).unwrap();
         p.to_str().unwrap().to_string()
     };
     let base = runs[0].to_str().unwrap();
@@ -232,11 +242,11 @@ fn the_gate_refuses_what_it_cannot_judge_and_fails_lost_cases() {
     skipped[0].message = Some("backend cpu unavailable: test".into());
     let out = adgauge(&["gate", "--baseline", base, "--current", &fixture("skipped", &skipped)]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("was ok, now skipped: backend cpu unavailable"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ran in the baseline, skipped now: backend cpu unavailable"));
     let mut two = rows.clone();
     two.push(other[0].clone());
     let out = adgauge(&["gate", "--baseline", &fixture("two", &two), "--current", base, "--max-slowdown", "100"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("MISSING  hist-add[other]"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("MISSING          hist-add[other]"));
     std::fs::remove_dir_all(&hist).unwrap();
 }

@@ -6,7 +6,7 @@
 mod common;
 
 use adgauge_workloads::{ParamKind, Value as Param, Workload, registry};
-use common::{adgauge, stderr, stdout, temp_file};
+use common::{adgauge, stderr, temp_file};
 use serde_json::Value;
 
 /// A suite entry for `w` at its `adgauge check` size (built from its schema, so a new workload
@@ -44,8 +44,7 @@ fn suite(name: &str, header: &str, extra: &str) -> std::path::PathBuf {
 
 fn rows(args: &[&str]) -> (Option<i32>, Vec<Value>) {
     let out = adgauge(args);
-    let rows = stdout(&out).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    (out.status.code(), rows)
+    (out.status.code(), common::case_rows(&out))
 }
 
 #[test]

@@ -13,7 +13,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{adgauge, stderr, stdout, temp_file};
+use common::{adgauge, stderr, temp_file};
 use serde_json::Value;
 
 /// The tools' Python: `ADGAUGE_TOOLS_PYTHON`, else `python` in `ADGAUGE_TOOLS_VENV` or
@@ -57,7 +57,7 @@ fn run_adapter(tool: &str, python: &Path) -> Vec<Value> {
     );
     let path = temp_file("python-tools", &format!("{tool}.yaml"), &suite);
     let out = adgauge(&["run", "--suite", path.to_str().unwrap(), "--json", "--no-save", "--quiet"]);
-    let rows: Vec<Value> = stdout(&out).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let rows: Vec<Value> = common::case_rows(&out);
     assert_eq!(out.status.code(), Some(0), "{rows:#?}\n{}", stderr(&out));
     rows
 }

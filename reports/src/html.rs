@@ -181,9 +181,20 @@ fn verdict(h: &mut String, rows: &[ResultRow], previous: Option<&RunInfo>, repor
     let broken = n("failed") + n("error") + n("timeout");
     let (missing, slower, regressed) = match report {
         Some(r) => (
-            r.findings.iter().filter(|f| matches!(f, Finding::Missing { .. })).count(),
+            r.findings.iter().filter(|f| matches!(f, Finding::Missing { .. } | Finding::Skipped { .. })).count(),
             r.findings.iter().filter(|f| matches!(f, Finding::Slower { .. })).count(),
-            r.findings.iter().filter(|f| matches!(f, Finding::Broken { .. })).count(),
+            r.findings
+                .iter()
+                .filter(|f| {
+                    matches!(
+                        f,
+                        Finding::Broken { .. }
+                            | Finding::CheckRegressed { .. }
+                            | Finding::ToolLost { .. }
+                            | Finding::EnvChanged { .. }
+                    )
+                })
+                .count(),
         ),
         None => (0, 0, 0),
     };
@@ -193,7 +204,7 @@ fn verdict(h: &mut String, rows: &[ResultRow], previous: Option<&RunInfo>, repor
     }
     if let Some(p) = previous {
         if missing > 0 {
-            reasons.push(format!("{missing} case(s) of run {} missing", p.run_id));
+            reasons.push(format!("{missing} case(s) of run {} missing or skipped now", p.run_id));
         }
         if regressed > broken {
             reasons.push(format!("{} correctness finding(s) against run {}", regressed, p.run_id));
@@ -291,16 +302,23 @@ fn attention(h: &mut String, rows: &[ResultRow], report: Option<&GateReport>) {
         for f in slower {
             let (class, word, why) = match f {
                 Finding::Broken { detail, .. } => ("bad", "regressed", detail.clone()),
+                Finding::CheckRegressed { check, detail, .. } => {
+                    ("bad", "check regressed", format!("{check}: {detail}"))
+                }
                 Finding::Missing { .. } => ("bad", "missing", "in the previous run, not in this one".to_string()),
-                Finding::Slower { metric, baseline, current, ratio, noise, .. } => (
+                Finding::Skipped { reason, .. } => ("bad", "skipped now", reason.clone()),
+                Finding::ToolLost { tool, reason } => ("bad", "tool lost", format!("{tool}: {reason}")),
+                Finding::EnvChanged { what, baseline, current } => {
+                    ("bad", "environment", format!("{what}: {baseline} → {current}"))
+                }
+                Finding::Slower { metric, baseline, current, ratio, evidence, .. } => (
                     "warn",
                     "slower",
                     format!(
-                        "{metric}: {} ms → {} ms ({}x; noise {:.0}%)",
+                        "{metric}: {} ms → {} ms ({}x; {evidence})",
                         charts::tick(baseline * 1e3),
                         charts::tick(current * 1e3),
                         charts::tick(*ratio),
-                        noise * 100.0
                     ),
                 ),
             };
@@ -651,7 +669,15 @@ mod tests {
     use crate::schema::{Check, Timing};
 
     fn t(ms: f64) -> Option<Timing> {
-        Some(Timing { min_s: ms * 0.99e-3, median_s: ms * 1e-3, max_s: ms * 1.01e-3, batch: 1, samples: 5, cv: 0.01 })
+        Some(Timing {
+            min_s: ms * 0.99e-3,
+            median_s: ms * 1e-3,
+            max_s: ms * 1.01e-3,
+            batch: 1,
+            samples: 5,
+            cv: 0.01,
+            sample_s: vec![],
+        })
     }
 
     fn row(workload: &str, k: u64, vjp_ms: f64, passed: bool) -> ResultRow {
@@ -679,6 +705,7 @@ mod tests {
             cpu_model: "cpu".into(),
             cores: 2,
             governor: "unknown".into(),
+            suite: String::new(),
         }
     }
 

@@ -6,6 +6,8 @@
 pub mod charts;
 pub mod gate;
 pub mod html;
+pub mod parquet;
+pub mod query;
 pub mod schema;
 pub mod store;
 

@@ -5,8 +5,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-/// Version of the row layout below. 2 added `compile_s`; version-1 files are still read.
-pub const SCHEMA_VERSION: u32 = 2;
+/// Version of the file layout (`store.rs`). 2 added `compile_s`; 3 is one file row per case and
+/// mode, with typed parameter and check columns, the suite, the tool's version and the timing
+/// samples. Files of versions 1 and 2 are still read.
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// How a case ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,6 +53,9 @@ pub struct RunInfo {
     pub cores: usize,
     /// CPU frequency governor (Linux), or "unknown".
     pub governor: String,
+    /// The suite's name ("" in files of schema 1 and 2, which did not record it).
+    #[serde(default)]
+    pub suite: String,
 }
 
 /// Timing of one mode: seconds per evaluation over the kept samples.
@@ -65,6 +70,10 @@ pub struct Timing {
     /// Coefficient of variation of the samples (standard deviation / mean): the case's noise.
     #[serde(default)]
     pub cv: f64,
+    /// Every kept sample (seconds per evaluation, in the order measured): the gate's rank test
+    /// needs the samples, not just their summary. Empty in files of schema 1 and 2.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sample_s: Vec<f64>,
 }
 
 /// One validation check of a case.
@@ -109,6 +118,10 @@ pub struct ResultRow {
     /// None where nothing is compiled (the CPU) and in version-1 files.
     #[serde(default)]
     pub compile_s: Option<f64>,
+    /// The version the tool reported (e.g. `adgauge 0.1.0`, `jax 0.10.2`): a changed version is
+    /// an environment change for the gate. None in files of schema 1 and 2.
+    #[serde(default)]
+    pub tool_version: Option<String>,
 }
 
 impl ResultRow {
@@ -143,6 +156,7 @@ impl ResultRow {
             status: Status::Ok,
             message: None,
             compile_s: None,
+            tool_version: None,
         }
     }
 
@@ -198,8 +212,24 @@ mod tests {
             rule: "auto".into(),
             threads: 2,
             seed: 1,
-            primal: Some(Timing { min_s: 1.0, median_s: 2.0, max_s: 3.0, batch: 1, samples: 3, cv: 0.1 }),
-            vjp: Some(Timing { min_s: 4.0, median_s: 5.0, max_s: 6.0, batch: 1, samples: 3, cv: 0.2 }),
+            primal: Some(Timing {
+                min_s: 1.0,
+                median_s: 2.0,
+                max_s: 3.0,
+                batch: 1,
+                samples: 3,
+                cv: 0.1,
+                sample_s: vec![],
+            }),
+            vjp: Some(Timing {
+                min_s: 4.0,
+                median_s: 5.0,
+                max_s: 6.0,
+                batch: 1,
+                samples: 3,
+                cv: 0.2,
+                sample_s: vec![4.0, 6.0, 5.0],
+            }),
             jvp: None,
             primal_peak_bytes: Some(100),
             vjp_peak_bytes: Some(250),
@@ -208,6 +238,7 @@ mod tests {
             status: Status::Timeout,
             message: None,
             compile_s: Some(0.25),
+            tool_version: Some("adgauge 0.1.0".into()),
         };
         let s = serde_json::to_string(&row).unwrap();
         assert!(s.contains("\"status\":\"timeout\""));

@@ -3,11 +3,18 @@
 //!
 //! Layout: `DIR/<run_id>.csv`. A run is written to a temporary file in the same directory,
 //! flushed and synced, then renamed into place, so a run killed at any point (even by SIGKILL)
-//! leaves earlier runs intact and no half-written `.csv` visible. The CSV is written by hand (no
-//! dataframe library: it keeps the build lean) with RFC 4180 quoting; every column is a scalar:
-//! parameters are `k=v;k=v`, checks `name=worst/tolerance/ok|FAIL;...`, timings three columns each.
+//! leaves earlier runs intact and no half-written `.csv` visible.
+//!
+//! Schema 3 (written and read with the `csv` crate) is tidy data: one line per case and mode
+//! (`primal`, `vjp`, `jvp`; a case with nothing timed has one line with an empty mode), the
+//! [`COLUMNS`] first, then one column per parameter (`param.<name>`) and three per check
+//! (`check.<name>.worst`, `check.<name>.tolerance`, `check.<name>.passed`), so that a dataframe
+//! reads parameters and checks as columns, not strings to split. Case-level values (status,
+//! parameters, checks) repeat on each mode line of the case. `sample_s` holds the kept timing
+//! samples separated by spaces. Files of schema 1 and 2 (one line per case, parameters as
+//! `k=v;k=v`, checks as `name=worst/tolerance/ok|FAIL;...`) are still read.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::fs;
 use std::io::Write;
@@ -37,8 +44,53 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
     move |source| StoreError::Io { path: path.to_path_buf(), source }
 }
 
-/// The columns, in order. Adding a column is a schema change: bump SCHEMA_VERSION.
+/// The fixed columns of schema 3, in order; the parameter and check columns follow them.
 pub const COLUMNS: &[&str] = &[
+    "schema_version",
+    "run_id",
+    "timestamp",
+    "git_revision",
+    "adgauge_version",
+    "suite",
+    "machine",
+    "cpu_model",
+    "cores",
+    "governor",
+    "case_id",
+    "workload",
+    "tool",
+    "tool_version",
+    "dtype",
+    "rule",
+    "threads",
+    "seed",
+    "status",
+    "message",
+    "compile_s",
+    "mode",
+    "min_s",
+    "median_s",
+    "max_s",
+    "samples",
+    "batch",
+    "cv",
+    "sample_s",
+    "peak_bytes",
+    "overhead",
+    "memory_ratio",
+];
+
+/// The modes a [`ResultRow`] holds, in file order.
+pub const MODES: [&str; 3] = ["primal", "vjp", "jvp"];
+
+/// Prefix of the parameter columns.
+pub const PARAM_PREFIX: &str = "param.";
+/// Prefix of the check columns (`check.<name>.worst|tolerance|passed`).
+pub const CHECK_PREFIX: &str = "check.";
+const CHECK_FIELDS: [&str; 3] = ["worst", "tolerance", "passed"];
+
+/// The columns of schema 2 (one line per case); schema 1 had all but the last.
+const LEGACY_COLUMNS: &[&str] = &[
     "schema_version",
     "run_id",
     "timestamp",
@@ -87,184 +139,251 @@ pub const COLUMNS: &[&str] = &[
     "compile_s",
 ];
 
-/// Version 1 had every column but the last.
+/// Schema 1 had every legacy column but the last.
 const V1_COLUMNS: usize = 45;
-
-fn quote(field: &str) -> String {
-    if field.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", field.replace('"', "\"\""))
-    } else {
-        field.to_string()
-    }
-}
 
 fn opt<T: ToString>(x: Option<T>) -> String {
     x.map(|v| v.to_string()).unwrap_or_default()
 }
 
-fn timing_fields(t: &Option<Timing>) -> [String; 6] {
-    match t {
-        Some(t) => [
-            format!("{:e}", t.min_s),
-            format!("{:e}", t.median_s),
-            format!("{:e}", t.max_s),
-            t.samples.to_string(),
-            t.batch.to_string(),
-            format!("{:e}", t.cv),
-        ],
-        None => Default::default(),
+/// A row's timing and peak bytes of one mode.
+fn mode_of<'a>(row: &'a ResultRow, mode: &str) -> (Option<&'a Timing>, Option<u64>) {
+    match mode {
+        "primal" => (row.primal.as_ref(), row.primal_peak_bytes),
+        "vjp" => (row.vjp.as_ref(), row.vjp_peak_bytes),
+        "jvp" => (row.jvp.as_ref(), row.jvp_peak_bytes),
+        _ => (None, None),
     }
 }
 
-/// One CSV line (without the newline) for a row of a run.
-pub fn to_csv_line(run: &RunInfo, row: &ResultRow) -> String {
-    let params: Vec<String> = row.params.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    let checks: Vec<String> = row
-        .checks
+/// The header of a run's file: the fixed columns, then its parameters (sorted) and checks.
+pub fn header(rows: &[ResultRow]) -> Vec<String> {
+    let params: BTreeSet<&str> = rows.iter().flat_map(|r| r.params.keys().map(String::as_str)).collect();
+    // Checks in the order they were first run (the validation's order), each once.
+    let mut checks: Vec<&str> = Vec::new();
+    for c in rows.iter().flat_map(|r| r.checks.iter().map(|c| c.name.as_str())) {
+        if !checks.contains(&c) {
+            checks.push(c);
+        }
+    }
+    let mut h: Vec<String> = COLUMNS.iter().map(|c| c.to_string()).collect();
+    h.extend(params.iter().map(|p| format!("{PARAM_PREFIX}{p}")));
+    for c in checks {
+        h.extend(CHECK_FIELDS.iter().map(|f| format!("{CHECK_PREFIX}{c}.{f}")));
+    }
+    h
+}
+
+/// The file lines of one case (one per measured mode, or one with an empty mode), laid out under
+/// `header`.
+pub(crate) fn case_records(run: &RunInfo, row: &ResultRow, header: &[String]) -> Vec<Vec<String>> {
+    let measured: Vec<&str> =
+        MODES.iter().copied().filter(|m| matches!(mode_of(row, m), (Some(_), _) | (_, Some(_)))).collect();
+    let modes = if measured.is_empty() { vec![""] } else { measured };
+    modes
+        .into_iter()
+        .map(|mode| {
+            let (t, peak) = mode_of(row, mode);
+            let (overhead, memory) = if mode == "vjp" {
+                (row.vjp_overhead(), row.vjp_memory_ratio())
+            } else if mode == "jvp" {
+                (row.jvp_overhead(), row.jvp_memory_ratio())
+            } else {
+                (None, None)
+            };
+            let samples: Vec<String> =
+                t.map(|t| t.sample_s.iter().map(|x| format!("{x:e}")).collect()).unwrap_or_default();
+            let mut f: Vec<String> = vec![
+                SCHEMA_VERSION.to_string(),
+                run.run_id.clone(),
+                run.timestamp.clone(),
+                run.git_revision.clone(),
+                run.adgauge_version.clone(),
+                run.suite.clone(),
+                run.machine.clone(),
+                run.cpu_model.clone(),
+                run.cores.to_string(),
+                run.governor.clone(),
+                row.case_id.clone(),
+                row.workload.clone(),
+                row.backend.clone(),
+                row.tool_version.clone().unwrap_or_default(),
+                row.dtype.clone(),
+                row.rule.clone(),
+                row.threads.to_string(),
+                row.seed.to_string(),
+                row.status.name().to_string(),
+                row.message.clone().unwrap_or_default(),
+                row.compile_s.map(|c| format!("{c:e}")).unwrap_or_default(),
+                mode.to_string(),
+                opt(t.map(|t| format!("{:e}", t.min_s))),
+                opt(t.map(|t| format!("{:e}", t.median_s))),
+                opt(t.map(|t| format!("{:e}", t.max_s))),
+                opt(t.map(|t| t.samples)),
+                opt(t.map(|t| t.batch)),
+                opt(t.map(|t| format!("{:e}", t.cv))),
+                samples.join(" "),
+                opt(peak),
+                opt(overhead),
+                opt(memory),
+            ];
+            for col in &header[COLUMNS.len()..] {
+                if let Some(p) = col.strip_prefix(PARAM_PREFIX) {
+                    f.push(row.params.get(p).cloned().unwrap_or_default());
+                } else if let Some((name, field)) = col.strip_prefix(CHECK_PREFIX).and_then(|c| c.rsplit_once('.')) {
+                    let c = row.checks.iter().find(|c| c.name == name);
+                    f.push(match (c, field) {
+                        (None, _) => String::new(),
+                        (Some(c), "worst") => format!("{:e}", c.worst),
+                        (Some(c), "tolerance") => format!("{:e}", c.tolerance),
+                        (Some(c), _) => c.passed.to_string(),
+                    });
+                }
+            }
+            f
+        })
+        .collect()
+}
+
+/// How a column's values are typed outside the CSV (JSON lines, Parquet).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Text,
+    Count,
+    Real,
+    Flag,
+    /// Space-separated reals in the CSV, a list elsewhere.
+    Samples,
+}
+
+/// The type of a file column, given its (text) values: fixed by name for the fixed and check
+/// columns; a parameter is a count or a real where every value present parses as one.
+pub fn column_kind(column: &str, values: &[&str]) -> Kind {
+    match column {
+        "schema_version" | "cores" | "threads" | "seed" | "samples" | "batch" | "peak_bytes" => Kind::Count,
+        "compile_s" | "min_s" | "median_s" | "max_s" | "cv" | "overhead" | "memory_ratio" => Kind::Real,
+        "sample_s" => Kind::Samples,
+        c if c.starts_with(CHECK_PREFIX) && c.ends_with(".passed") => Kind::Flag,
+        c if c.starts_with(CHECK_PREFIX) => Kind::Real,
+        c if c.starts_with(PARAM_PREFIX) => {
+            let present = || values.iter().filter(|v| !v.is_empty());
+            if present().all(|v| v.parse::<u64>().is_ok()) {
+                Kind::Count
+            } else if present().all(|v| v.parse::<f64>().is_ok()) {
+                Kind::Real
+            } else {
+                Kind::Text
+            }
+        }
+        _ => Kind::Text,
+    }
+}
+
+/// A CSV field as a typed JSON value (empty is null).
+fn json_value(kind: Kind, field: &str) -> serde_json::Value {
+    use serde_json::Value;
+    let real = |x: &str| x.parse::<f64>().ok().and_then(serde_json::Number::from_f64).map(Value::Number);
+    match kind {
+        _ if field.is_empty() && kind != Kind::Samples => Value::Null,
+        Kind::Text => field.into(),
+        Kind::Count => field.parse::<u64>().map(Value::from).unwrap_or(Value::Null),
+        Kind::Real => real(field).unwrap_or(Value::Null),
+        Kind::Flag => field.parse::<bool>().map(Value::from).unwrap_or(Value::Null),
+        Kind::Samples => Value::Array(field.split_whitespace().filter_map(real).collect()),
+    }
+}
+
+/// The file lines of a run's rows as JSON objects, one per line (`run --json`): the same
+/// columns, in the file's order, with typed values.
+pub fn json_lines(run: &RunInfo, rows: &[ResultRow]) -> Vec<String> {
+    let header = header(rows);
+    let records: Vec<Vec<String>> = rows.iter().flat_map(|r| case_records(run, r, &header)).collect();
+    let kinds: Vec<Kind> = header
         .iter()
-        .map(|c| format!("{}={:e}/{:e}/{}", c.name, c.worst, c.tolerance, if c.passed { "ok" } else { "FAIL" }))
+        .enumerate()
+        .map(|(i, h)| column_kind(h, &records.iter().map(|r| r[i].as_str()).collect::<Vec<_>>()))
         .collect();
-    let mut f: Vec<String> = vec![
-        row.schema_version.to_string(),
-        run.run_id.clone(),
-        run.timestamp.clone(),
-        run.git_revision.clone(),
-        run.adgauge_version.clone(),
-        run.machine.clone(),
-        run.cpu_model.clone(),
-        run.cores.to_string(),
-        run.governor.clone(),
-        row.case_id.clone(),
-        row.workload.clone(),
-        params.join(";"),
-        row.backend.clone(),
-        row.dtype.clone(),
-        row.rule.clone(),
-        row.threads.to_string(),
-        row.seed.to_string(),
-    ];
-    f.extend(timing_fields(&row.primal));
-    f.extend(timing_fields(&row.vjp));
-    f.extend(timing_fields(&row.jvp));
-    f.extend([
-        opt(row.vjp_overhead()),
-        opt(row.jvp_overhead()),
-        opt(row.primal_peak_bytes),
-        opt(row.vjp_peak_bytes),
-        opt(row.jvp_peak_bytes),
-        opt(row.vjp_memory_ratio()),
-        opt(row.jvp_memory_ratio()),
-        checks.join(";"),
-        row.status.name().to_string(),
-        row.message.clone().unwrap_or_default(),
-        row.compile_s.map(|c| format!("{c:e}")).unwrap_or_default(),
-    ]);
-    f.iter().map(|s| quote(s)).collect::<Vec<_>>().join(",")
+    records
+        .iter()
+        .map(|r| {
+            // Written by hand to keep the file's column order (serde_json's maps sort keys).
+            let fields: Vec<String> = header
+                .iter()
+                .zip(r)
+                .zip(&kinds)
+                .map(|((h, f), k)| format!("{}:{}", serde_json::Value::from(h.as_str()), json_value(*k, f)))
+                .collect();
+            format!("{{{}}}", fields.join(","))
+        })
+        .collect()
+}
+
+/// Reads JSON lines written by [`json_lines`] back into a run (the lines of one run, in any
+/// order); errors name `origin` and the line.
+pub fn rows_from_json_lines(text: &str, origin: &Path) -> Result<(RunInfo, Vec<ResultRow>), StoreError> {
+    use serde_json::Value;
+    let err = |line: usize, message: String| StoreError::Parse { path: origin.to_path_buf(), line, message };
+    let mut objects = Vec::new();
+    for (i, l) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        match serde_json::from_str::<serde_json::Map<String, Value>>(l) {
+            Ok(o) => objects.push((i + 1, o)),
+            Err(e) => return Err(err(i + 1, format!("not a JSON object: {e}"))),
+        }
+    }
+    let mut header: Vec<String> = COLUMNS.iter().map(|c| c.to_string()).collect();
+    for (_, o) in &objects {
+        for k in o.keys() {
+            if !header.contains(k) {
+                header.push(k.clone());
+            }
+        }
+    }
+    let field = |v: Option<&Value>| match v {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(xs)) => xs.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(" "),
+        Some(other) => other.to_string(),
+    };
+    let records: Vec<Record> =
+        objects.iter().map(|(line, o)| (*line, header.iter().map(|h| field(o.get(h))).collect())).collect();
+    parse_v3(&header, &records).map_err(|(l, m)| err(l, m))
 }
 
 /// A whole run as CSV text (header included).
 pub fn to_csv(run: &RunInfo, rows: &[ResultRow]) -> String {
-    let mut s = COLUMNS.join(",");
-    s.push('\n');
+    let header = header(rows);
+    let mut w = csv::Writer::from_writer(Vec::new());
+    // Writing into memory cannot fail, and every record has the header's width by construction.
+    let mut write = |rec: &[String]| w.write_record(rec).expect("writing CSV into memory");
+    write(&header);
     for r in rows {
-        s.push_str(&to_csv_line(run, r));
-        s.push('\n');
+        for rec in case_records(run, r, &header) {
+            write(&rec);
+        }
     }
-    s
+    String::from_utf8(w.into_inner().expect("flushing CSV into memory")).expect("CSV of UTF-8 fields is UTF-8")
 }
 
-/// Splits CSV text into records of fields (RFC 4180: quoted fields may hold commas, quotes and
-/// newlines). Returns each record with its 1-based starting line.
 /// A CSV record: its 1-based starting line and its fields.
 type Record = (usize, Vec<String>);
 
+/// The file's records with their 1-based starting line.
 fn records(text: &str) -> Result<Vec<Record>, (usize, String)> {
+    let mut r = csv::ReaderBuilder::new().has_headers(false).flexible(true).from_reader(text.as_bytes());
     let mut out = Vec::new();
-    let mut fields = Vec::new();
-    let mut field = String::new();
-    let mut quoted = false;
-    let (mut line, mut start) = (1usize, 1usize);
-    let mut chars = text.chars().peekable();
-    let mut at_field_start = true;
-    while let Some(c) = chars.next() {
-        if quoted {
-            match c {
-                '"' if chars.peek() == Some(&'"') => {
-                    chars.next();
-                    field.push('"');
-                }
-                '"' => quoted = false,
-                '\n' => {
-                    line += 1;
-                    field.push(c);
-                }
-                _ => field.push(c),
+    for rec in r.records() {
+        match rec {
+            Ok(rec) => {
+                let line = rec.position().map(|p| p.line() as usize).unwrap_or(0);
+                out.push((line, rec.iter().map(String::from).collect()));
             }
-            continue;
-        }
-        match c {
-            '"' if at_field_start => {
-                quoted = true;
-                at_field_start = false;
-            }
-            ',' => {
-                fields.push(std::mem::take(&mut field));
-                at_field_start = true;
-            }
-            '\r' => {}
-            '\n' => {
-                fields.push(std::mem::take(&mut field));
-                out.push((start, std::mem::take(&mut fields)));
-                line += 1;
-                start = line;
-                at_field_start = true;
-            }
-            _ => {
-                field.push(c);
-                at_field_start = false;
+            Err(e) => {
+                let line = e.position().map(|p| p.line() as usize).unwrap_or(0);
+                return Err((line, e.to_string()));
             }
         }
-    }
-    if quoted {
-        return Err((start, "unterminated quoted field".into()));
-    }
-    if !field.is_empty() || !fields.is_empty() {
-        fields.push(field);
-        out.push((start, fields));
     }
     Ok(out)
-}
-
-fn parse_timing(f: &[String]) -> Result<Option<Timing>, String> {
-    if f[1].is_empty() {
-        return Ok(None);
-    }
-    let num = |s: &str| s.parse::<f64>().map_err(|_| format!("'{s}' is not a number"));
-    Ok(Some(Timing {
-        min_s: num(&f[0])?,
-        median_s: num(&f[1])?,
-        max_s: num(&f[2])?,
-        samples: f[3].parse().map_err(|_| format!("'{}' is not a sample count", f[3]))?,
-        batch: f[4].parse().map_err(|_| format!("'{}' is not a batch size", f[4]))?,
-        cv: num(&f[5])?,
-    }))
-}
-
-fn parse_checks(s: &str) -> Result<Vec<Check>, String> {
-    if s.is_empty() {
-        return Ok(Vec::new());
-    }
-    s.split(';')
-        .map(|c| {
-            let (name, rest) = c.split_once('=').ok_or_else(|| format!("check '{c}' has no '='"))?;
-            let parts: Vec<&str> = rest.split('/').collect();
-            if parts.len() != 3 {
-                return Err(format!("check '{c}' is not name=worst/tolerance/state"));
-            }
-            let num = |s: &str| s.parse::<f64>().map_err(|_| format!("check '{c}': '{s}' is not a number"));
-            Ok(Check { name: name.into(), worst: num(parts[0])?, tolerance: num(parts[1])?, passed: parts[2] == "ok" })
-        })
-        .collect()
 }
 
 fn parse_status(s: &str) -> Result<Status, String> {
@@ -278,9 +397,12 @@ fn parse_status(s: &str) -> Result<Status, String> {
     })
 }
 
-/// Position of a column by name.
-fn col(name: &str) -> usize {
-    COLUMNS.iter().position(|c| *c == name).unwrap_or_else(|| panic!("internal: no column {name}"))
+fn num<T: std::str::FromStr>(column: &str, s: &str) -> Result<T, String> {
+    s.parse().map_err(|_| format!("{column}: '{s}' is not a valid value"))
+}
+
+fn opt_num<T: std::str::FromStr>(column: &str, s: &str) -> Result<Option<T>, String> {
+    if s.is_empty() { Ok(None) } else { num(column, s).map(Some) }
 }
 
 /// Parses a run file: its run information and rows.
@@ -290,58 +412,266 @@ pub fn parse_csv(text: &str, path: &Path) -> Result<(RunInfo, Vec<ResultRow>), S
     let Some((_, header)) = recs.first() else {
         return Err(err(1, "empty file: expected the header line".into()));
     };
-    // Version 1 files have the first V1_COLUMNS columns; version 2 all of them.
-    let width = match header.len() {
-        n if n == COLUMNS.len() || n == V1_COLUMNS => n,
-        _ => usize::MAX,
-    };
-    if width == usize::MAX || header.iter().map(String::as_str).ne(COLUMNS[..width].iter().copied()) {
-        return Err(err(
+    let is_v3 = header.len() >= COLUMNS.len() && header.iter().zip(COLUMNS).all(|(h, c)| h == c);
+    let legacy_width = match header.len() {
+        n if n == LEGACY_COLUMNS.len() || n == V1_COLUMNS => Some(n),
+        _ => None,
+    }
+    .filter(|&n| header.iter().map(String::as_str).eq(LEGACY_COLUMNS[..n].iter().copied()));
+    if is_v3 {
+        parse_v3(header, &recs[1..]).map_err(|(l, m)| err(l, m))
+    } else if let Some(width) = legacy_width {
+        parse_legacy(width, &recs[1..]).map_err(|(l, m)| err(l, m))
+    } else {
+        // A newer adgauge's file: say so rather than "bad header".
+        if header.first().map(String::as_str) == Some("schema_version")
+            && let Some((line, first)) = recs.get(1)
+            && let Ok(v) = first[0].parse::<u32>()
+            && v > SCHEMA_VERSION
+        {
+            return Err(err(
+                *line,
+                format!(
+                    "schema {v} is newer than this adgauge, which reads schemas 1 to {SCHEMA_VERSION}: upgrade adgauge"
+                ),
+            ));
+        }
+        Err(err(
             1,
             format!(
-                "unexpected header (expected the {} columns of schema {SCHEMA_VERSION} or the {V1_COLUMNS} of schema 1)",
-                COLUMNS.len()
+                "unexpected header (expected schema {SCHEMA_VERSION}'s columns {}, ... or the {} columns of schema 2 or the {V1_COLUMNS} of schema 1)",
+                COLUMNS[..3].join(","),
+                LEGACY_COLUMNS.len()
             ),
-        ));
+        ))
     }
-    let file_version = if width == V1_COLUMNS { 1 } else { SCHEMA_VERSION };
-    let mut run = None;
-    let mut rows = Vec::new();
-    for (line, f) in &recs[1..] {
-        if f.len() != width {
-            return Err(err(*line, format!("{} fields, expected {width}", f.len())));
+}
+
+type Failed = (usize, String);
+
+fn parse_v3(header: &[String], recs: &[Record]) -> Result<(RunInfo, Vec<ResultRow>), Failed> {
+    let col = |name: &str| COLUMNS.iter().position(|c| *c == name).expect("a schema-3 column");
+    // The dynamic columns: parameters, and checks with their three fields.
+    let mut params: Vec<(usize, &str)> = Vec::new();
+    let mut checks: Vec<(&str, [Option<usize>; 3])> = Vec::new();
+    for (i, h) in header.iter().enumerate().skip(COLUMNS.len()) {
+        if let Some(p) = h.strip_prefix(PARAM_PREFIX) {
+            params.push((i, p));
+        } else if let Some((name, field)) = h.strip_prefix(CHECK_PREFIX).and_then(|c| c.rsplit_once('.'))
+            && let Some(k) = CHECK_FIELDS.iter().position(|f| *f == field)
+        {
+            match checks.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, fields)) => fields[k] = Some(i),
+                None => {
+                    let mut fields = [None; 3];
+                    fields[k] = Some(i);
+                    checks.push((name, fields));
+                }
+            }
+        } else {
+            return Err((
+                1,
+                format!(
+                    "unknown column '{h}' (expected {PARAM_PREFIX}NAME or {CHECK_PREFIX}NAME.worst|tolerance|passed)"
+                ),
+            ));
         }
-        let version: u32 = f[0].parse().map_err(|_| err(*line, format!("bad schema_version '{}'", f[0])))?;
-        if version != file_version {
-            return Err(err(*line, format!("schema version {version} in a file of schema {file_version}")));
+    }
+    for (name, fields) in &checks {
+        if fields.iter().any(Option::is_none) {
+            return Err((1, format!("check '{name}' lacks one of its columns worst, tolerance, passed")));
+        }
+    }
+    let mut run: Option<RunInfo> = None;
+    let mut rows: Vec<ResultRow> = Vec::new();
+    let mut index: BTreeMap<String, usize> = BTreeMap::new();
+    let mut seen: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for (line, f) in recs {
+        let line = *line;
+        let at = |m: String| (line, m);
+        if f.len() != header.len() {
+            return Err(at(format!(
+                "{} fields, expected {} (a truncated or hand-edited file?)",
+                f.len(),
+                header.len()
+            )));
+        }
+        let get = |name: &str| f[col(name)].as_str();
+        let version: u32 = num("schema_version", get("schema_version")).map_err(at)?;
+        if version != SCHEMA_VERSION {
+            return Err(at(format!("schema version {version} in a file of schema {SCHEMA_VERSION}")));
         }
         let info = RunInfo {
-            run_id: f[1].clone(),
-            timestamp: f[2].clone(),
-            git_revision: f[3].clone(),
-            adgauge_version: f[4].clone(),
-            machine: f[5].clone(),
-            cpu_model: f[6].clone(),
-            cores: f[7].parse().map_err(|_| err(*line, format!("bad cores '{}'", f[7])))?,
-            governor: f[8].clone(),
+            run_id: get("run_id").into(),
+            timestamp: get("timestamp").into(),
+            git_revision: get("git_revision").into(),
+            adgauge_version: get("adgauge_version").into(),
+            machine: get("machine").into(),
+            cpu_model: get("cpu_model").into(),
+            cores: num("cores", get("cores")).map_err(at)?,
+            governor: get("governor").into(),
+            suite: get("suite").into(),
         };
+        match &run {
+            None => run = Some(info),
+            Some(r) if *r != info => {
+                return Err(at(format!("run {} in a file of run {}: one file holds one run", info.run_id, r.run_id)));
+            }
+            Some(_) => {}
+        }
+        let case_id = get("case_id").to_string();
+        let mode = get("mode").to_string();
+        if let Some(first) = seen.insert((case_id.clone(), mode.clone()), line) {
+            return Err(at(format!("duplicate line for case {case_id} mode '{mode}' (first on line {first})")));
+        }
+        let i = match index.get(&case_id) {
+            Some(&i) => i,
+            None => {
+                let mut row_checks = Vec::new();
+                for (name, [w, t, p]) in &checks {
+                    let (w, t, p) = (&f[w.unwrap_or(0)], &f[t.unwrap_or(0)], &f[p.unwrap_or(0)]);
+                    if w.is_empty() && t.is_empty() && p.is_empty() {
+                        continue; // not a check of this case
+                    }
+                    row_checks.push(Check {
+                        name: name.to_string(),
+                        worst: num(&format!("check.{name}.worst"), w).map_err(at)?,
+                        tolerance: num(&format!("check.{name}.tolerance"), t).map_err(at)?,
+                        passed: num(&format!("check.{name}.passed"), p).map_err(at)?,
+                    });
+                }
+                let row = ResultRow {
+                    schema_version: version,
+                    case_id: case_id.clone(),
+                    workload: get("workload").into(),
+                    params: params
+                        .iter()
+                        .filter(|(i, _)| !f[*i].is_empty())
+                        .map(|(i, p)| (p.to_string(), f[*i].clone()))
+                        .collect(),
+                    backend: get("tool").into(),
+                    dtype: get("dtype").into(),
+                    rule: get("rule").into(),
+                    threads: num("threads", get("threads")).map_err(at)?,
+                    seed: num("seed", get("seed")).map_err(at)?,
+                    primal: None,
+                    vjp: None,
+                    jvp: None,
+                    primal_peak_bytes: None,
+                    vjp_peak_bytes: None,
+                    jvp_peak_bytes: None,
+                    checks: row_checks,
+                    status: parse_status(get("status")).map_err(at)?,
+                    message: Some(get("message").to_string()).filter(|m| !m.is_empty()),
+                    compile_s: opt_num("compile_s", get("compile_s")).map_err(at)?,
+                    tool_version: Some(get("tool_version").to_string()).filter(|v| !v.is_empty()),
+                };
+                rows.push(row);
+                index.insert(case_id.clone(), rows.len() - 1);
+                rows.len() - 1
+            }
+        };
+        let timing = match opt_num::<f64>("median_s", get("median_s")).map_err(at)? {
+            None => None,
+            Some(median_s) => Some(Timing {
+                min_s: num("min_s", get("min_s")).map_err(at)?,
+                median_s,
+                max_s: num("max_s", get("max_s")).map_err(at)?,
+                batch: num("batch", get("batch")).map_err(at)?,
+                samples: num("samples", get("samples")).map_err(at)?,
+                cv: num("cv", get("cv")).map_err(at)?,
+                sample_s: get("sample_s")
+                    .split_whitespace()
+                    .map(|x| num("sample_s", x))
+                    .collect::<Result<_, _>>()
+                    .map_err(at)?,
+            }),
+        };
+        let peak = opt_num::<u64>("peak_bytes", get("peak_bytes")).map_err(at)?;
+        let row = &mut rows[i];
+        match mode.as_str() {
+            "primal" => (row.primal, row.primal_peak_bytes) = (timing, peak),
+            "vjp" => (row.vjp, row.vjp_peak_bytes) = (timing, peak),
+            "jvp" => (row.jvp, row.jvp_peak_bytes) = (timing, peak),
+            // A case with nothing measured, or a named extra mode of a tool that this version's
+            // rows have no field for (kept in the file, where dataframe queries see it).
+            _ => {}
+        }
+    }
+    let run = run.ok_or((2, "no result rows".to_string()))?;
+    Ok((run, rows))
+}
+
+fn parse_legacy_timing(f: &[String]) -> Result<Option<Timing>, String> {
+    if f[1].is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(Timing {
+        min_s: num("min_s", &f[0])?,
+        median_s: num("median_s", &f[1])?,
+        max_s: num("max_s", &f[2])?,
+        samples: num("samples", &f[3])?,
+        batch: num("batch", &f[4])?,
+        cv: num("cv", &f[5])?,
+        sample_s: Vec::new(),
+    }))
+}
+
+fn parse_legacy_checks(s: &str) -> Result<Vec<Check>, String> {
+    if s.is_empty() {
+        return Ok(Vec::new());
+    }
+    s.split(';')
+        .map(|c| {
+            let (name, rest) = c.split_once('=').ok_or_else(|| format!("check '{c}' has no '='"))?;
+            let parts: Vec<&str> = rest.split('/').collect();
+            if parts.len() != 3 {
+                return Err(format!("check '{c}' is not name=worst/tolerance/state"));
+            }
+            Ok(Check {
+                name: name.into(),
+                worst: num("check worst", parts[0])?,
+                tolerance: num("check tolerance", parts[1])?,
+                passed: parts[2] == "ok",
+            })
+        })
+        .collect()
+}
+
+/// Schemas 1 and 2: one line per case, parameters and checks packed into strings.
+fn parse_legacy(width: usize, recs: &[Record]) -> Result<(RunInfo, Vec<ResultRow>), Failed> {
+    let col = |name: &str| LEGACY_COLUMNS.iter().position(|c| *c == name).expect("a legacy column");
+    let file_version = if width == V1_COLUMNS { 1 } else { 2 };
+    let mut run = None;
+    let mut rows = Vec::new();
+    for (line, f) in recs {
+        let at = |m: String| (*line, m);
+        if f.len() != width {
+            return Err(at(format!("{} fields, expected {width}", f.len())));
+        }
+        let version: u32 = num("schema_version", &f[0]).map_err(at)?;
+        if version != file_version {
+            return Err(at(format!("schema version {version} in a file of schema {file_version}")));
+        }
         if run.is_none() {
-            run = Some(info);
+            run = Some(RunInfo {
+                run_id: f[1].clone(),
+                timestamp: f[2].clone(),
+                git_revision: f[3].clone(),
+                adgauge_version: f[4].clone(),
+                machine: f[5].clone(),
+                cpu_model: f[6].clone(),
+                cores: num("cores", &f[7]).map_err(at)?,
+                governor: f[8].clone(),
+                suite: String::new(),
+            });
         }
         let mut params = BTreeMap::new();
         for kv in f[11].split(';').filter(|s| !s.is_empty()) {
-            let (k, v) = kv.split_once('=').ok_or_else(|| err(*line, format!("parameter '{kv}' has no '='")))?;
+            let (k, v) = kv.split_once('=').ok_or_else(|| at(format!("parameter '{kv}' has no '='")))?;
             params.insert(k.to_string(), v.to_string());
         }
-        let num = |i: usize| -> Result<Option<u64>, StoreError> {
-            if f[i].is_empty() {
-                Ok(None)
-            } else {
-                f[i].parse()
-                    .map(Some)
-                    .map_err(|_| err(*line, format!("{}: '{}' is not a whole number", COLUMNS[i], f[i])))
-            }
-        };
+        let bytes = |name: &str| opt_num::<u64>(name, &f[col(name)]).map_err(at);
         rows.push(ResultRow {
             schema_version: version,
             case_id: f[9].clone(),
@@ -350,24 +680,25 @@ pub fn parse_csv(text: &str, path: &Path) -> Result<(RunInfo, Vec<ResultRow>), S
             backend: f[12].clone(),
             dtype: f[13].clone(),
             rule: f[14].clone(),
-            threads: f[15].parse().map_err(|_| err(*line, format!("bad threads '{}'", f[15])))?,
-            seed: f[16].parse().map_err(|_| err(*line, format!("bad seed '{}'", f[16])))?,
-            primal: parse_timing(&f[col("primal_min_s")..]).map_err(|m| err(*line, m))?,
-            vjp: parse_timing(&f[col("vjp_min_s")..]).map_err(|m| err(*line, m))?,
-            jvp: parse_timing(&f[col("jvp_min_s")..]).map_err(|m| err(*line, m))?,
-            primal_peak_bytes: num(col("primal_peak_bytes"))?,
-            vjp_peak_bytes: num(col("vjp_peak_bytes"))?,
-            jvp_peak_bytes: num(col("jvp_peak_bytes"))?,
-            checks: parse_checks(&f[col("checks")]).map_err(|m| err(*line, m))?,
-            status: parse_status(&f[col("status")]).map_err(|m| err(*line, m))?,
+            threads: num("threads", &f[15]).map_err(at)?,
+            seed: num("seed", &f[16]).map_err(at)?,
+            primal: parse_legacy_timing(&f[col("primal_min_s")..]).map_err(at)?,
+            vjp: parse_legacy_timing(&f[col("vjp_min_s")..]).map_err(at)?,
+            jvp: parse_legacy_timing(&f[col("jvp_min_s")..]).map_err(at)?,
+            primal_peak_bytes: bytes("primal_peak_bytes")?,
+            vjp_peak_bytes: bytes("vjp_peak_bytes")?,
+            jvp_peak_bytes: bytes("jvp_peak_bytes")?,
+            checks: parse_legacy_checks(&f[col("checks")]).map_err(at)?,
+            status: parse_status(&f[col("status")]).map_err(at)?,
             message: Some(f[col("message")].clone()).filter(|m| !m.is_empty()),
-            compile_s: match f.get(col("compile_s")).map(String::as_str) {
-                None | Some("") => None,
-                Some(c) => Some(c.parse().map_err(|_| err(*line, format!("compile_s: '{c}' is not a number")))?),
+            compile_s: match f.get(col("compile_s")) {
+                None => None,
+                Some(c) => opt_num("compile_s", c).map_err(at)?,
             },
+            tool_version: None,
         });
     }
-    let run = run.ok_or_else(|| err(2, "no result rows".into()))?;
+    let run = run.ok_or((2, "no result rows".to_string()))?;
     Ok((run, rows))
 }
 
@@ -378,13 +709,13 @@ pub fn read_run(path: &Path) -> Result<(RunInfo, Vec<ResultRow>), StoreError> {
 }
 
 /// Writes `contents` to `path` atomically: temporary file in the same directory, fsync, rename.
-pub fn write_atomic(path: &Path, contents: &str) -> Result<(), StoreError> {
+pub fn write_atomic(path: &Path, contents: impl AsRef<[u8]>) -> Result<(), StoreError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     fs::create_dir_all(dir).map_err(io(dir))?;
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
     let mut f = fs::File::create(&tmp).map_err(io(&tmp))?;
-    f.write_all(contents.as_bytes()).map_err(io(&tmp))?;
+    f.write_all(contents.as_ref()).map_err(io(&tmp))?;
     f.sync_all().map_err(io(&tmp))?;
     drop(f);
     fs::rename(&tmp, path).map_err(io(path))?;
@@ -395,7 +726,9 @@ pub fn write_atomic(path: &Path, contents: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Adds a run to a history directory as `<run_id>.csv`; never touches existing files.
+/// Adds a run to a history directory as `<run_id>.csv`, with the same table as
+/// `<run_id>.parquet` beside it for dataframe tools (written first: the CSV is the run's record,
+/// and its appearance says the run is complete); never touches existing files.
 pub fn append_run(dir: &Path, run: &RunInfo, rows: &[ResultRow]) -> Result<PathBuf, StoreError> {
     let path = dir.join(format!("{}.csv", run.run_id));
     if path.exists() {
@@ -407,13 +740,44 @@ pub fn append_run(dir: &Path, run: &RunInfo, rows: &[ResultRow]) -> Result<PathB
             ),
         });
     }
-    write_atomic(&path, &to_csv(run, rows))?;
+    let parquet = dir.join(format!("{}.parquet", run.run_id));
+    let bytes = crate::parquet::run_parquet(run, rows).map_err(|e| StoreError::Parse {
+        path: parquet.clone(),
+        line: 0,
+        message: format!("writing Parquet: {e}"),
+    })?;
+    write_atomic(&parquet, bytes)?;
+    write_atomic(&path, to_csv(run, rows))?;
     Ok(path)
 }
 
 /// Every run of a history directory, oldest first (run ids start with a sortable timestamp).
 pub fn read_history(dir: &Path) -> Result<Vec<(RunInfo, Vec<ResultRow>)>, StoreError> {
-    run_files(dir)?.iter().map(|p| read_run(p)).collect()
+    Ok(read_history_files(dir)?.into_iter().map(|(_, info, rows)| (info, rows)).collect())
+}
+
+/// Every run of a history directory with its file, oldest first. A corrupt file, or one run
+/// stored twice (a copied file: every query would count it twice), is an error naming the file
+/// and line; nothing is changed on disk.
+pub fn read_history_files(dir: &Path) -> Result<Vec<(PathBuf, RunInfo, Vec<ResultRow>)>, StoreError> {
+    let mut out: Vec<(PathBuf, RunInfo, Vec<ResultRow>)> = Vec::new();
+    for p in run_files(dir)? {
+        let (info, rows) = read_run(&p)?;
+        if let Some((first, ..)) = out.iter().find(|(_, i, _)| i.run_id == info.run_id) {
+            return Err(StoreError::Parse {
+                path: p,
+                line: 2,
+                message: format!(
+                    "run {} is already in the history as {}: remove one copy",
+                    info.run_id,
+                    first.display()
+                ),
+            });
+        }
+        out.push((p, info, rows));
+    }
+    out.sort_by(|a, b| a.1.run_id.cmp(&b.1.run_id));
+    Ok(out)
 }
 
 /// The run files of a history directory, oldest first; hidden files (partial runs, temporary
@@ -445,6 +809,7 @@ mod tests {
             cpu_model: "Some CPU @ 2.0GHz".into(),
             cores: 2,
             governor: "performance".into(),
+            suite: "quick".into(),
         };
         let mut params = BTreeMap::new();
         params.insert("n".to_string(), "1000".to_string());
@@ -459,22 +824,46 @@ mod tests {
             rule: "auto".into(),
             threads: 2,
             seed: 42,
-            primal: Some(Timing { min_s: 1e-3, median_s: 1.5e-3, max_s: 2e-3, batch: 1, samples: 5, cv: 0.125 }),
-            vjp: Some(Timing { min_s: 2e-3, median_s: 3e-3, max_s: 4e-3, batch: 7, samples: 5, cv: 0.5 }),
+            primal: Some(Timing {
+                min_s: 1e-3,
+                median_s: 1.5e-3,
+                max_s: 2e-3,
+                batch: 1,
+                samples: 3,
+                cv: 0.125,
+                sample_s: vec![2e-3, 1e-3, 1.5e-3],
+            }),
+            vjp: Some(Timing {
+                min_s: 2e-3,
+                median_s: 3e-3,
+                max_s: 4e-3,
+                batch: 7,
+                samples: 5,
+                cv: 0.5,
+                sample_s: vec![],
+            }),
             jvp: None,
             primal_peak_bytes: Some(4000),
             vjp_peak_bytes: Some(8000),
             jvp_peak_bytes: None,
-            checks: vec![Check { name: "fd-vjp".into(), worst: 1.5e-9, tolerance: 1e-6, passed: true }],
+            checks: vec![
+                Check { name: "fd-vjp".into(), worst: 1.5e-9, tolerance: 1e-6, passed: true },
+                Check { name: "dot-product".into(), worst: 0.25, tolerance: 1e-6, passed: false },
+            ],
             status: Status::Failed,
             message: Some("line one\nline, two".into()),
             compile_s: Some(1.25),
+            tool_version: Some("adgauge 0.1.0".into()),
         };
+        let mut skipped = ResultRow::unmeasured("hist-mul", BTreeMap::new(), "opencl", "f64", "auto", 1, 7);
+        skipped.status = Status::Skipped;
+        skipped.message = Some("backend opencl unavailable".into());
         (
             run,
             vec![
                 row.clone(),
                 ResultRow { case_id: "other".into(), checks: vec![], message: None, compile_s: None, ..row },
+                skipped,
             ],
         )
     }
@@ -488,51 +877,112 @@ mod tests {
         assert_eq!(rows2, rows);
     }
 
-    /// A file written by schema 1 (no compile_s column) is still read, its rows without compile
-    /// times; a version-2 row in a version-1 file is an error.
+    /// Schema 3's layout: a line per case and mode, typed parameter and check columns.
     #[test]
-    fn schema_1_files_are_still_read() {
-        let (run, mut rows) = sample();
-        // One physical line per record, so that dropping the last field is a text edit.
-        rows[0].message = Some("plain".into());
+    fn schema_3_has_a_line_per_case_and_mode_and_a_column_per_parameter_and_check() {
+        let (run, rows) = sample();
         let text = to_csv(&run, &rows);
-        let v1: String = text
-            .lines()
-            .map(|l| {
-                let mut f = l.rsplit_once(',').unwrap().0.to_string();
-                if f.starts_with("2,") {
-                    f.replace_range(..1, "1");
-                }
-                f + "\n"
-            })
-            .collect();
-        assert!(v1.starts_with("schema_version,") && !v1.contains("compile_s"));
-        let (_, back) = parse_csv(&v1, Path::new("old.csv")).unwrap();
-        assert_eq!(back.len(), 2);
-        assert_eq!(back[0].schema_version, 1);
-        assert_eq!(back[0].compile_s, None);
-        assert_eq!(back[0].case_id, rows[0].case_id);
-        assert_eq!(back[0].vjp, rows[0].vjp);
-        let mixed = v1.replacen("\n1,", "\n2,", 1);
-        let e = parse_csv(&mixed, Path::new("old.csv")).unwrap_err().to_string();
-        assert!(e.contains("old.csv:2:") && e.contains("schema version 2"), "{e}");
+        let recs = records(&text).unwrap();
+        let header = &recs[0].1;
+        let tail: Vec<&str> = header[COLUMNS.len()..].iter().map(String::as_str).collect();
+        assert_eq!(
+            tail,
+            [
+                "param.k",
+                "param.n",
+                "check.fd-vjp.worst",
+                "check.fd-vjp.tolerance",
+                "check.fd-vjp.passed",
+                "check.dot-product.worst",
+                "check.dot-product.tolerance",
+                "check.dot-product.passed",
+            ]
+        );
+        // Two timed cases with primal and vjp, one skipped case with nothing measured: 5 lines.
+        let modes: Vec<(&str, &str)> = recs[1..].iter().map(|(_, f)| (f[10].as_str(), f[21].as_str())).collect();
+        assert_eq!(
+            modes,
+            [
+                ("hist-add[k=10,n=1000]/cpu/f32/auto", "primal"),
+                ("hist-add[k=10,n=1000]/cpu/f32/auto", "vjp"),
+                ("other", "primal"),
+                ("other", "vjp"),
+                ("hist-mul[]/opencl/f64/auto", ""),
+            ]
+        );
+        let first = &recs[1].1;
+        let at = |name: &str| first[header.iter().position(|h| h == name).unwrap()].as_str();
+        assert_eq!((at("param.k"), at("param.n"), at("suite"), at("tool")), ("10", "1000", "quick", "cpu"));
+        assert_eq!((at("check.dot-product.worst"), at("check.dot-product.passed")), ("2.5e-1", "false"));
+        assert_eq!(at("sample_s"), "2e-3 1e-3 1.5e-3");
+        let vjp = &recs[2].1;
+        // vjp median 3 ms over a primal median of 1.5 ms; 8000 over 4000 peak bytes.
+        assert_eq!((vjp[30].as_str(), vjp[31].as_str()), ("2", "2"));
+    }
+
+    fn fixture(name: &str) -> (String, PathBuf) {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name);
+        (fs::read_to_string(&p).unwrap(), p)
+    }
+
+    /// Files written by schema 1 and 2 (checked in, written by the adgauge of those schemas) are
+    /// still read; a version-2 line in a version-1 file is an error.
+    #[test]
+    fn schema_1_and_2_files_are_still_read() {
+        for (name, version, compile_s) in [("schema1.csv", 1, None), ("schema2.csv", 2, Some(1.25))] {
+            let (text, p) = fixture(name);
+            let (run, rows) = parse_csv(&text, &p).unwrap();
+            assert_eq!(run.run_id, "20261122T050000Z-abc");
+            assert_eq!(run.machine, "host, \"quoted\"");
+            assert_eq!(run.suite, "");
+            assert_eq!(rows.len(), 2);
+            let r = &rows[0];
+            assert_eq!(r.schema_version, version);
+            assert_eq!(r.case_id, "hist-add[k=10,n=1000]/cpu/f32/auto");
+            assert_eq!(r.params.get("k").map(String::as_str), Some("10"));
+            assert_eq!(r.vjp.as_ref().map(|t| (t.median_s, t.batch, t.samples)), Some((3e-3, 7, 5)));
+            assert!(r.vjp.as_ref().unwrap().sample_s.is_empty());
+            assert_eq!(r.checks, vec![Check { name: "fd-vjp".into(), worst: 1.5e-9, tolerance: 1e-6, passed: true }]);
+            assert_eq!(r.status, Status::Failed);
+            assert_eq!(r.compile_s, compile_s);
+            assert_eq!(r.tool_version, None);
+        }
+        let (text, p) = fixture("schema1.csv");
+        let mixed = text.replacen("\n1,", "\n2,", 1);
+        let e = parse_csv(&mixed, &p).unwrap_err().to_string();
+        assert!(e.contains("schema1.csv:2:") && e.contains("schema version 2"), "{e}");
     }
 
     #[test]
-    fn malformed_files_name_their_line() {
-        let (run, rows) = sample();
+    fn malformed_truncated_and_future_files_name_their_line() {
+        let (run, mut rows) = sample();
+        rows[0].message = Some("one physical line per record".into());
         let text = to_csv(&run, &rows);
-        let broken = text.replacen("cpu,f32", "cpu", 1);
+        // A field lost on the third line (the vjp line of the first case).
+        let lines: Vec<&str> = text.lines().collect();
+        let third = lines[2].replacen(",cpu,", ",", 1);
+        let broken = [lines[0], lines[1], &third].join("\n");
         let e = parse_csv(&broken, Path::new("h/r.csv")).unwrap_err().to_string();
-        assert!(e.starts_with("h/r.csv:2:"), "{e}");
+        assert!(e.starts_with("h/r.csv:3:") && e.contains("fields, expected"), "{e}");
+        // A file cut in the middle of a line.
+        let cut = &text[..text.len() - 20];
+        let e = parse_csv(cut, Path::new("h/r.csv")).unwrap_err().to_string();
+        assert!(e.starts_with(&format!("h/r.csv:{}:", lines.len())), "{e}");
         let e = parse_csv("a,b\n", Path::new("r.csv")).unwrap_err().to_string();
         assert!(e.contains("r.csv:1: unexpected header"), "{e}");
         let e = parse_csv("", Path::new("r.csv")).unwrap_err().to_string();
         assert!(e.contains("empty file"), "{e}");
+        let e = parse_csv("schema_version,run_id,x\n4,r,y\n", Path::new("r.csv")).unwrap_err().to_string();
+        assert!(e.contains("r.csv:2: schema 4 is newer than this adgauge"), "{e}");
+        let dup = format!("{text}{}\n", lines[1]);
+        let e = parse_csv(&dup, Path::new("r.csv")).unwrap_err().to_string();
+        assert!(e.contains(&format!("r.csv:{}: duplicate line for case hist-add", lines.len() + 1)), "{e}");
+        let e = parse_csv(&text.replacen("true", "yes", 1), Path::new("r.csv")).unwrap_err().to_string();
+        assert!(e.contains("r.csv:2: check.fd-vjp.passed: 'yes'"), "{e}");
     }
 
     #[test]
-    fn history_gains_files_and_refuses_to_overwrite() {
+    fn history_gains_files_and_refuses_to_overwrite_or_hold_a_run_twice() {
         let dir = std::env::temp_dir().join(format!("adgauge-store-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         let (mut run, rows) = sample();
@@ -544,8 +994,37 @@ mod tests {
         fs::write(dir.join(".junk.csv.123.tmp"), "partial").unwrap();
         let h = read_history(&dir).unwrap();
         assert_eq!(h.len(), 2);
-        assert_eq!(h[0].1.len(), 2);
+        assert_eq!(h[0].1.len(), 3);
         assert_eq!(h[1].0.run_id, "20261123T050000Z-def");
+        // A copy of a run under another name: an error naming the copy; both files stay.
+        fs::copy(dir.join("20261123T050000Z-def.csv"), dir.join("copy.csv")).unwrap();
+        let e = read_history(&dir).unwrap_err().to_string();
+        assert!(e.contains("copy.csv:2: run 20261123T050000Z-def is already in the history"), "{e}");
+        assert_eq!(run_files(&dir).unwrap().len(), 3);
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// `run --json` prints the file's lines as typed JSON, which read back into the same rows.
+    #[test]
+    fn json_lines_carry_the_file_columns_typed_and_read_back() {
+        let (run, mut rows) = sample();
+        rows[0].checks.reverse(); // JSON objects read back with sorted keys: checks by name
+        let lines = json_lines(&run, &rows);
+        assert_eq!(lines.len(), 5);
+        let first: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
+        assert!(lines[0].starts_with("{\"schema_version\":3,\"run_id\":\"20261122T050000Z-abc\","), "{}", lines[0]);
+        assert_eq!(first["mode"], "primal");
+        assert_eq!(first["median_s"], 1.5e-3);
+        assert_eq!(first["sample_s"], serde_json::json!([2e-3, 1e-3, 1.5e-3]));
+        assert_eq!(first["param.k"], 10);
+        assert_eq!(first["check.fd-vjp.passed"], true);
+        assert_eq!(first["overhead"], serde_json::Value::Null);
+        let second: serde_json::Value = serde_json::from_str(&lines[1]).unwrap();
+        assert_eq!(second["overhead"], 2.0);
+        let (run2, rows2) = rows_from_json_lines(&lines.join("\n"), Path::new("-")).unwrap();
+        assert_eq!(run2, run);
+        assert_eq!(rows2, rows);
+        let e = rows_from_json_lines("{\"a\":1}\nnot json", Path::new("out.jsonl")).unwrap_err().to_string();
+        assert!(e.starts_with("out.jsonl:2: not a JSON object"), "{e}");
     }
 }

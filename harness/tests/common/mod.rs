@@ -21,6 +21,19 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// The rows `adgauge run --json` printed (one JSON object per case and mode, the run file's
+/// columns), put back together as one JSON object per case in the rows' own layout
+/// (`ResultRow`), checks in name order.
+pub fn case_rows(out: &Output) -> Vec<Value> {
+    let text = stdout(out);
+    if text.trim().is_empty() {
+        return Vec::new();
+    }
+    let (_, rows) = adgauge_reports::store::rows_from_json_lines(&text, std::path::Path::new("stdout"))
+        .unwrap_or_else(|e| panic!("{e}\n{text}"));
+    rows.iter().map(|r| serde_json::to_value(r).unwrap()).collect()
+}
+
 /// The JSON object a successful command printed.
 pub fn json(out: &Output) -> Value {
     assert!(out.status.success(), "{}", stderr(out));

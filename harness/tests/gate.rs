@@ -1,0 +1,268 @@
+//! `adgauge gate` end to end on small synthetic histories: one test per documented failure
+//! condition (docs/gate.md), the baseline selectors, and the exit codes (1 beats 3; 2 when
+//! nothing can be judged). Each would pass, wrongly, with the gate of 74a9f36.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use adgauge_reports::store::append_run;
+use adgauge_reports::{Check, ResultRow, RunInfo, Status, Timing};
+
+use common::{adgauge, stderr, stdout};
+
+fn temp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("adgauge-gate-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+/// Run `n` of a history (ids sort by n).
+fn info(n: u32) -> RunInfo {
+    RunInfo {
+        run_id: format!("20261101T{n:06}Z-aaaaaa"),
+        timestamp: "2026-11-01T00:00:00Z".into(),
+        git_revision: "abc".into(),
+        adgauge_version: "0.1.0".into(),
+        machine: "host".into(),
+        cpu_model: "CPU A".into(),
+        cores: 2,
+        governor: "performance".into(),
+        suite: "quick".into(),
+    }
+}
+
+/// A case whose primal and vjp took `ms` milliseconds, seven samples within ±1%.
+fn case(id: &str, ms: f64) -> ResultRow {
+    let m = ms * 1e-3;
+    let sample_s = vec![m, m * 1.01, m * 0.99, m * 1.005, m * 0.995, m * 1.002, m * 0.998];
+    let t = Timing { min_s: m * 0.99, median_s: m, max_s: m * 1.01, batch: 1, samples: 7, cv: 0.006, sample_s };
+    let mut r = ResultRow::unmeasured("hist-add", BTreeMap::new(), "cpu", "f64", id, 2, 1);
+    r.case_id = id.into();
+    r.primal = Some(t.clone());
+    r.vjp = Some(t);
+    r.checks = vec![Check { name: "fd-vjp".into(), worst: 1e-10, tolerance: 1e-6, passed: true }];
+    r.tool_version = Some("adgauge 0.1.0".into());
+    r
+}
+
+fn add(dir: &Path, info: &RunInfo, rows: &[ResultRow]) -> String {
+    append_run(dir, info, rows).unwrap().to_str().unwrap().to_string()
+}
+
+fn gate(args: &[&str]) -> (Option<i32>, String, String) {
+    let mut a = vec!["gate"];
+    a.extend_from_slice(args);
+    let out = adgauge(&a);
+    (out.status.code(), stdout(&out), stderr(&out))
+}
+
+#[test]
+fn a_run_compared_with_itself_is_refused() {
+    let dir = temp("self");
+    let f = add(&dir, &info(1), &[case("a", 5.0)]);
+    let (code, _, err) = gate(&["--baseline", &f, "--current", &f]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("same run (20261101T000001Z-aaaaaa)"), "{err}");
+    // A history of one run has no previous run.
+    let h = dir.to_str().unwrap();
+    let (code, _, err) = gate(&["--history", h, "--baseline", "previous"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("no run of suite 'quick' before the current run"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn zero_compared_cases_are_refused() {
+    let dir = temp("zero");
+    let mut skipped = case("a", 5.0);
+    skipped.status = Status::Skipped;
+    skipped.primal = None;
+    skipped.vjp = None;
+    skipped.message = Some("unknown backend gpu".into());
+    let base = add(&dir, &info(1), std::slice::from_ref(&skipped));
+    let cur = add(&dir, &info(2), &[skipped]);
+    let (code, _, err) = gate(&["--baseline", &base, "--current", &cur]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("none of the 1 cases the runs share ran in the baseline"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn missing_and_skipped_cases_fail_unless_allowed() {
+    let dir = temp("missing");
+    let base = add(&dir, &info(1), &[case("a", 5.0), case("b", 5.0), case("c", 5.0)]);
+    let mut skipped = case("b", 5.0);
+    skipped.status = Status::Skipped;
+    skipped.message = Some("backend cpu unavailable: test".into());
+    let cur = add(&dir, &info(2), &[skipped, case("c", 5.0)]);
+    let (code, out, _) = gate(&["--baseline", &base, "--current", &cur]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("MISSING          a: in the baseline, missing from the current run"), "{out}");
+    assert!(
+        out.contains("SKIPPED          b: ran in the baseline, skipped now: backend cpu unavailable: test"),
+        "{out}"
+    );
+    let (code, out, _) = gate(&["--baseline", &base, "--current", &cur, "--allow-missing"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("note: missing    a:") && out.contains("note: skipped    b:"), "{out}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_tool_that_became_unavailable_fails_even_with_allow_missing() {
+    let dir = temp("tool");
+    let mut gpu = case("g", 5.0);
+    gpu.backend = "opencl".into();
+    let base = add(&dir, &info(1), &[case("a", 5.0), gpu.clone()]);
+    gpu.status = Status::Skipped;
+    gpu.message = Some("no OpenCL platform".into());
+    let cur = add(&dir, &info(2), &[case("a", 5.0), gpu]);
+    let (code, out, _) = gate(&["--baseline", &base, "--current", &cur, "--allow-missing"]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains(
+            "TOOL-LOST        tool opencl: its cases ran in the baseline, all are skipped now: no OpenCL platform"
+        ),
+        "{out}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_check_that_passed_and_now_fails_is_named() {
+    let dir = temp("check");
+    let base = add(&dir, &info(1), &[case("a", 5.0)]);
+    let mut bad = case("a", 10.0);
+    bad.checks[0] = Check { name: "fd-vjp".into(), worst: 0.5, tolerance: 1e-6, passed: false };
+    bad.status = Status::Failed;
+    let cur = add(&dir, &info(2), &[bad]);
+    // Failed and 2x slower: 1 beats 3; the slowdown is still listed.
+    let (code, out, _) = gate(&["--baseline", &base, "--current", &cur, "--json"]);
+    assert_eq!(code, Some(1), "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["findings"][0]["kind"], "check-regressed");
+    assert_eq!(v["findings"][0]["check"], "fd-vjp");
+    assert_eq!(
+        v["findings"][0]["detail"],
+        "a: check fd-vjp passed in the baseline (worst 1.000e-10), fails now (worst 5.000e-1 > tolerance 1.0e-6)"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn an_environment_change_fails_unless_allowed_and_says_what_changed() {
+    let dir = temp("env");
+    let base = add(&dir, &info(1), &[case("a", 5.0)]);
+    let mut other = info(2);
+    other.cpu_model = "CPU B".into();
+    let cur = add(&dir, &other, &[case("a", 5.0)]);
+    let (code, out, _) = gate(&["--baseline", &base, "--current", &cur]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("ENV-CHANGED      CPU model: CPU A -> CPU B"), "{out}");
+    let (code, out, _) = gate(&["--baseline", &base, "--current", &cur, "--allow-env-change"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("note: env-changed CPU model: CPU A -> CPU B"), "{out}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The case: a run with --threads 1 against one with 2 threads gave 18 "slower"
+/// findings. Now it is one environment finding, and no speed findings across unlike runs.
+#[test]
+fn a_thread_change_is_an_environment_change_not_a_slowdown() {
+    let dir = temp("threads");
+    let base = add(&dir, &info(1), &[case("a", 5.0)]);
+    let mut one = case("a", 9.0);
+    one.threads = 1;
+    let cur = add(&dir, &info(2), &[one]);
+    let (code, out, _) = gate(&["--baseline", &base, "--current", &cur]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("ENV-CHANGED      threads: 2 -> 1") && !out.contains("SLOWER"), "{out}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Seven nights, each 4% slower than the one before, then the current run: against the
+/// previous night it is 1.04x (passes); against the best of the last 7 it is 1.04^7 = 1.32x.
+#[test]
+fn best_of_n_catches_drift_that_the_previous_run_misses() {
+    let dir = temp("drift");
+    let h = dir.to_str().unwrap();
+    for k in 0..8 {
+        add(&dir, &info(k), &[case("a", 5.0 * 1.04f64.powi(k as i32))]);
+    }
+    let (code, out, _) = gate(&["--history", h, "--baseline", "previous"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.starts_with("compared 1 cases; 0 finding(s); current run 20261101T000007Z-aaaaaa against previous run 20261101T000006Z-aaaaaa"), "{out}");
+    let (code, out, _) = gate(&["--history", h, "--baseline", "best-of:7", "--json"]);
+    assert_eq!(code, Some(3), "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["baseline_runs"].as_array().unwrap().len(), 7);
+    assert_eq!(v["findings"][0]["kind"], "slower");
+    assert!((v["findings"][0]["ratio"].as_f64().unwrap() - 1.04f64.powi(7)).abs() < 1e-9, "{out}");
+    // A run id (or a unique prefix) of the history as the baseline.
+    let (code, out, _) = gate(&["--history", h, "--baseline", "20261101T000005"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("against run 20261101T000005Z-aaaaaa"), "{out}");
+    let (code, _, err) = gate(&["--history", h, "--baseline", "20261101T"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("8 runs of"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Identical distributions are not flagged: the median moved 1.3x because the current run drew
+/// more samples from the slow mode of one bimodal distribution (see the unit test in gate.rs).
+#[test]
+fn noise_from_one_distribution_is_not_flagged() {
+    let dir = temp("noise");
+    let with = |ms: &[f64]| {
+        let mut r = case("a", 1.0);
+        let s: Vec<f64> = ms.iter().map(|x| x * 1e-3).collect();
+        let mut sorted = s.clone();
+        sorted.sort_by(f64::total_cmp);
+        r.primal = Some(Timing {
+            min_s: sorted[0],
+            median_s: sorted[3],
+            max_s: sorted[6],
+            batch: 1,
+            samples: 7,
+            cv: 0.1,
+            sample_s: s,
+        });
+        r.vjp = None;
+        r
+    };
+    let base = add(&dir, &info(1), &[with(&[1.00, 1.01, 0.99, 1.02, 0.98, 1.00, 1.01])]);
+    let cur = add(&dir, &info(2), &[with(&[0.99, 1.01, 1.00, 1.30, 1.31, 1.29, 1.32])]);
+    let (code, out, _) = gate(&["--baseline", &base, "--current", &cur]);
+    assert_eq!(code, Some(0), "{out}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn findings_go_to_junit_and_the_step_summary() {
+    let dir = temp("reports");
+    let base = add(&dir, &info(1), &[case("a", 5.0), case("b", 5.0)]);
+    let cur = add(&dir, &info(2), &[case("a", 10.0)]);
+    let (junit, summary) = (dir.join("gate.xml"), dir.join("summary.md"));
+    let (code, out, _) = gate(&[
+        "--baseline",
+        &base,
+        "--current",
+        &cur,
+        "--junit",
+        junit.to_str().unwrap(),
+        "--summary",
+        summary.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(1), "{out}");
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert!(
+        xml.contains("failures=\"2\"") && xml.contains("type=\"missing\"") && xml.contains("type=\"slower\""),
+        "{xml}"
+    );
+    let md = std::fs::read_to_string(&summary).unwrap();
+    assert!(md.starts_with("## adgauge gate: FAILED (exit 1)"), "{md}");
+    assert!(md.contains("| missing | `b` |") && md.contains("| slower | `a` |"), "{md}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
