@@ -231,17 +231,7 @@ impl Workload for HistFamily {
         Some("hist")
     }
     fn gradbench_evaluate(&self, function: &str, input: &Json, device: &AnyDevice, dtype: DType) -> WResult<String> {
-        let mode = match function {
-            "primal" => Mode::Primal,
-            "vjp" => Mode::Vjp,
-            "jvp" => Mode::Jvp,
-            other => {
-                return Err(WorkloadError::BadInput(format!("hist: no function '{other}' (known: primal, vjp, jvp)")));
-            }
-        };
-        let Some(Json::String(op)) = input.get("op") else {
-            return Err(WorkloadError::BadInput("hist: input field op: required (the operator's name)".into()));
-        };
+        let (mode, op) = gradbench_call(function, input)?;
         let request = crate::workload::EvalRequest {
             name: format!("hist-{op}"),
             text: input.to_string(),
@@ -262,17 +252,7 @@ impl Workload for HistFamily {
         device: &'a AnyDevice,
         dtype: DType,
     ) -> WResult<Box<dyn crate::workload::GradbenchCall + 'a>> {
-        let mode = match function {
-            "primal" => Mode::Primal,
-            "vjp" => Mode::Vjp,
-            "jvp" => Mode::Jvp,
-            other => {
-                return Err(WorkloadError::BadInput(format!("hist: no function '{other}' (known: primal, vjp, jvp)")));
-            }
-        };
-        let Some(Json::String(op)) = input.get("op") else {
-            return Err(WorkloadError::BadInput("hist: input field op: required (the operator's name)".into()));
-        };
+        let (mode, op) = gradbench_call(function, input)?;
         let w = HistFamily::workload_named(&format!("hist-{op}"))?;
         let source = format!("hist.{function} input");
         let case = parse_hist_case(&input.to_string(), &source, w.op.name())?;
@@ -295,6 +275,22 @@ impl Workload for HistFamily {
 
 /// `adgauge eval hist-<op>`: `{"hist"}` (primal), with `"vals_bar", "dest_bar"` (vjp), or with
 /// `"hist_dot"` (jvp).
+/// The mode of a `hist` module function and the operator its input names.
+fn gradbench_call<'a>(function: &str, input: &'a Json) -> WResult<(Mode, &'a str)> {
+    let mode = match function {
+        "primal" => Mode::Primal,
+        "vjp" => Mode::Vjp,
+        "jvp" => Mode::Jvp,
+        other => {
+            return Err(WorkloadError::BadInput(format!("hist: no function '{other}' (known: primal, vjp, jvp)")));
+        }
+    };
+    let Some(Json::String(op)) = input.get("op") else {
+        return Err(WorkloadError::BadInput("hist: input field op: required (the operator's name)".into()));
+    };
+    Ok((mode, op))
+}
+
 /// hypot's bins are magnitudes: its neutral element 0 is neutral only on [0, inf), so a
 /// negative dest has no meaning every rule agrees on (the sequential fold keeps an empty bin's
 /// -3, a parallel reduction from 0 gives hypot(-3, 0) = 3). Such a dest is refused, naming it.
