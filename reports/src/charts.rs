@@ -10,7 +10,7 @@
 //! Legends are not drawn inside the plots, where they cover data: [`legend`] renders them as
 //! HTML next to the chart, in the same colours and dashes ([`color_hex`]).
 
-use plotters::coord::ranged1d::SegmentValue;
+use plotters::coord::ranged1d::{AsRangedCoord, SegmentValue, ValueFormatter};
 use plotters::prelude::*;
 
 /// A named line: (x, y) points.
@@ -192,10 +192,29 @@ pub fn bars(
         return Ok(placeholder(title, "no values to plot"));
     }
     if log {
-        return log_bars(title, x_label, &vals, reference);
+        let lo = vals.iter().fold(reference.unwrap_or(f64::MAX), |a, (_, v)| a.min(*v)) / 2.0;
+        let hi = vals.iter().fold(reference.unwrap_or(0.0), |a, (_, v)| a.max(*v)) * 2.0;
+        draw_bars(title, x_label, &vals, reference, (lo..hi).log_scale(), lo)
+    } else {
+        let top = vals.iter().fold(reference.unwrap_or(0.0), |a, (_, v)| a.max(*v)) * 1.12;
+        draw_bars(title, x_label, &vals, reference, 0.0..top.max(1e-12), 0.0)
     }
+}
+
+/// [`bars`] on the value axis `x` (linear or log), bars starting at `base`.
+fn draw_bars<X>(
+    title: &str,
+    x_label: &str,
+    vals: &[(String, f64)],
+    reference: Option<f64>,
+    x: X,
+    base: f64,
+) -> Result<String, String>
+where
+    X: AsRangedCoord<Value = f64>,
+    X::CoordDescType: ValueFormatter<f64>,
+{
     let n = vals.len();
-    let top = vals.iter().fold(reference.unwrap_or(0.0), |a, (_, v)| a.max(*v)) * 1.12;
     let height = 90 + 22 * n as u32;
     let labels: Vec<String> = vals.iter().map(|(l, _)| l.clone()).collect();
     let longest = labels.iter().map(|l| l.len()).max().unwrap_or(10) as u32;
@@ -208,7 +227,7 @@ pub fn bars(
             .margin(12)
             .x_label_area_size(36)
             .y_label_area_size((longest * 7 + 10).min(SIZE.0 / 2))
-            .build_cartesian_2d(0.0..top.max(1e-12), (0usize..n).into_segmented())
+            .build_cartesian_2d(x, (0usize..n).into_segmented())
             .map_err(err)?;
         chart
             .configure_mesh()
@@ -230,74 +249,7 @@ pub fn bars(
             .draw_series(vals.iter().enumerate().map(|(i, (_, v))| {
                 let row = n - 1 - i;
                 let mut bar = Rectangle::new(
-                    [(0.0, SegmentValue::Exact(row)), (*v, SegmentValue::Exact(row + 1))],
-                    color(0).mix(0.8).filled(),
-                );
-                bar.set_margin(3, 3, 0, 0);
-                bar
-            }))
-            .map_err(err)?;
-        chart
-            .draw_series(
-                vals.iter().enumerate().map(|(i, (_, v))| {
-                    Text::new(tick(*v), (*v, SegmentValue::CenterOf(n - 1 - i)), ("sans-serif", 11))
-                }),
-            )
-            .map_err(err)?;
-        if let Some(r) = reference {
-            chart
-                .draw_series(DashedLineSeries::new(
-                    vec![(r, SegmentValue::Exact(0)), (r, SegmentValue::Last)],
-                    6,
-                    4,
-                    BLACK.stroke_width(1),
-                ))
-                .map_err(err)?;
-        }
-        root.present().map_err(err)?;
-    }
-    Ok(svg)
-}
-
-/// [`bars`] on a log axis.
-fn log_bars(title: &str, x_label: &str, vals: &[(String, f64)], reference: Option<f64>) -> Result<String, String> {
-    let n = vals.len();
-    let lo = vals.iter().fold(reference.unwrap_or(f64::MAX), |a, (_, v)| a.min(*v)) / 2.0;
-    let hi = vals.iter().fold(reference.unwrap_or(0.0), |a, (_, v)| a.max(*v)) * 2.0;
-    let height = 90 + 22 * n as u32;
-    let labels: Vec<String> = vals.iter().map(|(l, _)| l.clone()).collect();
-    let longest = labels.iter().map(|l| l.len()).max().unwrap_or(10) as u32;
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (SIZE.0, height)).into_drawing_area();
-        root.fill(&WHITE).map_err(err)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 18))
-            .margin(12)
-            .x_label_area_size(36)
-            .y_label_area_size((longest * 7 + 10).min(SIZE.0 / 2))
-            .build_cartesian_2d((lo..hi).log_scale(), (0usize..n).into_segmented())
-            .map_err(err)?;
-        chart
-            .configure_mesh()
-            .disable_y_mesh()
-            .x_desc(x_label)
-            .y_labels(n)
-            .y_label_style(("sans-serif", 12))
-            .x_label_formatter(&|x| tick(*x))
-            .y_label_formatter(&|v| match v {
-                SegmentValue::CenterOf(i) | SegmentValue::Exact(i) => {
-                    labels.get(n.wrapping_sub(1).wrapping_sub(*i)).cloned().unwrap_or_default()
-                }
-                SegmentValue::Last => String::new(),
-            })
-            .draw()
-            .map_err(err)?;
-        chart
-            .draw_series(vals.iter().enumerate().map(|(i, (_, v))| {
-                let row = n - 1 - i;
-                let mut bar = Rectangle::new(
-                    [(lo, SegmentValue::Exact(row)), (*v, SegmentValue::Exact(row + 1))],
+                    [(base, SegmentValue::Exact(row)), (*v, SegmentValue::Exact(row + 1))],
                     color(0).mix(0.8).filled(),
                 );
                 bar.set_margin(3, 3, 0, 0);
