@@ -5,7 +5,8 @@
 
 use std::time::Instant;
 
-use adgauge_backends::{Cpu, Cuda, DType, Device, HistOp, HistRule, OpenCl, Ops, Reverse};
+use adgauge_backends::prelude::*;
+use adgauge_backends::{Cpu, Cuda, DType, Device, HistOp, HistRule, OpenCl, Reverse};
 
 fn best(reps: usize, mut f: impl FnMut()) -> f64 {
     (0..reps)

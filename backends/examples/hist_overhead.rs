@@ -9,7 +9,8 @@
 
 use std::time::Instant;
 
-use adgauge_backends::{Cpu, DType, Forward, HistOp, HistRule, Ops, Reverse};
+use adgauge_backends::prelude::*;
+use adgauge_backends::{Cpu, DType, Forward, HistOp, HistRule, Reverse};
 
 fn best(reps: usize, mut f: impl FnMut()) -> f64 {
     (0..reps)

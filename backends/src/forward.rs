@@ -13,7 +13,10 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::ops::{ChunkedHist, Extremum, Operand, OutOfRange, ScanSpec, TensorMeta};
+use crate::ops::{
+    Decorator, DenseOps, ElementwiseOps, Extremum, HistOps, IndexOps, Operand, OutOfRange, ReduceOps, ScanOps,
+    ScanSpec, TensorMeta, TensorOps,
+};
 use crate::rules;
 use crate::{BinaryOp, DType, HistOp, OpError, Ops, Result, UnaryOp};
 
@@ -124,20 +127,32 @@ impl<B: Ops> Forward<B> {
     fn make(&self, value: B::T, tangent: Option<B::T>) -> Dual<B> {
         Dual { value, tangent, engine: self.id }
     }
+}
 
-    /// Fails when any input has a tangent: for rule kernels without forward rules.
-    fn untracked(&self, what: &str, inputs: &[&Dual<B>]) -> Result<()> {
-        for t in inputs {
-            if self.dot(t)?.is_some() {
-                return Err(OpError::NotDifferentiable(what.to_string()));
-            }
+/// The rule kernels run on the inner engine; an input with a tangent is not differentiable there
+/// (the `*` histogram's primitives, which are, are ops of [`HistOps`] with forward rules).
+impl<B: Ops> Decorator for Forward<B> {
+    type Inner = B;
+
+    fn inner_engine(&self) -> &B {
+        &self.inner
+    }
+
+    fn untracked<'a>(&self, what: &str, t: &'a Dual<B>) -> Result<&'a B::T> {
+        match self.dot(t)? {
+            Some(_) => Err(OpError::NotDifferentiable(what.to_string())),
+            None => Ok(&t.value),
         }
-        Ok(())
+    }
+
+    fn constant(&self, value: B::T) -> Dual<B> {
+        self.lift(value)
     }
 }
 
-impl<B: Ops> Ops for Forward<B> {
+impl<B: Ops> TensorOps for Forward<B> {
     type T = Dual<B>;
+
     type I = B::I;
 
     fn engine_name(&self) -> String {
@@ -169,7 +184,9 @@ impl<B: Ops> Ops for Forward<B> {
         let dy = self.dot(t)?.map(|d| self.inner.reshape(d, shape)).transpose()?;
         Ok(self.make(y, dy))
     }
+}
 
+impl<B: Ops> ElementwiseOps for Forward<B> {
     fn unary(&self, op: UnaryOp, x: &Dual<B>) -> Result<Dual<B>> {
         let b = &self.inner;
         let y = b.unary(op, &x.value)?;
@@ -200,6 +217,27 @@ impl<B: Ops> Ops for Forward<B> {
         Ok(self.lift(self.inner.index_eq(i, value, dtype)?))
     }
 
+    fn combine(&self, op: HistOp, a: &Dual<B>, c: &Dual<B>) -> Result<Dual<B>> {
+        let b = &self.inner;
+        let y = b.combine(op, &a.value, &c.value)?;
+        let dy = rules::elementwise::combine_jvp(b, op, &a.value, &c.value, &y, self.dot(a)?, self.dot(c)?)?;
+        Ok(self.make(y, dy))
+    }
+
+    fn combine_partial(&self, op: HistOp, side: Operand, a: &Dual<B>, c: &Dual<B>) -> Result<Dual<B>> {
+        let b = &self.inner;
+        let y = b.combine_partial(op, side, &a.value, &c.value)?;
+        let (da, dc) = (self.dot(a)?, self.dot(c)?);
+        let dy = if da.is_some() || dc.is_some() {
+            rules::elementwise::combine_partial_jvp(b, op, side, &y, da, dc)?
+        } else {
+            None
+        };
+        Ok(self.make(y, dy))
+    }
+}
+
+impl<B: Ops> ReduceOps for Forward<B> {
     fn reduce(&self, op: HistOp, x: &Dual<B>) -> Result<Dual<B>> {
         let b = &self.inner;
         let y = b.reduce(op, &x.value)?;
@@ -209,7 +247,9 @@ impl<B: Ops> Ops for Forward<B> {
         };
         Ok(self.make(y, dy))
     }
+}
 
+impl<B: Ops> IndexOps for Forward<B> {
     fn gather(&self, src: &Dual<B>, idx: &B::I, oob: OutOfRange) -> Result<Dual<B>> {
         let b = &self.inner;
         let y = b.gather(&src.value, idx, oob)?;
@@ -237,6 +277,12 @@ impl<B: Ops> Ops for Forward<B> {
         self.inner.sort_by_key_ranked(keys, num_keys)
     }
 
+    fn gather_index(&self, src: &B::I, idx: &B::I) -> Result<B::I> {
+        self.inner.gather_index(src, idx)
+    }
+}
+
+impl<B: Ops> HistOps for Forward<B> {
     fn reduce_by_index(&self, dest: &Dual<B>, op: HistOp, inds: &B::I, vals: &Dual<B>) -> Result<Dual<B>> {
         let (h, dh) = rules::hist::reduce_by_index_jvp(
             &self.inner,
@@ -289,59 +335,9 @@ impl<B: Ops> Ops for Forward<B> {
         };
         Ok(self.make(out, dout))
     }
+}
 
-    fn combine(&self, op: HistOp, a: &Dual<B>, c: &Dual<B>) -> Result<Dual<B>> {
-        let b = &self.inner;
-        let y = b.combine(op, &a.value, &c.value)?;
-        let dy = rules::elementwise::combine_jvp(b, op, &a.value, &c.value, &y, self.dot(a)?, self.dot(c)?)?;
-        Ok(self.make(y, dy))
-    }
-
-    fn combine_partial(&self, op: HistOp, side: Operand, a: &Dual<B>, c: &Dual<B>) -> Result<Dual<B>> {
-        let b = &self.inner;
-        let y = b.combine_partial(op, side, &a.value, &c.value)?;
-        let (da, dc) = (self.dot(a)?, self.dot(c)?);
-        let dy = if da.is_some() || dc.is_some() {
-            rules::elementwise::combine_partial_jvp(b, op, side, &y, da, dc)?
-        } else {
-            None
-        };
-        Ok(self.make(y, dy))
-    }
-
-    fn fold_adjoint(&self, op: HistOp, l: &Dual<B>, a: &Dual<B>, r: &Dual<B>, g: &Dual<B>) -> Result<Dual<B>> {
-        self.untracked("fold_adjoint (a rule kernel)", &[l, a, r, g])?;
-        Ok(self.lift(self.inner.fold_adjoint(op, &l.value, &a.value, &r.value, &g.value)?))
-    }
-
-    fn sorted_vals_adjoint(
-        &self,
-        op: HistOp,
-        inds: &B::I,
-        vals: &Dual<B>,
-        dest: &Dual<B>,
-        hist_bar: &Dual<B>,
-    ) -> Result<Dual<B>> {
-        self.untracked("sorted_vals_adjoint (a rule kernel)", &[vals, dest, hist_bar])?;
-        Ok(self.lift(self.inner.sorted_vals_adjoint(op, inds, &vals.value, &dest.value, &hist_bar.value)?))
-    }
-
-    fn total_form_adjoint(
-        &self,
-        op: HistOp,
-        inds: &B::I,
-        vals: &Dual<B>,
-        hist: &Dual<B>,
-        hist_bar: &Dual<B>,
-    ) -> Result<Dual<B>> {
-        self.untracked("total_form_adjoint (a rule kernel)", &[vals, hist, hist_bar])?;
-        Ok(self.lift(self.inner.total_form_adjoint(op, inds, &vals.value, &hist.value, &hist_bar.value)?))
-    }
-
-    fn gather_index(&self, src: &B::I, idx: &B::I) -> Result<B::I> {
-        self.inner.gather_index(src, idx)
-    }
-
+impl<B: Ops> ScanOps for Forward<B> {
     fn scan(&self, op: HistOp, x: &Dual<B>, spec: ScanSpec, segments: Option<&B::I>) -> Result<Dual<B>> {
         let b = &self.inner;
         let y = b.scan(op, &x.value, spec, segments)?;
@@ -360,60 +356,9 @@ impl<B: Ops> Ops for Forward<B> {
         };
         Ok(self.make(y, dy))
     }
+}
 
-    fn reduce_by_index_dual(
-        &self,
-        dest: &Dual<B>,
-        dest_dot: &Dual<B>,
-        op: HistOp,
-        inds: &B::I,
-        vals: &Dual<B>,
-        vals_dot: &Dual<B>,
-    ) -> Result<(Dual<B>, Dual<B>)> {
-        self.untracked("reduce_by_index_dual (a forward-rule kernel)", &[dest, dest_dot, vals, vals_dot])?;
-        let (h, hd) =
-            self.inner.reduce_by_index_dual(&dest.value, &dest_dot.value, op, inds, &vals.value, &vals_dot.value)?;
-        Ok((self.lift(h), self.lift(hd)))
-    }
-
-    fn reduce_by_index_chunked(
-        &self,
-        dest: &Dual<B>,
-        op: HistOp,
-        inds: &B::I,
-        vals: &Dual<B>,
-    ) -> Result<ChunkedHist<Dual<B>>> {
-        self.untracked("reduce_by_index_chunked (a rule kernel)", &[dest, vals])?;
-        let ch = self.inner.reduce_by_index_chunked(&dest.value, op, inds, &vals.value)?;
-        Ok(ChunkedHist {
-            hist: self.lift(ch.hist),
-            elements: self.lift(ch.elements),
-            chunk_prefix: self.lift(ch.chunk_prefix),
-            chunk_suffix: self.lift(ch.chunk_suffix),
-        })
-    }
-
-    fn chunked_vals_adjoint(
-        &self,
-        op: HistOp,
-        inds: &B::I,
-        vals: &Dual<B>,
-        chunk_prefix: &Dual<B>,
-        chunk_suffix: &Dual<B>,
-        hist_bar: &Dual<B>,
-    ) -> Result<Dual<B>> {
-        self.untracked("chunked_vals_adjoint (a rule kernel)", &[vals, chunk_prefix, chunk_suffix, hist_bar])?;
-        Ok(self.lift(self.inner.chunked_vals_adjoint(
-            op,
-            inds,
-            &vals.value,
-            &chunk_prefix.value,
-            &chunk_suffix.value,
-            &hist_bar.value,
-        )?))
-    }
-
-    // ==== dense ops (rules in rules/dense.rs) ====
+impl<B: Ops> DenseOps for Forward<B> {
     fn broadcast_to(&self, x: &Dual<B>, shape: &[usize]) -> Result<Dual<B>> {
         let y = self.inner.broadcast_to(&x.value, shape)?;
         let dy = self.dot(x)?.map(|d| self.inner.broadcast_to(d, shape)).transpose()?;
@@ -444,6 +389,7 @@ impl<B: Ops> Ops for Forward<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::prelude::*;
     use crate::{Cpu, Reverse};
 
     fn cpu() -> Cpu {

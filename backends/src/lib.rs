@@ -44,8 +44,18 @@ pub use forward::{Dual, Forward};
 pub use general::GeneralOp;
 pub use opencl::OpenCl;
 pub use ops::{
-    BinaryOp, ChunkedHist, Extremum, HistOp, IndexMeta, Operand, Ops, OutOfRange, Primal, ScanSpec, TensorMeta, UnaryOp,
+    BinaryOp, ChunkedHist, Decorator, DenseOps, ElementwiseOps, Extremum, HistOp, HistOps, IndexMeta, IndexOps,
+    Operand, Ops, OutOfRange, Primal, ReduceOps, RuleKernels, ScanOps, ScanSpec, TensorMeta, TensorOps, UnaryOp,
 };
+
+/// The op API's traits, for calling ops on a concrete engine (`use adgauge_backends::prelude::*`);
+/// code generic over `B: Ops` needs none of them.
+pub mod prelude {
+    pub use crate::ops::{
+        DenseOps, ElementwiseOps, HistOps, IndexMeta, IndexOps, Ops, ReduceOps, RuleKernels, ScanOps, TensorMeta,
+        TensorOps,
+    };
+}
 pub use registry::{AnyDevice, DEVICES, DeviceKind, device_kind, device_names, open_device};
 pub use reverse::{Grads, Reverse, Var};
 pub use rules::hist::HistRule;

@@ -12,13 +12,16 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::ops::{ChunkedHist, Extremum, IndexMeta, Operand, OutOfRange, ScanSpec, TensorMeta};
+use crate::ops::{
+    Decorator, DenseOps, ElementwiseOps, Extremum, HistOps, IndexMeta, IndexOps, Operand, OutOfRange, ReduceOps,
+    ScanOps, ScanSpec, TensorMeta, TensorOps,
+};
 use crate::rules::{self, hist::HistRule};
 use crate::{BinaryOp, DType, HistOp, OpError, Ops, Result, UnaryOp};
 
 /// A pullback: given the adjoint of the node's output, the adjoint of each input (None where the
 /// input needs none).
-pub type Pullback<B> = Box<dyn Fn(&B, &<B as Ops>::T) -> Result<Vec<Option<<B as Ops>::T>>>>;
+pub type Pullback<B> = Box<dyn Fn(&B, &<B as TensorOps>::T) -> Result<Vec<Option<<B as TensorOps>::T>>>>;
 
 struct Node<B: Ops> {
     /// Tape positions of the op's inputs (None for constants).
@@ -144,10 +147,6 @@ impl<B: Ops> Reverse<B> {
         self.constant(value)
     }
 
-    fn constant(&self, value: B::T) -> Var<B> {
-        Var { value, node: None, tape: self.id }
-    }
-
     fn node_of(&self, v: &Var<B>) -> Result<Option<usize>> {
         if v.tape != self.id {
             return Err(OpError::Foreign(format!(
@@ -175,16 +174,6 @@ impl<B: Ops> Reverse<B> {
         let mut tape = self.tape.borrow_mut();
         tape.push(Node { inputs: ids, pullback: Some(Box::new(pullback)) });
         Ok(Var { value, node: Some(tape.len() - 1), tape: self.id })
-    }
-
-    /// Fails when any of `inputs` is tracked: for ops without derivative rules.
-    fn untracked(&self, what: &str, inputs: &[&Var<B>]) -> Result<()> {
-        for v in inputs {
-            if self.node_of(v)?.is_some() {
-                return Err(OpError::NotDifferentiable(what.to_string()));
-            }
-        }
-        Ok(())
     }
 
     /// Back-propagates `seed` (the adjoint of `output`, same shape) to every variable.
@@ -225,8 +214,29 @@ impl<B: Ops> Reverse<B> {
     }
 }
 
-impl<B: Ops> Ops for Reverse<B> {
+/// The rule kernels run on the inner engine; a tracked input is not differentiable there.
+impl<B: Ops> Decorator for Reverse<B> {
+    type Inner = B;
+
+    fn inner_engine(&self) -> &B {
+        &self.inner
+    }
+
+    fn untracked<'a>(&self, what: &str, t: &'a Var<B>) -> Result<&'a B::T> {
+        match self.node_of(t)? {
+            Some(_) => Err(OpError::NotDifferentiable(what.to_string())),
+            None => Ok(&t.value),
+        }
+    }
+
+    fn constant(&self, value: B::T) -> Var<B> {
+        Var { value, node: None, tape: self.id }
+    }
+}
+
+impl<B: Ops> TensorOps for Reverse<B> {
     type T = Var<B>;
+
     type I = B::I;
 
     fn engine_name(&self) -> String {
@@ -258,7 +268,9 @@ impl<B: Ops> Ops for Reverse<B> {
         let old = t.value.shape().to_vec();
         self.record(y, &[t], move |b, g| Ok(vec![Some(b.reshape(g, &old)?)]))
     }
+}
 
+impl<B: Ops> ElementwiseOps for Reverse<B> {
     fn unary(&self, op: UnaryOp, x: &Var<B>) -> Result<Var<B>> {
         let y = self.inner.unary(op, &x.value)?;
         let (xv, yv) = (x.value.clone(), y.clone());
@@ -293,11 +305,38 @@ impl<B: Ops> Ops for Reverse<B> {
         Ok(self.constant(self.inner.index_eq(i, value, dtype)?))
     }
 
+    fn combine(&self, op: HistOp, a: &Var<B>, c: &Var<B>) -> Result<Var<B>> {
+        let y = self.inner.combine(op, &a.value, &c.value)?;
+        let (av, cv) = (a.value.clone(), c.value.clone());
+        self.record(y, &[a, c], move |b, g| {
+            let (ga, gc) = rules::elementwise::combine_vjp(b, op, &av, &cv, g)?;
+            Ok(vec![Some(ga), Some(gc)])
+        })
+    }
+
+    fn combine_partial(&self, op: HistOp, side: Operand, a: &Var<B>, c: &Var<B>) -> Result<Var<B>> {
+        let y = self.inner.combine_partial(op, side, &a.value, &c.value)?;
+        if self.node_of(a)?.is_some() || self.node_of(c)?.is_some() {
+            // Fails now, not in the backward pass, when the second derivatives are unknown.
+            let g0 = self.inner.zeros_like(&y)?;
+            rules::elementwise::combine_partial_vjp(&self.inner, op, side, &a.value, &c.value, &g0)?;
+        }
+        let (av, cv) = (a.value.clone(), c.value.clone());
+        self.record(y, &[a, c], move |b, g| {
+            let (ga, gc) = rules::elementwise::combine_partial_vjp(b, op, side, &av, &cv, g)?;
+            Ok(vec![ga, gc])
+        })
+    }
+}
+
+impl<B: Ops> ReduceOps for Reverse<B> {
     fn reduce(&self, op: HistOp, x: &Var<B>) -> Result<Var<B>> {
         let (y, pullback) = rules::reduce::reduce_vjp(&self.inner, op, &x.value)?;
         self.record(y, &[x], move |b, g| Ok(vec![Some(pullback(b, g)?)]))
     }
+}
 
+impl<B: Ops> IndexOps for Reverse<B> {
     fn gather(&self, src: &Var<B>, idx: &B::I, oob: OutOfRange) -> Result<Var<B>> {
         let y = self.inner.gather(&src.value, idx, oob)?;
         let (s, ix) = (src.value.clone(), idx.clone());
@@ -321,6 +360,12 @@ impl<B: Ops> Ops for Reverse<B> {
         self.inner.sort_by_key_ranked(keys, num_keys)
     }
 
+    fn gather_index(&self, src: &B::I, idx: &B::I) -> Result<B::I> {
+        self.inner.gather_index(src, idx)
+    }
+}
+
+impl<B: Ops> HistOps for Reverse<B> {
     fn reduce_by_index(&self, dest: &Var<B>, op: HistOp, inds: &B::I, vals: &Var<B>) -> Result<Var<B>> {
         if inds.len() != vals.value.numel() {
             return Err(OpError::Shape {
@@ -347,72 +392,25 @@ impl<B: Ops> Ops for Reverse<B> {
     }
 
     fn prod_nonzero_by_index(&self, inds: &B::I, vals: &Var<B>, k: usize) -> Result<(Var<B>, B::I)> {
-        self.untracked("prod_nonzero_by_index (a rule kernel)", &[vals])?;
-        let (p, z) = self.inner.prod_nonzero_by_index(inds, &vals.value, k)?;
-        Ok((self.constant(p), z))
+        let (p, zeros) = self.inner.prod_nonzero_by_index(inds, &vals.value, k)?;
+        let (ix, v, pv) = (inds.clone(), vals.value.clone(), p.clone());
+        let p = self.record(p, &[vals], move |b, g| {
+            Ok(vec![Some(rules::hist::prod_nonzero_by_index_vjp(b, &ix, &v, &pv, g)?)])
+        })?;
+        Ok((p, zeros))
     }
 
     fn prod_vals_adjoint(&self, inds: &B::I, vals: &Var<B>, c0: &Var<B>, c1: &Var<B>) -> Result<Var<B>> {
-        self.untracked("prod_vals_adjoint (a rule kernel)", &[vals, c0, c1])?;
-        Ok(self.constant(self.inner.prod_vals_adjoint(inds, &vals.value, &c0.value, &c1.value)?))
-    }
-
-    fn combine(&self, op: HistOp, a: &Var<B>, c: &Var<B>) -> Result<Var<B>> {
-        let y = self.inner.combine(op, &a.value, &c.value)?;
-        let (av, cv) = (a.value.clone(), c.value.clone());
-        self.record(y, &[a, c], move |b, g| {
-            let (ga, gc) = rules::elementwise::combine_vjp(b, op, &av, &cv, g)?;
-            Ok(vec![Some(ga), Some(gc)])
+        let out = self.inner.prod_vals_adjoint(inds, &vals.value, &c0.value, &c1.value)?;
+        let (ix, v, c0v, c1v, ov) = (inds.clone(), vals.value.clone(), c0.value.clone(), c1.value.clone(), out.clone());
+        self.record(out, &[vals, c0, c1], move |b, g| {
+            let (gv, g0, g1) = rules::hist::prod_vals_adjoint_vjp(b, &ix, &v, &c0v, &c1v, &ov, g)?;
+            Ok(vec![Some(gv), Some(g0), Some(g1)])
         })
     }
+}
 
-    fn combine_partial(&self, op: HistOp, side: Operand, a: &Var<B>, c: &Var<B>) -> Result<Var<B>> {
-        let y = self.inner.combine_partial(op, side, &a.value, &c.value)?;
-        if self.node_of(a)?.is_some() || self.node_of(c)?.is_some() {
-            // Fails now, not in the backward pass, when the second derivatives are unknown.
-            let g0 = self.inner.zeros_like(&y)?;
-            rules::elementwise::combine_partial_vjp(&self.inner, op, side, &a.value, &c.value, &g0)?;
-        }
-        let (av, cv) = (a.value.clone(), c.value.clone());
-        self.record(y, &[a, c], move |b, g| {
-            let (ga, gc) = rules::elementwise::combine_partial_vjp(b, op, side, &av, &cv, g)?;
-            Ok(vec![ga, gc])
-        })
-    }
-
-    fn fold_adjoint(&self, op: HistOp, l: &Var<B>, a: &Var<B>, r: &Var<B>, g: &Var<B>) -> Result<Var<B>> {
-        self.untracked("fold_adjoint (a rule kernel)", &[l, a, r, g])?;
-        Ok(self.constant(self.inner.fold_adjoint(op, &l.value, &a.value, &r.value, &g.value)?))
-    }
-
-    fn sorted_vals_adjoint(
-        &self,
-        op: HistOp,
-        inds: &B::I,
-        vals: &Var<B>,
-        dest: &Var<B>,
-        hist_bar: &Var<B>,
-    ) -> Result<Var<B>> {
-        self.untracked("sorted_vals_adjoint (a rule kernel)", &[vals, dest, hist_bar])?;
-        Ok(self.constant(self.inner.sorted_vals_adjoint(op, inds, &vals.value, &dest.value, &hist_bar.value)?))
-    }
-
-    fn total_form_adjoint(
-        &self,
-        op: HistOp,
-        inds: &B::I,
-        vals: &Var<B>,
-        hist: &Var<B>,
-        hist_bar: &Var<B>,
-    ) -> Result<Var<B>> {
-        self.untracked("total_form_adjoint (a rule kernel)", &[vals, hist, hist_bar])?;
-        Ok(self.constant(self.inner.total_form_adjoint(op, inds, &vals.value, &hist.value, &hist_bar.value)?))
-    }
-
-    fn gather_index(&self, src: &B::I, idx: &B::I) -> Result<B::I> {
-        self.inner.gather_index(src, idx)
-    }
-
+impl<B: Ops> ScanOps for Reverse<B> {
     fn scan(&self, op: HistOp, x: &Var<B>, spec: ScanSpec, segments: Option<&B::I>) -> Result<Var<B>> {
         if self.node_of(x)?.is_none() {
             return Ok(self.constant(self.inner.scan(op, &x.value, spec, segments)?));
@@ -431,60 +429,9 @@ impl<B: Ops> Ops for Reverse<B> {
             Ok(vec![Some(ga), Some(gm)])
         })
     }
+}
 
-    fn reduce_by_index_dual(
-        &self,
-        dest: &Var<B>,
-        dest_dot: &Var<B>,
-        op: HistOp,
-        inds: &B::I,
-        vals: &Var<B>,
-        vals_dot: &Var<B>,
-    ) -> Result<(Var<B>, Var<B>)> {
-        self.untracked("reduce_by_index_dual (a forward-rule kernel)", &[dest, dest_dot, vals, vals_dot])?;
-        let (h, hd) =
-            self.inner.reduce_by_index_dual(&dest.value, &dest_dot.value, op, inds, &vals.value, &vals_dot.value)?;
-        Ok((self.constant(h), self.constant(hd)))
-    }
-
-    fn reduce_by_index_chunked(
-        &self,
-        dest: &Var<B>,
-        op: HistOp,
-        inds: &B::I,
-        vals: &Var<B>,
-    ) -> Result<ChunkedHist<Var<B>>> {
-        self.untracked("reduce_by_index_chunked (a rule kernel)", &[dest, vals])?;
-        let ch = self.inner.reduce_by_index_chunked(&dest.value, op, inds, &vals.value)?;
-        Ok(ChunkedHist {
-            hist: self.constant(ch.hist),
-            elements: self.constant(ch.elements),
-            chunk_prefix: self.constant(ch.chunk_prefix),
-            chunk_suffix: self.constant(ch.chunk_suffix),
-        })
-    }
-
-    fn chunked_vals_adjoint(
-        &self,
-        op: HistOp,
-        inds: &B::I,
-        vals: &Var<B>,
-        chunk_prefix: &Var<B>,
-        chunk_suffix: &Var<B>,
-        hist_bar: &Var<B>,
-    ) -> Result<Var<B>> {
-        self.untracked("chunked_vals_adjoint (a rule kernel)", &[vals, chunk_prefix, chunk_suffix, hist_bar])?;
-        Ok(self.constant(self.inner.chunked_vals_adjoint(
-            op,
-            inds,
-            &vals.value,
-            &chunk_prefix.value,
-            &chunk_suffix.value,
-            &hist_bar.value,
-        )?))
-    }
-
-    // ==== dense ops (rules in rules/dense.rs) ====
+impl<B: Ops> DenseOps for Reverse<B> {
     fn broadcast_to(&self, x: &Var<B>, shape: &[usize]) -> Result<Var<B>> {
         let y = self.inner.broadcast_to(&x.value, shape)?;
         let xs = x.value.shape().to_vec();

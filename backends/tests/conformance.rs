@@ -13,6 +13,7 @@
 use adgauge_backends::cpu::CpuTensor;
 use adgauge_backends::general::{HYPOT, LOGADDEXP};
 use adgauge_backends::gpu::{KernelDevice, KernelRuntime};
+use adgauge_backends::prelude::*;
 use adgauge_backends::{
     BinaryOp, Cpu, DType, Device, DeviceMemory, Extremum, Forward, HistOp, HistRule, OpError, Operand, Ops, OutOfRange,
     Result, Reverse, ScanSpec, TensorMeta, Transfers, UnaryOp, oracle,
@@ -95,7 +96,14 @@ fn cmp<D: Ops>(f: &mut Fails, what: &str, d: &D, got: Result<D::T>, c: &Cpu, wan
     }
 }
 
-fn cmp_index<D: Ops>(f: &mut Fails, what: &str, d: &D, got: Result<D::I>, c: &Cpu, want: Result<<Cpu as Ops>::I>) {
+fn cmp_index<D: Ops>(
+    f: &mut Fails,
+    what: &str,
+    d: &D,
+    got: Result<D::I>,
+    c: &Cpu,
+    want: Result<<Cpu as TensorOps>::I>,
+) {
     match (got, want) {
         (Ok(g), Ok(w)) => {
             let (g, w) = (d.index_to_vec(&g).unwrap(), c.index_to_vec(&w).unwrap());

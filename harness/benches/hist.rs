@@ -9,7 +9,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 
-use adgauge_backends::{Cpu, DType, HistRule, Ops};
+use adgauge_backends::prelude::*;
+use adgauge_backends::{Cpu, DType, HistRule};
 use adgauge_datasets::hist::{IndexDist, generate};
 use adgauge_workloads::HistWorkload;
 

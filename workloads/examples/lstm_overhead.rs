@@ -7,7 +7,8 @@ mod common;
 
 use common::best;
 
-use adgauge_backends::{Cpu, DType, Ops};
+use adgauge_backends::prelude::*;
+use adgauge_backends::{Cpu, DType};
 use adgauge_datasets::lstm::LstmInput;
 use adgauge_workloads::lstm;
 

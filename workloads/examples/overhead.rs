@@ -6,7 +6,8 @@ mod common;
 
 use common::best;
 
-use adgauge_backends::{Cpu, DType, Ops};
+use adgauge_backends::prelude::*;
+use adgauge_backends::{Cpu, DType};
 use adgauge_datasets::gmm::GmmInput;
 use adgauge_workloads::{gmm, kmeans};
 

@@ -40,6 +40,7 @@
 //! Jacobian in plain Rust (rayon), the oracle independent of the AD engines and the speed
 //! reference.
 
+use adgauge_backends::prelude::*;
 use adgauge_backends::{
     AnyDevice, BinaryOp, Cpu, DType, Device, Elem, Forward, OpError, Ops, OutOfRange, Result, Reverse, TensorMeta,
     UnaryOp, with_device,

@@ -35,6 +35,7 @@
 //! file are the same. [`GmmInputs::variant`] selects the variant; the split of the gradient is
 //! the caller's (see [`split_gradbench`]).
 
+use adgauge_backends::prelude::*;
 use adgauge_backends::{
     AnyDevice, BinaryOp, DType, Device, Elem, Forward, Ops, OutOfRange, Result, Reverse, TensorMeta, UnaryOp,
     with_device,

@@ -8,6 +8,7 @@
 //! whose `ops` key picks the operator, and whose cases have a reverse-mode rule. Validation
 //! adds the sequential oracle and the agreement of every rule to the generic checks.
 
+use adgauge_backends::prelude::*;
 use adgauge_backends::{
     AnyDevice, Cpu, DType, Device, Extremum, Forward, HistOp, HistRule, Ops, Result, Reverse, oracle, with_device,
 };

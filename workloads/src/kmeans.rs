@@ -11,6 +11,7 @@
 //! centre index. The hand-derived reference ([`manual`]) loops over points with the direct
 //! difference form, in parallel over fixed chunks of points (f32 or f64).
 
+use adgauge_backends::prelude::*;
 use adgauge_backends::{
     AnyDevice, BinaryOp, Cpu, DType, Device, Elem, Forward, Ops, Result, Reverse, TensorMeta, UnaryOp, with_device,
 };

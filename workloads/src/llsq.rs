@@ -14,6 +14,7 @@
 //! same object and prints `{"objective": y}`, with `"gradient"` in vjp (reverse mode) and jvp
 //! (one forward sweep per coefficient) modes.
 
+use adgauge_backends::prelude::*;
 use adgauge_backends::{
     AnyDevice, BinaryOp, DType, Device, Elem, Forward, Ops, Result, Reverse, TensorMeta, UnaryOp, with_device,
 };

@@ -31,6 +31,7 @@
 //! forget/input/output/change) and extra (in_weight, out_weight, out_bias); the gradient is laid
 //! out as ADBench's: [main (8lb), extra (3b)]. The state and the sequence are constants.
 
+use adgauge_backends::prelude::*;
 use adgauge_backends::{
     AnyDevice, DType, Device, Elem, Forward, Ops, OutOfRange, Result, Reverse, UnaryOp, with_device,
 };

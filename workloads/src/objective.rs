@@ -6,7 +6,8 @@
 
 use std::sync::Arc;
 
-use adgauge_backends::{AnyDevice, Cpu, DType, Device, OpError, Ops, Result, with_device};
+use adgauge_backends::prelude::*;
+use adgauge_backends::{AnyDevice, Cpu, DType, Device, OpError, Result, with_device};
 use serde_json::Value as Json;
 
 use crate::workload::{

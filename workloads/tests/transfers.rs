@@ -10,7 +10,8 @@
 
 use std::time::{Duration, Instant};
 
-use adgauge_backends::{DType, Device, OpenCl, Ops, TensorMeta, Transfers};
+use adgauge_backends::prelude::*;
+use adgauge_backends::{DType, Device, OpenCl, Transfers};
 use adgauge_datasets::adbench::is_required;
 use adgauge_datasets::ba::BaInput;
 use adgauge_datasets::gmm::GmmInput;

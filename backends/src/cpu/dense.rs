@@ -423,7 +423,7 @@ mod tests {
     }
 }
 
-/// The CPU device's dense ops (called from `impl Ops for Cpu`).
+/// The CPU device's dense ops (called from `impl DenseOps for Cpu`).
 pub(super) mod device {
     use super::super::{Cpu, CpuElem, CpuIndex, CpuTensor};
     use super::*;

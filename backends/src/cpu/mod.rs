@@ -17,7 +17,8 @@ use rayon::prelude::*;
 
 use crate::checks::{broadcast_shape, same_dtype, same_len};
 use crate::ops::{ChunkedHist, Extremum, IndexMeta, Operand, OutOfRange, ScanSpec, TensorMeta};
-use crate::{BinaryOp, DType, Elem, HistOp, OpError, Ops, Result, UnaryOp};
+use crate::ops::{DenseOps, ElementwiseOps, HistOps, IndexOps, ReduceOps, RuleKernels, ScanOps, TensorOps};
+use crate::{BinaryOp, DType, Elem, HistOp, OpError, Result, UnaryOp};
 use fold::{Fold, with_fold};
 use kernels::{fill_with, par_copy, par_fill};
 pub use pool::{Buf, Pool};
@@ -829,8 +830,9 @@ impl Cpu {
     }
 }
 
-impl Ops for Cpu {
+impl TensorOps for Cpu {
     type T = CpuTensor;
+
     type I = CpuIndex;
 
     fn engine_name(&self) -> String {
@@ -865,18 +867,11 @@ impl Ops for Cpu {
         same_len("reshape", "element count", t.numel(), shape.iter().product())?;
         Ok(CpuTensor { values: t.values.clone(), shape: shape.to_vec() })
     }
+}
 
+impl ElementwiseOps for Cpu {
     fn unary(&self, op: UnaryOp, x: &CpuTensor) -> Result<CpuTensor> {
         self.run(x.numel(), || by_dtype!(x.dtype(), self.unary_t(op, x)))
-    }
-
-    fn unary_adjoint(&self, op: UnaryOp, x: &CpuTensor, y: &CpuTensor, g: &CpuTensor) -> Result<Option<CpuTensor>> {
-        if op == UnaryOp::Sign {
-            return Ok(None);
-        }
-        let dt = same_dtype("unary_adjoint", x, g)?;
-        same_dtype("unary_adjoint", y, g)?;
-        self.run(x.numel(), || by_dtype!(dt, self.unary_adjoint_t(op, x, y, g))).map(Some)
     }
 
     fn binary(&self, op: BinaryOp, a: &CpuTensor, b: &CpuTensor) -> Result<CpuTensor> {
@@ -894,10 +889,30 @@ impl Ops for Cpu {
         self.run(i.len(), || by_dtype!(dtype, self.index_eq_t(i, value)))
     }
 
+    fn combine(&self, op: HistOp, a: &CpuTensor, b: &CpuTensor) -> Result<CpuTensor> {
+        let dt = same_dtype("combine", a, b)?;
+        self.run(a.numel().max(b.numel()), || match dt {
+            DType::F32 => self.zip_t::<f32>("combine", a, b, |x, y| kernels::combine(op, x, y)),
+            DType::F64 => self.zip_t::<f64>("combine", a, b, |x, y| kernels::combine(op, x, y)),
+        })
+    }
+
+    fn combine_partial(&self, op: HistOp, side: Operand, a: &CpuTensor, b: &CpuTensor) -> Result<CpuTensor> {
+        let dt = same_dtype("combine_partial", a, b)?;
+        self.run(a.numel().max(b.numel()), || match dt {
+            DType::F32 => self.zip_t::<f32>("combine_partial", a, b, |x, y| kernels::partial(op, side, x, y)),
+            DType::F64 => self.zip_t::<f64>("combine_partial", a, b, |x, y| kernels::partial(op, side, x, y)),
+        })
+    }
+}
+
+impl ReduceOps for Cpu {
     fn reduce(&self, op: HistOp, x: &CpuTensor) -> Result<CpuTensor> {
         self.run(x.numel(), || by_dtype!(x.dtype(), self.reduce_t(op, x)))
     }
+}
 
+impl IndexOps for Cpu {
     fn gather(&self, src: &CpuTensor, idx: &CpuIndex, oob: OutOfRange) -> Result<CpuTensor> {
         self.run(idx.len().max(src.numel()), || by_dtype!(src.dtype(), self.gather_t(src, idx, oob)))
     }
@@ -917,6 +932,20 @@ impl Ops for Cpu {
         Ok((self.wrap_index(Buf::from_vec(perm, self.pool())), self.wrap_index(Buf::from_vec(ranks, self.pool()))))
     }
 
+    fn gather_index(&self, src: &CpuIndex, idx: &CpuIndex) -> Result<CpuIndex> {
+        let (s, ix) = (&src.data[..], &idx.data[..]);
+        let mut out = self.pool().take::<i64>(ix.len());
+        self.run(idx.len(), || {
+            fill_with(&mut out, |i| {
+                let b = ix[i];
+                if (b as u64) < s.len() as u64 { s[b as usize] } else { -1 }
+            })
+        });
+        Ok(self.wrap_index(out))
+    }
+}
+
+impl HistOps for Cpu {
     fn reduce_by_index(&self, dest: &CpuTensor, op: HistOp, inds: &CpuIndex, vals: &CpuTensor) -> Result<CpuTensor> {
         let dt = same_dtype("reduce_by_index", dest, vals)?;
         self.run(inds.len().max(dest.numel()), || by_dtype!(dt, self.reduce_by_index_t(dest, op, inds, vals)))
@@ -948,21 +977,51 @@ impl Ops for Cpu {
         let dt = same_dtype("prod_vals_adjoint", c0, c1)?;
         self.run(inds.len(), || by_dtype!(dt, self.prod_vals_adjoint_t(inds, vals, c0, c1)))
     }
+}
 
-    fn combine(&self, op: HistOp, a: &CpuTensor, b: &CpuTensor) -> Result<CpuTensor> {
-        let dt = same_dtype("combine", a, b)?;
-        self.run(a.numel().max(b.numel()), || match dt {
-            DType::F32 => self.zip_t::<f32>("combine", a, b, |x, y| kernels::combine(op, x, y)),
-            DType::F64 => self.zip_t::<f64>("combine", a, b, |x, y| kernels::combine(op, x, y)),
-        })
+impl ScanOps for Cpu {
+    fn scan(&self, op: HistOp, x: &CpuTensor, spec: ScanSpec, segments: Option<&CpuIndex>) -> Result<CpuTensor> {
+        self.run(x.numel(), || by_dtype!(x.dtype(), self.scan_t(op, x, spec, segments)))
     }
 
-    fn combine_partial(&self, op: HistOp, side: Operand, a: &CpuTensor, b: &CpuTensor) -> Result<CpuTensor> {
-        let dt = same_dtype("combine_partial", a, b)?;
-        self.run(a.numel().max(b.numel()), || match dt {
-            DType::F32 => self.zip_t::<f32>("combine_partial", a, b, |x, y| kernels::partial(op, side, x, y)),
-            DType::F64 => self.zip_t::<f64>("combine_partial", a, b, |x, y| kernels::partial(op, side, x, y)),
-        })
+    fn linear_recurrence(
+        &self,
+        a: &CpuTensor,
+        b: &CpuTensor,
+        spec: ScanSpec,
+        segments: Option<&CpuIndex>,
+    ) -> Result<CpuTensor> {
+        let dt = same_dtype("linear_recurrence", a, b)?;
+        self.run(a.numel(), || by_dtype!(dt, self.linear_recurrence_t(a, b, spec, segments)))
+    }
+}
+
+impl DenseOps for Cpu {
+    fn broadcast_to(&self, x: &CpuTensor, shape: &[usize]) -> Result<CpuTensor> {
+        dense::device::broadcast_to_op(self, x, shape)
+    }
+
+    fn sum_to(&self, x: &CpuTensor, shape: &[usize]) -> Result<CpuTensor> {
+        dense::device::sum_to_op(self, x, shape)
+    }
+
+    fn matmul(&self, a: &CpuTensor, ta: bool, b: &CpuTensor, tb: bool) -> Result<CpuTensor> {
+        dense::device::matmul_op(self, a, ta, b, tb)
+    }
+
+    fn arg_reduce_axis(&self, ext: Extremum, x: &CpuTensor, axis: usize) -> Result<(CpuTensor, CpuIndex)> {
+        dense::device::arg_reduce_axis_op(self, ext, x, axis)
+    }
+}
+
+impl RuleKernels for Cpu {
+    fn unary_adjoint(&self, op: UnaryOp, x: &CpuTensor, y: &CpuTensor, g: &CpuTensor) -> Result<Option<CpuTensor>> {
+        if op == UnaryOp::Sign {
+            return Ok(None);
+        }
+        let dt = same_dtype("unary_adjoint", x, g)?;
+        same_dtype("unary_adjoint", y, g)?;
+        self.run(x.numel(), || by_dtype!(dt, self.unary_adjoint_t(op, x, y, g))).map(Some)
     }
 
     fn fold_adjoint(
@@ -1003,33 +1062,6 @@ impl Ops for Cpu {
         same_dtype("sorted_vals_adjoint", vals, dest)?;
         let dt = same_dtype("sorted_vals_adjoint", dest, hist_bar)?;
         self.run(inds.len(), || by_dtype!(dt, self.sorted_vals_adjoint_t(op, inds, vals, dest, hist_bar)))
-    }
-
-    fn gather_index(&self, src: &CpuIndex, idx: &CpuIndex) -> Result<CpuIndex> {
-        let (s, ix) = (&src.data[..], &idx.data[..]);
-        let mut out = self.pool().take::<i64>(ix.len());
-        self.run(idx.len(), || {
-            fill_with(&mut out, |i| {
-                let b = ix[i];
-                if (b as u64) < s.len() as u64 { s[b as usize] } else { -1 }
-            })
-        });
-        Ok(self.wrap_index(out))
-    }
-
-    fn scan(&self, op: HistOp, x: &CpuTensor, spec: ScanSpec, segments: Option<&CpuIndex>) -> Result<CpuTensor> {
-        self.run(x.numel(), || by_dtype!(x.dtype(), self.scan_t(op, x, spec, segments)))
-    }
-
-    fn linear_recurrence(
-        &self,
-        a: &CpuTensor,
-        b: &CpuTensor,
-        spec: ScanSpec,
-        segments: Option<&CpuIndex>,
-    ) -> Result<CpuTensor> {
-        let dt = same_dtype("linear_recurrence", a, b)?;
-        self.run(a.numel(), || by_dtype!(dt, self.linear_recurrence_t(a, b, spec, segments)))
     }
 
     fn reduce_by_index_dual(
@@ -1073,20 +1105,6 @@ impl Ops for Cpu {
         self.run(inds.len(), || {
             by_dtype!(dt, self.chunked_vals_adjoint_t(op, inds, vals, chunk_prefix, chunk_suffix, hist_bar))
         })
-    }
-
-    // ==== dense ops (kernels in dense.rs) ====
-    fn broadcast_to(&self, x: &CpuTensor, shape: &[usize]) -> Result<CpuTensor> {
-        dense::device::broadcast_to_op(self, x, shape)
-    }
-    fn sum_to(&self, x: &CpuTensor, shape: &[usize]) -> Result<CpuTensor> {
-        dense::device::sum_to_op(self, x, shape)
-    }
-    fn matmul(&self, a: &CpuTensor, ta: bool, b: &CpuTensor, tb: bool) -> Result<CpuTensor> {
-        dense::device::matmul_op(self, a, ta, b, tb)
-    }
-    fn arg_reduce_axis(&self, ext: Extremum, x: &CpuTensor, axis: usize) -> Result<(CpuTensor, CpuIndex)> {
-        dense::device::arg_reduce_axis_op(self, ext, x, axis)
     }
 }
 

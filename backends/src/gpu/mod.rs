@@ -30,7 +30,8 @@ use crate::checks::{broadcast_shape, same_dtype, same_len};
 use crate::cpu::dense;
 use crate::device::{Device, DeviceMemory, Transfers};
 use crate::ops::{ChunkedHist, Extremum, IndexMeta, Operand, OutOfRange, ScanSpec, TensorMeta};
-use crate::{BinaryOp, DType, HistOp, OpError, Ops, Result, UnaryOp};
+use crate::ops::{DenseOps, ElementwiseOps, HistOps, IndexOps, ReduceOps, RuleKernels, ScanOps, TensorOps};
+use crate::{BinaryOp, DType, HistOp, OpError, Result, UnaryOp};
 
 /// A device buffer of raw bytes (values or i64 indices) with its element count.
 pub struct RawBuf<B> {
@@ -730,8 +731,9 @@ impl<R: KernelRuntime> KernelDevice<R> {
     }
 }
 
-impl<R: KernelRuntime> Ops for KernelDevice<R> {
+impl<R: KernelRuntime> TensorOps for KernelDevice<R> {
     type T = GpuTensor<R>;
+
     type I = GpuIndex<R>;
 
     fn engine_name(&self) -> String {
@@ -777,7 +779,9 @@ impl<R: KernelRuntime> Ops for KernelDevice<R> {
         same_len("reshape", "element count", t.numel(), shape.iter().product())?;
         Ok(GpuTensor { buf: t.buf.clone(), shape: shape.to_vec(), dtype: t.dtype })
     }
+}
 
+impl<R: KernelRuntime> ElementwiseOps for KernelDevice<R> {
     fn unary(&self, op: UnaryOp, x: &GpuTensor<R>) -> Result<GpuTensor<R>> {
         let (out, shape) = self.new_tensor(x.shape.clone(), x.dtype)?;
         let n = out.len;
@@ -855,6 +859,16 @@ impl<R: KernelRuntime> Ops for KernelDevice<R> {
         Ok(self.wrap(out, shape, dtype))
     }
 
+    fn combine(&self, op: HistOp, a: &GpuTensor<R>, b: &GpuTensor<R>) -> Result<GpuTensor<R>> {
+        self.combine_side(op, 0, a, b)
+    }
+
+    fn combine_partial(&self, op: HistOp, side: Operand, a: &GpuTensor<R>, b: &GpuTensor<R>) -> Result<GpuTensor<R>> {
+        self.combine_side(op, if side == Operand::Left { 1 } else { 2 }, a, b)
+    }
+}
+
+impl<R: KernelRuntime> ReduceOps for KernelDevice<R> {
     fn reduce(&self, op: HistOp, x: &GpuTensor<R>) -> Result<GpuTensor<R>> {
         let dt = x.dtype;
         let n = x.buf.len;
@@ -887,7 +901,9 @@ impl<R: KernelRuntime> Ops for KernelDevice<R> {
         }
         Ok(self.wrap(out, shape, dt))
     }
+}
 
+impl<R: KernelRuntime> IndexOps for KernelDevice<R> {
     fn gather(&self, src: &GpuTensor<R>, idx: &GpuIndex<R>, oob: OutOfRange) -> Result<GpuTensor<R>> {
         let dt = src.dtype;
         let n = idx.buf.len;
@@ -972,6 +988,25 @@ impl<R: KernelRuntime> Ops for KernelDevice<R> {
         }
     }
 
+    fn gather_index(&self, src: &GpuIndex<R>, idx: &GpuIndex<R>) -> Result<GpuIndex<R>> {
+        let n = idx.buf.len;
+        let out = self.alloc(n, 8)?;
+        self.launch(
+            DType::F32,
+            ADD,
+            "gather_index",
+            n,
+            &[Arg::Buf(&out), Arg::Buf(&src.buf), Arg::Buf(&idx.buf), Arg::I64(n as i64), Arg::I64(src.buf.len as i64)],
+        )?;
+        // Entries of src, or -1 for an index outside it.
+        Ok(match src.bounds {
+            Some((lo, hi)) => self.wrap_index_within(out, lo.min(-1), hi.max(-1)),
+            None => self.wrap_index(out),
+        })
+    }
+}
+
+impl<R: KernelRuntime> HistOps for KernelDevice<R> {
     fn reduce_by_index(
         &self,
         dest: &GpuTensor<R>,
@@ -1091,103 +1126,9 @@ impl<R: KernelRuntime> Ops for KernelDevice<R> {
         )?;
         Ok(self.wrap(out, shape, dt))
     }
+}
 
-    fn combine(&self, op: HistOp, a: &GpuTensor<R>, b: &GpuTensor<R>) -> Result<GpuTensor<R>> {
-        self.combine_side(op, 0, a, b)
-    }
-
-    fn combine_partial(&self, op: HistOp, side: Operand, a: &GpuTensor<R>, b: &GpuTensor<R>) -> Result<GpuTensor<R>> {
-        self.combine_side(op, if side == Operand::Left { 1 } else { 2 }, a, b)
-    }
-
-    fn fold_adjoint(
-        &self,
-        op: HistOp,
-        l: &GpuTensor<R>,
-        a: &GpuTensor<R>,
-        r: &GpuTensor<R>,
-        g: &GpuTensor<R>,
-    ) -> Result<GpuTensor<R>> {
-        same_dtype("fold_adjoint", l, a)?;
-        same_dtype("fold_adjoint", r, a)?;
-        let dt = same_dtype("fold_adjoint", g, a)?;
-        let n = a.buf.len;
-        same_len("fold_adjoint", "l vs a", l.buf.len, n)?;
-        same_len("fold_adjoint", "r vs a", r.buf.len, n)?;
-        if g.buf.len != n && g.buf.len != 1 {
-            return Err(OpError::Shape { op: "fold_adjoint", detail: format!("g has {} elements, a {n}", g.buf.len) });
-        }
-        let (out, shape) = self.new_tensor(a.shape.clone(), dt)?;
-        self.launch(
-            dt,
-            op,
-            "fold_adjoint",
-            n,
-            &[
-                Arg::Buf(&out),
-                Arg::Buf(&l.buf),
-                Arg::Buf(&a.buf),
-                Arg::Buf(&r.buf),
-                Arg::Buf(&g.buf),
-                Arg::I64(n as i64),
-                Arg::I64(i64::from(g.buf.len == n)),
-            ],
-        )?;
-        Ok(self.wrap(out, shape, dt))
-    }
-
-    fn total_form_adjoint(
-        &self,
-        op: HistOp,
-        inds: &GpuIndex<R>,
-        vals: &GpuTensor<R>,
-        hist: &GpuTensor<R>,
-        hist_bar: &GpuTensor<R>,
-    ) -> Result<GpuTensor<R>> {
-        same_dtype("total_form_adjoint", vals, hist)?;
-        let dt = same_dtype("total_form_adjoint", hist, hist_bar)?;
-        if !op.general().is_some_and(|g| g.has_total_form()) {
-            return Err(OpError::Unsupported(format!("the operator {op} has no total form")));
-        }
-        same_len("total_form_adjoint", "indices vs values", inds.buf.len, vals.buf.len)?;
-        same_len("total_form_adjoint", "hist vs hist_bar", hist.buf.len, hist_bar.buf.len)?;
-        let (n, k) = (vals.buf.len, hist.buf.len);
-        let (out, shape) = self.new_tensor(vals.shape.clone(), dt)?;
-        self.launch(
-            dt,
-            op,
-            "total_form_adjoint",
-            n,
-            &[
-                Arg::Buf(&out),
-                Arg::Buf(&inds.buf),
-                Arg::Buf(&vals.buf),
-                Arg::Buf(&hist.buf),
-                Arg::Buf(&hist_bar.buf),
-                Arg::I64(n as i64),
-                Arg::I64(k as i64),
-            ],
-        )?;
-        Ok(self.wrap(out, shape, dt))
-    }
-
-    fn gather_index(&self, src: &GpuIndex<R>, idx: &GpuIndex<R>) -> Result<GpuIndex<R>> {
-        let n = idx.buf.len;
-        let out = self.alloc(n, 8)?;
-        self.launch(
-            DType::F32,
-            ADD,
-            "gather_index",
-            n,
-            &[Arg::Buf(&out), Arg::Buf(&src.buf), Arg::Buf(&idx.buf), Arg::I64(n as i64), Arg::I64(src.buf.len as i64)],
-        )?;
-        // Entries of src, or -1 for an index outside it.
-        Ok(match src.bounds {
-            Some((lo, hi)) => self.wrap_index_within(out, lo.min(-1), hi.max(-1)),
-            None => self.wrap_index(out),
-        })
-    }
-
+impl<R: KernelRuntime> ScanOps for KernelDevice<R> {
     fn scan(
         &self,
         op: HistOp,
@@ -1325,6 +1266,223 @@ impl<R: KernelRuntime> Ops for KernelDevice<R> {
                 ],
             )?;
         }
+        Ok(self.wrap(out, shape, dt))
+    }
+}
+
+impl<R: KernelRuntime> DenseOps for KernelDevice<R> {
+    fn broadcast_to(&self, x: &GpuTensor<R>, shape: &[usize]) -> Result<GpuTensor<R>> {
+        let rs = dense::runs("broadcast_to", &x.shape, shape)?;
+        let dt = x.dtype;
+        self.rt.check_dtype(dt)?;
+        let mut cur: Option<Buf<R>> = None;
+        // One broadcast run at a time, innermost first: the runs inside it are already full
+        // size, those outside it still have length 1 where they broadcast.
+        for j in (0..rs.len()).rev().filter(|&j| rs[j].reduced) {
+            let o: usize = rs[..j].iter().map(|r| if r.reduced { 1 } else { r.len }).product();
+            let (r, q) = (rs[j].len, rs[j + 1..].iter().map(|r| r.len).product::<usize>());
+            let n = o * r * q;
+            let out = self.alloc(n, dt.size_bytes())?;
+            let src = cur.as_ref().unwrap_or(&x.buf);
+            self.launch(
+                dt,
+                ADD,
+                "broadcast_orq",
+                n,
+                &[Arg::Buf(&out), Arg::Buf(src), Arg::I64(n as i64), Arg::I64(r as i64), Arg::I64(q as i64)],
+            )?;
+            cur = Some(out);
+        }
+        Ok(match cur {
+            Some(b) => self.wrap(b, shape.to_vec(), dt),
+            // Nothing broadcasts: the same elements (tensors are immutable, so they are shared).
+            None => GpuTensor { buf: x.buf.clone(), shape: shape.to_vec(), dtype: dt },
+        })
+    }
+
+    fn sum_to(&self, x: &GpuTensor<R>, shape: &[usize]) -> Result<GpuTensor<R>> {
+        let rs = dense::runs("sum_to", shape, &x.shape)?;
+        let dt = x.dtype;
+        self.rt.check_dtype(dt)?;
+        let mut lens: Vec<usize> = rs.iter().map(|r| r.len).collect();
+        let mut cur: Option<Buf<R>> = None;
+        // One summed run at a time, innermost first.
+        for j in (0..rs.len()).rev().filter(|&j| rs[j].reduced) {
+            let (o, r) = (lens[..j].iter().product::<usize>(), lens[j]);
+            let q: usize = lens[j + 1..].iter().product();
+            let src = cur.as_ref().unwrap_or(&x.buf);
+            cur = Some(self.sum_orq(dt, src, o, r, q)?);
+            lens[j] = 1;
+        }
+        Ok(match cur {
+            Some(b) => self.wrap(b, shape.to_vec(), dt),
+            None => GpuTensor { buf: x.buf.clone(), shape: shape.to_vec(), dtype: dt },
+        })
+    }
+
+    fn matmul(&self, a: &GpuTensor<R>, ta: bool, b: &GpuTensor<R>, tb: bool) -> Result<GpuTensor<R>> {
+        let dt = same_dtype("matmul", a, b)?;
+        let p = dense::matmul_plan(&a.shape, ta, &b.shape, tb)?;
+        let (out, shape) = self.new_tensor(p.out_shape.clone(), dt)?;
+        if out.len == 0 {
+            return Ok(self.wrap(out, shape, dt));
+        }
+        let ts = self.matmul_tile(dt);
+        let (tiles_m, tiles_n) = (p.m.div_ceil(ts), p.n.div_ceil(ts));
+        let per_batch = tiles_m * tiles_n;
+        let (splits, kc) = matmul_splits(p.batch * per_batch, p.k);
+        let partial = if splits > 1 { Some(self.alloc(splits * out.len, dt.size_bytes())?) } else { None };
+        let stride = |batched: bool, len: usize| if batched { len as i64 } else { 0 };
+        self.rt.launch(
+            dt,
+            ADD,
+            "matmul_tiled",
+            splits * p.batch * per_batch * ts * ts,
+            Some(ts * ts),
+            &[
+                Arg::Buf(partial.as_ref().unwrap_or(&out)),
+                Arg::Buf(&a.buf),
+                Arg::Buf(&b.buf),
+                Arg::I64(p.m as i64),
+                Arg::I64(p.k as i64),
+                Arg::I64(p.n as i64),
+                Arg::I64(stride(p.a_batched, p.m * p.k)),
+                Arg::I64(stride(p.b_batched, p.k * p.n)),
+                Arg::I32(i32::from(ta)),
+                Arg::I32(i32::from(tb)),
+                Arg::I64(p.batch as i64),
+                Arg::I64(tiles_n as i64),
+                Arg::I64(per_batch as i64),
+                Arg::I64(kc as i64),
+                Arg::I64(ts as i64),
+                Arg::Local(2 * ts * ts * dt.size_bytes()),
+            ],
+        )?;
+        if let Some(partial) = partial {
+            // The chunks' partial products in chunk order.
+            let sum = self.sum_orq(dt, &partial, 1, splits, out.len)?;
+            return Ok(self.wrap(sum, shape, dt));
+        }
+        Ok(self.wrap(out, shape, dt))
+    }
+
+    fn arg_reduce_axis(&self, ext: Extremum, x: &GpuTensor<R>, axis: usize) -> Result<(GpuTensor<R>, GpuIndex<R>)> {
+        let (o, r, q) = dense::axis_view("arg_reduce_axis", &x.shape, axis)?;
+        if r == 0 {
+            return Err(OpError::Shape { op: "arg_reduce_axis", detail: format!("empty axis {axis}") });
+        }
+        let dt = x.dtype;
+        let mut shape = x.shape.clone();
+        shape[axis] = 1;
+        let (vals, shape) = self.new_tensor(shape, dt)?;
+        let pos = self.alloc(o * q, 8)?;
+        let is_max = i32::from(ext == Extremum::Max);
+        let (rb, blocks) = axis_blocks(o, r, q);
+        let args = |vals: &Buf<R>, pos: &Buf<R>, src: &Buf<R>, in_pos: Option<&Buf<R>>, r: usize, rb: usize, blocks| {
+            self.launch(
+                dt,
+                ADD,
+                "arg_axis",
+                o * blocks * q,
+                &[
+                    Arg::Buf(vals),
+                    Arg::Buf(pos),
+                    Arg::Buf(src),
+                    // Unread without positions: the source stands in.
+                    Arg::Buf(in_pos.unwrap_or(src)),
+                    Arg::I64(o as i64),
+                    Arg::I64(r as i64),
+                    Arg::I64(q as i64),
+                    Arg::I64(rb as i64),
+                    Arg::I64(blocks as i64),
+                    Arg::I32(is_max),
+                    Arg::I32(i32::from(in_pos.is_some())),
+                ],
+            )
+        };
+        if blocks == 1 {
+            args(&vals, &pos, &x.buf, None, r, rb, 1)?;
+        } else {
+            // The blocks' winners, then the winner among them in block order (ties to the
+            // earlier block, so to the lowest position, as in one pass).
+            let (bv, bp) = (self.alloc(o * blocks * q, dt.size_bytes())?, self.alloc(o * blocks * q, 8)?);
+            args(&bv, &bp, &x.buf, None, r, rb, blocks)?;
+            args(&vals, &pos, &bv, Some(&bp), blocks, blocks, 1)?;
+        }
+        let last = x.buf.len as i64 - 1;
+        Ok((self.wrap(vals, shape, dt), self.wrap_index_within(pos, 0, last)))
+    }
+}
+
+impl<R: KernelRuntime> RuleKernels for KernelDevice<R> {
+    fn fold_adjoint(
+        &self,
+        op: HistOp,
+        l: &GpuTensor<R>,
+        a: &GpuTensor<R>,
+        r: &GpuTensor<R>,
+        g: &GpuTensor<R>,
+    ) -> Result<GpuTensor<R>> {
+        same_dtype("fold_adjoint", l, a)?;
+        same_dtype("fold_adjoint", r, a)?;
+        let dt = same_dtype("fold_adjoint", g, a)?;
+        let n = a.buf.len;
+        same_len("fold_adjoint", "l vs a", l.buf.len, n)?;
+        same_len("fold_adjoint", "r vs a", r.buf.len, n)?;
+        if g.buf.len != n && g.buf.len != 1 {
+            return Err(OpError::Shape { op: "fold_adjoint", detail: format!("g has {} elements, a {n}", g.buf.len) });
+        }
+        let (out, shape) = self.new_tensor(a.shape.clone(), dt)?;
+        self.launch(
+            dt,
+            op,
+            "fold_adjoint",
+            n,
+            &[
+                Arg::Buf(&out),
+                Arg::Buf(&l.buf),
+                Arg::Buf(&a.buf),
+                Arg::Buf(&r.buf),
+                Arg::Buf(&g.buf),
+                Arg::I64(n as i64),
+                Arg::I64(i64::from(g.buf.len == n)),
+            ],
+        )?;
+        Ok(self.wrap(out, shape, dt))
+    }
+
+    fn total_form_adjoint(
+        &self,
+        op: HistOp,
+        inds: &GpuIndex<R>,
+        vals: &GpuTensor<R>,
+        hist: &GpuTensor<R>,
+        hist_bar: &GpuTensor<R>,
+    ) -> Result<GpuTensor<R>> {
+        same_dtype("total_form_adjoint", vals, hist)?;
+        let dt = same_dtype("total_form_adjoint", hist, hist_bar)?;
+        if !op.general().is_some_and(|g| g.has_total_form()) {
+            return Err(OpError::Unsupported(format!("the operator {op} has no total form")));
+        }
+        same_len("total_form_adjoint", "indices vs values", inds.buf.len, vals.buf.len)?;
+        same_len("total_form_adjoint", "hist vs hist_bar", hist.buf.len, hist_bar.buf.len)?;
+        let (n, k) = (vals.buf.len, hist.buf.len);
+        let (out, shape) = self.new_tensor(vals.shape.clone(), dt)?;
+        self.launch(
+            dt,
+            op,
+            "total_form_adjoint",
+            n,
+            &[
+                Arg::Buf(&out),
+                Arg::Buf(&inds.buf),
+                Arg::Buf(&vals.buf),
+                Arg::Buf(&hist.buf),
+                Arg::Buf(&hist_bar.buf),
+                Arg::I64(n as i64),
+                Arg::I64(k as i64),
+            ],
+        )?;
         Ok(self.wrap(out, shape, dt))
     }
 
@@ -1494,149 +1652,6 @@ impl<R: KernelRuntime> Ops for KernelDevice<R> {
             ],
         )?;
         Ok(self.wrap(out, shape, dt))
-    }
-
-    // ==== dense ops (kernels in the "dense ops" section of kernels.cl) ====
-    fn broadcast_to(&self, x: &GpuTensor<R>, shape: &[usize]) -> Result<GpuTensor<R>> {
-        let rs = dense::runs("broadcast_to", &x.shape, shape)?;
-        let dt = x.dtype;
-        self.rt.check_dtype(dt)?;
-        let mut cur: Option<Buf<R>> = None;
-        // One broadcast run at a time, innermost first: the runs inside it are already full
-        // size, those outside it still have length 1 where they broadcast.
-        for j in (0..rs.len()).rev().filter(|&j| rs[j].reduced) {
-            let o: usize = rs[..j].iter().map(|r| if r.reduced { 1 } else { r.len }).product();
-            let (r, q) = (rs[j].len, rs[j + 1..].iter().map(|r| r.len).product::<usize>());
-            let n = o * r * q;
-            let out = self.alloc(n, dt.size_bytes())?;
-            let src = cur.as_ref().unwrap_or(&x.buf);
-            self.launch(
-                dt,
-                ADD,
-                "broadcast_orq",
-                n,
-                &[Arg::Buf(&out), Arg::Buf(src), Arg::I64(n as i64), Arg::I64(r as i64), Arg::I64(q as i64)],
-            )?;
-            cur = Some(out);
-        }
-        Ok(match cur {
-            Some(b) => self.wrap(b, shape.to_vec(), dt),
-            // Nothing broadcasts: the same elements (tensors are immutable, so they are shared).
-            None => GpuTensor { buf: x.buf.clone(), shape: shape.to_vec(), dtype: dt },
-        })
-    }
-
-    fn sum_to(&self, x: &GpuTensor<R>, shape: &[usize]) -> Result<GpuTensor<R>> {
-        let rs = dense::runs("sum_to", shape, &x.shape)?;
-        let dt = x.dtype;
-        self.rt.check_dtype(dt)?;
-        let mut lens: Vec<usize> = rs.iter().map(|r| r.len).collect();
-        let mut cur: Option<Buf<R>> = None;
-        // One summed run at a time, innermost first.
-        for j in (0..rs.len()).rev().filter(|&j| rs[j].reduced) {
-            let (o, r) = (lens[..j].iter().product::<usize>(), lens[j]);
-            let q: usize = lens[j + 1..].iter().product();
-            let src = cur.as_ref().unwrap_or(&x.buf);
-            cur = Some(self.sum_orq(dt, src, o, r, q)?);
-            lens[j] = 1;
-        }
-        Ok(match cur {
-            Some(b) => self.wrap(b, shape.to_vec(), dt),
-            None => GpuTensor { buf: x.buf.clone(), shape: shape.to_vec(), dtype: dt },
-        })
-    }
-
-    fn matmul(&self, a: &GpuTensor<R>, ta: bool, b: &GpuTensor<R>, tb: bool) -> Result<GpuTensor<R>> {
-        let dt = same_dtype("matmul", a, b)?;
-        let p = dense::matmul_plan(&a.shape, ta, &b.shape, tb)?;
-        let (out, shape) = self.new_tensor(p.out_shape.clone(), dt)?;
-        if out.len == 0 {
-            return Ok(self.wrap(out, shape, dt));
-        }
-        let ts = self.matmul_tile(dt);
-        let (tiles_m, tiles_n) = (p.m.div_ceil(ts), p.n.div_ceil(ts));
-        let per_batch = tiles_m * tiles_n;
-        let (splits, kc) = matmul_splits(p.batch * per_batch, p.k);
-        let partial = if splits > 1 { Some(self.alloc(splits * out.len, dt.size_bytes())?) } else { None };
-        let stride = |batched: bool, len: usize| if batched { len as i64 } else { 0 };
-        self.rt.launch(
-            dt,
-            ADD,
-            "matmul_tiled",
-            splits * p.batch * per_batch * ts * ts,
-            Some(ts * ts),
-            &[
-                Arg::Buf(partial.as_ref().unwrap_or(&out)),
-                Arg::Buf(&a.buf),
-                Arg::Buf(&b.buf),
-                Arg::I64(p.m as i64),
-                Arg::I64(p.k as i64),
-                Arg::I64(p.n as i64),
-                Arg::I64(stride(p.a_batched, p.m * p.k)),
-                Arg::I64(stride(p.b_batched, p.k * p.n)),
-                Arg::I32(i32::from(ta)),
-                Arg::I32(i32::from(tb)),
-                Arg::I64(p.batch as i64),
-                Arg::I64(tiles_n as i64),
-                Arg::I64(per_batch as i64),
-                Arg::I64(kc as i64),
-                Arg::I64(ts as i64),
-                Arg::Local(2 * ts * ts * dt.size_bytes()),
-            ],
-        )?;
-        if let Some(partial) = partial {
-            // The chunks' partial products in chunk order.
-            let sum = self.sum_orq(dt, &partial, 1, splits, out.len)?;
-            return Ok(self.wrap(sum, shape, dt));
-        }
-        Ok(self.wrap(out, shape, dt))
-    }
-
-    fn arg_reduce_axis(&self, ext: Extremum, x: &GpuTensor<R>, axis: usize) -> Result<(GpuTensor<R>, GpuIndex<R>)> {
-        let (o, r, q) = dense::axis_view("arg_reduce_axis", &x.shape, axis)?;
-        if r == 0 {
-            return Err(OpError::Shape { op: "arg_reduce_axis", detail: format!("empty axis {axis}") });
-        }
-        let dt = x.dtype;
-        let mut shape = x.shape.clone();
-        shape[axis] = 1;
-        let (vals, shape) = self.new_tensor(shape, dt)?;
-        let pos = self.alloc(o * q, 8)?;
-        let is_max = i32::from(ext == Extremum::Max);
-        let (rb, blocks) = axis_blocks(o, r, q);
-        let args = |vals: &Buf<R>, pos: &Buf<R>, src: &Buf<R>, in_pos: Option<&Buf<R>>, r: usize, rb: usize, blocks| {
-            self.launch(
-                dt,
-                ADD,
-                "arg_axis",
-                o * blocks * q,
-                &[
-                    Arg::Buf(vals),
-                    Arg::Buf(pos),
-                    Arg::Buf(src),
-                    // Unread without positions: the source stands in.
-                    Arg::Buf(in_pos.unwrap_or(src)),
-                    Arg::I64(o as i64),
-                    Arg::I64(r as i64),
-                    Arg::I64(q as i64),
-                    Arg::I64(rb as i64),
-                    Arg::I64(blocks as i64),
-                    Arg::I32(is_max),
-                    Arg::I32(i32::from(in_pos.is_some())),
-                ],
-            )
-        };
-        if blocks == 1 {
-            args(&vals, &pos, &x.buf, None, r, rb, 1)?;
-        } else {
-            // The blocks' winners, then the winner among them in block order (ties to the
-            // earlier block, so to the lowest position, as in one pass).
-            let (bv, bp) = (self.alloc(o * blocks * q, dt.size_bytes())?, self.alloc(o * blocks * q, 8)?);
-            args(&bv, &bp, &x.buf, None, r, rb, blocks)?;
-            args(&vals, &pos, &bv, Some(&bp), blocks, blocks, 1)?;
-        }
-        let last = x.buf.len as i64 - 1;
-        Ok((self.wrap(vals, shape, dt), self.wrap_index_within(pos, 0, last)))
     }
 }
 

@@ -88,6 +88,7 @@ pub fn arg_reduce_axis_jvp<B: Ops>(b: &B, y: &B::T, winners: &B::I, dx: &B::T) -
 
 #[cfg(test)]
 mod tests {
+    use crate::prelude::*;
     use crate::{BinaryOp, Cpu, DType, Extremum, Forward, Ops, Reverse, TensorMeta, UnaryOp};
 
     /// A scalar function of two inputs through every dense op and convenience.

@@ -6,7 +6,7 @@
 //! second derivatives as not differentiable.
 
 use crate::general;
-use crate::ops::TensorMeta;
+use crate::ops::{ElementwiseOps, TensorMeta};
 use crate::{BinaryOp, HistOp, OpError, Operand, Ops, Result, UnaryOp};
 
 /// Sums `g` down to `shape` when the operand of that shape was broadcast.
@@ -18,15 +18,15 @@ pub fn unbroadcast<B: Ops>(b: &B, g: &B::T, shape: &[usize]) -> Result<B::T> {
     b.reshape(&s, shape)
 }
 
-/// Adjoint of `x` for `y = op(x)`: the engine's [`Ops::unary_adjoint`] (one fused kernel on
-/// the CPU device, [`unary_vjp_composed`] elsewhere).
+/// Adjoint of `x` for `y = op(x)`: the engine's [`crate::RuleKernels::unary_adjoint`] (one fused
+/// kernel on the CPU device, [`unary_vjp_composed`] elsewhere).
 pub fn unary_vjp<B: Ops>(b: &B, op: UnaryOp, x: &B::T, y: &B::T, g: &B::T) -> Result<Option<B::T>> {
     b.unary_adjoint(op, x, y, g)
 }
 
 /// Adjoint of `x` for `y = op(x)` composed from elementwise ops. A fused kernel must keep this
 /// order of operations (so that it rounds the same way).
-pub fn unary_vjp_composed<B: Ops>(b: &B, op: UnaryOp, x: &B::T, y: &B::T, g: &B::T) -> Result<Option<B::T>> {
+pub fn unary_vjp_composed<B: ElementwiseOps>(b: &B, op: UnaryOp, x: &B::T, y: &B::T, g: &B::T) -> Result<Option<B::T>> {
     let dt = x.dtype();
     let gx = match op {
         UnaryOp::Neg => b.neg(g)?,
@@ -246,6 +246,7 @@ pub fn select_vjp<B: Ops>(b: &B, mask: &B::T, a_shape: &[usize], c_shape: &[usiz
 
 #[cfg(test)]
 mod tests {
+    use crate::prelude::*;
     use crate::{Cpu, DType, Ops, Reverse};
 
     use super::*;

@@ -41,7 +41,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::ops::{Extremum, OutOfRange, TensorMeta};
+use crate::ops::{Extremum, OutOfRange, RuleKernels, TensorMeta, TensorOps};
 use crate::{BinaryOp, HistOp, OpError, Operand, Ops, Result, ScanSpec};
 
 /// Which reverse rule `reduce_by_index` uses.
@@ -87,7 +87,7 @@ impl FromStr for HistRule {
 }
 
 /// The pullback of a histogram: `(dest_bar, vals_bar)` from `hist_bar`.
-pub type HistPullback<B> = Box<dyn Fn(&B, &<B as Ops>::T) -> Result<(<B as Ops>::T, <B as Ops>::T)>>;
+pub type HistPullback<B> = Box<dyn Fn(&B, &<B as TensorOps>::T) -> Result<(<B as TensorOps>::T, <B as TensorOps>::T)>>;
 
 /// Runs the forward sweep of `reduce_by_index` under `rule` and returns the histogram with its
 /// pullback.
@@ -233,9 +233,10 @@ fn general_sort_rule<B: Ops>(
     Ok((hist, Box::new(pullback)))
 }
 
-/// [`Ops::sorted_vals_adjoint`] composed from the sort, gathers and segmented scans (its default
-/// for devices without a fused kernel; also the reference the fused kernels are tested against).
-pub fn sorted_vals_adjoint_composed<B: Ops>(
+/// [`RuleKernels::sorted_vals_adjoint`] composed from the sort, gathers and segmented scans (its
+/// default for devices without a fused kernel; also the reference the fused kernels are tested
+/// against).
+pub fn sorted_vals_adjoint_composed<B: RuleKernels>(
     b: &B,
     op: HistOp,
     inds: &B::I,
@@ -391,12 +392,46 @@ pub fn prod_vals_adjoint_jvp<B: Ops>(
     Ok(dot)
 }
 
+/// Reverse rule of the `*` rule kernel `prod_nonzero_by_index`: `dp/dv = p / v` for a non-zero
+/// value in range, else 0, so `vals_bar = prod_vals_adjoint(inds, vals, p_bar * p, 0)`, which
+/// never divides by zero.
+pub fn prod_nonzero_by_index_vjp<B: Ops>(b: &B, inds: &B::I, vals: &B::T, p: &B::T, p_bar: &B::T) -> Result<B::T> {
+    let c0 = b.mul(p_bar, p)?;
+    let c1 = b.zeros_like(&c0)?;
+    b.prod_vals_adjoint(inds, vals, &c0, &c1)
+}
+
+/// Reverse rule of the `*` rule kernel `prod_vals_adjoint` (`out = v == 0 ? c1[bin] : c0[bin] / v`,
+/// 0 out of range): `(vals_bar, c0_bar, c1_bar)` with `c0_bar` the per-bin sum of `g / v` over
+/// non-zero values, `c1_bar` that of `g` over zero values, and `vals_bar = -g out / v` (0 at zero
+/// values). `1 / v` comes from the kernel itself (`c0 = 1, c1 = 0`), so nothing divides by zero.
+pub fn prod_vals_adjoint_vjp<B: Ops>(
+    b: &B,
+    inds: &B::I,
+    vals: &B::T,
+    c0: &B::T,
+    c1: &B::T,
+    out: &B::T,
+    g: &B::T,
+) -> Result<(B::T, B::T, B::T)> {
+    let dt = vals.dtype();
+    let recip = b.prod_vals_adjoint(inds, vals, &b.full(c0.shape(), 1.0, dt)?, &b.zeros_like(c1)?)?;
+    let c0_bar = b.reduce_by_index(&b.zeros_like(c0)?, HistOp::Add, inds, &b.mul(g, &recip)?)?;
+    let zero = b.scalar(0.0, dt)?;
+    let is_zero = b.binary(BinaryOp::Eq, vals, &zero)?;
+    let at_zeros = b.select(&is_zero, g, &zero)?;
+    let c1_bar = b.reduce_by_index(&b.zeros_like(c1)?, HistOp::Add, inds, &at_zeros)?;
+    let vals_bar = b.neg(&b.mul(&b.mul(g, out)?, &recip)?)?;
+    Ok((vals_bar, c0_bar, c1_bar))
+}
+
 #[cfg(test)]
 mod tests {
+    use crate::prelude::*;
     use proptest::prelude::*;
 
     use super::*;
-    use crate::{Cpu, DType, OpError, Ops, Reverse, oracle};
+    use crate::{Cpu, DType, OpError, Reverse, oracle};
 
     struct Out {
         hist: Vec<f64>,
@@ -863,6 +898,49 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// `<g, J d> == <J^T g, d>`: the reverse rules of the `*` histogram's primitives against
+    /// their forward rules, with zeros and out-of-range indices.
+    #[test]
+    fn prod_primitives_reverse_rules_are_the_transposes_of_their_forward_rules() {
+        let c = cpu();
+        let dt = DType::F64;
+        let inds = [0, 1, 0, 2, -1, 1, 0, 5];
+        let vals = [1.5, 0.0, -2.0, 0.5, 3.0, 4.0, 0.0, 2.0];
+        let dv = [0.3, -1.0, 0.7, 0.2, 1.1, -0.4, 0.9, 0.6];
+        let k = 3;
+        let t = |x: &[f64]| c.tensor(x, &[x.len()], dt).unwrap();
+        let ix = c.index(&inds).unwrap();
+        let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f64>();
+        let close = |a: f64, b: f64| assert!((a - b).abs() <= 1e-12 * a.abs().max(1.0), "{a} vs {b}");
+
+        let f = crate::Forward::new(c.clone());
+        let (p, _) = f.prod_nonzero_by_index(&ix, &f.dual(t(&vals), t(&dv)).unwrap(), k).unwrap();
+        let jd = c.to_vec(&f.tangent(&p).unwrap()).unwrap();
+        let r = Reverse::new(c.clone());
+        let v = r.var(t(&vals));
+        let (p, _) = r.prod_nonzero_by_index(&ix, &v, k).unwrap();
+        let p_bar = [1.0, -2.0, 0.5];
+        let g = r.backward(&p, t(&p_bar)).unwrap();
+        close(dot(&p_bar, &jd), dot(&c.to_vec(g.get(&v).unwrap()).unwrap(), &dv));
+
+        let (c0, c1, dc0, dc1) = ([2.0, -1.0, 0.5], [0.25, 3.0, -4.0], [0.5, 1.5, -1.0], [-0.75, 0.5, 2.0]);
+        let out = f
+            .prod_vals_adjoint(
+                &ix,
+                &f.dual(t(&vals), t(&dv)).unwrap(),
+                &f.dual(t(&c0), t(&dc0)).unwrap(),
+                &f.dual(t(&c1), t(&dc1)).unwrap(),
+            )
+            .unwrap();
+        let jd = c.to_vec(&f.tangent(&out).unwrap()).unwrap();
+        let (v, w0, w1) = (r.var(t(&vals)), r.var(t(&c0)), r.var(t(&c1)));
+        let out = r.prod_vals_adjoint(&ix, &v, &w0, &w1).unwrap();
+        let out_bar = [1.0, 0.5, -1.0, 2.0, 0.25, -0.5, 1.5, 3.0];
+        let g = r.backward(&out, t(&out_bar)).unwrap();
+        let grad = |x| c.to_vec(g.get(x).unwrap()).unwrap();
+        close(dot(&out_bar, &jd), dot(&grad(&v), &dv) + dot(&grad(&w0), &dc0) + dot(&grad(&w1), &dc1));
     }
 
     #[test]

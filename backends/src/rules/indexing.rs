@@ -44,7 +44,8 @@ pub fn scatter_vjp<B: Ops>(b: &B, idx: &B::I, vals: &B::T, g: &B::T) -> Result<(
 
 #[cfg(test)]
 mod tests {
-    use crate::{Cpu, DType, OpError, Ops, Reverse};
+    use crate::prelude::*;
+    use crate::{Cpu, DType, OpError, Reverse};
 
     use super::*;
 

@@ -8,12 +8,12 @@
 //! Forward rules: `+` sums the tangent; min/max (and general operators with a tie break) gather
 //! the winner's tangent from the arg-histogram; `*` and general operators lift to dual numbers.
 
-use crate::ops::{OutOfRange, TensorMeta};
+use crate::ops::{OutOfRange, TensorMeta, TensorOps};
 use crate::rules::hist::{self, HistRule};
 use crate::{HistOp, Ops, Result, ScanSpec};
 
 /// A reduction's pullback: the adjoint of x from the adjoint of the one-element result.
-pub type ReducePullback<B> = Box<dyn Fn(&B, &<B as Ops>::T) -> Result<<B as Ops>::T>>;
+pub type ReducePullback<B> = Box<dyn Fn(&B, &<B as TensorOps>::T) -> Result<<B as TensorOps>::T>>;
 
 /// Runs `reduce(op, x)` and returns it with its pullback.
 pub fn reduce_vjp<B: Ops>(b: &B, op: HistOp, x: &B::T) -> Result<(B::T, ReducePullback<B>)> {
@@ -70,7 +70,8 @@ pub fn reduce_jvp<B: Ops>(b: &B, op: HistOp, x: &B::T, y: &B::T, dx: &B::T) -> R
 
 #[cfg(test)]
 mod tests {
-    use crate::{Cpu, DType, Ops, Reverse};
+    use crate::prelude::*;
+    use crate::{Cpu, DType, Reverse};
 
     use super::*;
 

@@ -16,16 +16,16 @@
 //!   an exclusive scan, whose output at j is `Y[prev]`, z is directly the exclusive recurrence
 //!   of ybar with multipliers m.
 //!
-//! Both recurrences are [`Ops::linear_recurrence`], the scan of affine maps. For `+` the
+//! Both recurrences are [`crate::ScanOps::linear_recurrence`], the scan of affine maps. For `+` the
 //! multipliers are 1 and the VJP is the scan of the adjoint in the other direction (suffix sums).
 //! Asymmetric min/max partials give ties to the left operand, the earlier state, matching the
 //! scan's own tie policy.
 
-use crate::ops::TensorMeta;
+use crate::ops::{TensorMeta, TensorOps};
 use crate::{HistOp, Operand, Ops, Result, ScanSpec};
 
 /// A scan's pullback: the adjoint of x from the adjoint of the scan.
-pub type ScanPullback<B> = Box<dyn Fn(&B, &<B as Ops>::T) -> Result<<B as Ops>::T>>;
+pub type ScanPullback<B> = Box<dyn Fn(&B, &<B as TensorOps>::T) -> Result<<B as TensorOps>::T>>;
 
 /// The adjoint of the inclusive states of a recurrence with multipliers `m`, from the adjoint
 /// `ybar` of its outputs (inclusive or exclusive per `spec`).
@@ -91,7 +91,8 @@ pub fn scan_jvp<B: Ops>(
 }
 
 /// A linear recurrence's pullback: the adjoints of a and b.
-pub type RecurrencePullback<B> = Box<dyn Fn(&B, &<B as Ops>::T) -> Result<(<B as Ops>::T, <B as Ops>::T)>>;
+pub type RecurrencePullback<B> =
+    Box<dyn Fn(&B, &<B as TensorOps>::T) -> Result<(<B as TensorOps>::T, <B as TensorOps>::T)>>;
 
 fn recurrence_prev<B: Ops>(
     b: &B,
@@ -154,6 +155,7 @@ pub fn linear_recurrence_jvp<B: Ops>(
 
 #[cfg(test)]
 mod tests {
+    use crate::prelude::*;
     use proptest::prelude::*;
 
     use super::*;

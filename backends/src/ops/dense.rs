@@ -1,0 +1,59 @@
+//! Dense ops (k-means, GMM, LSTM, BA): broadcasting, sums to a shape, matrix products and
+//! arg-reductions along an axis. Rules in `rules/dense.rs`.
+
+use super::{BinaryOp, ElementwiseOps, Extremum, TensorMeta, UnaryOp};
+use crate::Result;
+
+/// Dense ops, with the axis conveniences workloads use as provided methods.
+pub trait DenseOps: ElementwiseOps {
+    // Shapes broadcast as in numpy (trailing alignment; a dimension of 1 stretches). Each op has
+    // rules in `rules/dense.rs`. There are no default bodies: a host fallback would hide a read
+    // back and an upload inside every timed region, so every device implements these with its
+    // own kernels, or returns `OpError::Unsupported` naming the op.
+
+    /// `x` broadcast to `shape`.
+    fn broadcast_to(&self, x: &Self::T, shape: &[usize]) -> Result<Self::T>;
+    /// `x` summed down to `shape`, a shape that broadcasts to x's (the adjoint of broadcast_to).
+    fn sum_to(&self, x: &Self::T, shape: &[usize]) -> Result<Self::T>;
+    /// `op(a) op(b)` with `op(x)` the transpose of the last two dimensions when its flag is set;
+    /// batch dimensions (all but the last two) are equal, or one operand is two-dimensional and
+    /// shared by every batch. Zero entries of `op(a)` are skipped (`0 * inf` never enters a sum).
+    fn matmul(&self, a: &Self::T, ta: bool, b: &Self::T, tb: bool) -> Result<Self::T>;
+    /// Minimum or maximum along `axis` (kept with length 1) and the flat position in `x` of each
+    /// winner (ties go to the lowest position along the axis; NaN never wins against a number,
+    /// and an all-NaN line reports its first position). An empty axis is an error.
+    fn arg_reduce_axis(&self, ext: Extremum, x: &Self::T, axis: usize) -> Result<(Self::T, Self::I)>;
+
+    // ---- dense conveniences composed from the above ----
+    /// A binary op with numpy broadcasting.
+    fn broadcast_binary(&self, op: BinaryOp, a: &Self::T, b: &Self::T) -> Result<Self::T> {
+        let shape = crate::cpu::dense::broadcast_shapes("broadcast_binary", a.shape(), b.shape())?;
+        let widen = |x: &Self::T| -> Result<Self::T> {
+            if x.shape() == shape.as_slice() || x.numel() == 1 { Ok(x.clone()) } else { self.broadcast_to(x, &shape) }
+        };
+        let y = self.binary(op, &widen(a)?, &widen(b)?)?;
+        if y.shape() == shape.as_slice() { Ok(y) } else { self.reshape(&y, &shape) }
+    }
+    /// Sum along `axis`, kept with length 1.
+    fn sum_axis(&self, x: &Self::T, axis: usize) -> Result<Self::T> {
+        crate::cpu::dense::axis_view("sum_axis", x.shape(), axis)?;
+        let mut shape = x.shape().to_vec();
+        shape[axis] = 1;
+        self.sum_to(x, &shape)
+    }
+    /// Maximum along `axis`, kept with length 1.
+    fn max_axis(&self, x: &Self::T, axis: usize) -> Result<Self::T> {
+        Ok(self.arg_reduce_axis(Extremum::Max, x, axis)?.0)
+    }
+    /// Minimum along `axis`, kept with length 1.
+    fn min_axis(&self, x: &Self::T, axis: usize) -> Result<Self::T> {
+        Ok(self.arg_reduce_axis(Extremum::Min, x, axis)?.0)
+    }
+    /// `log(sum(exp(x)))` along `axis` (kept with length 1), with the maximum subtracted first so
+    /// that nothing overflows: `m + log(sum(exp(x - m)))`.
+    fn logsumexp_axis(&self, x: &Self::T, axis: usize) -> Result<Self::T> {
+        let m = self.max_axis(x, axis)?;
+        let e = self.unary(UnaryOp::Exp, &self.broadcast_binary(BinaryOp::Sub, x, &m)?)?;
+        self.add(&m, &self.unary(UnaryOp::Log, &self.sum_axis(&e, axis)?)?)
+    }
+}

@@ -1,0 +1,113 @@
+//! Elementwise ops: unary and binary operators, select, index masks, and an associative
+//! operator's `a op b` and partials. Rules in `rules/elementwise.rs`.
+
+use super::{HistOp, TensorMeta, TensorOps};
+use crate::{DType, Result};
+
+/// Elementwise unary operators.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UnaryOp {
+    Neg,
+    Exp,
+    Log,
+    Log1p,
+    Sin,
+    Cos,
+    Sqrt,
+    Tanh,
+    Sigmoid,
+    Abs,
+    /// -1, 0 or 1 (0 at 0); its derivative is 0.
+    Sign,
+    Recip,
+    Square,
+}
+
+impl UnaryOp {
+    /// Every unary operator (tests run each rule over this list).
+    pub const ALL: [UnaryOp; 13] = [
+        UnaryOp::Neg,
+        UnaryOp::Exp,
+        UnaryOp::Log,
+        UnaryOp::Log1p,
+        UnaryOp::Sin,
+        UnaryOp::Cos,
+        UnaryOp::Sqrt,
+        UnaryOp::Tanh,
+        UnaryOp::Sigmoid,
+        UnaryOp::Abs,
+        UnaryOp::Sign,
+        UnaryOp::Recip,
+        UnaryOp::Square,
+    ];
+}
+
+/// Elementwise binary operators. Comparisons return 1.0 or 0.0 in the operands' dtype.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Pow,
+    Min,
+    Max,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    Eq,
+}
+
+impl BinaryOp {
+    pub fn is_comparison(self) -> bool {
+        matches!(self, BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge | BinaryOp::Eq)
+    }
+}
+
+/// Which operand of a binary operator a partial is taken with respect to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Operand {
+    /// d(a op b)/da, "d1".
+    Left,
+    /// d(a op b)/db, "d2".
+    Right,
+}
+
+/// Elementwise ops, with the arithmetic conveniences workloads use as provided methods.
+pub trait ElementwiseOps: TensorOps {
+    fn unary(&self, op: UnaryOp, x: &Self::T) -> Result<Self::T>;
+    /// Binary op on equal shapes, or with one operand of a single element broadcast.
+    fn binary(&self, op: BinaryOp, a: &Self::T, b: &Self::T) -> Result<Self::T>;
+    /// `mask != 0 ? a : b`, elementwise (a or b may be a single element). Derivatives flow to a
+    /// and b, never to the mask.
+    fn select(&self, mask: &Self::T, a: &Self::T, b: &Self::T) -> Result<Self::T>;
+    /// 1.0 where `i == value`, else 0.0, in `dtype`: turns index results into masks.
+    fn index_eq(&self, i: &Self::I, value: i64, dtype: DType) -> Result<Self::T>;
+    /// Elementwise `a op b` (broadcasting like [`ElementwiseOps::binary`]).
+    fn combine(&self, op: HistOp, a: &Self::T, b: &Self::T) -> Result<Self::T>;
+    /// Elementwise partial of `a op b` with respect to one operand (broadcasting).
+    fn combine_partial(&self, op: HistOp, side: Operand, a: &Self::T, b: &Self::T) -> Result<Self::T>;
+
+    // ---- conveniences composed from the above ----
+    fn add(&self, a: &Self::T, b: &Self::T) -> Result<Self::T> {
+        self.binary(BinaryOp::Add, a, b)
+    }
+    fn sub(&self, a: &Self::T, b: &Self::T) -> Result<Self::T> {
+        self.binary(BinaryOp::Sub, a, b)
+    }
+    fn mul(&self, a: &Self::T, b: &Self::T) -> Result<Self::T> {
+        self.binary(BinaryOp::Mul, a, b)
+    }
+    fn div(&self, a: &Self::T, b: &Self::T) -> Result<Self::T> {
+        self.binary(BinaryOp::Div, a, b)
+    }
+    fn neg(&self, a: &Self::T) -> Result<Self::T> {
+        self.unary(UnaryOp::Neg, a)
+    }
+    /// Multiplies by a constant.
+    fn scale(&self, a: &Self::T, c: f64) -> Result<Self::T> {
+        let s = self.scalar(c, a.dtype())?;
+        self.mul(a, &s)
+    }
+}

@@ -1,0 +1,175 @@
+//! Generalised histograms (`reduce_by_index`) and the associative operators they, reductions
+//! and scans take. Rules in `rules/hist.rs`.
+
+use std::fmt;
+use std::str::FromStr;
+
+use super::{Operand, TensorOps};
+use crate::Result;
+use crate::general::{self, GeneralOp};
+
+/// An associative and commutative operator with its neutral element, as used by reductions,
+/// scans and `reduce_by_index`: the four special operators, which have their own rules and
+/// kernels, or a general operator given as data ([`GeneralOp`]; a static reference keeps
+/// `HistOp` `Copy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HistOp {
+    Add,
+    Mul,
+    Min,
+    Max,
+    General(&'static GeneralOp),
+}
+
+impl HistOp {
+    /// The special operators.
+    pub const ALL: [HistOp; 4] = [HistOp::Add, HistOp::Mul, HistOp::Min, HistOp::Max];
+
+    /// Every operator with a name users can ask for: the special ones, then the shipped general
+    /// operators (`logaddexp`, `hypot`, and the general versions of the special ones).
+    pub fn named() -> Vec<HistOp> {
+        let mut out = HistOp::ALL.to_vec();
+        out.extend(general::ALL.iter().map(|&g| HistOp::General(g)));
+        out
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            HistOp::Add => "add",
+            HistOp::Mul => "mul",
+            HistOp::Min => "min",
+            HistOp::Max => "max",
+            HistOp::General(g) => g.name,
+        }
+    }
+
+    /// The neutral element: `combine(neutral, x) == x` for every x.
+    pub fn neutral(self) -> f64 {
+        match self {
+            HistOp::Add => 0.0,
+            HistOp::Mul => 1.0,
+            HistOp::Min => f64::INFINITY,
+            HistOp::Max => f64::NEG_INFINITY,
+            HistOp::General(g) => g.neutral,
+        }
+    }
+
+    /// The min/max kind, for the special operators that have an arg-histogram.
+    pub fn extremum(self) -> Option<Extremum> {
+        match self {
+            HistOp::Min => Some(Extremum::Min),
+            HistOp::Max => Some(Extremum::Max),
+            _ => None,
+        }
+    }
+
+    /// The min/max kind of any operator whose ties make a lifted (dual-number) reduction
+    /// order-dependent: the special min/max and general operators declaring a tie break.
+    pub fn tie_break(self) -> Option<Extremum> {
+        match self {
+            HistOp::General(g) => g.tie_break,
+            op => op.extremum(),
+        }
+    }
+
+    /// The general operator, if this is one.
+    pub fn general(self) -> Option<&'static GeneralOp> {
+        match self {
+            HistOp::General(g) => Some(g),
+            _ => None,
+        }
+    }
+
+    /// Applies the operator in f64 (used by oracles and the sequential reference).
+    pub fn combine(self, a: f64, b: f64) -> f64 {
+        match self {
+            HistOp::Add => a + b,
+            HistOp::Mul => a * b,
+            HistOp::Min => {
+                if b < a {
+                    b
+                } else {
+                    a
+                }
+            }
+            HistOp::Max => {
+                if b > a {
+                    b
+                } else {
+                    a
+                }
+            }
+            HistOp::General(g) => g.combine(a, b),
+        }
+    }
+
+    /// The partial of `a op b` with respect to one operand, in f64 (asymmetric for min/max:
+    /// the left operand wins ties).
+    pub fn partial(self, side: Operand, a: f64, b: f64) -> f64 {
+        let g = general::as_general(self);
+        match side {
+            Operand::Left => g.d1(a, b),
+            Operand::Right => g.d2(a, b),
+        }
+    }
+}
+
+impl fmt::Display for HistOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for HistOp {
+    type Err = String;
+    /// `add`, `mul`, `min`, `max` are the special operators; any other name is looked up among
+    /// the shipped general operators (`logaddexp`, `hypot`, `general-add`, ...).
+    fn from_str(s: &str) -> Result<Self, String> {
+        HistOp::named().into_iter().find(|op| op.name() == s).ok_or_else(|| {
+            let names: Vec<&str> = HistOp::named().iter().map(|op| op.name()).collect();
+            format!("unknown operator '{s}' (expected one of {})", names.join(", "))
+        })
+    }
+}
+
+/// Minimum or maximum, for the arg-histogram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Extremum {
+    Min,
+    Max,
+}
+
+impl Extremum {
+    /// Does `(a, pa)` beat `(b, pb)`? Ties go to the lower position (dest sits at -1, so dest
+    /// wins ties). NaN never beats anything.
+    #[inline]
+    pub fn beats<T: PartialOrd>(self, a: T, pa: i64, b: T, pb: i64) -> bool {
+        match self {
+            Extremum::Min => a < b || (a == b && pa < pb),
+            Extremum::Max => a > b || (a == b && pa < pb),
+        }
+    }
+}
+
+/// Generalised histograms, and the two primitives of the `*` histogram's rules (they have
+/// derivative rules of their own, so engines nest through the `*` rule).
+pub trait HistOps: TensorOps {
+    /// `hist = dest; for i in order: if 0 <= inds[i] < k { hist[inds[i]] = hist[inds[i]] op vals[i] }`
+    /// with `k = len(dest)`; out-of-range indices are legal and ignored.
+    fn reduce_by_index(&self, dest: &Self::T, op: HistOp, inds: &Self::I, vals: &Self::T) -> Result<Self::T>;
+    /// The arg-histogram: per bin the winning value and its position (-1 when dest wins; ties go
+    /// to the lowest position, so dest wins ties).
+    fn arg_reduce_by_index(
+        &self,
+        dest: &Self::T,
+        ext: Extremum,
+        inds: &Self::I,
+        vals: &Self::T,
+    ) -> Result<(Self::T, Self::I)>;
+
+    /// Per bin of `k`: the product of the non-zero values and the number of zeros.
+    fn prod_nonzero_by_index(&self, inds: &Self::I, vals: &Self::T, k: usize) -> Result<(Self::T, Self::I)>;
+    /// `out[i] = vals[i] == 0 ? c1[inds[i]] : c0[inds[i]] / vals[i]`, 0 for out-of-range
+    /// indices: the `*` histogram's value adjoint without ever dividing by zero.
+    fn prod_vals_adjoint(&self, inds: &Self::I, vals: &Self::T, c0: &Self::T, c1: &Self::T) -> Result<Self::T>;
+}

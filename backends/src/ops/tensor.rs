@@ -1,0 +1,58 @@
+//! The base of every op family: the engine's tensor types, creation, read-back and layout.
+//! Tensors made here are constants (no AD engine tracks them).
+
+use crate::{DType, Result};
+
+/// Shape and dtype of a value tensor.
+pub trait TensorMeta {
+    fn shape(&self) -> &[usize];
+    fn dtype(&self) -> DType;
+    fn numel(&self) -> usize {
+        self.shape().iter().product()
+    }
+}
+
+/// Length of an index tensor (always one-dimensional).
+pub trait IndexMeta {
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Tensor types, creation, read-back and layout: what every other op family builds on. Ops take
+/// `&self` and return new tensors; tensors are immutable, cheap-to-clone handles.
+pub trait TensorOps: Clone + 'static {
+    /// A value tensor (f32 or f64).
+    type T: Clone + TensorMeta + 'static;
+    /// An index tensor (i64, one-dimensional).
+    type I: Clone + IndexMeta + 'static;
+
+    /// A short name for the engine stack, e.g. `reverse(cpu)`.
+    fn engine_name(&self) -> String;
+
+    // ---- creation and read-back (constants; never tracked) ----
+    /// A tensor of `dtype` from f64 data (rounded to the dtype).
+    fn tensor(&self, data: &[f64], shape: &[usize], dtype: DType) -> Result<Self::T>;
+    /// A tensor filled with one value.
+    fn full(&self, shape: &[usize], value: f64, dtype: DType) -> Result<Self::T>;
+    /// An index tensor.
+    fn index(&self, data: &[i64]) -> Result<Self::I>;
+    /// The values of a tensor (primal values, for AD engines), widened to f64.
+    fn to_vec(&self, t: &Self::T) -> Result<Vec<f64>>;
+    /// The entries of an index tensor.
+    fn index_to_vec(&self, i: &Self::I) -> Result<Vec<i64>>;
+
+    // ---- layout ----
+    /// Same data, new shape with the same number of elements.
+    fn reshape(&self, t: &Self::T, shape: &[usize]) -> Result<Self::T>;
+
+    /// Zeros of `t`'s shape and dtype.
+    fn zeros_like(&self, t: &Self::T) -> Result<Self::T> {
+        self.full(t.shape(), 0.0, t.dtype())
+    }
+    /// A one-element tensor of `dtype`.
+    fn scalar(&self, value: f64, dtype: DType) -> Result<Self::T> {
+        self.full(&[1], value, dtype)
+    }
+}
