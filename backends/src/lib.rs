@@ -34,6 +34,7 @@ pub mod oracle;
 pub mod registry;
 pub mod reverse;
 pub mod rules;
+pub mod shape;
 
 pub use cpu::Cpu;
 pub use cuda::Cuda;

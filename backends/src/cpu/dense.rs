@@ -7,62 +7,10 @@
 use rayon::prelude::*;
 
 use crate::ops::Extremum;
+use crate::shape::{MatmulPlan, Run, axis_view, matmul_plan, runs};
 use crate::{Elem, OpError, Result};
 
 use super::kernels::PAR_MIN;
-
-/// One run of merged dimensions: `reduced` when the small shape has 1 there and the big one
-/// does not (broadcast forwards, summed backwards).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) struct Run {
-    pub reduced: bool,
-    pub len: usize,
-}
-
-/// numpy's broadcast of two shapes (trailing alignment; a dimension of 1 stretches).
-pub fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
-    let r = a.len().max(b.len());
-    let at = |s: &[usize], i: usize| if i + s.len() >= r { s[i + s.len() - r] } else { 1 };
-    (0..r)
-        .map(|i| {
-            let (x, y) = (at(a, i), at(b, i));
-            if x == y || y == 1 {
-                Ok(x)
-            } else if x == 1 {
-                Ok(y)
-            } else {
-                Err(OpError::Shape { op, detail: format!("{a:?} vs {b:?} do not broadcast") })
-            }
-        })
-        .collect()
-}
-
-/// The merged runs of `small` broadcast to `big` (an error when it does not broadcast).
-pub(crate) fn runs(op: &'static str, small: &[usize], big: &[usize]) -> Result<Vec<Run>> {
-    if small.len() > big.len() {
-        return Err(OpError::Shape { op, detail: format!("{small:?} has more dimensions than {big:?}") });
-    }
-    let pad = big.len() - small.len();
-    let mut out: Vec<Run> = Vec::new();
-    for (i, &n) in big.iter().enumerate() {
-        let s = if i < pad { 1 } else { small[i - pad] };
-        if n == 1 && s == 1 {
-            continue;
-        }
-        let reduced = if s == n {
-            false
-        } else if s == 1 {
-            true
-        } else {
-            return Err(OpError::Shape { op, detail: format!("{small:?} does not broadcast to {big:?}") });
-        };
-        match out.last_mut() {
-            Some(r) if r.reduced == reduced => r.len *= n,
-            _ => out.push(Run { reduced, len: n }),
-        }
-    }
-    Ok(out)
-}
 
 /// The runs as (outer kept O, reduced R, inner kept Q) when they have that form.
 fn orq(runs: &[Run]) -> Option<(usize, usize, usize)> {
@@ -166,14 +114,6 @@ pub fn sum_to<T: Elem>(x: &[T], big: &[usize], small: &[usize], out: &mut [T]) -
     Ok(())
 }
 
-/// The (O, R, Q) view of `shape` around `axis`.
-pub fn axis_view(op: &'static str, shape: &[usize], axis: usize) -> Result<(usize, usize, usize)> {
-    if axis >= shape.len() {
-        return Err(OpError::Shape { op, detail: format!("axis {axis} of a tensor of shape {shape:?}") });
-    }
-    Ok((shape[..axis].iter().product(), shape[axis], shape[axis + 1..].iter().product()))
-}
-
 /// Per (a, c) of the (O, R, Q) view, the winning value over b and its flat position (ties go to
 /// the lowest b; NaN never wins, so an all-NaN line reports position a*R*Q + c and value NaN).
 pub fn arg_reduce_axis<T: Elem>(
@@ -209,52 +149,6 @@ pub fn arg_reduce_axis<T: Elem>(
             .enumerate()
             .for_each(|(a, (v, p))| line(a, v, p));
     }
-}
-
-/// Batch, rows, inner and columns of `op(a) op(b)` for shapes `[.., m, k]`-style operands with
-/// equal batch dimensions (a two-dimensional operand is shared by every batch), and the shape
-/// of the result.
-#[derive(Clone, Debug, PartialEq)]
-pub struct MatmulPlan {
-    pub batch: usize,
-    pub m: usize,
-    pub k: usize,
-    pub n: usize,
-    pub a_batched: bool,
-    pub b_batched: bool,
-    pub out_shape: Vec<usize>,
-}
-
-pub fn matmul_plan(a: &[usize], ta: bool, b: &[usize], tb: bool) -> Result<MatmulPlan> {
-    let bad = |why: &str| OpError::Shape { op: "matmul", detail: format!("{a:?} (t={ta}) x {b:?} (t={tb}): {why}") };
-    if a.len() < 2 || b.len() < 2 {
-        return Err(bad("operands need at least two dimensions"));
-    }
-    let (ab, bb) = (&a[..a.len() - 2], &b[..b.len() - 2]);
-    let batch_dims = match (ab.is_empty(), bb.is_empty()) {
-        (_, true) => ab.to_vec(),
-        (true, false) => bb.to_vec(),
-        (false, false) if ab == bb => ab.to_vec(),
-        _ => return Err(bad("batch dimensions differ")),
-    };
-    let (ar, ac) = (a[a.len() - 2], a[a.len() - 1]);
-    let (br, bc) = (b[b.len() - 2], b[b.len() - 1]);
-    let (m, k) = if ta { (ac, ar) } else { (ar, ac) };
-    let (k2, n) = if tb { (bc, br) } else { (br, bc) };
-    if k != k2 {
-        return Err(bad("inner dimensions differ"));
-    }
-    let mut out_shape = batch_dims.clone();
-    out_shape.extend([m, n]);
-    Ok(MatmulPlan {
-        batch: batch_dims.iter().product(),
-        m,
-        k,
-        n,
-        a_batched: !ab.is_empty(),
-        b_batched: !bb.is_empty(),
-        out_shape,
-    })
 }
 
 /// `rows x cols` row-major -> its transpose.
@@ -335,6 +229,7 @@ pub fn matmul<T: Elem>(a: &[T], ta: bool, b: &[T], tb: bool, p: &MatmulPlan, out
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::shape::broadcast_shapes;
 
     #[test]
     fn broadcast_and_sum_to_are_adjoint_on_every_layout() {

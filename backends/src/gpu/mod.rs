@@ -27,10 +27,10 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::checks::{broadcast_shape, same_dtype, same_len};
-use crate::cpu::dense;
 use crate::device::{Device, DeviceMemory, Transfers};
 use crate::ops::{ChunkedHist, Extremum, IndexMeta, Operand, OutOfRange, ScanSpec, TensorMeta};
 use crate::ops::{DenseOps, ElementwiseOps, HistOps, IndexOps, ReduceOps, RuleKernels, ScanOps, TensorOps};
+use crate::shape;
 use crate::{BinaryOp, DType, HistOp, OpError, Result, UnaryOp};
 
 /// A device buffer of raw bytes (values or i64 indices) with its element count.
@@ -1272,7 +1272,7 @@ impl<R: KernelRuntime> ScanOps for KernelDevice<R> {
 
 impl<R: KernelRuntime> DenseOps for KernelDevice<R> {
     fn broadcast_to(&self, x: &GpuTensor<R>, shape: &[usize]) -> Result<GpuTensor<R>> {
-        let rs = dense::runs("broadcast_to", &x.shape, shape)?;
+        let rs = shape::runs("broadcast_to", &x.shape, shape)?;
         let dt = x.dtype;
         self.rt.check_dtype(dt)?;
         let mut cur: Option<Buf<R>> = None;
@@ -1301,7 +1301,7 @@ impl<R: KernelRuntime> DenseOps for KernelDevice<R> {
     }
 
     fn sum_to(&self, x: &GpuTensor<R>, shape: &[usize]) -> Result<GpuTensor<R>> {
-        let rs = dense::runs("sum_to", shape, &x.shape)?;
+        let rs = shape::runs("sum_to", shape, &x.shape)?;
         let dt = x.dtype;
         self.rt.check_dtype(dt)?;
         let mut lens: Vec<usize> = rs.iter().map(|r| r.len).collect();
@@ -1322,7 +1322,7 @@ impl<R: KernelRuntime> DenseOps for KernelDevice<R> {
 
     fn matmul(&self, a: &GpuTensor<R>, ta: bool, b: &GpuTensor<R>, tb: bool) -> Result<GpuTensor<R>> {
         let dt = same_dtype("matmul", a, b)?;
-        let p = dense::matmul_plan(&a.shape, ta, &b.shape, tb)?;
+        let p = shape::matmul_plan(&a.shape, ta, &b.shape, tb)?;
         let (out, shape) = self.new_tensor(p.out_shape.clone(), dt)?;
         if out.len == 0 {
             return Ok(self.wrap(out, shape, dt));
@@ -1367,7 +1367,7 @@ impl<R: KernelRuntime> DenseOps for KernelDevice<R> {
     }
 
     fn arg_reduce_axis(&self, ext: Extremum, x: &GpuTensor<R>, axis: usize) -> Result<(GpuTensor<R>, GpuIndex<R>)> {
-        let (o, r, q) = dense::axis_view("arg_reduce_axis", &x.shape, axis)?;
+        let (o, r, q) = shape::axis_view("arg_reduce_axis", &x.shape, axis)?;
         if r == 0 {
             return Err(OpError::Shape { op: "arg_reduce_axis", detail: format!("empty axis {axis}") });
         }

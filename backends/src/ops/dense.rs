@@ -27,7 +27,7 @@ pub trait DenseOps: ElementwiseOps {
     // ---- dense conveniences composed from the above ----
     /// A binary op with numpy broadcasting.
     fn broadcast_binary(&self, op: BinaryOp, a: &Self::T, b: &Self::T) -> Result<Self::T> {
-        let shape = crate::cpu::dense::broadcast_shapes("broadcast_binary", a.shape(), b.shape())?;
+        let shape = crate::shape::broadcast_shapes("broadcast_binary", a.shape(), b.shape())?;
         let widen = |x: &Self::T| -> Result<Self::T> {
             if x.shape() == shape.as_slice() || x.numel() == 1 { Ok(x.clone()) } else { self.broadcast_to(x, &shape) }
         };
@@ -36,7 +36,7 @@ pub trait DenseOps: ElementwiseOps {
     }
     /// Sum along `axis`, kept with length 1.
     fn sum_axis(&self, x: &Self::T, axis: usize) -> Result<Self::T> {
-        crate::cpu::dense::axis_view("sum_axis", x.shape(), axis)?;
+        crate::shape::axis_view("sum_axis", x.shape(), axis)?;
         let mut shape = x.shape().to_vec();
         shape[axis] = 1;
         self.sum_to(x, &shape)
