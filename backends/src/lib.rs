@@ -1,8 +1,11 @@
 //! adgauge's backends: devices that execute array primitives, the op API workloads are written
 //! against, and the AD engines that give that API its modes.
 //!
-//! * [`Ops`] is the op API. A [`Device`] implements it directly, so primal evaluation runs on
-//!   the device itself ([`Primal`]).
+//! * [`Ops`] is the op API: one trait per op family ([`TensorOps`], [`ElementwiseOps`],
+//!   [`ReduceOps`], [`IndexOps`], [`HistOps`], [`ScanOps`], [`DenseOps`]) and the fused
+//!   [`RuleKernels`] of the derivative rules. A [`Device`] implements it directly, so primal
+//!   evaluation runs on the device itself ([`Primal`]); [`prelude`] brings the traits into scope
+//!   for calls on a concrete engine. [`shape`] holds the shape arithmetic devices and ops share.
 //! * [`Forward`] decorates any `Ops` with tangents (dual numbers) and applies per-primitive JVP
 //!   rules; `Reverse<Forward<D>>` (forward over reverse) gives Hessian-vector products.
 //! * [`GeneralOp`] describes an associative operator as data (`logaddexp`, `hypot`, ...); it

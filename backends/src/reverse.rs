@@ -70,6 +70,10 @@ pub struct Reverse<B: Ops> {
     inner: B,
     tape: Rc<RefCell<Vec<Node<B>>>>,
     id: usize,
+    /// The reverse rule of `reduce_by_index`. Its meaning and its application live in
+    /// `rules/hist.rs`; it is stored here because it is chosen per engine instance (one case per
+    /// rule; nested engines may differ) and the op API has no per-call slot for it, while a
+    /// process-wide setting would leak between concurrent cases and tests.
     hist_rule: HistRule,
 }
 
