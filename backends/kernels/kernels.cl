@@ -388,6 +388,108 @@ KERNEL void chunked_adjoint(GLOBAL T *out, GLOBAL T *y1, GLOBAL T *run, GLOBAL c
     }
 }
 
+/* ---- the chunked kernels with a work-group per chunk (same chunks, same results up to the
+ * association of each chunk's fold): the chunk splits into LSIZE0 contiguous slices, one per
+ * work-item, and each work-item folds its slice into its own row of k in local memory
+ * (part[lid * k + b]). chunk_rows_group then merges the rows in slice order by a tree whose
+ * steps spread (pair, bin) over the whole group; chunked_adjoint_group turns the rows into each
+ * slice's carries (an exclusive scan across the slices per bin, seeded with the chunk's prefix
+ * row forwards and its suffix row backwards) and re-runs every slice from its carries. A chunk
+ * takes O(chunk / LSIZE0 + k log LSIZE0) steps (O(chunk / LSIZE0 + LSIZE0) per bin for the
+ * adjoint) instead of O(chunk). The host sizes LSIZE0 from the device's work-group limit and
+ * local memory (LSIZE0 * k elements) and runs the one-work-item kernels where it does not fit. */
+
+KERNEL void chunk_rows_group(GLOBAL T *rows, GLOBAL const i64 *ix, GLOBAL const T *vals, i64 n, i64 k, i64 chunk,
+                             LOCAL_ARG(T, part)) {
+    LOCAL_BIND(T, part);
+    i64 c = GRP0, lid = LID0, size = LSIZE0;
+    i64 end = min(n, (c + 1) * chunk);
+    i64 slice = (chunk + size - 1) / size;
+    i64 s0 = min(end, c * chunk + lid * slice), s1 = min(end, s0 + slice);
+    LOCAL T *row = part + lid * k;
+    for (i64 b = 0; b < k; b++) row[b] = (T)OP_NEUTRAL;
+    for (i64 i = s0; i < s1; i++) {
+        i64 b = ix[i];
+        if (b >= 0 && b < k) row[b] = op_combine(row[b], vals[i]);
+    }
+    BARRIER();
+    for (i64 w = 1; w < size; w *= 2) {
+        i64 pairs = (size - w + 2 * w - 1) / (2 * w); /* left rows j * 2w with a right row j * 2w + w */
+        for (i64 t = lid; t < pairs * k; t += size) {
+            i64 left = (t / k) * 2 * w, b = t % k;
+            part[left * k + b] = op_combine(part[left * k + b], part[(left + w) * k + b]);
+        }
+        BARRIER();
+    }
+    for (i64 b = lid; b < k; b += size) rows[c * k + b] = part[b];
+}
+
+KERNEL void chunked_adjoint_group(GLOBAL T *out, GLOBAL T *y1, GLOBAL const i64 *ix, GLOBAL const T *vals,
+                                  GLOBAL const T *pre, GLOBAL const T *suf, GLOBAL const T *g, i64 n, i64 k,
+                                  i64 chunk, LOCAL_ARG(T, part)) {
+    LOCAL_BIND(T, part);
+    i64 c = GRP0, lid = LID0, size = LSIZE0;
+    i64 end = min(n, (c + 1) * chunk);
+    i64 slice = (chunk + size - 1) / size;
+    i64 s0 = min(end, c * chunk + lid * slice), s1 = min(end, s0 + slice);
+    LOCAL T *row = part + lid * k;
+    /* Forwards: the slices' totals, their exclusive scan from the prefix row, then each slice's
+     * running array from its carry gives l and l op a. */
+    for (i64 b = 0; b < k; b++) row[b] = (T)OP_NEUTRAL;
+    for (i64 i = s0; i < s1; i++) {
+        i64 b = ix[i];
+        if (b >= 0 && b < k) row[b] = op_combine(row[b], vals[i]);
+    }
+    BARRIER();
+    for (i64 b = lid; b < k; b += size) {
+        T acc = pre[c * k + b];
+        for (i64 j = 0; j < size; j++) {
+            T t = part[j * k + b];
+            part[j * k + b] = acc;
+            acc = op_combine(acc, t);
+        }
+    }
+    BARRIER();
+    for (i64 i = s0; i < s1; i++) {
+        i64 b = ix[i];
+        if (b >= 0 && b < k) {
+            T l = row[b], a = vals[i];
+            T y = op_combine(l, a);
+            row[b] = y;
+            y1[i] = y;
+            out[i] = op_d2(l, a);
+        } else {
+            out[i] = (T)0;
+        }
+    }
+    BARRIER();
+    /* Backwards: the same from the suffix row, folding each element in front of what follows. */
+    for (i64 b = 0; b < k; b++) row[b] = (T)OP_NEUTRAL;
+    for (i64 i = s1 - 1; i >= s0; i--) {
+        i64 b = ix[i];
+        if (b >= 0 && b < k) row[b] = op_combine(vals[i], row[b]);
+    }
+    BARRIER();
+    for (i64 b = lid; b < k; b += size) {
+        T acc = suf[c * k + b];
+        for (i64 j = size - 1; j >= 0; j--) {
+            T t = part[j * k + b];
+            part[j * k + b] = acc;
+            acc = op_combine(t, acc);
+        }
+    }
+    BARRIER();
+    for (i64 i = s1 - 1; i >= s0; i--) {
+        i64 b = ix[i];
+        if (b >= 0 && b < k) {
+            T r = row[b];
+            row[b] = op_combine(vals[i], r);
+            T gb = g[b];
+            out[i] = gb == (T)0 ? (T)0 : out[i] * op_d1(y1[i], r) * gb;
+        }
+    }
+}
+
 /* The histogram of dual numbers under the lifted operator
  * (a, da) op (b, db) = (a op b, d1(a, b) da + d2(a, b) db), chunked like chunk_rows. */
 KERNEL void dual_rows(GLOBAL T *rows, GLOBAL T *rows_dot, GLOBAL const i64 *ix, GLOBAL const T *vals,

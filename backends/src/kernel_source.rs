@@ -46,6 +46,8 @@ pub const COMMON_KERNELS: &[&str] = &[
     "chunk_rows",
     "chunk_carries",
     "chunked_adjoint",
+    "chunk_rows_group",
+    "chunked_adjoint_group",
     "dual_rows",
     "dual_merge",
     "radix_counts",

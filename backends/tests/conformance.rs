@@ -160,8 +160,9 @@ fn cases() -> Vec<Case> {
             hist_bar: bar(3),
         },
     ];
-    // Larger random cases: small k (local sub-histograms), large k (global atomics), many chunks.
-    for (n, k) in [(3000usize, 37usize), (2000, 3000), (40_000, 16)] {
+    // Larger random cases: small k (local sub-histograms), large k (global atomics), many chunks,
+    // and chunk rows too wide for a work-group's local memory (one work-item per chunk).
+    for (n, k) in [(3000usize, 37usize), (2000, 3000), (40_000, 16), (30_000, 20_000)] {
         let inds: Vec<i64> = (0..n)
             .map(|i| {
                 let h = (i as u64).wrapping_mul(2654435761) % (k as u64 + 3);

@@ -9,7 +9,10 @@
 //! gather_index, scatter, reduce_by_index (atomics; local-memory sub-histograms for small k),
 //! the arg-histogram (packed 64-bit atomic for f32, two passes for f64), the `*` rule kernels,
 //! combine/partials, fold_adjoint, total_form_adjoint, the dual-number histogram, the chunked
-//! general rule, `sort_by_key` / `sort_by_key_ranked` (a stable LSD radix sort: per-chunk digit
+//! general rule (a work-group per chunk, each work-item folding one slice of it into a row of k
+//! in local memory and the rows merged or scanned across the group, where the device's
+//! work-group limit and local memory give at least MIN_CHUNK_GROUP such rows; else one
+//! work-item per chunk), `sort_by_key` / `sort_by_key_ranked` (a stable LSD radix sort: per-chunk digit
 //! counts, their prefix, an in-order scatter per chunk) and `scan` (chunk sweeps, a carry pass
 //! over the chunks, a fix-up of the positions before each chunk's first segment start), and
 //! `linear_recurrence` (the same three phases over affine maps, with the CPU device's order of
@@ -280,6 +283,24 @@ const MAX_CHUNKS: usize = 256;
 const MIN_CHUNK: usize = 1024;
 /// Most elements of the chunk rows (chunks * k).
 const ROWS_BUDGET: usize = 1 << 24;
+
+/// Most work-items of a work-group of the cooperative chunk kernels (`*_group`).
+const MAX_CHUNK_GROUP: usize = 256;
+/// Fewest work-items for which a cooperative launch beats one work-item per chunk.
+const MIN_CHUNK_GROUP: usize = 8;
+
+/// The work-group size of the cooperative chunk kernels for k bins of `elem` bytes: the largest
+/// power of two within the device's work-group limit (and MAX_CHUNK_GROUP) whose slice rows
+/// (`group * k` elements) fill at most half the local memory, or None below MIN_CHUNK_GROUP
+/// (then one work-item runs each chunk). From the device's properties and k only.
+fn chunk_group(max_group: usize, local_mem: usize, k: usize, elem: usize) -> Option<usize> {
+    let by_mem = (local_mem / 2) / (k.max(1) * elem);
+    let cap = max_group.min(MAX_CHUNK_GROUP).min(by_mem);
+    if cap < MIN_CHUNK_GROUP {
+        return None;
+    }
+    Some(1 << (usize::BITS - 1 - cap.leading_zeros()))
+}
 
 /// The chunk plan of the chunked kernels: (chunks, chunk length), from (n, k) only.
 fn chunk_plan(n: usize, k: usize) -> (usize, usize) {
@@ -1563,7 +1584,25 @@ impl<R: KernelRuntime> RuleKernels for KernelDevice<R> {
         let suf = self.alloc(chunks * k, size)?;
         let elements = self.alloc(k, size)?;
         let hist = self.alloc(k, size)?;
-        if k > 0 {
+        let group = chunk_group(self.rt.max_group(), self.rt.local_mem(), k, size);
+        if let (true, Some(group)) = (k > 0, group) {
+            self.rt.launch(
+                dt,
+                op,
+                "chunk_rows_group",
+                chunks * group,
+                Some(group),
+                &[
+                    Arg::Buf(&rows),
+                    Arg::Buf(&inds.buf),
+                    Arg::Buf(&vals.buf),
+                    Arg::I64(n as i64),
+                    Arg::I64(k as i64),
+                    Arg::I64(chunk as i64),
+                    Arg::Local(group * k * size),
+                ],
+            )?;
+        } else if k > 0 {
             self.launch(
                 dt,
                 op,
@@ -1579,6 +1618,8 @@ impl<R: KernelRuntime> RuleKernels for KernelDevice<R> {
                     Arg::I64(chunks as i64),
                 ],
             )?;
+        }
+        if k > 0 {
             self.launch(
                 dt,
                 op,
@@ -1630,6 +1671,29 @@ impl<R: KernelRuntime> RuleKernels for KernelDevice<R> {
         }
         let (out, shape) = self.new_tensor(vals.shape.clone(), dt)?;
         let y1 = self.alloc(n, dt.size_bytes())?;
+        if let Some(group) = chunk_group(self.rt.max_group(), self.rt.local_mem(), k, dt.size_bytes()) {
+            self.rt.launch(
+                dt,
+                op,
+                "chunked_adjoint_group",
+                if n == 0 { 0 } else { chunks * group },
+                Some(group),
+                &[
+                    Arg::Buf(&out),
+                    Arg::Buf(&y1),
+                    Arg::Buf(&inds.buf),
+                    Arg::Buf(&vals.buf),
+                    Arg::Buf(&chunk_prefix.buf),
+                    Arg::Buf(&chunk_suffix.buf),
+                    Arg::Buf(&hist_bar.buf),
+                    Arg::I64(n as i64),
+                    Arg::I64(k as i64),
+                    Arg::I64(chunk as i64),
+                    Arg::Local(group * k.max(1) * dt.size_bytes()),
+                ],
+            )?;
+            return Ok(self.wrap(out, shape, dt));
+        }
         let run = self.alloc(chunks * k, dt.size_bytes())?;
         self.launch(
             dt,
@@ -1687,5 +1751,28 @@ impl<R: KernelRuntime> Device for KernelDevice<R> {
     fn reset_peak_device_memory(&self) {
         let c = &self.counters;
         c.peak.store(c.in_use.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunk_groups_fit_the_work_group_limit_and_half_the_local_memory() {
+        // PoCL on a CPU: 4096 work-items, 1 MiB of local memory.
+        assert_eq!(chunk_group(4096, 1 << 20, 16, 4), Some(MAX_CHUNK_GROUP));
+        assert_eq!(chunk_group(4096, 1 << 20, 1000, 8), Some(64)); // 65 rows of 8000 bytes fit
+        assert_eq!(chunk_group(4096, 1 << 20, 8192, 8), Some(8));
+        assert_eq!(chunk_group(4096, 1 << 20, 8193, 8), None);
+        // A small work-group limit caps the group; a power of two below it is used.
+        assert_eq!(chunk_group(100, 48 << 10, 1, 4), Some(64));
+        assert_eq!(chunk_group(7, 48 << 10, 1, 4), None);
+        assert_eq!(chunk_group(256, 0, 1, 4), None);
+        for (max_group, local_mem, k, elem) in [(1024, 48 << 10, 37, 8), (256, 64 << 10, 300, 4), (4096, 1 << 20, 1, 8)]
+        {
+            let g = chunk_group(max_group, local_mem, k, elem).unwrap();
+            assert!(g.is_power_of_two() && g <= max_group && 2 * g * k * elem <= local_mem, "{g}");
+        }
     }
 }
