@@ -554,6 +554,34 @@ fn rules<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
     }
 }
 
+/// The `general-chunked` rule alone against the CPU device, every case and operator: run on a
+/// kernel device with and without a work-group per chunk (`KernelDevice::with_group_chunks`).
+fn chunked_rule<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
+    let c = cpu();
+    for case in cases() {
+        for op in hist_ops() {
+            let case = for_op(&case, op);
+            let case = Case {
+                dest: round(dt, &case.dest),
+                vals: round(dt, &case.vals),
+                hist_bar: round(dt, &case.hist_bar),
+                ..case
+            };
+            let (t, rule) = (tol(Some(op), dt), HistRule::GeneralChunked);
+            let tag = format!("{} {dt} {} {op} {rule}", d.engine_name(), case.name);
+            match run_rule(d, rule, op, dt, &case) {
+                Ok(got) => {
+                    let want = run_rule(&c, rule, op, dt, &case).unwrap();
+                    f.check(&format!("{tag} hist vs cpu"), &got.hist, &want.hist, t);
+                    f.check(&format!("{tag} dest_bar vs cpu"), &got.dest_bar, &want.dest_bar, t);
+                    f.check(&format!("{tag} vals_bar vs cpu"), &got.vals_bar, &want.vals_bar, t);
+                }
+                Err(e) => f.0.push(format!("{tag}: {e}")),
+            }
+        }
+    }
+}
+
 /// Sorts and scans large enough to cross many chunks (work-items) of the kernel devices, with n
 /// a prime (no chunk length divides it), against the CPU: sorts with out-of-range keys (-1, k,
 /// i64::MIN, i64::MAX) and long runs of equal keys (stability: the permutation is compared
@@ -1006,6 +1034,10 @@ macro_rules! device_suite {
                 let Some(d) = open::<$runtime>() else { return };
                 let f64_ok = d.has_f64();
                 each_dtype(&d, f64_ok, concat!(stringify!($module), " rules"), rules::<D>);
+                // The chunked rule's kernels both ways: a work-group per chunk, one work-item per chunk.
+                let (groups, single) = (d.clone().with_group_chunks(true), d.with_group_chunks(false));
+                each_dtype(&groups, f64_ok, concat!(stringify!($module), " rules, chunk groups"), chunked_rule::<D>);
+                each_dtype(&single, f64_ok, concat!(stringify!($module), " rules, no chunk groups"), chunked_rule::<D>);
             }
 
             #[test]

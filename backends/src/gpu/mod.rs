@@ -9,10 +9,10 @@
 //! gather_index, scatter, reduce_by_index (atomics; local-memory sub-histograms for small k),
 //! the arg-histogram (packed 64-bit atomic for f32, two passes for f64), the `*` rule kernels,
 //! combine/partials, fold_adjoint, total_form_adjoint, the dual-number histogram, the chunked
-//! general rule (a work-group per chunk, each work-item folding one slice of it into a row of k
-//! in local memory and the rows merged or scanned across the group, where the device's
-//! work-group limit and local memory give at least MIN_CHUNK_GROUP such rows; else one
-//! work-item per chunk), `sort_by_key` / `sort_by_key_ranked` (a stable LSD radix sort: per-chunk digit
+//! general rule (on GPUs a work-group per chunk, each work-item folding one slice of it into a
+//! row of k in local memory and the rows merged or scanned across the group, where the device's
+//! work-group limit and local memory give at least MIN_CHUNK_GROUP such rows; else, and on CPU
+//! devices, one work-item per chunk), `sort_by_key` / `sort_by_key_ranked` (a stable LSD radix sort: per-chunk digit
 //! counts, their prefix, an in-order scatter per chunk) and `scan` (chunk sweeps, a carry pass
 //! over the chunks, a fix-up of the positions before each chunk's first segment start), and
 //! `linear_recurrence` (the same three phases over affine maps, with the CPU device's order of
@@ -124,6 +124,11 @@ pub trait KernelRuntime: Send + Sync + Sized + 'static {
     fn max_group(&self) -> usize;
     /// Local / shared memory per work-group in bytes.
     fn local_mem(&self) -> usize;
+    /// Whether the device is a CPU (an OpenCL CPU device such as PoCL), where a work-group runs
+    /// on one core and one work-item per chunk is the right shape; false by default.
+    fn is_cpu(&self) -> bool {
+        false
+    }
     /// Whether f64 kernels run.
     fn has_f64(&self) -> bool;
     /// Total time spent compiling programs so far (reported apart from run time).
@@ -265,11 +270,15 @@ impl<R: KernelRuntime> std::fmt::Debug for GpuIndex<R> {
 pub struct KernelDevice<R: KernelRuntime> {
     rt: Arc<R>,
     counters: Arc<Counters>,
+    /// Whether the chunked kernels may run a work-group per chunk (see [`chunk_group`]): on by
+    /// default except on CPU devices, where a work-group runs on one core and its slices and
+    /// barriers only add work (PoCL: about 2x slower at k = 16).
+    group_chunks: bool,
 }
 
 impl<R: KernelRuntime> Clone for KernelDevice<R> {
     fn clone(&self) -> Self {
-        KernelDevice { rt: self.rt.clone(), counters: self.counters.clone() }
+        KernelDevice { rt: self.rt.clone(), counters: self.counters.clone(), group_chunks: self.group_chunks }
     }
 }
 
@@ -289,13 +298,16 @@ const MAX_CHUNK_GROUP: usize = 256;
 /// Fewest work-items for which a cooperative launch beats one work-item per chunk.
 const MIN_CHUNK_GROUP: usize = 8;
 
-/// The work-group size of the cooperative chunk kernels for k bins of `elem` bytes: the largest
-/// power of two within the device's work-group limit (and MAX_CHUNK_GROUP) whose slice rows
-/// (`group * k` elements) fill at most half the local memory, or None below MIN_CHUNK_GROUP
-/// (then one work-item runs each chunk). From the device's properties and k only.
-fn chunk_group(max_group: usize, local_mem: usize, k: usize, elem: usize) -> Option<usize> {
+/// The work-group size of the cooperative chunk kernels for chunks of `chunk` elements and k
+/// bins of `elem` bytes: the largest power of two within the device's work-group limit (and
+/// MAX_CHUNK_GROUP) whose slice rows (`group * k` elements) fill at most half the local memory
+/// and are no more than the chunk's elements (initialising, merging and scanning the rows then
+/// costs no more than folding the chunk), or None below MIN_CHUNK_GROUP (then one work-item runs
+/// each chunk). From the device's properties and (n, k) only.
+fn chunk_group(max_group: usize, local_mem: usize, chunk: usize, k: usize, elem: usize) -> Option<usize> {
     let by_mem = (local_mem / 2) / (k.max(1) * elem);
-    let cap = max_group.min(MAX_CHUNK_GROUP).min(by_mem);
+    let by_work = chunk / k.max(1);
+    let cap = max_group.min(MAX_CHUNK_GROUP).min(by_mem).min(by_work);
     if cap < MIN_CHUNK_GROUP {
         return None;
     }
@@ -394,7 +406,25 @@ impl<R: KernelRuntime> KernelDevice<R> {
     /// or says why it is unavailable.
     pub fn new() -> Result<Self> {
         let rt = R::get().map_err(OpError::Device)?;
-        Ok(KernelDevice { rt, counters: Arc::default() })
+        let group_chunks = !rt.is_cpu();
+        Ok(KernelDevice { rt, counters: Arc::default(), group_chunks })
+    }
+
+    /// The same device with the chunked kernels' work-group per chunk allowed or not (where the
+    /// rows fit), whatever the device type: the conformance suite checks the work-group kernels
+    /// on PoCL this way.
+    pub fn with_group_chunks(mut self, allowed: bool) -> Self {
+        self.group_chunks = allowed;
+        self
+    }
+
+    /// The work-group size of the chunked kernels for chunks of `chunk` elements, k bins and
+    /// dtype `dt`, or None for one work-item per chunk.
+    fn chunk_group(&self, chunk: usize, k: usize, dt: DType) -> Option<usize> {
+        if !self.group_chunks {
+            return None;
+        }
+        chunk_group(self.rt.max_group(), self.rt.local_mem(), chunk, k, dt.size_bytes())
     }
 
     /// A new uninitialised buffer of `len` elements of `elem_size` bytes, counted in this
@@ -1584,7 +1614,7 @@ impl<R: KernelRuntime> RuleKernels for KernelDevice<R> {
         let suf = self.alloc(chunks * k, size)?;
         let elements = self.alloc(k, size)?;
         let hist = self.alloc(k, size)?;
-        let group = chunk_group(self.rt.max_group(), self.rt.local_mem(), k, size);
+        let group = self.chunk_group(chunk, k, dt);
         if let (true, Some(group)) = (k > 0, group) {
             self.rt.launch(
                 dt,
@@ -1671,7 +1701,7 @@ impl<R: KernelRuntime> RuleKernels for KernelDevice<R> {
         }
         let (out, shape) = self.new_tensor(vals.shape.clone(), dt)?;
         let y1 = self.alloc(n, dt.size_bytes())?;
-        if let Some(group) = chunk_group(self.rt.max_group(), self.rt.local_mem(), k, dt.size_bytes()) {
+        if let Some(group) = self.chunk_group(chunk, k, dt) {
             self.rt.launch(
                 dt,
                 op,
@@ -1759,20 +1789,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn chunk_groups_fit_the_work_group_limit_and_half_the_local_memory() {
-        // PoCL on a CPU: 4096 work-items, 1 MiB of local memory.
-        assert_eq!(chunk_group(4096, 1 << 20, 16, 4), Some(MAX_CHUNK_GROUP));
-        assert_eq!(chunk_group(4096, 1 << 20, 1000, 8), Some(64)); // 65 rows of 8000 bytes fit
-        assert_eq!(chunk_group(4096, 1 << 20, 8192, 8), Some(8));
-        assert_eq!(chunk_group(4096, 1 << 20, 8193, 8), None);
+    fn chunk_groups_fit_the_work_group_limit_the_local_memory_and_the_chunk() {
+        // PoCL on a CPU: 4096 work-items, 1 MiB of local memory; chunks of 4000 elements.
+        let pocl = |k, elem| chunk_group(4096, 1 << 20, 4000, k, elem);
+        assert_eq!(pocl(1, 4), Some(MAX_CHUNK_GROUP));
+        assert_eq!(pocl(16, 4), Some(128)); // 250 rows fit the chunk
+        assert_eq!(pocl(400, 8), Some(8)); // 10 rows fit the chunk
+        assert_eq!(pocl(501, 8), None);
+        assert_eq!(chunk_group(4096, 1 << 20, 1 << 20, 1000, 8), Some(64)); // 65 rows fit in memory
+        assert_eq!(chunk_group(4096, 1 << 20, 1 << 20, 8192, 8), Some(8));
+        assert_eq!(chunk_group(4096, 1 << 20, 1 << 20, 8193, 8), None);
         // A small work-group limit caps the group; a power of two below it is used.
-        assert_eq!(chunk_group(100, 48 << 10, 1, 4), Some(64));
-        assert_eq!(chunk_group(7, 48 << 10, 1, 4), None);
-        assert_eq!(chunk_group(256, 0, 1, 4), None);
-        for (max_group, local_mem, k, elem) in [(1024, 48 << 10, 37, 8), (256, 64 << 10, 300, 4), (4096, 1 << 20, 1, 8)]
+        assert_eq!(chunk_group(100, 48 << 10, 4000, 1, 4), Some(64));
+        assert_eq!(chunk_group(7, 48 << 10, 4000, 1, 4), None);
+        assert_eq!(chunk_group(256, 0, 4000, 1, 4), None);
+        for (max_group, local_mem, chunk, k, elem) in
+            [(1024, 48 << 10, 1 << 16, 37, 8), (256, 64 << 10, 1 << 16, 300, 4), (4096, 1 << 20, 1024, 1, 8)]
         {
-            let g = chunk_group(max_group, local_mem, k, elem).unwrap();
-            assert!(g.is_power_of_two() && g <= max_group && 2 * g * k * elem <= local_mem, "{g}");
+            let g = chunk_group(max_group, local_mem, chunk, k, elem).unwrap();
+            assert!(g.is_power_of_two() && g <= max_group && 2 * g * k * elem <= local_mem && g * k <= chunk, "{g}");
         }
     }
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use opencl3::command_queue::{CL_BLOCKING, CommandQueue};
 use opencl3::context::Context;
-use opencl3::device::{CL_DEVICE_TYPE_ALL, Device as ClDevice};
+use opencl3::device::{CL_DEVICE_TYPE_ALL, CL_DEVICE_TYPE_CPU, Device as ClDevice};
 use opencl3::kernel::Kernel;
 use opencl3::memory::{Buffer, CL_MEM_READ_WRITE, ClMem};
 use opencl3::platform::get_platforms;
@@ -41,6 +41,8 @@ pub struct ClRuntime {
     pub compute_units: usize,
     pub max_group: usize,
     pub local_mem: usize,
+    /// Whether the OpenCL device is a CPU (PoCL).
+    pub is_cpu: bool,
     context: Context,
     queue: CommandQueue,
     /// Programs by (dtype, operator name); also serialises kernel argument setting and launches.
@@ -104,6 +106,7 @@ impl ClRuntime {
         let compute_units = device.max_compute_units().unwrap_or(1).max(1) as usize;
         let max_group = device.max_work_group_size().unwrap_or(64).max(1);
         let local_mem = device.local_mem_size().unwrap_or(0) as usize;
+        let is_cpu = device.dev_type().is_ok_and(|t| t & CL_DEVICE_TYPE_CPU != 0);
         let context = Context::from_device(&device)
             .map_err(|e| format!("cannot create an OpenCL context on {device_name}: {e}"))?;
         #[allow(deprecated)]
@@ -116,6 +119,7 @@ impl ClRuntime {
             compute_units,
             max_group,
             local_mem,
+            is_cpu,
             context,
             queue,
             programs: Mutex::new(HashMap::new()),
@@ -169,6 +173,10 @@ impl KernelRuntime for ClRuntime {
 
     fn local_mem(&self) -> usize {
         self.local_mem
+    }
+
+    fn is_cpu(&self) -> bool {
+        self.is_cpu
     }
 
     fn has_f64(&self) -> bool {
