@@ -513,6 +513,48 @@ KERNEL void dual_rows(GLOBAL T *rows, GLOBAL T *rows_dot, GLOBAL const i64 *ix, 
     }
 }
 
+/* dual_rows with a work-group per chunk, like chunk_rows_group: values in part[0, LSIZE0 * k),
+ * tangents in part[LSIZE0 * k, 2 * LSIZE0 * k); the tree merges dual rows under the lifted
+ * operator. */
+KERNEL void dual_rows_group(GLOBAL T *rows, GLOBAL T *rows_dot, GLOBAL const i64 *ix, GLOBAL const T *vals,
+                            GLOBAL const T *vals_dot, i64 n, i64 k, i64 chunk, LOCAL_ARG(T, part)) {
+    LOCAL_BIND(T, part);
+    i64 c = GRP0, lid = LID0, size = LSIZE0;
+    i64 end = min(n, (c + 1) * chunk);
+    i64 slice = (chunk + size - 1) / size;
+    i64 s0 = min(end, c * chunk + lid * slice), s1 = min(end, s0 + slice);
+    LOCAL T *dot = part + size * k;
+    LOCAL T *row = part + lid * k;
+    LOCAL T *rowd = dot + lid * k;
+    for (i64 b = 0; b < k; b++) {
+        row[b] = (T)OP_NEUTRAL;
+        rowd[b] = (T)0;
+    }
+    for (i64 i = s0; i < s1; i++) {
+        i64 b = ix[i];
+        if (b >= 0 && b < k) {
+            T a = row[b], x = vals[i];
+            rowd[b] = op_d1(a, x) * rowd[b] + op_d2(a, x) * vals_dot[i];
+            row[b] = op_combine(a, x);
+        }
+    }
+    BARRIER();
+    for (i64 w = 1; w < size; w *= 2) {
+        i64 pairs = (size - w + 2 * w - 1) / (2 * w);
+        for (i64 t = lid; t < pairs * k; t += size) {
+            i64 l = (t / k) * 2 * w * k + t % k, r = l + w * k;
+            T a = part[l], x = part[r];
+            dot[l] = op_d1(a, x) * dot[l] + op_d2(a, x) * dot[r];
+            part[l] = op_combine(a, x);
+        }
+        BARRIER();
+    }
+    for (i64 b = lid; b < k; b += size) {
+        rows[c * k + b] = part[b];
+        rows_dot[c * k + b] = dot[b];
+    }
+}
+
 KERNEL void dual_merge(GLOBAL T *hist, GLOBAL T *hist_dot, GLOBAL const T *dest, GLOBAL const T *dest_dot,
                        GLOBAL const T *rows, GLOBAL const T *rows_dot, i64 k, i64 chunks) {
     i64 b = GID0;

@@ -152,7 +152,6 @@ impl<B: Ops> Decorator for Forward<B> {
 
 impl<B: Ops> TensorOps for Forward<B> {
     type T = Dual<B>;
-
     type I = B::I;
 
     fn engine_name(&self) -> String {

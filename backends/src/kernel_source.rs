@@ -49,6 +49,7 @@ pub const COMMON_KERNELS: &[&str] = &[
     "chunk_rows_group",
     "chunked_adjoint_group",
     "dual_rows",
+    "dual_rows_group",
     "dual_merge",
     "radix_counts",
     "radix_totals",

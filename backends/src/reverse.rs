@@ -240,7 +240,6 @@ impl<B: Ops> Decorator for Reverse<B> {
 
 impl<B: Ops> TensorOps for Reverse<B> {
     type T = Var<B>;
-
     type I = B::I;
 
     fn engine_name(&self) -> String {

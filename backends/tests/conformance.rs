@@ -554,7 +554,8 @@ fn rules<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
     }
 }
 
-/// The `general-chunked` rule alone against the CPU device, every case and operator: run on a
+/// The rules that run the chunked kernels against the CPU device, every case and operator: the
+/// `general-chunked` reverse rule and the forward rule (the dual-number histogram). Run on a
 /// kernel device with and without a work-group per chunk (`KernelDevice::with_group_chunks`).
 fn chunked_rule<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
     let c = cpu();
@@ -575,6 +576,32 @@ fn chunked_rule<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
                     f.check(&format!("{tag} hist vs cpu"), &got.hist, &want.hist, t);
                     f.check(&format!("{tag} dest_bar vs cpu"), &got.dest_bar, &want.dest_bar, t);
                     f.check(&format!("{tag} vals_bar vs cpu"), &got.vals_bar, &want.vals_bar, t);
+                }
+                Err(e) => f.0.push(format!("{tag}: {e}")),
+            }
+            let tag = format!("{} {dt} {} {op} jvp", d.engine_name(), case.name);
+            let k = case.dest.len();
+            let dd: Vec<f64> = (0..k).map(|b| dt.round(0.5 - 0.25 * b as f64)).collect();
+            let dv: Vec<f64> = (0..case.vals.len()).map(|i| dt.round(1.0 + 0.125 * (i % 16) as f64)).collect();
+            let jvp = |d: &D| -> Result<(Vec<f64>, Vec<f64>)> {
+                let fw = Forward::new(d.clone());
+                let de = fw.dual(d.tensor(&case.dest, &[k], dt)?, d.tensor(&dd, &[k], dt)?)?;
+                let va = fw.dual(d.tensor(&case.vals, &[dv.len()], dt)?, d.tensor(&dv, &[dv.len()], dt)?)?;
+                let h = fw.reduce_by_index(&de, op, &d.index(&case.inds)?, &va)?;
+                Ok((d.to_vec(h.value())?, d.to_vec(&fw.tangent(&h)?)?))
+            };
+            let cpu_jvp = || -> Result<(Vec<f64>, Vec<f64>)> {
+                let fw = Forward::new(c.clone());
+                let de = fw.dual(c.tensor(&case.dest, &[k], dt)?, c.tensor(&dd, &[k], dt)?)?;
+                let va = fw.dual(c.tensor(&case.vals, &[dv.len()], dt)?, c.tensor(&dv, &[dv.len()], dt)?)?;
+                let h = fw.reduce_by_index(&de, op, &c.index(&case.inds)?, &va)?;
+                Ok((c.to_vec(h.value())?, c.to_vec(&fw.tangent(&h)?)?))
+            };
+            match jvp(d) {
+                Ok((h, dot)) => {
+                    let (wh, wdot) = cpu_jvp().unwrap();
+                    f.check(&format!("{tag} hist vs cpu"), &h, &wh, t);
+                    f.check(&format!("{tag} tangent vs cpu"), &dot, &wdot, t);
                 }
                 Err(e) => f.0.push(format!("{tag}: {e}")),
             }

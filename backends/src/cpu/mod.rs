@@ -832,7 +832,6 @@ impl Cpu {
 
 impl TensorOps for Cpu {
     type T = CpuTensor;
-
     type I = CpuIndex;
 
     fn engine_name(&self) -> String {

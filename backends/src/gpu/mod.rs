@@ -6,20 +6,20 @@
 //! (dtype, operator) and launches a kernel by name with [`Arg`]s.
 //!
 //! Native kernels: creation/read-back, full, unary/binary/select/index_eq, reduce, gather,
-//! gather_index, scatter, reduce_by_index (atomics; local-memory sub-histograms for small k),
-//! the arg-histogram (packed 64-bit atomic for f32, two passes for f64), the `*` rule kernels,
-//! combine/partials, fold_adjoint, total_form_adjoint, the dual-number histogram, the chunked
-//! general rule (on GPUs a work-group per chunk, each work-item folding one slice of it into a
-//! row of k in local memory and the rows merged or scanned across the group, where the device's
+//! gather_index, scatter, reduce_by_index (atomics; local-memory sub-histograms for small k), the
+//! arg-histogram (packed 64-bit atomic for f32, two passes for f64), the `*` rule kernels,
+//! combine/partials, fold_adjoint, total_form_adjoint, the dual-number histogram and the chunked
+//! general rule (on GPUs a work-group per chunk, each work-item folding one slice of it into a row
+//! of k in local memory and the rows merged or scanned across the group, where the device's
 //! work-group limit and local memory give at least MIN_CHUNK_GROUP such rows; else, and on CPU
-//! devices, one work-item per chunk), `sort_by_key` / `sort_by_key_ranked` (a stable LSD radix sort: per-chunk digit
-//! counts, their prefix, an in-order scatter per chunk) and `scan` (chunk sweeps, a carry pass
-//! over the chunks, a fix-up of the positions before each chunk's first segment start), and
-//! `linear_recurrence` (the same three phases over affine maps, with the CPU device's order of
-//! operations), and the dense ops: `broadcast_to` and `sum_to` over (outer, broadcast, inner)
-//! views one broadcast run at a time, `arg_reduce_axis` (long lines in fixed blocks, then the
-//! blocks' winners in order), and `matmul` in square tiles staged in local memory, every
-//! transpose and batch form. Every primitive runs on the device; none goes through the CPU.
+//! devices, one work-item per chunk), `sort_by_key` / `sort_by_key_ranked` (a stable LSD radix
+//! sort: per-chunk digit counts, their prefix, an in-order scatter per chunk) and `scan` (chunk
+//! sweeps, a carry pass over the chunks, a fix-up of the positions before each chunk's first
+//! segment start), and `linear_recurrence` (the same three phases over affine maps, with the CPU
+//! device's order of operations), and the dense ops: `broadcast_to` and `sum_to` over (outer,
+//! broadcast, inner) views one broadcast run at a time, `arg_reduce_axis` (long lines in fixed
+//! blocks, then the blocks' winners in order), and `matmul` in square tiles staged in local memory,
+//! every transpose and batch form. Every primitive runs on the device; none goes through the CPU.
 //!
 //! The device counts what crosses the host boundary ([`Device::transfers`]: uploads of tensors
 //! and indices, read-backs, and a gather's range check when an index tensor's range is not
@@ -418,13 +418,13 @@ impl<R: KernelRuntime> KernelDevice<R> {
         self
     }
 
-    /// The work-group size of the chunked kernels for chunks of `chunk` elements, k bins and
-    /// dtype `dt`, or None for one work-item per chunk.
-    fn chunk_group(&self, chunk: usize, k: usize, dt: DType) -> Option<usize> {
+    /// The work-group size of the chunked kernels for chunks of `chunk` elements and k bins of
+    /// `bin_bytes` each in local memory, or None for one work-item per chunk.
+    fn chunk_group(&self, chunk: usize, k: usize, bin_bytes: usize) -> Option<usize> {
         if !self.group_chunks {
             return None;
         }
-        chunk_group(self.rt.max_group(), self.rt.local_mem(), chunk, k, dt.size_bytes())
+        chunk_group(self.rt.max_group(), self.rt.local_mem(), chunk, k, bin_bytes)
     }
 
     /// A new uninitialised buffer of `len` elements of `elem_size` bytes, counted in this
@@ -784,7 +784,6 @@ impl<R: KernelRuntime> KernelDevice<R> {
 
 impl<R: KernelRuntime> TensorOps for KernelDevice<R> {
     type T = GpuTensor<R>;
-
     type I = GpuIndex<R>;
 
     fn engine_name(&self) -> String {
@@ -1558,7 +1557,28 @@ impl<R: KernelRuntime> RuleKernels for KernelDevice<R> {
         let (chunks, chunk) = chunk_plan(n, k);
         let rows = self.alloc(chunks * k, dt.size_bytes())?;
         let rows_dot = self.alloc(chunks * k, dt.size_bytes())?;
-        if k > 0 {
+        // A value and a tangent per bin in local memory.
+        let group = self.chunk_group(chunk, k, 2 * dt.size_bytes());
+        if let (true, Some(group)) = (k > 0, group) {
+            self.rt.launch(
+                dt,
+                op,
+                "dual_rows_group",
+                chunks * group,
+                Some(group),
+                &[
+                    Arg::Buf(&rows),
+                    Arg::Buf(&rows_dot),
+                    Arg::Buf(&inds.buf),
+                    Arg::Buf(&vals.buf),
+                    Arg::Buf(&vals_dot.buf),
+                    Arg::I64(n as i64),
+                    Arg::I64(k as i64),
+                    Arg::I64(chunk as i64),
+                    Arg::Local(2 * group * k * dt.size_bytes()),
+                ],
+            )?;
+        } else if k > 0 {
             self.launch(
                 dt,
                 op,
@@ -1576,6 +1596,8 @@ impl<R: KernelRuntime> RuleKernels for KernelDevice<R> {
                     Arg::I64(chunks as i64),
                 ],
             )?;
+        }
+        if k > 0 {
             self.launch(
                 dt,
                 op,
@@ -1614,7 +1636,7 @@ impl<R: KernelRuntime> RuleKernels for KernelDevice<R> {
         let suf = self.alloc(chunks * k, size)?;
         let elements = self.alloc(k, size)?;
         let hist = self.alloc(k, size)?;
-        let group = self.chunk_group(chunk, k, dt);
+        let group = self.chunk_group(chunk, k, size);
         if let (true, Some(group)) = (k > 0, group) {
             self.rt.launch(
                 dt,
@@ -1701,7 +1723,7 @@ impl<R: KernelRuntime> RuleKernels for KernelDevice<R> {
         }
         let (out, shape) = self.new_tensor(vals.shape.clone(), dt)?;
         let y1 = self.alloc(n, dt.size_bytes())?;
-        if let Some(group) = self.chunk_group(chunk, k, dt) {
+        if let Some(group) = self.chunk_group(chunk, k, dt.size_bytes()) {
             self.rt.launch(
                 dt,
                 op,
