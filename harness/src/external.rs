@@ -25,6 +25,7 @@ use adgauge_workloads::{
 };
 use serde_json::Value as Json;
 
+use crate::endpoint::Endpoint;
 use crate::protocol::{Message, Response};
 use crate::timing::Budget;
 use crate::tool::{Capabilities, Evaluation, PreparedCase, Tool};
@@ -35,8 +36,12 @@ pub struct ExternalSpec {
     pub name: String,
     /// A shell command line.
     pub command: String,
-    /// How long one message may wait for its response.
+    /// How long one message may wait for its response (a process only: an in-process peer
+    /// cannot be interrupted).
     pub timeout: Duration,
+    /// An in-process peer (`peers/`) by name instead of a process: `command` then only
+    /// describes it.
+    pub in_process: Option<&'static str>,
 }
 
 /// The default per-message timeout.
@@ -52,15 +57,26 @@ pub fn parse_tool_cmd(s: &str) -> Result<ExternalSpec, String> {
     if command.trim().is_empty() {
         return Err(format!("tool {name}: the command is empty"));
     }
-    Ok(ExternalSpec { name: name.into(), command: command.into(), timeout: DEFAULT_TIMEOUT })
+    Ok(ExternalSpec { name: name.into(), command: command.into(), timeout: DEFAULT_TIMEOUT, in_process: None })
 }
 
 /// A running tool process.
-struct Session {
+struct Process {
     child: Child,
     stdin: ChildStdin,
     lines: Receiver<String>,
     stderr: Arc<Mutex<String>>,
+}
+
+/// How messages reach a tool: its process's pipes, or a call into an in-process endpoint.
+enum Link {
+    Process(Process),
+    InProcess(Box<dyn Endpoint + Send>),
+}
+
+/// A started tool.
+struct Session {
+    link: Link,
     next_id: i64,
     /// The `start` response: the tool's name and the conventions its `config` declares.
     tool: String,
@@ -69,7 +85,7 @@ struct Session {
     threads: usize,
 }
 
-impl Drop for Session {
+impl Drop for Process {
     /// Kills the tool's whole process group (the shell and what it started) and reaps the shell.
     fn drop(&mut self) {
         #[cfg(unix)]
@@ -85,8 +101,8 @@ impl Drop for Session {
     }
 }
 
-impl Session {
-    fn open(spec: &ExternalSpec) -> Result<Session, String> {
+impl Process {
+    fn spawn(spec: &ExternalSpec) -> Result<Process, String> {
         let mut command = Command::new("sh");
         command.arg("-c").arg(&spec.command);
         // Its own process group, so that everything the command starts can be killed.
@@ -132,16 +148,45 @@ impl Session {
                 }
             }
         });
-        let mut session = Session {
-            child,
-            stdin,
-            lines,
-            stderr: tail,
-            next_id: 0,
-            tool: String::new(),
-            conventions: BTreeMap::new(),
-            threads: 0,
+        Ok(Process { child, stdin, lines, stderr: tail })
+    }
+
+    /// Writes one message and waits for the line that answers it.
+    fn exchange(&mut self, message: &Message, what: &str, timeout: Duration) -> Result<Response, String> {
+        let line = serde_json::to_string(message).map_err(|e| e.to_string())?;
+        if writeln!(self.stdin, "{line}").and_then(|_| self.stdin.flush()).is_err() {
+            return Err(format!("{what}: the tool closed its input{}", self.exit_reason()));
+        }
+        let text = match self.lines.recv_timeout(timeout) {
+            Ok(text) => text,
+            Err(RecvTimeoutError::Timeout) => return Err(format!("{what}: no response within {timeout:?}")),
+            Err(RecvTimeoutError::Disconnected) => {
+                return Err(format!("{what}: the tool exited before answering{}", self.exit_reason()));
+            }
         };
+        serde_json::from_str(&text)
+            .map_err(|e| format!("{what}: the response is not a protocol line ({e}): {}", shorten(&text)))
+    }
+
+    fn exit_reason(&mut self) -> String {
+        std::thread::sleep(Duration::from_millis(50));
+        let status = match self.child.try_wait() {
+            Ok(Some(s)) => format!(" ({s})"),
+            _ => String::new(),
+        };
+        let tail = self.stderr.lock().map(|t| t.trim().to_string()).unwrap_or_default();
+        let last = tail.lines().last().map(|l| format!(": {}", shorten(l))).unwrap_or_default();
+        format!("{status}{last}")
+    }
+}
+
+impl Session {
+    fn open(spec: &ExternalSpec) -> Result<Session, String> {
+        let link = match spec.in_process {
+            Some(peer) => Link::InProcess(crate::peers::open(peer)?),
+            None => Link::Process(Process::spawn(spec)?),
+        };
+        let mut session = Session { link, next_id: 0, tool: String::new(), conventions: BTreeMap::new(), threads: 0 };
         let r =
             session.request(|id| Message::Start { id, eval: Some("adgauge".into()), config: None }, spec.timeout)?;
         session.tool = r.tool.unwrap_or_else(|| spec.name.clone());
@@ -173,35 +218,15 @@ impl Session {
             Message::Evaluate { module, function, .. } => format!("evaluate {module}.{function}"),
             Message::Analysis { .. } => "analysis".to_string(),
         };
-        let line = serde_json::to_string(&message).map_err(|e| e.to_string())?;
         let what = format!("message {id} ({kind})");
-        if writeln!(self.stdin, "{line}").and_then(|_| self.stdin.flush()).is_err() {
-            return Err(format!("{what}: the tool closed its input{}", self.exit_reason()));
-        }
-        let text = match self.lines.recv_timeout(timeout) {
-            Ok(text) => text,
-            Err(RecvTimeoutError::Timeout) => return Err(format!("{what}: no response within {timeout:?}")),
-            Err(RecvTimeoutError::Disconnected) => {
-                return Err(format!("{what}: the tool exited before answering{}", self.exit_reason()));
-            }
+        let response = match &mut self.link {
+            Link::Process(p) => p.exchange(&message, &what, timeout)?,
+            Link::InProcess(endpoint) => crate::endpoint::answer(endpoint.as_mut(), &message),
         };
-        let response: Response = serde_json::from_str(&text)
-            .map_err(|e| format!("{what}: the response is not a protocol line ({e}): {}", shorten(&text)))?;
         if response.id != id {
             return Err(format!("{what}: the response has id {} instead of {id}", response.id));
         }
         Ok(response)
-    }
-
-    fn exit_reason(&mut self) -> String {
-        std::thread::sleep(Duration::from_millis(50));
-        let status = match self.child.try_wait() {
-            Ok(Some(s)) => format!(" ({s})"),
-            _ => String::new(),
-        };
-        let tail = self.stderr.lock().map(|t| t.trim().to_string()).unwrap_or_default();
-        let last = tail.lines().last().map(|l| format!(": {}", shorten(l))).unwrap_or_default();
-        format!("{status}{last}")
     }
 }
 

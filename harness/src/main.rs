@@ -1,11 +1,13 @@
 //! The `adgauge` command line: evaluate single inputs, run suites, list backends.
 
+mod endpoint;
 mod environment;
 mod eval;
 mod exit;
 mod external;
 mod history;
 mod memory;
+mod peers;
 mod pipeline;
 mod protocol;
 mod run;

@@ -252,14 +252,14 @@ pub struct Tools {
 }
 
 impl Tools {
-    /// adgauge's engine on every registered device (each opened on first use).
+    /// adgauge's engine on every registered device (each opened on first use), and the Rust
+    /// peers (`peers/`: in-process tools; one not compiled in says which feature builds it).
     pub fn builtin(threads: Option<usize>, cpu: Cpu) -> Tools {
-        Tools {
-            tools: DEVICES
-                .iter()
-                .map(|k| Box::new(EngineTool::new(k, threads, cpu.clone())) as Box<dyn Tool>)
-                .collect(),
-        }
+        let engines = DEVICES.iter().map(|k| Box::new(EngineTool::new(k, threads, cpu.clone())) as Box<dyn Tool>);
+        let peers = crate::peers::specs()
+            .into_iter()
+            .map(|spec| Box::new(ProcessTool::new(spec, cpu.clone())) as Box<dyn Tool>);
+        Tools { tools: engines.chain(peers).collect() }
     }
 
     pub fn get(&self, name: &str) -> Option<&dyn Tool> {
@@ -268,7 +268,7 @@ impl Tools {
 
     /// The names of the built-in tools (what a suite's `tools:` may list).
     pub fn builtin_names() -> Vec<&'static str> {
-        DEVICES.iter().map(|k| k.name).collect()
+        DEVICES.iter().map(|k| k.name).chain(crate::peers::PEERS.iter().map(|p| p.name)).collect()
     }
 
     /// The built-in tools and these external ones (started on first use).

@@ -223,20 +223,28 @@ pub fn compare(kind: CheckKind, dtype: DType, got: &[f64], want: &[f64]) -> Outc
 }
 
 /// Runs every check of a workload's [`Validation`], in the order results list them: the
-/// forward-mode ones (dot-product, fd-jvp) when the flat function has a JVP, fd-vjp, the full
-/// Jacobian, then the workload's comparisons (one outcome per check, the worst of its
+/// dot-product test when the flat function has both modes, fd-jvp when it has a JVP, fd-vjp when
+/// it has a VJP (or neither), the full Jacobian when it has both, then the workload's comparisons (one outcome per check, the worst of its
 /// comparisons).
 pub fn run_checks(v: &Validation, dtype: DType, seed: u64) -> anyhow::Result<Vec<Outcome>> {
     let f = v.flat.as_ref();
     let mut out = Vec::new();
     let has_jvp = f.jvp(&vec![0.0; f.n_in()]).is_ok();
+    // A tool with forward mode only (dual numbers) is checked in forward mode alone.
+    let has_vjp = f.vjp(&vec![0.0; f.n_out()]).is_ok();
     let fd = finite_difference(f, dtype, seed)?;
-    if has_jvp {
+    if has_jvp && has_vjp {
         out.push(dot_product_test(f, dtype, seed)?);
+    }
+    if has_jvp {
         out.push(fd_jvp_test(f, dtype, &fd)?);
     }
-    out.push(fd_vjp_test(f, dtype, &fd)?);
-    if let Some(full) = &v.full_jacobian {
+    if has_vjp || !has_jvp {
+        out.push(fd_vjp_test(f, dtype, &fd)?);
+    }
+    if let Some(full) = &v.full_jacobian
+        && has_vjp
+    {
         let mut o = full_jacobian_test(full.flat.as_ref(), dtype)?;
         o.tolerance = tolerance(full.tolerance_of, dtype);
         out.push(o);

@@ -466,16 +466,26 @@ impl Problem for HistProblem {
             |n: usize| -> Vec<f64> { (0..n).map(|_| rand::RngExt::random_range(&mut rng, -1.0..1.0)).collect() };
         let bar = random(self.data.k);
         let v = random(f.n_in());
-        let mut comparisons = vec![Comparison {
-            check: CheckKind::OracleVjp,
-            got: f.vjp(&bar)?,
-            want: local.oracle_vjp(&bar),
-            convention: None,
-        }];
-        if let Some((tie, tie_bar)) = tie_case(self.w.op) {
-            let t = RemoteHistFlat::new(remote.clone(), cpu.clone(), self.w.op, &tie);
-            comparisons.push(judge_ties(self.w.op, &tie, &tie_bar, t.vjp(&tie_bar)?, &s.conventions));
-        }
+        let mut comparisons = Vec::new();
+        // A tool without reverse mode (dual numbers) says so (unsupported): its reverse-mode
+        // checks are left out; a tool with neither mode is unsupported.
+        let reverse = match f.vjp(&bar) {
+            Ok(got) => {
+                comparisons.push(Comparison {
+                    check: CheckKind::OracleVjp,
+                    got,
+                    want: local.oracle_vjp(&bar),
+                    convention: None,
+                });
+                if let Some((tie, tie_bar)) = tie_case(self.w.op) {
+                    let t = RemoteHistFlat::new(remote.clone(), cpu.clone(), self.w.op, &tie);
+                    comparisons.push(judge_ties(self.w.op, &tie, &tie_bar, t.vjp(&tie_bar)?, &s.conventions));
+                }
+                None
+            }
+            Err(adgauge_backends::OpError::Unsupported(why)) => Some(why),
+            Err(e) => return Err(e.into()),
+        };
         // A tool without forward mode says so (unsupported): its forward-mode checks are left out.
         let mut full_jacobian = None;
         match f.jvp(&v) {
@@ -491,7 +501,11 @@ impl Problem for HistProblem {
                 let g = RemoteHistFlat::new(remote, cpu.clone(), self.w.op, &tiny);
                 full_jacobian = Some(FullJacobian { flat: Box::new(g), tolerance_of: CheckKind::FullJacobian });
             }
-            Err(adgauge_backends::OpError::Unsupported(_)) => {}
+            Err(adgauge_backends::OpError::Unsupported(why)) => {
+                if let Some(reverse) = reverse {
+                    return Err(adgauge_backends::OpError::Unsupported(format!("{reverse}; {why}")).into());
+                }
+            }
             Err(e) => return Err(e.into()),
         }
         Ok(Validation { flat: Box::new(f), full_jacobian, comparisons })
