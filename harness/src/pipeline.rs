@@ -267,7 +267,11 @@ pub fn record_checks(row: &mut ResultRow, outcomes: &[Outcome]) {
     }
     if let Some(bad) = outcomes.iter().find(|o| !o.passed()) {
         row.status = Status::Failed;
-        row.message = Some(format!("{} worst {:.3e} > tolerance {:.1e}", bad.kind.name(), bad.worst, bad.tolerance));
+        let mut message = format!("{} worst {:.3e} > tolerance {:.1e}", bad.kind.name(), bad.worst, bad.tolerance);
+        if !bad.parts.is_empty() {
+            message.push_str(&format!(" ({})", bad.parts_text()));
+        }
+        row.message = Some(message);
     } else {
         let notes: Vec<String> = outcomes
             .iter()

@@ -333,7 +333,11 @@ fn print_outcomes(console: &Console, id: &str, outcomes: &[Outcome], failures: &
             o.tolerance
         ));
         if !o.passed() {
-            failures.push(format!("{id}: {} worst {:.3e} > tolerance {:.1e}", o.kind.name(), o.worst, o.tolerance));
+            let mut failure = format!("{id}: {} worst {:.3e} > tolerance {:.1e}", o.kind.name(), o.worst, o.tolerance);
+            if !o.parts.is_empty() {
+                failure.push_str(&format!(" ({})", o.parts_text()));
+            }
+            failures.push(failure);
         }
     }
 }

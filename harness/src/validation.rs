@@ -64,14 +64,26 @@ pub struct Outcome {
     /// Set when the derivative differs from adgauge's reference but is right under a
     /// convention (e.g. a tie policy): which.
     pub convention: Option<String>,
+    /// A failed reverse-mode check, argument by argument ([`FlatFn::input_parts`]): each
+    /// argument's own worst value, so a report can say which adjoint is wrong.
+    pub parts: Vec<(&'static str, f64)>,
 }
 
 impl Outcome {
     pub fn passed(&self) -> bool {
         self.skipped.is_some() || self.worst <= self.tolerance
     }
+
+    /// The per-argument breakdown of a failure, e.g. `vals 0.000e0 ok, dest 9.648e-1 wrong`
+    /// (empty when there is none).
+    pub fn parts_text(&self) -> String {
+        let part = |(name, worst): &(&str, f64)| {
+            format!("{name} {worst:.3e} {}", if *worst <= self.tolerance { "ok" } else { "wrong" })
+        };
+        self.parts.iter().map(part).collect::<Vec<_>>().join(", ")
+    }
     fn new(kind: CheckKind, dtype: DType, worst: f64) -> Outcome {
-        Outcome { kind, worst, tolerance: tolerance(kind, dtype), skipped: None, convention: None }
+        Outcome { kind, worst, tolerance: tolerance(kind, dtype), skipped: None, convention: None, parts: Vec::new() }
     }
 }
 
@@ -151,6 +163,8 @@ pub struct Directional {
     pub v: Vec<f64>,
     pub w: Vec<f64>,
     pub fd: Vec<f64>,
+    /// The step.
+    pub h: f64,
 }
 
 /// Computes [`Directional`], or says why finite differences would straddle a kink at x0.
@@ -165,11 +179,17 @@ pub fn finite_difference(f: &dyn FlatFn, dtype: DType, seed: u64) -> anyhow::Res
     if let Some(why) = f.fd_unsafe(h) {
         return Ok(Err(why));
     }
-    let plus: Vec<f64> = x.iter().zip(&v).map(|(a, d)| a + h * d).collect();
-    let minus: Vec<f64> = x.iter().zip(&v).map(|(a, d)| a - h * d).collect();
+    let fd = central_difference(f, &v, h)?;
+    Ok(Ok(Directional { v, w, fd, h }))
+}
+
+/// (f(x0 + h v) - f(x0 - h v)) / 2h in f64.
+fn central_difference(f: &dyn FlatFn, v: &[f64], h: f64) -> anyhow::Result<Vec<f64>> {
+    let x = f.x0();
+    let plus: Vec<f64> = x.iter().zip(v).map(|(a, d)| a + h * d).collect();
+    let minus: Vec<f64> = x.iter().zip(v).map(|(a, d)| a - h * d).collect();
     let (fp, fm) = (f.eval_f64(&plus)?, f.eval_f64(&minus)?);
-    let fd = fp.iter().zip(&fm).map(|(p, m)| (p - m) / (2.0 * h)).collect();
-    Ok(Ok(Directional { v, w, fd }))
+    Ok(fp.iter().zip(&fm).map(|(p, m)| (p - m) / (2.0 * h)).collect())
 }
 
 fn skipped(kind: CheckKind, dtype: DType, why: &str) -> Outcome {
@@ -191,10 +211,28 @@ pub fn fd_vjp_test(f: &dyn FlatFn, dtype: DType, d: &Result<Directional, String>
         Ok(d) => d,
         Err(why) => return Ok(skipped(CheckKind::FdVjp, dtype, why)),
     };
-    let (a, ma) = dot(&f.vjp(&d.w)?, &d.v);
-    let (b, mb) = dot(&d.fd, &d.w);
+    let vjp = f.vjp(&d.w)?;
+    let mut o = Outcome::new(CheckKind::FdVjp, dtype, fd_vjp_error(&vjp, &d.v, &d.fd, &d.w));
+    if !o.passed() {
+        // Whose adjoint: the same test with the direction restricted to each argument in turn.
+        let mut start = 0;
+        for (name, len) in f.input_parts() {
+            let mut v = vec![0.0; d.v.len()];
+            v[start..start + len].copy_from_slice(&d.v[start..start + len]);
+            let fd = central_difference(f, &v, d.h)?;
+            o.parts.push((name, fd_vjp_error(&vjp, &v, &fd, &d.w)));
+            start += len;
+        }
+    }
+    Ok(o)
+}
+
+/// <vjp, v> against <fd, w>, relative to the sum of |terms| (infinite when NaN).
+fn fd_vjp_error(vjp: &[f64], v: &[f64], fd: &[f64], w: &[f64]) -> f64 {
+    let (a, ma) = dot(vjp, v);
+    let (b, mb) = dot(fd, w);
     let err = if a == b { 0.0 } else { (a - b).abs() / (ma + mb).max(f64::MIN_POSITIVE) };
-    Ok(Outcome::new(CheckKind::FdVjp, dtype, if err.is_nan() { f64::INFINITY } else { err }))
+    if err.is_nan() { f64::INFINITY } else { err }
 }
 
 /// The whole Jacobian both ways (n_in JVPs, n_out VJPs); only for small cases.
@@ -249,12 +287,25 @@ pub fn run_checks(v: &Validation, dtype: DType, seed: u64) -> anyhow::Result<Vec
         o.tolerance = tolerance(full.tolerance_of, dtype);
         out.push(o);
     }
+    let parts = f.input_parts();
     for c in &v.comparisons {
-        let o = Outcome { convention: c.convention.clone(), ..compare(c.check, dtype, &c.got, &c.want) };
+        let mut o = Outcome { convention: c.convention.clone(), ..compare(c.check, dtype, &c.got, &c.want) };
+        // A failed adjoint of the whole input, argument by argument.
+        if !o.passed() && c.check == CheckKind::OracleVjp && c.got.len() == f.n_in() && c.want.len() == f.n_in() {
+            let mut start = 0;
+            for &(name, len) in &parts {
+                let range = start..start + len;
+                o.parts.push((name, discrepancy(&c.got[range.clone()], &c.want[range])));
+                start += len;
+            }
+        }
         match out.iter_mut().find(|x| x.kind == c.check) {
             Some(prev) => {
                 prev.worst = prev.worst.max(o.worst);
                 prev.convention = prev.convention.take().or(o.convention);
+                if prev.parts.is_empty() {
+                    prev.parts = o.parts;
+                }
             }
             None => out.push(o),
         }
@@ -264,6 +315,8 @@ pub fn run_checks(v: &Validation, dtype: DType, seed: u64) -> anyhow::Result<Vec
 
 #[cfg(test)]
 mod tests {
+    use adgauge_workloads::Comparison;
+
     use super::*;
 
     /// f(x) = [x0 * x1, sin(x2)] with an optional bug in the VJP.
@@ -297,6 +350,9 @@ mod tests {
         fn fd_unsafe(&self, _h: f64) -> Option<String> {
             None
         }
+        fn input_parts(&self) -> Vec<(&'static str, usize)> {
+            vec![("ab", 2), ("c", 1)]
+        }
     }
 
     #[test]
@@ -320,6 +376,36 @@ mod tests {
         let (jvp, vjp) = (fd_jvp_test(&f, DType::F64, &d).unwrap(), fd_vjp_test(&f, DType::F64, &d).unwrap());
         assert!(jvp.passed() && !vjp.passed(), "{jvp:?} {vjp:?}");
         assert!(!full_jacobian_test(&f, DType::F64).unwrap().passed());
+    }
+
+    /// The bug is in x0's adjoint: the failing fd-vjp names argument "ab" (x0, x1) wrong and
+    /// "c" (x2) right, and so does a failing oracle comparison of the whole adjoint.
+    #[test]
+    fn a_failed_reverse_check_says_which_argument_is_wrong() {
+        let f = Toy { x: vec![0.5, -2.0, 1.25], wrong_vjp: true };
+        let d = finite_difference(&f, DType::F64, 1).unwrap();
+        let o = fd_vjp_test(&f, DType::F64, &d).unwrap();
+        assert_eq!(o.parts.iter().map(|p| p.0).collect::<Vec<_>>(), ["ab", "c"]);
+        assert!(o.parts[0].1 > 1e-3 && o.parts[1].1 < 1e-8, "{:?}", o.parts);
+        assert!(o.parts_text().contains("ab") && o.parts_text().ends_with(" ok"), "{}", o.parts_text());
+        let right = Toy { wrong_vjp: false, ..f };
+        let w = [0.25, -1.5];
+        let comparisons = vec![Comparison {
+            check: CheckKind::OracleVjp,
+            got: Toy { x: right.x.clone(), wrong_vjp: true }.vjp(&w).unwrap(),
+            want: right.vjp(&w).unwrap(),
+            convention: None,
+        }];
+        let v = Validation { flat: Box::new(right), full_jacobian: None, comparisons };
+        let outcomes = run_checks(&v, DType::F64, 1).unwrap();
+        let oracle = outcomes.iter().find(|o| o.kind == CheckKind::OracleVjp).unwrap();
+        // got [0, 0.125] against want [-0.5, 0.125] on "ab": relative L2 0.5 / |want|
+        // (above rho's 0.5); "c" equal.
+        let want_ab = 0.5 / (0.5f64 * 0.5 + 0.125 * 0.125).sqrt();
+        assert_eq!(oracle.parts.iter().map(|p| p.0).collect::<Vec<_>>(), ["ab", "c"]);
+        assert!((oracle.parts[0].1 - want_ab).abs() < 1e-12 && oracle.parts[1].1 == 0.0, "{:?}", oracle.parts);
+        // The right flat function passes its own checks: no breakdown there.
+        assert!(outcomes.iter().filter(|o| o.kind != CheckKind::OracleVjp).all(|o| o.passed() && o.parts.is_empty()));
     }
 
     #[test]

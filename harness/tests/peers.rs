@@ -8,7 +8,7 @@ mod common;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 
-use common::{adgauge, stderr};
+use common::adgauge;
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_adgauge");
@@ -16,11 +16,20 @@ const BIN: &str = env!("CARGO_BIN_EXE_adgauge");
 /// Runs `adgauge run` on the peers' suite for these operators and tools; its rows.
 #[allow(dead_code)]
 fn rows(ops: &str, tools: &str, modes: &str) -> Vec<Value> {
+    rows_sized(ops, tools, modes, "n: [2000]\n    k: [16]")
+}
+
+/// As [`rows`], with the suite's size lines given.
+#[allow(dead_code)]
+fn rows_sized(ops: &str, tools: &str, modes: &str, size: &str) -> Vec<Value> {
     let suite = format!(
-        "name: peers-test\ntiming: {{samples: 2, min_sample_ms: 1, time_limit_s: 0.05}}\ncases:\n  - workload: hist\n    ops: [{ops}]\n    rules: [auto]\n    n: [2000]\n    k: [16]\n    dtypes: [f64]\n    modes: [{modes}]\n    tools: [{tools}]\n"
+        "name: peers-test\ntiming: {{samples: 2, min_sample_ms: 1, time_limit_s: 0.05}}\ncases:\n  - workload: hist\n    ops: [{ops}]\n    rules: [auto]\n    {size}\n    dtypes: [f64]\n    modes: [{modes}]\n    tools: [{tools}]\n"
     );
-    let path =
-        common::temp_file("peers", &format!("{}-{}.yaml", tools.replace(", ", "-"), ops.replace(", ", "-")), &suite);
+    let path = common::temp_file(
+        "peers",
+        &format!("{}-{}-{}.yaml", tools.replace(", ", "-"), ops.replace(", ", "-"), size.len()),
+        &suite,
+    );
     let out = adgauge(&["run", "--suite", path.to_str().unwrap(), "--json", "--no-save", "--quiet"]);
     common::case_rows(&out)
 }
@@ -64,12 +73,20 @@ fn numbers(v: &Value) -> Vec<f64> {
     common::numbers(v)
 }
 
+/// What a failure message's per-argument breakdown, `(vals 1.1e-12 ok, dest 1.1e-1 wrong)`,
+/// says of argument `arg`: "ok" or "wrong".
+#[allow(dead_code)]
+fn verdict<'a>(message: &'a str, arg: &str) -> Option<&'a str> {
+    let parts = message.rsplit_once(" (")?.1.strip_suffix(')')?;
+    parts.split(", ").find_map(|p| p.strip_prefix(arg)?.strip_prefix(' ')?.split(' ').nth(1))
+}
+
 #[cfg(not(feature = "candle"))]
 #[test]
 fn a_peer_not_compiled_in_is_unavailable_with_its_feature() {
     let out = adgauge(&["check", "--backend", "candle", "--workload", "hist-add"]);
-    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
-    assert!(stderr(&out).contains("--features candle"), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(4), "{}", common::stderr(&out));
+    assert!(common::stderr(&out).contains("--features candle"), "{}", common::stderr(&out));
     let out = Command::new(BIN).args(["tool", "--backend", "candle"]).output().unwrap();
     assert_eq!(out.status.code(), Some(4), "{}", String::from_utf8_lossy(&out.stderr));
     eprintln!("skipped: the candle peer's findings need `cargo test --features candle`");
@@ -92,10 +109,31 @@ fn candle_scatter_add_masks_the_dest_adjoint_and_the_checks_find_it() {
     assert_eq!(numbers(&out["vals_bar"]), [1.0, 3.0, 1.0, 0.0]);
     assert_eq!(numbers(&out["dest_bar"]), [1.0, 2.0, 3.0]);
 
-    let rows = rows("add, logaddexp, hypot", "candle, candle-index-add", "primal, vjp");
+    // Where the values outnumber the bins (or fall short), candle's backward fails in its own
+    // mask (`mask.scatter(indexes, zeros_like(init))`: indexes shaped like src, zeros like init):
+    // the tool answers unsuccessfully, so its VJP is unsupported, naming candle's error.
+    let rows_n_k = rows("add, logaddexp, hypot", "candle, candle-index-add", "primal, vjp");
+    for w in ["hist-add", "hist-logaddexp", "hist-hypot"] {
+        let failed = row(&rows_n_k, w, "candle");
+        assert_eq!(failed["status"], "skipped", "{failed}");
+        assert!(failed["message"].as_str().unwrap().contains("shape mismatch in scatter"), "{failed}");
+        let right = row(&rows_n_k, w, "candle-index-add");
+        assert_eq!(right["status"], "ok", "{right}");
+    }
+    // As many in-range values as bins: the backward runs, and dest's masked adjoint fails the
+    // checks while the same sum by index_add passes.
+    let rows = rows_sized(
+        "add, logaddexp, hypot",
+        "candle, candle-index-add",
+        "primal, vjp",
+        "n: [64]\n    k: [64]\n    out_of_range: 0",
+    );
     for w in ["hist-add", "hist-logaddexp", "hist-hypot"] {
         let wrong = row(&rows, w, "candle");
         assert_eq!(wrong["status"], "failed", "{wrong}");
+        // Argument by argument: vals' adjoint is right, dest's is wrong.
+        let message = wrong["message"].as_str().unwrap();
+        assert_eq!((verdict(message, "vals"), verdict(message, "dest")), (Some("ok"), Some("wrong")), "{message}");
         let right = row(&rows, w, "candle-index-add");
         assert_eq!(right["status"], "ok", "{right}");
     }
@@ -134,6 +172,9 @@ fn burn_scatter_mul_min_max_are_wrong_with_duplicate_indices() {
     for w in ["hist-mul", "hist-min", "hist-max"] {
         assert_eq!(row(&rows, w, "burn")["status"], "failed", "{}", row(&rows, w, "burn"));
     }
+    // Mul: dest's adjoint (hist_bar times the bin's product of values) is right, vals' wrong.
+    let message = row(&rows, "hist-mul", "burn")["message"].as_str().unwrap().to_string();
+    assert_eq!((verdict(&message, "vals"), verdict(&message, "dest")), (Some("wrong"), Some("ok")), "{message}");
 }
 
 /// num-dual is forward mode only: its rows are validated in forward mode (finite differences

@@ -884,6 +884,9 @@ impl FlatFn for RemoteHistFlat {
     fn fd_unsafe(&self, h: f64) -> Option<String> {
         self.local.fd_unsafe(h)
     }
+    fn input_parts(&self) -> Vec<(&'static str, usize)> {
+        vec![("vals", self.local.data.vals.len()), ("dest", self.local.data.k)]
+    }
 }
 
 #[cfg(test)]

@@ -327,6 +327,12 @@ pub trait FlatFn {
     fn jvp(&self, v: &[f64]) -> adgauge_backends::Result<Vec<f64>>;
     /// Why finite differences would be meaningless at x0 (a kink within the step), if they are.
     fn fd_unsafe(&self, h: f64) -> Option<String>;
+    /// The arguments the input vector concatenates, as (name, length) in order (a histogram's
+    /// `vals` then `dest`), so that a failing reverse-mode check can say whose adjoint is wrong.
+    /// Empty: one argument.
+    fn input_parts(&self) -> Vec<(&'static str, usize)> {
+        Vec::new()
+    }
 }
 
 /// A derivative computed on the device under test next to an independent value of the same

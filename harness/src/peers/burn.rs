@@ -38,7 +38,7 @@ fn ints(xs: &[usize], device: &Device) -> Tensor<1, Int> {
 }
 
 fn to_f64(t: Tensor<1>) -> Result<Vec<f64>, String> {
-    t.into_data().convert::<f64>().into_vec::<f64>().map_err(|e| format!("burn: {e:?}"))
+    t.into_data().convert::<f64>().try_into_vec::<f64>().map_err(|e| format!("burn: {e:?}"))
 }
 
 impl HistPeer for BurnHist {

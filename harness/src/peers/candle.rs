@@ -27,8 +27,10 @@ enum Sum {
     Hypot,
 }
 
+/// candle's error without the backtrace it carries when `RUST_BACKTRACE` is set.
 fn err(e: candle_core::Error) -> String {
-    format!("candle: {e}")
+    let text = e.to_string();
+    format!("candle: {}", text.lines().next().unwrap_or_default())
 }
 
 impl HistPeer for CandleHist {
