@@ -36,7 +36,8 @@ pub fn tolerance(check: CheckKind, dtype: DType) -> f64 {
             | CheckKind::Manual
             | CheckKind::ManualJvp
             | CheckKind::ManualHessian
-            | CheckKind::Ties,
+            | CheckKind::Ties
+            | CheckKind::Stress,
             DType::F64,
         ) => 1e-10,
         (
@@ -46,7 +47,8 @@ pub fn tolerance(check: CheckKind, dtype: DType) -> f64 {
             | CheckKind::Manual
             | CheckKind::ManualJvp
             | CheckKind::ManualHessian
-            | CheckKind::Ties,
+            | CheckKind::Ties
+            | CheckKind::Stress,
             DType::F32,
         ) => 1e-4,
     }

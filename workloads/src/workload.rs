@@ -270,10 +270,15 @@ pub enum CheckKind {
     /// oracle of the tool's declared tie policy; another valid subgradient passes as a
     /// convention.
     Ties,
+    /// Oracle on data built to see rule bugs (histograms): ties between elements and with dest,
+    /// neutral elements (-inf for logaddexp, zeros for hypot and `*`), empty bins, and n above
+    /// the parallel threshold, so that several chunks and interleaved sub-histograms are merged.
+    /// Compared elementwise with the sequential oracle, never with finite differences.
+    Stress,
 }
 
 impl CheckKind {
-    pub const ALL: [CheckKind; 11] = [
+    pub const ALL: [CheckKind; 12] = [
         CheckKind::DotProduct,
         CheckKind::FdJvp,
         CheckKind::FdVjp,
@@ -285,6 +290,7 @@ impl CheckKind {
         CheckKind::ManualJvp,
         CheckKind::ManualHessian,
         CheckKind::Ties,
+        CheckKind::Stress,
     ];
 
     pub fn from_name(name: &str) -> Option<CheckKind> {
@@ -308,6 +314,7 @@ impl CheckKind {
             CheckKind::ManualJvp => "manual-jvp",
             CheckKind::ManualHessian => "manual-hessian",
             CheckKind::Ties => "ties",
+            CheckKind::Stress => "stress",
         }
     }
 }
