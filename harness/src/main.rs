@@ -36,6 +36,10 @@ struct Cli {
     /// Worker threads of the CPU device (default: all cores; at most 1024).
     #[arg(long, global = true, value_parser = parse_threads)]
     threads: Option<usize>,
+    /// The most memory one case or input may need (bytes, or with K, M, G, T): sizes that would
+    /// need more are refused before anything is allocated (default: half the physical memory).
+    #[arg(long, global = true, value_parser = adgauge_datasets::limits::parse_bytes)]
+    max_memory: Option<u64>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -107,6 +111,9 @@ fn main() -> ExitCode {
     let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if let (Some(Command::Eval(args)), Some(("eval", eval))) = (cli.command.as_mut(), matches.subcommand()) {
         args.options = workload_options(eval);
+    }
+    if let Some(bytes) = cli.max_memory {
+        adgauge_datasets::limits::set_max_bytes(bytes);
     }
     let command = cli.command.unwrap_or(Command::Run(run::RunArgs::default()));
     let result = match command {

@@ -402,6 +402,13 @@ impl Entry<'_> {
                 })
                 .collect();
         }
+        for params in &combos {
+            if let Some(need) = workload.footprint(params)
+                && let Err(message) = need.check()
+            {
+                return Err(self.error(need.key, None, &message));
+            }
+        }
         let dtypes = self.names("dtypes", Some(Json::from(["f32"])), "dtype", |s| s.parse::<DType>())?;
         let tools_key = if self.entry.contains_key("backends") { "backends" } else { "tools" };
         let tools = self.tools(tools_key, external)?;

@@ -139,3 +139,46 @@ fn check_runs_the_stress_comparison_for_every_rule() {
     assert_eq!(lines.len(), 8, "{text}");
     assert!(lines.iter().all(|l| l.ends_with("ok") && l.contains("tol 1.0e-10")), "{text}");
 }
+
+/// Sizes are checked against the memory limit before anything is allocated: replicated ADBench
+/// headers (a 28-byte GMM file announcing 10^8 points took 16.5 GB; BA with p = 4e8 aborted)
+/// and suite sizes (n = 2^32, BA with p = 10^8 aborted on allocation). Exit 2 names the field
+/// and the bytes.
+#[test]
+fn sizes_beyond_the_memory_limit_are_refused_naming_the_field_and_bytes() {
+    let gmm = temp_file("hardening", "rep.txt", "1 1 100000000\n0.0\n0.5\n0.1\n0.5\n1 0\n");
+    let g = gmm.to_str().unwrap();
+    let out = adgauge(&["--max-memory", "100M", "eval", "gmm", "--input", g, "--gmm-replicate-point"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let want = "rep.txt:1: header 'd k n' = 1 1 100000000: the replicated points (n*d*8) needs 800000000 bytes, \
+                more than the memory limit 104857600";
+    assert!(stderr(&out).contains(want), "{}", stderr(&out));
+    // The points fit in 1 GiB; the evaluation (about 100 bytes per point) does not.
+    let out = adgauge(&["--max-memory", "1G", "eval", "gmm", "--input", g, "--gmm-replicate-point"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("(n*k*d*100) + the parameters) needs 10000000008 bytes"), "{}", stderr(&out));
+
+    let ba = temp_file("hardening", "ba.txt", &format!("1 1 400000000\n{}\n1 2 3\n1 2\n1\n", ["0.1"; 11].join(" ")));
+    let out = adgauge(&["--max-memory", "1G", "eval", "ba", "--input", ba.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let want =
+        "ba.txt:1: header 'n m p' = 1 1 400000000: the replicated problem ((11n + 3m + 5p)*8) needs 16000000112 bytes";
+    assert!(stderr(&out).contains(want), "{}", stderr(&out));
+
+    for (entry, want) in [
+        ("  - workload: hist\n    ops: [add]\n    n: [4294967296]\n    k: [2]\n", "huge.yaml:5:8: cases[0].n: "),
+        ("  - workload: ba\n    sizes: [[1, 1, 100000000]]\n", "huge.yaml:4:12: cases[0].sizes: "),
+    ] {
+        let suite = temp_file("hardening", "huge.yaml", &format!("name: x\ncases:\n{entry}"));
+        let out = adgauge(&["--max-memory", "1G", "run", "--suite", suite.to_str().unwrap(), "--no-save"]);
+        assert_eq!(out.status.code(), Some(2), "{entry}");
+        assert!(
+            stderr(&out).contains(want) && stderr(&out).contains("more than the memory limit 1073741824"),
+            "{}",
+            stderr(&out)
+        );
+    }
+    let out = adgauge(&["--max-memory", "12Q", "check"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("'12Q' is not a byte count"), "{}", stderr(&out));
+}

@@ -604,6 +604,18 @@ pub const MAX_EVAL_JACOBIAN_ENTRIES: usize = 1 << 27;
 /// Validation size, on a problem with distinct values (see [`BaFlat`]).
 const CHECK: [(&str, u64); 3] = [("n", 3), ("m", 10), ("p", 30)];
 
+/// BA's memory: about 500 bytes per observation (its residuals, the tape of the projection and
+/// the gathered parameters; p = 4e7 took more than 23 GB in primal mode) plus the cameras and
+/// points.
+fn ba_footprint(n: usize, m: usize, p: usize) -> crate::workload::Footprint {
+    let (n, m, p) = (n as u128, m as u128, p as u128);
+    crate::workload::Footprint {
+        bytes: 500 * p + 8 * (11 * n + 3 * m),
+        key: "sizes",
+        formula: "about 500 bytes per observation (p*500) + 8*(11n + 3m)",
+    }
+}
+
 /// Bundle adjustment in the registry: `workload: ba` with listed (n cameras, m points, p
 /// observations) triples, generated as ADBench's replicated files are.
 pub struct Ba;
@@ -630,12 +642,18 @@ impl Workload for Ba {
     fn check_params(&self, _name: &str) -> Params {
         Params::ints(&CHECK)
     }
+    fn footprint(&self, p: &Params) -> Option<crate::workload::Footprint> {
+        Some(ba_footprint(p.int("n").ok()?, p.int("m").ok()?, p.int("p").ok()?))
+    }
     fn generate(&self, p: &Params, seed: u64) -> WResult<Box<dyn Problem>> {
         Ok(Box::new(BaProblem { n: p.int("n")?, m: p.int("m")?, p: p.int("p")?, seed }))
     }
     fn eval(&self, req: &EvalRequest, device: &AnyDevice) -> WResult<String> {
         let b = BaInput::parse(&req.text, &req.source).map_err(|e| WorkloadError::BadInput(e.to_string()))?;
         let mode = req.mode.unwrap_or(Mode::Primal);
+        ba_footprint(b.n, b.m, b.p).check().map_err(|m| {
+            WorkloadError::BadInput(format!("{}:1: header 'n m p' = {} {} {}: {m}", req.source, b.n, b.m, b.p))
+        })?;
         let entries = (2 * N_GATHERED + 1).saturating_mul(b.p);
         if mode != Mode::Primal && entries > MAX_EVAL_JACOBIAN_ENTRIES {
             return Err(WorkloadError::BadInput(format!(

@@ -222,6 +222,14 @@ impl Workload for HistFamily {
             ("out_of_range", Value::Float(0.05)),
         ])
     }
+    fn footprint(&self, params: &Params) -> Option<crate::workload::Footprint> {
+        let (n, k) = (params.int("n").ok()? as u128, params.int("k").ok()? as u128);
+        Some(crate::workload::Footprint {
+            bytes: 40 * n + 32 * k,
+            key: if 40 * n >= 32 * k { "n" } else { "k" },
+            formula: "40 bytes per element (index, value, adjoint, tangent, generator's copy) + 32 per bin",
+        })
+    }
     fn generate(&self, params: &Params, seed: u64) -> WResult<Box<dyn Problem>> {
         let w = HistFamily::workload(params)?;
         let dist: IndexDist = params.name("dist")?.parse().map_err(WorkloadError::BadInput)?;

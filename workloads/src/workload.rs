@@ -406,6 +406,22 @@ pub trait Problem: Send + Sync {
     }
 }
 
+/// The bytes a case needs (inputs, outputs, the reverse-mode tape; measured per element on the
+/// CPU and rounded down), the parameter it grows with, and the formula, for the refusal message.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Footprint {
+    pub bytes: u128,
+    pub key: &'static str,
+    pub formula: &'static str,
+}
+
+impl Footprint {
+    /// `Err("<formula> = N bytes, more than the memory limit L ...")` beyond the limit.
+    pub fn check(&self) -> Result<(), String> {
+        adgauge_datasets::limits::check(&format!("this case ({})", self.formula), self.bytes)
+    }
+}
+
 /// A workload: see the module documentation.
 pub trait Workload: Send + Sync {
     /// The suite tag (`workload: <family>`); also the name of a single-workload family.
@@ -444,6 +460,12 @@ pub trait Workload: Send + Sync {
     fn validation_params(&self, params: &Params) -> Params;
     /// The case `adgauge check` validates for `name` (at validation size).
     fn check_params(&self, name: &str) -> Params;
+    /// What a case of these parameters will allocate, estimated before anything is generated
+    /// and checked against the memory limit (`--max-memory`): see [`Footprint`]. `None`: small
+    /// by construction.
+    fn footprint(&self, _params: &Params) -> Option<Footprint> {
+        None
+    }
     /// The problem of these parameters, from a seeded generator.
     fn generate(&self, params: &Params, seed: u64) -> WResult<Box<dyn Problem>>;
     /// Evaluates one explicit input on `device` and returns one JSON object.
