@@ -182,3 +182,67 @@ fn sizes_beyond_the_memory_limit_are_refused_naming_the_field_and_bytes() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("'12Q' is not a byte count"), "{}", stderr(&out));
 }
+
+/// `merge` combined shards of different seeds or adgauge versions (relabelling 9.9.9's rows as
+/// the first run's version) and files of different schemas (writing a file the history then
+/// rejected). Now each is refused with exit 2 naming both files; shards of one run still merge.
+#[test]
+fn merge_refuses_runs_of_different_seeds_versions_and_schemas_naming_the_files() {
+    let suite = temp_file(
+        "hardening-merge",
+        "two.yaml",
+        "name: two\ntiming: {samples: 2, min_sample_ms: 0.1, time_limit_s: 0.01}\ncases:\n  - workload: hist\n    ops: [add, mul]\n    rules: [auto]\n    n: [50]\n    k: [3]\n    validate: false\n",
+    );
+    let dir = suite.parent().unwrap().to_path_buf();
+    let mut shards = Vec::new();
+    for i in 1..=2 {
+        let out_dir = dir.join(format!("shard{i}"));
+        let _ = std::fs::remove_dir_all(&out_dir);
+        let shard = format!("{i}/2");
+        let out = adgauge(&[
+            "run",
+            "--suite",
+            suite.to_str().unwrap(),
+            "--shard",
+            &shard,
+            "--out",
+            out_dir.to_str().unwrap(),
+            "--no-save",
+            "--quiet",
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let file = std::fs::read_dir(&out_dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.extension().is_some_and(|e| e == "csv"))
+            .unwrap();
+        shards.push(file);
+    }
+    let merged = dir.join("merged");
+    let _ = std::fs::remove_dir_all(&merged);
+    let (a, b) = (shards[0].to_str().unwrap(), shards[1].to_str().unwrap());
+    let out = adgauge(&["merge", a, b, "--out", merged.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+
+    let text = std::fs::read_to_string(&shards[1]).unwrap();
+    for (name, from, to, what) in [
+        ("seed.csv", ",20261122,", ",7,", "different seeds ([20261122] and [7])"),
+        ("version.csv", ",0.1.0,", ",9.9.9,", "different adgauge versions (0.1.0 and 9.9.9)"),
+    ] {
+        assert!(text.contains(from), "{name}");
+        let changed = temp_file("hardening-merge", name, &text.replace(from, to));
+        let out = adgauge(&["merge", a, changed.to_str().unwrap(), "--out", merged.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(2), "{name}: {}", stderr(&out));
+        let want = format!("{a} and {} are of {what}", changed.display());
+        assert!(stderr(&out).contains(&want), "{}", stderr(&out));
+    }
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/../reports/tests/fixtures");
+    let (v1, v2) = (format!("{fixtures}/schema1.csv"), format!("{fixtures}/schema2.csv"));
+    let out = adgauge(&["merge", &v1, a, "--out", merged.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("are of different schemas (schema 1 and schema 3)"), "{}", stderr(&out));
+    let before = std::fs::read_dir(&merged).unwrap().count();
+    let out = adgauge(&["merge", &v1, &v2, "--out", merged.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(std::fs::read_dir(&merged).unwrap().count(), before, "nothing written");
+}
