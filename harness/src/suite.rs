@@ -156,6 +156,9 @@ pub fn parse_suite_with(text: &str, source: &str, external: &[ExternalSpec]) -> 
             }
         }
     }
+    if file.cases.is_empty() {
+        return Err(format!("{source}: cases: is empty (a suite lists at least one entry)"));
+    }
     let mut cases = Vec::new();
     let mut external = external.to_vec();
     for (g, entry) in file.cases.iter().enumerate() {

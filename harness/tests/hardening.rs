@@ -246,3 +246,60 @@ fn merge_refuses_runs_of_different_seeds_versions_and_schemas_naming_the_files()
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert_eq!(std::fs::read_dir(&merged).unwrap().count(), before, "nothing written");
 }
+
+/// Messages stay readable: a 1 MB op name or a 10 MB string in an input is cut to its start
+/// and length (it was echoed in full); a suite's invalid UTF-8 names line and byte offset; an
+/// empty `cases:` is refused (it ran zero cases with exit 0); a bad value names its own line.
+#[test]
+fn huge_strings_are_cut_and_bad_suites_name_line_offset_and_key() {
+    let op = temp_file(
+        "hardening-msg",
+        "op.json",
+        &format!(r#"{{"k": 1, "inds": [0], "vals": [1], "dest": [0], "op": "{}"}}"#, "x".repeat(1_000_000)),
+    );
+    let out = adgauge(&["eval", "hist-add", "--input", op.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let e = stderr(&out);
+    assert!(
+        e.len() < 1000 && e.contains("field op: 'xxxx") && e.contains("... (1000002 bytes) does not match"),
+        "{}",
+        &e[..e.len().min(2000)]
+    );
+    let s = temp_file(
+        "hardening-msg",
+        "str.json",
+        &format!(r#"{{"k": 1, "inds": [0], "vals": ["{}"], "dest": [0]}}"#, "a".repeat(10_000_000)),
+    );
+    let out = adgauge(&["eval", "hist-add", "--input", s.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let e = stderr(&out);
+    assert!(
+        e.len() < 1000 && e.contains("field vals[0]: expected a number") && e.contains("(10000002 bytes)"),
+        "{}",
+        &e[..e.len().min(2000)]
+    );
+
+    let entry = "  - workload: hist\n    ops: [add]\n    n: [10]\n    k: [2]\n";
+    let latin1 = temp_file("hardening-msg", "latin1.yaml", "");
+    std::fs::write(&latin1, [format!("name: x\ncases:\n{entry}    dtypes: [f32, ").as_bytes(), b"\xff]\n"].concat())
+        .unwrap();
+    let out = adgauge(&["run", "--suite", latin1.to_str().unwrap(), "--no-save"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("latin1.yaml:7: not UTF-8 text (invalid byte at offset 90)"), "{}", stderr(&out));
+    let empty = temp_file("hardening-msg", "empty.yaml", "name: x\ncases: []\n");
+    let out = adgauge(&["run", "--suite", empty.to_str().unwrap(), "--no-save"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("empty.yaml: cases: is empty"), "{}", stderr(&out));
+    let line10 = temp_file(
+        "hardening-msg",
+        "line10.yaml",
+        &format!("name: x\ntiming: {{samples: 3}}\ncases:\n{entry}{}", entry.replace("[10]", "[-1]")),
+    );
+    let out = adgauge(&["run", "--suite", line10.to_str().unwrap(), "--no-save"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("line10.yaml:10:9: cases[1].n: expected a whole number in [0, 4294967296], got -1"),
+        "{}",
+        stderr(&out)
+    );
+}
