@@ -275,10 +275,14 @@ pub enum CheckKind {
     /// the parallel threshold, so that several chunks and interleaved sub-histograms are merged.
     /// Compared elementwise with the sequential oracle, never with finite differences.
     Stress,
+    /// A whole Jacobian against central finite differences of the primal, column by column
+    /// (each coordinate its own step): a reference that shares nothing with the derivative code,
+    /// not even the sparsity pattern (BA).
+    FdJacobian,
 }
 
 impl CheckKind {
-    pub const ALL: [CheckKind; 12] = [
+    pub const ALL: [CheckKind; 13] = [
         CheckKind::DotProduct,
         CheckKind::FdJvp,
         CheckKind::FdVjp,
@@ -291,6 +295,7 @@ impl CheckKind {
         CheckKind::ManualHessian,
         CheckKind::Ties,
         CheckKind::Stress,
+        CheckKind::FdJacobian,
     ];
 
     pub fn from_name(name: &str) -> Option<CheckKind> {
@@ -315,6 +320,7 @@ impl CheckKind {
             CheckKind::ManualHessian => "manual-hessian",
             CheckKind::Ties => "ties",
             CheckKind::Stress => "stress",
+            CheckKind::FdJacobian => "fd-jacobian",
         }
     }
 }
