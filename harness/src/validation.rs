@@ -37,7 +37,8 @@ pub fn tolerance(check: CheckKind, dtype: DType) -> f64 {
             | CheckKind::ManualJvp
             | CheckKind::ManualHessian
             | CheckKind::Ties
-            | CheckKind::Stress,
+            | CheckKind::Stress
+            | CheckKind::Perturbation,
             DType::F64,
         ) => 1e-10,
         (
@@ -48,7 +49,8 @@ pub fn tolerance(check: CheckKind, dtype: DType) -> f64 {
             | CheckKind::ManualJvp
             | CheckKind::ManualHessian
             | CheckKind::Ties
-            | CheckKind::Stress,
+            | CheckKind::Stress
+            | CheckKind::Perturbation,
             DType::F32,
         ) => 1e-4,
     }

@@ -557,6 +557,7 @@ impl HistProblem {
             t.drop_dest_adjoint = drop_dest_adjoint;
             comparisons.push(judge_ties(self.w.op, &tie, &tie_bar, t.vjp(&tie_bar)?, &s.conventions));
         }
+        comparisons.push(perturbation_probe(device, dt)?);
         if let Some(stress) = stress_case(self.w.op, s.seed) {
             let mut t = HistFlat::new(device.clone(), cpu.clone(), self.w, rule, dt, &stress);
             t.drop_dest_adjoint = drop_dest_adjoint;
@@ -857,6 +858,36 @@ fn stress_comparisons<D: Ops>(f: &HistFlat<D>, seed: u64) -> Result<Vec<Comparis
         Err(e) => return Err(e),
     }
     Ok(out)
+}
+
+/// The `perturbation` check on `d`: [d/dx (x * d/dy (x + y)) by forward over forward at x = 2,
+/// y = 3, whether a dual of another forward engine is refused, whether a variable of another
+/// tape is refused] against [1, 1, 1]. A confused nesting gives 2 in the first; an engine that
+/// mixes a foreign tangent or tape in gives 0 in the others.
+fn perturbation_probe<D: Ops>(d: &D, dt: DType) -> Result<Comparison> {
+    let c = |x: f64| d.full(&[1], x, dt);
+    let f = Forward::new(d.clone());
+    let f2 = Forward::new(f.clone());
+    let x = f2.dual(f.lift(c(2.0)?), f.lift(c(1.0)?))?;
+    let y = f.dual(c(3.0)?, c(1.0)?)?;
+    // The inner level: d/dy (x + y), x a constant of that level.
+    let inner = f.add(x.value(), &y)?;
+    let d_dy = f2.lift(f.lift(f.tangent(&inner)?));
+    let z = f2.mul(&x, &d_dy)?;
+    let nested = d.to_vec(f.primal(&f2.tangent(&z)?))?[0];
+    let other = Forward::new(d.clone());
+    let foreign = f.dual(c(1.0)?, c(1.0)?)?;
+    let forward_refused = matches!(other.neg(&foreign), Err(adgauge_backends::OpError::Foreign(_)));
+    let (r1, r2) = (Reverse::new(d.clone()), Reverse::new(d.clone()));
+    let v = r1.var(c(1.0)?);
+    let reverse_refused = matches!(r2.neg(&v), Err(adgauge_backends::OpError::Foreign(_)));
+    let flag = |b: bool| if b { 1.0 } else { 0.0 };
+    Ok(Comparison {
+        check: CheckKind::Perturbation,
+        got: vec![nested, flag(forward_refused), flag(reverse_refused)],
+        want: vec![1.0, 1.0, 1.0],
+        convention: None,
+    })
 }
 
 /// The oracle's J^T w laid out [vals_bar, dest_bar], in O(n) for general operators too: the

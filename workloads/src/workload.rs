@@ -279,10 +279,14 @@ pub enum CheckKind {
     /// (each coordinate its own step): a reference that shares nothing with the derivative code,
     /// not even the sparsity pattern (BA).
     FdJacobian,
+    /// Misuse of nested engines on the device under test: d/dx [x * d/dy (x + y)] by forward
+    /// over forward must be 1 (perturbation confusion gives 2), and a tensor carrying another
+    /// forward engine's tangent, or another tape's variable, must be refused, not mixed in.
+    Perturbation,
 }
 
 impl CheckKind {
-    pub const ALL: [CheckKind; 13] = [
+    pub const ALL: [CheckKind; 14] = [
         CheckKind::DotProduct,
         CheckKind::FdJvp,
         CheckKind::FdVjp,
@@ -296,6 +300,7 @@ impl CheckKind {
         CheckKind::Ties,
         CheckKind::Stress,
         CheckKind::FdJacobian,
+        CheckKind::Perturbation,
     ];
 
     pub fn from_name(name: &str) -> Option<CheckKind> {
@@ -321,6 +326,7 @@ impl CheckKind {
             CheckKind::Ties => "ties",
             CheckKind::Stress => "stress",
             CheckKind::FdJacobian => "fd-jacobian",
+            CheckKind::Perturbation => "perturbation",
         }
     }
 }
