@@ -25,7 +25,8 @@ for t in "${targets[@]}"; do
   mkdir -p "corpus/$t"
   log="$(mktemp)"
   # -rss_limit_mb: the targets set a 256 MiB memory limit of their own; more is a finding.
-  if cargo +nightly fuzz run "${features[@]}" "$t" "corpus/$t" -- \
+  # corpus/<target> grows (ignored by git); seeds/<target> holds valid inputs (committed).
+  if cargo +nightly fuzz run "${features[@]}" "$t" "corpus/$t" "seeds/$t" -- \
       -max_total_time="$seconds" -rss_limit_mb=2048 -max_len=65536 >"$log" 2>&1; then
     result=ok
   else
