@@ -6,6 +6,7 @@
 #   scripts/fuzz.sh [SECONDS] [TARGET...]
 #
 # Targets: eval_json adbench_readers protocol_line result_csv (result_csv builds polars: slow).
+# FUZZ_TARGET_DIR: cargo's target directory for the fuzz builds (default fuzz/target).
 # Prints one line per target with libFuzzer's execution count; exit 1 if any target crashed.
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
@@ -26,7 +27,9 @@ for t in "${targets[@]}"; do
   log="$(mktemp)"
   # -rss_limit_mb: the targets set a 256 MiB memory limit of their own; more is a finding.
   # corpus/<target> grows (ignored by git); seeds/<target> holds valid inputs (committed).
-  if cargo +nightly fuzz run "${features[@]}" "$t" "corpus/$t" "seeds/$t" -- \
+  target_dir=()
+  if [ -n "${FUZZ_TARGET_DIR:-}" ]; then target_dir=(--target-dir "$FUZZ_TARGET_DIR"); fi
+  if cargo +nightly fuzz run "${target_dir[@]}" "${features[@]}" "$t" "corpus/$t" "seeds/$t" -- \
       -max_total_time="$seconds" -rss_limit_mb=2048 -max_len=65536 >"$log" 2>&1; then
     result=ok
   else

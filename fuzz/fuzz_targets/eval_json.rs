@@ -9,6 +9,9 @@ use libfuzzer_sys::fuzz_target;
 
 const NAMES: [&str; 8] = ["hist-add", "hist-mul", "hist-min", "hist-max", "hist-logaddexp", "hist-hypot", "kmeans", "llsq"];
 
+/// One CPU device for the whole run (a device per input leaked its thread pool each time).
+static DEVICE: std::sync::OnceLock<AnyDevice> = std::sync::OnceLock::new();
+
 fuzz_target!(|data: &[u8]| {
     let Some((&pick, rest)) = data.split_first() else { return };
     let Ok(text) = std::str::from_utf8(rest) else { return };
@@ -17,7 +20,7 @@ fuzz_target!(|data: &[u8]| {
     let name = NAMES[pick as usize % NAMES.len()];
     let mode = [Mode::Primal, Mode::Vjp, Mode::Jvp][(pick as usize / NAMES.len()) % 3];
     let Some(w) = adgauge_workloads::find(name) else { return };
-    let device = AnyDevice::Cpu(Cpu::new(Some(1)).expect("a CPU device"));
+    let device = DEVICE.get_or_init(|| AnyDevice::Cpu(Cpu::new(Some(1)).expect("a CPU device")));
     let req = EvalRequest {
         name: name.to_string(),
         text: text.to_string(),
@@ -27,5 +30,5 @@ fuzz_target!(|data: &[u8]| {
         rule: None,
         options: Default::default(),
     };
-    let _ = w.eval(&req, &device);
+    let _ = w.eval(&req, device);
 });
