@@ -303,3 +303,18 @@ fn huge_strings_are_cut_and_bad_suites_name_line_offset_and_key() {
         stderr(&out)
     );
 }
+
+/// Found by the eval_json fuzz target: llsq with one coefficient and n = 25001555 samples
+/// (within its matrix-entry bound) took more than 2 GB in reverse mode. Its footprint is now
+/// checked against the memory limit before evaluating.
+#[test]
+fn llsq_sample_counts_beyond_the_memory_limit_are_refused() {
+    let case = temp_file("hardening", "llsq.json", r#"{"x": [0], "n": 25001555}"#);
+    let out = adgauge(&["--max-memory", "256M", "eval", "llsq", "--input", case.to_str().unwrap(), "--mode", "vjp"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let want = "llsq.json: field n = 25001555: this case (about 64 bytes per sample point and 16 per matrix entry (64n + 16nm)) needs 2000124400 bytes";
+    assert!(stderr(&out).contains(want), "{}", stderr(&out));
+    let small = temp_file("hardening", "llsq-small.json", r#"{"x": [0.5], "n": 3}"#);
+    let out = adgauge(&["--max-memory", "256M", "eval", "llsq", "--input", small.to_str().unwrap(), "--mode", "vjp"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
