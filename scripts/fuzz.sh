@@ -36,8 +36,8 @@ for t in "${targets[@]}"; do
     result=CRASH
     status=1
   fi
-  execs="$(grep -o 'stat::number_of_executed_units: [0-9]*' "$log" | grep -o '[0-9]*$' || true)"
-  if [ -z "$execs" ]; then execs="$(grep -o '^#[0-9]*' "$log" | tail -1 | tr -d '#')"; fi
+  execs="$(grep -o 'Done [0-9]* runs' "$log" | grep -o '[0-9]*' | tail -1 || true)"
+  if [ -z "$execs" ]; then execs="$(grep -ao '^#[0-9]*' "$log" | tail -1 | tr -d '#' || true)"; fi
   echo "$t: $result, ${execs:-?} executions in ${seconds} s"
   if [ "$result" = CRASH ]; then tail -40 "$log"; fi
   rm -f "$log"
