@@ -569,7 +569,10 @@ mod tests {
         let bad_tool = "name: x\ncases:\n  - workload: llsq\n    n: [10]\n    m: [2]\n    tools: [cpu, gpu]\n";
         let bad_tool = bad_tool.replace("llsq", "kmeans").replace("m: [2]", "k: [2]\n    d: [1]");
         let e = parse_suite(&bad_tool, "s.yaml").unwrap_err();
-        assert!(e.starts_with("s.yaml:7:18: cases[0].tools: unknown tool 'gpu' (known: cpu, opencl, cuda)"), "{e}");
+        assert!(
+            e.starts_with("s.yaml:7:18: cases[0].tools: unknown tool 'gpu' (known: cpu, opencl, cuda, candle,"),
+            "{e}"
+        );
         let rules_elsewhere =
             "name: x\ncases:\n  - workload: kmeans\n    n: [1]\n    k: [1]\n    d: [1]\n    rules: [auto]\n";
         assert!(
