@@ -101,6 +101,7 @@ impl BaInput {
         let total =
             product(&[n, N_CAM_PARAMS as u64]).saturating_add(product(&[m, 3])).saturating_add(product(&[p, 5]));
         r.check_limit(h, "numbers after replication (11n + 3m + 5p)", total, MAX_REPLICATED_ELEMENTS)?;
+        r.check_memory(h, &format!("header 'n m p' = {n} {m} {p}: the replicated problem ((11n + 3m + 5p)*8)"), total)?;
         let (n, m, p) = (n as usize, m as usize, p as usize);
         let mut cam = Vec::with_capacity(N_CAM_PARAMS);
         r.numbers(N_CAM_PARAMS, &|| format!("the camera replicated {n} times"), &mut cam)?;

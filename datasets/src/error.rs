@@ -19,6 +19,10 @@ pub enum DatasetError {
     /// limit allows (checked before anything is allocated). `value` saturates at `u64::MAX`.
     #[error("{file}:{line}: {what} = {value} exceeds the limit {limit}")]
     TooLarge { file: String, line: usize, what: String, value: u64, limit: u64 },
+    /// A size announced at `line` would need more memory than the limit
+    /// ([`crate::limits::max_bytes`]); `message` names what and the bytes.
+    #[error("{file}:{line}: {message}")]
+    TooMuchMemory { file: String, line: usize, message: String },
     /// An in-memory dataset that cannot be written: its vectors do not match its sizes, or the
     /// format cannot express it (e.g. a BA problem that is not a replication of one observation).
     #[error("{file}: cannot write: {what}")]
@@ -29,7 +33,9 @@ impl DatasetError {
     /// The 1-based line of a `Parse` or `TooLarge` error.
     pub fn line(&self) -> Option<usize> {
         match self {
-            DatasetError::Parse { line, .. } | DatasetError::TooLarge { line, .. } => Some(*line),
+            DatasetError::Parse { line, .. }
+            | DatasetError::TooLarge { line, .. }
+            | DatasetError::TooMuchMemory { line, .. } => Some(*line),
             _ => None,
         }
     }
@@ -40,6 +46,7 @@ impl DatasetError {
             DatasetError::Io { file, .. }
             | DatasetError::Parse { file, .. }
             | DatasetError::TooLarge { file, .. }
+            | DatasetError::TooMuchMemory { file, .. }
             | DatasetError::Invalid { file, .. } => file,
         }
     }

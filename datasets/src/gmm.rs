@@ -120,6 +120,7 @@ impl GmmInput {
                 params.saturating_add(points),
                 MAX_REPLICATED_ELEMENTS,
             )?;
+            r.check_memory(h, &format!("header 'd k n' = {d} {k} {n}: the replicated points (n*d*8)"), points)?;
             let n = n as usize;
             let mut point = Vec::with_capacity(d);
             r.numbers(d, &|| format!("the point replicated {n} times"), &mut point)?;

@@ -10,7 +10,8 @@
 //! 1-based line and what was expected; readers never panic. Sizes announced by a header are
 //! checked before anything is allocated: the numbers to read must fit in the text (each takes
 //! at least two bytes), and a replicated problem may expand to at most
-//! [`MAX_REPLICATED_ELEMENTS`] numbers. Writers emit numbers in shortest round-trip form, so
+//! [`MAX_REPLICATED_ELEMENTS`] numbers and to no more bytes than the memory limit
+//! ([`limits::max_bytes`], `--max-memory`). Writers emit numbers in shortest round-trip form, so
 //! reading what was written gives back the same values bit for bit.
 //!
 //! The real ADBench files are not part of this repository; [`adbench`] locates them for tests.
@@ -21,6 +22,7 @@ mod error;
 pub mod gmm;
 pub mod hist;
 pub mod kmeans;
+pub mod limits;
 pub mod lstm;
 mod text;
 

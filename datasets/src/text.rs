@@ -160,6 +160,16 @@ impl<'a> TextReader<'a> {
         self.check_limit(line, what, count, self.capacity)
     }
 
+    /// Fails with `TooMuchMemory` unless `numbers` f64 values fit in the memory limit.
+    pub(crate) fn check_memory(&self, line: usize, what: &str, numbers: u128) -> Result<()> {
+        let bytes = numbers.saturating_mul(8);
+        crate::limits::check(what, bytes).map_err(|message| DatasetError::TooMuchMemory {
+            file: self.file.to_string(),
+            line,
+            message,
+        })
+    }
+
     /// Fails with `TooLarge` unless `value <= limit`.
     pub(crate) fn check_limit(&self, line: usize, what: &str, value: u128, limit: u64) -> Result<()> {
         if value > u128::from(limit) {

@@ -416,6 +416,29 @@ pub struct MergeArgs {
     pub out: PathBuf,
 }
 
+/// The run file a merge argument names (a directory: its newest run).
+fn run_file(path: &Path) -> anyhow::Result<PathBuf> {
+    if !path.is_dir() {
+        return Ok(path.to_path_buf());
+    }
+    let mut runs = store::run_files(path).map_err(|e| bad_input(e.to_string()))?;
+    runs.pop().ok_or_else(|| bad_input(format!("{}: no run files (*.csv) in this directory", path.display())))
+}
+
+/// A run file's schema: "schema N" from its first row's schema_version, "schema 1 or 2"
+/// (older files, told apart by their columns) otherwise.
+fn schema_of(file: &Path) -> String {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    let mut lines = text.lines();
+    let header = lines.next().unwrap_or("");
+    if header.starts_with("schema_version,") {
+        let v = lines.next().and_then(|l| l.split(',').next()).unwrap_or("?");
+        format!("schema {v}")
+    } else {
+        format!("schema 1 or 2 ({} columns)", header.split(',').count())
+    }
+}
+
 /// Combines runs (shards of one suite, or runs from several machines) into one new run. Rows keep
 /// their values; the merged run gets a new id, and the machines of all parts are listed.
 pub fn merge_command(args: &MergeArgs) -> anyhow::Result<Code> {
@@ -424,8 +447,40 @@ pub fn merge_command(args: &MergeArgs) -> anyhow::Result<Code> {
     let mut cpus: Vec<String> = Vec::new();
     let mut suites: Vec<String> = Vec::new();
     let mut first: Option<RunInfo> = None;
+    // What every part must share: (file, schema, adgauge version, seeds).
+    let mut parts: Vec<(String, String, String, Vec<u64>)> = Vec::new();
     for p in &args.runs {
-        let (info, r) = resolve_run(p)?;
+        let file = run_file(p)?;
+        let (info, r) = resolve_run(&file)?;
+        let mut seeds: Vec<u64> = r.iter().map(|row| row.seed).collect();
+        seeds.sort();
+        seeds.dedup();
+        let part = (file.display().to_string(), schema_of(&file), info.adgauge_version.clone(), seeds);
+        if let Some(prev) = parts.first() {
+            let differ = |what: &str, a: &str, b: &str| {
+                bad_input(format!(
+                    "{} and {} are of different {what} ({a} and {b}): only runs that agree on them merge",
+                    prev.0, part.0
+                ))
+            };
+            if prev.1 != part.1 {
+                return Err(differ("schemas", &prev.1, &part.1));
+            }
+            if prev.2 != part.2 {
+                return Err(differ("adgauge versions", &prev.2, &part.2));
+            }
+            if !prev.3.is_empty() && !part.3.is_empty() && prev.3 != part.3 {
+                return Err(differ("seeds", &format!("{:?}", prev.3), &format!("{:?}", part.3)));
+            }
+            if let Some(f) = &first
+                && !f.suite.is_empty()
+                && !info.suite.is_empty()
+                && f.suite != info.suite
+            {
+                return Err(differ("suites", &f.suite, &info.suite));
+            }
+        }
+        parts.push(part);
         if !machines.contains(&info.machine) {
             machines.push(info.machine.clone());
         }

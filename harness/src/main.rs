@@ -36,6 +36,10 @@ struct Cli {
     /// Worker threads of the CPU device (default: all cores; at most 1024).
     #[arg(long, global = true, value_parser = parse_threads)]
     threads: Option<usize>,
+    /// The most memory one case or input may need (bytes, or with K, M, G, T): sizes that would
+    /// need more are refused before anything is allocated (default: half the physical memory).
+    #[arg(long, global = true, value_parser = adgauge_datasets::limits::parse_bytes)]
+    max_memory: Option<u64>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -102,11 +106,45 @@ fn workload_options(eval: &ArgMatches) -> std::collections::BTreeMap<String, Str
     out
 }
 
+/// An error message fit to print: every word (run of non-blank characters) longer than
+/// `WORD` characters is cut to its start and its length, and the whole to `TOTAL` characters
+/// (head and tail kept), so that a 10 MB string or a 1 MB op name in an input is not echoed.
+fn bounded(message: &str) -> String {
+    const WORD: usize = 200;
+    const TOTAL: usize = 4000;
+    let mut out = String::with_capacity(message.len().min(2 * TOTAL));
+    let mut rest = message;
+    while !rest.is_empty() {
+        let blank = rest.find(|c: char| !c.is_whitespace()).unwrap_or(rest.len());
+        out.push_str(&rest[..blank]);
+        rest = &rest[blank..];
+        let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+        let word = &rest[..end];
+        if word.chars().count() > WORD {
+            let head: String = word.chars().take(WORD / 2).collect();
+            out.push_str(&format!("{head}... ({} bytes)", word.len()));
+        } else {
+            out.push_str(word);
+        }
+        rest = &rest[end..];
+    }
+    let chars = out.chars().count();
+    if chars > TOTAL {
+        let head: String = out.chars().take(TOTAL / 2).collect();
+        let tail: String = out.chars().skip(chars - TOTAL / 4).collect();
+        out = format!("{head} ... ({} characters cut) ... {tail}", chars - TOTAL / 2 - TOTAL / 4);
+    }
+    out
+}
+
 fn main() -> ExitCode {
     let matches = command().get_matches();
     let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if let (Some(Command::Eval(args)), Some(("eval", eval))) = (cli.command.as_mut(), matches.subcommand()) {
         args.options = workload_options(eval);
+    }
+    if let Some(bytes) = cli.max_memory {
+        adgauge_datasets::limits::set_max_bytes(bytes);
     }
     let command = cli.command.unwrap_or(Command::Run(run::RunArgs::default()));
     let result = match command {
@@ -141,7 +179,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code.into(),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", bounded(&format!("{e:#}")));
             code_of(&e).into()
         }
     }

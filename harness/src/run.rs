@@ -104,12 +104,24 @@ fn code_for(row: &ResultRow) -> Code {
     }
 }
 
+/// The largest suite file read (the shipped ones are a few KB).
+const MAX_SUITE_BYTES: u64 = 16 << 20;
+
 fn load_suite(path: &Option<PathBuf>, external: &[ExternalSpec]) -> anyhow::Result<Suite> {
     match path {
         None => Ok(default_suite()),
         Some(p) => {
-            let text =
-                std::fs::read_to_string(p).map_err(|e| bad_input(format!("{}: cannot read: {e}", p.display())))?;
+            let name = p.display();
+            let size = std::fs::metadata(p).map_err(|e| bad_input(format!("{name}: cannot read: {e}")))?.len();
+            if size > MAX_SUITE_BYTES {
+                return Err(bad_input(format!("{name}: {size} bytes, larger than a suite may be ({MAX_SUITE_BYTES})")));
+            }
+            let bytes = std::fs::read(p).map_err(|e| bad_input(format!("{name}: cannot read: {e}")))?;
+            let text = String::from_utf8(bytes).map_err(|e| {
+                let at = e.utf8_error().valid_up_to();
+                let line = 1 + e.as_bytes()[..at].iter().filter(|&&b| b == b'\n').count();
+                bad_input(format!("{name}:{line}: not UTF-8 text (invalid byte at offset {at})"))
+            })?;
             parse_suite_with(&text, &p.display().to_string(), external).map_err(bad_input)
         }
     }

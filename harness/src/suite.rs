@@ -156,6 +156,9 @@ pub fn parse_suite_with(text: &str, source: &str, external: &[ExternalSpec]) -> 
             }
         }
     }
+    if file.cases.is_empty() {
+        return Err(format!("{source}: cases: is empty (a suite lists at least one entry)"));
+    }
     let mut cases = Vec::new();
     let mut external = external.to_vec();
     for (g, entry) in file.cases.iter().enumerate() {
@@ -402,6 +405,13 @@ impl Entry<'_> {
                 })
                 .collect();
         }
+        for params in &combos {
+            if let Some(need) = workload.footprint(params)
+                && let Err(message) = need.check()
+            {
+                return Err(self.error(need.key, None, &message));
+            }
+        }
         let dtypes = self.names("dtypes", Some(Json::from(["f32"])), "dtype", |s| s.parse::<DType>())?;
         let tools_key = if self.entry.contains_key("backends") { "backends" } else { "tools" };
         let tools = self.tools(tools_key, external)?;
@@ -559,7 +569,10 @@ mod tests {
         let bad_tool = "name: x\ncases:\n  - workload: llsq\n    n: [10]\n    m: [2]\n    tools: [cpu, gpu]\n";
         let bad_tool = bad_tool.replace("llsq", "kmeans").replace("m: [2]", "k: [2]\n    d: [1]");
         let e = parse_suite(&bad_tool, "s.yaml").unwrap_err();
-        assert!(e.starts_with("s.yaml:7:18: cases[0].tools: unknown tool 'gpu' (known: cpu, opencl, cuda)"), "{e}");
+        assert!(
+            e.starts_with("s.yaml:7:18: cases[0].tools: unknown tool 'gpu' (known: cpu, opencl, cuda, candle,"),
+            "{e}"
+        );
         let rules_elsewhere =
             "name: x\ncases:\n  - workload: kmeans\n    n: [1]\n    k: [1]\n    d: [1]\n    rules: [auto]\n";
         assert!(

@@ -25,8 +25,8 @@ pub fn tolerance(check: CheckKind, dtype: DType) -> f64 {
     match (check, dtype) {
         (CheckKind::DotProduct, DType::F64) => 1e-12,
         (CheckKind::DotProduct, DType::F32) => 1e-5,
-        (CheckKind::FdJvp | CheckKind::FdVjp, DType::F64) => 1e-6,
-        (CheckKind::FdJvp | CheckKind::FdVjp, DType::F32) => 1e-3,
+        (CheckKind::FdJvp | CheckKind::FdVjp | CheckKind::FdJacobian, DType::F64) => 1e-6,
+        (CheckKind::FdJvp | CheckKind::FdVjp | CheckKind::FdJacobian, DType::F32) => 1e-3,
         (CheckKind::FullJacobian, DType::F64) => 1e-12,
         (CheckKind::FullJacobian, DType::F32) => 1e-5,
         (
@@ -36,7 +36,9 @@ pub fn tolerance(check: CheckKind, dtype: DType) -> f64 {
             | CheckKind::Manual
             | CheckKind::ManualJvp
             | CheckKind::ManualHessian
-            | CheckKind::Ties,
+            | CheckKind::Ties
+            | CheckKind::Stress
+            | CheckKind::Perturbation,
             DType::F64,
         ) => 1e-10,
         (
@@ -46,7 +48,9 @@ pub fn tolerance(check: CheckKind, dtype: DType) -> f64 {
             | CheckKind::Manual
             | CheckKind::ManualJvp
             | CheckKind::ManualHessian
-            | CheckKind::Ties,
+            | CheckKind::Ties
+            | CheckKind::Stress
+            | CheckKind::Perturbation,
             DType::F32,
         ) => 1e-4,
     }

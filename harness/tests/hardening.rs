@@ -127,3 +127,194 @@ fn absurd_suite_settings_are_refused_naming_the_field() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("k0.yaml:6:9: cases[0].k: 0 is outside [1,"), "{}", stderr(&out));
 }
+
+/// `check` judges every histogram rule on the stress data (ties, neutral elements, several
+/// chunks) against the oracle: a line per case, all within the oracle's tolerance.
+#[test]
+fn check_runs_the_stress_comparison_for_every_rule() {
+    let out = adgauge(&["check", "--workload", "hist-max", "--workload", "hist-logaddexp", "--dtype", "f64"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains(" stress ")).collect();
+    assert_eq!(lines.len(), 8, "{text}");
+    assert!(lines.iter().all(|l| l.ends_with("ok") && l.contains("tol 1.0e-10")), "{text}");
+}
+
+/// Sizes are checked against the memory limit before anything is allocated: replicated ADBench
+/// headers (a 28-byte GMM file announcing 10^8 points took 16.5 GB; BA with p = 4e8 aborted)
+/// and suite sizes (n = 2^32, BA with p = 10^8 aborted on allocation). Exit 2 names the field
+/// and the bytes.
+#[test]
+fn sizes_beyond_the_memory_limit_are_refused_naming_the_field_and_bytes() {
+    let gmm = temp_file("hardening", "rep.txt", "1 1 100000000\n0.0\n0.5\n0.1\n0.5\n1 0\n");
+    let g = gmm.to_str().unwrap();
+    let out = adgauge(&["--max-memory", "100M", "eval", "gmm", "--input", g, "--gmm-replicate-point"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let want = "rep.txt:1: header 'd k n' = 1 1 100000000: the replicated points (n*d*8) needs 800000000 bytes, \
+                more than the memory limit 104857600";
+    assert!(stderr(&out).contains(want), "{}", stderr(&out));
+    // The points fit in 1 GiB; the evaluation (about 100 bytes per point) does not.
+    let out = adgauge(&["--max-memory", "1G", "eval", "gmm", "--input", g, "--gmm-replicate-point"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("(n*k*d*100) + the parameters) needs 10000000008 bytes"), "{}", stderr(&out));
+
+    let ba = temp_file("hardening", "ba.txt", &format!("1 1 400000000\n{}\n1 2 3\n1 2\n1\n", ["0.1"; 11].join(" ")));
+    let out = adgauge(&["--max-memory", "1G", "eval", "ba", "--input", ba.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let want =
+        "ba.txt:1: header 'n m p' = 1 1 400000000: the replicated problem ((11n + 3m + 5p)*8) needs 16000000112 bytes";
+    assert!(stderr(&out).contains(want), "{}", stderr(&out));
+
+    for (entry, want) in [
+        ("  - workload: hist\n    ops: [add]\n    n: [4294967296]\n    k: [2]\n", "huge.yaml:5:8: cases[0].n: "),
+        ("  - workload: ba\n    sizes: [[1, 1, 100000000]]\n", "huge.yaml:4:12: cases[0].sizes: "),
+    ] {
+        let suite = temp_file("hardening", "huge.yaml", &format!("name: x\ncases:\n{entry}"));
+        let out = adgauge(&["--max-memory", "1G", "run", "--suite", suite.to_str().unwrap(), "--no-save"]);
+        assert_eq!(out.status.code(), Some(2), "{entry}");
+        assert!(
+            stderr(&out).contains(want) && stderr(&out).contains("more than the memory limit 1073741824"),
+            "{}",
+            stderr(&out)
+        );
+    }
+    let out = adgauge(&["--max-memory", "12Q", "check"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("'12Q' is not a byte count"), "{}", stderr(&out));
+}
+
+/// `merge` combined shards of different seeds or adgauge versions (relabelling 9.9.9's rows as
+/// the first run's version) and files of different schemas (writing a file the history then
+/// rejected). Now each is refused with exit 2 naming both files; shards of one run still merge.
+#[test]
+fn merge_refuses_runs_of_different_seeds_versions_and_schemas_naming_the_files() {
+    let suite = temp_file(
+        "hardening-merge",
+        "two.yaml",
+        "name: two\ntiming: {samples: 2, min_sample_ms: 0.1, time_limit_s: 0.01}\ncases:\n  - workload: hist\n    ops: [add, mul]\n    rules: [auto]\n    n: [50]\n    k: [3]\n    validate: false\n",
+    );
+    let dir = suite.parent().unwrap().to_path_buf();
+    let mut shards = Vec::new();
+    for i in 1..=2 {
+        let out_dir = dir.join(format!("shard{i}"));
+        let _ = std::fs::remove_dir_all(&out_dir);
+        let shard = format!("{i}/2");
+        let out = adgauge(&[
+            "run",
+            "--suite",
+            suite.to_str().unwrap(),
+            "--shard",
+            &shard,
+            "--out",
+            out_dir.to_str().unwrap(),
+            "--no-save",
+            "--quiet",
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let file = std::fs::read_dir(&out_dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.extension().is_some_and(|e| e == "csv"))
+            .unwrap();
+        shards.push(file);
+    }
+    let merged = dir.join("merged");
+    let _ = std::fs::remove_dir_all(&merged);
+    let (a, b) = (shards[0].to_str().unwrap(), shards[1].to_str().unwrap());
+    let out = adgauge(&["merge", a, b, "--out", merged.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+
+    let text = std::fs::read_to_string(&shards[1]).unwrap();
+    for (name, from, to, what) in [
+        ("seed.csv", ",20261122,", ",7,", "different seeds ([20261122] and [7])"),
+        ("version.csv", ",0.1.0,", ",9.9.9,", "different adgauge versions (0.1.0 and 9.9.9)"),
+    ] {
+        assert!(text.contains(from), "{name}");
+        let changed = temp_file("hardening-merge", name, &text.replace(from, to));
+        let out = adgauge(&["merge", a, changed.to_str().unwrap(), "--out", merged.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(2), "{name}: {}", stderr(&out));
+        let want = format!("{a} and {} are of {what}", changed.display());
+        assert!(stderr(&out).contains(&want), "{}", stderr(&out));
+    }
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/../reports/tests/fixtures");
+    let (v1, v2) = (format!("{fixtures}/schema1.csv"), format!("{fixtures}/schema2.csv"));
+    let out = adgauge(&["merge", &v1, a, "--out", merged.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("are of different schemas (schema 1 and schema 3)"), "{}", stderr(&out));
+    let before = std::fs::read_dir(&merged).unwrap().count();
+    let out = adgauge(&["merge", &v1, &v2, "--out", merged.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(std::fs::read_dir(&merged).unwrap().count(), before, "nothing written");
+}
+
+/// Messages stay readable: a 1 MB op name or a 10 MB string in an input is cut to its start
+/// and length (it was echoed in full); a suite's invalid UTF-8 names line and byte offset; an
+/// empty `cases:` is refused (it ran zero cases with exit 0); a bad value names its own line.
+#[test]
+fn huge_strings_are_cut_and_bad_suites_name_line_offset_and_key() {
+    let op = temp_file(
+        "hardening-msg",
+        "op.json",
+        &format!(r#"{{"k": 1, "inds": [0], "vals": [1], "dest": [0], "op": "{}"}}"#, "x".repeat(1_000_000)),
+    );
+    let out = adgauge(&["eval", "hist-add", "--input", op.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let e = stderr(&out);
+    assert!(
+        e.len() < 1000 && e.contains("field op: 'xxxx") && e.contains("... (1000002 bytes) does not match"),
+        "{}",
+        &e[..e.len().min(2000)]
+    );
+    let s = temp_file(
+        "hardening-msg",
+        "str.json",
+        &format!(r#"{{"k": 1, "inds": [0], "vals": ["{}"], "dest": [0]}}"#, "a".repeat(10_000_000)),
+    );
+    let out = adgauge(&["eval", "hist-add", "--input", s.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let e = stderr(&out);
+    assert!(
+        e.len() < 1000 && e.contains("field vals[0]: expected a number") && e.contains("(10000002 bytes)"),
+        "{}",
+        &e[..e.len().min(2000)]
+    );
+
+    let entry = "  - workload: hist\n    ops: [add]\n    n: [10]\n    k: [2]\n";
+    let latin1 = temp_file("hardening-msg", "latin1.yaml", "");
+    std::fs::write(&latin1, [format!("name: x\ncases:\n{entry}    dtypes: [f32, ").as_bytes(), b"\xff]\n"].concat())
+        .unwrap();
+    let out = adgauge(&["run", "--suite", latin1.to_str().unwrap(), "--no-save"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("latin1.yaml:7: not UTF-8 text (invalid byte at offset 90)"), "{}", stderr(&out));
+    let empty = temp_file("hardening-msg", "empty.yaml", "name: x\ncases: []\n");
+    let out = adgauge(&["run", "--suite", empty.to_str().unwrap(), "--no-save"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("empty.yaml: cases: is empty"), "{}", stderr(&out));
+    let line10 = temp_file(
+        "hardening-msg",
+        "line10.yaml",
+        &format!("name: x\ntiming: {{samples: 3}}\ncases:\n{entry}{}", entry.replace("[10]", "[-1]")),
+    );
+    let out = adgauge(&["run", "--suite", line10.to_str().unwrap(), "--no-save"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("line10.yaml:10:9: cases[1].n: expected a whole number in [0, 4294967296], got -1"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// Found by the eval_json fuzz target: llsq with one coefficient and n = 25001555 samples
+/// (within its matrix-entry bound) took more than 2 GB in reverse mode. Its footprint is now
+/// checked against the memory limit before evaluating.
+#[test]
+fn llsq_sample_counts_beyond_the_memory_limit_are_refused() {
+    let case = temp_file("hardening", "llsq.json", r#"{"x": [0], "n": 25001555}"#);
+    let out = adgauge(&["--max-memory", "256M", "eval", "llsq", "--input", case.to_str().unwrap(), "--mode", "vjp"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let want = "llsq.json: field n = 25001555: this case (about 64 bytes per sample point and 16 per matrix entry (64n + 16nm)) needs 2000124400 bytes";
+    assert!(stderr(&out).contains(want), "{}", stderr(&out));
+    let small = temp_file("hardening", "llsq-small.json", r#"{"x": [0.5], "n": 3}"#);
+    let out = adgauge(&["--max-memory", "256M", "eval", "llsq", "--input", small.to_str().unwrap(), "--mode", "vjp"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}

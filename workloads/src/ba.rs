@@ -604,6 +604,18 @@ pub const MAX_EVAL_JACOBIAN_ENTRIES: usize = 1 << 27;
 /// Validation size, on a problem with distinct values (see [`BaFlat`]).
 const CHECK: [(&str, u64); 3] = [("n", 3), ("m", 10), ("p", 30)];
 
+/// BA's memory: about 500 bytes per observation (its residuals, the tape of the projection and
+/// the gathered parameters; p = 4e7 took more than 23 GB in primal mode) plus the cameras and
+/// points.
+fn ba_footprint(n: usize, m: usize, p: usize) -> crate::workload::Footprint {
+    let (n, m, p) = (n as u128, m as u128, p as u128);
+    crate::workload::Footprint {
+        bytes: 500 * p + 8 * (11 * n + 3 * m),
+        key: "sizes",
+        formula: "about 500 bytes per observation (p*500) + 8*(11n + 3m)",
+    }
+}
+
 /// Bundle adjustment in the registry: `workload: ba` with listed (n cameras, m points, p
 /// observations) triples, generated as ADBench's replicated files are.
 pub struct Ba;
@@ -630,12 +642,18 @@ impl Workload for Ba {
     fn check_params(&self, _name: &str) -> Params {
         Params::ints(&CHECK)
     }
+    fn footprint(&self, p: &Params) -> Option<crate::workload::Footprint> {
+        Some(ba_footprint(p.int("n").ok()?, p.int("m").ok()?, p.int("p").ok()?))
+    }
     fn generate(&self, p: &Params, seed: u64) -> WResult<Box<dyn Problem>> {
         Ok(Box::new(BaProblem { n: p.int("n")?, m: p.int("m")?, p: p.int("p")?, seed }))
     }
     fn eval(&self, req: &EvalRequest, device: &AnyDevice) -> WResult<String> {
         let b = BaInput::parse(&req.text, &req.source).map_err(|e| WorkloadError::BadInput(e.to_string()))?;
         let mode = req.mode.unwrap_or(Mode::Primal);
+        ba_footprint(b.n, b.m, b.p).check().map_err(|m| {
+            WorkloadError::BadInput(format!("{}:1: header 'n m p' = {} {} {}: {m}", req.source, b.n, b.m, b.p))
+        })?;
         let entries = (2 * N_GATHERED + 1).saturating_mul(b.p);
         if mode != Mode::Primal && entries > MAX_EVAL_JACOBIAN_ENTRIES {
             return Err(WorkloadError::BadInput(format!(
@@ -1067,9 +1085,12 @@ impl Problem for BaProblem {
             let dt = s.dtype;
             let f = BaFlat::new(d.clone(), cpu.clone(), dt, &input);
             let [reverse, forward, manual] = f.jacobians()?;
+            let fd = f.fd_jacobian()?;
             let comparisons = vec![
-                Comparison { check: CheckKind::Manual, got: reverse, want: manual.clone(), convention: None },
-                Comparison { check: CheckKind::ManualJvp, got: forward, want: manual, convention: None },
+                Comparison { check: CheckKind::Manual, got: reverse.clone(), want: manual.clone(), convention: None },
+                Comparison { check: CheckKind::ManualJvp, got: forward.clone(), want: manual, convention: None },
+                Comparison { check: CheckKind::FdJacobian, got: reverse, want: fd.clone(), convention: None },
+                Comparison { check: CheckKind::FdJacobian, got: forward, want: fd, convention: None },
             ];
             // In f32 the rotation columns are ill-conditioned: d err / d r is a sum of terms about
             // a hundred times larger than itself (cancellation in d Xc / d r), so two correct f32
@@ -1150,6 +1171,34 @@ impl<D: Ops> BaFlat<D> {
         upload(&self.device, &self.input, self.dtype)
     }
 
+    /// The dense Jacobian (row-major 3p x n_in) by central finite differences of the f64
+    /// residuals on the CPU, one column at a time, each coordinate with its own step
+    /// h = cbrt(eps) max(|x|, 1) made representable: the reverse, forward and hand-derived
+    /// Jacobians are all assembled through the sparsity pattern, so this is the reference that
+    /// sees a pattern bug (a column block with the wrong stride).
+    pub fn fd_jacobian(&self) -> Result<Vec<f64>> {
+        let raw: Vec<f64> = self.x0.iter().zip(&self.scale).map(|(v, s)| v * s).collect();
+        let (n_in, n_out) = (raw.len(), self.n_out());
+        let residuals = |x: &[f64]| -> Result<Vec<f64>> {
+            let unit: Vec<f64> = x.iter().zip(&self.scale).map(|(v, s)| v / s).collect();
+            self.eval_f64(&unit)
+        };
+        let mut dense = vec![0.0; n_out * n_in];
+        for c in 0..n_in {
+            let s = raw[c].abs().max(1.0);
+            let h = (s + f64::EPSILON.cbrt() * s) - s;
+            let mut x = raw.clone();
+            x[c] = raw[c] + h;
+            let plus = residuals(&x)?;
+            x[c] = raw[c] - h;
+            let minus = residuals(&x)?;
+            for r in 0..n_out {
+                dense[r * n_in + c] = (plus[r] - minus[r]) / (2.0 * h);
+            }
+        }
+        Ok(dense)
+    }
+
     /// The dense Jacobians (row-major 3p x n_in) by reverse sweeps, by forward sweeps and by hand.
     pub fn jacobians(&self) -> Result<[Vec<f64>; 3]> {
         let x = self.uploaded()?;
@@ -1206,6 +1255,34 @@ mod tests {
 
     fn cpu() -> Cpu {
         Cpu::new(Some(2)).unwrap()
+    }
+
+    /// The finite-difference Jacobian (no sparsity pattern) is the hand-derived one, and tells a
+    /// pattern whose point columns have the wrong stride (2 for 3), which every Jacobian built
+    /// through the pattern shares, from the right one.
+    #[test]
+    fn the_fd_jacobian_matches_the_manual_one_and_sees_a_wrong_pattern_stride() {
+        let b = BaInput::generate_varied(3, 10, 30, 4);
+        let f = BaFlat::new(cpu(), cpu(), DType::F64, &b);
+        let fd = f.fd_jacobian().unwrap();
+        let good = manual_with::<f64>(&b, &BaPattern::new(b.n, b.m, &b.obs)).jacobian.unwrap().to_dense();
+        assert!(max_rel(&fd, &good) < 1e-6, "{}", max_rel(&fd, &good));
+        let pattern = BaPattern::new(b.n, b.m, &b.obs);
+        let first_point = N_CAM_PARAMS * b.n;
+        let cols: Vec<usize> = pattern
+            .cols
+            .iter()
+            .map(|&c| {
+                if (first_point..first_point + 3 * b.m).contains(&c) {
+                    first_point + (c - first_point) / 3 * 2 + (c - first_point) % 3
+                } else {
+                    c
+                }
+            })
+            .collect();
+        let bad = BaPattern { cols: cols.into(), ..pattern };
+        let wrong = manual_with::<f64>(&b, &bad).jacobian.unwrap().to_dense();
+        assert!(max_rel(&fd, &wrong) > 0.1, "{}", max_rel(&fd, &wrong));
     }
 
     /// The columns row `r` of the ADBench layout must hold, in order.

@@ -418,6 +418,18 @@ pub fn manual_variant_in(g: &GmmInput, dtype: DType, variant: GmmVariant) -> (f6
     }
 }
 
+/// GMM's memory: about 100 bytes per point, component and dimension (the reverse-mode tape of
+/// the per-point, per-component residuals; 107 to 200 measured at d, k in {1, 4}) plus the
+/// parameters.
+fn gmm_footprint(d: usize, k: usize, n: usize) -> crate::workload::Footprint {
+    let (d, k, n) = (d as u128, k as u128, n as u128);
+    crate::workload::Footprint {
+        bytes: 100 * n * k * d + 8 * k * d * d,
+        key: "n",
+        formula: "about 100 bytes per point, component and dimension (n*k*d*100) + the parameters",
+    }
+}
+
 /// GMM in the registry: `workload: gmm` with n points in d dimensions and k components
 /// (ADBench's generator).
 pub struct Gmm;
@@ -460,6 +472,10 @@ impl Workload for Gmm {
     fn check_params(&self, _name: &str) -> Params {
         Params::ints(&CHECK)
     }
+    fn footprint(&self, p: &Params) -> Option<crate::workload::Footprint> {
+        let (d, k, n) = (p.int("d").ok()?, p.int("k").ok()?, p.int("n").ok()?);
+        Some(gmm_footprint(d, k, n))
+    }
     fn generate(&self, p: &Params, seed: u64) -> WResult<Box<dyn Problem>> {
         Ok(Box::new(ObjectiveProblem::<GmmObjective>(GmmInput::generate(p.int("d")?, p.int("k")?, p.int("n")?, seed))))
     }
@@ -471,6 +487,9 @@ impl Workload for Gmm {
         };
         let g =
             GmmInput::parse(&req.text, &req.source, replicate).map_err(|e| WorkloadError::BadInput(e.to_string()))?;
+        gmm_footprint(g.d, g.k, g.n).check().map_err(|m| {
+            WorkloadError::BadInput(format!("{}:1: header 'd k n' = {} {} {}: {m}", req.source, g.d, g.k, g.n))
+        })?;
         let dt = req.dtype;
         let input = WorkloadError::from_input;
         with_device!(device, |dev| {

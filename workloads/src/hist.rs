@@ -222,6 +222,14 @@ impl Workload for HistFamily {
             ("out_of_range", Value::Float(0.05)),
         ])
     }
+    fn footprint(&self, params: &Params) -> Option<crate::workload::Footprint> {
+        let (n, k) = (params.int("n").ok()? as u128, params.int("k").ok()? as u128);
+        Some(crate::workload::Footprint {
+            bytes: 40 * n + 32 * k,
+            key: if 40 * n >= 32 * k { "n" } else { "k" },
+            formula: "40 bytes per element (index, value, adjoint, tangent, generator's copy) + 32 per bin",
+        })
+    }
     fn generate(&self, params: &Params, seed: u64) -> WResult<Box<dyn Problem>> {
         let w = HistFamily::workload(params)?;
         let dist: IndexDist = params.name("dist")?.parse().map_err(WorkloadError::BadInput)?;
@@ -549,6 +557,12 @@ impl HistProblem {
             t.drop_dest_adjoint = drop_dest_adjoint;
             comparisons.push(judge_ties(self.w.op, &tie, &tie_bar, t.vjp(&tie_bar)?, &s.conventions));
         }
+        comparisons.push(perturbation_probe(device, dt)?);
+        if let Some(stress) = stress_case(self.w.op, s.seed) {
+            let mut t = HistFlat::new(device.clone(), cpu.clone(), self.w, rule, dt, &stress);
+            t.drop_dest_adjoint = drop_dest_adjoint;
+            comparisons.extend(stress_comparisons(&t, s.seed)?);
+        }
         let n_in = f.n_in();
         let mut full_jacobian = None;
         if f.jvp(&vec![0.0; n_in]).is_ok() {
@@ -727,6 +741,195 @@ fn tie_case(op: HistOp) -> Option<(HistData, Vec<f64>)> {
         dest: scaled(&[1.0, 2.0, 0.0, -1.0]),
     };
     Some((data, vec![2.0, -4.0, 3.0, 0.5]))
+}
+
+/// The size of the stress data: above the CPU device's parallel threshold (2^15 elements per
+/// chunk, so three chunks of four interleaved sub-histograms at k = 64) and far above the GPU
+/// devices' (chunks of 1024), so that chunk carries and the merge of private rows run.
+const STRESS_N: usize = 100_000;
+const STRESS_K: usize = 64;
+
+/// Data built to see the bugs that random well-separated values hide (the `stress` check): values
+/// from a small set, so min/max tie between elements and with dest in almost every bin (and
+/// logaddexp ties exactly); the operator's neutral or degenerate elements (-inf for logaddexp,
+/// whole bins of -inf included; zeros for hypot, whole bins of zeros included; for `*` bins with
+/// one zero, two zeros, or a zero dest); empty bins (every seventh); out-of-range indices. Only
+/// compared with the oracle: finite differences would straddle the kinks and infinities.
+/// `None` for operators without a designed value set.
+pub fn stress_case(op: HistOp, seed: u64) -> Option<HistData> {
+    use rand::RngExt;
+    let (n, k) = (STRESS_N, STRESS_K);
+    let name = op.name();
+    let mut rng = adgauge_datasets::rng(seed ^ 0x57_2e55);
+    let mut pick = |set: &[f64]| set[rng.random_range(0..set.len())];
+    let vals_set: &[f64] = match name {
+        "add" => &[-2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0],
+        // Mostly +-1 so that products over ~1500 elements stay far from overflow in f32.
+        "mul" => &[-1.0, 1.0, -1.0, 1.0, -1.0, 1.0, -1.0, 1.0, 2.0, -0.5],
+        "min" | "max" => &[-2.0, -1.0, 0.0, 1.0, 2.0],
+        "logaddexp" => &[f64::NEG_INFINITY, -1.0, 0.0, 1.0],
+        "hypot" => &[0.0, 0.0, -2.0, -1.0, 1.0, 3.0],
+        _ => return None,
+    };
+    let dest_set: &[f64] = match name {
+        "logaddexp" => &[f64::NEG_INFINITY, 0.0, 1.0],
+        "hypot" => &[0.0, 1.0, 2.0],
+        _ => vals_set,
+    };
+    let mut vals: Vec<f64> = (0..n).map(|_| pick(vals_set)).collect();
+    let mut dest: Vec<f64> = (0..k).map(|_| pick(dest_set)).collect();
+    let mut rng = adgauge_datasets::rng(seed ^ 0x57_2e56);
+    let inds: Vec<i64> = (0..n)
+        .map(|i| match rng.random_range(0..100u32) {
+            0..=2 => -1,
+            3..=4 => (k + i % 3) as i64,
+            _ => {
+                // Every seventh bin stays empty.
+                let b = rng.random_range(0..k);
+                if b % 7 == 6 { b as i64 - 1 } else { b as i64 }
+            }
+        })
+        .collect();
+    // Degenerate bins: every fifth holds only the neutral element (logaddexp's -inf,
+    // hypot's 0), and for `*` bins with one zero, two zeros or a zero dest.
+    let mut zeros_seen = vec![0usize; k];
+    for (i, &b) in inds.iter().enumerate() {
+        if b < 0 || b as usize >= k {
+            continue;
+        }
+        let b = b as usize;
+        match name {
+            "logaddexp" if b % 5 == 4 => vals[i] = f64::NEG_INFINITY,
+            "hypot" if b % 5 == 4 => vals[i] = 0.0,
+            "mul" => {
+                let zeros = [0, 1, 2, 0][b % 4];
+                vals[i] = if zeros_seen[b] < zeros { 0.0 } else { vals[i] };
+                zeros_seen[b] += 1;
+            }
+            _ => {}
+        }
+    }
+    for (b, d) in dest.iter_mut().enumerate() {
+        match name {
+            "logaddexp" if b % 5 == 4 => *d = f64::NEG_INFINITY,
+            "hypot" if b % 5 == 4 => *d = 0.0,
+            "mul" => *d = if b % 4 == 3 { 0.0 } else { [1.0, -1.0][b % 2] },
+            _ => {}
+        }
+    }
+    Some(HistData { k, inds, vals, dest })
+}
+
+/// The `stress` comparisons of one rule and engine: its VJP for a random adjoint and its JVP for
+/// a random tangent against the sequential oracle, and every other rule's VJP against the
+/// oracle too (rule agreement on the same data).
+fn stress_comparisons<D: Ops>(f: &HistFlat<D>, seed: u64) -> Result<Vec<Comparison>> {
+    use rand::RngExt;
+    let d = &f.data;
+    let (n, k) = (d.vals.len(), d.k);
+    let mut rng = adgauge_datasets::rng(seed ^ 0x57_2e57);
+    let dt = f.dtype;
+    let mut random = |len: usize| -> Vec<f64> { (0..len).map(|_| dt.round(rng.random_range(-1.0..1.0))).collect() };
+    let (bar, v) = (random(k), random(n + k));
+    let stress = |got: Vec<f64>, want: Vec<f64>| Comparison { check: CheckKind::Stress, got, want, convention: None };
+    let want = stress_oracle_vjp(f.workload.op, d, &bar);
+    let mut out = vec![stress(f.vjp(&bar)?, want.clone())];
+    for other in HistRule::ALL.into_iter().filter(|&r| r != f.rule) {
+        match f.vjp_parts(other, &bar) {
+            Ok((vb, db)) => out.push(stress(vb.into_iter().chain(db).collect(), want.clone())),
+            Err(adgauge_backends::OpError::Unsupported(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    match f.jvp(&v) {
+        // Each input moves only its own bin, so J v is the oracle's partials (its VJP for an
+        // all-ones adjoint) times v, summed per bin: O(n), where the oracle's JVP is O(n k).
+        Ok(got) => {
+            let ones = stress_oracle_vjp(f.workload.op, d, &vec![1.0; k]);
+            let mut want: Vec<f64> = (0..k).map(|b| ones[n + b] * v[n + b]).collect();
+            for (i, &b) in d.inds.iter().enumerate() {
+                if b >= 0 && (b as usize) < k {
+                    want[b as usize] += ones[i] * v[i];
+                }
+            }
+            out.push(stress(got, want));
+        }
+        Err(adgauge_backends::OpError::Unsupported(_)) => {}
+        Err(e) => return Err(e),
+    }
+    Ok(out)
+}
+
+/// The `perturbation` check on `d`: [d/dx (x * d/dy (x + y)) by forward over forward at x = 2,
+/// y = 3, whether a dual of another forward engine is refused, whether a variable of another
+/// tape is refused] against [1, 1, 1]. A confused nesting gives 2 in the first; an engine that
+/// mixes a foreign tangent or tape in gives 0 in the others.
+fn perturbation_probe<D: Ops>(d: &D, dt: DType) -> Result<Comparison> {
+    let c = |x: f64| d.full(&[1], x, dt);
+    let f = Forward::new(d.clone());
+    let f2 = Forward::new(f.clone());
+    let x = f2.dual(f.lift(c(2.0)?), f.lift(c(1.0)?))?;
+    let y = f.dual(c(3.0)?, c(1.0)?)?;
+    // The inner level: d/dy (x + y), x a constant of that level.
+    let inner = f.add(x.value(), &y)?;
+    let d_dy = f2.lift(f.lift(f.tangent(&inner)?));
+    let z = f2.mul(&x, &d_dy)?;
+    let nested = d.to_vec(f.primal(&f2.tangent(&z)?))?[0];
+    let other = Forward::new(d.clone());
+    let foreign = f.dual(c(1.0)?, c(1.0)?)?;
+    let forward_refused = matches!(other.neg(&foreign), Err(adgauge_backends::OpError::Foreign(_)));
+    let (r1, r2) = (Reverse::new(d.clone()), Reverse::new(d.clone()));
+    let v = r1.var(c(1.0)?);
+    let reverse_refused = matches!(r2.neg(&v), Err(adgauge_backends::OpError::Foreign(_)));
+    let flag = |b: bool| if b { 1.0 } else { 0.0 };
+    Ok(Comparison {
+        check: CheckKind::Perturbation,
+        got: vec![nested, flag(forward_refused), flag(reverse_refused)],
+        want: vec![1.0, 1.0, 1.0],
+        convention: None,
+    })
+}
+
+/// The oracle's J^T w laid out [vals_bar, dest_bar], in O(n) for general operators too: the
+/// oracle refolds each element's l and r from scratch (O(m^2) per bin of m elements: minutes
+/// at the stress size in a debug build), here l is the running left fold (the same operations in
+/// the same order) and r the fold of the later elements from the bin's end (equal by
+/// associativity, to rounding). The formula is the oracle's: d2(l, a) d1(l op a, r) hist_bar.
+fn stress_oracle_vjp(op: HistOp, d: &HistData, bar: &[f64]) -> Vec<f64> {
+    use adgauge_backends::Operand;
+    let (n, k) = (d.vals.len(), d.k);
+    let HistOp::General(_) = op else {
+        let (_, db, vb) = oracle::hist_vjp(op, &d.dest, &d.inds, &d.vals, bar);
+        return vb.into_iter().chain(db).collect();
+    };
+    let mut members = vec![Vec::new(); k];
+    for (i, &b) in d.inds.iter().enumerate() {
+        if b >= 0 && (b as u64) < k as u64 {
+            members[b as usize].push(i);
+        }
+    }
+    let mut out = vec![0.0; n + k];
+    for (b, ms) in members.iter().enumerate() {
+        let g = bar[b];
+        if g == 0.0 {
+            continue;
+        }
+        let m = ms.len();
+        // suffix[j] = a_j op ... op a_{m-1}, suffix[m] = the neutral element.
+        let mut suffix = vec![op.neutral(); m + 1];
+        for j in (0..m).rev() {
+            suffix[j] = op.combine(d.vals[ms[j]], suffix[j + 1]);
+        }
+        out[n + b] = op.partial(Operand::Left, d.dest[b], suffix[0]) * g;
+        let mut l = d.dest[b];
+        for (j, &i) in ms.iter().enumerate() {
+            let a = d.vals[i];
+            let la = op.combine(l, a);
+            out[i] = op.partial(Operand::Right, l, a) * op.partial(Operand::Left, la, suffix[j + 1]) * g;
+            l = la;
+        }
+    }
+    out
 }
 
 /// The adjoint of an even split of each bin's adjoint between its tied winners (JAX's and
@@ -926,6 +1129,67 @@ mod tests {
         let missing = serde_json::json!({"op": "max", "k": 1, "inds": [0], "vals": [1], "dest": [0]});
         let err = family.gradbench_prepare("vjp", &missing, &device, DType::F64).err().unwrap();
         assert!(err.to_string().contains("field hist_bar: required"), "{err}");
+    }
+
+    /// The stress data hold what the check needs to see rule bugs: ties (between elements and
+    /// with dest), whole bins of the neutral element, zeros for `*`, empty bins, and more
+    /// elements than three chunks of the CPU device (2^15 each) hold.
+    #[test]
+    fn stress_data_hold_ties_neutral_elements_empty_bins_and_several_chunks() {
+        const { assert!(STRESS_N > 3 << 15) };
+        let by_bin = |d: &HistData| {
+            let mut bins = vec![Vec::new(); d.k];
+            for (i, &b) in d.inds.iter().enumerate() {
+                if b >= 0 && (b as usize) < d.k {
+                    bins[b as usize].push(d.vals[i]);
+                }
+            }
+            bins
+        };
+        for name in ["min", "max"] {
+            let op: HistOp = name.parse().unwrap();
+            let d = stress_case(op, 7).unwrap();
+            let best = oracle::hist(op, &d.dest, &d.inds, &d.vals);
+            let bins = by_bin(&d);
+            let tied = (0..d.k).filter(|&b| bins[b].iter().filter(|&&v| v == best[b]).count() >= 2).count();
+            let with_dest = (0..d.k).filter(|&b| d.dest[b] == best[b] && bins[b].contains(&best[b])).count();
+            assert!(tied > 30 && with_dest > 5, "{name}: {tied} bins with tied elements, {with_dest} tied with dest");
+            assert!(bins[6].is_empty() && bins[13].is_empty(), "{name}: empty bins");
+        }
+        let lae = stress_case("logaddexp".parse().unwrap(), 7).unwrap();
+        let bins = by_bin(&lae);
+        assert!(lae.dest[4] == f64::NEG_INFINITY && bins[4].iter().all(|&v| v == f64::NEG_INFINITY));
+        assert!(bins[0].contains(&f64::NEG_INFINITY) && bins[0].contains(&1.0));
+        let hyp = stress_case("hypot".parse().unwrap(), 7).unwrap();
+        let bins = by_bin(&hyp);
+        assert!(hyp.dest[4] == 0.0 && bins[4].len() > 100 && bins[4].iter().all(|&v| v == 0.0));
+        let mul = stress_case(HistOp::Mul, 7).unwrap();
+        let zeros = |b: usize| by_bin(&mul)[b].iter().filter(|&&v| v == 0.0).count();
+        assert_eq!((zeros(0), zeros(1), zeros(2), mul.dest[3]), (0, 1, 2, 0.0));
+        assert!(stress_case(HistOp::Add, 7).is_some());
+    }
+
+    /// The stress check's O(n) oracle equals the oracle's O(m^2) one (l and r refolded from
+    /// scratch) on a slice of the stress data, -inf and zeros included.
+    #[test]
+    fn the_linear_stress_oracle_equals_the_oracle() {
+        for name in ["logaddexp", "hypot", "mul", "min", "add"] {
+            let op: HistOp = name.parse().unwrap();
+            let full = stress_case(op, 3).unwrap();
+            let d = HistData {
+                k: full.k,
+                inds: full.inds[..4000].to_vec(),
+                vals: full.vals[..4000].to_vec(),
+                dest: full.dest.clone(),
+            };
+            let bar: Vec<f64> = (0..d.k).map(|b| (b as f64 - 20.0) * 0.125).collect();
+            let got = stress_oracle_vjp(op, &d, &bar);
+            let (_, db, vb) = oracle::hist_vjp(op, &d.dest, &d.inds, &d.vals, &bar);
+            let want: Vec<f64> = vb.into_iter().chain(db).collect();
+            assert!(got.iter().all(|x| x.is_finite()), "{name}");
+            let close = got.iter().zip(&want).all(|(x, y)| (x - y).abs() <= 1e-12 * y.abs().max(1.0));
+            assert!(close, "{name}");
+        }
     }
 
     #[test]

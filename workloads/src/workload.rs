@@ -270,10 +270,23 @@ pub enum CheckKind {
     /// oracle of the tool's declared tie policy; another valid subgradient passes as a
     /// convention.
     Ties,
+    /// Oracle on data built to see rule bugs (histograms): ties between elements and with dest,
+    /// neutral elements (-inf for logaddexp, zeros for hypot and `*`), empty bins, and n above
+    /// the parallel threshold, so that several chunks and interleaved sub-histograms are merged.
+    /// Compared elementwise with the sequential oracle, never with finite differences.
+    Stress,
+    /// A whole Jacobian against central finite differences of the primal, column by column
+    /// (each coordinate its own step): a reference that shares nothing with the derivative code,
+    /// not even the sparsity pattern (BA).
+    FdJacobian,
+    /// Misuse of nested engines on the device under test: d/dx [x * d/dy (x + y)] by forward
+    /// over forward must be 1 (perturbation confusion gives 2), and a tensor carrying another
+    /// forward engine's tangent, or another tape's variable, must be refused, not mixed in.
+    Perturbation,
 }
 
 impl CheckKind {
-    pub const ALL: [CheckKind; 11] = [
+    pub const ALL: [CheckKind; 14] = [
         CheckKind::DotProduct,
         CheckKind::FdJvp,
         CheckKind::FdVjp,
@@ -285,6 +298,9 @@ impl CheckKind {
         CheckKind::ManualJvp,
         CheckKind::ManualHessian,
         CheckKind::Ties,
+        CheckKind::Stress,
+        CheckKind::FdJacobian,
+        CheckKind::Perturbation,
     ];
 
     pub fn from_name(name: &str) -> Option<CheckKind> {
@@ -308,6 +324,9 @@ impl CheckKind {
             CheckKind::ManualJvp => "manual-jvp",
             CheckKind::ManualHessian => "manual-hessian",
             CheckKind::Ties => "ties",
+            CheckKind::Stress => "stress",
+            CheckKind::FdJacobian => "fd-jacobian",
+            CheckKind::Perturbation => "perturbation",
         }
     }
 }
@@ -405,6 +424,22 @@ pub trait Problem: Send + Sync {
     }
 }
 
+/// The bytes a case needs (inputs, outputs, the reverse-mode tape; measured per element on the
+/// CPU and rounded down), the parameter it grows with, and the formula, for the refusal message.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Footprint {
+    pub bytes: u128,
+    pub key: &'static str,
+    pub formula: &'static str,
+}
+
+impl Footprint {
+    /// `Err("<formula> = N bytes, more than the memory limit L ...")` beyond the limit.
+    pub fn check(&self) -> Result<(), String> {
+        adgauge_datasets::limits::check(&format!("this case ({})", self.formula), self.bytes)
+    }
+}
+
 /// A workload: see the module documentation.
 pub trait Workload: Send + Sync {
     /// The suite tag (`workload: <family>`); also the name of a single-workload family.
@@ -443,6 +478,12 @@ pub trait Workload: Send + Sync {
     fn validation_params(&self, params: &Params) -> Params;
     /// The case `adgauge check` validates for `name` (at validation size).
     fn check_params(&self, name: &str) -> Params;
+    /// What a case of these parameters will allocate, estimated before anything is generated
+    /// and checked against the memory limit (`--max-memory`): see [`Footprint`]. `None`: small
+    /// by construction.
+    fn footprint(&self, _params: &Params) -> Option<Footprint> {
+        None
+    }
     /// The problem of these parameters, from a seeded generator.
     fn generate(&self, params: &Params, seed: u64) -> WResult<Box<dyn Problem>>;
     /// Evaluates one explicit input on `device` and returns one JSON object.

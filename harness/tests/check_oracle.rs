@@ -1,0 +1,14 @@
+//! `adgauge check` as a test: every registered workload, both dtypes, on the CPU. It is the
+//! oracle of the nightly mutation testing (`.cargo/mutants.toml`): a mutant of a rule that this
+//! test does not fail survives, and is a bug `check` cannot see.
+
+mod common;
+
+use common::{adgauge, stderr, stdout};
+
+#[test]
+fn check_passes_on_every_workload_in_both_dtypes() {
+    let out = adgauge(&["check"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
+    assert!(stdout(&out).contains("cases passed every check"), "{}", stdout(&out));
+}
