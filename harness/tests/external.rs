@@ -5,8 +5,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use common::{adgauge, close, json, numbers, stderr, stdout, temp_file};
 use serde_json::Value;
@@ -50,18 +49,7 @@ fn check_names(r: &Value) -> Vec<String> {
 
 /// Sends protocol lines to `adgauge tool` and returns its responses.
 fn converse(lines: &[Value]) -> Vec<Value> {
-    let mut child = Command::new(BIN).arg("tool").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    for l in lines {
-        writeln!(stdin, "{l}").unwrap();
-    }
-    drop(stdin);
-    let out: Vec<Value> = BufReader::new(child.stdout.take().unwrap())
-        .lines()
-        .map(|l| serde_json::from_str(&l.unwrap()).unwrap())
-        .collect();
-    assert!(child.wait().unwrap().success());
-    out
+    common::converse(&["tool"], lines)
 }
 
 #[test]

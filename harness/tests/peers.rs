@@ -5,8 +5,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use common::adgauge;
 use serde_json::Value;
@@ -44,26 +43,14 @@ fn row<'a>(rows: &'a [Value], workload: &str, tool: &str) -> &'a Value {
 /// One `vjp` of the `hist` module through `adgauge tool --backend PEER`.
 #[allow(dead_code)]
 fn peer_vjp(peer: &str, input: Value) -> Value {
-    let mut child = Command::new(BIN)
-        .args(["tool", "--backend", peer])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    for line in [
-        serde_json::json!({"id": 0, "kind": "start"}),
-        serde_json::json!({"id": 1, "kind": "define", "module": "hist"}),
-        serde_json::json!({"id": 2, "kind": "evaluate", "module": "hist", "function": "vjp", "input": input}),
-    ] {
-        writeln!(stdin, "{line}").unwrap();
-    }
-    drop(stdin);
-    let out: Vec<Value> = BufReader::new(child.stdout.take().unwrap())
-        .lines()
-        .map(|l| serde_json::from_str(&l.unwrap()).unwrap())
-        .collect();
-    assert!(child.wait().unwrap().success());
+    let out = common::converse(
+        &["tool", "--backend", peer],
+        &[
+            serde_json::json!({"id": 0, "kind": "start"}),
+            serde_json::json!({"id": 1, "kind": "define", "module": "hist"}),
+            serde_json::json!({"id": 2, "kind": "evaluate", "module": "hist", "function": "vjp", "input": input}),
+        ],
+    );
     assert_eq!(out[2]["success"], true, "{out:?}");
     out[2]["output"].clone()
 }

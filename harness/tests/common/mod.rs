@@ -13,6 +13,31 @@ pub fn adgauge(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_adgauge")).args(args).output().unwrap()
 }
 
+/// Sends protocol lines to `adgauge ARGS` (a `tool` command) on stdin and returns its responses,
+/// asserting a clean exit.
+#[allow(dead_code)]
+pub fn converse(args: &[&str], lines: &[Value]) -> Vec<Value> {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_adgauge"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    for l in lines {
+        writeln!(stdin, "{l}").unwrap();
+    }
+    drop(stdin);
+    let out: Vec<Value> = BufReader::new(child.stdout.take().unwrap())
+        .lines()
+        .map(|l| serde_json::from_str(&l.unwrap()).unwrap())
+        .collect();
+    assert!(child.wait().unwrap().success());
+    out
+}
+
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
