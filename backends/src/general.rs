@@ -293,7 +293,8 @@ fn one<T: Float>(_: T, _: T) -> T {
 }
 #[inline]
 fn mul_combine<T: Float>(a: T, b: T) -> T {
-    a * b
+    // Zeros absorb, as in `HistOp::Mul` (0 times an overflowed inf is 0).
+    if a == T::zero() || b == T::zero() { T::zero() } else { a * b }
 }
 #[inline]
 fn mul_d1<T: Float>(_: T, b: T) -> T {
@@ -351,7 +352,7 @@ general_op! {
         d1: mul_d1,
         d2: mul_d2,
         tie_break: None,
-        c: CExprs { combine: "(a * b)", d1: "b", d2: "a", total: None },
+        c: CExprs { combine: "((a) == (T)0 || (b) == (T)0 ? (T)0 : (a) * (b))", d1: "b", d2: "a", total: None },
     }
 }
 

@@ -107,16 +107,18 @@ pub fn hist_vjp(
         HistOp::Mul => {
             for (b, members) in bins(k, inds).iter().enumerate() {
                 let m = members.len();
+                // Products with `*`'s semantics: zeros absorb (0 times an overflowed inf is 0).
+                let mul = |a: f64, b: f64| HistOp::Mul.combine(a, b);
                 // prefix[j] = product of the first j members; suffix[j] = of members j.. .
                 let mut prefix = vec![1.0; m + 1];
                 let mut suffix = vec![1.0; m + 1];
                 for j in 0..m {
-                    prefix[j + 1] = prefix[j] * vals[members[j]];
-                    suffix[m - 1 - j] = suffix[m - j] * vals[members[m - 1 - j]];
+                    prefix[j + 1] = mul(prefix[j], vals[members[j]]);
+                    suffix[m - 1 - j] = mul(suffix[m - j], vals[members[m - 1 - j]]);
                 }
                 dest_bar[b] = prefix[m] * hist_bar[b];
                 for (j, &i) in members.iter().enumerate() {
-                    vals_bar[i] = dest[b] * prefix[j] * suffix[j + 1] * hist_bar[b];
+                    vals_bar[i] = mul(mul(dest[b], prefix[j]), suffix[j + 1]) * hist_bar[b];
                 }
             }
         }

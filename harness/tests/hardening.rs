@@ -318,3 +318,54 @@ fn llsq_sample_counts_beyond_the_memory_limit_are_refused() {
     let out = adgauge(&["--max-memory", "256M", "eval", "llsq", "--input", small.to_str().unwrap(), "--mode", "vjp"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
+
+/// The issue's numeric reproductions through `eval`, on every rule and device: `*` with values
+/// whose product overflows into a zero dest (was NaN; zeros absorb: 0, adjoints 0 and dest's inf)
+/// and logaddexp at an exact tie of magnitude 1e16 (was 1/1 on `auto`, 1/2 each elsewhere: the
+/// tie splits evenly everywhere now).
+#[test]
+fn overflowed_products_and_large_logaddexp_ties_agree_on_every_rule_and_device() {
+    let mul = temp_file(
+        "hardening",
+        "mul-overflow.json",
+        r#"{"k": 1, "inds": [0, 0], "vals": [1e200, 1e200], "dest": [0], "hist_bar": [1]}"#,
+    );
+    let lae = temp_file(
+        "hardening",
+        "lae-tie.json",
+        r#"{"k": 1, "inds": [0], "vals": [1e16], "dest": [1e16], "hist_bar": [1]}"#,
+    );
+    let mut backends = vec!["cpu"];
+    if opencl_available() {
+        backends.push("opencl");
+    }
+    for backend in backends {
+        for rule in ["auto", "general-sort", "general-chunked"] {
+            let at = format!("{rule} on {backend}");
+            let run = |w: &str, input: &std::path::Path| {
+                let args = [
+                    "eval",
+                    w,
+                    "--input",
+                    input.to_str().unwrap(),
+                    "--mode",
+                    "vjp",
+                    "--rule",
+                    rule,
+                    "--backend",
+                    backend,
+                    "--dtype",
+                    "f64",
+                ];
+                json(&adgauge(&args))
+            };
+            let got = run("hist-mul", &mul);
+            assert_eq!(numbers(&got["hist"]), vec![0.0], "{at}");
+            assert_eq!(numbers(&got["vals_bar"]), vec![0.0, 0.0], "{at}");
+            assert_eq!(numbers(&got["dest_bar"]), vec![f64::INFINITY], "{at}");
+            let got = run("hist-logaddexp", &lae);
+            assert_eq!(numbers(&got["hist"]), vec![1e16], "{at}");
+            assert_eq!((numbers(&got["vals_bar"]), numbers(&got["dest_bar"])), (vec![0.5], vec![0.5]), "{at}");
+        }
+    }
+}

@@ -358,7 +358,14 @@ impl Cpu {
         // One closure pair per operator, so each inner loop is specialised.
         let totals = match op {
             HistOp::Add => hist::bin_totals(pool, ix, k, neutral, |a, i| *a = *a + v[i], |a, b| *a = *a + b),
-            HistOp::Mul => hist::bin_totals(pool, ix, k, neutral, |a, i| *a = *a * v[i], |a, b| *a = *a * b),
+            HistOp::Mul => hist::bin_totals(
+                pool,
+                ix,
+                k,
+                neutral,
+                |a, i| *a = kernels::mul_absorbing(*a, v[i]),
+                |a, b| *a = kernels::mul_absorbing(*a, b),
+            ),
             HistOp::Min => hist::bin_totals(
                 pool,
                 ix,

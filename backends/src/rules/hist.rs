@@ -24,8 +24,11 @@
 //!     totals the forward sweep computes in the same pass as the histogram; the pullback
 //!     re-runs each chunk's running array from the prefix of chunk totals (with dest) forwards
 //!     to get l and l op a, and from the suffix of chunk totals backwards to get r. O(n + P k).
-//! * total form (operators that have one, e.g. logaddexp, hypot): d hist / d a = total(a, t)
-//!   from the final bin value t alone, for elements and dest: one fused gather, like `+`.
+//! * total form (operators that have one, e.g. hypot): d hist / d a = total(a, t) from the
+//!   final bin value t alone, for elements and dest: one fused gather, like `+`.
+//! * logaddexp: max-shifted, hist = m + log s with m the bin's max and s the sum of e^(v - m);
+//!   each input's adjoint is its softmax weight e^(v - m) / s (the total form e^(v - t) would
+//!   depend on t's last bits, wrong at exact ties where t + log 2 rounds to t).
 //!
 //! Rule choice ([`HistRule`]): `special` is the operator's own rule (the total form for a general
 //! operator, an error without one); `auto` is `special` where it exists, else `general-chunked`
@@ -42,7 +45,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::ops::{Extremum, OutOfRange, RuleKernels, TensorMeta, TensorOps};
-use crate::{BinaryOp, HistOp, OpError, Operand, Ops, Result, ScanSpec};
+use crate::{BinaryOp, HistOp, OpError, Operand, Ops, Result, ScanSpec, UnaryOp};
 
 /// Which reverse rule `reduce_by_index` uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -104,6 +107,9 @@ pub fn reduce_by_index_vjp<B: Ops>(
         (HistRule::Auto | HistRule::Special, HistOp::Mul) => mul_rule(b, dest, inds, vals),
         (HistRule::Auto | HistRule::Special, HistOp::Min) => extremum_rule(b, dest, Extremum::Min, inds, vals),
         (HistRule::Auto | HistRule::Special, HistOp::Max) => extremum_rule(b, dest, Extremum::Max, inds, vals),
+        (HistRule::Auto | HistRule::Special, HistOp::General(g)) if std::ptr::eq(g, &crate::general::LOGADDEXP) => {
+            logaddexp_rule(b, dest, inds, vals)
+        }
         (HistRule::Auto | HistRule::Special, HistOp::General(g)) if g.has_total_form() => {
             total_form_rule(b, dest, op, inds, vals)
         }
@@ -164,16 +170,53 @@ fn mul_rule<B: Ops>(b: &B, dest: &B::T, inds: &B::I, vals: &B::T) -> Result<(B::
     let no_zero = b.reshape(&b.index_eq(&zeros, 0, dt)?, dest.shape())?;
     let one_zero = b.reshape(&b.index_eq(&zeros, 1, dt)?, dest.shape())?;
     let h = b.select(&no_zero, &p, &zero)?;
-    let hist = b.mul(dest, &h)?;
+    // A zero dest absorbs too (`*`'s zeros absorb): never 0 * inf = NaN when p overflowed.
+    let dest_zero = b.binary(BinaryOp::Eq, dest, &zero)?;
+    let hist = b.select(&dest_zero, &zero, &b.mul(dest, &h)?)?;
     let (dest, inds, vals) = (dest.clone(), inds.clone(), vals.clone());
     let pullback = move |b: &B, g: &B::T| {
         let dest_bar = b.mul(&h, g)?;
-        // Per bin: c0 serves bins without zeros (divided by v_i), c1 the zero of one-zero bins.
-        let sp = b.mul(&b.mul(&dest, g)?, &p)?;
+        // Per bin: c0 serves bins without zeros (divided by v_i), c1 the zero of one-zero bins;
+        // with a zero dest every element's adjoint is 0.
+        let sp = b.select(&dest_zero, &zero, &b.mul(&b.mul(&dest, g)?, &p)?)?;
         let c0 = b.select(&no_zero, &sp, &zero)?;
         let c1 = b.select(&one_zero, &sp, &zero)?;
         let vals_bar = b.prod_vals_adjoint(&inds, &vals, &c0, &c1)?;
         Ok((dest_bar, vals_bar))
+    };
+    Ok((hist, Box::new(pullback)))
+}
+
+/// logaddexp's own rule, max-shifted: per bin m, the max of dest and the values, and
+/// s = e^(dest - m) + sum of e^(v - m), so `hist = m + log s` and every input's adjoint is its
+/// softmax weight `e^(v - m) / s` times hist_bar. Unlike the total form e^(v - t), the weight
+/// never depends on t's last bits: exact ties split evenly (1/2 each, as the general rules and
+/// the oracle), also where t is so large that t + log 2 rounds to t (1e16 in f64, 1e7 in f32).
+/// A bin of -inf only (m = -inf) shifts by 0: s = 0, hist = -inf and its adjoints 0; m = +inf
+/// shifts by 0 too (hist +inf).
+fn logaddexp_rule<B: Ops>(b: &B, dest: &B::T, inds: &B::I, vals: &B::T) -> Result<(B::T, HistPullback<B>)> {
+    let (dt, k) = (dest.dtype(), dest.numel());
+    let zero = b.scalar(0.0, dt)?;
+    let m = b.reshape(&b.reduce_by_index(dest, HistOp::Max, inds, vals)?, &[k])?;
+    let infinite = |x: f64| b.binary(BinaryOp::Eq, &m, &b.scalar(x, dt)?);
+    let shift = b.select(&infinite(f64::NEG_INFINITY)?, &zero, &b.select(&infinite(f64::INFINITY)?, &zero, &m)?)?;
+    let dest_flat = b.reshape(dest, &[k])?;
+    let dest_weight = b.unary(UnaryOp::Exp, &b.sub(&dest_flat, &shift)?)?;
+    // Out-of-range elements read a shift of 0; reduce_by_index then ignores them.
+    let vals_shift = b.gather(&shift, inds, OutOfRange::Fill(0.0))?;
+    let vals_weight = b.unary(UnaryOp::Exp, &b.sub(vals, &vals_shift)?)?;
+    let s = b.reduce_by_index(&dest_weight, HistOp::Add, inds, &vals_weight)?;
+    let hist = b.reshape(&b.add(&shift, &b.unary(UnaryOp::Log, &s)?)?, dest.shape())?;
+    let (dest_shape, vals_shape) = (dest.shape().to_vec(), vals.shape().to_vec());
+    let inds = inds.clone();
+    let pullback = move |b: &B, g: &B::T| {
+        // w = hist_bar / s per bin; an empty-of-weight bin (s = 0: only -inf inputs) gets 0.
+        let g = b.reshape(g, &[k])?;
+        let empty = b.binary(BinaryOp::Eq, &s, &zero)?;
+        let w = b.select(&empty, &zero, &b.div(&g, &s)?)?;
+        let dest_bar = b.reshape(&b.mul(&dest_weight, &w)?, &dest_shape)?;
+        let vals_bar = b.mul(&vals_weight, &b.gather(&w, &inds, OutOfRange::Fill(0.0))?)?;
+        Ok((dest_bar, b.reshape(&vals_bar, &vals_shape)?))
     };
     Ok((hist, Box::new(pullback)))
 }
@@ -607,6 +650,69 @@ mod tests {
             // d/dv0 = 0.5*3, d/dv3 = 0.5*2; the lone zero of bin 1 gets 2*5; nothing else.
             assert_eq!(got.vals_bar, vec![1.5, 10.0, 0.0, 1.0, 0.0, 0.0, 0.0]);
             assert!(got.vals_bar.iter().all(|x| x.is_finite()));
+        }
+    }
+
+    #[test]
+    fn mul_zeros_absorb_an_overflowed_product_on_every_rule() {
+        // Issue 16: vals 1e200 twice into a zero dest gave hist NaN on every rule (0 * inf) and
+        // a NaN vals_bar on `auto`. `*`'s zeros absorb: the bin is 0, the values' adjoints are
+        // dest times the other factors (0), dest's is the product of the values (inf).
+        let c = cpu();
+        let inf = f64::INFINITY;
+        for op in [HistOp::Mul, HistOp::General(&crate::general::MUL)] {
+            for rule in rules_for(op) {
+                let got = run_rule(&c, rule, op, DType::F64, &[0.0], &[0, 0], &[1e200, 1e200], &[1.0]).unwrap();
+                assert_eq!(
+                    (got.hist, got.vals_bar, got.dest_bar),
+                    (vec![0.0], vec![0.0, 0.0], vec![inf]),
+                    "{op:?} {rule:?}"
+                );
+                // A zero value after an overflow: the fold is inf * 0, here 0; only the zero's
+                // adjoint (the product of the others, inf) is non-zero.
+                let got = run_rule(&c, rule, op, DType::F64, &[1.0], &[0, 0, 0], &[1e200, 1e200, 0.0], &[1.0]).unwrap();
+                assert_eq!(
+                    (got.hist, got.vals_bar, got.dest_bar),
+                    (vec![0.0], vec![0.0, 0.0, inf], vec![0.0]),
+                    "{op:?} {rule:?}"
+                );
+            }
+        }
+        let (_, dest_bar, vals_bar) = oracle::hist_vjp(HistOp::Mul, &[0.0], &[0, 0], &[1e200, 1e200], &[1.0]);
+        assert_eq!(
+            (oracle::hist(HistOp::Mul, &[0.0], &[0, 0], &[1e200, 1e200]), vals_bar, dest_bar),
+            (vec![0.0], vec![0.0, 0.0], vec![inf])
+        );
+    }
+
+    #[test]
+    fn logaddexp_exact_ties_split_evenly_on_every_rule_at_any_magnitude() {
+        // Issue 16: vals = dest = 1e16 gave adjoints 1/1 on `auto` (e^(v - t) with t + log 2
+        // rounded to t) and 1/2 each on the general rules. d/dv log(e^v + e^d) = 1/2 at v = d.
+        let c = cpu();
+        let lae = HistOp::General(&crate::general::LOGADDEXP);
+        for (dt, x) in [(DType::F64, 1e16), (DType::F64, 0.25), (DType::F32, 1e7), (DType::F32, -3.0)] {
+            for rule in HistRule::ALL {
+                let got = run_rule(&c, rule, lae, dt, &[x], &[0], &[x], &[1.0]).unwrap();
+                assert_eq!((got.vals_bar.clone(), got.dest_bar.clone()), (vec![0.5], vec![0.5]), "{dt:?} {x} {rule:?}");
+                // Three tied inputs (one out of range ignored): a third each. The general rules
+                // compose pairwise partials at the rounded fold x + log 2 = x, so at 1e16 (1e7 in
+                // f32) only the max-shifted rule is exact there (it never rounds a fold).
+                if x.abs() > 1e6 && matches!(rule, HistRule::GeneralSort | HistRule::GeneralChunked) {
+                    continue;
+                }
+                let got = run_rule(&c, rule, lae, dt, &[x, 1.0], &[0, 0, 5], &[x, x, 7.0], &[3.0, 0.0]).unwrap();
+                for (got, want) in got.vals_bar.iter().zip([1.0, 1.0, 0.0]).chain(got.dest_bar.iter().zip([1.0, 0.0])) {
+                    assert!((got - want).abs() < 1e-6, "{dt:?} {x} {rule:?}: {got} vs {want}");
+                }
+            }
+        }
+        // A bin of -inf only (the neutral): hist -inf, adjoints 0, never NaN.
+        for rule in HistRule::ALL {
+            let ninf = f64::NEG_INFINITY;
+            let got = run_rule(&c, rule, lae, DType::F64, &[ninf, 0.0], &[0, 1], &[ninf, 2.0], &[1.0, 1.0]).unwrap();
+            assert_eq!(got.hist[0], ninf, "{rule:?}");
+            assert_eq!((got.vals_bar[0], got.dest_bar[0]), (0.0, 0.0), "{rule:?}");
         }
     }
 

@@ -79,10 +79,13 @@ pub fn close(a: f64, b: f64, tol: f64) -> bool {
     (a - b).abs() <= tol * (a.abs() + b.abs()).max(1.0)
 }
 
-/// Every number in a JSON value (nested arrays flattened in order).
+/// Every number in a JSON value (nested arrays flattened in order; non-finite ones as eval
+/// spells them).
 pub fn numbers(v: &Value) -> Vec<f64> {
     match v {
         Value::Array(xs) => xs.iter().flat_map(numbers).collect(),
+        // eval prints non-finite values as strings ("inf", "-inf", "nan").
+        Value::String(s) => vec![s.parse().unwrap_or_else(|_| panic!("not a number: {s:?}"))],
         other => vec![other.as_f64().unwrap()],
     }
 }
