@@ -1,28 +1,11 @@
 //! The `adgauge` command line: evaluate single inputs, run suites, list backends.
 
-mod endpoint;
-mod environment;
-mod eval;
-mod exit;
-mod external;
-mod history;
-mod memory;
-mod peers;
-mod pipeline;
-mod protocol;
-mod run;
-mod serve;
-mod sinks;
-mod suite;
-mod timing;
-mod tool;
-mod validation;
-
 use std::process::ExitCode;
 
 use clap::{Arg, ArgAction, ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
 
-use exit::{Code, code_of};
+use adgauge_harness::exit::{Code, code_of};
+use adgauge_harness::{eval, history, memory, run, serve, sinks, tool};
 
 #[global_allocator]
 static ALLOCATOR: memory::Counting = memory::Counting;

@@ -98,6 +98,10 @@ pub const DEFAULT_SEED: u64 = 20_261_122;
 /// Keys every entry may set, whatever its workload (`backends` reads the same as `tools`).
 const COMMON_KEYS: [&str; 7] = ["workload", "dtypes", "tools", "backends", "modes", "validate", "rules"];
 
+/// The most cases a suite may expand to: more is a typo in a list (a run of 10^5 cases would take
+/// days), and the product of long lists would otherwise be built in memory before anything runs.
+const MAX_CASES: usize = 100_000;
+
 /// The longest time a suite may set (a day): longer values are typos, and `Duration` cannot
 /// hold every f64.
 const MAX_SECONDS: f64 = 86_400.0;
@@ -164,6 +168,9 @@ pub fn parse_suite_with(text: &str, source: &str, external: &[ExternalSpec]) -> 
     for (g, entry) in file.cases.iter().enumerate() {
         let at = Entry { text, source, g, entry };
         cases.extend(at.expand(seed, &mut external)?);
+        if cases.len() > MAX_CASES {
+            return Err(format!("{source}: cases: the suite expands to more than {MAX_CASES} cases (at cases[{g}])"));
+        }
     }
     let mut seen = std::collections::BTreeSet::new();
     if let Some(dup) = cases.iter().find(|c| !seen.insert(c.id())) {
@@ -394,6 +401,9 @@ impl Entry<'_> {
         let mut combos = vec![Params::default()];
         for spec in &schema {
             let values = self.values(spec)?;
+            if combos.len().saturating_mul(values.len()) > MAX_CASES {
+                return Err(self.error(spec.key, None, &format!("the entry expands to more than {MAX_CASES} cases")));
+            }
             combos = combos
                 .iter()
                 .flat_map(|p| {
@@ -436,6 +446,11 @@ impl Entry<'_> {
                 }
             })?
         };
+        let count = [dtypes.len(), tools.len(), rules.len()].iter().fold(combos.len(), |n, m| n.saturating_mul(*m));
+        if count > MAX_CASES {
+            let message = format!("the entry expands to {count} cases, more than {MAX_CASES}");
+            return Err(self.error("workload", None, &message));
+        }
         let mut cases = Vec::new();
         for params in &combos {
             for &dtype in &dtypes {
@@ -537,6 +552,7 @@ mod tests {
             ("classic", include_str!("../../suites/classic.yaml")),
             ("tools", include_str!("../../suites/tools.yaml")),
             ("tools-quick", include_str!("../../suites/tools-quick.yaml")),
+            ("opencl-classic", include_str!("../../suites/opencl-classic.yaml")),
         ] {
             let s = parse_suite(text, name).unwrap();
             assert!(!s.cases.is_empty(), "{name}");
@@ -580,6 +596,28 @@ mod tests {
         );
         let huge = "name: x\ntiming: {case_time_limit_s: 1e300}\ncases: []\n";
         assert!(parse_suite(huge, "s.yaml").unwrap_err().contains("timing.case_time_limit_s"));
+    }
+
+    #[test]
+    fn suites_that_expand_beyond_the_case_limit_are_refused_before_building_them() {
+        // 400 n x 300 k = 120000 cases in one entry: refused at the key that crosses the limit.
+        let list = |m: usize| (1..=m).map(|i| i.to_string()).collect::<Vec<_>>().join(", ");
+        let text = format!(
+            "name: x\ncases:\n  - workload: hist\n    ops: [add]\n    n: [{}]\n    k: [{}]\n    rules: [auto]\n",
+            list(400),
+            list(300)
+        );
+        let e = parse_suite(&text, "s.yaml").unwrap_err();
+        assert!(e.starts_with("s.yaml:6:8: cases[0].k: the entry expands to more than 100000 cases"), "{e}");
+        // 100 n x 50 k = 5000 parameter sets pass; with 2 dtypes, 3 tools and 4 rules they make
+        // 120000 cases (refused before the cases are built).
+        let text = format!(
+            "name: x\ncases:\n  - workload: hist\n    ops: [add]\n    n: [{}]\n    k: [{}]\n    dtypes: [f32, f64]\n    tools: [cpu, opencl, cuda]\n",
+            list(100),
+            list(50)
+        );
+        let e = parse_suite(&text, "s.yaml").unwrap_err();
+        assert!(e.contains("cases[0].workload: the entry expands to 120000 cases, more than 100000"), "{e}");
     }
 
     #[test]
