@@ -38,7 +38,8 @@ pub fn tolerance(check: CheckKind, dtype: DType) -> f64 {
             | CheckKind::ManualHessian
             | CheckKind::Ties
             | CheckKind::Stress
-            | CheckKind::Perturbation,
+            | CheckKind::Perturbation
+            | CheckKind::Primitives,
             DType::F64,
         ) => 1e-10,
         (
@@ -50,7 +51,8 @@ pub fn tolerance(check: CheckKind, dtype: DType) -> f64 {
             | CheckKind::ManualHessian
             | CheckKind::Ties
             | CheckKind::Stress
-            | CheckKind::Perturbation,
+            | CheckKind::Perturbation
+            | CheckKind::Primitives,
             DType::F32,
         ) => 1e-4,
     }

@@ -10,7 +10,8 @@
 
 use adgauge_backends::prelude::*;
 use adgauge_backends::{
-    AnyDevice, Cpu, DType, Device, Extremum, Forward, HistOp, HistRule, Ops, Result, Reverse, oracle, with_device,
+    AnyDevice, BinaryOp, Cpu, DType, Device, Extremum, Forward, HistOp, HistRule, Ops, Result, Reverse, ScanSpec,
+    oracle, with_device,
 };
 use adgauge_datasets::hist::{HistData, HistSpec, IndexDist, Values, generate};
 
@@ -558,6 +559,7 @@ impl HistProblem {
             comparisons.push(judge_ties(self.w.op, &tie, &tie_bar, t.vjp(&tie_bar)?, &s.conventions));
         }
         comparisons.push(perturbation_probe(device, dt)?);
+        comparisons.push(primitives_probe(device, self.w.op, dt, s.seed)?);
         if let Some(stress) = stress_case(self.w.op, s.seed) {
             let mut t = HistFlat::new(device.clone(), cpu.clone(), self.w, rule, dt, &stress);
             t.drop_dest_adjoint = drop_dest_adjoint;
@@ -793,6 +795,10 @@ pub fn stress_case(op: HistOp, seed: u64) -> Option<HistData> {
     // Degenerate bins: every fifth holds only the neutral element (logaddexp's -inf,
     // hypot's 0), and for `*` bins with one zero, two zeros or a zero dest.
     let mut zeros_seen = vec![0usize; k];
+    // logaddexp: in every fifth bin (from the third) an exact tie of dest and one value at 1e16,
+    // the other values -inf: the tied pair's adjoints are 1/2 each, where a rule that reads the
+    // rounded total (1e16 + log 2 rounds to 1e16, in f32 and f64) gives 1 to both.
+    const HUGE: f64 = 1e16;
     for (i, &b) in inds.iter().enumerate() {
         if b < 0 || b as usize >= k {
             continue;
@@ -800,6 +806,10 @@ pub fn stress_case(op: HistOp, seed: u64) -> Option<HistData> {
         let b = b as usize;
         match name {
             "logaddexp" if b % 5 == 4 => vals[i] = f64::NEG_INFINITY,
+            "logaddexp" if b % 5 == 2 => {
+                vals[i] = if zeros_seen[b] == 0 { HUGE } else { f64::NEG_INFINITY };
+                zeros_seen[b] += 1;
+            }
             "hypot" if b % 5 == 4 => vals[i] = 0.0,
             "mul" => {
                 let zeros = [0, 1, 2, 0][b % 4];
@@ -812,6 +822,7 @@ pub fn stress_case(op: HistOp, seed: u64) -> Option<HistData> {
     for (b, d) in dest.iter_mut().enumerate() {
         match name {
             "logaddexp" if b % 5 == 4 => *d = f64::NEG_INFINITY,
+            "logaddexp" if b % 5 == 2 => *d = HUGE,
             "hypot" if b % 5 == 4 => *d = 0.0,
             "mul" => *d = if b % 4 == 3 { 0.0 } else { [1.0, -1.0][b % 2] },
             _ => {}
@@ -858,6 +869,112 @@ fn stress_comparisons<D: Ops>(f: &HistFlat<D>, seed: u64) -> Result<Vec<Comparis
         Err(e) => return Err(e),
     }
     Ok(out)
+}
+
+/// Length of the `primitives` check's vector: the oracle refolds each prefix (O(n^3) for a VJP).
+const SCAN_N: usize = 40;
+/// Segment keys of the segmented scans: runs of 1, 9, 2, 13 and 15 elements (a run of one
+/// included: its scan is the element itself, or the neutral element when exclusive).
+const SCAN_RUNS: [usize; 5] = [1, 9, 2, 13, 15];
+
+/// The `primitives` check on `d`: the operator's scans (inclusive and exclusive, forwards and
+/// reversed, each plain and segmented), its reduction and its histogram with a constant dest,
+/// differentiated by the reverse engine
+/// (for a random adjoint) and the forward engine (for a random tangent) on the device under
+/// test, all laid out in one vector against the oracle's. No workload differentiates these on
+/// the CPU otherwise, so a scan VJP run in the wrong direction or a reduction rule taken for
+/// the wrong operator would pass every other check. Values are random in +-[0.5, 1.5] (no ties:
+/// the scans' tie policy is the conformance suite's), with two zeros for `*`.
+fn primitives_probe<D: Ops>(d: &D, op: HistOp, dt: DType, seed: u64) -> Result<Comparison> {
+    use rand::RngExt;
+    let mut rng = adgauge_datasets::rng(seed ^ 0x5ca7);
+    let mut random = |len: usize| -> Vec<f64> {
+        (0..len).map(|_| dt.round(rng.random_range(0.5..1.5) * if rng.random_bool(0.5) { 1.0 } else { -1.0 })).collect()
+    };
+    let mut x = random(SCAN_N);
+    if op == HistOp::Mul {
+        (x[7], x[23]) = (0.0, 0.0);
+    }
+    let (bar, dot) = (random(SCAN_N), random(SCAN_N));
+    let keys: Vec<i64> =
+        SCAN_RUNS.iter().enumerate().flat_map(|(s, &len)| std::iter::repeat_n(s as i64, len)).collect();
+    let key_index = d.index(&keys)?;
+    let tensor = |v: &[f64]| d.tensor(v, &[v.len()], dt);
+    let (mut got, mut want) = (Vec::new(), Vec::new());
+    for exclusive in [false, true] {
+        for reverse in [false, true] {
+            let spec = ScanSpec { exclusive, reverse };
+            for segments in [None, Some(&keys[..])] {
+                let seg = segments.map(|_| &key_index);
+                let r = Reverse::new(d.clone());
+                let xv = r.var(tensor(&x)?);
+                let y = r.scan(op, &xv, spec, seg)?;
+                let grads = r.backward(&y, tensor(&bar)?)?;
+                got.extend(d.to_vec(&grads.get_or_zeros(d, &xv)?)?);
+                want.extend(oracle::scan_vjp(op, &x, spec, segments, &bar));
+                let f = Forward::new(d.clone());
+                let y = f.scan(op, &f.dual(tensor(&x)?, tensor(&dot)?)?, spec, seg)?;
+                got.extend(d.to_vec(&f.tangent(&y)?)?);
+                want.extend(oracle::scan_jvp(op, &x, spec, segments, &dot));
+            }
+        }
+    }
+    // The reduction is the inclusive scan's last element: its adjoint is that scan's VJP for
+    // a one-hot adjoint, its tangent the scan's JVP there.
+    let mut last = vec![0.0; SCAN_N];
+    last[SCAN_N - 1] = bar[0];
+    let r = Reverse::new(d.clone());
+    let xv = r.var(tensor(&x)?);
+    let y = r.reduce(op, &xv)?;
+    let grads = r.backward(&y, d.tensor(&bar[..1], y.value().shape(), dt)?)?;
+    got.extend(d.to_vec(&grads.get_or_zeros(d, &xv)?)?);
+    want.extend(oracle::scan_vjp(op, &x, ScanSpec::INCLUSIVE, None, &last));
+    let f = Forward::new(d.clone());
+    let y = f.reduce(op, &f.dual(tensor(&x)?, tensor(&dot)?)?)?;
+    got.extend(d.to_vec(&f.tangent(&y)?)?);
+    want.push(oracle::scan_jvp(op, &x, ScanSpec::INCLUSIVE, None, &dot)[SCAN_N - 1]);
+    // The histogram with a constant dest (one-sided: only vals carries a tangent or adjoint),
+    // the case every other check misses by differentiating both inputs: dest = x[..5], the
+    // values x[5..] into five bins, one index out of range.
+    let (dest, vals) = x.split_at(5);
+    let inds: Vec<i64> = (0..vals.len()).map(|i| if i == 3 { 5 } else { (i * 7 % 5) as i64 }).collect();
+    let ix = d.index(&inds)?;
+    let f = Forward::new(d.clone());
+    let h = f.reduce_by_index(&f.tensor(dest, &[5], dt)?, op, &ix, &f.dual(tensor(vals)?, tensor(&dot[5..])?)?)?;
+    got.extend(d.to_vec(&f.tangent(&h)?)?);
+    want.extend(oracle::hist_jvp(op, dest, &inds, vals, &[0.0; 5], &dot[5..]).1);
+    let r = Reverse::new(d.clone());
+    let vv = r.var(tensor(vals)?);
+    let h = r.reduce_by_index(&r.tensor(dest, &[5], dt)?, op, &ix, &vv)?;
+    let grads = r.backward(&h, tensor(&bar[..5])?)?;
+    got.extend(d.to_vec(&grads.get_or_zeros(d, &vv)?)?);
+    want.extend(oracle::hist_vjp(op, dest, &inds, vals, &bar[..5]).2);
+    // min/max: the elementwise binary operator too (the histogram rules route through their own
+    // kernels, so nothing else differentiates it): the larger (smaller) operand's derivative.
+    let binary = match op {
+        HistOp::Min => Some(BinaryOp::Min),
+        HistOp::Max => Some(BinaryOp::Max),
+        _ => None,
+    };
+    if let Some(bop) = binary {
+        let half = SCAN_N / 2;
+        let (a, c) = x.split_at(half);
+        let (da, dc) = dot.split_at(half);
+        let left: Vec<bool> =
+            (0..half).map(|i| if bop == BinaryOp::Min { a[i] <= c[i] } else { a[i] >= c[i] }).collect();
+        let f = Forward::new(d.clone());
+        let y = f.binary(bop, &f.dual(tensor(a)?, tensor(da)?)?, &f.dual(tensor(c)?, tensor(dc)?)?)?;
+        got.extend(d.to_vec(&f.tangent(&y)?)?);
+        want.extend((0..half).map(|i| if left[i] { da[i] } else { dc[i] }));
+        let r = Reverse::new(d.clone());
+        let (av, cv) = (r.var(tensor(a)?), r.var(tensor(c)?));
+        let grads = r.backward(&r.binary(bop, &av, &cv)?, tensor(&bar[..half])?)?;
+        got.extend(d.to_vec(&grads.get_or_zeros(d, &av)?)?);
+        got.extend(d.to_vec(&grads.get_or_zeros(d, &cv)?)?);
+        want.extend((0..half).map(|i| if left[i] { bar[i] } else { 0.0 }));
+        want.extend((0..half).map(|i| if left[i] { 0.0 } else { bar[i] }));
+    }
+    Ok(Comparison { check: CheckKind::Primitives, got, want, convention: None })
 }
 
 /// The `perturbation` check on `d`: [d/dx (x * d/dy (x + y)) by forward over forward at x = 2,
@@ -1160,6 +1277,13 @@ mod tests {
         let bins = by_bin(&lae);
         assert!(lae.dest[4] == f64::NEG_INFINITY && bins[4].iter().all(|&v| v == f64::NEG_INFINITY));
         assert!(bins[0].contains(&f64::NEG_INFINITY) && bins[0].contains(&1.0));
+        // Bin 2: dest and exactly one value at 1e16, the rest -inf; the oracle splits the tie.
+        assert_eq!((lae.dest[2], bins[2].iter().filter(|&&v| v == 1e16).count()), (1e16, 1));
+        assert!(bins[2].len() > 100 && bins[2].iter().all(|&v| v == 1e16 || v == f64::NEG_INFINITY));
+        let bar: Vec<f64> = (0..lae.k).map(|b| if b == 2 { 1.0 } else { 0.0 }).collect();
+        let got = stress_oracle_vjp("logaddexp".parse().unwrap(), &lae, &bar);
+        let tied = (0..lae.vals.len()).find(|&i| lae.inds[i] == 2 && lae.vals[i] == 1e16).unwrap();
+        assert_eq!((got[tied], got[lae.vals.len() + 2]), (0.5, 0.5));
         let hyp = stress_case("hypot".parse().unwrap(), 7).unwrap();
         let bins = by_bin(&hyp);
         assert!(hyp.dest[4] == 0.0 && bins[4].len() > 100 && bins[4].iter().all(|&v| v == 0.0));

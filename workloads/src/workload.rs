@@ -283,10 +283,14 @@ pub enum CheckKind {
     /// over forward must be 1 (perturbation confusion gives 2), and a tensor carrying another
     /// forward engine's tangent, or another tape's variable, must be refused, not mixed in.
     Perturbation,
+    /// The histogram operator's scans (inclusive, exclusive, reversed, segmented), its
+    /// reduction and its histogram with a constant dest, by the reverse and forward engines on
+    /// the device under test, against the oracle: what no workload differentiates otherwise.
+    Primitives,
 }
 
 impl CheckKind {
-    pub const ALL: [CheckKind; 14] = [
+    pub const ALL: [CheckKind; 15] = [
         CheckKind::DotProduct,
         CheckKind::FdJvp,
         CheckKind::FdVjp,
@@ -301,6 +305,7 @@ impl CheckKind {
         CheckKind::Stress,
         CheckKind::FdJacobian,
         CheckKind::Perturbation,
+        CheckKind::Primitives,
     ];
 
     pub fn from_name(name: &str) -> Option<CheckKind> {
@@ -327,6 +332,7 @@ impl CheckKind {
             CheckKind::Stress => "stress",
             CheckKind::FdJacobian => "fd-jacobian",
             CheckKind::Perturbation => "perturbation",
+            CheckKind::Primitives => "primitives",
         }
     }
 }
