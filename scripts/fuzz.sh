@@ -5,7 +5,8 @@
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]
 #
-# Targets: eval_json adbench_readers protocol_line result_csv (result_csv builds polars: slow).
+# Targets: eval_json adbench_readers protocol_line result_csv suite_yaml (result_csv and
+# suite_yaml build polars: slow).
 # FUZZ_TARGET_DIR: cargo's target directory for the fuzz builds (default fuzz/target).
 # Prints one line per target with libFuzzer's execution count; exit 1 if any target crashed.
 set -euo pipefail
@@ -14,7 +15,7 @@ seconds="${1:-60}"
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(eval_json adbench_readers protocol_line result_csv)
+  targets=(eval_json adbench_readers protocol_line result_csv suite_yaml)
 fi
 status=0
 for t in "${targets[@]}"; do
@@ -22,6 +23,7 @@ for t in "${targets[@]}"; do
   case "$t" in
     eval_json) features=(--features eval) ;;
     result_csv) features=(--features reports) ;;
+    suite_yaml) features=(--features harness) ;;
   esac
   mkdir -p "corpus/$t"
   log="$(mktemp)"
