@@ -25,8 +25,8 @@ pub fn tolerance(check: CheckKind, dtype: DType) -> f64 {
     match (check, dtype) {
         (CheckKind::DotProduct, DType::F64) => 1e-12,
         (CheckKind::DotProduct, DType::F32) => 1e-5,
-        (CheckKind::FdJvp | CheckKind::FdVjp | CheckKind::FdJacobian, DType::F64) => 1e-6,
-        (CheckKind::FdJvp | CheckKind::FdVjp | CheckKind::FdJacobian, DType::F32) => 1e-3,
+        (CheckKind::FdJvp | CheckKind::FdVjp | CheckKind::FdJacobian | CheckKind::SecondOrder, DType::F64) => 1e-6,
+        (CheckKind::FdJvp | CheckKind::FdVjp | CheckKind::FdJacobian | CheckKind::SecondOrder, DType::F32) => 1e-3,
         (CheckKind::FullJacobian, DType::F64) => 1e-12,
         (CheckKind::FullJacobian, DType::F32) => 1e-5,
         (

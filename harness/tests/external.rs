@@ -166,8 +166,15 @@ fn adgauge_as_an_external_tool_passes_the_checks_of_its_own_engine() {
         // The tool is judged by the checks of the engine, less those of engine internals (and
         // k-means' Hessian, which GradBench's module only returns inside its direction; BA's
         // module has one Jacobian, so no forward-mode one and no one-hot VJPs against JVPs).
-        let mut engine_only =
-            vec!["rule-agreement", "manual-hessian", "stress", "fd-jacobian", "perturbation", "primitives"];
+        let mut engine_only = vec![
+            "rule-agreement",
+            "manual-hessian",
+            "stress",
+            "fd-jacobian",
+            "perturbation",
+            "primitives",
+            "second-order",
+        ];
         if w == "ba" {
             engine_only.extend(["manual-jvp", "full-jacobian"]);
         }

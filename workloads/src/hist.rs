@@ -560,6 +560,14 @@ impl HistProblem {
         }
         comparisons.push(perturbation_probe(device, dt)?);
         comparisons.push(primitives_probe(device, self.w.op, dt, s.seed)?);
+        // Rules built from fused kernels without derivative rules of their own (general-sort,
+        // general-chunked, the total forms, logaddexp's) cannot be nested; the scan part still
+        // runs where the histogram part cannot.
+        match second_order_probe(device, cpu, self.w.op, rule, dt, s.seed) {
+            Ok(c) => comparisons.push(c),
+            Err(adgauge_backends::OpError::NotDifferentiable(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
         if let Some(stress) = stress_case(self.w.op, s.seed) {
             let mut t = HistFlat::new(device.clone(), cpu.clone(), self.w, rule, dt, &stress);
             t.drop_dest_adjoint = drop_dest_adjoint;
@@ -975,6 +983,181 @@ fn primitives_probe<D: Ops>(d: &D, op: HistOp, dt: DType, seed: u64) -> Result<C
         want.extend((0..half).map(|i| if left[i] { 0.0 } else { bar[i] }));
     }
     Ok(Comparison { check: CheckKind::Primitives, got, want, convention: None })
+}
+
+/// Sizes of the `second-order` check's histogram.
+const SECOND_N: usize = 40;
+const SECOND_K: usize = 6;
+
+/// A scalar function of flat inputs that the `second-order` check differentiates twice, written
+/// once for every engine (the nested ones included).
+trait NestedScalar {
+    fn eval<O: Ops>(&self, o: &O, inputs: &[O::T], dt: DType) -> Result<O::T>;
+}
+
+/// s = sum_b w_b hist_b^2 over inputs [vals, dest]. Squaring makes the Hessian non-zero for
+/// every operator (J^T diag(2w) J); for `*` the rule's own second-order terms enter too.
+struct HistSquare<'a> {
+    op: HistOp,
+    inds: &'a [i64],
+    w: &'a [f64],
+}
+
+impl NestedScalar for HistSquare<'_> {
+    fn eval<O: Ops>(&self, o: &O, x: &[O::T], dt: DType) -> Result<O::T> {
+        let h = o.reduce_by_index(&x[1], self.op, &o.index(self.inds)?, &x[0])?;
+        o.sum(&o.mul(&o.tensor(self.w, &[self.w.len()], dt)?, &o.mul(&h, &h)?)?)
+    }
+}
+
+/// s = sum_j w_j y_j^2 with y the operator's inclusive scan of the one input: the scan's
+/// partials (`combine_partial`) differentiated again.
+struct ScanSquare<'a> {
+    op: HistOp,
+    w: &'a [f64],
+}
+
+impl NestedScalar for ScanSquare<'_> {
+    fn eval<O: Ops>(&self, o: &O, x: &[O::T], dt: DType) -> Result<O::T> {
+        let y = o.scan(self.op, &x[0], ScanSpec::INCLUSIVE, None)?;
+        o.sum(&o.mul(&o.tensor(self.w, &[self.w.len()], dt)?, &o.mul(&y, &y)?)?)
+    }
+}
+
+/// The Hessian-vector product of `f` at `x` along `v` (both flat, laid out input by input) by
+/// forward over reverse (`Reverse<Forward<D>>`: the reverse rules differentiated forwards) and
+/// by reverse over forward (`Forward<Reverse<D>>`: the forward rules differentiated backwards),
+/// with `rule`, each next to central differences of the CPU's f64 gradient along v (the
+/// first-order reverse mode, which the other checks validate). Returns (got, want) for the
+/// nestings the rule supports; `NotDifferentiable` when it supports neither (its fused kernels
+/// have no derivative rules).
+fn nested_hvps<D: Ops, F: NestedScalar>(
+    d: &D,
+    cpu: &Cpu,
+    rule: HistRule,
+    dt: DType,
+    f: &F,
+    x: &[Vec<f64>],
+    v: &[Vec<f64>],
+) -> Result<(Vec<f64>, Vec<f64>)> {
+    let forward_over_reverse = || -> Result<Vec<f64>> {
+        let fw = Forward::new(d.clone());
+        let r = Reverse::new(fw.clone()).with_hist_rule(rule);
+        let vars = x
+            .iter()
+            .zip(v)
+            .map(|(x, v)| Ok(r.var(fw.dual(d.tensor(x, &[x.len()], dt)?, d.tensor(v, &[v.len()], dt)?)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let s = f.eval(&r, &vars, dt)?;
+        let g = r.backward(&s, fw.full(s.value().shape(), 1.0, dt)?)?;
+        let mut out = Vec::new();
+        for var in &vars {
+            out.extend(d.to_vec(&fw.tangent(&g.get_or_zeros(&fw, var)?)?)?);
+        }
+        Ok(out)
+    };
+    let reverse_over_forward = || -> Result<Vec<f64>> {
+        let r = Reverse::new(d.clone()).with_hist_rule(rule);
+        let fw = Forward::new(r.clone());
+        let vars = x.iter().map(|x| Ok(r.var(d.tensor(x, &[x.len()], dt)?))).collect::<Result<Vec<_>>>()?;
+        let duals = vars
+            .iter()
+            .zip(v)
+            .map(|(var, v)| fw.dual(var.clone(), r.tensor(v, &[v.len()], dt)?))
+            .collect::<Result<Vec<_>>>()?;
+        let directional = fw.tangent(&f.eval(&fw, &duals, dt)?)?;
+        let g = r.backward(&directional, d.full(directional.value().shape(), 1.0, dt)?)?;
+        let mut out = Vec::new();
+        for var in &vars {
+            out.extend(d.to_vec(&g.get_or_zeros(d, var)?)?);
+        }
+        Ok(out)
+    };
+    let gradient = |shift: f64| -> Result<Vec<f64>> {
+        let r = Reverse::new(cpu.clone());
+        let vars = x
+            .iter()
+            .zip(v)
+            .map(|(x, v)| {
+                let moved: Vec<f64> = x.iter().zip(v).map(|(a, b)| a + shift * b).collect();
+                Ok(r.var(cpu.tensor(&moved, &[moved.len()], DType::F64)?))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let s = f.eval(&r, &vars, DType::F64)?;
+        let g = r.backward(&s, cpu.full(s.value().shape(), 1.0, DType::F64)?)?;
+        let mut out = Vec::new();
+        for var in &vars {
+            out.extend(cpu.to_vec(&g.get_or_zeros(cpu, var)?)?);
+        }
+        Ok(out)
+    };
+    let h = 1e-5;
+    let (plus, minus) = (gradient(h)?, gradient(-h)?);
+    let hv: Vec<f64> = plus.iter().zip(&minus).map(|(p, m)| (p - m) / (2.0 * h)).collect();
+    let (mut got, mut want) = (Vec::new(), Vec::new());
+    let mut refused = None;
+    for nested in [forward_over_reverse(), reverse_over_forward()] {
+        match nested {
+            Ok(g) => {
+                got.extend(g);
+                want.extend_from_slice(&hv);
+            }
+            Err(e @ adgauge_backends::OpError::NotDifferentiable(_)) => refused = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    match refused {
+        Some(e) if got.is_empty() => Err(e),
+        _ => Ok((got, want)),
+    }
+}
+
+/// The `second-order` check on `d`: Hessian-vector products through the case's histogram (with
+/// its rule) and through the operator's scan, by both nestings, against differences of
+/// gradients (see [`nested_hvps`]). Nothing else nests AD through these, so the second-order
+/// rules (`combine_partial_*`, the rules of the rules' own primitives) are seen only here.
+/// Values in +-[0.5, 1.5]: no ties, zeros or neutral elements, where the functions are smooth.
+/// `NotDifferentiable` where neither the histogram nor the scan can be nested.
+fn second_order_probe<D: Ops>(
+    d: &D,
+    cpu: &Cpu,
+    op: HistOp,
+    rule: HistRule,
+    dt: DType,
+    seed: u64,
+) -> Result<Comparison> {
+    use rand::RngExt;
+    let mut rng = adgauge_datasets::rng(seed ^ 0x5ec0_0d);
+    let mut random = |len: usize| -> Vec<f64> {
+        (0..len).map(|_| dt.round(rng.random_range(0.5..1.5) * if rng.random_bool(0.5) { 1.0 } else { -1.0 })).collect()
+    };
+    let (dest, vals, w) = (random(SECOND_K), random(SECOND_N), random(SECOND_K));
+    let (dest_dir, vals_dir) = (random(SECOND_K), random(SECOND_N));
+    let (scan_w, scan_x, scan_dir) = (random(SECOND_K), random(SECOND_K), random(SECOND_K));
+    // Two of the forty fall outside [0, k): ignored by the histogram, zero in every derivative.
+    let inds: Vec<i64> =
+        (0..SECOND_N).map(|i| if i % 19 == 18 { SECOND_K as i64 } else { (i * 5 % SECOND_K) as i64 }).collect();
+    let hist = HistSquare { op, inds: &inds, w: &w };
+    let scan = ScanSquare { op, w: &scan_w };
+    let (mut got, mut want) = (Vec::new(), Vec::new());
+    let mut refused = None;
+    for part in [
+        nested_hvps(d, cpu, rule, dt, &hist, &[vals, dest], &[vals_dir, dest_dir]),
+        nested_hvps(d, cpu, rule, dt, &scan, &[scan_x], &[scan_dir]),
+    ] {
+        match part {
+            Ok((g, w)) => {
+                got.extend(g);
+                want.extend(w);
+            }
+            Err(e @ adgauge_backends::OpError::NotDifferentiable(_)) => refused = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    match refused {
+        Some(e) if got.is_empty() => Err(e),
+        _ => Ok(Comparison { check: CheckKind::SecondOrder, got, want, convention: None }),
+    }
 }
 
 /// The `perturbation` check on `d`: [d/dx (x * d/dy (x + y)) by forward over forward at x = 2,

@@ -287,10 +287,13 @@ pub enum CheckKind {
     /// reduction and its histogram with a constant dest, by the reverse and forward engines on
     /// the device under test, against the oracle: what no workload differentiates otherwise.
     Primitives,
+    /// A Hessian-vector product through a histogram, by forward over reverse and by reverse
+    /// over forward, against central differences of the f64 gradient: the second-order rules.
+    SecondOrder,
 }
 
 impl CheckKind {
-    pub const ALL: [CheckKind; 15] = [
+    pub const ALL: [CheckKind; 16] = [
         CheckKind::DotProduct,
         CheckKind::FdJvp,
         CheckKind::FdVjp,
@@ -306,6 +309,7 @@ impl CheckKind {
         CheckKind::FdJacobian,
         CheckKind::Perturbation,
         CheckKind::Primitives,
+        CheckKind::SecondOrder,
     ];
 
     pub fn from_name(name: &str) -> Option<CheckKind> {
@@ -333,6 +337,7 @@ impl CheckKind {
             CheckKind::FdJacobian => "fd-jacobian",
             CheckKind::Perturbation => "perturbation",
             CheckKind::Primitives => "primitives",
+            CheckKind::SecondOrder => "second-order",
         }
     }
 }
