@@ -654,6 +654,17 @@ mod tests {
     }
 
     #[test]
+    fn rule_names_are_the_documented_ones_and_parse_back() {
+        // Suites, eval's --rule and result rows name rules by these strings (README).
+        let names: Vec<&str> = HistRule::ALL.iter().map(|r| r.name()).collect();
+        assert_eq!(names, ["auto", "special", "general-sort", "general-chunked"]);
+        for r in HistRule::ALL {
+            assert_eq!(r.name().parse::<HistRule>(), Ok(r));
+        }
+        assert!("magic".parse::<HistRule>().unwrap_err().starts_with("unknown rule 'magic'"));
+    }
+
+    #[test]
     fn mul_zeros_absorb_an_overflowed_product_on_every_rule() {
         // Issue 16: vals 1e200 twice into a zero dest gave hist NaN on every rule (0 * inf) and
         // a NaN vals_bar on `auto`. `*`'s zeros absorb: the bin is 0, the values' adjoints are
