@@ -10,8 +10,8 @@
 
 use adgauge_backends::prelude::*;
 use adgauge_backends::{
-    AnyDevice, BinaryOp, Cpu, DType, Device, Extremum, Forward, HistOp, HistRule, Ops, Result, Reverse, ScanSpec,
-    oracle, with_device,
+    AnyDevice, BinaryOp, Cpu, DType, Device, Extremum, Forward, HistOp, HistRule, Operand, Ops, Result, Reverse,
+    ScanSpec, oracle, with_device,
 };
 use adgauge_datasets::hist::{HistData, HistSpec, IndexDist, Values, generate};
 
@@ -886,8 +886,8 @@ const SCAN_N: usize = 40;
 const SCAN_RUNS: [usize; 5] = [1, 9, 2, 13, 15];
 
 /// The `primitives` check on `d`: the operator's scans (inclusive and exclusive, forwards and
-/// reversed, each plain and segmented), its reduction and its histogram with a constant dest,
-/// differentiated by the reverse engine
+/// reversed, each plain and segmented), its reduction, its histogram with a constant dest and
+/// the operator elementwise, differentiated by the reverse engine
 /// (for a random adjoint) and the forward engine (for a random tangent) on the device under
 /// test, all laid out in one vector against the oracle's. No workload differentiates these on
 /// the CPU otherwise, so a scan VJP run in the wrong direction or a reduction rule taken for
@@ -957,6 +957,23 @@ fn primitives_probe<D: Ops>(d: &D, op: HistOp, dt: DType, seed: u64) -> Result<C
     let grads = r.backward(&h, tensor(&bar[..5])?)?;
     got.extend(d.to_vec(&grads.get_or_zeros(d, &vv)?)?);
     want.extend(oracle::hist_vjp(op, dest, &inds, vals, &bar[..5]).2);
+    // The operator elementwise (`combine`, as the general rules and the scans use it): its
+    // tangent and adjoints against the operator's partials.
+    let half = SCAN_N / 2;
+    let (a, c) = x.split_at(half);
+    let (da, dc) = dot.split_at(half);
+    let part = |side: Operand, i: usize| op.partial(side, a[i], c[i]);
+    let f = Forward::new(d.clone());
+    let y = f.combine(op, &f.dual(tensor(a)?, tensor(da)?)?, &f.dual(tensor(c)?, tensor(dc)?)?)?;
+    got.extend(d.to_vec(&f.tangent(&y)?)?);
+    want.extend((0..half).map(|i| part(Operand::Left, i) * da[i] + part(Operand::Right, i) * dc[i]));
+    let r = Reverse::new(d.clone());
+    let (av, cv) = (r.var(tensor(a)?), r.var(tensor(c)?));
+    let grads = r.backward(&r.combine(op, &av, &cv)?, tensor(&bar[..half])?)?;
+    got.extend(d.to_vec(&grads.get_or_zeros(d, &av)?)?);
+    got.extend(d.to_vec(&grads.get_or_zeros(d, &cv)?)?);
+    want.extend((0..half).map(|i| part(Operand::Left, i) * bar[i]));
+    want.extend((0..half).map(|i| part(Operand::Right, i) * bar[i]));
     // min/max: the elementwise binary operator too (the histogram rules route through their own
     // kernels, so nothing else differentiates it): the larger (smaller) operand's derivative.
     let binary = match op {
@@ -965,9 +982,6 @@ fn primitives_probe<D: Ops>(d: &D, op: HistOp, dt: DType, seed: u64) -> Result<C
         _ => None,
     };
     if let Some(bop) = binary {
-        let half = SCAN_N / 2;
-        let (a, c) = x.split_at(half);
-        let (da, dc) = dot.split_at(half);
         let left: Vec<bool> =
             (0..half).map(|i| if bop == BinaryOp::Min { a[i] <= c[i] } else { a[i] >= c[i] }).collect();
         let f = Forward::new(d.clone());
@@ -1196,7 +1210,6 @@ fn perturbation_probe<D: Ops>(d: &D, dt: DType) -> Result<Comparison> {
 /// the same order) and r the fold of the later elements from the bin's end (equal by
 /// associativity, to rounding). The formula is the oracle's: d2(l, a) d1(l op a, r) hist_bar.
 fn stress_oracle_vjp(op: HistOp, d: &HistData, bar: &[f64]) -> Vec<f64> {
-    use adgauge_backends::Operand;
     let (n, k) = (d.vals.len(), d.k);
     let HistOp::General(_) = op else {
         let (_, db, vb) = oracle::hist_vjp(op, &d.dest, &d.inds, &d.vals, bar);
