@@ -974,6 +974,11 @@ fn primitives_probe<D: Ops>(d: &D, op: HistOp, dt: DType, seed: u64) -> Result<C
     got.extend(d.to_vec(&grads.get_or_zeros(d, &cv)?)?);
     want.extend((0..half).map(|i| part(Operand::Left, i) * bar[i]));
     want.extend((0..half).map(|i| part(Operand::Right, i) * bar[i]));
+    // A one-element operand's tangent broadcast to the result (a + c with only c moving).
+    let f = Forward::new(d.clone());
+    let y = f.add(&f.tensor(a, &[half], dt)?, &f.dual(tensor(&c[..1])?, tensor(&dc[..1])?)?)?;
+    got.extend(d.to_vec(&f.tangent(&y)?)?);
+    want.extend(std::iter::repeat_n(dc[0], half));
     // min/max: the elementwise binary operator too (the histogram rules route through their own
     // kernels, so nothing else differentiates it): the larger (smaller) operand's derivative.
     let binary = match op {
@@ -1141,7 +1146,7 @@ fn second_order_probe<D: Ops>(
     seed: u64,
 ) -> Result<Comparison> {
     use rand::RngExt;
-    let mut rng = adgauge_datasets::rng(seed ^ 0x5ec0_0d);
+    let mut rng = adgauge_datasets::rng(seed ^ 0x05ec_000d);
     let mut random = |len: usize| -> Vec<f64> {
         (0..len).map(|_| dt.round(rng.random_range(0.5..1.5) * if rng.random_bool(0.5) { 1.0 } else { -1.0 })).collect()
     };
