@@ -291,9 +291,11 @@ fn add_combine<T: Float>(a: T, b: T) -> T {
 fn one<T: Float>(_: T, _: T) -> T {
     T::one()
 }
-#[inline]
-fn mul_combine<T: Float>(a: T, b: T) -> T {
-    // Zeros absorb, as in `HistOp::Mul` (0 times an overflowed inf is 0).
+/// `*` of the histograms, for `HistOp::Mul` and the general `MUL` alike: zeros absorb (0 times
+/// an overflowed inf is 0, not NaN), so that a bin with a zero factor is 0 in every association
+/// of its product (README, Rules). The kernels' C expression says the same.
+#[inline(always)]
+pub(crate) fn mul_absorbing<T: Float>(a: T, b: T) -> T {
     if a == T::zero() || b == T::zero() { T::zero() } else { a * b }
 }
 #[inline]
@@ -348,7 +350,7 @@ general_op! {
     pub static MUL = {
         name: "general-mul",
         neutral: 1.0,
-        combine: mul_combine,
+        combine: mul_absorbing,
         d1: mul_d1,
         d2: mul_d2,
         tie_break: None,

@@ -1,5 +1,6 @@
 //! One line of GradBench's protocol as adgauge reads it (`harness/src/protocol.rs`, included
-//! as it is: the harness is a binary crate): a message to a tool and a tool's response.
+//! as it is rather than through `adgauge_harness`, so that this target builds without the
+//! harness's dependencies, polars among them): a message to a tool and a tool's response.
 #![no_main]
 
 #[allow(dead_code)]

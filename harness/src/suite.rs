@@ -602,21 +602,19 @@ mod tests {
     fn suites_that_expand_beyond_the_case_limit_are_refused_before_building_them() {
         // 400 n x 300 k = 120000 cases in one entry: refused at the key that crosses the limit.
         let list = |m: usize| (1..=m).map(|i| i.to_string()).collect::<Vec<_>>().join(", ");
-        let text = format!(
-            "name: x\ncases:\n  - workload: hist\n    ops: [add]\n    n: [{}]\n    k: [{}]\n    rules: [auto]\n",
-            list(400),
-            list(300)
-        );
-        let e = parse_suite(&text, "s.yaml").unwrap_err();
+        let entry = |n: usize, k: usize, rest: &str| {
+            format!(
+                "name: x\ncases:\n  - workload: hist\n    ops: [add]\n    n: [{}]\n    k: [{}]\n{rest}",
+                list(n),
+                list(k)
+            )
+        };
+        let e = parse_suite(&entry(400, 300, "    rules: [auto]\n"), "s.yaml").unwrap_err();
         assert!(e.starts_with("s.yaml:6:8: cases[0].k: the entry expands to more than 100000 cases"), "{e}");
         // 100 n x 50 k = 5000 parameter sets pass; with 2 dtypes, 3 tools and 4 rules they make
         // 120000 cases (refused before the cases are built).
-        let text = format!(
-            "name: x\ncases:\n  - workload: hist\n    ops: [add]\n    n: [{}]\n    k: [{}]\n    dtypes: [f32, f64]\n    tools: [cpu, opencl, cuda]\n",
-            list(100),
-            list(50)
-        );
-        let e = parse_suite(&text, "s.yaml").unwrap_err();
+        let e = parse_suite(&entry(100, 50, "    dtypes: [f32, f64]\n    tools: [cpu, opencl, cuda]\n"), "s.yaml")
+            .unwrap_err();
         assert!(e.contains("cases[0].workload: the entry expands to 120000 cases, more than 100000"), "{e}");
     }
 

@@ -6,16 +6,13 @@
 
 mod common;
 
-#[allow(dead_code)]
-#[path = "../src/protocol.rs"]
-mod protocol;
-
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use adgauge_backends::{AnyDevice, Cpu, DType};
 use adgauge_datasets::ba::BaInput;
 use adgauge_datasets::gmm::GmmInput;
 use adgauge_datasets::lstm::LstmInput;
+use adgauge_harness::protocol;
 use adgauge_workloads::workload::{EvalRequest, Mode};
 use rand::RngExt;
 

@@ -957,51 +957,47 @@ fn primitives_probe<D: Ops>(d: &D, op: HistOp, dt: DType, seed: u64) -> Result<C
     let grads = r.backward(&h, tensor(&bar[..5])?)?;
     got.extend(d.to_vec(&grads.get_or_zeros(d, &vv)?)?);
     want.extend(oracle::hist_vjp(op, dest, &inds, vals, &bar[..5]).2);
-    // The operator elementwise (`combine`, as the general rules and the scans use it): its
-    // tangent and adjoints against the operator's partials.
+    // The operator elementwise (`combine`, as the general rules and the scans use it) and, for
+    // min/max, the elementwise binary operator too (the histogram rules route through their own
+    // kernels, so nothing else differentiates it): tangents and adjoints against the
+    // operator's partials (the left operand wins ties, as in both).
     let half = SCAN_N / 2;
     let (a, c) = x.split_at(half);
     let (da, dc) = dot.split_at(half);
     let part = |side: Operand, i: usize| op.partial(side, a[i], c[i]);
-    let f = Forward::new(d.clone());
-    let y = f.combine(op, &f.dual(tensor(a)?, tensor(da)?)?, &f.dual(tensor(c)?, tensor(dc)?)?)?;
-    got.extend(d.to_vec(&f.tangent(&y)?)?);
-    want.extend((0..half).map(|i| part(Operand::Left, i) * da[i] + part(Operand::Right, i) * dc[i]));
-    let r = Reverse::new(d.clone());
-    let (av, cv) = (r.var(tensor(a)?), r.var(tensor(c)?));
-    let grads = r.backward(&r.combine(op, &av, &cv)?, tensor(&bar[..half])?)?;
-    got.extend(d.to_vec(&grads.get_or_zeros(d, &av)?)?);
-    got.extend(d.to_vec(&grads.get_or_zeros(d, &cv)?)?);
-    want.extend((0..half).map(|i| part(Operand::Left, i) * bar[i]));
-    want.extend((0..half).map(|i| part(Operand::Right, i) * bar[i]));
-    // A one-element operand's tangent broadcast to the result (a + c with only c moving).
-    let f = Forward::new(d.clone());
-    let y = f.add(&f.tensor(a, &[half], dt)?, &f.dual(tensor(&c[..1])?, tensor(&dc[..1])?)?)?;
-    got.extend(d.to_vec(&f.tangent(&y)?)?);
-    want.extend(std::iter::repeat_n(dc[0], half));
-    // min/max: the elementwise binary operator too (the histogram rules route through their own
-    // kernels, so nothing else differentiates it): the larger (smaller) operand's derivative.
     let binary = match op {
         HistOp::Min => Some(BinaryOp::Min),
         HistOp::Max => Some(BinaryOp::Max),
         _ => None,
     };
-    if let Some(bop) = binary {
-        let left: Vec<bool> =
-            (0..half).map(|i| if bop == BinaryOp::Min { a[i] <= c[i] } else { a[i] >= c[i] }).collect();
+    for binary in std::iter::once(None).chain(binary.map(Some)) {
         let f = Forward::new(d.clone());
-        let y = f.binary(bop, &f.dual(tensor(a)?, tensor(da)?)?, &f.dual(tensor(c)?, tensor(dc)?)?)?;
+        let y = elementwise(&f, op, binary, &f.dual(tensor(a)?, tensor(da)?)?, &f.dual(tensor(c)?, tensor(dc)?)?)?;
         got.extend(d.to_vec(&f.tangent(&y)?)?);
-        want.extend((0..half).map(|i| if left[i] { da[i] } else { dc[i] }));
+        want.extend((0..half).map(|i| part(Operand::Left, i) * da[i] + part(Operand::Right, i) * dc[i]));
         let r = Reverse::new(d.clone());
         let (av, cv) = (r.var(tensor(a)?), r.var(tensor(c)?));
-        let grads = r.backward(&r.binary(bop, &av, &cv)?, tensor(&bar[..half])?)?;
+        let grads = r.backward(&elementwise(&r, op, binary, &av, &cv)?, tensor(&bar[..half])?)?;
         got.extend(d.to_vec(&grads.get_or_zeros(d, &av)?)?);
         got.extend(d.to_vec(&grads.get_or_zeros(d, &cv)?)?);
-        want.extend((0..half).map(|i| if left[i] { bar[i] } else { 0.0 }));
-        want.extend((0..half).map(|i| if left[i] { 0.0 } else { bar[i] }));
+        want.extend((0..half).map(|i| part(Operand::Left, i) * bar[i]));
+        want.extend((0..half).map(|i| part(Operand::Right, i) * bar[i]));
     }
+    // A one-element operand's tangent broadcast to the result (a + c with only c moving).
+    let f = Forward::new(d.clone());
+    let y = f.add(&f.tensor(a, &[half], dt)?, &f.dual(tensor(&c[..1])?, tensor(&dc[..1])?)?)?;
+    got.extend(d.to_vec(&f.tangent(&y)?)?);
+    want.extend(std::iter::repeat_n(dc[0], half));
     Ok(Comparison { check: CheckKind::Primitives, got, want, convention: None })
+}
+
+/// `a op c` elementwise on any engine: the histogram operator (`combine`), or `binary` where
+/// given (min/max as a [`BinaryOp`]).
+fn elementwise<O: Ops>(o: &O, op: HistOp, binary: Option<BinaryOp>, a: &O::T, c: &O::T) -> Result<O::T> {
+    match binary {
+        Some(b) => o.binary(b, a, c),
+        None => o.combine(op, a, c),
+    }
 }
 
 /// Sizes of the `second-order` check's histogram.
@@ -1110,24 +1106,29 @@ fn nested_hvps<D: Ops, F: NestedScalar>(
         }
         Ok(out)
     };
+    // The nestings first: the reference is only worth computing for one that runs.
+    let nested = supported([forward_over_reverse(), reverse_over_forward()])?;
     let h = 1e-5;
     let (plus, minus) = (gradient(h)?, gradient(-h)?);
     let hv: Vec<f64> = plus.iter().zip(&minus).map(|(p, m)| (p - m) / (2.0 * h)).collect();
-    let (mut got, mut want) = (Vec::new(), Vec::new());
-    let mut refused = None;
-    for nested in [forward_over_reverse(), reverse_over_forward()] {
-        match nested {
-            Ok(g) => {
-                got.extend(g);
-                want.extend_from_slice(&hv);
-            }
+    let want = nested.iter().flat_map(|_| hv.iter().copied()).collect();
+    Ok((nested.concat(), want))
+}
+
+/// The parts that ran, in order; `NotDifferentiable` (a rule that cannot nest) drops a part, and
+/// is the error only when every part was dropped. Any other error is returned as it is.
+fn supported<P>(parts: impl IntoIterator<Item = Result<P>>) -> Result<Vec<P>> {
+    let (mut ran, mut refused) = (Vec::new(), None);
+    for part in parts {
+        match part {
+            Ok(p) => ran.push(p),
             Err(e @ adgauge_backends::OpError::NotDifferentiable(_)) => refused = Some(e),
             Err(e) => return Err(e),
         }
     }
     match refused {
-        Some(e) if got.is_empty() => Err(e),
-        _ => Ok((got, want)),
+        Some(e) if ran.is_empty() => Err(e),
+        _ => Ok(ran),
     }
 }
 
@@ -1158,25 +1159,12 @@ fn second_order_probe<D: Ops>(
         (0..SECOND_N).map(|i| if i % 19 == 18 { SECOND_K as i64 } else { (i * 5 % SECOND_K) as i64 }).collect();
     let hist = HistSquare { op, inds: &inds, w: &w };
     let scan = ScanSquare { op, w: &scan_w };
-    let (mut got, mut want) = (Vec::new(), Vec::new());
-    let mut refused = None;
-    for part in [
+    let parts = supported([
         nested_hvps(d, cpu, rule, dt, &hist, &[vals, dest], &[vals_dir, dest_dir]),
         nested_hvps(d, cpu, rule, dt, &scan, &[scan_x], &[scan_dir]),
-    ] {
-        match part {
-            Ok((g, w)) => {
-                got.extend(g);
-                want.extend(w);
-            }
-            Err(e @ adgauge_backends::OpError::NotDifferentiable(_)) => refused = Some(e),
-            Err(e) => return Err(e),
-        }
-    }
-    match refused {
-        Some(e) if got.is_empty() => Err(e),
-        _ => Ok(Comparison { check: CheckKind::SecondOrder, got, want, convention: None }),
-    }
+    ])?;
+    let (got, want): (Vec<Vec<f64>>, Vec<Vec<f64>>) = parts.into_iter().unzip();
+    Ok(Comparison { check: CheckKind::SecondOrder, got: got.concat(), want: want.concat(), convention: None })
 }
 
 /// The `perturbation` check on `d`: [d/dx (x * d/dy (x + y)) by forward over forward at x = 2,

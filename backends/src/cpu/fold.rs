@@ -68,7 +68,7 @@ impl<T: Elem> Fold<T> for AddF {
 impl<T: Elem> Fold<T> for MulF {
     #[inline(always)]
     fn combine(self, a: T, b: T) -> T {
-        super::kernels::mul_absorbing(a, b)
+        crate::general::mul_absorbing(a, b)
     }
     #[inline(always)]
     fn d1(self, _: T, b: T) -> T {

@@ -163,19 +163,12 @@ pub fn binary<T: Elem>(op: BinaryOp, a: T, b: T) -> T {
     }
 }
 
-/// `*` of the histograms: zeros absorb (0 times inf is 0, not NaN), so that a bin with a zero
-/// factor is 0 in every association of its product.
-#[inline(always)]
-pub fn mul_absorbing<T: Elem>(a: T, b: T) -> T {
-    if a == T::zero() || b == T::zero() { T::zero() } else { a * b }
-}
-
 /// The histogram operator on elements.
 #[inline]
 pub fn combine<T: Elem>(op: HistOp, a: T, b: T) -> T {
     match op {
         HistOp::Add => a + b,
-        HistOp::Mul => mul_absorbing(a, b),
+        HistOp::Mul => crate::general::mul_absorbing(a, b),
         HistOp::Min => {
             if b < a {
                 b

@@ -18,7 +18,7 @@ use rayon::prelude::*;
 use crate::checks::{broadcast_shape, same_dtype, same_len};
 use crate::ops::{ChunkedHist, Extremum, IndexMeta, Operand, OutOfRange, ScanSpec, TensorMeta};
 use crate::ops::{DenseOps, ElementwiseOps, HistOps, IndexOps, ReduceOps, RuleKernels, ScanOps, TensorOps};
-use crate::{BinaryOp, DType, Elem, HistOp, OpError, Result, UnaryOp};
+use crate::{BinaryOp, DType, Elem, HistOp, OpError, Result, UnaryOp, general};
 use fold::{Fold, with_fold};
 use kernels::{fill_with, par_copy, par_fill};
 pub use pool::{Buf, Pool};
@@ -364,15 +364,14 @@ impl Cpu {
                 // leaves a NaN total: then the histogram is refolded with zeros absorbing.
                 // Zeros' signs are evened out when dest is combined in below.
                 let plain = hist::bin_totals(pool, ix, k, neutral, |a, i| *a = *a * v[i], |a, b| *a = *a * b);
-                #[allow(clippy::eq_op)] // x != x: NaN, for every element type
-                if plain.iter().any(|&t| t != t) {
+                if plain.iter().any(|t| t.is_nan()) {
                     hist::bin_totals(
                         pool,
                         ix,
                         k,
                         neutral,
-                        |a, i| *a = kernels::mul_absorbing(*a, v[i]),
-                        |a, b| *a = kernels::mul_absorbing(*a, b),
+                        |a, i| *a = general::mul_absorbing(*a, v[i]),
+                        |a, b| *a = general::mul_absorbing(*a, b),
                     )
                 } else {
                     plain

@@ -84,15 +84,7 @@ impl HistOp {
     pub fn combine(self, a: f64, b: f64) -> f64 {
         match self {
             HistOp::Add => a + b,
-            // Zeros absorb: a bin with a zero factor is 0 whatever its other factors, so an
-            // overflowed partial product (inf) times a zero never makes a NaN (README, Rules).
-            HistOp::Mul => {
-                if a == 0.0 || b == 0.0 {
-                    0.0
-                } else {
-                    a * b
-                }
-            }
+            HistOp::Mul => general::mul_absorbing(a, b),
             HistOp::Min => {
                 if b < a {
                     b
