@@ -73,6 +73,13 @@ impl Case {
         adgauge_reports::case_id(&self.name, &self.row_params(), &self.tool, self.dtype.name(), &self.rule)
     }
 
+    /// The id of the first case that repeats an earlier one's, if any: two cases with one id
+    /// would write one result row and be compared against each other's history.
+    pub fn first_duplicate(cases: &[Case]) -> Option<String> {
+        let mut seen = std::collections::BTreeSet::new();
+        cases.iter().map(Case::id).find(|id| !seen.insert(id.clone()))
+    }
+
     /// A row with the case's identity and nothing measured.
     pub fn empty_row(&self, threads: usize) -> ResultRow {
         ResultRow::unmeasured(

@@ -267,6 +267,13 @@ fn check_cases(args: &CheckArgs) -> anyhow::Result<Vec<Case>> {
             }
         }
     }
+    // The registries name every case: a repeat means a workload declared two rules (or
+    // parameter sets) under one label, and its results would be indistinguishable.
+    if let Some(dup) = Case::first_duplicate(&out) {
+        anyhow::bail!(
+            "internal error: check would run case {dup} twice (a workload's rules or parameters share a label)"
+        );
+    }
     Ok(out)
 }
 

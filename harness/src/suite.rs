@@ -172,9 +172,8 @@ pub fn parse_suite_with(text: &str, source: &str, external: &[ExternalSpec]) -> 
             return Err(format!("{source}: cases: the suite expands to more than {MAX_CASES} cases (at cases[{g}])"));
         }
     }
-    let mut seen = std::collections::BTreeSet::new();
-    if let Some(dup) = cases.iter().find(|c| !seen.insert(c.id())) {
-        return Err(format!("{source}: case {} is listed twice", dup.id()));
+    if let Some(dup) = Case::first_duplicate(&cases) {
+        return Err(format!("{source}: case {dup} is listed twice"));
     }
     Ok(Suite { name: file.name, description: file.description, seed, budget, case_limit, tolerances, cases, external })
 }

@@ -10,7 +10,7 @@
 
 use adgauge_backends::prelude::*;
 use adgauge_backends::{
-    AnyDevice, BinaryOp, Cpu, DType, Device, Extremum, Forward, HistOp, HistRule, Operand, Ops, Result, Reverse,
+    AnyDevice, BinaryOp, Cpu, DType, Device, Dual, Extremum, Forward, HistOp, HistRule, Operand, Ops, Result, Reverse,
     ScanSpec, oracle, with_device,
 };
 use adgauge_datasets::hist::{HistData, HistSpec, IndexDist, Values, generate};
@@ -945,7 +945,7 @@ fn primitives_probe<D: Ops>(d: &D, op: HistOp, dt: DType, seed: u64) -> Result<C
     // the case every other check misses by differentiating both inputs: dest = x[..5], the
     // values x[5..] into five bins, one index out of range.
     let (dest, vals) = x.split_at(5);
-    let inds: Vec<i64> = (0..vals.len()).map(|i| if i == 3 { 5 } else { (i * 7 % 5) as i64 }).collect();
+    let inds = inds_of_len(vals.len());
     let ix = d.index(&inds)?;
     let f = Forward::new(d.clone());
     let h = f.reduce_by_index(&f.tensor(dest, &[5], dt)?, op, &ix, &f.dual(tensor(vals)?, tensor(&dot[5..])?)?)?;
@@ -988,7 +988,78 @@ fn primitives_probe<D: Ops>(d: &D, op: HistOp, dt: DType, seed: u64) -> Result<C
     let y = f.add(&f.tensor(a, &[half], dt)?, &f.dual(tensor(&c[..1])?, tensor(&dc[..1])?)?)?;
     got.extend(d.to_vec(&f.tangent(&y)?)?);
     want.extend(std::iter::repeat_n(dc[0], half));
+    if op == HistOp::Mul {
+        let (g, w) = prod_kernel_parts(d, dt, &x, &inds_of_len(SCAN_N), &bar, &dot)?;
+        got.extend(g);
+        want.extend(w);
+    }
     Ok(Comparison { check: CheckKind::Primitives, got, want, convention: None })
+}
+
+/// Five bins for `len` values, one index out of range (the histogram parts of `primitives`).
+fn inds_of_len(len: usize) -> Vec<i64> {
+    (0..len).map(|i| if i == 3 { 5 } else { (i * 7 % 5) as i64 }).collect()
+}
+
+/// `*`'s rule kernel `prod_vals_adjoint` (`out_i = v_i == 0 ? c1[bin_i] : c0[bin_i] / v_i`, 0
+/// out of range) differentiated one argument at a time in both engines, against its partials.
+/// `*`'s pullback always moves c0 and c1 together, so only this sees a forward rule that drops
+/// the tangent of one coefficient row when the other has none (a one-sided nesting through
+/// `*`'s pullback).
+fn prod_kernel_parts<D: Ops>(
+    d: &D,
+    dt: DType,
+    vals: &[f64],
+    inds: &[i64],
+    bar: &[f64],
+    dot: &[f64],
+) -> Result<(Vec<f64>, Vec<f64>)> {
+    let k = 5;
+    let (c0, c1) = (&bar[..k], &dot[k..2 * k]);
+    let ix = d.index(inds)?;
+    let tensor = |v: &[f64]| d.tensor(v, &[v.len()], dt);
+    let bin = |i: usize| usize::try_from(inds[i]).ok().filter(|&b| b < k);
+    let (mut got, mut want) = (Vec::new(), Vec::new());
+    // Forward: a tangent on one argument only (vals, c0, c1).
+    for moving in 0..3 {
+        let f = Forward::new(d.clone());
+        let arg = |j: usize, x: &[f64], len: usize| -> Result<Dual<D>> {
+            if j == moving { f.dual(tensor(x)?, tensor(&dot[..len])?) } else { f.tensor(x, &[len], dt) }
+        };
+        let y = f.prod_vals_adjoint(&ix, &arg(0, vals, vals.len())?, &arg(1, c0, k)?, &arg(2, c1, k)?)?;
+        got.extend(d.to_vec(&f.tangent(&y)?)?);
+        want.extend((0..vals.len()).map(|i| match (bin(i), vals[i] == 0.0, moving) {
+            (None, _, _) => 0.0,
+            (Some(b), false, 0) => -c0[b] / (vals[i] * vals[i]) * dot[i],
+            (Some(b), false, 1) => dot[b] / vals[i],
+            (Some(b), true, 2) => dot[b],
+            _ => 0.0,
+        }));
+    }
+    // Reverse: every argument's adjoint for a random output adjoint.
+    let r = Reverse::new(d.clone());
+    let (vv, c0v, c1v) = (r.var(tensor(vals)?), r.var(tensor(c0)?), r.var(tensor(c1)?));
+    let y = r.prod_vals_adjoint(&ix, &vv, &c0v, &c1v)?;
+    let g = &dot[..vals.len()];
+    let grads = r.backward(&y, tensor(g)?)?;
+    for v in [&vv, &c0v, &c1v] {
+        got.extend(d.to_vec(&grads.get_or_zeros(d, v)?)?);
+    }
+    let (mut c0_bar, mut c1_bar) = (vec![0.0; k], vec![0.0; k]);
+    for i in 0..vals.len() {
+        match bin(i) {
+            Some(b) if vals[i] == 0.0 => c1_bar[b] += g[i],
+            Some(b) => c0_bar[b] += g[i] / vals[i],
+            None => {}
+        }
+    }
+    want.extend((0..vals.len()).map(|i| match bin(i) {
+        Some(b) if vals[i] != 0.0 => -g[i] * c0[b] / (vals[i] * vals[i]),
+        _ => 0.0,
+    }));
+    want.extend(c0_bar);
+    want.extend(c1_bar);
+    Ok((got, want))
 }
 
 /// `a op c` elementwise on any engine: the histogram operator (`combine`), or `binary` where

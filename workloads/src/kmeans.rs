@@ -265,6 +265,7 @@ impl Problem for KmeansProblem {
                     convention: None,
                 },
                 Comparison { check: CheckKind::ManualHessian, got: ad, want: manual, convention: None },
+                dense_primitives_probe(d, s.dtype, s.seed)?,
             ];
             Ok(Validation { flat: Box::new(f), full_jacobian: None, comparisons })
         })
@@ -299,6 +300,70 @@ impl Problem for KmeansProblem {
         let comparisons = vec![Comparison { check: CheckKind::Manual, got: dir, want: manual.dir, convention: None }];
         Ok(Validation { flat: Box::new(GivenGradient { f, gradient }), full_jacobian: None, comparisons })
     }
+}
+
+/// The `primitives` check of k-means: the dense product its cost is built on, differentiated by
+/// the reverse engine (a random adjoint) and the forward engine (random tangents on both
+/// operands), against loops. Every transpose flag, and both batch broadcasts (a batched
+/// operand times a shared two-dimensional one, either side), which k-means itself never forms
+/// (its product is two-dimensional): a pullback that forgets to sum a shared operand's adjoint
+/// over the batch passes every other check.
+fn dense_primitives_probe<D: Ops>(d: &D, dt: DType, seed: u64) -> Result<Comparison> {
+    use rand::RngExt;
+    let mut rng = adgauge_datasets::rng(seed ^ 0xde75e);
+    let mut random = |len: usize| -> Vec<f64> { (0..len).map(|_| dt.round(rng.random_range(-1.0..1.0))).collect() };
+    let (batch, m, l, n) = (3, 2, 4, 5);
+    let (mut got, mut want) = (Vec::new(), Vec::new());
+    for (a_batched, c_batched) in [(true, true), (true, false), (false, true)] {
+        for (ta, tc) in [(false, false), (false, true), (true, false), (true, true)] {
+            // Stored shapes: op(a) is m x l, op(c) is l x n, per batch where batched.
+            let lead = |batched: bool| if batched { vec![batch] } else { vec![] };
+            let a_shape = [lead(a_batched), if ta { vec![l, m] } else { vec![m, l] }].concat();
+            let c_shape = [lead(c_batched), if tc { vec![n, l] } else { vec![l, n] }].concat();
+            let a_at = |t: usize, i: usize, j: usize| {
+                let base = if a_batched { t * m * l } else { 0 };
+                base + if ta { j * m + i } else { i * l + j }
+            };
+            let c_at = |t: usize, i: usize, j: usize| {
+                let base = if c_batched { t * l * n } else { 0 };
+                base + if tc { j * l + i } else { i * n + j }
+            };
+            let (a, c) = (random(a_shape.iter().product()), random(c_shape.iter().product()));
+            let (da, dc, g) = (random(a.len()), random(c.len()), random(batch * m * n));
+            let r = Reverse::new(d.clone());
+            let (av, cv) = (r.var(d.tensor(&a, &a_shape, dt)?), r.var(d.tensor(&c, &c_shape, dt)?));
+            let y = r.matmul(&av, ta, &cv, tc)?;
+            let grads = r.backward(&y, d.tensor(&g, &[batch, m, n], dt)?)?;
+            got.extend(d.to_vec(&grads.get_or_zeros(d, &av)?)?);
+            got.extend(d.to_vec(&grads.get_or_zeros(d, &cv)?)?);
+            let f = Forward::new(d.clone());
+            let y = f.matmul(
+                &f.dual(d.tensor(&a, &a_shape, dt)?, d.tensor(&da, &a_shape, dt)?)?,
+                ta,
+                &f.dual(d.tensor(&c, &c_shape, dt)?, d.tensor(&dc, &c_shape, dt)?)?,
+                tc,
+            )?;
+            got.extend(d.to_vec(&f.tangent(&y)?)?);
+            let (mut a_bar, mut c_bar, mut y_dot) = (vec![0.0; a.len()], vec![0.0; c.len()], vec![0.0; g.len()]);
+            for t in 0..batch {
+                for i in 0..m {
+                    for j in 0..n {
+                        let out = (t * m + i) * n + j;
+                        for p in 0..l {
+                            let (ia, ic) = (a_at(t, i, p), c_at(t, p, j));
+                            a_bar[ia] += g[out] * c[ic];
+                            c_bar[ic] += g[out] * a[ia];
+                            y_dot[out] += da[ia] * c[ic] + a[ia] * dc[ic];
+                        }
+                    }
+                }
+            }
+            want.extend(a_bar);
+            want.extend(c_bar);
+            want.extend(y_dot);
+        }
+    }
+    Ok(Comparison { check: CheckKind::Primitives, got, want, convention: None })
 }
 
 /// GradBench's `kmeans` input: `{"points": [n rows of d], "centroids": [k rows of d]}`.
