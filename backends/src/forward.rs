@@ -377,6 +377,13 @@ impl<B: Ops> DenseOps for Forward<B> {
         Ok(self.make(y, dy))
     }
 
+    fn sq_dist(&self, a: &Dual<B>, c: &Dual<B>) -> Result<Dual<B>> {
+        let b = &self.inner;
+        let y = b.sq_dist(&a.value, &c.value)?;
+        let dy = rules::dense::sq_dist_jvp(b, &a.value, &c.value, self.dot(a)?, self.dot(c)?)?;
+        Ok(self.make(y, dy))
+    }
+
     fn arg_reduce_axis(&self, ext: Extremum, x: &Dual<B>, axis: usize) -> Result<(Dual<B>, B::I)> {
         let b = &self.inner;
         let (y, winners) = b.arg_reduce_axis(ext, &x.value, axis)?;

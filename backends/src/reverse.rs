@@ -457,6 +457,16 @@ impl<B: Ops> DenseOps for Reverse<B> {
         })
     }
 
+    fn sq_dist(&self, a: &Var<B>, c: &Var<B>) -> Result<Var<B>> {
+        let y = self.inner.sq_dist(&a.value, &c.value)?;
+        let (need_a, need_c) = (self.node_of(a)?.is_some(), self.node_of(c)?.is_some());
+        let (av, cv) = (a.value.clone(), c.value.clone());
+        self.record(y, &[a, c], move |b, g| {
+            let (ga, gc) = rules::dense::sq_dist_vjp(b, &av, &cv, g, need_a, need_c)?;
+            Ok(vec![ga, gc])
+        })
+    }
+
     fn arg_reduce_axis(&self, ext: Extremum, x: &Var<B>, axis: usize) -> Result<(Var<B>, B::I)> {
         let (y, winners) = self.inner.arg_reduce_axis(ext, &x.value, axis)?;
         let (xv, w) = (x.value.clone(), winners.clone());

@@ -113,3 +113,14 @@ pub fn matmul_plan(a: &[usize], ta: bool, b: &[usize], tb: bool) -> Result<Matmu
         out_shape,
     })
 }
+
+/// `(n, k, d)` of squared distances between the rows of `a` (n x d) and of `c` (k x d).
+pub fn sq_dist_shape(a: &[usize], c: &[usize]) -> Result<(usize, usize, usize)> {
+    match (a, c) {
+        (&[n, d], &[k, dc]) if d == dc => Ok((n, k, d)),
+        _ => Err(OpError::Shape {
+            op: "sq_dist",
+            detail: format!("rows of {a:?} and {c:?}: both two-dimensional with equal row lengths"),
+        }),
+    }
+}

@@ -813,6 +813,24 @@ fn dense_ops<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
     let ((a, ca), (b, cb)) = (both(&dyadic(12, 1), &[2, 2, 3]), both(&dyadic(18, 1), &[3, 3, 2]));
     cmp(f, &tag("matmul bad batch"), d, d.matmul(&a, false, &b, false), c, c.matmul(&ca, false, &cb, false), 0.0);
 
+    // Squared distances between rows vs their definition (a device composing the expanded form
+    // agrees to rounding; these dyadic values make both exact), with empty sides, an empty row
+    // length, rows off and on the eight-lane width and a long row; mismatched rows fail on both.
+    for (n, k, l) in [(1, 1, 1), (7, 3, 5), (40, 6, 35), (0, 3, 4), (3, 0, 4), (5, 4, 0), (300, 2, 17), (2, 3, 1000)] {
+        let (av, cv) = (dyadic(n * l, 11), dyadic(k * l, 12));
+        let ((a, ca), (b, cb)) = (both(&av, &[n, l]), both(&cv, &[k, l]));
+        let what = tag(&format!("sq_dist [{n}, {l}] x [{k}, {l}]"));
+        let got = d.sq_dist(&a, &b);
+        if let Ok(g) = &got {
+            let want: Vec<f64> =
+                (0..n * k).map(|ij| (0..l).map(|p| (av[ij / k * l + p] - cv[ij % k * l + p]).powi(2)).sum()).collect();
+            f.check(&format!("{what} vs definition"), &d.to_vec(g).unwrap(), &want, tol(None, dt));
+        }
+        cmp(f, &what, d, got, c, c.sq_dist(&ca, &cb), tol(None, dt));
+    }
+    let ((a, ca), (b, cb)) = (both(&dyadic(6, 1), &[2, 3]), both(&dyadic(8, 1), &[2, 4]));
+    cmp(f, &tag("sq_dist bad rows"), d, d.sq_dist(&a, &b), c, c.sq_dist(&ca, &cb), 0.0);
+
     // Arg-reductions on every axis: values from a small set (many ties), NaN first in a line,
     // after a number, and whole lines of NaN; long lines cut into blocks.
     let nan_mix = |n: usize, salt: usize| -> Vec<f64> {
@@ -871,7 +889,7 @@ fn dense_ops<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
 }
 
 /// A scalar function through every dense op: matrix products in both batch forms with
-/// transposes, broadcasts both ways, max/min/logsumexp along axes, sum_to.
+/// transposes, broadcasts both ways, max/min/logsumexp along axes, sum_to, squared distances.
 fn dense_function<O: Ops>(o: &O, x: &O::T, w: &O::T) -> Result<O::T> {
     // x: [5, 3]; w: [2, 3, 4].
     let xw = o.unary(UnaryOp::Tanh, &o.matmul(x, false, w, false)?)?; // [2, 5, 4]
@@ -883,7 +901,10 @@ fn dense_function<O: Ops>(o: &O, x: &O::T, w: &O::T) -> Result<O::T> {
     let low = o.min_axis(x, 0)?; // [1, 3]
     let xx = o.matmul(x, true, x, false)?; // [3, 3]
     let s = o.sum(&o.broadcast_binary(BinaryOp::Mul, &low, &o.broadcast_to(&o.sum_axis(&xx, 0)?, &[2, 3])?)?)?;
-    o.add(&o.sum(&o.unary(UnaryOp::Square, &v)?)?, &s)
+    // Squared distances between x's rows and the rows of w's first batch, both moving.
+    let rows = o.reshape(&o.unary(UnaryOp::Tanh, w)?, &[8, 3])?;
+    let dist = o.sum(&o.unary(UnaryOp::Sqrt, &o.sq_dist(x, &rows)?)?)?; // x: [5, 3] vs [8, 3]
+    o.add(&o.add(&o.sum(&o.unary(UnaryOp::Square, &v)?)?, &s)?, &dist)
 }
 
 /// Gradient and Hessian-vector product of [`dense_function`] by forward over reverse

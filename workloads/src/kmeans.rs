@@ -6,14 +6,16 @@
 //! as in GradBench's `kmeans` `dir`, with 0 for a centre that no point picks (empty cluster:
 //! gradient and Hessian are both 0 there, and the centre stays where it is).
 //!
-//! The objective is written with a matrix product: ||p - c||^2 = ||p||^2 + ||c||^2 - 2 p.c, so
-//! the distances cost one n x d x k product instead of an n x k x d tensor. Ties go to the lowest
+//! The distances are one primitive, `sq_dist` (n x k, with its own rule): the CPU computes the
+//! differences directly in one pass, a device without its own kernel composes
+//! ||p||^2 + ||c||^2 - 2 p.c from one matrix product; neither materialises an n x k x d tensor,
+//! and the engines record one node instead of the expanded form's six. Ties go to the lowest
 //! centre index. The hand-derived reference ([`manual`]) loops over points with the direct
 //! difference form, in parallel over fixed chunks of points (f32 or f64).
 
 use adgauge_backends::prelude::*;
 use adgauge_backends::{
-    AnyDevice, BinaryOp, Cpu, DType, Device, Elem, Forward, Ops, Result, Reverse, TensorMeta, UnaryOp, with_device,
+    AnyDevice, BinaryOp, Cpu, DType, Device, Elem, Forward, Ops, Result, Reverse, TensorMeta, with_device,
 };
 use adgauge_datasets::kmeans::KmeansData;
 use rayon::prelude::*;
@@ -55,13 +57,7 @@ pub fn upload<O: Ops>(o: &O, data: &KmeansData, dtype: DType) -> Result<KmeansIn
 
 /// The cost, shape `[1]`.
 pub fn cost<O: Ops>(o: &O, points: &O::T, centres: &O::T) -> Result<O::T> {
-    let (n, k) = (points.shape()[0], centres.shape()[0]);
-    let pc = o.matmul(points, false, centres, true)?; // n x k
-    let pn = o.sum_axis(&o.unary(UnaryOp::Square, points)?, 1)?; // n x 1
-    let cn = o.reshape(&o.sum_axis(&o.unary(UnaryOp::Square, centres)?, 1)?, &[1, k])?; // 1 x k
-    let dist =
-        o.broadcast_binary(BinaryOp::Add, &o.broadcast_binary(BinaryOp::Add, &pn, &cn)?, &o.scale(&pc, -2.0)?)?;
-    debug_assert_eq!(dist.shape(), &[n, k]);
+    let dist = o.sq_dist(points, centres)?; // n x k
     o.sum(&o.min_axis(&dist, 1)?)
 }
 

@@ -226,6 +226,46 @@ pub fn matmul<T: Elem>(a: &[T], ta: bool, b: &[T], tb: bool, p: &MatmulPlan, out
     }
 }
 
+/// Squared distance between two rows: eight running sums over the row (so the loop
+/// vectorises without reassociating anything the compiler may not), then added in a fixed
+/// order, and the tail. Same result on any thread count.
+#[inline]
+fn row_sq_dist<T: Elem>(x: &[T], y: &[T]) -> T {
+    let mut lanes = [T::zero(); 8];
+    let (xs, ys) = (x.chunks_exact(8), y.chunks_exact(8));
+    let (xt, yt) = (xs.remainder(), ys.remainder());
+    for (xc, yc) in xs.zip(ys) {
+        for l in 0..8 {
+            let t = xc[l] - yc[l];
+            lanes[l] = lanes[l] + t * t;
+        }
+    }
+    let mut s = ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
+    for (&p, &q) in xt.iter().zip(yt) {
+        s = s + (p - q) * (p - q);
+    }
+    s
+}
+
+/// `out[i * k + j] = |a_i - c_j|^2` for the n rows of `a` and the k rows of `c`, each of length
+/// d, by direct differences; rows of the output in parallel.
+pub fn sq_dist<T: Elem>(a: &[T], c: &[T], (n, k, d): (usize, usize, usize), out: &mut [T]) {
+    if n == 0 || k == 0 {
+        return;
+    }
+    let row = |i: usize, o: &mut [T]| {
+        let ai = &a[i * d..(i + 1) * d];
+        for (j, x) in o.iter_mut().enumerate() {
+            *x = row_sq_dist(ai, &c[j * d..(j + 1) * d]);
+        }
+    };
+    if n * k * d < PAR_MIN {
+        out.chunks_mut(k).enumerate().for_each(|(i, o)| row(i, o));
+    } else {
+        out.par_chunks_mut(k).enumerate().with_min_len(64).for_each(|(i, o)| row(i, o));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -351,6 +391,13 @@ pub(super) mod device {
         Ok(c.wrap(out, p.out_shape))
     }
 
+    fn sq_dist_t<T: CpuElem>(c: &Cpu, a: &CpuTensor, b: &CpuTensor) -> Result<CpuTensor> {
+        let (n, k, d) = crate::shape::sq_dist_shape(&a.shape, &b.shape)?;
+        let mut out = c.pool().take::<T>(n * k);
+        sq_dist(a.slice::<T>()?, b.slice::<T>()?, (n, k, d), &mut out);
+        Ok(c.wrap(out, vec![n, k]))
+    }
+
     fn arg_reduce_t<T: CpuElem>(c: &Cpu, ext: Extremum, x: &CpuTensor, axis: usize) -> Result<(CpuTensor, CpuIndex)> {
         let view = axis_view("arg_reduce_axis", &x.shape, axis)?;
         if view.1 == 0 {
@@ -375,6 +422,11 @@ pub(super) mod device {
     pub fn matmul_op(c: &Cpu, a: &CpuTensor, ta: bool, b: &CpuTensor, tb: bool) -> Result<CpuTensor> {
         let dt = super::super::same_dtype("matmul", a, b)?;
         c.install(|| dispatch(dt, || matmul_t::<f32>(c, a, ta, b, tb), || matmul_t::<f64>(c, a, ta, b, tb)))
+    }
+
+    pub fn sq_dist_op(c: &Cpu, a: &CpuTensor, b: &CpuTensor) -> Result<CpuTensor> {
+        let dt = super::super::same_dtype("sq_dist", a, b)?;
+        c.install(|| dispatch(dt, || sq_dist_t::<f32>(c, a, b), || sq_dist_t::<f64>(c, a, b)))
     }
 
     pub fn arg_reduce_axis_op(c: &Cpu, ext: Extremum, x: &CpuTensor, axis: usize) -> Result<(CpuTensor, CpuIndex)> {

@@ -80,6 +80,28 @@ impl<T: Elem> Fold<T> for MulF {
     }
 }
 
+/// `*` with the hardware's product: differs from [`MulF`] only where a zero meets an inf (NaN
+/// instead of 0), so a fold with it is exact unless its total is NaN. Hot loops fold with this
+/// and refold with [`MulF`] only where a NaN shows (the absorbing product's branches cost
+/// 1.1-1.5x per element).
+#[derive(Clone, Copy)]
+pub struct PlainMulF;
+
+impl<T: Elem> Fold<T> for PlainMulF {
+    #[inline(always)]
+    fn combine(self, a: T, b: T) -> T {
+        a * b
+    }
+    #[inline(always)]
+    fn d1(self, _: T, b: T) -> T {
+        b
+    }
+    #[inline(always)]
+    fn d2(self, a: T, _: T) -> T {
+        a
+    }
+}
+
 impl<T: Elem> Fold<T> for MinF {
     #[inline(always)]
     fn combine(self, a: T, b: T) -> T {

@@ -5,6 +5,7 @@ pub mod dense;
 mod fold;
 mod hist;
 mod kernels;
+mod lae;
 mod pool;
 mod scan;
 mod segments;
@@ -161,6 +162,19 @@ macro_rules! by_dtype {
             DType::F64 => $s.$m::<f64>($($a),*),
         }
     };
+}
+
+/// Per-bin totals of the lifted (dual-number) operator `f` over `(v, vd)`.
+fn dual_totals<T: CpuElem, F: fold::Fold<T>>(
+    pool: &Arc<Pool>,
+    ix: &[i64],
+    k: usize,
+    neutral: (T, T),
+    v: &[T],
+    vd: &[T],
+    f: F,
+) -> Buf<(T, T)> {
+    hist::bin_totals(pool, ix, k, neutral, |acc, i| *acc = f.lift(*acc, (v[i], vd[i])), |acc, b| *acc = f.lift(*acc, b))
 }
 
 impl Cpu {
@@ -354,6 +368,11 @@ impl Cpu {
         let ix = &inds.data[..];
         same_len("reduce_by_index", "indices vs values", ix.len(), v.len())?;
         let (k, pool) = (d.len(), self.pool());
+        if let fold::Kind::LogAddExp = fold::kind(op)
+            && let Some(out) = lae::hist(pool, d, ix, v)
+        {
+            return Ok(self.wrap(out, dest.shape.clone()));
+        }
         let neutral = T::of_f64(op.neutral());
         // One closure pair per operator, so each inner loop is specialised.
         let totals = match op {
@@ -686,17 +705,29 @@ impl Cpu {
         same_len("reduce_by_index_dual", "values vs tangents", v.len(), vd.len())?;
         same_len("reduce_by_index_dual", "dest vs tangents", d.len(), dd.len())?;
         let (k, pool) = (d.len(), self.pool());
+        if let fold::Kind::LogAddExp = fold::kind(op)
+            && let Some((h, hd)) = lae::hist_dual(pool, d, dd, ix, v, vd)
+        {
+            return Ok((self.wrap(h, dest.shape.clone()), self.wrap(hd, dest.shape.clone())));
+        }
         let mut h = pool.take::<T>(k);
         let mut hd = pool.take::<T>(k);
+        let neutral = (T::of_f64(op.neutral()), T::zero());
+        let totals = match fold::kind(op) {
+            // As the primal: plain products, refolded with zeros absorbing only where a zero met
+            // an inf (a NaN value or tangent total).
+            fold::Kind::Mul => {
+                let plain = dual_totals(pool, ix, k, neutral, v, vd, fold::PlainMulF);
+                #[allow(clippy::eq_op)] // x != x: NaN, for every element type
+                if plain.iter().any(|&(a, b)| a != a || b != b) {
+                    dual_totals(pool, ix, k, neutral, v, vd, fold::MulF)
+                } else {
+                    plain
+                }
+            }
+            _ => with_fold!(op, T, f => dual_totals(pool, ix, k, neutral, v, vd, f)),
+        };
         with_fold!(op, T, f => {
-            let totals = hist::bin_totals(
-                pool,
-                ix,
-                k,
-                (T::of_f64(op.neutral()), T::zero()),
-                |acc, i| *acc = f.lift(*acc, (v[i], vd[i])),
-                |acc, b| *acc = f.lift(*acc, b),
-            );
             fill_with(&mut h, |b| f.lift((d[b], dd[b]), totals[b]).0);
             fill_with(&mut hd, |b| f.lift((d[b], dd[b]), totals[b]).1);
         });
@@ -1028,6 +1059,10 @@ impl DenseOps for Cpu {
 
     fn arg_reduce_axis(&self, ext: Extremum, x: &CpuTensor, axis: usize) -> Result<(CpuTensor, CpuIndex)> {
         dense::device::arg_reduce_axis_op(self, ext, x, axis)
+    }
+
+    fn sq_dist(&self, a: &CpuTensor, c: &CpuTensor) -> Result<CpuTensor> {
+        dense::device::sq_dist_op(self, a, c)
     }
 }
 

@@ -49,6 +49,19 @@ pub trait DenseOps: ElementwiseOps {
     fn min_axis(&self, x: &Self::T, axis: usize) -> Result<Self::T> {
         Ok(self.arg_reduce_axis(Extremum::Min, x, axis)?.0)
     }
+    /// Squared Euclidean distances between the rows of `a` (n x d) and those of `c` (k x d):
+    /// `out[i, j] = sum over l of (a[i, l] - c[j, l])^2`, shape [n, k] (k-means' assignment
+    /// costs). One primitive with one rule (`rules/dense.rs`), so the engines never record the
+    /// n x k x d differences or the expanded form's five intermediates. Composed here as
+    /// `|a_i|^2 + |c_j|^2 - 2 a c^T`; a device may compute the differences directly (one pass,
+    /// and no cancellation): the two agree to rounding.
+    fn sq_dist(&self, a: &Self::T, c: &Self::T) -> Result<Self::T> {
+        let (_, k, _) = crate::shape::sq_dist_shape(a.shape(), c.shape())?;
+        let an = self.sum_axis(&self.unary(UnaryOp::Square, a)?, 1)?; // n x 1
+        let cn = self.reshape(&self.sum_axis(&self.unary(UnaryOp::Square, c)?, 1)?, &[1, k])?; // 1 x k
+        let ac = self.scale(&self.matmul(a, false, c, true)?, -2.0)?; // n x k
+        self.broadcast_binary(BinaryOp::Add, &self.broadcast_binary(BinaryOp::Add, &an, &cn)?, &ac)
+    }
     /// `log(sum(exp(x)))` along `axis` (kept with length 1), with the maximum subtracted first so
     /// that nothing overflows: `m + log(sum(exp(x - m)))`.
     fn logsumexp_axis(&self, x: &Self::T, axis: usize) -> Result<Self::T> {

@@ -2,8 +2,10 @@
 //! adjoints are matrix products with the adjoint (transposes by flags, batch sums by sum_to);
 //! an arg-min/arg-max along an axis sends the adjoint to its winner (scattered to the winner's
 //! flat position) and gathers the winner's tangent.
+//! Squared distances between rows have their own rule (their adjoints and tangent are matrix
+//! products with row and column sums), so no engine records the expanded form.
 
-use crate::ops::{OutOfRange, TensorMeta};
+use crate::ops::{BinaryOp, OutOfRange, TensorMeta};
 use crate::{Ops, Result};
 
 /// Adjoint of `x` (of shape `x_shape`) for `y = broadcast_to(x, ..)`.
@@ -70,6 +72,55 @@ pub fn matmul_jvp<B: Ops>(
         (Some(x), Some(z)) => Some(b.add(&x, &z)?),
         (x, z) => x.or(z),
     })
+}
+
+/// Adjoints of `a` (n x d) and `c` (k x d) for `y = sq_dist(a, c)`, only for the operands that
+/// need one: `a_bar = 2 (a rowsum(g) - g c)` and `c_bar = 2 (c colsum(g)^T - g^T a)`.
+pub fn sq_dist_vjp<B: Ops>(
+    b: &B,
+    a: &B::T,
+    c: &B::T,
+    g: &B::T,
+    need_a: bool,
+    need_c: bool,
+) -> Result<super::elementwise::OptionalPair<B::T>> {
+    let ga = if need_a {
+        let weighted = b.broadcast_binary(BinaryOp::Mul, a, &b.sum_axis(g, 1)?)?; // n x d
+        Some(b.scale(&b.sub(&weighted, &b.matmul(g, false, c, false)?)?, 2.0)?)
+    } else {
+        None
+    };
+    let gc = if need_c {
+        let counts = b.reshape(&b.sum_axis(g, 0)?, &[c.shape()[0], 1])?; // k x 1
+        let weighted = b.broadcast_binary(BinaryOp::Mul, c, &counts)?; // k x d
+        Some(b.scale(&b.sub(&weighted, &b.matmul(g, true, a, false)?)?, 2.0)?)
+    } else {
+        None
+    };
+    Ok((ga, gc))
+}
+
+/// Tangent of `y = sq_dist(a, c)`: `2 sum over l of (a[i, l] - c[j, l]) (da[i, l] - dc[j, l])`,
+/// as `2 (rowsum(a da) - da c^T)` plus `2 (rowsum(c dc)^T - a dc^T)`.
+pub fn sq_dist_jvp<B: Ops>(b: &B, a: &B::T, c: &B::T, da: Option<&B::T>, dc: Option<&B::T>) -> Result<Option<B::T>> {
+    let k = c.shape()[0];
+    let from_a = da
+        .map(|da| {
+            let own = b.sum_axis(&b.mul(a, da)?, 1)?; // n x 1
+            b.broadcast_binary(BinaryOp::Sub, &own, &b.matmul(da, false, c, true)?)
+        })
+        .transpose()?;
+    let from_c = dc
+        .map(|dc| {
+            let own = b.reshape(&b.sum_axis(&b.mul(c, dc)?, 1)?, &[1, k])?; // 1 x k
+            b.broadcast_binary(BinaryOp::Sub, &own, &b.matmul(a, false, dc, true)?)
+        })
+        .transpose()?;
+    let sum = match (from_a, from_c) {
+        (Some(x), Some(z)) => Some(b.add(&x, &z)?),
+        (x, z) => x.or(z),
+    };
+    sum.map(|t| b.scale(&t, 2.0)).transpose()
 }
 
 /// Adjoint of `x` for the values of `arg_reduce_axis`: the adjoint goes to each winner.

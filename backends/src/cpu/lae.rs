@@ -1,0 +1,152 @@
+//! logaddexp histograms by max-shift, in two passes: per bin the maximum m of dest and the
+//! values, then `s = sum of e^(v - m)` (and, for a tangent, `sum of e^(v - m) dv`), so the bin is
+//! `m + log(e^(dest - m) + s)`. One `exp` per element instead of the pairwise fold's `exp`,
+//! `log1p` and branches (and, for the dual fold, two more `exp`s for the partials); the shift
+//! also makes the sum more accurate than the running fold. A bin whose maximum is +inf has no
+//! finite shift: then the caller folds pairwise as before (`None`). A NaN value makes its bin
+//! NaN (the pairwise fold let an empty bin's -inf swallow a first NaN).
+
+use std::sync::Arc;
+
+use super::hist;
+use super::kernels::fill_with;
+use super::pool::{Buf, Pool};
+use crate::Elem;
+
+/// Per-bin shifts: the maximum of dest and the bin's values, 0 where that is -inf (a bin of
+/// -inf only: its sum is 0 and its log -inf). `None` when a maximum is +inf.
+fn shifts<T: Elem>(pool: &Arc<Pool>, d: &[T], ix: &[i64], v: &[T]) -> Option<Buf<T>> {
+    let k = d.len();
+    let maxima = hist::bin_totals(
+        pool,
+        ix,
+        k,
+        T::neg_infinity(),
+        |a, i| {
+            if v[i] > *a {
+                *a = v[i]
+            }
+        },
+        |a, b| {
+            if b > *a {
+                *a = b
+            }
+        },
+    );
+    let mut shift = pool.take::<T>(k);
+    fill_with(&mut shift, |b| {
+        let m = if d[b] > maxima[b] { d[b] } else { maxima[b] };
+        if m == T::neg_infinity() { T::zero() } else { m }
+    });
+    if shift.iter().any(|&s| s == T::infinity()) { None } else { Some(shift) }
+}
+
+/// The histogram `dest[b] logaddexp (every value of bin b)`.
+pub fn hist<T: Elem>(pool: &Arc<Pool>, d: &[T], ix: &[i64], v: &[T]) -> Option<Buf<T>> {
+    let shift = shifts(pool, d, ix, v)?;
+    let sums = hist::bin_totals(
+        pool,
+        ix,
+        d.len(),
+        T::zero(),
+        |a, i| *a = *a + (v[i] - shift[ix[i] as usize]).exp(),
+        |a, b| *a = *a + b,
+    );
+    let mut out = pool.take::<T>(d.len());
+    fill_with(&mut out, |b| shift[b] + ((d[b] - shift[b]).exp() + sums[b]).ln());
+    Some(out)
+}
+
+/// The histogram and its tangent: `dot = (e^(dest - m) dest_dot + sum of e^(v - m) dv) /
+/// (e^(dest - m) + s)`, 0 for a bin of -inf only (the pairwise fold's partials are 0 there).
+pub fn hist_dual<T: Elem>(
+    pool: &Arc<Pool>,
+    d: &[T],
+    dd: &[T],
+    ix: &[i64],
+    v: &[T],
+    vd: &[T],
+) -> Option<(Buf<T>, Buf<T>)> {
+    let shift = shifts(pool, d, ix, v)?;
+    let sums = hist::bin_totals(
+        pool,
+        ix,
+        d.len(),
+        (T::zero(), T::zero()),
+        |a, i| {
+            let e = (v[i] - shift[ix[i] as usize]).exp();
+            *a = (a.0 + e, a.1 + e * vd[i]);
+        },
+        |a, b| *a = (a.0 + b.0, a.1 + b.1),
+    );
+    let weight = |b: usize| (d[b] - shift[b]).exp();
+    let (mut h, mut hd) = (pool.take::<T>(d.len()), pool.take::<T>(d.len()));
+    fill_with(&mut h, |b| shift[b] + (weight(b) + sums[b].0).ln());
+    fill_with(&mut hd, |b| {
+        let (e, (s, sd)) = (weight(b), sums[b]);
+        if e + s == T::zero() { T::zero() } else { (e * dd[b] + sd) / (e + s) }
+    });
+    Some((h, hd))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::fold::{Fold, LogAddExpF};
+
+    /// n values into k bins (some empty, some indices out of range), dest with -inf entries.
+    fn case(n: usize, k: usize) -> (Vec<f64>, Vec<i64>, Vec<f64>) {
+        let ix: Vec<i64> = (0..n).map(|i| ((i * 2654435761) % (k + 2)) as i64 - 1).collect();
+        let v: Vec<f64> = (0..n).map(|i| ((i * 7919) % 1000) as f64 / 100.0 - 5.0).collect();
+        let d: Vec<f64> = (0..k).map(|b| if b % 3 == 0 { f64::NEG_INFINITY } else { b as f64 / 10.0 }).collect();
+        (d, ix, v)
+    }
+
+    /// The pairwise lifted fold the kernels replace: the values in order from the neutral
+    /// element, then dest in front.
+    fn pairwise(d: &[f64], dd: &[f64], ix: &[i64], v: &[f64], vd: &[f64]) -> Vec<(f64, f64)> {
+        let mut acc = vec![(f64::NEG_INFINITY, 0.0); d.len()];
+        for (i, &b) in ix.iter().enumerate() {
+            if b >= 0 && (b as usize) < d.len() {
+                acc[b as usize] = LogAddExpF.lift(acc[b as usize], (v[i], vd[i]));
+            }
+        }
+        acc.iter().enumerate().map(|(b, &t)| LogAddExpF.lift((d[b], dd[b]), t)).collect()
+    }
+
+    #[test]
+    fn two_passes_agree_with_the_pairwise_fold_on_both_sides_of_the_parallel_threshold() {
+        let pool = Pool::new();
+        for &(n, k) in &[(0usize, 4usize), (50, 7), (300_000, 5), (300_000, 2000)] {
+            let (d, ix, v) = case(n, k);
+            let dd: Vec<f64> = (0..k).map(|b| (b % 5) as f64 - 2.0).collect();
+            let vd: Vec<f64> = (0..n).map(|i| ((i * 31) % 11) as f64 / 11.0 - 0.5).collect();
+            let want = pairwise(&d, &dd, &ix, &v, &vd);
+            let h = hist(&pool, &d, &ix, &v).expect("finite shifts");
+            let (h2, hd) = hist_dual(&pool, &d, &dd, &ix, &v, &vd).expect("finite shifts");
+            for b in 0..k {
+                let (wh, wd) = want[b];
+                let close = |x: f64, y: f64| x == y || (x - y).abs() <= 1e-9 * (1.0 + y.abs());
+                assert!(close(h[b], wh) && close(h2[b], wh), "n={n} k={k} bin {b}: {} {} vs {wh}", h[b], h2[b]);
+                assert!(close(hd[b], wd), "n={n} k={k} bin {b}: tangent {} vs {wd}", hd[b]);
+            }
+            // Bins 0, 3, ... have dest -inf; with no values they stay -inf with tangent 0.
+            if n == 0 {
+                assert_eq!((h[0], hd[0]), (f64::NEG_INFINITY, 0.0));
+                assert_eq!(h[1], 0.1);
+            }
+        }
+    }
+
+    #[test]
+    fn an_infinite_maximum_falls_back_and_a_nan_value_poisons_its_bin() {
+        let pool = Pool::new();
+        let (d, ix) = (vec![0.0, 0.0], vec![0i64, 1, 1]);
+        assert!(hist(&pool, &d, &ix, &[1.0, f64::INFINITY, 2.0]).is_none());
+        assert!(hist_dual(&pool, &d, &[0.0; 2], &ix, &[1.0, f64::INFINITY, 2.0], &[0.0; 3]).is_none());
+        let h = hist(&pool, &d, &ix, &[1.0, f64::NAN, 2.0]).expect("finite shifts");
+        assert!((h[0] - (1.0f64.exp() + 1.0).ln()).abs() < 1e-15 && h[1].is_nan(), "{:?}", &h[..]);
+        let h = hist(&pool, &[f64::NEG_INFINITY], &[0], &[f64::NAN]).expect("finite shifts");
+        assert!(h[0].is_nan(), "an empty bin's -inf must not swallow a NaN: {:?}", &h[..]);
+    }
+}
