@@ -298,12 +298,12 @@ impl Problem for KmeansProblem {
     }
 }
 
-/// The `primitives` check of k-means: the dense product its cost is built on, differentiated by
-/// the reverse engine (a random adjoint) and the forward engine (random tangents on both
-/// operands), against loops. Every transpose flag, and both batch broadcasts (a batched
-/// operand times a shared two-dimensional one, either side), which k-means itself never forms
-/// (its product is two-dimensional): a pullback that forgets to sum a shared operand's adjoint
-/// over the batch passes every other check.
+/// The `primitives` check of k-means: the dense products, differentiated by the reverse engine
+/// (a random adjoint) and the forward engine (random tangents on both operands), against loops.
+/// The matrix product with every transpose flag and both batch broadcasts (a batched operand
+/// times a shared two-dimensional one, either side), which no workload forms: a pullback that
+/// forgets to sum a shared operand's adjoint over the batch passes every other check. The
+/// squared distances with both operands moving (the cost only moves the centres).
 fn dense_primitives_probe<D: Ops>(d: &D, dt: DType, seed: u64) -> Result<Comparison> {
     use rand::RngExt;
     let mut rng = adgauge_datasets::rng(seed ^ 0xde75e);
@@ -359,6 +359,34 @@ fn dense_primitives_probe<D: Ops>(d: &D, dt: DType, seed: u64) -> Result<Compari
             want.extend(y_dot);
         }
     }
+    // The squared distances with both operands moving (the cost moves only the centres).
+    let (a, c) = (random(n * l), random(m * l));
+    let (da, dc, g) = (random(a.len()), random(c.len()), random(n * m));
+    let r = Reverse::new(d.clone());
+    let (av, cv) = (r.var(d.tensor(&a, &[n, l], dt)?), r.var(d.tensor(&c, &[m, l], dt)?));
+    let grads = r.backward(&r.sq_dist(&av, &cv)?, d.tensor(&g, &[n, m], dt)?)?;
+    got.extend(d.to_vec(&grads.get_or_zeros(d, &av)?)?);
+    got.extend(d.to_vec(&grads.get_or_zeros(d, &cv)?)?);
+    let f = Forward::new(d.clone());
+    let y = f.sq_dist(
+        &f.dual(d.tensor(&a, &[n, l], dt)?, d.tensor(&da, &[n, l], dt)?)?,
+        &f.dual(d.tensor(&c, &[m, l], dt)?, d.tensor(&dc, &[m, l], dt)?)?,
+    )?;
+    got.extend(d.to_vec(&f.tangent(&y)?)?);
+    let (mut a_bar, mut c_bar, mut y_dot) = (vec![0.0; a.len()], vec![0.0; c.len()], vec![0.0; g.len()]);
+    for i in 0..n {
+        for j in 0..m {
+            for p in 0..l {
+                let diff = a[i * l + p] - c[j * l + p];
+                a_bar[i * l + p] += 2.0 * g[i * m + j] * diff;
+                c_bar[j * l + p] -= 2.0 * g[i * m + j] * diff;
+                y_dot[i * m + j] += 2.0 * diff * (da[i * l + p] - dc[j * l + p]);
+            }
+        }
+    }
+    want.extend(a_bar);
+    want.extend(c_bar);
+    want.extend(y_dot);
     Ok(Comparison { check: CheckKind::Primitives, got, want, convention: None })
 }
 

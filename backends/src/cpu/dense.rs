@@ -114,6 +114,9 @@ pub fn sum_to<T: Elem>(x: &[T], big: &[usize], small: &[usize], out: &mut [T]) -
     Ok(())
 }
 
+/// Lines per task of an arg-reduction along the last axis.
+const LINE_BLOCK: usize = 1024;
+
 /// Per (a, c) of the (O, R, Q) view, the winning value over b and its flat position (ties go to
 /// the lowest b; NaN never wins, so an all-NaN line reports position a*R*Q + c and value NaN).
 pub fn arg_reduce_axis<T: Elem>(
@@ -141,6 +144,38 @@ pub fn arg_reduce_axis<T: Elem>(
             }
         }
     };
+    if q == 1 && r > 0 {
+        // Along the last axis (k-means' nearest centre, GMM's log-sum-exp): one scalar per line,
+        // lines in blocks so that a task is more than one short line.
+        let winner = |a: usize| {
+            let row = &x[a * r..(a + 1) * r];
+            let (mut best, mut at) = (row[0], 0);
+            for (b, &y) in row.iter().enumerate().skip(1) {
+                let better = match ext {
+                    Extremum::Min => y < best || (best.is_nan() && !y.is_nan()),
+                    Extremum::Max => y > best || (best.is_nan() && !y.is_nan()),
+                };
+                if better {
+                    (best, at) = (y, b);
+                }
+            }
+            (best, (a * r + at) as i64)
+        };
+        let block = |blk: usize, v: &mut [T], p: &mut [i64]| {
+            for (j, (v, p)) in v.iter_mut().zip(p.iter_mut()).enumerate() {
+                (*v, *p) = winner(blk * LINE_BLOCK + j);
+            }
+        };
+        if x.len() < PAR_MIN {
+            block(0, vals, pos);
+        } else {
+            vals.par_chunks_mut(LINE_BLOCK)
+                .zip(pos.par_chunks_mut(LINE_BLOCK))
+                .enumerate()
+                .for_each(|(blk, (v, p))| block(blk, v, p));
+        }
+        return;
+    }
     if x.len() < PAR_MIN || o == 1 {
         vals.chunks_mut(q.max(1)).zip(pos.chunks_mut(q.max(1))).enumerate().for_each(|(a, (v, p))| line(a, v, p));
     } else {
