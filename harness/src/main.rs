@@ -121,6 +121,7 @@ fn bounded(message: &str) -> String {
 }
 
 fn main() -> ExitCode {
+    memory::keep_freed_pages();
     let matches = command().get_matches();
     let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if let (Some(Command::Eval(args)), Some(("eval", eval))) = (cli.command.as_mut(), matches.subcommand()) {

@@ -11,6 +11,7 @@ use crate::shape::{MatmulPlan, Run, axis_view, matmul_plan, runs};
 use crate::{Elem, OpError, Result};
 
 use super::kernels::PAR_MIN;
+use super::simd;
 
 /// The runs as (outer kept O, reduced R, inner kept Q) when they have that form.
 fn orq(runs: &[Run]) -> Option<(usize, usize, usize)> {
@@ -206,6 +207,28 @@ fn transposed<T: Elem>(x: &[T], rows: usize, cols: usize) -> Vec<T> {
 const MM_ROWS: usize = 16;
 const MM_COLS: usize = 256;
 
+/// Rows `i0..` of `a1 b1` (a1 m x k, b1 k x n, both row-major) into `o` (whole rows of n), in
+/// column tiles: for each row, `o_row += a[i, l] b_row_l` over l, skipping zero `a[i, l]`.
+#[inline(always)]
+fn matmul_rows<T: Elem>(a1: &[T], b1: &[T], k: usize, n: usize, i0: usize, o: &mut [T]) {
+    o.iter_mut().for_each(|v| *v = T::zero());
+    for j0 in (0..n).step_by(MM_COLS) {
+        let j1 = (j0 + MM_COLS).min(n);
+        for (ii, orow) in o.chunks_mut(n).enumerate() {
+            let arow = &a1[(i0 + ii) * k..(i0 + ii + 1) * k];
+            let orow = &mut orow[j0..j1];
+            for (l, &x) in arow.iter().enumerate() {
+                if x == T::zero() {
+                    continue;
+                }
+                let brow = &b1[l * n + j0..l * n + j1];
+                orow.iter_mut().zip(brow).for_each(|(v, &y)| *v = *v + x * y);
+            }
+        }
+    }
+}
+simd::wider!(matmul_rows, matmul_rows_avx2, <T: Elem>(a1: &[T], b1: &[T], k: usize, n: usize, i0: usize, o: &mut [T]));
+
 /// `out = op(a) op(b)` per batch. Zero entries of `op(a)` are skipped (as the reference BLAS
 /// does), which makes products with one-hot adjoints (min/max along an axis) cheap.
 pub fn matmul<T: Elem>(a: &[T], ta: bool, b: &[T], tb: bool, p: &MatmulPlan, out: &mut [T]) {
@@ -227,24 +250,8 @@ pub fn matmul<T: Elem>(a: &[T], ta: bool, b: &[T], tb: bool, p: &MatmulPlan, out
         } else {
             b0
         };
-        let rows = |blk: usize, o: &mut [T]| {
-            let i0 = blk * MM_ROWS;
-            o.iter_mut().for_each(|v| *v = T::zero());
-            for j0 in (0..n).step_by(MM_COLS) {
-                let j1 = (j0 + MM_COLS).min(n);
-                for (ii, orow) in o.chunks_mut(n).enumerate() {
-                    let arow = &a1[(i0 + ii) * k..(i0 + ii + 1) * k];
-                    let orow = &mut orow[j0..j1];
-                    for (l, &x) in arow.iter().enumerate() {
-                        if x == T::zero() {
-                            continue;
-                        }
-                        let brow = &b1[l * n + j0..l * n + j1];
-                        orow.iter_mut().zip(brow).for_each(|(v, &y)| *v = *v + x * y);
-                    }
-                }
-            }
-        };
+        let rows =
+            |blk: usize, o: &mut [T]| simd::dispatch!(matmul_rows | matmul_rows_avx2(a1, b1, k, n, blk * MM_ROWS, o));
         if m * k * n < PAR_MIN || n == 0 {
             out.chunks_mut(MM_ROWS * n.max(1)).enumerate().for_each(|(blk, o)| rows(blk, o));
         } else {
@@ -261,21 +268,24 @@ pub fn matmul<T: Elem>(a: &[T], ta: bool, b: &[T], tb: bool, p: &MatmulPlan, out
     }
 }
 
-/// Squared distance between two rows: eight running sums over the row (so the loop
-/// vectorises without reassociating anything the compiler may not), then added in a fixed
-/// order, and the tail. Same result on any thread count.
-#[inline]
+/// Squared distance between two rows: two blocks of four running sums over the row (so the
+/// loop vectorises without reassociating anything the compiler may not), added in the order of
+/// a vector reduction (the blocks, then halves of four, then of two), then the tail. Same
+/// result on any thread count and vector width.
+#[inline(always)]
 fn row_sq_dist<T: Elem>(x: &[T], y: &[T]) -> T {
-    let mut lanes = [T::zero(); 8];
+    let (mut lo, mut hi) = ([T::zero(); 4], [T::zero(); 4]);
     let (xs, ys) = (x.chunks_exact(8), y.chunks_exact(8));
     let (xt, yt) = (xs.remainder(), ys.remainder());
     for (xc, yc) in xs.zip(ys) {
-        for l in 0..8 {
-            let t = xc[l] - yc[l];
-            lanes[l] = lanes[l] + t * t;
+        for l in 0..4 {
+            let (t, u) = (xc[l] - yc[l], xc[l + 4] - yc[l + 4]);
+            lo[l] = lo[l] + t * t;
+            hi[l] = hi[l] + u * u;
         }
     }
-    let mut s = ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
+    let v = [lo[0] + hi[0], lo[1] + hi[1], lo[2] + hi[2], lo[3] + hi[3]];
+    let mut s = (v[0] + v[2]) + (v[1] + v[3]);
     for (&p, &q) in xt.iter().zip(yt) {
         s = s + (p - q) * (p - q);
     }
@@ -288,18 +298,29 @@ pub fn sq_dist<T: Elem>(a: &[T], c: &[T], (n, k, d): (usize, usize, usize), out:
     if n == 0 || k == 0 {
         return;
     }
-    let row = |i: usize, o: &mut [T]| {
-        let ai = &a[i * d..(i + 1) * d];
-        for (j, x) in o.iter_mut().enumerate() {
-            *x = row_sq_dist(ai, &c[j * d..(j + 1) * d]);
-        }
-    };
+    let rows =
+        |blk: usize, o: &mut [T]| simd::dispatch!(sq_dist_rows | sq_dist_rows_avx2(a, c, k, d, blk * SQ_DIST_ROWS, o));
     if n * k * d < PAR_MIN {
-        out.chunks_mut(k).enumerate().for_each(|(i, o)| row(i, o));
+        rows(0, out);
     } else {
-        out.par_chunks_mut(k).enumerate().with_min_len(64).for_each(|(i, o)| row(i, o));
+        out.par_chunks_mut(k * SQ_DIST_ROWS).enumerate().for_each(|(blk, o)| rows(blk, o));
     }
 }
+
+/// Rows of `a` per task of [`sq_dist`].
+const SQ_DIST_ROWS: usize = 64;
+
+/// Rows `i0..` of the squared distances into `o` (whole rows of k).
+#[inline(always)]
+fn sq_dist_rows<T: Elem>(a: &[T], c: &[T], k: usize, d: usize, i0: usize, o: &mut [T]) {
+    for (ii, orow) in o.chunks_mut(k).enumerate() {
+        let ai = &a[(i0 + ii) * d..(i0 + ii + 1) * d];
+        for (j, x) in orow.iter_mut().enumerate() {
+            *x = row_sq_dist(ai, &c[j * d..(j + 1) * d]);
+        }
+    }
+}
+simd::wider!(sq_dist_rows, sq_dist_rows_avx2, <T: Elem>(a: &[T], c: &[T], k: usize, d: usize, i0: usize, o: &mut [T]));
 
 #[cfg(test)]
 mod tests {

@@ -9,6 +9,7 @@ mod lae;
 mod pool;
 mod scan;
 mod segments;
+mod simd;
 mod sort;
 
 use std::sync::Arc;
