@@ -15,7 +15,7 @@
 
 use adgauge_backends::prelude::*;
 use adgauge_backends::{
-    AnyDevice, BinaryOp, Cpu, DType, Device, Elem, Forward, Ops, Result, Reverse, TensorMeta, with_device,
+    AnyDevice, BinaryOp, Cpu, DType, Device, Elem, Forward, Ops, Result, Reverse, TensorMeta, UnaryOp, with_device,
 };
 use adgauge_datasets::kmeans::KmeansData;
 use rayon::prelude::*;
@@ -303,7 +303,8 @@ impl Problem for KmeansProblem {
 /// The matrix product with every transpose flag and both batch broadcasts (a batched operand
 /// times a shared two-dimensional one, either side), which no workload forms: a pullback that
 /// forgets to sum a shared operand's adjoint over the batch passes every other check. The
-/// squared distances with both operands moving (the cost only moves the centres).
+/// squared distances with both operands moving (the cost only moves the centres). Every unary
+/// op to second order (forward over reverse) against its derivatives by hand.
 fn dense_primitives_probe<D: Ops>(d: &D, dt: DType, seed: u64) -> Result<Comparison> {
     use rand::RngExt;
     let mut rng = adgauge_datasets::rng(seed ^ 0xde75e);
@@ -387,7 +388,48 @@ fn dense_primitives_probe<D: Ops>(d: &D, dt: DType, seed: u64) -> Result<Compari
     want.extend(a_bar);
     want.extend(c_bar);
     want.extend(y_dot);
+    // Every unary op to second order: the gradient w op'(x) and the Hessian-vector product
+    // w op''(x) v of sum w op(x), by forward over reverse (the pullback's adjoint rule
+    // differentiated again: nothing else in check nests through these since the cost became
+    // one sq_dist). x in [0.5, 1.5] keeps log, sqrt and recip smooth.
+    let len = 7;
+    let x: Vec<f64> = random(len).iter().map(|v| dt.round(1.0 + 0.5 * v)).collect();
+    let (v, w) = (random(len), random(len));
+    for op in UnaryOp::ALL.into_iter().filter(|&op| op != UnaryOp::Sign) {
+        let fw = Forward::new(d.clone());
+        let r = Reverse::new(fw.clone());
+        let xv = r.var(fw.dual(d.tensor(&x, &[len], dt)?, d.tensor(&v, &[len], dt)?)?);
+        let y = r.sum(&r.mul(&r.unary(op, &xv)?, &r.tensor(&w, &[len], dt)?)?)?;
+        let grads = r.backward(&y, fw.full(&[1], 1.0, dt)?)?;
+        let g = grads.get_or_zeros(&fw, &xv)?;
+        got.extend(d.to_vec(fw.primal(&g))?);
+        got.extend(d.to_vec(&fw.tangent(&g)?)?);
+        let (first, second): (Vec<f64>, Vec<f64>) = x.iter().map(|&x| unary_derivatives(op, x)).unzip();
+        want.extend((0..len).map(|i| w[i] * first[i]));
+        want.extend((0..len).map(|i| w[i] * second[i] * v[i]));
+    }
     Ok(Comparison { check: CheckKind::Primitives, got, want, convention: None })
+}
+
+/// `(op'(x), op''(x))`, derived by hand.
+fn unary_derivatives(op: UnaryOp, x: f64) -> (f64, f64) {
+    let s = 1.0 / (1.0 + (-x).exp());
+    let t = x.tanh();
+    match op {
+        UnaryOp::Neg => (-1.0, 0.0),
+        UnaryOp::Exp => (x.exp(), x.exp()),
+        UnaryOp::Log => (1.0 / x, -1.0 / (x * x)),
+        UnaryOp::Log1p => (1.0 / (1.0 + x), -1.0 / ((1.0 + x) * (1.0 + x))),
+        UnaryOp::Sin => (x.cos(), -x.sin()),
+        UnaryOp::Cos => (-x.sin(), -x.cos()),
+        UnaryOp::Sqrt => (0.5 / x.sqrt(), -0.25 / (x * x.sqrt())),
+        UnaryOp::Tanh => (1.0 - t * t, -2.0 * t * (1.0 - t * t)),
+        UnaryOp::Sigmoid => (s * (1.0 - s), s * (1.0 - s) * (1.0 - 2.0 * s)),
+        UnaryOp::Abs => (x.signum(), 0.0),
+        UnaryOp::Sign => (0.0, 0.0),
+        UnaryOp::Recip => (-1.0 / (x * x), 2.0 / (x * x * x)),
+        UnaryOp::Square => (2.0 * x, 2.0),
+    }
 }
 
 /// GradBench's `kmeans` input: `{"points": [n rows of d], "centroids": [k rows of d]}`.
