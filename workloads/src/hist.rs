@@ -134,8 +134,16 @@ const JACOBIAN_K: usize = 6;
 /// The histogram workloads as one registry entry.
 pub struct HistFamily;
 
+/// The rule a case names. Rows and history are keyed by the name, so a name that parses to a
+/// rule of another name (a parser mapping names wrongly) would label every result of that
+/// rule with the wrong one: refused here, and `check` fails on it.
 fn rule_of(name: &str) -> WResult<HistRule> {
-    name.parse().map_err(WorkloadError::BadInput)
+    let rule: HistRule = name.parse().map_err(WorkloadError::BadInput)?;
+    if rule.name() != name {
+        let why = format!("internal error: rule '{name}' parsed as '{}'", rule.name());
+        return Err(WorkloadError::Op(adgauge_backends::OpError::Device(why)));
+    }
+    Ok(rule)
 }
 
 impl HistFamily {
