@@ -22,16 +22,8 @@ fn shifts<T: Elem>(pool: &Arc<Pool>, d: &[T], ix: &[i64], v: &[T]) -> Option<Buf
         ix,
         k,
         T::neg_infinity(),
-        |a, i| {
-            if v[i] > *a {
-                *a = v[i]
-            }
-        },
-        |a, b| {
-            if b > *a {
-                *a = b
-            }
-        },
+        |a, i| *a = if v[i] > *a { v[i] } else { *a },
+        |a, b| *a = if b > *a { b } else { *a },
     );
     let mut shift = pool.take::<T>(k);
     fill_with(&mut shift, |b| {
