@@ -203,79 +203,30 @@ fn transposed<T: Elem>(x: &[T], rows: usize, cols: usize) -> Vec<T> {
     out
 }
 
-/// Rows of the matrix product per task.
+/// Row block and column tile of the matrix product.
 const MM_ROWS: usize = 16;
+const MM_COLS: usize = 256;
 
-/// Rows `i0..` of `a1 b1` (a1 m x k, b1 k x n, both row-major) into `o` (whole rows of n).
-/// Tiles of [`MR`] x [`NR`] outputs keep their sums in registers over the whole inner
-/// dimension (one load of a b row segment serves `MR` rows); the edges that do not fill a tile
-/// run [`matmul_edge`]. Both add the products in the order of l from 0 and skip zero entries of
-/// a (a skipped product is added as -0.0, the exact identity of addition), so every output is
-/// the same sum in the same order whichever path computed it.
+/// Rows `i0..` of `a1 b1` (a1 m x k, b1 k x n, both row-major) into `o` (whole rows of n), in
+/// column tiles: for each row, `o_row += a[i, l] b_row_l` over l, skipping zero `a[i, l]`.
 #[inline(always)]
 fn matmul_rows<T: Elem>(a1: &[T], b1: &[T], k: usize, n: usize, i0: usize, o: &mut [T]) {
-    if n == 0 {
-        return;
-    }
-    let rows = o.len() / n;
-    let (full_rows, full_cols) = (rows / MR * MR, n / NR * NR);
-    for r0 in (0..full_rows).step_by(MR) {
-        for c0 in (0..full_cols).step_by(NR) {
-            let mut acc = [[T::zero(); NR]; MR];
-            for l in 0..k {
-                let bl = &b1[l * n + c0..l * n + c0 + NR];
-                for (r, acc) in acc.iter_mut().enumerate() {
-                    let x = a1[(i0 + r0 + r) * k + l];
-                    let skip = x == T::zero();
-                    for c in 0..NR {
-                        acc[c] = acc[c] + if skip { -T::zero() } else { x * bl[c] };
-                    }
+    o.iter_mut().for_each(|v| *v = T::zero());
+    for j0 in (0..n).step_by(MM_COLS) {
+        let j1 = (j0 + MM_COLS).min(n);
+        for (ii, orow) in o.chunks_mut(n).enumerate() {
+            let arow = &a1[(i0 + ii) * k..(i0 + ii + 1) * k];
+            let orow = &mut orow[j0..j1];
+            for (l, &x) in arow.iter().enumerate() {
+                if x == T::zero() {
+                    continue;
                 }
+                let brow = &b1[l * n + j0..l * n + j1];
+                orow.iter_mut().zip(brow).for_each(|(v, &y)| *v = *v + x * y);
             }
-            for (r, acc) in acc.iter().enumerate() {
-                o[(r0 + r) * n + c0..(r0 + r) * n + c0 + NR].copy_from_slice(acc);
-            }
-        }
-        matmul_edge(a1, b1, k, n, i0, o, r0..r0 + MR, full_cols..n);
-    }
-    matmul_edge(a1, b1, k, n, i0, o, full_rows..rows, 0..n);
-}
-
-/// Rows and columns of a tile of the product: `o_row += a[i, l] b_row_l` over l, skipping zero
-/// `a[i, l]`.
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-fn matmul_edge<T: Elem>(
-    a1: &[T],
-    b1: &[T],
-    k: usize,
-    n: usize,
-    i0: usize,
-    o: &mut [T],
-    rows: std::ops::Range<usize>,
-    cols: std::ops::Range<usize>,
-) {
-    if cols.is_empty() {
-        return;
-    }
-    for r in rows {
-        let orow = &mut o[r * n + cols.start..r * n + cols.end];
-        orow.iter_mut().for_each(|v| *v = T::zero());
-        let arow = &a1[(i0 + r) * k..(i0 + r + 1) * k];
-        for (l, &x) in arow.iter().enumerate() {
-            if x == T::zero() {
-                continue;
-            }
-            let brow = &b1[l * n + cols.start..l * n + cols.end];
-            orow.iter_mut().zip(brow).for_each(|(v, &y)| *v = *v + x * y);
         }
     }
 }
-
-/// Rows and columns of a register tile of the matrix product (4 x 8: eight AVX2 registers of
-/// f64 sums).
-const MR: usize = 4;
-const NR: usize = 8;
 simd::wider!(matmul_rows, matmul_rows_avx2, <T: Elem>(a1: &[T], b1: &[T], k: usize, n: usize, i0: usize, o: &mut [T]));
 
 /// `out = op(a) op(b)` per batch. Zero entries of `op(a)` are skipped (as the reference BLAS
@@ -377,10 +328,9 @@ mod tests {
     use crate::shape::broadcast_shapes;
 
     #[test]
-    fn register_tiles_and_edges_give_the_sequential_sums_and_skip_zeros_of_a() {
-        // 9 x 5 times 5 x 19: two full row tiles and an edge row, two full column tiles and an
-        // edge of three. Zeros of a meet infinities of b (skipped, so no NaN); every output is
-        // bit-identical to the sequential sum.
+    fn products_give_the_sequential_sums_and_skip_zeros_of_a() {
+        // 9 x 5 times 5 x 19 (rows off the task block). Zeros of a meet infinities of b
+        // (skipped, so no NaN); every output is bit-identical to the sequential sum.
         let (m, k, n) = (9, 5, 19);
         let a: Vec<f64> = (0..m * k).map(|i| if i % 4 == 1 { 0.0 } else { (i % 7) as f64 * 0.5 - 1.5 }).collect();
         let mut b: Vec<f64> = (0..k * n).map(|i| (i % 5) as f64 * 0.25 - 0.5).collect();
