@@ -366,22 +366,15 @@ pub fn reduce_by_index_jvp<B: Ops>(
         let dot = winner_tangent(b, &winners, &hist, dest_dot, vals_dot)?;
         return Ok((hist, Some(dot)));
     }
-    if op == HistOp::Add {
-        let hist = b.reduce_by_index(dest, op, inds, vals)?;
-        let dot = match (dest_dot, vals_dot) {
-            (dd, Some(dv)) => {
-                let base = match dd {
-                    Some(dd) => dd.clone(),
-                    None => b.zeros_like(dest)?,
-                };
-                b.reduce_by_index(&base, HistOp::Add, inds, dv)?
-            }
-            (Some(dd), None) => dd.clone(),
-            (None, None) => unreachable!("handled above"),
-        };
-        return Ok((hist, Some(dot)));
+    if op == HistOp::Add
+        && let (Some(dd), None) = (dest_dot, vals_dot)
+    {
+        // Only dest moves: the histogram's tangent is dest's.
+        return Ok((b.reduce_by_index(dest, op, inds, vals)?, Some(dd.clone())));
     }
-    // `*` and smooth general operators: the lifted (dual-number) histogram is exact.
+    // `+` with moving values, `*` and smooth general operators: the lifted (dual-number)
+    // histogram is exact, and one pass over the indices (`+` as two histograms read them
+    // twice).
     let dd = match dest_dot {
         Some(dd) => dd.clone(),
         None => b.zeros_like(dest)?,
