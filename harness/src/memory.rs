@@ -87,7 +87,7 @@ unsafe impl GlobalAlloc for Counting {
     }
 }
 
-/// Bytes allocated and not yet freed (to within [`FLUSH_BYTES`] per thread).
+/// Bytes allocated and not yet freed (to within 64 KiB per thread).
 pub fn live_bytes() -> usize {
     LIVE.load(Ordering::Relaxed).max(0) as usize
 }
