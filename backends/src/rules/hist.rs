@@ -653,6 +653,8 @@ mod tests {
         assert_eq!(names, ["auto", "special", "general-sort", "general-chunked"]);
         for r in HistRule::ALL {
             assert_eq!(r.name().parse::<HistRule>(), Ok(r));
+            // Messages and test labels print rules with Display: the same names.
+            assert_eq!(r.to_string(), r.name());
         }
         assert!("magic".parse::<HistRule>().unwrap_err().starts_with("unknown rule 'magic'"));
     }
