@@ -895,7 +895,7 @@ const SCAN_RUNS: [usize; 5] = [1, 9, 2, 13, 15];
 
 /// The `primitives` check on `d`: the operator's scans (inclusive and exclusive, forwards and
 /// reversed, each plain and segmented), its reduction, its histogram with a constant dest and
-/// the operator elementwise, differentiated by the reverse engine
+/// with constant values, the operator elementwise, differentiated by the reverse engine
 /// (for a random adjoint) and the forward engine (for a random tangent) on the device under
 /// test, all laid out in one vector against the oracle's. No workload differentiates these on
 /// the CPU otherwise, so a scan VJP run in the wrong direction or a reduction rule taken for
@@ -965,6 +965,19 @@ fn primitives_probe<D: Ops>(d: &D, op: HistOp, dt: DType, seed: u64) -> Result<C
     let grads = r.backward(&h, tensor(&bar[..5])?)?;
     got.extend(d.to_vec(&grads.get_or_zeros(d, &vv)?)?);
     want.extend(oracle::hist_vjp(op, dest, &inds, vals, &bar[..5]).2);
+    // And with constant values (only dest moves): a rule that takes dest's tangent for the
+    // histogram's, right for `+` only, passes everything else.
+    let f = Forward::new(d.clone());
+    let h =
+        f.reduce_by_index(&f.dual(tensor(dest)?, tensor(&dot[..5])?)?, op, &ix, &f.tensor(vals, &[vals.len()], dt)?)?;
+    got.extend(d.to_vec(&f.tangent(&h)?)?);
+    want.extend(oracle::hist_jvp(op, dest, &inds, vals, &dot[..5], &vec![0.0; vals.len()]).1);
+    let r = Reverse::new(d.clone());
+    let dv = r.var(tensor(dest)?);
+    let h = r.reduce_by_index(&dv, op, &ix, &r.tensor(vals, &[vals.len()], dt)?)?;
+    let grads = r.backward(&h, tensor(&bar[..5])?)?;
+    got.extend(d.to_vec(&grads.get_or_zeros(d, &dv)?)?);
+    want.extend(oracle::hist_vjp(op, dest, &inds, vals, &bar[..5]).1);
     // The operator elementwise (`combine`, as the general rules and the scans use it) and, for
     // min/max, the elementwise binary operator too (the histogram rules route through their own
     // kernels, so nothing else differentiates it): tangents and adjoints against the
