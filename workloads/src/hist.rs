@@ -761,9 +761,9 @@ fn tie_case(op: HistOp) -> Option<(HistData, Vec<f64>)> {
     Some((data, vec![2.0, -4.0, 3.0, 0.5]))
 }
 
-/// The size of the stress data: above the CPU device's parallel threshold (2^15 elements per
-/// chunk, so three chunks of four interleaved sub-histograms at k = 64) and far above the GPU
-/// devices' (chunks of 1024), so that chunk carries and the merge of private rows run.
+/// The size of the stress data: above the CPU device's parallel threshold (2^16 elements, and at
+/// least 2^15 per chunk: two chunks of four interleaved sub-histograms at k = 64) and far above
+/// the GPU devices' (chunks of 1024), so that chunk carries and the merge of private rows run.
 const STRESS_N: usize = 100_000;
 const STRESS_K: usize = 64;
 
