@@ -11,6 +11,8 @@
 #   scripts/mutants.sh rules [OUT]          every mutant of backends/src/rules/ (~130; nightly)
 #   scripts/mutants.sh rest K/N [OUT]       shard K of N (round-robin) of the other files
 #   scripts/mutants.sh sample K/N [OUT]     shard K of N of the rule files (a quick estimate)
+#   scripts/mutants.sh tests [OUT]          the rule files judged by the backends tests instead
+#                                           (.cargo/mutants-tests.toml; OpenCL hidden)
 #
 # OUT (default mutants-out) receives cargo-mutants' mutants.out/. Extra arguments for
 # cargo-mutants go in MUTANTS_ARGS (e.g. "-j 2" or "--copy-target true").
@@ -21,15 +23,24 @@ case "$what" in
   rules) select=(--re 'backends/src/rules/'); out="${2:-mutants-out}" ;;
   rest) select=(--exclude-re 'backends/src/rules/' --shard "${2:?K/N}" --sharding round-robin); out="${3:-mutants-out}" ;;
   sample) select=(--re 'backends/src/rules/' --shard "${2:?K/N}" --sharding round-robin); out="${3:-mutants-out}" ;;
-  *) echo "mutants.sh: unknown selection '$what' (rules, rest K/N, sample K/N)" >&2; exit 2 ;;
+  tests)
+    out="${2:-mutants-out}"
+    # shellcheck disable=SC2086
+    OCL_ICD_VENDORS="$(mktemp -d)" cargo mutants --config .cargo/mutants-tests.toml --no-shuffle --baseline skip \
+      --timeout 300 -o "$out" ${MUTANTS_ARGS:-} || true
+    select=() ;;
+  *) echo "mutants.sh: unknown selection '$what' (rules, rest K/N, sample K/N, tests)" >&2; exit 2 ;;
 esac
-# shellcheck disable=SC2086
-cargo mutants --no-shuffle --test-package adgauge --baseline skip --timeout 300 "${select[@]}" -o "$out" ${MUTANTS_ARGS:-} || true
+if [ "$what" != tests ]; then
+  # shellcheck disable=SC2086
+  cargo mutants --no-shuffle --test-package adgauge --baseline skip --timeout 300 "${select[@]}" -o "$out" ${MUTANTS_ARGS:-} || true
+fi
 dir="$out/mutants.out"
 count() { if [ -f "$dir/$1.txt" ]; then wc -l <"$dir/$1.txt"; else echo 0; fi; }
 caught=$(count caught); missed=$(count missed); timeout=$(count timeout); unviable=$(count unviable)
 judged=$((caught + missed + timeout))
-echo "## cargo-mutants ($what ${2:-}), judged by adgauge check"
+if [ "$what" = tests ]; then judge="the backends tests"; else judge="adgauge check"; fi
+echo "## cargo-mutants ($what ${2:-}), judged by $judge"
 echo "caught $caught, missed $missed, timeout $timeout, unviable $unviable"
 if [ "$judged" -gt 0 ]; then
   echo "kill rate: $(( 1000 * (caught + timeout) / judged / 10 )).$(( 1000 * (caught + timeout) / judged % 10 ))% of $judged"
