@@ -127,6 +127,11 @@ pub fn arg_reduce_axis<T: Elem>(
     vals: &mut [T],
     pos: &mut [i64],
 ) {
+    // Whether y beats the current winner (NaN never wins against a number).
+    let better = |y: T, best: T| match ext {
+        Extremum::Min => y < best || (best.is_nan() && !y.is_nan()),
+        Extremum::Max => y > best || (best.is_nan() && !y.is_nan()),
+    };
     let line = |a: usize, v: &mut [T], p: &mut [i64]| {
         let base = a * r * q;
         v.copy_from_slice(&x[base..base + q]);
@@ -134,11 +139,7 @@ pub fn arg_reduce_axis<T: Elem>(
         for b in 1..r {
             let row = &x[base + b * q..base + (b + 1) * q];
             for c in 0..q {
-                let better = match ext {
-                    Extremum::Min => row[c] < v[c] || (v[c].is_nan() && !row[c].is_nan()),
-                    Extremum::Max => row[c] > v[c] || (v[c].is_nan() && !row[c].is_nan()),
-                };
-                if better {
+                if better(row[c], v[c]) {
                     v[c] = row[c];
                     p[c] = (base + b * q + c) as i64;
                 }
@@ -152,11 +153,7 @@ pub fn arg_reduce_axis<T: Elem>(
             let row = &x[a * r..(a + 1) * r];
             let (mut best, mut at) = (row[0], 0);
             for (b, &y) in row.iter().enumerate().skip(1) {
-                let better = match ext {
-                    Extremum::Min => y < best || (best.is_nan() && !y.is_nan()),
-                    Extremum::Max => y > best || (best.is_nan() && !y.is_nan()),
-                };
-                if better {
+                if better(y, best) {
                     (best, at) = (y, b);
                 }
             }

@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use super::fold::{Fold, MaxF};
 use super::hist;
 use super::kernels::fill_with;
 use super::pool::{Buf, Pool};
@@ -17,14 +18,8 @@ use crate::Elem;
 /// -inf only: its sum is 0 and its log -inf). `None` when a maximum is +inf.
 fn shifts<T: Elem>(pool: &Arc<Pool>, d: &[T], ix: &[i64], v: &[T]) -> Option<Buf<T>> {
     let k = d.len();
-    let maxima = hist::bin_totals(
-        pool,
-        ix,
-        k,
-        T::neg_infinity(),
-        |a, i| *a = if v[i] > *a { v[i] } else { *a },
-        |a, b| *a = if b > *a { b } else { *a },
-    );
+    let max = |a: T, b: T| MaxF.combine(a, b);
+    let maxima = hist::bin_totals(pool, ix, k, T::neg_infinity(), |a, i| *a = max(*a, v[i]), |a, b| *a = max(*a, b));
     let mut shift = pool.take::<T>(k);
     fill_with(&mut shift, |b| {
         let m = if d[b] > maxima[b] { d[b] } else { maxima[b] };

@@ -20,7 +20,7 @@ use rayon::prelude::*;
 use crate::checks::{broadcast_shape, same_dtype, same_len};
 use crate::ops::{ChunkedHist, Extremum, IndexMeta, Operand, OutOfRange, ScanSpec, TensorMeta};
 use crate::ops::{DenseOps, ElementwiseOps, HistOps, IndexOps, ReduceOps, RuleKernels, ScanOps, TensorOps};
-use crate::{BinaryOp, DType, Elem, HistOp, OpError, Result, UnaryOp, general};
+use crate::{BinaryOp, DType, Elem, HistOp, OpError, Result, UnaryOp};
 use fold::{Fold, with_fold};
 use kernels::{fill_with, par_copy, par_fill};
 pub use pool::{Buf, Pool};
@@ -163,6 +163,18 @@ macro_rules! by_dtype {
             DType::F64 => $s.$m::<f64>($($a),*),
         }
     };
+}
+
+/// Per-bin totals of the operator `f` over `v`.
+fn scalar_totals<T: CpuElem, F: fold::Fold<T>>(
+    pool: &Arc<Pool>,
+    ix: &[i64],
+    k: usize,
+    neutral: T,
+    v: &[T],
+    f: F,
+) -> Buf<T> {
+    hist::bin_totals(pool, ix, k, neutral, |a, i| *a = f.combine(*a, v[i]), |a, b| *a = f.combine(*a, b))
 }
 
 /// Per-bin totals of the lifted (dual-number) operator `f` over `(v, vd)`.
@@ -375,54 +387,21 @@ impl Cpu {
             return Ok(self.wrap(out, dest.shape.clone()));
         }
         let neutral = T::of_f64(op.neutral());
-        // One closure pair per operator, so each inner loop is specialised.
-        let totals = match op {
-            HistOp::Add => hist::bin_totals(pool, ix, k, neutral, |a, i| *a = *a + v[i], |a, b| *a = *a + b),
-            HistOp::Mul => {
-                // Plain products in the hot loop (the absorbing product's branches cost 1.4x
-                // at k = 10^3); they differ from it only where a zero met an inf or a NaN, which
-                // leaves a NaN total: then the histogram is refolded with zeros absorbing.
-                // Zeros' signs are evened out when dest is combined in below.
-                let plain = hist::bin_totals(pool, ix, k, neutral, |a, i| *a = *a * v[i], |a, b| *a = *a * b);
+        // One fold type per operator (`with_fold!`), so each inner loop is specialised.
+        let totals = match fold::kind(op) {
+            // Plain products in the hot loop (the absorbing product's branches cost 1.4x at
+            // k = 10^3); they differ from it only where a zero met an inf or a NaN, which leaves
+            // a NaN total: then the histogram is refolded with zeros absorbing. Zeros' signs are
+            // evened out when dest is combined in below.
+            fold::Kind::Mul => {
+                let plain = scalar_totals(pool, ix, k, neutral, v, fold::PlainMulF);
                 if plain.iter().any(|t| t.is_nan()) {
-                    hist::bin_totals(
-                        pool,
-                        ix,
-                        k,
-                        neutral,
-                        |a, i| *a = general::mul_absorbing(*a, v[i]),
-                        |a, b| *a = general::mul_absorbing(*a, b),
-                    )
+                    scalar_totals(pool, ix, k, neutral, v, fold::MulF)
                 } else {
                     plain
                 }
             }
-            HistOp::Min => hist::bin_totals(
-                pool,
-                ix,
-                k,
-                neutral,
-                // Selects, not branches: on random data the branch mispredicts often.
-                |a, i| *a = if v[i] < *a { v[i] } else { *a },
-                |a, b| *a = if b < *a { b } else { *a },
-            ),
-            HistOp::Max => hist::bin_totals(
-                pool,
-                ix,
-                k,
-                neutral,
-                // Selects, not branches: on random data the branch mispredicts often.
-                |a, i| *a = if v[i] > *a { v[i] } else { *a },
-                |a, b| *a = if b > *a { b } else { *a },
-            ),
-            HistOp::General(_) => with_fold!(op, T, f => hist::bin_totals(
-                pool,
-                ix,
-                k,
-                neutral,
-                |a, i| *a = f.combine(*a, v[i]),
-                |a, b| *a = f.combine(*a, b)
-            )),
+            _ => with_fold!(op, T, f => scalar_totals(pool, ix, k, neutral, v, f)),
         };
         let mut out = pool.take::<T>(k);
         fill_with(&mut out, |b| kernels::combine(op, d[b], totals[b]));
@@ -705,8 +684,7 @@ impl Cpu {
             // an inf (a NaN value or tangent total).
             fold::Kind::Mul => {
                 let plain = dual_totals(pool, ix, k, neutral, v, vd, fold::PlainMulF);
-                #[allow(clippy::eq_op)] // x != x: NaN, for every element type
-                if plain.iter().any(|&(a, b)| a != a || b != b) {
+                if plain.iter().any(|&(a, b)| a.is_nan() || b.is_nan()) {
                     dual_totals(pool, ix, k, neutral, v, vd, fold::MulF)
                 } else {
                     plain
