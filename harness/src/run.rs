@@ -249,7 +249,7 @@ fn check_cases(args: &CheckArgs) -> anyhow::Result<Vec<Case>> {
     for name in names {
         let Some(workload) = adgauge_workloads::find(&name) else { continue };
         let params = workload.check_params(&name);
-        let rules = workload.rules();
+        let rules = workload.check_rules(&name);
         let rules = if rules.is_empty() { vec!["-".to_string()] } else { rules };
         for &dtype in &dtypes {
             for rule in &rules {

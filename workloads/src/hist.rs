@@ -169,7 +169,12 @@ impl Workload for HistFamily {
         HistOp::named().into_iter().map(|op| HistWorkload { op }.name()).collect()
     }
     fn check_names(&self) -> Vec<String> {
-        HistWorkload::all().iter().map(HistWorkload::name).collect()
+        // general-mul besides the shipped operators: a general operator without a total form,
+        // so `check` sees `auto` send such an operator to general-chunked (with only logaddexp
+        // and hypot, both of which have special rules, that dispatch was invisible to it).
+        let mut ws = HistWorkload::all();
+        ws.push(HistWorkload { op: HistOp::General(&adgauge_backends::general::MUL) });
+        ws.iter().map(HistWorkload::name).collect()
     }
     fn schema(&self) -> Vec<ParamSpec> {
         let ops = HistOp::named().into_iter().map(|op| op.name().to_string()).collect();
@@ -214,6 +219,10 @@ impl Workload for HistFamily {
     }
     fn rules(&self) -> Vec<String> {
         HistRule::ALL.iter().map(|r| r.name().to_string()).collect()
+    }
+    fn check_rules(&self, name: &str) -> Vec<String> {
+        let applies = |r: HistRule| HistWorkload::parse(name).is_none_or(|w| r.applies_to(w.op));
+        HistRule::ALL.into_iter().filter(|&r| applies(r)).map(|r| r.name().to_string()).collect()
     }
     fn case_name(&self, params: &Params) -> String {
         params.name("ops").map(|op| format!("hist-{op}")).unwrap_or_else(|_| "hist".into())

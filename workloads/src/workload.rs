@@ -472,6 +472,11 @@ pub trait Workload: Send + Sync {
     fn rules(&self) -> Vec<String> {
         Vec::new()
     }
+    /// The rules `adgauge check` runs on the workload `name`: every rule that applies to it
+    /// (a rule that cannot apply would be counted as skipped, hiding a misdispatched one).
+    fn check_rules(&self, _name: &str) -> Vec<String> {
+        self.rules()
+    }
     /// The modes `eval` offers, the first being its default.
     fn eval_modes(&self) -> Vec<Mode> {
         vec![Mode::Primal, Mode::Vjp, Mode::Jvp]

@@ -71,6 +71,12 @@ impl HistRule {
             HistRule::GeneralChunked => "general-chunked",
         }
     }
+
+    /// Whether the rule applies to `op`: every rule does, except `special` for a general
+    /// operator without a total form (that is its special rule; asking for it is an error).
+    pub fn applies_to(self, op: HistOp) -> bool {
+        self != HistRule::Special || op.general().is_none_or(|g| g.has_total_form())
+    }
 }
 
 impl fmt::Display for HistRule {
@@ -507,13 +513,9 @@ mod tests {
         xs.iter().map(|&x| dt.round(x)).collect()
     }
 
-    /// The rules that apply to `op`: all four, except `special` for a general operator without
-    /// a total form (it is an error there, tested separately).
+    /// The rules that apply to `op` (special is an error elsewhere, tested separately).
     fn rules_for(op: HistOp) -> Vec<HistRule> {
-        HistRule::ALL
-            .into_iter()
-            .filter(|&r| r != HistRule::Special || op.general().is_none_or(|g| g.has_total_form()))
-            .collect()
+        HistRule::ALL.into_iter().filter(|r| r.applies_to(op)).collect()
     }
 
     /// Exact for operators with a tie break (min/max select, they do not compute) and for
