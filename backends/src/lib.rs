@@ -40,6 +40,7 @@ pub mod rules;
 pub mod shape;
 
 pub use cpu::Cpu;
+pub use cpu::staged::CpuStaged;
 pub use cuda::Cuda;
 pub use device::{Device, DeviceMemory, DeviceStatus, Transfers, probe_devices};
 pub use dtype::{DType, Elem};

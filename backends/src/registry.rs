@@ -7,12 +7,13 @@
 //! [`with_device!`](crate::with_device), and add one [`DeviceKind`] line to [`DEVICES`].
 
 use crate::device::DeviceStatus;
-use crate::{Cpu, Cuda, DType, Device, OpError, OpenCl, Result};
+use crate::{Cpu, CpuStaged, Cuda, DType, Device, OpError, OpenCl, Result};
 
 /// An opened device of any kind. Cloning is cheap (every device shares its runtime).
 #[derive(Clone)]
 pub enum AnyDevice {
     Cpu(Cpu),
+    CpuStaged(CpuStaged),
     OpenCl(OpenCl),
     Cuda(Cuda),
 }
@@ -24,6 +25,7 @@ macro_rules! with_device {
     ($dev:expr, |$d:ident| $body:expr) => {
         match $dev {
             $crate::AnyDevice::Cpu($d) => $body,
+            $crate::AnyDevice::CpuStaged($d) => $body,
             $crate::AnyDevice::OpenCl($d) => $body,
             $crate::AnyDevice::Cuda($d) => $body,
         }
@@ -44,9 +46,23 @@ fn probe_cpu() -> DeviceStatus {
     DeviceStatus { name: "cpu", available: true, detail: format!("rayon, {threads} threads") }
 }
 
+fn probe_cpu_staged() -> DeviceStatus {
+    let threads = rayon::current_num_threads();
+    DeviceStatus {
+        name: "cpu-staged",
+        available: true,
+        detail: format!("the CPU device with elementwise chains deferred and fused, {threads} threads"),
+    }
+}
+
 /// Every device adgauge knows, in the order `adgauge backends` lists them.
 pub const DEVICES: &[DeviceKind] = &[
     DeviceKind { name: "cpu", probe: probe_cpu, open: |threads| Ok(AnyDevice::Cpu(Cpu::new(threads)?)) },
+    DeviceKind {
+        name: "cpu-staged",
+        probe: probe_cpu_staged,
+        open: |threads| Ok(AnyDevice::CpuStaged(CpuStaged::new(threads)?)),
+    },
     DeviceKind { name: "opencl", probe: crate::opencl::probe, open: |_| Ok(AnyDevice::OpenCl(OpenCl::new()?)) },
     DeviceKind { name: "cuda", probe: crate::cuda::probe, open: |_| Ok(AnyDevice::Cuda(Cuda::new()?)) },
 ];
@@ -66,6 +82,7 @@ impl AnyDevice {
     pub fn kind(&self) -> &'static str {
         match self {
             AnyDevice::Cpu(_) => "cpu",
+            AnyDevice::CpuStaged(_) => "cpu-staged",
             AnyDevice::OpenCl(_) => "opencl",
             AnyDevice::Cuda(_) => "cuda",
         }
@@ -107,7 +124,7 @@ impl AnyDevice {
     /// running anything).
     pub fn supports_dtype(&self, dtype: DType) -> std::result::Result<(), String> {
         let fp64 = match self {
-            AnyDevice::Cpu(_) => true,
+            AnyDevice::Cpu(_) | AnyDevice::CpuStaged(_) => true,
             AnyDevice::OpenCl(d) => d.has_f64(),
             AnyDevice::Cuda(d) => d.has_f64(),
         };

@@ -134,6 +134,9 @@ impl EngineTool {
                 // The CPU device is already open (with the run's threads); sharing it keeps one
                 // thread pool.
                 "cpu" => Ok(AnyDevice::Cpu(self.cpu.clone())),
+                "cpu-staged" => adgauge_backends::CpuStaged::on(self.cpu.clone())
+                    .map(AnyDevice::CpuStaged)
+                    .map_err(|e| e.to_string()),
                 _ => (self.kind.open)(self.threads).map_err(|e| {
                     let probed = (self.kind.probe)();
                     if probed.available { e.to_string() } else { probed.detail }

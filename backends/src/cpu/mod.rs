@@ -11,6 +11,7 @@ mod scan;
 mod segments;
 mod simd;
 mod sort;
+pub mod staged;
 
 use std::sync::Arc;
 
