@@ -60,6 +60,27 @@ impl<T> SyncPtr<T> {
         SyncPtr(s.as_mut_ptr())
     }
 
+    /// The elements `[start, start + len)`, to read.
+    ///
+    /// # Safety
+    /// They must be in bounds of the slice the pointer came from, that slice must outlive the
+    /// borrow, and no task may write them meanwhile.
+    #[inline(always)]
+    pub unsafe fn slice<'a>(self, start: usize, len: usize) -> &'a [T] {
+        // SAFETY: guaranteed by the caller.
+        unsafe { std::slice::from_raw_parts(self.0.add(start), len) }
+    }
+
+    /// The elements `[start, start + len)`, to write.
+    ///
+    /// # Safety
+    /// As [`SyncPtr::slice`], and no other borrow of them may exist meanwhile.
+    #[inline(always)]
+    pub unsafe fn slice_mut<'a>(self, start: usize, len: usize) -> &'a mut [T] {
+        // SAFETY: guaranteed by the caller.
+        unsafe { std::slice::from_raw_parts_mut(self.0.add(start), len) }
+    }
+
     /// Writes `x` at `i`.
     ///
     /// # Safety
