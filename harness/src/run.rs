@@ -78,7 +78,7 @@ fn parse_shard(s: &str) -> Result<(usize, usize), String> {
 
 #[derive(Args, Debug, Default)]
 pub struct CheckArgs {
-    /// Tool (backend) to validate: cpu, opencl or cuda (`adgauge backends` lists them).
+    /// Tool (backend) to validate: cpu, cpu-staged, opencl or cuda (`adgauge backends` lists them).
     #[arg(long, alias = "tool", default_value = "cpu")]
     pub backend: String,
     /// Only these workloads (repeatable), e.g. --workload hist-add.
