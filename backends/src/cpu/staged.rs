@@ -10,7 +10,7 @@
 //! deferred, as a GPU queue would — a timing includes work whose result was dropped.
 //!
 //! Computing a node compiles the region of deferred nodes beneath it that share its element
-//! count into one program ([`Program`]): a list of elementwise instructions over registers of
+//! count into one program: a list of elementwise instructions over registers of
 //! [`LANES`] elements, registers reused as soon as their value's last reader has run (liveness),
 //! run block by block over the elements (in parallel above the CPU's threshold). Only values
 //! that something outside the region still holds — a variable of the workload, a tape entry, a
