@@ -585,7 +585,9 @@ mod tests {
         let bad_tool = bad_tool.replace("llsq", "kmeans").replace("m: [2]", "k: [2]\n    d: [1]");
         let e = parse_suite(&bad_tool, "s.yaml").unwrap_err();
         assert!(
-            e.starts_with("s.yaml:7:18: cases[0].tools: unknown tool 'gpu' (known: cpu, opencl, cuda, candle,"),
+            e.starts_with(
+                "s.yaml:7:18: cases[0].tools: unknown tool 'gpu' (known: cpu, cpu-staged, opencl, cuda, candle,"
+            ),
             "{e}"
         );
         let rules_elsewhere =

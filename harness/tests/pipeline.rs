@@ -109,7 +109,11 @@ fn unknown_workloads_tools_and_parameters_exit_2_listing_the_valid_names() {
     assert!(stderr(&out).contains("unknown workload 'nope' (known: hist-add,"), "{}", stderr(&out));
     let out = adgauge(&["check", "--backend", "tpu"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("unknown tool 'tpu' (known: cpu, opencl, cuda, candle,"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("unknown tool 'tpu' (known: cpu, cpu-staged, opencl, cuda, candle,"),
+        "{}",
+        stderr(&out)
+    );
     let out = adgauge(&["eval", "nope", "--input", "-"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("unknown workload 'nope'"), "{}", stderr(&out));
