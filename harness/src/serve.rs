@@ -16,7 +16,7 @@ use crate::protocol::Message;
 
 #[derive(Args, Debug)]
 pub struct ToolArgs {
-    /// Device of adgauge's engine (cpu, opencl, cuda), or a Rust peer compiled in (candle,
+    /// Device of adgauge's engine (cpu, cpu-staged, opencl, cuda), or a Rust peer compiled in (candle,
     /// candle-index-add, burn, num-dual, ad-trait).
     #[arg(long, alias = "tool", default_value = "cpu")]
     pub backend: String,

@@ -150,7 +150,8 @@ fn backends_lists_every_device_with_a_reason() {
     assert_eq!(out.status.code(), Some(0));
     let devices: Vec<Value> = stdout(&out).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let names: Vec<&str> = devices.iter().map(|d| d["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["cpu", "opencl", "cuda"]);
+    assert_eq!(names, ["cpu", "cpu-staged", "opencl", "cuda"]);
+    assert_eq!(devices[1]["available"], true);
     assert_eq!(devices[0]["available"], true);
     for d in &devices {
         assert!(!d["detail"].as_str().unwrap().is_empty());
