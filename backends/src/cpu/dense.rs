@@ -258,7 +258,9 @@ pub fn matmul<T: Elem>(a: &[T], ta: bool, b: &[T], tb: bool, p: &MatmulPlan, out
     if m * n == 0 {
         return;
     }
-    if p.batch > 1 && m * k * n < PAR_MIN * 4 {
+    // Small products in parallel by batch, when there is enough of them (a pool handoff per
+    // batch of tiny products cost GMM d = 2 a third of its time in task switches).
+    if p.batch > 1 && m * k * n < PAR_MIN * 4 && p.batch * m * k * n >= PAR_MIN {
         out.par_chunks_mut(m * n).enumerate().for_each(|(bi, o)| one_batch(bi, o));
     } else {
         out.chunks_mut(m * n).enumerate().for_each(|(bi, o)| one_batch(bi, o));
@@ -503,26 +505,32 @@ pub(super) mod device {
         Ok((c.wrap(vals, shape), c.wrap_index(pos)))
     }
 
+    // Each op runs on the device's pool only when its size reaches the threshold its kernel
+    // parallelises at (`Cpu::run`); below, the kernel's sequential path runs on the calling
+    // thread, as the elementwise ops do.
+
     pub fn broadcast_to_op(c: &Cpu, x: &CpuTensor, shape: &[usize]) -> Result<CpuTensor> {
-        c.install(|| dispatch(x.dtype(), || broadcast_t::<f32>(c, x, shape), || broadcast_t::<f64>(c, x, shape)))
+        c.run(shape.iter().product(), || dispatch(x.dtype(), || broadcast_t::<f32>(c, x, shape), || broadcast_t::<f64>(c, x, shape)))
     }
 
     pub fn sum_to_op(c: &Cpu, x: &CpuTensor, shape: &[usize]) -> Result<CpuTensor> {
-        c.install(|| dispatch(x.dtype(), || sum_to_t::<f32>(c, x, shape), || sum_to_t::<f64>(c, x, shape)))
+        c.run(x.numel(), || dispatch(x.dtype(), || sum_to_t::<f32>(c, x, shape), || sum_to_t::<f64>(c, x, shape)))
     }
 
     pub fn matmul_op(c: &Cpu, a: &CpuTensor, ta: bool, b: &CpuTensor, tb: bool) -> Result<CpuTensor> {
         let dt = super::super::same_dtype("matmul", a, b)?;
-        c.install(|| dispatch(dt, || matmul_t::<f32>(c, a, ta, b, tb), || matmul_t::<f64>(c, a, ta, b, tb)))
+        let work = matmul_plan(&a.shape, ta, &b.shape, tb).map_or(0, |p| p.batch * p.m * p.k * p.n);
+        c.run(work, || dispatch(dt, || matmul_t::<f32>(c, a, ta, b, tb), || matmul_t::<f64>(c, a, ta, b, tb)))
     }
 
     pub fn sq_dist_op(c: &Cpu, a: &CpuTensor, b: &CpuTensor) -> Result<CpuTensor> {
         let dt = super::super::same_dtype("sq_dist", a, b)?;
-        c.install(|| dispatch(dt, || sq_dist_t::<f32>(c, a, b), || sq_dist_t::<f64>(c, a, b)))
+        let work = crate::shape::sq_dist_shape(&a.shape, &b.shape).map_or(0, |(n, k, d)| n * k * d);
+        c.run(work, || dispatch(dt, || sq_dist_t::<f32>(c, a, b), || sq_dist_t::<f64>(c, a, b)))
     }
 
     pub fn arg_reduce_axis_op(c: &Cpu, ext: Extremum, x: &CpuTensor, axis: usize) -> Result<(CpuTensor, CpuIndex)> {
-        c.install(|| {
+        c.run(x.numel(), || {
             dispatch(x.dtype(), || arg_reduce_t::<f32>(c, ext, x, axis), || arg_reduce_t::<f64>(c, ext, x, axis))
         })
     }
