@@ -510,7 +510,9 @@ pub(super) mod device {
     // thread, as the elementwise ops do.
 
     pub fn broadcast_to_op(c: &Cpu, x: &CpuTensor, shape: &[usize]) -> Result<CpuTensor> {
-        c.run(shape.iter().product(), || dispatch(x.dtype(), || broadcast_t::<f32>(c, x, shape), || broadcast_t::<f64>(c, x, shape)))
+        c.run(shape.iter().product(), || {
+            dispatch(x.dtype(), || broadcast_t::<f32>(c, x, shape), || broadcast_t::<f64>(c, x, shape))
+        })
     }
 
     pub fn sum_to_op(c: &Cpu, x: &CpuTensor, shape: &[usize]) -> Result<CpuTensor> {
