@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use adgauge_backends::{AnyDevice, Cpu, DEVICES, DType, Device, DeviceKind};
-use adgauge_workloads::{CheckSettings, Mode, Prepared, Problem, Validation, Workload};
+use adgauge_workloads::{CheckKind, CheckSettings, Comparison, Mode, Prepared, Problem, Validation, Workload};
 
 use adgauge_reports::Timing;
 
@@ -204,11 +204,35 @@ impl Tool for EngineTool {
         problem: &dyn Problem,
         settings: &CheckSettings,
     ) -> anyhow::Result<Validation> {
-        Ok(problem.validation(self.opened()?, &self.cpu, settings)?)
+        let device = self.opened()?;
+        let mut v = problem.validation(device, &self.cpu, settings)?;
+        if let AnyDevice::CpuStaged(_) = device {
+            let eager = problem.validation(&AnyDevice::Cpu(self.cpu.clone()), &self.cpu, settings)?;
+            v.comparisons.push(staged_vs_eager(&v, &eager, settings.seed)?);
+        }
+        Ok(v)
     }
     fn compile_time(&self) -> Option<Duration> {
         self.device().ok()?.kernel_compile_time()
     }
+}
+
+/// The staged device's VJP and JVP next to the eager CPU device's, at seeded vectors whose
+/// entries (multiples of 1/8) are exact in either dtype. The JVP is left out where the case
+/// has none (a rule without a forward mode).
+fn staged_vs_eager(staged: &Validation, eager: &Validation, seed: u64) -> anyhow::Result<Comparison> {
+    let (fs, fe) = (&staged.flat, &eager.flat);
+    let mut rng = adgauge_datasets::rng(seed ^ 0x57a6ed);
+    let mut vector = |n: usize| -> Vec<f64> {
+        (0..n).map(|_| rand::RngExt::random_range(&mut rng, -8i32..=8) as f64 / 8.0).collect()
+    };
+    let (w, v) = (vector(fs.n_out()), vector(fs.n_in()));
+    let (mut got, mut want) = (fs.vjp(&w)?, fe.vjp(&w)?);
+    if let (Ok(g), Ok(e)) = (fs.jvp(&v), fe.jvp(&v)) {
+        got.extend(g);
+        want.extend(e);
+    }
+    Ok(Comparison { check: CheckKind::StagedEager, got, want, convention: None })
 }
 
 /// The version of adgauge's engine (every built-in tool's).
@@ -281,5 +305,54 @@ impl Tools {
             tools.tools.push(Box::new(ProcessTool::new(spec.clone(), cpu.clone())));
         }
         tools
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// y = a . x: one output, J^T w = a w, J v = a . v.
+    struct Linear(Vec<f64>);
+
+    impl adgauge_workloads::FlatFn for Linear {
+        fn n_in(&self) -> usize {
+            self.0.len()
+        }
+        fn n_out(&self) -> usize {
+            1
+        }
+        fn x0(&self) -> &[f64] {
+            &self.0
+        }
+        fn eval_f64(&self, x: &[f64]) -> adgauge_backends::Result<Vec<f64>> {
+            Ok(vec![self.0.iter().zip(x).map(|(a, x)| a * x).sum()])
+        }
+        fn vjp(&self, w: &[f64]) -> adgauge_backends::Result<Vec<f64>> {
+            Ok(self.0.iter().map(|a| a * w[0]).collect())
+        }
+        fn jvp(&self, v: &[f64]) -> adgauge_backends::Result<Vec<f64>> {
+            self.eval_f64(v)
+        }
+        fn fd_unsafe(&self, _h: f64) -> Option<String> {
+            None
+        }
+    }
+
+    fn validation(a: &[f64]) -> Validation {
+        Validation { flat: Box::new(Linear(a.to_vec())), full_jacobian: None, comparisons: Vec::new() }
+    }
+
+    #[test]
+    fn staged_vs_eager_compares_both_modes_at_one_seeded_point() {
+        let c = staged_vs_eager(&validation(&[1.0, 2.0, 3.0]), &validation(&[1.0, 2.0, 3.5]), 7).unwrap();
+        assert_eq!(c.check, CheckKind::StagedEager);
+        // Three VJP entries then one JVP entry; only the last coefficient differs.
+        assert_eq!((c.got.len(), c.want.len()), (4, 4));
+        assert_eq!(c.got[..2], c.want[..2]);
+        assert_ne!(c.got[2], c.want[2], "w = 0 would hide the difference: {:?}", c.got);
+        let again = staged_vs_eager(&validation(&[1.0, 2.0, 3.0]), &validation(&[1.0, 2.0, 3.0]), 7).unwrap();
+        assert_eq!(again.got, again.want);
+        assert_eq!(again.got, c.got, "the vectors are seeded");
     }
 }

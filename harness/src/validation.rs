@@ -27,8 +27,8 @@ pub fn tolerance(check: CheckKind, dtype: DType) -> f64 {
         (CheckKind::DotProduct, DType::F32) => 1e-5,
         (CheckKind::FdJvp | CheckKind::FdVjp | CheckKind::FdJacobian | CheckKind::SecondOrder, DType::F64) => 1e-6,
         (CheckKind::FdJvp | CheckKind::FdVjp | CheckKind::FdJacobian | CheckKind::SecondOrder, DType::F32) => 1e-3,
-        (CheckKind::FullJacobian, DType::F64) => 1e-12,
-        (CheckKind::FullJacobian, DType::F32) => 1e-5,
+        (CheckKind::FullJacobian | CheckKind::StagedEager, DType::F64) => 1e-12,
+        (CheckKind::FullJacobian | CheckKind::StagedEager, DType::F32) => 1e-5,
         (
             CheckKind::OracleVjp
             | CheckKind::OracleJvp

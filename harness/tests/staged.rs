@@ -20,6 +20,12 @@ fn check_passes_on_the_staged_device_with_every_elementwise_op_fused() {
     assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
     assert!(stdout(&out).contains("cases passed every check (0 skipped as unsupported)"), "{}", stdout(&out));
     assert!(stdout(&out).contains("/cpu-staged/f64/"), "{}", stdout(&out));
+    // Every case compared its derivatives with the eager device's.
+    let text = stdout(&out);
+    let cases: usize = text.lines().last().unwrap().split(' ').next().unwrap().parse().unwrap();
+    let staged_eager: Vec<&str> = text.lines().filter(|l| l.contains(" staged-eager ")).collect();
+    assert_eq!(staged_eager.len(), cases, "{text}");
+    assert!(staged_eager.iter().all(|l| l.ends_with(" ok")), "{text}");
 }
 
 #[test]

@@ -290,10 +290,13 @@ pub enum CheckKind {
     /// A Hessian-vector product through a histogram, by forward over reverse and by reverse
     /// over forward, against central differences of the f64 gradient: the second-order rules.
     SecondOrder,
+    /// On the staged CPU device: its VJP and JVP against the eager CPU device's at the same
+    /// seeded vectors (the same scalar kernels in the same order: they agree to rounding).
+    StagedEager,
 }
 
 impl CheckKind {
-    pub const ALL: [CheckKind; 16] = [
+    pub const ALL: [CheckKind; 17] = [
         CheckKind::DotProduct,
         CheckKind::FdJvp,
         CheckKind::FdVjp,
@@ -310,6 +313,7 @@ impl CheckKind {
         CheckKind::Perturbation,
         CheckKind::Primitives,
         CheckKind::SecondOrder,
+        CheckKind::StagedEager,
     ];
 
     pub fn from_name(name: &str) -> Option<CheckKind> {
@@ -338,6 +342,7 @@ impl CheckKind {
             CheckKind::Perturbation => "perturbation",
             CheckKind::Primitives => "primitives",
             CheckKind::SecondOrder => "second-order",
+            CheckKind::StagedEager => "staged-eager",
         }
     }
 }
