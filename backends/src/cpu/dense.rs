@@ -73,6 +73,11 @@ pub fn sum_to<T: Elem>(x: &[T], big: &[usize], small: &[usize], out: &mut [T]) -
         Some((o, r, q)) => {
             // out[a, c] = sum_b x[a, b, c], b ascending.
             let one = |a: usize, b0: usize, b1: usize, acc: &mut [T]| {
+                if q == 1 {
+                    // One sum per output: a plain fold, same order (b ascending from zero).
+                    acc[0] = x[a * r + b0..a * r + b1].iter().fold(T::zero(), |v, &s| v + s);
+                    return;
+                }
                 acc.iter_mut().for_each(|v| *v = T::zero());
                 for b in b0..b1 {
                     let src = &x[(a * r + b) * q..(a * r + b + 1) * q];
