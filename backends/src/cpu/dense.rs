@@ -52,7 +52,10 @@ pub fn broadcast_to<T: Elem>(x: &[T], small: &[usize], big: &[usize], out: &mut 
                 let src = &x[(j / r) * q..(j / r + 1) * q];
                 o.copy_from_slice(src);
             };
-            if out.len() < PAR_MIN {
+            if out.len() < PAR_MIN && q == 1 {
+                // One value per source element, repeated r times (no division per element).
+                out.chunks_mut(r.max(1)).zip(x).for_each(|(o, &v)| o.fill(v));
+            } else if out.len() < PAR_MIN {
                 out.chunks_mut(q).enumerate().for_each(|(j, o)| row(j, o));
             } else {
                 out.par_chunks_mut(q).enumerate().for_each(|(j, o)| row(j, o));
