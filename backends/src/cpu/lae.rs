@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use super::fold::{Fold, MaxF};
+use super::fold::MaxF;
 use super::hist;
 use super::kernels::fill_with;
 use super::pool::{Buf, Pool};
@@ -18,8 +18,7 @@ use crate::Elem;
 /// -inf only: its sum is 0 and its log -inf). `None` when a maximum is +inf.
 fn shifts<T: Elem>(pool: &Arc<Pool>, d: &[T], ix: &[i64], v: &[T]) -> Option<Buf<T>> {
     let k = d.len();
-    let max = |a: T, b: T| MaxF.combine(a, b);
-    let maxima = hist::bin_totals(pool, ix, k, T::neg_infinity(), |a, i| *a = max(*a, v[i]), |a, b| *a = max(*a, b));
+    let maxima = super::scalar_totals(pool, ix, k, T::neg_infinity(), v, MaxF);
     let mut shift = pool.take::<T>(k);
     fill_with(&mut shift, |b| {
         let m = if d[b] > maxima[b] { d[b] } else { maxima[b] };

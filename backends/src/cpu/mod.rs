@@ -167,7 +167,7 @@ macro_rules! by_dtype {
 }
 
 /// Per-bin totals of the operator `f` over `v`.
-fn scalar_totals<T: CpuElem, F: fold::Fold<T>>(
+fn scalar_totals<T: Elem, F: fold::Fold<T>>(
     pool: &Arc<Pool>,
     ix: &[i64],
     k: usize,

@@ -91,16 +91,11 @@ struct Node {
     expr: Mutex<Option<Expr>>,
 }
 
-/// A deferred elementwise op.
+/// A deferred elementwise op: the instruction it compiles to and its operands.
 #[derive(Clone)]
-enum Expr {
-    Unary(UnaryOp, StagedTensor),
-    Binary(BinaryOp, StagedTensor, StagedTensor),
-    Select(StagedTensor, StagedTensor, StagedTensor),
-    Combine(HistOp, StagedTensor, StagedTensor),
-    Partial(HistOp, Operand, StagedTensor, StagedTensor),
-    UnaryAdjoint(UnaryOp, StagedTensor, StagedTensor, StagedTensor),
-    Reshape(StagedTensor),
+struct Expr {
+    op: Op,
+    args: Vec<StagedTensor>,
 }
 
 impl TensorMeta for StagedTensor {
@@ -250,7 +245,8 @@ impl CpuStaged {
         StagedTensor(Repr::Done(t))
     }
 
-    fn defer(&self, shape: Vec<usize>, dtype: DType, e: Expr) -> Result<StagedTensor> {
+    fn defer(&self, shape: Vec<usize>, dtype: DType, op: Op, args: &[&StagedTensor]) -> Result<StagedTensor> {
+        let e = Expr { op, args: args.iter().map(|&a| a.clone()).collect() };
         let node = Node { shape, dtype, value: OnceLock::new(), expr: Mutex::new(Some(e)) };
         let t = StagedTensor(Repr::Deferred(Arc::new(node)));
         let full = {
@@ -332,17 +328,16 @@ impl CpuStaged {
                     // it, and an instruction never reads the buffer it writes.
                     let src = |s: Src, regs| operand(s, regs, &leaves, &ptrs, start, len);
                     match ins.dst {
-                        Src::Out(o) => {
+                        Dst::Out(o) => {
                             let srcs = [src(ins.srcs[0], &regs), src(ins.srcs[1], &regs), src(ins.srcs[2], &regs)];
                             exec(ins.op, srcs, unsafe { ptrs[o].slice_mut(start, len) });
                         }
-                        Src::Reg(d) => {
+                        Dst::Reg(d) => {
                             let mut out = std::mem::take(&mut regs[d]);
                             let srcs = [src(ins.srcs[0], &regs), src(ins.srcs[1], &regs), src(ins.srcs[2], &regs)];
                             exec(ins.op, srcs, &mut out[..len]);
                             regs[d] = out;
                         }
-                        Src::Leaf(_) | Src::None => unreachable!("compile writes registers and outputs only"),
                     }
                 }
                 start += len;
@@ -363,10 +358,10 @@ impl CpuStaged {
             .collect())
     }
 
-    fn lazy_binary(&self, a: &StagedTensor, b: &StagedTensor, name: &'static str, e: Expr) -> Result<StagedTensor> {
+    fn lazy_binary(&self, name: &'static str, op: Op, a: &StagedTensor, b: &StagedTensor) -> Result<StagedTensor> {
         let dt = same_dtype(name, a, b)?;
         let shape = broadcast_shape(name, a.shape(), b.shape())?;
-        self.defer(shape, dt, e)
+        self.defer(shape, dt, op, &[a, b])
     }
 }
 
@@ -377,13 +372,30 @@ enum Src {
     Reg(usize),
     /// A computed tensor of the region's length, read in place.
     Leaf(usize),
-    /// An output buffer (a stored value of the region), written and read in place.
+    /// An output buffer (a stored value of the region), read in place.
     Out(usize),
     /// No operand.
     None,
 }
 
-/// The elementwise op of an instruction.
+/// Where an instruction writes: a register, or the output buffer of a stored value.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Dst {
+    Reg(usize),
+    Out(usize),
+}
+
+impl Dst {
+    /// The same place, read by a later instruction.
+    fn src(self) -> Src {
+        match self {
+            Dst::Reg(r) => Src::Reg(r),
+            Dst::Out(o) => Src::Out(o),
+        }
+    }
+}
+
+/// The elementwise op of an instruction (`Copy`: a reshape).
 #[derive(Clone, Copy, Debug)]
 enum Op {
     Unary(UnaryOp),
@@ -406,8 +418,7 @@ enum Ref {
 struct Instr {
     op: Op,
     srcs: [Src; 3],
-    /// A register or an output buffer.
-    dst: Src,
+    dst: Dst,
 }
 
 /// A region compiled: instructions in dependency order over registers of [`LANES`] elements.
@@ -453,19 +464,9 @@ impl Region {
                         Repr::Deferred(node) => node.expr().clone(),
                         Repr::Done(_) => None,
                     };
-                    let Some(expr) = expr else {
+                    let Some(Expr { op, args: operands }) = expr else {
                         return Err(OpError::Device("internal: a computed node was entered as deferred".into()));
                     };
-                    let (op, operands) = match &expr {
-                        Expr::Unary(u, x) => (Op::Unary(*u), vec![x.clone()]),
-                        Expr::Binary(b, x, y) => (Op::Binary(*b), vec![x.clone(), y.clone()]),
-                        Expr::Select(m, x, y) => (Op::Select, vec![m.clone(), x.clone(), y.clone()]),
-                        Expr::Combine(h, x, y) => (Op::Combine(*h), vec![x.clone(), y.clone()]),
-                        Expr::Partial(h, side, x, y) => (Op::Partial(*h, *side), vec![x.clone(), y.clone()]),
-                        Expr::UnaryAdjoint(u, x, y, g) => (Op::UnaryAdjoint(*u), vec![x.clone(), y.clone(), g.clone()]),
-                        Expr::Reshape(x) => (Op::Copy, vec![x.clone()]),
-                    };
-                    drop(expr);
                     let inner: Vec<StagedTensor> = operands
                         .iter()
                         .filter(|o| o.numel() == n && o.is_deferred() && !visited.contains(&o.key()))
@@ -551,9 +552,9 @@ impl Region {
         for (i, (op, refs)) in self.ops.iter().enumerate() {
             let dst = if self.stored[i] {
                 stored.push(i);
-                Src::Out(stored.len() - 1)
+                Dst::Out(stored.len() - 1)
             } else {
-                Src::Reg(free.pop().unwrap_or_else(|| {
+                Dst::Reg(free.pop().unwrap_or_else(|| {
                     registers += 1;
                     registers - 1
                 }))
@@ -562,7 +563,7 @@ impl Region {
             let mut srcs = [Src::None; 3];
             for (s, r) in srcs.iter_mut().zip(refs) {
                 *s = match *r {
-                    Ref::Node(j) => dst_of[j],
+                    Ref::Node(j) => dst_of[j].src(),
                     Ref::Leaf(l) => Src::Leaf(l),
                     Ref::Splat(l) => Src::Reg(splat_reg[&l]),
                 };
@@ -571,14 +572,14 @@ impl Region {
             for r in refs {
                 if let Ref::Node(j) = *r
                     && last_use[j] == i
-                    && let Src::Reg(reg) = dst_of[j]
+                    && let Dst::Reg(reg) = dst_of[j]
                     && !free.contains(&reg)
                 {
                     free.push(reg);
                 }
             }
             if last_use[i] == i
-                && let Src::Reg(reg) = dst
+                && let Dst::Reg(reg) = dst
             {
                 free.push(reg);
             }
@@ -668,7 +669,7 @@ impl TensorOps for CpuStaged {
     fn reshape(&self, t: &StagedTensor, shape: &[usize]) -> Result<StagedTensor> {
         same_len("reshape", "element count", t.numel(), shape.iter().product())?;
         if t.is_deferred() {
-            self.defer(shape.to_vec(), t.dtype(), Expr::Reshape(t.clone()))
+            self.defer(shape.to_vec(), t.dtype(), Op::Copy, &[t])
         } else {
             Ok(Self::done(self.cpu.reshape(self.value(t)?, shape)?))
         }
@@ -680,13 +681,13 @@ impl ElementwiseOps for CpuStaged {
         if x.numel() < self.stage_min {
             return Ok(Self::done(self.cpu.unary(op, self.value(x)?)?));
         }
-        self.defer(x.shape().to_vec(), x.dtype(), Expr::Unary(op, x.clone()))
+        self.defer(x.shape().to_vec(), x.dtype(), Op::Unary(op), &[x])
     }
     fn binary(&self, op: BinaryOp, a: &StagedTensor, b: &StagedTensor) -> Result<StagedTensor> {
         if a.numel().max(b.numel()) < self.stage_min {
             return Ok(Self::done(self.cpu.binary(op, self.value(a)?, self.value(b)?)?));
         }
-        self.lazy_binary(a, b, "binary", Expr::Binary(op, a.clone(), b.clone()))
+        self.lazy_binary("binary", Op::Binary(op), a, b)
     }
     fn select(&self, mask: &StagedTensor, a: &StagedTensor, b: &StagedTensor) -> Result<StagedTensor> {
         if mask.numel() < self.stage_min {
@@ -700,7 +701,7 @@ impl ElementwiseOps for CpuStaged {
                 return Err(OpError::Shape { op: "select", detail: format!("mask has {n} elements, {what} {len}") });
             }
         }
-        self.defer(mask.shape().to_vec(), dt, Expr::Select(mask.clone(), a.clone(), b.clone()))
+        self.defer(mask.shape().to_vec(), dt, Op::Select, &[mask, a, b])
     }
     fn index_eq(&self, i: &CpuIndex, value: i64, dtype: DType) -> Result<StagedTensor> {
         Ok(Self::done(self.cpu.index_eq(i, value, dtype)?))
@@ -709,13 +710,13 @@ impl ElementwiseOps for CpuStaged {
         if a.numel().max(b.numel()) < self.stage_min {
             return Ok(Self::done(self.cpu.combine(op, self.value(a)?, self.value(b)?)?));
         }
-        self.lazy_binary(a, b, "combine", Expr::Combine(op, a.clone(), b.clone()))
+        self.lazy_binary("combine", Op::Combine(op), a, b)
     }
     fn combine_partial(&self, op: HistOp, side: Operand, a: &StagedTensor, b: &StagedTensor) -> Result<StagedTensor> {
         if a.numel().max(b.numel()) < self.stage_min {
             return Ok(Self::done(self.cpu.combine_partial(op, side, self.value(a)?, self.value(b)?)?));
         }
-        self.lazy_binary(a, b, "combine_partial", Expr::Partial(op, side, a.clone(), b.clone()))
+        self.lazy_binary("combine_partial", Op::Partial(op, side), a, b)
     }
 }
 
@@ -841,7 +842,7 @@ impl RuleKernels for CpuStaged {
                 detail: format!("x {:?}, y {:?}, adjoint {:?}", x.shape(), y.shape(), g.shape()),
             });
         }
-        self.defer(g.shape().to_vec(), dt, Expr::UnaryAdjoint(op, x.clone(), y.clone(), g.clone())).map(Some)
+        self.defer(g.shape().to_vec(), dt, Op::UnaryAdjoint(op), &[x, y, g]).map(Some)
     }
 
     fn fold_adjoint(
