@@ -789,6 +789,78 @@ KERNEL void linrec_fixup(GLOBAL T *out, GLOBAL const T *carries, GLOBAL const i6
     }
 }
 
+/* ---- ADBench's diagonal LSTM cell (formulas in backends/src/rules/lstm.rs; backends/src/cpu/
+ * lstm.rs performs the same operations in the same order). One work-item per lane j < b; the
+ * state is [h; c] and the parameters [w_f, w_i, w_o, w_c, b_f, b_i, b_o, b_c], rows of b. ---- */
+
+FUNC T sigmoid_of(T v) {
+    if (v >= (T)0) return (T)1 / ((T)1 + exp(-v));
+    T e = exp(v);
+    return e / ((T)1 + e);
+}
+
+/* Lane j's gates f, i, o, z, new cell c' and tanh(c'), in g[0..6]. */
+FUNC void lstm_lane(T *g, GLOBAL const T *x, GLOBAL const T *s, GLOBAL const T *p, i64 b, i64 j) {
+    T xj = x[j], h = s[j];
+    g[0] = sigmoid_of(xj * p[j] + p[4 * b + j]);
+    g[1] = sigmoid_of(h * p[b + j] + p[5 * b + j]);
+    g[2] = sigmoid_of(xj * p[2 * b + j] + p[6 * b + j]);
+    g[3] = tanh(h * p[3 * b + j] + p[7 * b + j]);
+    g[4] = s[b + j] * g[0] + g[1] * g[3];
+    g[5] = tanh(g[4]);
+}
+
+KERNEL void lstm_cell(GLOBAL T *out, GLOBAL const T *x, GLOBAL const T *s, GLOBAL const T *p, i64 b) {
+    i64 j = GID0;
+    if (j >= b) return;
+    T g[6];
+    lstm_lane(g, x, s, p, b, j);
+    out[j] = g[2] * g[5];
+    out[b + j] = g[4];
+}
+
+KERNEL void lstm_cell_vjp(GLOBAL T *gx, GLOBAL T *gs, GLOBAL T *gp, GLOBAL const T *x, GLOBAL const T *s,
+                          GLOBAL const T *p, GLOBAL const T *ga, i64 b) {
+    i64 j = GID0;
+    if (j >= b) return;
+    T g[6];
+    lstm_lane(g, x, s, p, b, j);
+    T xj = x[j], h = s[j], c = s[b + j], gh = ga[j], gc = ga[b + j];
+    T cbar = gc + (gh * g[2]) * ((T)1 - g[5] * g[5]);
+    T af = (cbar * c) * (g[0] * ((T)1 - g[0]));
+    T ai = (cbar * g[3]) * (g[1] * ((T)1 - g[1]));
+    T ao = (gh * g[5]) * (g[2] * ((T)1 - g[2]));
+    T ac = (cbar * g[1]) * ((T)1 - g[3] * g[3]);
+    gx[j] = af * p[j] + ao * p[2 * b + j];
+    gs[j] = ai * p[b + j] + ac * p[3 * b + j];
+    gs[b + j] = cbar * g[0];
+    gp[j] = af * xj;
+    gp[b + j] = ai * h;
+    gp[2 * b + j] = ao * xj;
+    gp[3 * b + j] = ac * h;
+    gp[4 * b + j] = af;
+    gp[5 * b + j] = ai;
+    gp[6 * b + j] = ao;
+    gp[7 * b + j] = ac;
+}
+
+KERNEL void lstm_cell_jvp(GLOBAL T *out, GLOBAL const T *x, GLOBAL const T *s, GLOBAL const T *p,
+                          GLOBAL const T *dx, GLOBAL const T *ds, GLOBAL const T *dp, i64 b) {
+    i64 j = GID0;
+    if (j >= b) return;
+    T g[6];
+    lstm_lane(g, x, s, p, b, j);
+    T xj = x[j], h = s[j], c = s[b + j], dxj = dx[j], dh = ds[j], dc = ds[b + j];
+    T df = ((dxj * p[j] + xj * dp[j]) + dp[4 * b + j]) * (g[0] * ((T)1 - g[0]));
+    T di = ((dh * p[b + j] + h * dp[b + j]) + dp[5 * b + j]) * (g[1] * ((T)1 - g[1]));
+    T dO = ((dxj * p[2 * b + j] + xj * dp[2 * b + j]) + dp[6 * b + j]) * (g[2] * ((T)1 - g[2]));
+    T dz = ((dh * p[3 * b + j] + h * dp[3 * b + j]) + dp[7 * b + j]) * ((T)1 - g[3] * g[3]);
+    T dcn = (dc * g[0] + c * df) + (di * g[3] + g[1] * dz);
+    T dt = dcn * ((T)1 - g[5] * g[5]);
+    out[j] = dO * g[5] + g[2] * dt;
+    out[b + j] = dcn;
+}
+
 /* ---- dense ops (backends/src/cpu/dense.rs is the reference). Broadcasts and sums down to a
  * broadcast shape work on an (O, R, Q) view: O outer kept positions, R broadcast (summed)
  * positions, Q inner kept positions; the host splits other layouts into such views, one

@@ -384,6 +384,27 @@ impl<B: Ops> DenseOps for Forward<B> {
         Ok(self.make(y, dy))
     }
 
+    fn logsumexp_axis(&self, x: &Dual<B>, axis: usize) -> Result<Dual<B>> {
+        let b = &self.inner;
+        let y = b.logsumexp_axis(&x.value, axis)?;
+        let dy = self.dot(x)?.map(|d| rules::dense::logsumexp_jvp(b, &x.value, &y, d, axis)).transpose()?;
+        Ok(self.make(y, dy))
+    }
+
+    fn lstm_cell(&self, x: &Dual<B>, state: &Dual<B>, params: &Dual<B>) -> Result<Dual<B>> {
+        let b = &self.inner;
+        let y = b.lstm_cell(&x.value, &state.value, &params.value)?;
+        let (dx, ds, dp) = (self.dot(x)?, self.dot(state)?, self.dot(params)?);
+        if dx.is_none() && ds.is_none() && dp.is_none() {
+            return Ok(self.make(y, None));
+        }
+        // The fused tangent takes all three; an operand without one contributes zeros.
+        let or_zeros = |d: Option<&B::T>, v: &B::T| d.map_or_else(|| b.zeros_like(v), |d| Ok(d.clone()));
+        let (dx, ds, dp) = (or_zeros(dx, &x.value)?, or_zeros(ds, &state.value)?, or_zeros(dp, &params.value)?);
+        let dy = b.lstm_cell_jvp(&x.value, &state.value, &params.value, &dx, &ds, &dp)?;
+        Ok(self.make(y, Some(dy)))
+    }
+
     fn arg_reduce_axis(&self, ext: Extremum, x: &Dual<B>, axis: usize) -> Result<(Dual<B>, B::I)> {
         let b = &self.inner;
         let (y, winners) = b.arg_reduce_axis(ext, &x.value, axis)?;

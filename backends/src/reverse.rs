@@ -467,6 +467,21 @@ impl<B: Ops> DenseOps for Reverse<B> {
         })
     }
 
+    fn logsumexp_axis(&self, x: &Var<B>, axis: usize) -> Result<Var<B>> {
+        let y = self.inner.logsumexp_axis(&x.value, axis)?;
+        let (xv, yv) = (x.value.clone(), y.clone());
+        self.record(y, &[x], move |b, g| Ok(vec![Some(b.logsumexp_adjoint(&xv, &yv, g, axis)?)]))
+    }
+
+    fn lstm_cell(&self, x: &Var<B>, state: &Var<B>, params: &Var<B>) -> Result<Var<B>> {
+        let y = self.inner.lstm_cell(&x.value, &state.value, &params.value)?;
+        let (xv, sv, pv) = (x.value.clone(), state.value.clone(), params.value.clone());
+        self.record(y, &[x, state, params], move |b, g| {
+            let (gx, gs, gp) = b.lstm_cell_vjp(&xv, &sv, &pv, g)?;
+            Ok(vec![Some(gx), Some(gs), Some(gp)])
+        })
+    }
+
     fn arg_reduce_axis(&self, ext: Extremum, x: &Var<B>, axis: usize) -> Result<(Var<B>, B::I)> {
         let (y, winners) = self.inner.arg_reduce_axis(ext, &x.value, axis)?;
         let (xv, w) = (x.value.clone(), winners.clone());

@@ -831,6 +831,46 @@ fn dense_ops<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
     let ((a, ca), (b, cb)) = (both(&dyadic(6, 1), &[2, 3]), both(&dyadic(8, 1), &[2, 4]));
     cmp(f, &tag("sq_dist bad rows"), d, d.sq_dist(&a, &b), c, c.sq_dist(&ca, &cb), 0.0);
 
+    // The LSTM cell, its adjoints and its tangent (fused kernels or the composed defaults)
+    // against the CPU's, at widths off and on the lane widths; bad shapes fail on both.
+    for b in [1, 5, 14, 33] {
+        let vals = |n: usize, salt: usize| -> Vec<f64> { dyadic(n, salt).iter().map(|v| v * 0.75 - 0.2).collect() };
+        let ((x, cx), (s, cs), (p, cp)) =
+            (both(&vals(b, 13), &[b]), both(&vals(2 * b, 14), &[2, b]), both(&vals(8 * b, 15), &[8, b]));
+        let t = tol(None, dt);
+        cmp(f, &tag(&format!("lstm_cell b={b}")), d, d.lstm_cell(&x, &s, &p), c, c.lstm_cell(&cx, &cs, &cp), t);
+        let (g, cg) = both(&vals(2 * b, 16), &[2, b]);
+        match (d.lstm_cell_vjp(&x, &s, &p, &g), c.lstm_cell_vjp(&cx, &cs, &cp, &cg)) {
+            (Ok((gx, gs, gp)), Ok((wx, ws, wp))) => {
+                for (what, got, want) in [("x", gx, wx), ("state", gs, ws), ("params", gp, wp)] {
+                    cmp(f, &tag(&format!("lstm_cell_vjp b={b} {what}")), d, Ok(got), c, Ok(want), t);
+                }
+            }
+            (got, want) => f.0.push(tag(&format!("lstm_cell_vjp b={b}: {:?} vs {:?}", got.err(), want.err()))),
+        }
+        let ((dx, cdx), (ds, cds), (dp, cdp)) =
+            (both(&vals(b, 17), &[b]), both(&vals(2 * b, 18), &[2, b]), both(&vals(8 * b, 19), &[8, b]));
+        let what = tag(&format!("lstm_cell_jvp b={b}"));
+        cmp(
+            f,
+            &what,
+            d,
+            d.lstm_cell_jvp(&x, &s, &p, &dx, &ds, &dp),
+            c,
+            c.lstm_cell_jvp(&cx, &cs, &cp, &cdx, &cds, &cdp),
+            t,
+        );
+        cmp(
+            f,
+            &tag(&format!("lstm_cell b={b} bad params")),
+            d,
+            d.lstm_cell(&x, &s, &s),
+            c,
+            c.lstm_cell(&cx, &cs, &cs),
+            0.0,
+        );
+    }
+
     // Arg-reductions on every axis: values from a small set (many ties), NaN first in a line,
     // after a number, and whole lines of NaN; long lines cut into blocks.
     let nan_mix = |n: usize, salt: usize| -> Vec<f64> {

@@ -27,6 +27,11 @@
 //!
 //! With c = 1 there is no prediction and f = -0/0 = NaN, as in ADBench.
 //!
+//! Each layer's step is one op, `lstm_cell` (input, state `[h; c]`, the layer's 8 rows of
+//! parameters): the engines record one node with one fused rule per cell instead of seventeen
+//! tiny ops, the LSTM's cost being per-op overhead (`DenseOps::lstm_cell` composes it from the
+//! ops above where a device has no fused kernel).
+//!
 //! Parameters are main (2l rows of 4b: per layer the weight row then the bias row, gates
 //! forget/input/output/change) and extra (in_weight, out_weight, out_bias); the gradient is laid
 //! out as ADBench's: [main (8lb), extra (3b)]. The state and the sequence are constants.
@@ -54,12 +59,15 @@ pub struct LstmInputs<O: Ops> {
     pub main: O::T,
     /// 3b extra parameters, flat.
     pub extra: O::T,
-    /// 2l tensors of b: per layer hidden then cell (constants).
+    /// l tensors of [2, b]: per layer the hidden row then the cell row (constants).
     pub state: Vec<O::T>,
     /// c tensors of b (constants).
     pub sequence: Vec<O::T>,
-    /// Index tensor j selects the j-th run of b values of a flat tensor (j < 8l).
+    /// Index tensor j selects the j-th run of b values of a flat tensor (j < 3: the extra
+    /// parameters' rows; j = 0 also the hidden row of a state).
     rows: Vec<O::I>,
+    /// Index tensor j selects layer j's 8b parameters of main.
+    layers: Vec<O::I>,
 }
 
 /// Puts a problem on the engine's device, rounded to `dtype`.
@@ -72,18 +80,15 @@ pub fn upload<O: Ops>(o: &O, s: &LstmInput, dtype: DType) -> Result<LstmInputs<O
         b,
         main: o.tensor(&s.main_params, &[8 * s.l * b], dtype)?,
         extra: o.tensor(&s.extra_params, &[3 * b], dtype)?,
-        state: s.state.chunks(b).map(row).collect::<Result<_>>()?,
+        state: s.state.chunks(2 * b).map(|v| o.tensor(v, &[2, b], dtype)).collect::<Result<_>>()?,
         sequence: s.sequence.chunks(b).map(row).collect::<Result<_>>()?,
-        rows: (0..8 * s.l)
+        rows: (0..3)
             .map(|j| o.index(&((j * b) as i64..((j + 1) * b) as i64).collect::<Vec<_>>()))
             .collect::<Result<_>>()?,
+        layers: (0..s.l)
+            .map(|j| o.index(&((8 * j * b) as i64..(8 * (j + 1) * b) as i64).collect::<Vec<_>>()))
+            .collect::<Result<_>>()?,
     })
-}
-
-/// One layer's diagonal weights and biases, gates forget/input/output/change.
-struct Layer<T> {
-    w: [T; 4],
-    bias: [T; 4],
 }
 
 impl<O: Ops> LstmInputs<O> {
@@ -93,7 +98,7 @@ impl<O: Ops> LstmInputs<O> {
     }
 
     /// The objective on engine `P` (built over this problem's device, sharing its index tensors)
-    /// with the given parameters, state (2l tensors of b) and sequence (c tensors of b).
+    /// with the given parameters, state (l tensors of [2, b]) and sequence (c tensors of b).
     pub fn objective_on<P: Ops<I = O::I>>(
         &self,
         p: &P,
@@ -106,29 +111,19 @@ impl<O: Ops> LstmInputs<O> {
         let (l, c, b) = (self.l, self.c, self.b);
         let dt = main.dtype();
         let row = |t: &P::T, j: usize| p.gather(t, &self.rows[j], OutOfRange::Error);
-        let layers: Vec<Layer<P::T>> = (0..l)
-            .map(|j| {
-                let w = [row(main, 8 * j)?, row(main, 8 * j + 1)?, row(main, 8 * j + 2)?, row(main, 8 * j + 3)?];
-                let bias = [row(main, 8 * j + 4)?, row(main, 8 * j + 5)?, row(main, 8 * j + 6)?, row(main, 8 * j + 7)?];
-                Ok(Layer { w, bias })
-            })
+        let layers: Vec<P::T> = (0..l)
+            .map(|j| p.reshape(&p.gather(main, &self.layers[j], OutOfRange::Error)?, &[8, b]))
             .collect::<Result<_>>()?;
         let (in_w, out_w, out_b) = (row(extra, 0)?, row(extra, 1)?, row(extra, 2)?);
-        let mut hidden: Vec<P::T> = (0..l).map(|j| state[2 * j].clone()).collect();
-        let mut cell: Vec<P::T> = (0..l).map(|j| state[2 * j + 1].clone()).collect();
+        let mut state: Vec<P::T> = state.to_vec();
         let two = p.scalar(2.0, dt)?;
         let affine = |x: &P::T, w: &P::T, bias: &P::T| p.add(&p.mul(x, w)?, bias);
         let mut total: Option<P::T> = None;
         for t in 0..c.saturating_sub(1) {
             let mut input = p.mul(&sequence[t], &in_w)?;
-            for (j, layer) in layers.iter().enumerate() {
-                let forget = p.unary(UnaryOp::Sigmoid, &affine(&input, &layer.w[0], &layer.bias[0])?)?;
-                let ingate = p.unary(UnaryOp::Sigmoid, &affine(&hidden[j], &layer.w[1], &layer.bias[1])?)?;
-                let outgate = p.unary(UnaryOp::Sigmoid, &affine(&input, &layer.w[2], &layer.bias[2])?)?;
-                let change = p.unary(UnaryOp::Tanh, &affine(&hidden[j], &layer.w[3], &layer.bias[3])?)?;
-                cell[j] = p.add(&p.mul(&cell[j], &forget)?, &p.mul(&ingate, &change)?)?;
-                hidden[j] = p.mul(&outgate, &p.unary(UnaryOp::Tanh, &cell[j])?)?;
-                input = hidden[j].clone();
+            for (j, params) in layers.iter().enumerate() {
+                state[j] = p.lstm_cell(&input, &state[j], params)?;
+                input = row(&state[j], 0)?; // the new hidden row
             }
             let ypred = affine(&input, &out_w, &out_b)?;
             // ADBench's log-sum-exp: log(sum(exp(y)) + 2), no maximum subtracted.

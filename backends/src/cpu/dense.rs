@@ -460,6 +460,34 @@ mod tests {
     }
 }
 
+/// `log(sum(exp(x)))` along the middle axis of the view `(o, r, q)` (`out`: o q values): the
+/// maximum of each line as [`arg_reduce_axis`] finds it, then the line's exponentials summed in
+/// order, as the composed form does (`DenseOps::logsumexp_axis`).
+pub fn logsumexp_axis<T: Elem>(x: &[T], (o, r, q): (usize, usize, usize), out: &mut [T]) {
+    let mut pos = vec![0i64; o * q];
+    arg_reduce_axis(x, (o, r, q), Extremum::Max, out, &mut pos);
+    for a in 0..o {
+        for c in 0..q {
+            let m = out[a * q + c];
+            let s = (0..r).fold(T::zero(), |s, j| s + (x[(a * r + j) * q + c] - m).exp());
+            out[a * q + c] = m + s.ln();
+        }
+    }
+}
+
+/// The adjoint of x for `y = logsumexp_axis(x)` over the view `(o, r, q)`: `g exp(x - y)`, with
+/// y and g one value per line (the composed form's order).
+pub fn logsumexp_adjoint<T: Elem>(x: &[T], y: &[T], g: &[T], (o, r, q): (usize, usize, usize), out: &mut [T]) {
+    for a in 0..o {
+        for j in 0..r {
+            for c in 0..q {
+                let (i, l) = ((a * r + j) * q + c, a * q + c);
+                out[i] = g[l] * (x[i] - y[l]).exp();
+            }
+        }
+    }
+}
+
 /// The CPU device's dense ops (called from `impl DenseOps for Cpu`).
 pub(super) mod device {
     use super::super::{Cpu, CpuElem, CpuIndex, CpuTensor};
@@ -511,6 +539,53 @@ pub(super) mod device {
         let (mut vals, mut pos) = (c.pool().take::<T>(n), c.pool().take::<i64>(n));
         arg_reduce_axis(x.slice::<T>()?, view, ext, &mut vals, &mut pos);
         Ok((c.wrap(vals, shape), c.wrap_index(pos)))
+    }
+
+    fn logsumexp_t<T: CpuElem>(c: &Cpu, x: &CpuTensor, axis: usize) -> Result<CpuTensor> {
+        let view = axis_view("logsumexp_axis", &x.shape, axis)?;
+        if view.1 == 0 {
+            return Err(OpError::Shape { op: "logsumexp_axis", detail: format!("empty axis {axis}") });
+        }
+        let mut shape = x.shape.clone();
+        shape[axis] = 1;
+        let mut out = c.pool().take::<T>(view.0 * view.2);
+        logsumexp_axis(x.slice::<T>()?, view, &mut out);
+        Ok(c.wrap(out, shape))
+    }
+
+    fn logsumexp_adjoint_t<T: CpuElem>(
+        c: &Cpu,
+        x: &CpuTensor,
+        y: &CpuTensor,
+        g: &CpuTensor,
+        axis: usize,
+    ) -> Result<CpuTensor> {
+        let view = axis_view("logsumexp_adjoint", &x.shape, axis)?;
+        let mut line = x.shape.clone();
+        line[axis] = 1;
+        crate::rules::lstm::same_shape("logsumexp_adjoint", "the result", &y.shape, &line)?;
+        crate::rules::lstm::same_shape("logsumexp_adjoint", "the adjoint", &g.shape, &line)?;
+        let mut out = c.pool().take::<T>(x.numel());
+        logsumexp_adjoint(x.slice::<T>()?, y.slice::<T>()?, g.slice::<T>()?, view, &mut out);
+        Ok(c.wrap(out, x.shape.clone()))
+    }
+
+    // Sequential: lines are short and few in the workloads (GMM's n x K), and a fold per line
+    // would need the pool's block split to pay for its handoff.
+    pub fn logsumexp_axis_op(c: &Cpu, x: &CpuTensor, axis: usize) -> Result<CpuTensor> {
+        dispatch(x.dtype(), || logsumexp_t::<f32>(c, x, axis), || logsumexp_t::<f64>(c, x, axis))
+    }
+
+    pub fn logsumexp_adjoint_op(
+        c: &Cpu,
+        x: &CpuTensor,
+        y: &CpuTensor,
+        g: &CpuTensor,
+        axis: usize,
+    ) -> Result<CpuTensor> {
+        let dt = super::super::same_dtype("logsumexp_adjoint", x, y)?;
+        super::super::same_dtype("logsumexp_adjoint", x, g)?;
+        dispatch(dt, || logsumexp_adjoint_t::<f32>(c, x, y, g, axis), || logsumexp_adjoint_t::<f64>(c, x, y, g, axis))
     }
 
     // Each op runs on the device's pool only when its size reaches the threshold its kernel

@@ -6,6 +6,7 @@ mod fold;
 mod hist;
 mod kernels;
 mod lae;
+mod lstm;
 mod pool;
 mod scan;
 mod segments;
@@ -1030,9 +1031,43 @@ impl DenseOps for Cpu {
     fn sq_dist(&self, a: &CpuTensor, c: &CpuTensor) -> Result<CpuTensor> {
         dense::device::sq_dist_op(self, a, c)
     }
+
+    fn logsumexp_axis(&self, x: &CpuTensor, axis: usize) -> Result<CpuTensor> {
+        dense::device::logsumexp_axis_op(self, x, axis)
+    }
+
+    fn lstm_cell(&self, x: &CpuTensor, state: &CpuTensor, params: &CpuTensor) -> Result<CpuTensor> {
+        lstm::device::lstm_cell_op(self, x, state, params)
+    }
 }
 
 impl RuleKernels for Cpu {
+    fn logsumexp_adjoint(&self, x: &CpuTensor, y: &CpuTensor, g: &CpuTensor, axis: usize) -> Result<CpuTensor> {
+        dense::device::logsumexp_adjoint_op(self, x, y, g, axis)
+    }
+
+    fn lstm_cell_vjp(
+        &self,
+        x: &CpuTensor,
+        state: &CpuTensor,
+        params: &CpuTensor,
+        g: &CpuTensor,
+    ) -> Result<(CpuTensor, CpuTensor, CpuTensor)> {
+        lstm::device::lstm_cell_vjp_op(self, x, state, params, g)
+    }
+
+    fn lstm_cell_jvp(
+        &self,
+        x: &CpuTensor,
+        state: &CpuTensor,
+        params: &CpuTensor,
+        dx: &CpuTensor,
+        dstate: &CpuTensor,
+        dparams: &CpuTensor,
+    ) -> Result<CpuTensor> {
+        lstm::device::lstm_cell_jvp_op(self, [x, state, params, dx, dstate, dparams])
+    }
+
     fn unary_adjoint(&self, op: UnaryOp, x: &CpuTensor, y: &CpuTensor, g: &CpuTensor) -> Result<Option<CpuTensor>> {
         if op == UnaryOp::Sign {
             return Ok(None);

@@ -817,6 +817,12 @@ impl DenseOps for CpuStaged {
     fn sq_dist(&self, a: &StagedTensor, c: &StagedTensor) -> Result<StagedTensor> {
         Ok(Self::done(self.cpu.sq_dist(self.value(a)?, self.value(c)?)?))
     }
+    fn logsumexp_axis(&self, x: &StagedTensor, axis: usize) -> Result<StagedTensor> {
+        Ok(Self::done(self.cpu.logsumexp_axis(self.value(x)?, axis)?))
+    }
+    fn lstm_cell(&self, x: &StagedTensor, state: &StagedTensor, params: &StagedTensor) -> Result<StagedTensor> {
+        Ok(Self::done(self.cpu.lstm_cell(self.value(x)?, self.value(state)?, self.value(params)?)?))
+    }
 }
 
 impl RuleKernels for CpuStaged {
@@ -843,6 +849,42 @@ impl RuleKernels for CpuStaged {
             });
         }
         self.defer(g.shape().to_vec(), dt, Op::UnaryAdjoint(op), &[x, y, g]).map(Some)
+    }
+
+    fn logsumexp_adjoint(
+        &self,
+        x: &StagedTensor,
+        y: &StagedTensor,
+        g: &StagedTensor,
+        axis: usize,
+    ) -> Result<StagedTensor> {
+        let (x, y, g) = (self.value(x)?, self.value(y)?, self.value(g)?);
+        Ok(Self::done(self.cpu.logsumexp_adjoint(x, y, g, axis)?))
+    }
+
+    fn lstm_cell_vjp(
+        &self,
+        x: &StagedTensor,
+        state: &StagedTensor,
+        params: &StagedTensor,
+        g: &StagedTensor,
+    ) -> Result<(StagedTensor, StagedTensor, StagedTensor)> {
+        let (x, s, p, g) = (self.value(x)?, self.value(state)?, self.value(params)?, self.value(g)?);
+        let (gx, gs, gp) = self.cpu.lstm_cell_vjp(x, s, p, g)?;
+        Ok((Self::done(gx), Self::done(gs), Self::done(gp)))
+    }
+
+    fn lstm_cell_jvp(
+        &self,
+        x: &StagedTensor,
+        state: &StagedTensor,
+        params: &StagedTensor,
+        dx: &StagedTensor,
+        dstate: &StagedTensor,
+        dparams: &StagedTensor,
+    ) -> Result<StagedTensor> {
+        let [x, s, p, dx, ds, dp] = [x, state, params, dx, dstate, dparams].map(|t| self.value(t));
+        Ok(Self::done(self.cpu.lstm_cell_jvp(x?, s?, p?, dx?, ds?, dp?)?))
     }
 
     fn fold_adjoint(

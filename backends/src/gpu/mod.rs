@@ -1320,7 +1320,35 @@ impl<R: KernelRuntime> ScanOps for KernelDevice<R> {
     }
 }
 
+impl<R: KernelRuntime> KernelDevice<R> {
+    /// Checks an LSTM cell's operands (and tangents or adjoints, each with its operand's shape,
+    /// `[2, b]` for an adjoint of the result) and returns their dtype and width.
+    fn lstm_operands(&self, op: &'static str, t: &[&GpuTensor<R>]) -> Result<(DType, usize)> {
+        let b = crate::rules::lstm::lstm_cell_width(op, &t[0].shape, &t[1].shape, &t[2].shape)?;
+        let dt = t[0].dtype;
+        for (j, u) in t.iter().enumerate().skip(1) {
+            same_dtype(op, t[0], *u)?;
+            let want: &[usize] = match j % 3 {
+                0 => &[b],
+                1 => &[2, b],
+                _ => &[8, b],
+            };
+            crate::rules::lstm::same_shape(op, "a tangent or adjoint", &u.shape, want)?;
+        }
+        self.rt.check_dtype(dt)?;
+        Ok((dt, b))
+    }
+}
+
 impl<R: KernelRuntime> DenseOps for KernelDevice<R> {
+    fn lstm_cell(&self, x: &GpuTensor<R>, state: &GpuTensor<R>, params: &GpuTensor<R>) -> Result<GpuTensor<R>> {
+        let (dt, b) = self.lstm_operands("lstm_cell", &[x, state, params])?;
+        let (out, shape) = self.new_tensor(vec![2, b], dt)?;
+        let args = [Arg::Buf(&out), Arg::Buf(&x.buf), Arg::Buf(&state.buf), Arg::Buf(&params.buf), Arg::I64(b as i64)];
+        self.launch(dt, ADD, "lstm_cell", b, &args)?;
+        Ok(self.wrap(out, shape, dt))
+    }
+
     fn broadcast_to(&self, x: &GpuTensor<R>, shape: &[usize]) -> Result<GpuTensor<R>> {
         let rs = shape::runs("broadcast_to", &x.shape, shape)?;
         let dt = x.dtype;
@@ -1465,6 +1493,56 @@ impl<R: KernelRuntime> DenseOps for KernelDevice<R> {
 }
 
 impl<R: KernelRuntime> RuleKernels for KernelDevice<R> {
+    fn lstm_cell_vjp(
+        &self,
+        x: &GpuTensor<R>,
+        state: &GpuTensor<R>,
+        params: &GpuTensor<R>,
+        g: &GpuTensor<R>,
+    ) -> Result<(GpuTensor<R>, GpuTensor<R>, GpuTensor<R>)> {
+        // g has the state's shape: it sits where the state's tangent would.
+        let (dt, b) = self.lstm_operands("lstm_cell_vjp", &[x, state, params, x, g])?;
+        let ((gx, sx), (gs, ss), (gp, sp)) =
+            (self.new_tensor(vec![b], dt)?, self.new_tensor(vec![2, b], dt)?, self.new_tensor(vec![8, b], dt)?);
+        let args = [
+            Arg::Buf(&gx),
+            Arg::Buf(&gs),
+            Arg::Buf(&gp),
+            Arg::Buf(&x.buf),
+            Arg::Buf(&state.buf),
+            Arg::Buf(&params.buf),
+            Arg::Buf(&g.buf),
+            Arg::I64(b as i64),
+        ];
+        self.launch(dt, ADD, "lstm_cell_vjp", b, &args)?;
+        Ok((self.wrap(gx, sx, dt), self.wrap(gs, ss, dt), self.wrap(gp, sp, dt)))
+    }
+
+    fn lstm_cell_jvp(
+        &self,
+        x: &GpuTensor<R>,
+        state: &GpuTensor<R>,
+        params: &GpuTensor<R>,
+        dx: &GpuTensor<R>,
+        dstate: &GpuTensor<R>,
+        dparams: &GpuTensor<R>,
+    ) -> Result<GpuTensor<R>> {
+        let (dt, b) = self.lstm_operands("lstm_cell_jvp", &[x, state, params, dx, dstate, dparams])?;
+        let (out, shape) = self.new_tensor(vec![2, b], dt)?;
+        let args = [
+            Arg::Buf(&out),
+            Arg::Buf(&x.buf),
+            Arg::Buf(&state.buf),
+            Arg::Buf(&params.buf),
+            Arg::Buf(&dx.buf),
+            Arg::Buf(&dstate.buf),
+            Arg::Buf(&dparams.buf),
+            Arg::I64(b as i64),
+        ];
+        self.launch(dt, ADD, "lstm_cell_jvp", b, &args)?;
+        Ok(self.wrap(out, shape, dt))
+    }
+
     fn fold_adjoint(
         &self,
         op: HistOp,

@@ -1,11 +1,11 @@
 //! Dense ops (k-means, GMM, LSTM, BA): broadcasting, sums to a shape, matrix products and
 //! arg-reductions along an axis. Rules in `rules/dense.rs`.
 
-use super::{BinaryOp, ElementwiseOps, Extremum, TensorMeta, UnaryOp};
+use super::{BinaryOp, ElementwiseOps, Extremum, IndexOps, TensorMeta, UnaryOp};
 use crate::Result;
 
 /// Dense ops, with the axis conveniences workloads use as provided methods.
-pub trait DenseOps: ElementwiseOps {
+pub trait DenseOps: ElementwiseOps + IndexOps {
     // Shapes broadcast as in numpy (trailing alignment; a dimension of 1 stretches). Each op has
     // rules in `rules/dense.rs`. There are no default bodies: a host fallback would hide a read
     // back and an upload inside every timed region, so every device implements these with its
@@ -63,10 +63,30 @@ pub trait DenseOps: ElementwiseOps {
         self.broadcast_binary(BinaryOp::Add, &self.broadcast_binary(BinaryOp::Add, &an, &cn)?, &ac)
     }
     /// `log(sum(exp(x)))` along `axis` (kept with length 1), with the maximum subtracted first so
-    /// that nothing overflows: `m + log(sum(exp(x - m)))`.
+    /// that nothing overflows: `m + log(sum(exp(x - m)))`. One primitive with one rule
+    /// (`rules/dense.rs`: the adjoint is `g exp(x - y)`, the softmax times the adjoint), so the
+    /// engines never record the maximum, the shifted copy and its exponentials. Composed here
+    /// from the ops above; a device may fuse it into one pass per line, with the same
+    /// operations in the same order.
     fn logsumexp_axis(&self, x: &Self::T, axis: usize) -> Result<Self::T> {
-        let m = self.max_axis(x, axis)?;
-        let e = self.unary(UnaryOp::Exp, &self.broadcast_binary(BinaryOp::Sub, x, &m)?)?;
-        self.add(&m, &self.unary(UnaryOp::Log, &self.sum_axis(&e, axis)?)?)
+        crate::rules::dense::logsumexp_composed(self, x, axis)
+    }
+    /// One step of ADBench's diagonal LSTM cell (the `lstm` workload's layer): `x` is the
+    /// layer's input `[b]`, `state` its hidden then cell row `[2, b]`, `params` its weights then
+    /// biases `[8, b]` (rows: the forget, input and output gates and the change, then their
+    /// biases in the same order). Returns the new state `[2, b]`:
+    ///
+    /// ```text
+    /// forget = sigmoid(x * w_f + b_f)      ingate = sigmoid(h * w_i + b_i)
+    /// outgate = sigmoid(x * w_o + b_o)     change = tanh(h * w_c + b_c)
+    /// c' = c * forget + ingate * change    h' = outgate * tanh(c')
+    /// ```
+    ///
+    /// One primitive with one rule (`rules/lstm.rs`): the engines record one node per cell
+    /// instead of seventeen, the LSTM being a long chain of tiny ops whose cost is the per-op
+    /// overhead. Composed here from gathers, elementwise ops and scatters; a device may fuse it
+    /// into one pass, with the same operations in the same order.
+    fn lstm_cell(&self, x: &Self::T, state: &Self::T, params: &Self::T) -> Result<Self::T> {
+        crate::rules::lstm::lstm_cell_composed(self, x, state, params)
     }
 }

@@ -10,7 +10,7 @@
 //! exception: it stays composed from the decorator's own elementwise ops, so that
 //! forward-over-reverse differentiates through it (Hessian-vector products of unary ops).
 
-use super::{ElementwiseOps, HistOp, IndexOps, Ops, ScanOps, TensorOps, UnaryOp};
+use super::{DenseOps, HistOp, IndexOps, Ops, ScanOps, TensorOps, UnaryOp};
 use crate::Result;
 
 /// The forward sweep of the sort-free ("chunked") general histogram rule: the input is cut into
@@ -42,13 +42,51 @@ impl<T> ChunkedHist<T> {
 
 /// The fused kernels of the derivative rules. Each takes primal values and computes part of a
 /// derivative in one pass; the rules in `rules/` say which rule calls which kernel.
-pub trait RuleKernels: ElementwiseOps + IndexOps + ScanOps {
+pub trait RuleKernels: DenseOps + ScanOps {
     /// The adjoint of x for y = op(x): `g * op'(x)` elementwise (None where it is identically
     /// zero, for `sign`). `x`, `y` and `g` have one shape. Composed from other ops by default,
     /// so engines over any device stay differentiable through it (nesting); a device may
     /// override it with one fused kernel that performs the same arithmetic in the same order.
     fn unary_adjoint(&self, op: UnaryOp, x: &Self::T, y: &Self::T, g: &Self::T) -> Result<Option<Self::T>> {
         crate::rules::elementwise::unary_vjp_composed(self, op, x, y, g)
+    }
+
+    /// The adjoint of `x` for `y = logsumexp_axis(x, axis)` and the adjoint `g` of y (y and g
+    /// have x's shape with `axis` of length 1): `g exp(x - y)`, g broadcast along the axis.
+    /// Composed from other ops by default (and kept so by the AD engines, which differentiate
+    /// through it); a device may fuse it, with the same operations in the same order.
+    fn logsumexp_adjoint(&self, x: &Self::T, y: &Self::T, g: &Self::T, axis: usize) -> Result<Self::T> {
+        crate::rules::dense::logsumexp_vjp_composed(self, x, y, g, axis)
+    }
+
+    /// The adjoints `(x_bar, state_bar, params_bar)` of `y = lstm_cell(x, state, params)` for the
+    /// adjoint `g` (`[2, b]`) of the new state (formulas in `rules/lstm.rs`). Composed from
+    /// other ops by default (and kept so by the AD engines, so that forward-over-reverse
+    /// differentiates through it); a device may fuse it, with the same operations in the same
+    /// order.
+    fn lstm_cell_vjp(
+        &self,
+        x: &Self::T,
+        state: &Self::T,
+        params: &Self::T,
+        g: &Self::T,
+    ) -> Result<(Self::T, Self::T, Self::T)> {
+        crate::rules::lstm::lstm_cell_vjp_composed(self, x, state, params, g)
+    }
+
+    /// The tangent of `y = lstm_cell(x, state, params)` for tangents of all three operands (zeros
+    /// where an operand has none). Composed by default, as [`RuleKernels::lstm_cell_vjp`].
+    #[allow(clippy::too_many_arguments)]
+    fn lstm_cell_jvp(
+        &self,
+        x: &Self::T,
+        state: &Self::T,
+        params: &Self::T,
+        dx: &Self::T,
+        dstate: &Self::T,
+        dparams: &Self::T,
+    ) -> Result<Self::T> {
+        crate::rules::lstm::lstm_cell_jvp_composed(self, x, state, params, dx, dstate, dparams)
     }
 
     /// Elementwise `d2(l, a) * d1(l op a, r) * g`, and 0 where `g == 0`: the adjoint of element
@@ -133,10 +171,13 @@ pub trait Decorator: TensorOps {
     fn constant(&self, value: <Self::Inner as TensorOps>::T) -> Self::T;
 }
 
-/// Every decorator's rule kernels: the inner engine's kernels on untracked inputs.
+/// Every decorator's rule kernels: the inner engine's kernels on untracked inputs, except the
+/// adjoints and tangents of the high-level primitives (`unary_adjoint`, `logsumexp_adjoint`,
+/// `lstm_cell_vjp`, `lstm_cell_jvp`), which keep their composed defaults so that an outer engine
+/// differentiates through them.
 impl<E> RuleKernels for E
 where
-    E: Decorator + ElementwiseOps + IndexOps + ScanOps,
+    E: Decorator + DenseOps + IndexOps + ScanOps,
     E::Inner: TensorOps<I = <E as TensorOps>::I>,
 {
     fn unary_adjoint(&self, op: UnaryOp, x: &Self::T, y: &Self::T, g: &Self::T) -> Result<Option<Self::T>> {

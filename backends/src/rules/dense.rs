@@ -5,7 +5,7 @@
 //! Squared distances between rows have their own rule (their adjoints and tangent are matrix
 //! products with row and column sums), so no engine records the expanded form.
 
-use crate::ops::{BinaryOp, OutOfRange, TensorMeta};
+use crate::ops::{BinaryOp, DenseOps, OutOfRange, TensorMeta, UnaryOp};
 use crate::{Ops, Result};
 
 /// Adjoint of `x` (of shape `x_shape`) for `y = broadcast_to(x, ..)`.
@@ -72,6 +72,32 @@ pub fn matmul_jvp<B: Ops>(
         (Some(x), Some(z)) => Some(b.add(&x, &z)?),
         (x, z) => x.or(z),
     })
+}
+
+/// [`DenseOps::logsumexp_axis`] composed from other ops: `m + log(sum(exp(x - m)))` with m the
+/// maximum along the axis. A fused kernel keeps this order.
+pub fn logsumexp_composed<B: DenseOps>(b: &B, x: &B::T, axis: usize) -> Result<B::T> {
+    let m = b.max_axis(x, axis)?;
+    let e = b.unary(UnaryOp::Exp, &b.broadcast_binary(BinaryOp::Sub, x, &m)?)?;
+    b.add(&m, &b.unary(UnaryOp::Log, &b.sum_axis(&e, axis)?)?)
+}
+
+/// Adjoint of `x` for `y = logsumexp_axis(x, axis)`, composed: `g exp(x - y)` (the softmax along
+/// the axis times the adjoint broadcast along it). A fused kernel keeps this order.
+pub fn logsumexp_vjp_composed<B: DenseOps>(b: &B, x: &B::T, y: &B::T, g: &B::T, axis: usize) -> Result<B::T> {
+    crate::shape::axis_view("logsumexp_adjoint", x.shape(), axis)?;
+    let mut want = x.shape().to_vec();
+    want[axis] = 1;
+    crate::rules::lstm::same_shape("logsumexp_adjoint", "the result", y.shape(), &want)?;
+    crate::rules::lstm::same_shape("logsumexp_adjoint", "the adjoint", g.shape(), &want)?;
+    let softmax = b.unary(UnaryOp::Exp, &b.broadcast_binary(BinaryOp::Sub, x, y)?)?;
+    b.mul(&b.broadcast_to(g, x.shape())?, &softmax)
+}
+
+/// Tangent of `y = logsumexp_axis(x, axis)`: the sum along the axis of `exp(x - y) dx`.
+pub fn logsumexp_jvp<B: Ops>(b: &B, x: &B::T, y: &B::T, dx: &B::T, axis: usize) -> Result<B::T> {
+    let softmax = b.unary(UnaryOp::Exp, &b.broadcast_binary(BinaryOp::Sub, x, y)?)?;
+    b.sum_axis(&b.mul(&softmax, dx)?, axis)
 }
 
 /// Adjoints of `a` (n x d) and `c` (k x d) for `y = sq_dist(a, c)`, only for the operands that
@@ -240,6 +266,51 @@ mod tests {
         assert_eq!(m.shape(), &[2, 1]);
         let g = r.backward(&m, c.tensor(&[10.0, 20.0], &[2, 1], DType::F64).unwrap()).unwrap();
         assert_eq!(c.to_vec(g.get(&x).unwrap()).unwrap(), vec![0.0, 10.0, 0.0, 20.0, 0.0, 0.0]);
+    }
+
+    #[test]
+    fn fused_logsumexp_and_its_adjoint_equal_the_composed_forms() {
+        // The CPU fuses both into one pass per line with the composed order of operations, so
+        // they agree bit for bit: along either axis, with a large line (shifted), a line of
+        // -inf but one, and NaN in a line (it never wins the maximum).
+        let c = Cpu::new(Some(1)).unwrap();
+        let mut v: Vec<f64> = (0..15).map(|i| ((i * 7) % 11) as f64 * 0.37 - 1.4).collect();
+        v[5..10].copy_from_slice(&[700.0, 710.5, 699.0, 705.25, 702.0]);
+        v[10..15].copy_from_slice(&[f64::NEG_INFINITY, f64::NEG_INFINITY, 0.5, f64::NEG_INFINITY, f64::NEG_INFINITY]);
+        v[2] = f64::NAN;
+        let x = c.tensor(&v, &[3, 5], DType::F64).unwrap();
+        for axis in 0..2 {
+            let fused = c.logsumexp_axis(&x, axis).unwrap();
+            let composed = super::logsumexp_composed(&c, &x, axis).unwrap();
+            let (a, b) = (c.to_vec(&fused).unwrap(), c.to_vec(&composed).unwrap());
+            assert_eq!(fused.shape(), composed.shape());
+            assert_eq!(
+                a.iter().map(|z| z.to_bits()).collect::<Vec<_>>(),
+                b.iter().map(|z| z.to_bits()).collect::<Vec<_>>(),
+                "axis {axis}: {a:?} vs {b:?}"
+            );
+            let g =
+                c.tensor(&(0..a.len()).map(|i| 0.5 + i as f64).collect::<Vec<_>>(), fused.shape(), DType::F64).unwrap();
+            let fa = c.to_vec(&c.logsumexp_adjoint(&x, &fused, &g, axis).unwrap()).unwrap();
+            let ca = c.to_vec(&super::logsumexp_vjp_composed(&c, &x, &fused, &g, axis).unwrap()).unwrap();
+            assert_eq!(
+                fa.iter().map(|z| z.to_bits()).collect::<Vec<_>>(),
+                ca.iter().map(|z| z.to_bits()).collect::<Vec<_>>(),
+                "axis {axis}"
+            );
+        }
+        // Row 1 (axis 1): its softmax sums to one and its maximum has the largest share.
+        let y = c.logsumexp_axis(&x, 1).unwrap();
+        let ones = c.full(&[3, 1], 1.0, DType::F64).unwrap();
+        let p = c.to_vec(&c.logsumexp_adjoint(&x, &y, &ones, 1).unwrap()).unwrap();
+        assert!((p[5..10].iter().sum::<f64>() - 1.0).abs() < 1e-12, "{:?}", &p[5..10]);
+        assert!(p[6] > 0.99 && p[6] < 1.0, "{}", p[6]);
+        assert_eq!(p[10..15], [0.0, 0.0, 1.0, 0.0, 0.0]);
+        // Mismatched shapes are errors naming the op.
+        let bad = c.full(&[3, 5], 1.0, DType::F64).unwrap();
+        let e = c.logsumexp_adjoint(&x, &bad, &ones, 1).unwrap_err().to_string();
+        assert!(e.contains("logsumexp_adjoint"), "{e}");
+        assert!(c.logsumexp_axis(&c.full(&[2, 0], 1.0, DType::F64).unwrap(), 1).is_err());
     }
 
     #[test]

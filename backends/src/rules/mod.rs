@@ -7,5 +7,6 @@ pub mod dense;
 pub mod elementwise;
 pub mod hist;
 pub mod indexing;
+pub mod lstm;
 pub mod reduce;
 pub mod scan;

@@ -1,0 +1,170 @@
+//! The CPU's fused LSTM cell: the primal, its adjoints and its tangent, each one pass over the
+//! cell's `b` lanes (the formulas and their order of operations are `rules/lstm.rs`'s, so the
+//! fused and composed forms round alike). Slices are laid out as the op's operands: state
+//! `[h, c]`, params `[w_f, w_i, w_o, w_c, b_f, b_i, b_o, b_c]`, each row `b` long.
+
+use super::kernels::unary;
+use crate::{Elem, UnaryOp};
+
+/// The gates and the new cell of one lane.
+struct Lane<T> {
+    f: T,
+    i: T,
+    o: T,
+    z: T,
+    c_new: T,
+    t: T,
+}
+
+#[inline]
+fn lane<T: Elem>(x: &[T], s: &[T], p: &[T], b: usize, j: usize) -> Lane<T> {
+    let (h, c) = (s[j], s[b + j]);
+    let gate = |u: UnaryOp, input: T, g: usize| unary(u, input * p[g * b + j] + p[(4 + g) * b + j]);
+    let f = gate(UnaryOp::Sigmoid, x[j], 0);
+    let i = gate(UnaryOp::Sigmoid, h, 1);
+    let o = gate(UnaryOp::Sigmoid, x[j], 2);
+    let z = gate(UnaryOp::Tanh, h, 3);
+    let c_new = c * f + i * z;
+    Lane { f, i, o, z, c_new, t: unary(UnaryOp::Tanh, c_new) }
+}
+
+#[inline]
+fn tanh_slope<T: Elem>(y: T) -> T {
+    T::one() - y * y
+}
+
+#[inline]
+fn sigmoid_slope<T: Elem>(y: T) -> T {
+    y * (T::one() - y)
+}
+
+/// The new state `[h', c']` (`out`: 2b).
+pub fn cell<T: Elem>(x: &[T], s: &[T], p: &[T], out: &mut [T]) {
+    let b = x.len();
+    for j in 0..b {
+        let l = lane(x, s, p, b, j);
+        out[j] = l.o * l.t;
+        out[b + j] = l.c_new;
+    }
+}
+
+/// The adjoints of the input (b), the state (2b) and the parameters (8b) for the adjoint `g`
+/// (2b) of the new state.
+pub fn cell_vjp<T: Elem>(x: &[T], s: &[T], p: &[T], g: &[T], gx: &mut [T], gs: &mut [T], gp: &mut [T]) {
+    let b = x.len();
+    for j in 0..b {
+        let l = lane(x, s, p, b, j);
+        let (h, c, gh, gc) = (s[j], s[b + j], g[j], g[b + j]);
+        let cbar = gc + (gh * l.o) * tanh_slope(l.t);
+        let af = (cbar * c) * sigmoid_slope(l.f);
+        let ai = (cbar * l.z) * sigmoid_slope(l.i);
+        let ao = (gh * l.t) * sigmoid_slope(l.o);
+        let ac = (cbar * l.i) * tanh_slope(l.z);
+        gx[j] = af * p[j] + ao * p[2 * b + j];
+        gs[j] = ai * p[b + j] + ac * p[3 * b + j];
+        gs[b + j] = cbar * l.f;
+        for (r, v) in [af * x[j], ai * h, ao * x[j], ac * h, af, ai, ao, ac].into_iter().enumerate() {
+            gp[r * b + j] = v;
+        }
+    }
+}
+
+/// The tangent (2b) of the new state for tangents of the input (b), state (2b) and parameters
+/// (8b).
+pub fn cell_jvp<T: Elem>(x: &[T], s: &[T], p: &[T], dx: &[T], ds: &[T], dp: &[T], out: &mut [T]) {
+    let b = x.len();
+    for j in 0..b {
+        let l = lane(x, s, p, b, j);
+        let (h, c, dh, dc) = (s[j], s[b + j], ds[j], ds[b + j]);
+        let pre = |input: T, dinput: T, g: usize| (dinput * p[g * b + j] + input * dp[g * b + j]) + dp[(4 + g) * b + j];
+        let df = pre(x[j], dx[j], 0) * sigmoid_slope(l.f);
+        let di = pre(h, dh, 1) * sigmoid_slope(l.i);
+        let d_o = pre(x[j], dx[j], 2) * sigmoid_slope(l.o);
+        let dz = pre(h, dh, 3) * tanh_slope(l.z);
+        let dc_new = (dc * l.f + c * df) + (di * l.z + l.i * dz);
+        let dt = dc_new * tanh_slope(l.t);
+        out[j] = d_o * l.t + l.o * dt;
+        out[b + j] = dc_new;
+    }
+}
+
+/// The CPU device's LSTM-cell ops (called from its `DenseOps` and `RuleKernels`).
+pub(super) mod device {
+    use super::super::{Cpu, CpuElem, CpuTensor};
+    use crate::checks::same_dtype;
+    use crate::rules::lstm::{lstm_cell_width, same_shape};
+    use crate::{DType, Result};
+
+    fn width(op: &'static str, x: &CpuTensor, s: &CpuTensor, p: &CpuTensor) -> Result<(DType, usize)> {
+        let b = lstm_cell_width(op, &x.shape, &s.shape, &p.shape)?;
+        same_dtype(op, x, s)?;
+        Ok((same_dtype(op, x, p)?, b))
+    }
+
+    fn cell_t<T: CpuElem>(c: &Cpu, x: &CpuTensor, s: &CpuTensor, p: &CpuTensor, b: usize) -> Result<CpuTensor> {
+        let mut out = c.pool().take::<T>(2 * b);
+        super::cell(x.slice::<T>()?, s.slice::<T>()?, p.slice::<T>()?, &mut out);
+        Ok(c.wrap(out, vec![2, b]))
+    }
+
+    pub fn lstm_cell_op(c: &Cpu, x: &CpuTensor, s: &CpuTensor, p: &CpuTensor) -> Result<CpuTensor> {
+        let (dt, b) = width("lstm_cell", x, s, p)?;
+        match dt {
+            DType::F32 => cell_t::<f32>(c, x, s, p, b),
+            DType::F64 => cell_t::<f64>(c, x, s, p, b),
+        }
+    }
+
+    type Adjoints = (CpuTensor, CpuTensor, CpuTensor);
+
+    fn vjp_t<T: CpuElem>(
+        c: &Cpu,
+        x: &CpuTensor,
+        s: &CpuTensor,
+        p: &CpuTensor,
+        g: &CpuTensor,
+        b: usize,
+    ) -> Result<Adjoints> {
+        let (mut gx, mut gs, mut gp) = (c.pool().take::<T>(b), c.pool().take::<T>(2 * b), c.pool().take::<T>(8 * b));
+        let (xs, ss, ps, gv) = (x.slice::<T>()?, s.slice::<T>()?, p.slice::<T>()?, g.slice::<T>()?);
+        super::cell_vjp(xs, ss, ps, gv, &mut gx, &mut gs, &mut gp);
+        Ok((c.wrap(gx, vec![b]), c.wrap(gs, vec![2, b]), c.wrap(gp, vec![8, b])))
+    }
+
+    pub fn lstm_cell_vjp_op(c: &Cpu, x: &CpuTensor, s: &CpuTensor, p: &CpuTensor, g: &CpuTensor) -> Result<Adjoints> {
+        let (dt, b) = width("lstm_cell_vjp", x, s, p)?;
+        same_dtype("lstm_cell_vjp", x, g)?;
+        same_shape("lstm_cell_vjp", "the adjoint", &g.shape, &[2, b])?;
+        match dt {
+            DType::F32 => vjp_t::<f32>(c, x, s, p, g, b),
+            DType::F64 => vjp_t::<f64>(c, x, s, p, g, b),
+        }
+    }
+
+    /// The operands and their tangents, in the op's order.
+    pub type Duals<'a> = [&'a CpuTensor; 6];
+
+    fn jvp_t<T: CpuElem>(c: &Cpu, [x, s, p, dx, ds, dp]: Duals, b: usize) -> Result<CpuTensor> {
+        let mut out = c.pool().take::<T>(2 * b);
+        let (xs, ss, ps) = (x.slice::<T>()?, s.slice::<T>()?, p.slice::<T>()?);
+        super::cell_jvp(xs, ss, ps, dx.slice::<T>()?, ds.slice::<T>()?, dp.slice::<T>()?, &mut out);
+        Ok(c.wrap(out, vec![2, b]))
+    }
+
+    pub fn lstm_cell_jvp_op(c: &Cpu, duals: Duals) -> Result<CpuTensor> {
+        let [x, s, p, dx, ds, dp] = duals;
+        let (dt, b) = width("lstm_cell_jvp", x, s, p)?;
+        for (what, t, shape) in [
+            ("the input's tangent", dx, &[b][..]),
+            ("the state's tangent", ds, &[2, b][..]),
+            ("the parameters' tangent", dp, &[8, b][..]),
+        ] {
+            same_dtype("lstm_cell_jvp", x, t)?;
+            same_shape("lstm_cell_jvp", what, &t.shape, shape)?;
+        }
+        match dt {
+            DType::F32 => jvp_t::<f32>(c, duals, b),
+            DType::F64 => jvp_t::<f64>(c, duals, b),
+        }
+    }
+}

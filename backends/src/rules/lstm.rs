@@ -1,0 +1,327 @@
+//! The LSTM cell ([`crate::ops::DenseOps::lstm_cell`]): its shape check, its composition from
+//! other ops (what a device without a fused kernel runs), and its two rule kernels composed the
+//! same way ([`crate::ops::RuleKernels::lstm_cell_vjp`] and `lstm_cell_jvp`).
+//!
+//! With `a_f = x w_f + b_f`, `a_i = h w_i + b_i`, `a_o = x w_o + b_o`, `a_c = h w_c + b_c`,
+//! `f = sigmoid(a_f)`, `i = sigmoid(a_i)`, `o = sigmoid(a_o)`, `z = tanh(a_c)`,
+//! `c' = c f + i z`, `t = tanh(c')` and `h' = o t`, the adjoints for `(h'_bar, c'_bar)` are
+//!
+//! ```text
+//! cbar  = c'_bar + (h'_bar o) (1 - t^2)          (all of c' flows through here)
+//! af_bar = (cbar c) f (1 - f)     ai_bar = (cbar z) i (1 - i)
+//! ao_bar = (h'_bar t) o (1 - o)   ac_bar = (cbar i) (1 - z^2)
+//! x_bar = af_bar w_f + ao_bar w_o     h_bar = ai_bar w_i + ac_bar w_c     c_bar = cbar f
+//! w_bar = [af_bar x, ai_bar h, ao_bar x, ac_bar h]      b_bar = [af_bar, ai_bar, ao_bar, ac_bar]
+//! ```
+//!
+//! and the tangent is the same chain forwards (`dc' = (dc f + c df) + (di z + i dz)`,
+//! `dh' = do t + o (1 - t^2) dc'`). The CPU's fused kernels (`cpu/lstm.rs`) perform these
+//! operations in this order, so the fused and composed forms round alike.
+
+use crate::ops::{DenseOps, OutOfRange, TensorMeta, UnaryOp};
+use crate::{OpError, Result};
+
+/// The width `b` of an LSTM cell's operands: `x` `[b]`, `state` `[2, b]`, `params` `[8, b]`
+/// (and a tangent or adjoint has its operand's shape).
+pub fn lstm_cell_width(op: &'static str, x: &[usize], state: &[usize], params: &[usize]) -> Result<usize> {
+    match (x, state, params) {
+        (&[b], &[2, bs], &[8, bp]) if bs == b && bp == b => Ok(b),
+        _ => Err(OpError::Shape {
+            op,
+            detail: format!("input {x:?}, state {state:?} and params {params:?}: expected [b], [2, b] and [8, b]"),
+        }),
+    }
+}
+
+/// Checks that `t` (a tangent or adjoint) has the shape of the operand it goes with.
+pub fn same_shape(op: &'static str, what: &str, t: &[usize], want: &[usize]) -> Result<()> {
+    if t == want {
+        Ok(())
+    } else {
+        Err(OpError::Shape { op, detail: format!("{what} has shape {t:?}, expected {want:?}") })
+    }
+}
+
+/// The `n` rows of `b` of a tensor with `n b` elements, as tensors of `[b]`.
+fn rows<B: DenseOps>(o: &B, t: &B::T, n: usize, b: usize) -> Result<Vec<B::T>> {
+    let flat = o.reshape(t, &[n * b])?;
+    (0..n)
+        .map(|j| {
+            o.gather(&flat, &o.index(&((j * b) as i64..((j + 1) * b) as i64).collect::<Vec<_>>())?, OutOfRange::Error)
+        })
+        .collect()
+}
+
+/// The rows (each `[b]`) stacked into one tensor of shape `[rows.len(), b]`.
+fn stack<B: DenseOps>(o: &B, rows: &[B::T], b: usize) -> Result<B::T> {
+    let n = rows.len();
+    let dt = rows.first().map_or(crate::DType::F64, |r| r.dtype());
+    let mut out = o.full(&[n * b], 0.0, dt)?;
+    for (j, r) in rows.iter().enumerate() {
+        out = o.scatter(&out, &o.index(&((j * b) as i64..((j + 1) * b) as i64).collect::<Vec<_>>())?, r)?;
+    }
+    o.reshape(&out, &[n, b])
+}
+
+/// The cell's primal values, gathered and computed op by op.
+struct CellValues<T> {
+    x: T,
+    h: T,
+    c: T,
+    /// Weights then biases, gates forget/input/output/change.
+    p: Vec<T>,
+    /// Gate values f, i, o, z.
+    gates: [T; 4],
+    c_new: T,
+    tanh_c_new: T,
+}
+
+fn cell_values<B: DenseOps>(o: &B, x: &B::T, state: &B::T, params: &B::T) -> Result<(CellValues<B::T>, usize)> {
+    let b = lstm_cell_width("lstm_cell", x.shape(), state.shape(), params.shape())?;
+    let s = rows(o, state, 2, b)?;
+    let p = rows(o, params, 8, b)?;
+    let (h, c) = (s[0].clone(), s[1].clone());
+    let gate = |u: UnaryOp, input: &B::T, j: usize| o.unary(u, &o.add(&o.mul(input, &p[j])?, &p[4 + j])?);
+    let gates = [
+        gate(UnaryOp::Sigmoid, x, 0)?,
+        gate(UnaryOp::Sigmoid, &h, 1)?,
+        gate(UnaryOp::Sigmoid, x, 2)?,
+        gate(UnaryOp::Tanh, &h, 3)?,
+    ];
+    let c_new = o.add(&o.mul(&c, &gates[0])?, &o.mul(&gates[1], &gates[3])?)?;
+    let tanh_c_new = o.unary(UnaryOp::Tanh, &c_new)?;
+    Ok((CellValues { x: x.clone(), h, c, p, gates, c_new, tanh_c_new }, b))
+}
+
+/// [`DenseOps::lstm_cell`] composed from gathers, elementwise ops and scatters (the operations
+/// of the `lstm` workload's layer, in its order).
+pub fn lstm_cell_composed<B: DenseOps>(o: &B, x: &B::T, state: &B::T, params: &B::T) -> Result<B::T> {
+    let (v, b) = cell_values(o, x, state, params)?;
+    let h_new = o.mul(&v.gates[2], &v.tanh_c_new)?;
+    stack(o, &[h_new, v.c_new], b)
+}
+
+/// `1 - y^2` (tanh's derivative from its value) and `y (1 - y)` (sigmoid's).
+fn tanh_slope<B: DenseOps>(o: &B, y: &B::T) -> Result<B::T> {
+    o.sub(&o.scalar(1.0, y.dtype())?, &o.unary(UnaryOp::Square, y)?)
+}
+fn sigmoid_slope<B: DenseOps>(o: &B, y: &B::T) -> Result<B::T> {
+    o.mul(y, &o.sub(&o.scalar(1.0, y.dtype())?, y)?)
+}
+
+/// The adjoints `(x_bar [b], state_bar [2, b], params_bar [8, b])` of an LSTM cell for the
+/// adjoint `g` `[2, b]` of its new state, composed from other ops (module docs: the formulas).
+pub fn lstm_cell_vjp_composed<B: DenseOps>(
+    o: &B,
+    x: &B::T,
+    state: &B::T,
+    params: &B::T,
+    g: &B::T,
+) -> Result<(B::T, B::T, B::T)> {
+    let (v, b) = cell_values(o, x, state, params)?;
+    same_shape("lstm_cell_vjp", "the adjoint", g.shape(), &[2, b])?;
+    let gr = rows(o, g, 2, b)?;
+    let (gh, gc) = (&gr[0], &gr[1]);
+    let [f, i, og, z] = &v.gates;
+    let t = &v.tanh_c_new;
+    let cbar = o.add(gc, &o.mul(&o.mul(gh, og)?, &tanh_slope(o, t)?)?)?;
+    let af = o.mul(&o.mul(&cbar, &v.c)?, &sigmoid_slope(o, f)?)?;
+    let ai = o.mul(&o.mul(&cbar, z)?, &sigmoid_slope(o, i)?)?;
+    let ao = o.mul(&o.mul(gh, t)?, &sigmoid_slope(o, og)?)?;
+    let ac = o.mul(&o.mul(&cbar, i)?, &tanh_slope(o, z)?)?;
+    let p = &v.p;
+    let x_bar = o.add(&o.mul(&af, &p[0])?, &o.mul(&ao, &p[2])?)?;
+    let h_bar = o.add(&o.mul(&ai, &p[1])?, &o.mul(&ac, &p[3])?)?;
+    let c_bar = o.mul(&cbar, f)?;
+    let params_bar = [o.mul(&af, &v.x)?, o.mul(&ai, &v.h)?, o.mul(&ao, &v.x)?, o.mul(&ac, &v.h)?, af, ai, ao, ac];
+    Ok((x_bar, stack(o, &[h_bar, c_bar], b)?, stack(o, &params_bar, b)?))
+}
+
+/// The tangent `[2, b]` of an LSTM cell's new state for tangents of its three operands (each of
+/// its operand's shape), composed from other ops (module docs: the formulas).
+pub fn lstm_cell_jvp_composed<B: DenseOps>(
+    o: &B,
+    x: &B::T,
+    state: &B::T,
+    params: &B::T,
+    dx: &B::T,
+    dstate: &B::T,
+    dparams: &B::T,
+) -> Result<B::T> {
+    let (v, b) = cell_values(o, x, state, params)?;
+    same_shape("lstm_cell_jvp", "the input's tangent", dx.shape(), &[b])?;
+    same_shape("lstm_cell_jvp", "the state's tangent", dstate.shape(), &[2, b])?;
+    same_shape("lstm_cell_jvp", "the parameters' tangent", dparams.shape(), &[8, b])?;
+    let ds = rows(o, dstate, 2, b)?;
+    let dp = rows(o, dparams, 8, b)?;
+    let (dh, dc) = (&ds[0], &ds[1]);
+    let p = &v.p;
+    // d(input w + bias) = (d input w + input d w) + d bias.
+    let pre = |input: &B::T, dinput: &B::T, j: usize| {
+        o.add(&o.add(&o.mul(dinput, &p[j])?, &o.mul(input, &dp[j])?)?, &dp[4 + j])
+    };
+    let [f, i, og, z] = &v.gates;
+    let df = o.mul(&pre(&v.x, dx, 0)?, &sigmoid_slope(o, f)?)?;
+    let di = o.mul(&pre(&v.h, dh, 1)?, &sigmoid_slope(o, i)?)?;
+    let dog = o.mul(&pre(&v.x, dx, 2)?, &sigmoid_slope(o, og)?)?;
+    let dz = o.mul(&pre(&v.h, dh, 3)?, &tanh_slope(o, z)?)?;
+    let dc_new = o.add(&o.add(&o.mul(dc, f)?, &o.mul(&v.c, &df)?)?, &o.add(&o.mul(&di, z)?, &o.mul(i, &dz)?)?)?;
+    let t = &v.tanh_c_new;
+    let dt_new = o.mul(&dc_new, &tanh_slope(o, t)?)?;
+    let dh_new = o.add(&o.mul(&dog, t)?, &o.mul(og, &dt_new)?)?;
+    stack(o, &[dh_new, dc_new], b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::prelude::*;
+    use crate::{Cpu, DType, Forward, Reverse};
+
+    const B: usize = 5;
+
+    /// Seeded-by-formula operands of width 5 with gates away from saturation.
+    fn operands(shift: f64, v: &[f64]) -> [Vec<f64>; 3] {
+        let at = |i: usize, base: f64| base + shift * v.get(i).copied().unwrap_or(0.0);
+        let x = (0..B).map(|j| at(j, 0.3 * j as f64 - 0.5)).collect();
+        let s = (0..2 * B).map(|j| at(B + j, ((j * 7) % 5) as f64 * 0.35 - 0.6)).collect();
+        let p = (0..8 * B).map(|j| at(3 * B + j, ((j * 11) % 13) as f64 * 0.17 - 1.0)).collect();
+        [x, s, p]
+    }
+
+    fn tensors<O: TensorOps>(o: &O, [x, s, p]: &[Vec<f64>; 3]) -> [O::T; 3] {
+        [
+            o.tensor(x, &[B], DType::F64).unwrap(),
+            o.tensor(s, &[2, B], DType::F64).unwrap(),
+            o.tensor(p, &[8, B], DType::F64).unwrap(),
+        ]
+    }
+
+    fn bits(v: &[f64]) -> Vec<u64> {
+        v.iter().map(|z| z.to_bits()).collect()
+    }
+
+    /// A scalar of the cell's output that weighs every entry differently: sum(w y^2) + sum(y).
+    fn cell_loss<O: Ops>(o: &O, x: &O::T, s: &O::T, p: &O::T) -> Result<O::T> {
+        let y = o.lstm_cell(x, s, p)?;
+        let y2 = o.lstm_cell(&o.scale(x, 0.5)?, &y, p)?; // chained: the state flows on
+        let w = o.tensor(&(0..2 * B).map(|i| 0.25 + 0.1 * i as f64).collect::<Vec<_>>(), &[2, B], DType::F64)?;
+        o.add(&o.sum(&o.mul(&w, &o.unary(UnaryOp::Square, &y2)?)?)?, &o.sum(&y)?)
+    }
+
+    #[test]
+    fn cpu_kernels_equal_the_composed_forms_bit_for_bit() {
+        let c = Cpu::new(Some(1)).unwrap();
+        let [x, s, p] = tensors(&c, &operands(0.0, &[]));
+        let fused = c.to_vec(&c.lstm_cell(&x, &s, &p).unwrap()).unwrap();
+        let composed = c.to_vec(&lstm_cell_composed(&c, &x, &s, &p).unwrap()).unwrap();
+        assert_eq!(bits(&fused), bits(&composed), "{fused:?} vs {composed:?}");
+        // Against the formulas by hand for lane 2.
+        let [xv, sv, pv] = operands(0.0, &[]);
+        let sig = |v: f64| 1.0 / (1.0 + (-v).exp());
+        let j = 2;
+        let f = sig(xv[j] * pv[j] + pv[4 * B + j]);
+        let i = sig(sv[j] * pv[B + j] + pv[5 * B + j]);
+        let o = sig(xv[j] * pv[2 * B + j] + pv[6 * B + j]);
+        let z = (sv[j] * pv[3 * B + j] + pv[7 * B + j]).tanh();
+        let cn = sv[B + j] * f + i * z;
+        assert!((fused[B + j] - cn).abs() < 1e-15 && (fused[j] - o * cn.tanh()).abs() < 1e-15, "{fused:?}");
+
+        let g = c.tensor(&(0..2 * B).map(|i| 1.0 - 0.3 * i as f64).collect::<Vec<_>>(), &[2, B], DType::F64).unwrap();
+        let (fx, fs, fp) = c.lstm_cell_vjp(&x, &s, &p, &g).unwrap();
+        let (cx, cs, cp) = lstm_cell_vjp_composed(&c, &x, &s, &p, &g).unwrap();
+        for (a, b) in [(&fx, &cx), (&fs, &cs), (&fp, &cp)] {
+            assert_eq!(a.shape(), b.shape());
+            assert_eq!(bits(&c.to_vec(a).unwrap()), bits(&c.to_vec(b).unwrap()));
+        }
+        let dir =
+            operands(0.0, &[]).map(|v| v.iter().enumerate().map(|(i, _)| ((i * 3) % 7) as f64 * 0.2 - 0.6).collect());
+        let [dx, ds, dp] = tensors(&c, &dir);
+        let fj = c.to_vec(&c.lstm_cell_jvp(&x, &s, &p, &dx, &ds, &dp).unwrap()).unwrap();
+        let cj = c.to_vec(&lstm_cell_jvp_composed(&c, &x, &s, &p, &dx, &ds, &dp).unwrap()).unwrap();
+        assert_eq!(bits(&fj), bits(&cj));
+        // The dot-product test ties the two rules together: <g, J d> = <J^T g, d>.
+        let gv = c.to_vec(&g).unwrap();
+        let lhs: f64 = gv.iter().zip(&fj).map(|(a, b)| a * b).sum();
+        let rhs: f64 = [&fx, &fs, &fp]
+            .iter()
+            .zip(&dir)
+            .map(|(t, d)| c.to_vec(t).unwrap().iter().zip(d).map(|(a, b)| a * b).sum::<f64>())
+            .sum();
+        assert!((lhs - rhs).abs() < 1e-14 * lhs.abs().max(1.0), "{lhs} vs {rhs}");
+    }
+
+    #[test]
+    fn rules_agree_with_finite_differences_and_forward_over_reverse_with_differences_of_gradients() {
+        let c = Cpu::new(Some(1)).unwrap();
+        let v: Vec<f64> = (0..11 * B).map(|i| ((i * 5) % 9) as f64 * 0.25 - 1.0).collect();
+        let eval = |shift: f64| {
+            let [x, s, p] = tensors(&c, &operands(shift, &v));
+            c.to_vec(&cell_loss(&c, &x, &s, &p).unwrap()).unwrap()[0]
+        };
+        let grad = |shift: f64| -> Vec<f64> {
+            let r = Reverse::new(c.clone());
+            let [x, s, p] = tensors(&c, &operands(shift, &v)).map(|t| r.var(t));
+            let y = cell_loss(&r, &x, &s, &p).unwrap();
+            let g = r.backward(&y, c.full(&[1], 1.0, DType::F64).unwrap()).unwrap();
+            [&x, &s, &p].iter().flat_map(|t| c.to_vec(g.get(t).unwrap()).unwrap()).collect()
+        };
+        let h = 1e-6;
+        let fd = (eval(h) - eval(-h)) / (2.0 * h);
+        let g0 = grad(0.0);
+        let rev: f64 = g0.iter().zip(&v).map(|(a, b)| a * b).sum();
+        assert!(rev.abs() > 0.1, "degenerate direction: {rev}");
+        assert!((rev - fd).abs() < 1e-7 * fd.abs().max(1.0), "reverse {rev} vs fd {fd}");
+        // Forward mode with a tangent on the state only, then on all three.
+        let f = Forward::new(c.clone());
+        let base = tensors(&c, &operands(0.0, &[]));
+        let dirs = [v[..B].to_vec(), v[B..3 * B].to_vec(), v[3 * B..].to_vec()];
+        let [dx, ds, dp] = tensors(&c, &dirs);
+        let state_only =
+            [f.lift(base[0].clone()), f.dual(base[1].clone(), ds.clone()).unwrap(), f.lift(base[2].clone())];
+        let y = cell_loss(&f, &state_only[0], &state_only[1], &state_only[2]).unwrap();
+        let want: f64 = g0[B..3 * B].iter().zip(&dirs[1]).map(|(a, b)| a * b).sum();
+        let got = c.to_vec(&f.tangent(&y).unwrap()).unwrap()[0];
+        assert!((got - want).abs() < 1e-12 * want.abs().max(1.0), "state tangent {got} vs {want}");
+        let all = [dx, ds, dp];
+        let duals: Vec<_> = base.iter().zip(&all).map(|(b, d)| f.dual(b.clone(), d.clone()).unwrap()).collect();
+        let y = cell_loss(&f, &duals[0], &duals[1], &duals[2]).unwrap();
+        let fwd = c.to_vec(&f.tangent(&y).unwrap()).unwrap()[0];
+        assert!((fwd - rev).abs() < 1e-12 * rev.abs().max(1.0), "forward {fwd} vs reverse {rev}");
+        // Forward over reverse: the Hessian along v against differences of gradients (the
+        // reverse rule runs on Forward<Cpu>, whose rule kernel stays composed).
+        let r = Reverse::new(f.clone());
+        let vars: Vec<_> = base.iter().zip(&all).map(|(b, d)| r.var(f.dual(b.clone(), d.clone()).unwrap())).collect();
+        let y = cell_loss(&r, &vars[0], &vars[1], &vars[2]).unwrap();
+        let g = r.backward(&y, f.full(&[1], 1.0, DType::F64).unwrap()).unwrap();
+        let hv: Vec<f64> =
+            vars.iter().flat_map(|t| c.to_vec(&f.tangent(g.get(t).unwrap()).unwrap()).unwrap()).collect();
+        let h = 1e-5;
+        let (gp, gm) = (grad(h), grad(-h));
+        assert!(hv.iter().any(|z| z.abs() > 1e-2), "degenerate H v");
+        for j in 0..hv.len() {
+            let want = (gp[j] - gm[j]) / (2.0 * h);
+            assert!((hv[j] - want).abs() < 1e-6 * want.abs().max(1.0), "Hv[{j}] {} vs {want}", hv[j]);
+        }
+    }
+
+    #[test]
+    fn bad_shapes_and_dtypes_are_errors_naming_the_op() {
+        let c = Cpu::new(Some(1)).unwrap();
+        let [x, s, p] = tensors(&c, &operands(0.0, &[]));
+        let short = c.full(&[7, B], 0.0, DType::F64).unwrap();
+        for e in [
+            c.lstm_cell(&x, &s, &short).unwrap_err(),
+            lstm_cell_composed(&c, &x, &s, &short).unwrap_err(),
+            c.lstm_cell(&s, &s, &p).unwrap_err(),
+        ] {
+            assert!(e.to_string().contains("lstm_cell") && e.to_string().contains("[8, b]"), "{e}");
+        }
+        let e = c.lstm_cell_vjp(&x, &s, &p, &x).unwrap_err().to_string();
+        assert!(e.contains("lstm_cell_vjp") && e.contains("adjoint"), "{e}");
+        let e = c.lstm_cell_jvp(&x, &s, &p, &x, &x, &p).unwrap_err().to_string();
+        assert!(e.contains("lstm_cell_jvp") && e.contains("state's tangent"), "{e}");
+        let x32 = c.tensor(&[0.0; B], &[B], DType::F32).unwrap();
+        assert!(c.lstm_cell(&x32, &s, &p).is_err());
+    }
+}
