@@ -789,6 +789,12 @@ KERNEL void linrec_fixup(GLOBAL T *out, GLOBAL const T *carries, GLOBAL const i6
     }
 }
 
+/* out[out_off + i] = x[x_off + i] for i < n: one part of a stack, or one row of an unstack. */
+KERNEL void copy_range(GLOBAL T *out, i64 out_off, GLOBAL const T *x, i64 x_off, i64 n) {
+    i64 i = GID0;
+    if (i < n) out[out_off + i] = x[x_off + i];
+}
+
 /* ---- ADBench's diagonal LSTM cell (formulas in backends/src/rules/lstm.rs; backends/src/cpu/
  * lstm.rs performs the same operations in the same order). One work-item per lane j < b; the
  * state is [h; c] and the parameters [w_f, w_i, w_o, w_c, b_f, b_i, b_o, b_c], rows of b. ---- */

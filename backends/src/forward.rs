@@ -256,6 +256,30 @@ impl<B: Ops> IndexOps for Forward<B> {
         Ok(self.make(y, dy))
     }
 
+    fn stack(&self, parts: &[Dual<B>]) -> Result<Dual<B>> {
+        let b = &self.inner;
+        let y = b.stack(&parts.iter().map(|p| p.value.clone()).collect::<Vec<_>>())?;
+        let dots = parts.iter().map(|p| self.dot(p)).collect::<Result<Vec<_>>>()?;
+        if dots.iter().all(Option::is_none) {
+            return Ok(self.make(y, None));
+        }
+        let dots = dots
+            .iter()
+            .zip(parts)
+            .map(|(d, p)| d.map_or_else(|| b.zeros_like(&p.value), |d| Ok(d.clone())))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(self.make(y, Some(b.stack(&dots)?)))
+    }
+
+    fn unstack(&self, x: &Dual<B>) -> Result<Vec<Dual<B>>> {
+        let b = &self.inner;
+        let ys = b.unstack(&x.value)?;
+        match self.dot(x)? {
+            Some(d) => Ok(ys.into_iter().zip(b.unstack(d)?).map(|(y, dy)| self.make(y, Some(dy))).collect()),
+            None => Ok(ys.into_iter().map(|y| self.make(y, None)).collect()),
+        }
+    }
+
     fn scatter(&self, dest: &Dual<B>, idx: &B::I, vals: &Dual<B>) -> Result<Dual<B>> {
         let b = &self.inner;
         let y = b.scatter(&dest.value, idx, &vals.value)?;

@@ -62,6 +62,7 @@ pub const COMMON_KERNELS: &[&str] = &[
     "linrec_chunks",
     "linrec_carries",
     "linrec_fixup",
+    "copy_range",
     "lstm_cell",
     "lstm_cell_vjp",
     "lstm_cell_jvp",

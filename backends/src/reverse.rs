@@ -346,6 +346,26 @@ impl<B: Ops> IndexOps for Reverse<B> {
         self.record(y, &[src], move |b, g| Ok(vec![Some(rules::indexing::gather_vjp(b, &s, &ix, g)?)]))
     }
 
+    fn stack(&self, parts: &[Var<B>]) -> Result<Var<B>> {
+        let y = self.inner.stack(&parts.iter().map(|p| p.value.clone()).collect::<Vec<_>>())?;
+        let inputs: Vec<&Var<B>> = parts.iter().collect();
+        self.record(y, &inputs, |b, g| Ok(b.unstack(g)?.into_iter().map(Some).collect()))
+    }
+
+    fn unstack(&self, x: &Var<B>) -> Result<Vec<Var<B>>> {
+        // Rows as gathers: each row's adjoint is spread over x's whole shape, which only an
+        // engine reverse-differentiating a rule (the adjoint of `stack`) pays.
+        let (n, row) = crate::shape::unstack_shape(x.value.shape())?;
+        let m: usize = row.iter().product();
+        let flat = self.reshape(x, &[n * m])?;
+        (0..n)
+            .map(|j| {
+                let idx = self.inner.index(&((j * m) as i64..((j + 1) * m) as i64).collect::<Vec<_>>())?;
+                self.reshape(&self.gather(&flat, &idx, OutOfRange::Error)?, &row)
+            })
+            .collect()
+    }
+
     fn scatter(&self, dest: &Var<B>, idx: &B::I, vals: &Var<B>) -> Result<Var<B>> {
         let y = self.inner.scatter(&dest.value, idx, &vals.value)?;
         let (v, ix) = (vals.value.clone(), idx.clone());

@@ -114,6 +114,31 @@ pub fn matmul_plan(a: &[usize], ta: bool, b: &[usize], tb: bool) -> Result<Matmu
     })
 }
 
+/// The shape of `stack` over parts of these shapes: `[n, s..]` for n >= 1 parts of one shape s.
+pub fn stack_shape<'a>(mut shapes: impl Iterator<Item = &'a [usize]>) -> Result<Vec<usize>> {
+    let Some(first) = shapes.next() else {
+        return Err(OpError::Shape { op: "stack", detail: "no parts to stack".into() });
+    };
+    let mut n = 1;
+    for s in shapes {
+        if s != first {
+            return Err(OpError::Shape { op: "stack", detail: format!("part {n} has shape {s:?}, part 0 {first:?}") });
+        }
+        n += 1;
+    }
+    let mut out = vec![n];
+    out.extend_from_slice(first);
+    Ok(out)
+}
+
+/// The row count and row shape of `unstack(x)`: x needs at least one dimension.
+pub fn unstack_shape(x: &[usize]) -> Result<(usize, Vec<usize>)> {
+    match x.split_first() {
+        Some((&n, rest)) => Ok((n, rest.to_vec())),
+        None => Err(OpError::Shape { op: "unstack", detail: "a tensor without dimensions has no rows".into() }),
+    }
+}
+
 /// `(n, k, d)` of squared distances between the rows of `a` (n x d) and of `c` (k x d).
 pub fn sq_dist_shape(a: &[usize], c: &[usize]) -> Result<(usize, usize, usize)> {
     match (a, c) {

@@ -831,6 +831,28 @@ fn dense_ops<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
     let ((a, ca), (b, cb)) = (both(&dyadic(6, 1), &[2, 3]), both(&dyadic(8, 1), &[2, 4]));
     cmp(f, &tag("sq_dist bad rows"), d, d.sq_dist(&a, &b), c, c.sq_dist(&ca, &cb), 0.0);
 
+    // Stacks of parts of several shapes and their rows back; mismatched parts fail on both.
+    for (n, shape) in [(1, vec![1]), (3, vec![5]), (4, vec![2, 3]), (2, vec![0]), (70, vec![14])] {
+        let m: usize = shape.iter().product();
+        let parts: Vec<_> = (0..n).map(|j| both(&dyadic(m, 20 + j), &shape)).collect();
+        let (dp, cp): (Vec<_>, Vec<_>) = parts.into_iter().unzip();
+        let what = tag(&format!("stack {n} x {shape:?}"));
+        let (got, want) = (d.stack(&dp), c.stack(&cp));
+        if let (Ok(g), Ok(w)) = (&got, &want) {
+            match (d.unstack(g), c.unstack(w)) {
+                (Ok(rows), Ok(crows)) if rows.len() == n && crows.len() == n => {
+                    for (j, (r, cr)) in rows.into_iter().zip(crows).enumerate() {
+                        cmp(f, &format!("{what} unstack row {j}"), d, Ok(r), c, Ok(cr), 0.0);
+                    }
+                }
+                (r, cr) => f.0.push(format!("{what} unstack: {:?} vs {:?}", r.map(|v| v.len()), cr.map(|v| v.len()))),
+            }
+        }
+        cmp(f, &what, d, got, c, want, 0.0);
+    }
+    let ((a, ca), (b, cb)) = (both(&dyadic(3, 1), &[3]), both(&dyadic(4, 1), &[4]));
+    cmp(f, &tag("stack mismatched"), d, d.stack(&[a, b]), c, c.stack(&[ca, cb]), 0.0);
+
     // The LSTM cell, its adjoints and its tangent (fused kernels or the composed defaults)
     // against the CPU's, at widths off and on the lane widths; bad shapes fail on both.
     for b in [1, 5, 14, 33] {

@@ -357,6 +357,27 @@ impl Cpu {
         Ok(self.wrap(out, vec![ix.len()]))
     }
 
+    fn stack_t<T: CpuElem>(&self, parts: &[CpuTensor], shape: Vec<usize>) -> Result<CpuTensor> {
+        let m = parts[0].numel();
+        let mut out = self.pool().take::<T>(m * parts.len());
+        for (o, p) in out.chunks_mut(m.max(1)).zip(parts) {
+            o.copy_from_slice(p.slice::<T>()?);
+        }
+        Ok(self.wrap(out, shape))
+    }
+
+    fn unstack_t<T: CpuElem>(&self, x: &CpuTensor, n: usize, row: Vec<usize>) -> Result<Vec<CpuTensor>> {
+        let m: usize = row.iter().product();
+        let xs = x.slice::<T>()?;
+        (0..n)
+            .map(|j| {
+                let mut out = self.pool().take::<T>(m);
+                out.copy_from_slice(&xs[j * m..(j + 1) * m]);
+                Ok(self.wrap(out, row.clone()))
+            })
+            .collect()
+    }
+
     fn scatter_t<T: CpuElem>(&self, dest: &CpuTensor, idx: &CpuIndex, vals: &CpuTensor) -> Result<CpuTensor> {
         let (d, v) = (dest.slice::<T>()?, vals.slice::<T>()?);
         let ix = &idx.data[..];
@@ -945,6 +966,19 @@ impl IndexOps for Cpu {
     fn sort_by_key_ranked(&self, keys: &CpuIndex, num_keys: usize) -> Result<(CpuIndex, CpuIndex)> {
         let (perm, ranks) = self.run(keys.len(), || sort::sort_with_ranks(&keys.data, num_keys));
         Ok((self.wrap_index(Buf::from_vec(perm, self.pool())), self.wrap_index(Buf::from_vec(ranks, self.pool()))))
+    }
+
+    fn stack(&self, parts: &[CpuTensor]) -> Result<CpuTensor> {
+        let shape = crate::shape::stack_shape(parts.iter().map(|p| &p.shape[..]))?;
+        for p in &parts[1..] {
+            same_dtype("stack", &parts[0], p)?;
+        }
+        by_dtype!(parts[0].dtype(), self.stack_t(parts, shape))
+    }
+
+    fn unstack(&self, x: &CpuTensor) -> Result<Vec<CpuTensor>> {
+        let (n, row) = crate::shape::unstack_shape(&x.shape)?;
+        by_dtype!(x.dtype(), self.unstack_t(x, n, row))
     }
 
     fn gather_index(&self, src: &CpuIndex, idx: &CpuIndex) -> Result<CpuIndex> {

@@ -742,6 +742,13 @@ impl IndexOps for CpuStaged {
     fn gather_index(&self, src: &CpuIndex, idx: &CpuIndex) -> Result<CpuIndex> {
         self.cpu.gather_index(src, idx)
     }
+    fn stack(&self, parts: &[StagedTensor]) -> Result<StagedTensor> {
+        let values = parts.iter().map(|p| self.value(p).cloned()).collect::<Result<Vec<_>>>()?;
+        Ok(Self::done(self.cpu.stack(&values)?))
+    }
+    fn unstack(&self, x: &StagedTensor) -> Result<Vec<StagedTensor>> {
+        Ok(self.cpu.unstack(self.value(x)?)?.into_iter().map(Self::done).collect())
+    }
 }
 
 impl HistOps for CpuStaged {

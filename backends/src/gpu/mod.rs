@@ -954,6 +954,32 @@ impl<R: KernelRuntime> ReduceOps for KernelDevice<R> {
 }
 
 impl<R: KernelRuntime> IndexOps for KernelDevice<R> {
+    fn stack(&self, parts: &[GpuTensor<R>]) -> Result<GpuTensor<R>> {
+        let shape = shape::stack_shape(parts.iter().map(|p| &p.shape[..]))?;
+        let dt = parts[0].dtype;
+        for p in &parts[1..] {
+            same_dtype("stack", &parts[0], p)?;
+        }
+        let m = parts[0].buf.len;
+        let (out, shape) = self.new_tensor(shape, dt)?;
+        for (j, p) in parts.iter().enumerate() {
+            self.copy_range(dt, &out, j * m, &p.buf, 0, m)?;
+        }
+        Ok(self.wrap(out, shape, dt))
+    }
+
+    fn unstack(&self, x: &GpuTensor<R>) -> Result<Vec<GpuTensor<R>>> {
+        let (n, row) = shape::unstack_shape(&x.shape)?;
+        let m: usize = row.iter().product();
+        (0..n)
+            .map(|j| {
+                let (out, shape) = self.new_tensor(row.clone(), x.dtype)?;
+                self.copy_range(x.dtype, &out, 0, &x.buf, j * m, m)?;
+                Ok(self.wrap(out, shape, x.dtype))
+            })
+            .collect()
+    }
+
     fn gather(&self, src: &GpuTensor<R>, idx: &GpuIndex<R>, oob: OutOfRange) -> Result<GpuTensor<R>> {
         let dt = src.dtype;
         let n = idx.buf.len;
@@ -1321,6 +1347,12 @@ impl<R: KernelRuntime> ScanOps for KernelDevice<R> {
 }
 
 impl<R: KernelRuntime> KernelDevice<R> {
+    /// Copies `n` elements of `x` from `x_off` to `out` at `out_off` (a kernel: nothing crosses).
+    fn copy_range(&self, dt: DType, out: &Buf<R>, out_off: usize, x: &Buf<R>, x_off: usize, n: usize) -> Result<()> {
+        let args = [Arg::Buf(out), Arg::I64(out_off as i64), Arg::Buf(x), Arg::I64(x_off as i64), Arg::I64(n as i64)];
+        self.launch(dt, ADD, "copy_range", n, &args)
+    }
+
     /// Checks an LSTM cell's operands (and tangents or adjoints, each with its operand's shape,
     /// `[2, b]` for an adjoint of the result) and returns their dtype and width.
     fn lstm_operands(&self, op: &'static str, t: &[&GpuTensor<R>]) -> Result<(DType, usize)> {

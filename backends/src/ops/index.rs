@@ -29,4 +29,12 @@ pub trait IndexOps: TensorOps {
     fn sort_by_key_ranked(&self, keys: &Self::I, num_keys: usize) -> Result<(Self::I, Self::I)>;
     /// `out[i] = src[idx[i]]` on index tensors; -1 for an index outside `[0, len(src))`.
     fn gather_index(&self, src: &Self::I, idx: &Self::I) -> Result<Self::I>;
+    /// The parts (at least one; one shape s and dtype) stacked along a new first axis: shape
+    /// `[n, s..]`. Its adjoint is [`IndexOps::unstack`] (rules in `rules/indexing.rs`): a
+    /// sequence of small results (the LSTM's hidden states) becomes one tensor that later ops
+    /// process whole.
+    fn stack(&self, parts: &[Self::T]) -> Result<Self::T>;
+    /// The rows of `x` along its first axis: `x.shape()[0]` tensors of shape `x.shape()[1..]`
+    /// (the inverse of `stack`).
+    fn unstack(&self, x: &Self::T) -> Result<Vec<Self::T>>;
 }
