@@ -120,22 +120,15 @@ pub fn unary<T: Elem>(op: UnaryOp, x: T) -> T {
     let one = T::one();
     match op {
         UnaryOp::Neg => -x,
-        UnaryOp::Exp => x.exp(),
+        // exp, tanh and sigmoid are vmath's branch-free versions (their loops vectorise).
+        UnaryOp::Exp => super::vmath::exp(x),
         UnaryOp::Log => x.ln(),
         UnaryOp::Log1p => x.ln_1p(),
         UnaryOp::Sin => x.sin(),
         UnaryOp::Cos => x.cos(),
         UnaryOp::Sqrt => x.sqrt(),
-        UnaryOp::Tanh => x.tanh(),
-        UnaryOp::Sigmoid => {
-            // Two branches so that exp never overflows.
-            if x >= T::zero() {
-                one / (one + (-x).exp())
-            } else {
-                let e = x.exp();
-                e / (one + e)
-            }
-        }
+        UnaryOp::Tanh => super::vmath::tanh(x),
+        UnaryOp::Sigmoid => super::vmath::sigmoid(x),
         UnaryOp::Abs => x.abs(),
         UnaryOp::Sign => {
             if x > T::zero() {

@@ -3,8 +3,9 @@
 //! fused and composed forms round alike). Slices are laid out as the op's operands: state
 //! `[h, c]`, params `[w_f, w_i, w_o, w_c, b_f, b_i, b_o, b_c]`, each row `b` long.
 
-use super::kernels::unary;
-use crate::{Elem, UnaryOp};
+use super::simd;
+use super::vmath::{sigmoid, tanh};
+use crate::Elem;
 
 /// The gates and the new cell of one lane.
 struct Lane<T> {
@@ -16,30 +17,37 @@ struct Lane<T> {
     t: T,
 }
 
-#[inline]
+// The same functions as the CPU's unary ops (`kernels::unary`), inlined, so that the loops
+// over the lanes vectorise (with the AVX2 copies below where the CPU has it).
+#[inline(always)]
 fn lane<T: Elem>(x: &[T], s: &[T], p: &[T], b: usize, j: usize) -> Lane<T> {
     let (h, c) = (s[j], s[b + j]);
-    let gate = |u: UnaryOp, input: T, g: usize| unary(u, input * p[g * b + j] + p[(4 + g) * b + j]);
-    let f = gate(UnaryOp::Sigmoid, x[j], 0);
-    let i = gate(UnaryOp::Sigmoid, h, 1);
-    let o = gate(UnaryOp::Sigmoid, x[j], 2);
-    let z = gate(UnaryOp::Tanh, h, 3);
+    let pre = |input: T, g: usize| input * p[g * b + j] + p[(4 + g) * b + j];
+    let f = sigmoid(pre(x[j], 0));
+    let i = sigmoid(pre(h, 1));
+    let o = sigmoid(pre(x[j], 2));
+    let z = tanh(pre(h, 3));
     let c_new = c * f + i * z;
-    Lane { f, i, o, z, c_new, t: unary(UnaryOp::Tanh, c_new) }
+    Lane { f, i, o, z, c_new, t: tanh(c_new) }
 }
 
-#[inline]
+#[inline(always)]
 fn tanh_slope<T: Elem>(y: T) -> T {
     T::one() - y * y
 }
 
-#[inline]
+#[inline(always)]
 fn sigmoid_slope<T: Elem>(y: T) -> T {
     y * (T::one() - y)
 }
 
 /// The new state `[h', c']` (`out`: 2b).
 pub fn cell<T: Elem>(x: &[T], s: &[T], p: &[T], out: &mut [T]) {
+    simd::dispatch!(cell_base | cell_avx2(x, s, p, out))
+}
+
+#[inline(always)]
+fn cell_base<T: Elem>(x: &[T], s: &[T], p: &[T], out: &mut [T]) {
     let b = x.len();
     for j in 0..b {
         let l = lane(x, s, p, b, j);
@@ -51,6 +59,11 @@ pub fn cell<T: Elem>(x: &[T], s: &[T], p: &[T], out: &mut [T]) {
 /// The adjoints of the input (b), the state (2b) and the parameters (8b) for the adjoint `g`
 /// (2b) of the new state.
 pub fn cell_vjp<T: Elem>(x: &[T], s: &[T], p: &[T], g: &[T], gx: &mut [T], gs: &mut [T], gp: &mut [T]) {
+    simd::dispatch!(cell_vjp_base | cell_vjp_avx2(x, s, p, g, gx, gs, gp))
+}
+
+#[inline(always)]
+fn cell_vjp_base<T: Elem>(x: &[T], s: &[T], p: &[T], g: &[T], gx: &mut [T], gs: &mut [T], gp: &mut [T]) {
     let b = x.len();
     for j in 0..b {
         let l = lane(x, s, p, b, j);
@@ -72,6 +85,11 @@ pub fn cell_vjp<T: Elem>(x: &[T], s: &[T], p: &[T], g: &[T], gx: &mut [T], gs: &
 /// The tangent (2b) of the new state for tangents of the input (b), state (2b) and parameters
 /// (8b).
 pub fn cell_jvp<T: Elem>(x: &[T], s: &[T], p: &[T], dx: &[T], ds: &[T], dp: &[T], out: &mut [T]) {
+    simd::dispatch!(cell_jvp_base | cell_jvp_avx2(x, s, p, dx, ds, dp, out))
+}
+
+#[inline(always)]
+fn cell_jvp_base<T: Elem>(x: &[T], s: &[T], p: &[T], dx: &[T], ds: &[T], dp: &[T], out: &mut [T]) {
     let b = x.len();
     for j in 0..b {
         let l = lane(x, s, p, b, j);
@@ -87,6 +105,10 @@ pub fn cell_jvp<T: Elem>(x: &[T], s: &[T], p: &[T], dx: &[T], ds: &[T], dp: &[T]
         out[b + j] = dc_new;
     }
 }
+
+simd::wider!(cell_base, cell_avx2, <T: Elem>(x: &[T], s: &[T], p: &[T], out: &mut [T]));
+simd::wider!(cell_vjp_base, cell_vjp_avx2, <T: Elem>(x: &[T], s: &[T], p: &[T], g: &[T], gx: &mut [T], gs: &mut [T], gp: &mut [T]));
+simd::wider!(cell_jvp_base, cell_jvp_avx2, <T: Elem>(x: &[T], s: &[T], p: &[T], dx: &[T], ds: &[T], dp: &[T], out: &mut [T]));
 
 /// The CPU device's LSTM-cell ops (called from its `DenseOps` and `RuleKernels`).
 pub(super) mod device {

@@ -12,6 +12,7 @@ mod scan;
 mod segments;
 mod simd;
 mod sort;
+mod vmath;
 pub mod staged;
 
 use std::sync::Arc;
@@ -245,6 +246,17 @@ impl Cpu {
     fn unary_t<T: CpuElem>(&self, op: UnaryOp, x: &CpuTensor) -> Result<CpuTensor> {
         let xs = x.slice::<T>()?;
         let mut out = self.pool().take::<T>(xs.len());
+        if vmath::vectorised(op) {
+            // The same functions as `kernels::unary`, in a loop that vectorises.
+            if xs.len() < kernels::PAR_MIN {
+                vmath::map_unary(op, xs, &mut out);
+            } else {
+                out.par_chunks_mut(kernels::BLOCK)
+                    .zip(xs.par_chunks(kernels::BLOCK))
+                    .for_each(|(o, x)| vmath::map_unary(op, x, o));
+            }
+            return Ok(self.wrap(out, x.shape.clone()));
+        }
         fill_with(&mut out, |i| kernels::unary(op, xs[i]));
         Ok(self.wrap(out, x.shape.clone()))
     }
