@@ -136,7 +136,8 @@ impl<O: Ops> LstmInputs<O> {
         } else {
             let hidden = p.stack(&hidden)?; // [c-1, b]
             let targets = p.stack(&sequence[1..c])?;
-            let ypred = p.broadcast_binary(BinaryOp::Add, &p.broadcast_binary(BinaryOp::Mul, &hidden, &out_w)?, &out_b)?;
+            let ypred =
+                p.broadcast_binary(BinaryOp::Add, &p.broadcast_binary(BinaryOp::Mul, &hidden, &out_w)?, &out_b)?;
             // ADBench's log-sum-exp per step: log(sum(exp(y)) + 2), no maximum subtracted.
             let sums = p.sum_axis(&p.unary(UnaryOp::Exp, &ypred)?, 1)?; // [c-1, 1]
             let lse = p.unary(UnaryOp::Log, &p.add(&sums, &p.scalar(2.0, dt)?)?)?;

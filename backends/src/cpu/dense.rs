@@ -12,6 +12,8 @@ use crate::{Elem, OpError, Result};
 
 use super::kernels::PAR_MIN;
 use super::simd;
+use super::{Buf, Pool, vmath};
+use std::sync::Arc;
 
 /// The runs as (outer kept O, reduced R, inner kept Q) when they have that form.
 fn orq(runs: &[Run]) -> Option<(usize, usize, usize)> {
@@ -192,9 +194,10 @@ pub fn arg_reduce_axis<T: Elem>(
     }
 }
 
-/// `rows x cols` row-major -> its transpose.
-fn transposed<T: Elem>(x: &[T], rows: usize, cols: usize) -> Vec<T> {
-    let mut out = vec![T::zero(); x.len()];
+/// `rows x cols` row-major -> its transpose, in a buffer of the pool (a fresh one would cost
+/// first-touch page faults on every product: a fifth of GMM's gradient time at d = 20).
+fn transposed<T: Elem>(x: &[T], rows: usize, cols: usize, pool: &Arc<Pool>) -> Buf<T> {
+    let mut out = pool.take::<T>(x.len());
     const TILE: usize = 32;
     for i0 in (0..rows).step_by(TILE) {
         for j0 in (0..cols).step_by(TILE) {
@@ -236,21 +239,21 @@ simd::wider!(matmul_rows, matmul_rows_avx2, <T: Elem>(a1: &[T], b1: &[T], k: usi
 
 /// `out = op(a) op(b)` per batch. Zero entries of `op(a)` are skipped (as the reference BLAS
 /// does), which makes products with one-hot adjoints (min/max along an axis) cheap.
-pub fn matmul<T: Elem>(a: &[T], ta: bool, b: &[T], tb: bool, p: &MatmulPlan, out: &mut [T]) {
+pub fn matmul<T: Elem>(a: &[T], ta: bool, b: &[T], tb: bool, p: &MatmulPlan, out: &mut [T], pool: &Arc<Pool>) {
     let (m, k, n) = (p.m, p.k, p.n);
     let one_batch = |bi: usize, out: &mut [T]| {
         let a0 = if p.a_batched { &a[bi * m * k..(bi + 1) * m * k] } else { &a[..m * k] };
         let b0 = if p.b_batched { &b[bi * k * n..(bi + 1) * k * n] } else { &b[..k * n] };
         let at;
         let a1: &[T] = if ta {
-            at = transposed(a0, k, m);
+            at = transposed(a0, k, m, pool);
             &at
         } else {
             a0
         };
         let bt;
         let b1: &[T] = if tb {
-            bt = transposed(b0, n, k);
+            bt = transposed(b0, n, k, pool);
             &bt
         } else {
             b0
@@ -350,7 +353,7 @@ mod tests {
         }
         let p = matmul_plan(&[m, k], false, &[k, n], false).unwrap();
         let mut out = vec![f64::NAN; m * n];
-        matmul(&a, false, &b, false, &p, &mut out);
+        matmul(&a, false, &b, false, &p, &mut out, &Pool::new());
         for i in 0..m {
             for j in 0..n {
                 let mut want = 0.0f64;
@@ -369,7 +372,7 @@ mod tests {
         // Sums of -0.0 products and skipped ones are +0.0, as in the sequential loop.
         let p = matmul_plan(&[4, 2], false, &[2, 8], false).unwrap();
         let mut out = vec![1.0; 32];
-        matmul(&[-1.0, 0.0, 0.0, 0.0, -1.0, -1.0, 2.0, 0.0], false, &[0.0; 16], false, &p, &mut out);
+        matmul(&[-1.0, 0.0, 0.0, 0.0, -1.0, -1.0, 2.0, 0.0], false, &[0.0; 16], false, &p, &mut out, &Pool::new());
         assert!(out.iter().all(|&v| f64::to_bits(v) == 0), "{out:?}");
     }
 
@@ -427,7 +430,7 @@ mod tests {
             let p = matmul_plan(&ashape, ta, &bshape, tb).unwrap();
             assert_eq!(p.out_shape, vec![bt, m, n]);
             let mut out = vec![0.0; bt * m * n];
-            matmul(&a, ta, &b, tb, &p, &mut out);
+            matmul(&a, ta, &b, tb, &p, &mut out, &Pool::new());
             for s in 0..bt {
                 for i in 0..m {
                     for j in 0..n {
@@ -461,32 +464,73 @@ mod tests {
 }
 
 /// `log(sum(exp(x)))` along the middle axis of the view `(o, r, q)` (`out`: o q values): the
-/// maximum of each line as [`arg_reduce_axis`] finds it, then the line's exponentials summed in
-/// order, as the composed form does (`DenseOps::logsumexp_axis`).
+/// maximum of each line as [`arg_reduce_axis`] finds it, then the line's exponentials (vmath's
+/// exp) summed in order, as the composed form does (`DenseOps::logsumexp_axis`: broadcast
+/// subtraction, exp, sum along the axis). Contiguous lines (q = 1) are exponentiated a block
+/// at a time in vmath's vector loop (one by one, vmath's exp is slower than libm's; GMM's
+/// lines are only K long).
 pub fn logsumexp_axis<T: Elem>(x: &[T], (o, r, q): (usize, usize, usize), out: &mut [T]) {
     let mut pos = vec![0i64; o * q];
     arg_reduce_axis(x, (o, r, q), Extremum::Max, out, &mut pos);
+    if q == 1 && r > 0 {
+        let lines = (LSE_BLOCK / r).max(1);
+        let mut e = vec![T::zero(); lines * r];
+        for a0 in (0..o).step_by(lines) {
+            let a1 = (a0 + lines).min(o);
+            let block = &mut e[..(a1 - a0) * r];
+            for (i, v) in block.iter_mut().enumerate() {
+                *v = x[a0 * r + i] - out[a0 + i / r];
+            }
+            vmath::map_exp_in_place(block);
+            for (a, line) in (a0..a1).zip(block.chunks(r)) {
+                let s = line.iter().fold(T::zero(), |s, &v| s + v);
+                out[a] = out[a] + s.ln();
+            }
+        }
+        return;
+    }
     for a in 0..o {
         for c in 0..q {
             let m = out[a * q + c];
-            let s = (0..r).fold(T::zero(), |s, j| s + (x[(a * r + j) * q + c] - m).exp());
+            let s = (0..r).fold(T::zero(), |s, j| s + vmath::exp(x[(a * r + j) * q + c] - m));
             out[a * q + c] = m + s.ln();
         }
     }
 }
 
+/// Elements exponentiated at once by [`logsumexp_axis`].
+const LSE_BLOCK: usize = 1024;
+
 /// The adjoint of x for `y = logsumexp_axis(x)` over the view `(o, r, q)`: `g exp(x - y)`, with
 /// y and g one value per line (the composed form's order).
-pub fn logsumexp_adjoint<T: Elem>(x: &[T], y: &[T], g: &[T], (o, r, q): (usize, usize, usize), out: &mut [T]) {
+pub fn logsumexp_adjoint<T: Elem>(x: &[T], y: &[T], g: &[T], view: (usize, usize, usize), out: &mut [T]) {
+    simd::dispatch!(logsumexp_adjoint_lines | logsumexp_adjoint_avx2(x, y, g, view, out))
+}
+
+#[inline(always)]
+fn logsumexp_adjoint_lines<T: Elem>(x: &[T], y: &[T], g: &[T], (o, r, q): (usize, usize, usize), out: &mut [T]) {
+    if q == 1 {
+        // Contiguous lines (a softmax along the last axis): the vector loop runs along them.
+        for a in 0..o {
+            let (ya, ga) = (y[a], g[a]);
+            for (oj, &xj) in out[a * r..(a + 1) * r].iter_mut().zip(&x[a * r..(a + 1) * r]) {
+                *oj = ga * vmath::exp(xj - ya);
+            }
+        }
+        return;
+    }
     for a in 0..o {
         for j in 0..r {
+            let base = (a * r + j) * q;
+            let (xs, os) = (&x[base..base + q], &mut out[base..base + q]);
+            let (ys, gs) = (&y[a * q..(a + 1) * q], &g[a * q..(a + 1) * q]);
             for c in 0..q {
-                let (i, l) = ((a * r + j) * q + c, a * q + c);
-                out[i] = g[l] * (x[i] - y[l]).exp();
+                os[c] = gs[c] * vmath::exp(xs[c] - ys[c]);
             }
         }
     }
 }
+simd::wider!(logsumexp_adjoint_lines, logsumexp_adjoint_avx2, <T: Elem>(x: &[T], y: &[T], g: &[T], view: (usize, usize, usize), out: &mut [T]));
 
 /// The CPU device's dense ops (called from `impl DenseOps for Cpu`).
 pub(super) mod device {
@@ -517,7 +561,7 @@ pub(super) mod device {
     fn matmul_t<T: CpuElem>(c: &Cpu, a: &CpuTensor, ta: bool, b: &CpuTensor, tb: bool) -> Result<CpuTensor> {
         let p = matmul_plan(&a.shape, ta, &b.shape, tb)?;
         let mut out = c.pool().take::<T>(p.out_shape.iter().product());
-        matmul(a.slice::<T>()?, ta, b.slice::<T>()?, tb, &p, &mut out);
+        matmul(a.slice::<T>()?, ta, b.slice::<T>()?, tb, &p, &mut out, c.pool());
         Ok(c.wrap(out, p.out_shape))
     }
 

@@ -12,8 +12,8 @@ mod scan;
 mod segments;
 mod simd;
 mod sort;
-mod vmath;
 pub mod staged;
+mod vmath;
 
 use std::sync::Arc;
 

@@ -142,6 +142,18 @@ pub fn map_unary<T: Elem>(op: UnaryOp, xs: &[T], out: &mut [T]) {
     simd::dispatch!(map_unary_base | map_unary_avx2(op, xs, out))
 }
 
+/// `v[i] = exp(v[i])` in the vector loop.
+pub fn map_exp_in_place<T: Elem>(v: &mut [T]) {
+    simd::dispatch!(exp_in_place_base | exp_in_place_avx2(v))
+}
+
+#[inline(always)]
+fn exp_in_place_base<T: Elem>(v: &mut [T]) {
+    v.iter_mut().for_each(|x| *x = exp(*x));
+}
+
+simd::wider!(exp_in_place_base, exp_in_place_avx2, <T: Elem>(v: &mut [T]));
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -208,7 +220,9 @@ mod tests {
     fn the_slice_loops_equal_the_scalar_functions() {
         let xs: Vec<f64> = points(-30.0, 30.0, 1001).chain([f64::NAN, f64::INFINITY, -0.0]).collect();
         let mut out = vec![0.0; xs.len()];
-        for (op, f) in [(UnaryOp::Exp, exp_f64 as fn(f64) -> f64), (UnaryOp::Tanh, tanh_f64), (UnaryOp::Sigmoid, sigmoid_f64)] {
+        for (op, f) in
+            [(UnaryOp::Exp, exp_f64 as fn(f64) -> f64), (UnaryOp::Tanh, tanh_f64), (UnaryOp::Sigmoid, sigmoid_f64)]
+        {
             map_unary(op, &xs, &mut out);
             for (x, y) in xs.iter().zip(&out) {
                 assert_eq!(y.to_bits(), f(*x).to_bits(), "{op:?}({x})");
