@@ -353,15 +353,20 @@ impl<B: Ops> IndexOps for Reverse<B> {
     }
 
     fn unstack(&self, x: &Var<B>) -> Result<Vec<Var<B>>> {
-        // Rows as gathers: each row's adjoint is spread over x's whole shape, which only an
-        // engine reverse-differentiating a rule (the adjoint of `stack`) pays.
-        let (n, row) = crate::shape::unstack_shape(x.value.shape())?;
-        let m: usize = row.iter().product();
-        let flat = self.reshape(x, &[n * m])?;
-        (0..n)
-            .map(|j| {
-                let idx = self.inner.index(&((j * m) as i64..((j + 1) * m) as i64).collect::<Vec<_>>())?;
-                self.reshape(&self.gather(&flat, &idx, OutOfRange::Error)?, &row)
+        // One node per row, whose adjoint is x's whole shape: zeros stacked around the row's
+        // adjoint. Quadratic in the rows, which only an engine reverse-differentiating a rule
+        // (the adjoint of `stack`) pays; no index tensor, so nothing is uploaded.
+        let (n, _) = crate::shape::unstack_shape(x.value.shape())?;
+        let rows = self.inner.unstack(&x.value)?;
+        rows.into_iter()
+            .enumerate()
+            .map(|(j, r)| {
+                let shape = r.shape().to_vec();
+                self.record(r, &[x], move |b, g| {
+                    let zeros = b.full(&shape, 0.0, g.dtype())?;
+                    let parts: Vec<B::T> = (0..n).map(|i| if i == j { g.clone() } else { zeros.clone() }).collect();
+                    Ok(vec![Some(b.stack(&parts)?)])
+                })
             })
             .collect()
     }

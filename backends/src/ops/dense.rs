@@ -84,7 +84,7 @@ pub trait DenseOps: ElementwiseOps + IndexOps {
     ///
     /// One primitive with one rule (`rules/lstm.rs`): the engines record one node per cell
     /// instead of seventeen, the LSTM being a long chain of tiny ops whose cost is the per-op
-    /// overhead. Composed here from gathers, elementwise ops and scatters; a device may fuse it
+    /// overhead. Composed here from unstack, elementwise ops and stack; a device may fuse it
     /// into one pass, with the same operations in the same order.
     fn lstm_cell(&self, x: &Self::T, state: &Self::T, params: &Self::T) -> Result<Self::T> {
         crate::rules::lstm::lstm_cell_composed(self, x, state, params)

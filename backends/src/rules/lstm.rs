@@ -18,7 +18,7 @@
 //! `dh' = do t + o (1 - t^2) dc'`). The CPU's fused kernels (`cpu/lstm.rs`) perform these
 //! operations in this order, so the fused and composed forms round alike.
 
-use crate::ops::{DenseOps, OutOfRange, TensorMeta, UnaryOp};
+use crate::ops::{DenseOps, TensorMeta, UnaryOp};
 use crate::{OpError, Result};
 
 /// The width `b` of an LSTM cell's operands: `x` `[b]`, `state` `[2, b]`, `params` `[8, b]`
@@ -42,28 +42,18 @@ pub fn same_shape(op: &'static str, what: &str, t: &[usize], want: &[usize]) -> 
     }
 }
 
-/// The `n` rows of `b` of a tensor with `n b` elements, as tensors of `[b]`.
+/// The `n` rows of `b` of a tensor with `n b` elements, as tensors of `[b]` (device ops only:
+/// no index tensor to upload).
 fn rows<B: DenseOps>(o: &B, t: &B::T, n: usize, b: usize) -> Result<Vec<B::T>> {
-    let flat = o.reshape(t, &[n * b])?;
-    (0..n)
-        .map(|j| {
-            o.gather(&flat, &o.index(&((j * b) as i64..((j + 1) * b) as i64).collect::<Vec<_>>())?, OutOfRange::Error)
-        })
-        .collect()
+    o.unstack(&o.reshape(t, &[n, b])?)
 }
 
 /// The rows (each `[b]`) stacked into one tensor of shape `[rows.len(), b]`.
-fn stack<B: DenseOps>(o: &B, rows: &[B::T], b: usize) -> Result<B::T> {
-    let n = rows.len();
-    let dt = rows.first().map_or(crate::DType::F64, |r| r.dtype());
-    let mut out = o.full(&[n * b], 0.0, dt)?;
-    for (j, r) in rows.iter().enumerate() {
-        out = o.scatter(&out, &o.index(&((j * b) as i64..((j + 1) * b) as i64).collect::<Vec<_>>())?, r)?;
-    }
-    o.reshape(&out, &[n, b])
+fn stack<B: DenseOps>(o: &B, rows: &[B::T]) -> Result<B::T> {
+    o.stack(rows)
 }
 
-/// The cell's primal values, gathered and computed op by op.
+/// The cell's primal values, its rows split and computed op by op.
 struct CellValues<T> {
     x: T,
     h: T,
@@ -93,12 +83,12 @@ fn cell_values<B: DenseOps>(o: &B, x: &B::T, state: &B::T, params: &B::T) -> Res
     Ok((CellValues { x: x.clone(), h, c, p, gates, c_new, tanh_c_new }, b))
 }
 
-/// [`DenseOps::lstm_cell`] composed from gathers, elementwise ops and scatters (the operations
+/// [`DenseOps::lstm_cell`] composed from unstack, elementwise ops and stack (the operations
 /// of the `lstm` workload's layer, in its order).
 pub fn lstm_cell_composed<B: DenseOps>(o: &B, x: &B::T, state: &B::T, params: &B::T) -> Result<B::T> {
-    let (v, b) = cell_values(o, x, state, params)?;
+    let (v, _) = cell_values(o, x, state, params)?;
     let h_new = o.mul(&v.gates[2], &v.tanh_c_new)?;
-    stack(o, &[h_new, v.c_new], b)
+    stack(o, &[h_new, v.c_new])
 }
 
 /// `1 - y^2` (tanh's derivative from its value) and `y (1 - y)` (sigmoid's).
@@ -134,7 +124,7 @@ pub fn lstm_cell_vjp_composed<B: DenseOps>(
     let h_bar = o.add(&o.mul(&ai, &p[1])?, &o.mul(&ac, &p[3])?)?;
     let c_bar = o.mul(&cbar, f)?;
     let params_bar = [o.mul(&af, &v.x)?, o.mul(&ai, &v.h)?, o.mul(&ao, &v.x)?, o.mul(&ac, &v.h)?, af, ai, ao, ac];
-    Ok((x_bar, stack(o, &[h_bar, c_bar], b)?, stack(o, &params_bar, b)?))
+    Ok((x_bar, stack(o, &[h_bar, c_bar])?, stack(o, &params_bar)?))
 }
 
 /// The tangent `[2, b]` of an LSTM cell's new state for tangents of its three operands (each of
@@ -169,7 +159,7 @@ pub fn lstm_cell_jvp_composed<B: DenseOps>(
     let t = &v.tanh_c_new;
     let dt_new = o.mul(&dc_new, &tanh_slope(o, t)?)?;
     let dh_new = o.add(&o.mul(&dog, t)?, &o.mul(og, &dt_new)?)?;
-    stack(o, &[dh_new, dc_new], b)
+    stack(o, &[dh_new, dc_new])
 }
 
 #[cfg(test)]
