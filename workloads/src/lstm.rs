@@ -123,8 +123,8 @@ impl<O: Ops> LstmInputs<O> {
         // The recurrence runs step by step; the predictions do not feed back, so they run once
         // over the stacked hidden states of the last layer (c-1 rows of b).
         let mut hidden = Vec::with_capacity(c.saturating_sub(1));
-        for t in 0..c.saturating_sub(1) {
-            let mut input = p.mul(&sequence[t], &in_w)?;
+        for x in &sequence[..c.saturating_sub(1)] {
+            let mut input = p.mul(x, &in_w)?;
             for (j, params) in layers.iter().enumerate() {
                 state[j] = p.lstm_cell(&input, &state[j], params)?;
                 input = row(&state[j], 0)?; // the new hidden row

@@ -16,9 +16,10 @@ use super::simd;
 use crate::{Elem, UnaryOp};
 
 const LOG2E: f64 = std::f64::consts::LOG2_E;
-// fdlibm's split of ln 2: n * LN2_HI is exact for the |n| <= 1100 used here.
-const LN2_HI: f64 = 6.931_471_803_691_238_164_9e-1;
-const LN2_LO: f64 = 1.908_214_929_270_587_700_02e-10;
+// fdlibm's split of ln 2 (by bits: 6.93147180369123816490e-01 and 1.90821492927058770002e-10):
+// LN2_HI has 32 significant bits, so n * LN2_HI is exact for the |n| <= 1100 used here.
+const LN2_HI: f64 = f64::from_bits(0x3fe6_2e42_fee0_0000);
+const LN2_LO: f64 = f64::from_bits(0x3dea_39ef_3579_3c76);
 /// 1.5 * 2^52: adding it rounds to an integer, which then sits in the low mantissa bits.
 const SHIFTER: f64 = 6_755_399_441_055_744.0;
 
@@ -157,6 +158,12 @@ simd::wider!(exp_in_place_base, exp_in_place_avx2, <T: Elem>(v: &mut [T]));
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_split_of_ln2_is_ln2() {
+        assert_eq!(LN2_HI.to_bits() & 0x1f_ffff, 0, "LN2_HI must leave the low mantissa bits free");
+        assert!((LN2_HI + LN2_LO - std::f64::consts::LN_2).abs() <= f64::EPSILON * 0.5);
+    }
 
     /// Distance in units in the last place between two finite f64 of one sign.
     fn ulps(a: f64, b: f64) -> u64 {
