@@ -408,6 +408,13 @@ impl<B: Ops> DenseOps for Forward<B> {
         Ok(self.make(y, dy))
     }
 
+    fn sum_sq_diff(&self, a: &Dual<B>, c: &Dual<B>) -> Result<Dual<B>> {
+        let b = &self.inner;
+        let y = b.sum_sq_diff(&a.value, &c.value)?;
+        let dy = rules::dense::sum_sq_diff_jvp(b, &a.value, &c.value, self.dot(a)?, self.dot(c)?)?;
+        Ok(self.make(y, dy))
+    }
+
     fn logsumexp_axis(&self, x: &Dual<B>, axis: usize) -> Result<Dual<B>> {
         let b = &self.inner;
         let y = b.logsumexp_axis(&x.value, axis)?;

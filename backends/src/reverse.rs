@@ -492,6 +492,16 @@ impl<B: Ops> DenseOps for Reverse<B> {
         })
     }
 
+    fn sum_sq_diff(&self, a: &Var<B>, c: &Var<B>) -> Result<Var<B>> {
+        let y = self.inner.sum_sq_diff(&a.value, &c.value)?;
+        let (need_a, need_c) = (self.node_of(a)?.is_some(), self.node_of(c)?.is_some());
+        let (av, cv) = (a.value.clone(), c.value.clone());
+        self.record(y, &[a, c], move |b, g| {
+            let (ga, gc) = rules::dense::sum_sq_diff_vjp(b, &av, &cv, g, need_a, need_c)?;
+            Ok(vec![ga, gc])
+        })
+    }
+
     fn logsumexp_axis(&self, x: &Var<B>, axis: usize) -> Result<Var<B>> {
         let y = self.inner.logsumexp_axis(&x.value, axis)?;
         let (xv, yv) = (x.value.clone(), y.clone());

@@ -831,6 +831,27 @@ fn dense_ops<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
     let ((a, ca), (b, cb)) = (both(&dyadic(6, 1), &[2, 3]), both(&dyadic(8, 1), &[2, 4]));
     cmp(f, &tag("sq_dist bad rows"), d, d.sq_dist(&a, &b), c, c.sq_dist(&ca, &cb), 0.0);
 
+    // Sums of squared differences along the last axis, with b broadcast on the leading axes
+    // and not at all; a broadcasting as well composes; mismatched rows fail on both.
+    for (sa, sb) in [
+        (vec![5, 3, 4], vec![1, 3, 4]),
+        (vec![7, 9], vec![9]),
+        (vec![40, 25, 20], vec![1, 25, 20]),
+        (vec![2, 3], vec![2, 3]),
+        (vec![4, 1, 3], vec![2, 3]),
+        (vec![3, 4], vec![5]),
+    ] {
+        let ((a, ca), (b, cb)) = (both(&dyadic(n_of(&sa), 21), &sa), both(&dyadic(n_of(&sb), 22), &sb));
+        let what = tag(&format!("sum_sq_diff {sa:?} - {sb:?}"));
+        cmp(f, &what, d, d.sum_sq_diff(&a, &b), c, c.sum_sq_diff(&ca, &cb), tol(None, dt));
+        if let Ok(y) = c.sum_sq_diff(&ca, &cb) {
+            let shape = y.shape().to_vec();
+            let (g, cg) = both(&dyadic(n_of(&shape), 23), &shape);
+            let what = tag(&format!("sum_sq_diff_adjoint {sa:?} - {sb:?}"));
+            cmp(f, &what, d, d.sum_sq_diff_adjoint(&a, &b, &g), c, c.sum_sq_diff_adjoint(&ca, &cb, &cg), tol(None, dt));
+        }
+    }
+
     // Stacks of parts of several shapes and their rows back; mismatched parts fail on both.
     for (n, shape) in [(1, vec![1]), (3, vec![5]), (4, vec![2, 3]), (2, vec![0]), (70, vec![14])] {
         let m: usize = shape.iter().product();

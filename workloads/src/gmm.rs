@@ -232,8 +232,8 @@ impl<O: Ops> GmmInputs<O> {
         let qx = p.reshape(&p.matmul(x, false, &p.reshape(&q, &[k * d, d])?, true)?, &[n, k, d])?;
         // Q_k mu_k.
         let qm = p.sum_axis(&p.broadcast_binary(BinaryOp::Mul, &q, &p.reshape(means, &[k, 1, d])?)?, 2)?;
-        let diff = p.broadcast_binary(BinaryOp::Sub, &qx, &p.reshape(&qm, &[1, k, d])?)?;
-        let sq = p.reshape(&p.sum_axis(&p.unary(UnaryOp::Square, &diff)?, 2)?, &[n, k])?;
+        // |Q_k x_i - Q_k mu_k|^2: one primitive (no n x K x d differences recorded).
+        let sq = p.reshape(&p.sum_sq_diff(&qx, &p.reshape(&qm, &[1, k, d])?)?, &[n, k])?;
         let bias = p.reshape(&p.add(&p.reshape(alphas, &[k, 1])?, &sum_qs)?, &[1, k])?;
         let main = p.broadcast_binary(BinaryOp::Sub, &bias, &p.scale(&sq, 0.5)?)?; // n x K
         let slse = p.sum(&p.logsumexp_axis(&main, 1)?)?;

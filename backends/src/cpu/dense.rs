@@ -532,6 +532,40 @@ fn logsumexp_adjoint_lines<T: Elem>(x: &[T], y: &[T], g: &[T], (o, r, q): (usize
 }
 simd::wider!(logsumexp_adjoint_lines, logsumexp_adjoint_avx2, <T: Elem>(x: &[T], y: &[T], g: &[T], view: (usize, usize, usize), out: &mut [T]));
 
+/// `out[r] = sum over l of (a[r d + l] - b[off[r] + l])^2`, in order along each row (the
+/// composed form's: squares summed by the q = 1 fold of `sum_to`).
+pub fn sum_sq_diff<T: Elem>(a: &[T], b: &[T], d: usize, off: &[usize], out: &mut [T]) {
+    let row = |r: usize| {
+        let (ar, br) = (&a[r * d..(r + 1) * d], &b[off[r]..off[r] + d]);
+        ar.iter().zip(br).fold(T::zero(), |s, (&x, &y)| {
+            let t = x - y;
+            s + t * t
+        })
+    };
+    if out.len() * d < PAR_MIN {
+        out.iter_mut().enumerate().for_each(|(r, o)| *o = row(r));
+    } else {
+        out.par_iter_mut().enumerate().with_min_len(PAR_MIN / d.max(1)).for_each(|(r, o)| *o = row(r));
+    }
+}
+
+/// `out[r d + l] = (g[r] * 2) * (a[r d + l] - b[off[r] + l])`: the adjoint of a for
+/// [`sum_sq_diff`].
+pub fn sum_sq_diff_adjoint<T: Elem>(a: &[T], b: &[T], g: &[T], d: usize, off: &[usize], out: &mut [T]) {
+    let two = T::of_f64(2.0);
+    let row = |r: usize, o: &mut [T]| {
+        let (ar, br, gr) = (&a[r * d..(r + 1) * d], &b[off[r]..off[r] + d], g[r] * two);
+        for ((o, &x), &y) in o.iter_mut().zip(ar).zip(br) {
+            *o = gr * (x - y);
+        }
+    };
+    if out.len() < PAR_MIN || d == 0 {
+        out.chunks_mut(d.max(1)).enumerate().for_each(|(r, o)| row(r, o));
+    } else {
+        out.par_chunks_mut(d).enumerate().with_min_len(PAR_MIN / d).for_each(|(r, o)| row(r, o));
+    }
+}
+
 /// The CPU device's dense ops (called from `impl DenseOps for Cpu`).
 pub(super) mod device {
     use super::super::{Cpu, CpuElem, CpuIndex, CpuTensor};
@@ -612,6 +646,67 @@ pub(super) mod device {
         let mut out = c.pool().take::<T>(x.numel());
         logsumexp_adjoint(x.slice::<T>()?, y.slice::<T>()?, g.slice::<T>()?, view, &mut out);
         Ok(c.wrap(out, x.shape.clone()))
+    }
+
+    /// Rows, row length and b's row offsets (`shape::sum_sq_diff_rows`).
+    pub type SumSqDiffPlan = (usize, usize, Vec<usize>);
+
+    fn sum_sq_diff_t<T: CpuElem>(
+        c: &Cpu,
+        a: &CpuTensor,
+        b: &CpuTensor,
+        (rows, d, off): &SumSqDiffPlan,
+    ) -> Result<CpuTensor> {
+        let mut out = c.pool().take::<T>(*rows);
+        sum_sq_diff(a.slice::<T>()?, b.slice::<T>()?, *d, off, &mut out);
+        let mut shape = a.shape.clone();
+        if let Some(last) = shape.last_mut() {
+            *last = 1;
+        }
+        Ok(c.wrap(out, shape))
+    }
+
+    pub fn sum_sq_diff_op(c: &Cpu, a: &CpuTensor, b: &CpuTensor, plan: SumSqDiffPlan) -> Result<CpuTensor> {
+        let dt = super::super::same_dtype("sum_sq_diff", a, b)?;
+        c.run(a.numel(), || {
+            dispatch(dt, || sum_sq_diff_t::<f32>(c, a, b, &plan), || sum_sq_diff_t::<f64>(c, a, b, &plan))
+        })
+    }
+
+    fn sum_sq_diff_adjoint_t<T: CpuElem>(
+        c: &Cpu,
+        a: &CpuTensor,
+        b: &CpuTensor,
+        g: &CpuTensor,
+        (rows, d, off): &SumSqDiffPlan,
+    ) -> Result<CpuTensor> {
+        let mut line = a.shape.clone();
+        if let Some(last) = line.last_mut() {
+            *last = 1;
+        }
+        crate::rules::lstm::same_shape("sum_sq_diff_adjoint", "the adjoint", &g.shape, &line)?;
+        debug_assert_eq!(g.numel(), *rows);
+        let mut out = c.pool().take::<T>(a.numel());
+        sum_sq_diff_adjoint(a.slice::<T>()?, b.slice::<T>()?, g.slice::<T>()?, *d, off, &mut out);
+        Ok(c.wrap(out, a.shape.clone()))
+    }
+
+    pub fn sum_sq_diff_adjoint_op(
+        c: &Cpu,
+        a: &CpuTensor,
+        b: &CpuTensor,
+        g: &CpuTensor,
+        plan: SumSqDiffPlan,
+    ) -> Result<CpuTensor> {
+        let dt = super::super::same_dtype("sum_sq_diff_adjoint", a, b)?;
+        super::super::same_dtype("sum_sq_diff_adjoint", a, g)?;
+        c.run(a.numel(), || {
+            dispatch(
+                dt,
+                || sum_sq_diff_adjoint_t::<f32>(c, a, b, g, &plan),
+                || sum_sq_diff_adjoint_t::<f64>(c, a, b, g, &plan),
+            )
+        })
     }
 
     // Sequential: lines are short and few in the workloads (GMM's n x K), and a fold per line

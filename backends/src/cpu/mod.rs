@@ -1078,6 +1078,13 @@ impl DenseOps for Cpu {
         dense::device::sq_dist_op(self, a, c)
     }
 
+    fn sum_sq_diff(&self, a: &CpuTensor, c: &CpuTensor) -> Result<CpuTensor> {
+        match crate::shape::sum_sq_diff_rows(&a.shape, &c.shape) {
+            Some(plan) => dense::device::sum_sq_diff_op(self, a, c, plan),
+            None => crate::rules::dense::sum_sq_diff_composed(self, a, c),
+        }
+    }
+
     fn logsumexp_axis(&self, x: &CpuTensor, axis: usize) -> Result<CpuTensor> {
         dense::device::logsumexp_axis_op(self, x, axis)
     }
@@ -1088,6 +1095,13 @@ impl DenseOps for Cpu {
 }
 
 impl RuleKernels for Cpu {
+    fn sum_sq_diff_adjoint(&self, a: &CpuTensor, c: &CpuTensor, g: &CpuTensor) -> Result<CpuTensor> {
+        match crate::shape::sum_sq_diff_rows(&a.shape, &c.shape) {
+            Some(plan) => dense::device::sum_sq_diff_adjoint_op(self, a, c, g, plan),
+            None => crate::rules::dense::sum_sq_diff_adjoint_composed(self, a, c, g),
+        }
+    }
+
     fn logsumexp_adjoint(&self, x: &CpuTensor, y: &CpuTensor, g: &CpuTensor, axis: usize) -> Result<CpuTensor> {
         dense::device::logsumexp_adjoint_op(self, x, y, g, axis)
     }

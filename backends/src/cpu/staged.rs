@@ -824,6 +824,9 @@ impl DenseOps for CpuStaged {
     fn sq_dist(&self, a: &StagedTensor, c: &StagedTensor) -> Result<StagedTensor> {
         Ok(Self::done(self.cpu.sq_dist(self.value(a)?, self.value(c)?)?))
     }
+    fn sum_sq_diff(&self, a: &StagedTensor, c: &StagedTensor) -> Result<StagedTensor> {
+        Ok(Self::done(self.cpu.sum_sq_diff(self.value(a)?, self.value(c)?)?))
+    }
     fn logsumexp_axis(&self, x: &StagedTensor, axis: usize) -> Result<StagedTensor> {
         Ok(Self::done(self.cpu.logsumexp_axis(self.value(x)?, axis)?))
     }
@@ -856,6 +859,11 @@ impl RuleKernels for CpuStaged {
             });
         }
         self.defer(g.shape().to_vec(), dt, Op::UnaryAdjoint(op), &[x, y, g]).map(Some)
+    }
+
+    fn sum_sq_diff_adjoint(&self, a: &StagedTensor, c: &StagedTensor, g: &StagedTensor) -> Result<StagedTensor> {
+        let (a, c, g) = (self.value(a)?, self.value(c)?, self.value(g)?);
+        Ok(Self::done(self.cpu.sum_sq_diff_adjoint(a, c, g)?))
     }
 
     fn logsumexp_adjoint(

@@ -71,6 +71,15 @@ pub trait DenseOps: ElementwiseOps + IndexOps {
     fn logsumexp_axis(&self, x: &Self::T, axis: usize) -> Result<Self::T> {
         crate::rules::dense::logsumexp_composed(self, x, axis)
     }
+    /// `sum over the last axis of (a - b)^2`, b broadcast to a (numpy rules), the last axis kept
+    /// with length 1: GMM's squared Mahalanobis distances `|Q_k (x_i - mu_k)|^2` from `Q_k x_i`
+    /// and `Q_k mu_k`. One primitive with one rule (`rules/dense.rs`): the engines never record
+    /// the broadcast, the differences and their squares (three n x K x d intermediates), and the
+    /// adjoint is one pass (`RuleKernels::sum_sq_diff_adjoint`). Composed here; a device may
+    /// fuse it, with the same operations in the same order.
+    fn sum_sq_diff(&self, a: &Self::T, b: &Self::T) -> Result<Self::T> {
+        crate::rules::dense::sum_sq_diff_composed(self, a, b)
+    }
     /// One step of ADBench's diagonal LSTM cell (the `lstm` workload's layer): `x` is the
     /// layer's input `[b]`, `state` its hidden then cell row `[2, b]`, `params` its weights then
     /// biases `[8, b]` (rows: the forget, input and output gates and the change, then their

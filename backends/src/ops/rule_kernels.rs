@@ -59,6 +59,13 @@ pub trait RuleKernels: DenseOps + ScanOps {
         crate::rules::dense::logsumexp_vjp_composed(self, x, y, g, axis)
     }
 
+    /// The adjoint of `a` for `y = sum_sq_diff(a, c)` and the adjoint `g` of y, over the
+    /// broadcast shape: `(g * 2) (a - c)`. Composed by default (and kept so by the AD engines);
+    /// a device may fuse it, with the same operations in the same order.
+    fn sum_sq_diff_adjoint(&self, a: &Self::T, c: &Self::T, g: &Self::T) -> Result<Self::T> {
+        crate::rules::dense::sum_sq_diff_adjoint_composed(self, a, c, g)
+    }
+
     /// The adjoints `(x_bar, state_bar, params_bar)` of `y = lstm_cell(x, state, params)` for the
     /// adjoint `g` (`[2, b]`) of the new state (formulas in `rules/lstm.rs`). Composed from
     /// other ops by default (and kept so by the AD engines, so that forward-over-reverse
@@ -173,7 +180,7 @@ pub trait Decorator: TensorOps {
 
 /// Every decorator's rule kernels: the inner engine's kernels on untracked inputs, except the
 /// adjoints and tangents of the high-level primitives (`unary_adjoint`, `logsumexp_adjoint`,
-/// `lstm_cell_vjp`, `lstm_cell_jvp`), which keep their composed defaults so that an outer engine
+/// `sum_sq_diff_adjoint`, `lstm_cell_vjp`, `lstm_cell_jvp`), which keep their composed defaults so that an outer engine
 /// differentiates through them.
 impl<E> RuleKernels for E
 where

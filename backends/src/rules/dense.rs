@@ -100,6 +100,60 @@ pub fn logsumexp_jvp<B: Ops>(b: &B, x: &B::T, y: &B::T, dx: &B::T, axis: usize) 
     b.sum_axis(&b.mul(&softmax, dx)?, axis)
 }
 
+/// [`DenseOps::sum_sq_diff`] composed: broadcast subtraction, squares, sum along the last axis.
+pub fn sum_sq_diff_composed<B: DenseOps>(b: &B, x: &B::T, y: &B::T) -> Result<B::T> {
+    let diff = b.broadcast_binary(BinaryOp::Sub, x, y)?;
+    let last = diff
+        .shape()
+        .len()
+        .checked_sub(1)
+        .ok_or_else(|| crate::OpError::Shape { op: "sum_sq_diff", detail: "operands without an axis".into() })?;
+    b.sum_axis(&b.unary(UnaryOp::Square, &diff)?, last)
+}
+
+/// The adjoint of `x` for `y = sum_sq_diff(x, c)` (x of the broadcast shape) and the adjoint
+/// `g` of y, composed: `(g * 2) (x - c)`, g broadcast along the last axis (the composition's
+/// order, which a fused kernel keeps). The adjoint of c is minus its sum down to c's shape.
+pub fn sum_sq_diff_adjoint_composed<B: DenseOps>(b: &B, x: &B::T, c: &B::T, g: &B::T) -> Result<B::T> {
+    let diff = b.broadcast_binary(BinaryOp::Sub, x, c)?;
+    let gb = b.broadcast_to(g, diff.shape())?;
+    b.mul(&b.scale(&gb, 2.0)?, &diff)
+}
+
+/// Adjoints of `x` and `c` for `y = sum_sq_diff(x, c)`, only for the operands that need one.
+pub fn sum_sq_diff_vjp<B: Ops>(
+    b: &B,
+    x: &B::T,
+    c: &B::T,
+    g: &B::T,
+    need_x: bool,
+    need_c: bool,
+) -> Result<super::elementwise::OptionalPair<B::T>> {
+    let gx = b.sum_sq_diff_adjoint(x, c, g)?;
+    let gc = if need_c { Some(b.neg(&broadcast_to_vjp(b, c.shape(), &gx)?)?) } else { None };
+    let gx = if need_x { Some(broadcast_to_vjp(b, x.shape(), &gx)?) } else { None };
+    Ok((gx, gc))
+}
+
+/// Tangent of `y = sum_sq_diff(x, c)`: the sum along the last axis of `2 (x - c) (dx - dc)`.
+pub fn sum_sq_diff_jvp<B: Ops>(
+    b: &B,
+    x: &B::T,
+    c: &B::T,
+    dx: Option<&B::T>,
+    dc: Option<&B::T>,
+) -> Result<Option<B::T>> {
+    let d = match (dx, dc) {
+        (None, None) => return Ok(None),
+        (Some(dx), None) => dx.clone(),
+        (None, Some(dc)) => b.neg(dc)?,
+        (Some(dx), Some(dc)) => b.broadcast_binary(BinaryOp::Sub, dx, dc)?,
+    };
+    let diff = b.broadcast_binary(BinaryOp::Sub, x, c)?;
+    let prod = b.broadcast_binary(BinaryOp::Mul, &b.scale(&diff, 2.0)?, &d)?;
+    Ok(Some(b.sum_axis(&prod, prod.shape().len() - 1)?))
+}
+
 /// Adjoints of `a` (n x d) and `c` (k x d) for `y = sq_dist(a, c)`, only for the operands that
 /// need one: `a_bar = 2 (a rowsum(g) - g c)` and `c_bar = 2 (c colsum(g)^T - g^T a)`.
 pub fn sq_dist_vjp<B: Ops>(
@@ -182,6 +236,9 @@ mod tests {
         let mn = o.min_axis(&o.broadcast_to(x, &[2, 3, 4])?, 0)?; // [1, 3, 4]
         let t = o.add(&o.sum(&lse)?, &o.sum(&o.unary(UnaryOp::Square, &mx)?)?)?;
         let q = o.matmul(&o.reshape(x, &[2, 6])?, true, &o.reshape(x, &[2, 6])?, false)?; // [6, 6]
+        // Both operands moving, one broadcast along the middle axis: [2, 3, 3] vs [2, 1, 3].
+        let ssd = o.sum_sq_diff(&xw, &o.sum_to(&xt, &[2, 1, 3])?)?; // [2, 3, 1]
+        let t = o.add(&t, &o.scale(&o.sum(&ssd)?, 0.01)?)?;
         o.add(&o.add(&t, &o.sum(&mn)?)?, &o.scale(&o.sum(&o.unary(UnaryOp::Tanh, &q)?)?, 0.1)?)
     }
 
@@ -266,6 +323,60 @@ mod tests {
         assert_eq!(m.shape(), &[2, 1]);
         let g = r.backward(&m, c.tensor(&[10.0, 20.0], &[2, 1], DType::F64).unwrap()).unwrap();
         assert_eq!(c.to_vec(g.get(&x).unwrap()).unwrap(), vec![0.0, 10.0, 0.0, 20.0, 0.0, 0.0]);
+    }
+
+    #[test]
+    fn fused_sum_sq_diff_and_its_adjoint_equal_the_composed_forms() {
+        let c = Cpu::new(Some(1)).unwrap();
+        let a: Vec<f64> = (0..60).map(|i| ((i * 7) % 13) as f64 * 0.31 - 1.7).collect();
+        let b: Vec<f64> = (0..15).map(|i| ((i * 5) % 11) as f64 * 0.23 - 0.9).collect();
+        let at = c.tensor(&a, &[4, 3, 5], DType::F64).unwrap();
+        // b broadcast along the first axis ([1, 3, 5]), along two ([5]), and not at all.
+        for (bs, bv) in [
+            (vec![1, 3, 5], b.clone()),
+            (vec![5], b[..5].to_vec()),
+            (vec![4, 3, 5], a.iter().map(|v| v * 0.5).collect()),
+        ] {
+            let bt = c.tensor(&bv, &bs, DType::F64).unwrap();
+            let fused = c.sum_sq_diff(&at, &bt).unwrap();
+            let composed = super::sum_sq_diff_composed(&c, &at, &bt).unwrap();
+            assert_eq!(fused.shape(), &[4, 3, 1]);
+            assert_eq!(composed.shape(), &[4, 3, 1]);
+            let (f, w) = (c.to_vec(&fused).unwrap(), c.to_vec(&composed).unwrap());
+            assert_eq!(
+                f.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                w.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "{bs:?}"
+            );
+            // Row (1, 2) by hand.
+            let want: f64 = (0..5)
+                .map(|l| {
+                    (a[(3 + 2) * 5 + l]
+                        - bv[if bs.len() == 3 && bs[0] == 4 {
+                            (3 + 2) * 5 + l
+                        } else if bs.len() == 3 {
+                            2 * 5 + l
+                        } else {
+                            l
+                        }])
+                    .powi(2)
+                })
+                .sum();
+            assert!((f[3 + 2] - want).abs() < 1e-12, "{} vs {want}", f[5]);
+            let g =
+                c.tensor(&(0..12).map(|i| 0.5 - 0.1 * i as f64).collect::<Vec<_>>(), &[4, 3, 1], DType::F64).unwrap();
+            let fa = c.to_vec(&c.sum_sq_diff_adjoint(&at, &bt, &g).unwrap()).unwrap();
+            let ca = c.to_vec(&super::sum_sq_diff_adjoint_composed(&c, &at, &bt, &g).unwrap()).unwrap();
+            assert_eq!(
+                fa.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                ca.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+            );
+        }
+        // a broadcasting too ([4, 1, 5] against [3, 5]) composes; mismatched rows fail.
+        let a2 = c.tensor(&a[..20], &[4, 1, 5], DType::F64).unwrap();
+        let b2 = c.tensor(&b, &[3, 5], DType::F64).unwrap();
+        assert_eq!(c.sum_sq_diff(&a2, &b2).unwrap().shape(), &[4, 3, 1]);
+        assert!(c.sum_sq_diff(&at, &c.tensor(&b[..4], &[4], DType::F64).unwrap()).is_err());
     }
 
     #[test]
