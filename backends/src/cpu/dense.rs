@@ -215,17 +215,19 @@ fn transposed<T: Elem>(x: &[T], rows: usize, cols: usize, pool: &Arc<Pool>) -> B
 const MM_ROWS: usize = 16;
 const MM_COLS: usize = 256;
 
-/// Rows `i0..` of `a1 b1` (a1 m x k, b1 k x n, both row-major) into `o` (whole rows of n), in
-/// column tiles: for each row, `o_row += a[i, l] b_row_l` over l, skipping zero `a[i, l]`.
+/// Rows `i0..` of `a1 b1` (a1 m x k with element (i, l) at `a1[i rs + l cs]`, so a transposed
+/// operand is read in place; b1 k x n row-major) into `o` (whole rows of n), in column tiles:
+/// for each row, `o_row += a[i, l] b_row_l` over l, skipping zero `a[i, l]`.
 #[inline(always)]
-fn matmul_rows<T: Elem>(a1: &[T], b1: &[T], k: usize, n: usize, i0: usize, o: &mut [T]) {
+fn matmul_rows<T: Elem>(a1: &[T], (rs, cs): (usize, usize), b1: &[T], k: usize, n: usize, i0: usize, o: &mut [T]) {
     o.iter_mut().for_each(|v| *v = T::zero());
     for j0 in (0..n).step_by(MM_COLS) {
         let j1 = (j0 + MM_COLS).min(n);
         for (ii, orow) in o.chunks_mut(n).enumerate() {
-            let arow = &a1[(i0 + ii) * k..(i0 + ii + 1) * k];
+            let base = (i0 + ii) * rs;
             let orow = &mut orow[j0..j1];
-            for (l, &x) in arow.iter().enumerate() {
+            for l in 0..k {
+                let x = a1[base + l * cs];
                 if x == T::zero() {
                     continue;
                 }
@@ -235,7 +237,7 @@ fn matmul_rows<T: Elem>(a1: &[T], b1: &[T], k: usize, n: usize, i0: usize, o: &m
         }
     }
 }
-simd::wider!(matmul_rows, matmul_rows_avx2, <T: Elem>(a1: &[T], b1: &[T], k: usize, n: usize, i0: usize, o: &mut [T]));
+simd::wider!(matmul_rows, matmul_rows_avx2, <T: Elem>(a1: &[T], strides: (usize, usize), b1: &[T], k: usize, n: usize, i0: usize, o: &mut [T]));
 
 /// `out = op(a) op(b)` per batch. Zero entries of `op(a)` are skipped (as the reference BLAS
 /// does), which makes products with one-hot adjoints (min/max along an axis) cheap.
@@ -244,13 +246,10 @@ pub fn matmul<T: Elem>(a: &[T], ta: bool, b: &[T], tb: bool, p: &MatmulPlan, out
     let one_batch = |bi: usize, out: &mut [T]| {
         let a0 = if p.a_batched { &a[bi * m * k..(bi + 1) * m * k] } else { &a[..m * k] };
         let b0 = if p.b_batched { &b[bi * k * n..(bi + 1) * k * n] } else { &b[..k * n] };
-        let at;
-        let a1: &[T] = if ta {
-            at = transposed(a0, k, m, pool);
-            &at
-        } else {
-            a0
-        };
+        // A transposed `a` is read in place (its rows are columns of a0: a copy of a large
+        // adjoint cost a tenth of GMM's gradient); a transposed `b` is copied (the kernel runs
+        // along b's rows).
+        let a_strides = if ta { (1, m) } else { (k, 1) };
         let bt;
         let b1: &[T] = if tb {
             bt = transposed(b0, n, k, pool);
@@ -258,8 +257,9 @@ pub fn matmul<T: Elem>(a: &[T], ta: bool, b: &[T], tb: bool, p: &MatmulPlan, out
         } else {
             b0
         };
-        let rows =
-            |blk: usize, o: &mut [T]| simd::dispatch!(matmul_rows | matmul_rows_avx2(a1, b1, k, n, blk * MM_ROWS, o));
+        let rows = |blk: usize, o: &mut [T]| {
+            simd::dispatch!(matmul_rows | matmul_rows_avx2(a0, a_strides, b1, k, n, blk * MM_ROWS, o))
+        };
         if m * k * n < PAR_MIN || n == 0 {
             out.chunks_mut(MM_ROWS * n.max(1)).enumerate().for_each(|(blk, o)| rows(blk, o));
         } else {
