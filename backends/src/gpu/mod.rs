@@ -1353,28 +1353,31 @@ impl<R: KernelRuntime> KernelDevice<R> {
         self.launch(dt, ADD, "copy_range", n, &args)
     }
 
-    /// Checks an LSTM cell's operands (and tangents or adjoints, each with its operand's shape,
-    /// `[2, b]` for an adjoint of the result) and returns their dtype and width.
-    fn lstm_operands(&self, op: &'static str, t: &[&GpuTensor<R>]) -> Result<(DType, usize)> {
-        let b = crate::rules::lstm::lstm_cell_width(op, &t[0].shape, &t[1].shape, &t[2].shape)?;
-        let dt = t[0].dtype;
-        for (j, u) in t.iter().enumerate().skip(1) {
-            same_dtype(op, t[0], *u)?;
-            let want: &[usize] = match j % 3 {
-                0 => &[b],
-                1 => &[2, b],
-                _ => &[8, b],
-            };
-            crate::rules::lstm::same_shape(op, "a tangent or adjoint", &u.shape, want)?;
+    /// Checks an LSTM cell's operands `[x, state, params]` and the tangents or adjoints that go
+    /// with them (name, tensor, rows: 1 for `[b]`, else `[rows, b]`); returns their dtype and
+    /// the width b.
+    fn lstm_operands(
+        &self,
+        op: &'static str,
+        [x, s, p]: [&GpuTensor<R>; 3],
+        others: &[(&str, &GpuTensor<R>, usize)],
+    ) -> Result<(DType, usize)> {
+        let b = crate::rules::lstm::lstm_cell_width(op, &x.shape, &s.shape, &p.shape)?;
+        same_dtype(op, x, s)?;
+        same_dtype(op, x, p)?;
+        for &(what, t, rows) in others {
+            same_dtype(op, x, t)?;
+            let want = if rows == 1 { vec![b] } else { vec![rows, b] };
+            crate::rules::lstm::same_shape(op, what, &t.shape, &want)?;
         }
-        self.rt.check_dtype(dt)?;
-        Ok((dt, b))
+        self.rt.check_dtype(x.dtype)?;
+        Ok((x.dtype, b))
     }
 }
 
 impl<R: KernelRuntime> DenseOps for KernelDevice<R> {
     fn lstm_cell(&self, x: &GpuTensor<R>, state: &GpuTensor<R>, params: &GpuTensor<R>) -> Result<GpuTensor<R>> {
-        let (dt, b) = self.lstm_operands("lstm_cell", &[x, state, params])?;
+        let (dt, b) = self.lstm_operands("lstm_cell", [x, state, params], &[])?;
         let (out, shape) = self.new_tensor(vec![2, b], dt)?;
         let args = [Arg::Buf(&out), Arg::Buf(&x.buf), Arg::Buf(&state.buf), Arg::Buf(&params.buf), Arg::I64(b as i64)];
         self.launch(dt, ADD, "lstm_cell", b, &args)?;
@@ -1532,8 +1535,7 @@ impl<R: KernelRuntime> RuleKernels for KernelDevice<R> {
         params: &GpuTensor<R>,
         g: &GpuTensor<R>,
     ) -> Result<(GpuTensor<R>, GpuTensor<R>, GpuTensor<R>)> {
-        // g has the state's shape: it sits where the state's tangent would.
-        let (dt, b) = self.lstm_operands("lstm_cell_vjp", &[x, state, params, x, g])?;
+        let (dt, b) = self.lstm_operands("lstm_cell_vjp", [x, state, params], &[("the adjoint", g, 2)])?;
         let ((gx, sx), (gs, ss), (gp, sp)) =
             (self.new_tensor(vec![b], dt)?, self.new_tensor(vec![2, b], dt)?, self.new_tensor(vec![8, b], dt)?);
         let args = [
@@ -1559,7 +1561,12 @@ impl<R: KernelRuntime> RuleKernels for KernelDevice<R> {
         dstate: &GpuTensor<R>,
         dparams: &GpuTensor<R>,
     ) -> Result<GpuTensor<R>> {
-        let (dt, b) = self.lstm_operands("lstm_cell_jvp", &[x, state, params, dx, dstate, dparams])?;
+        let tangents = [
+            ("the input's tangent", dx, 1),
+            ("the state's tangent", dstate, 2),
+            ("the parameters' tangent", dparams, 8),
+        ];
+        let (dt, b) = self.lstm_operands("lstm_cell_jvp", [x, state, params], &tangents)?;
         let (out, shape) = self.new_tensor(vec![2, b], dt)?;
         let args = [
             Arg::Buf(&out),
