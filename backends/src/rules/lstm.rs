@@ -307,6 +307,12 @@ mod tests {
         ] {
             assert!(e.to_string().contains("lstm_cell") && e.to_string().contains("[8, b]"), "{e}");
         }
+        // Right row counts, wrong widths.
+        let wide = c.full(&[2, B + 1], 0.0, DType::F64).unwrap();
+        let narrow = c.full(&[8, B - 1], 0.0, DType::F64).unwrap();
+        for e in [c.lstm_cell(&x, &wide, &p).unwrap_err(), lstm_cell_composed(&c, &x, &s, &narrow).unwrap_err()] {
+            assert!(e.to_string().contains("expected [b], [2, b] and [8, b]"), "{e}");
+        }
         let e = c.lstm_cell_vjp(&x, &s, &p, &x).unwrap_err().to_string();
         assert!(e.contains("lstm_cell_vjp") && e.contains("adjoint"), "{e}");
         let e = c.lstm_cell_jvp(&x, &s, &p, &x, &x, &p).unwrap_err().to_string();
