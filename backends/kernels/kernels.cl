@@ -20,6 +20,13 @@ KERNEL void fill_i64(GLOBAL i64 *out, i64 n, i64 v) {
     if (i < n) out[i] = v;
 }
 
+/* Two branches so that exp never overflows (the unary op and the LSTM kernels). */
+FUNC T sigmoid_of(T v) {
+    if (v >= (T)0) return (T)1 / ((T)1 + exp(-v));
+    T e = exp(v);
+    return e / ((T)1 + e);
+}
+
 /* Op codes follow the order of `UnaryOp` in backends/src/ops.rs. */
 KERNEL void unary(GLOBAL T *out, GLOBAL const T *x, i64 n, int op) {
     i64 i = GID0;
@@ -35,14 +42,7 @@ KERNEL void unary(GLOBAL T *out, GLOBAL const T *x, i64 n, int op) {
     case 5: r = cos(v); break;
     case 6: r = sqrt(v); break;
     case 7: r = tanh(v); break;
-    case 8:
-        if (v >= (T)0) {
-            r = (T)1 / ((T)1 + exp(-v));
-        } else {
-            T e = exp(v);
-            r = e / ((T)1 + e);
-        }
-        break;
+    case 8: r = sigmoid_of(v); break;
     case 9: r = fabs(v); break;
     case 10: r = v > (T)0 ? (T)1 : (v < (T)0 ? (T)-1 : (T)0); break;
     case 11: r = (T)1 / v; break;
@@ -798,12 +798,6 @@ KERNEL void copy_range(GLOBAL T *out, i64 out_off, GLOBAL const T *x, i64 x_off,
 /* ---- ADBench's diagonal LSTM cell (formulas in backends/src/rules/lstm.rs; backends/src/cpu/
  * lstm.rs performs the same operations in the same order). One work-item per lane j < b; the
  * state is [h; c] and the parameters [w_f, w_i, w_o, w_c, b_f, b_i, b_o, b_c], rows of b. ---- */
-
-FUNC T sigmoid_of(T v) {
-    if (v >= (T)0) return (T)1 / ((T)1 + exp(-v));
-    T e = exp(v);
-    return e / ((T)1 + e);
-}
 
 /* Lane j's gates f, i, o, z, new cell c' and tanh(c'), in g[0..6]. */
 FUNC void lstm_lane(T *g, GLOBAL const T *x, GLOBAL const T *s, GLOBAL const T *p, i64 b, i64 j) {

@@ -114,6 +114,38 @@ pub fn matmul_plan(a: &[usize], ta: bool, b: &[usize], tb: bool) -> Result<Matmu
     })
 }
 
+/// The width `b` of an LSTM cell's operands: `x` `[b]`, `state` `[2, b]`, `params` `[8, b]`
+/// (and a tangent or adjoint has its operand's shape).
+pub fn lstm_cell_width(op: &'static str, x: &[usize], state: &[usize], params: &[usize]) -> Result<usize> {
+    match (x, state, params) {
+        (&[b], &[2, bs], &[8, bp]) if bs == b && bp == b => Ok(b),
+        _ => Err(OpError::Shape {
+            op,
+            detail: format!("input {x:?}, state {state:?} and params {params:?}: expected [b], [2, b] and [8, b]"),
+        }),
+    }
+}
+
+/// Checks that `t` (a tangent or adjoint) has the shape of the operand it goes with.
+pub fn same_shape(op: &'static str, what: &str, t: &[usize], want: &[usize]) -> Result<()> {
+    if t == want {
+        Ok(())
+    } else {
+        Err(OpError::Shape { op, detail: format!("{what} has shape {t:?}, expected {want:?}") })
+    }
+}
+
+/// `shape` with `axis` kept at length 1 (the result of a reduction along it); the last axis
+/// when `axis` is None. A shape without that axis comes back unchanged.
+pub fn reduced(shape: &[usize], axis: Option<usize>) -> Vec<usize> {
+    let mut out = shape.to_vec();
+    let axis = axis.or(shape.len().checked_sub(1));
+    if let Some(a) = axis.filter(|&a| a < out.len()) {
+        out[a] = 1;
+    }
+    out
+}
+
 /// For `sum_sq_diff(a, b)`: the rows (all but the last axis) and row length of `a`, and for
 /// each row of `a` the offset of the row of `b` (broadcast to a's shape) it pairs with. Needs
 /// a's shape to be the broadcast shape, with at least one axis, and b's last axis to equal a's

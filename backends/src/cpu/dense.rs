@@ -624,11 +624,9 @@ pub(super) mod device {
         if view.1 == 0 {
             return Err(OpError::Shape { op: "logsumexp_axis", detail: format!("empty axis {axis}") });
         }
-        let mut shape = x.shape.clone();
-        shape[axis] = 1;
         let mut out = c.pool().take::<T>(view.0 * view.2);
         logsumexp_axis(x.slice::<T>()?, view, &mut out);
-        Ok(c.wrap(out, shape))
+        Ok(c.wrap(out, crate::shape::reduced(&x.shape, Some(axis))))
     }
 
     fn logsumexp_adjoint_t<T: CpuElem>(
@@ -639,10 +637,9 @@ pub(super) mod device {
         axis: usize,
     ) -> Result<CpuTensor> {
         let view = axis_view("logsumexp_adjoint", &x.shape, axis)?;
-        let mut line = x.shape.clone();
-        line[axis] = 1;
-        crate::rules::lstm::same_shape("logsumexp_adjoint", "the result", &y.shape, &line)?;
-        crate::rules::lstm::same_shape("logsumexp_adjoint", "the adjoint", &g.shape, &line)?;
+        let line = crate::shape::reduced(&x.shape, Some(axis));
+        crate::shape::same_shape("logsumexp_adjoint", "the result", &y.shape, &line)?;
+        crate::shape::same_shape("logsumexp_adjoint", "the adjoint", &g.shape, &line)?;
         let mut out = c.pool().take::<T>(x.numel());
         logsumexp_adjoint(x.slice::<T>()?, y.slice::<T>()?, g.slice::<T>()?, view, &mut out);
         Ok(c.wrap(out, x.shape.clone()))
@@ -659,11 +656,7 @@ pub(super) mod device {
     ) -> Result<CpuTensor> {
         let mut out = c.pool().take::<T>(*rows);
         sum_sq_diff(a.slice::<T>()?, b.slice::<T>()?, *d, off, &mut out);
-        let mut shape = a.shape.clone();
-        if let Some(last) = shape.last_mut() {
-            *last = 1;
-        }
-        Ok(c.wrap(out, shape))
+        Ok(c.wrap(out, crate::shape::reduced(&a.shape, None)))
     }
 
     pub fn sum_sq_diff_op(c: &Cpu, a: &CpuTensor, b: &CpuTensor, plan: SumSqDiffPlan) -> Result<CpuTensor> {
@@ -680,11 +673,8 @@ pub(super) mod device {
         g: &CpuTensor,
         (rows, d, off): &SumSqDiffPlan,
     ) -> Result<CpuTensor> {
-        let mut line = a.shape.clone();
-        if let Some(last) = line.last_mut() {
-            *last = 1;
-        }
-        crate::rules::lstm::same_shape("sum_sq_diff_adjoint", "the adjoint", &g.shape, &line)?;
+        let line = crate::shape::reduced(&a.shape, None);
+        crate::shape::same_shape("sum_sq_diff_adjoint", "the adjoint", &g.shape, &line)?;
         debug_assert_eq!(g.numel(), *rows);
         let mut out = c.pool().take::<T>(a.numel());
         sum_sq_diff_adjoint(a.slice::<T>()?, b.slice::<T>()?, g.slice::<T>()?, *d, off, &mut out);

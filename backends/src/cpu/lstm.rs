@@ -114,7 +114,7 @@ simd::wider!(cell_jvp_base, cell_jvp_avx2, <T: Elem>(x: &[T], s: &[T], p: &[T], 
 pub(super) mod device {
     use super::super::{Cpu, CpuElem, CpuTensor};
     use crate::checks::same_dtype;
-    use crate::rules::lstm::{lstm_cell_width, same_shape};
+    use crate::shape::{lstm_cell_width, same_shape};
     use crate::{DType, Result};
 
     fn width(op: &'static str, x: &CpuTensor, s: &CpuTensor, p: &CpuTensor) -> Result<(DType, usize)> {

@@ -1362,13 +1362,13 @@ impl<R: KernelRuntime> KernelDevice<R> {
         [x, s, p]: [&GpuTensor<R>; 3],
         others: &[(&str, &GpuTensor<R>, usize)],
     ) -> Result<(DType, usize)> {
-        let b = crate::rules::lstm::lstm_cell_width(op, &x.shape, &s.shape, &p.shape)?;
+        let b = crate::shape::lstm_cell_width(op, &x.shape, &s.shape, &p.shape)?;
         same_dtype(op, x, s)?;
         same_dtype(op, x, p)?;
         for &(what, t, rows) in others {
             same_dtype(op, x, t)?;
             let want = if rows == 1 { vec![b] } else { vec![rows, b] };
-            crate::rules::lstm::same_shape(op, what, &t.shape, &want)?;
+            crate::shape::same_shape(op, what, &t.shape, &want)?;
         }
         self.rt.check_dtype(x.dtype)?;
         Ok((x.dtype, b))

@@ -86,10 +86,9 @@ pub fn logsumexp_composed<B: DenseOps>(b: &B, x: &B::T, axis: usize) -> Result<B
 /// the axis times the adjoint broadcast along it). A fused kernel keeps this order.
 pub fn logsumexp_vjp_composed<B: DenseOps>(b: &B, x: &B::T, y: &B::T, g: &B::T, axis: usize) -> Result<B::T> {
     crate::shape::axis_view("logsumexp_adjoint", x.shape(), axis)?;
-    let mut want = x.shape().to_vec();
-    want[axis] = 1;
-    crate::rules::lstm::same_shape("logsumexp_adjoint", "the result", y.shape(), &want)?;
-    crate::rules::lstm::same_shape("logsumexp_adjoint", "the adjoint", g.shape(), &want)?;
+    let want = crate::shape::reduced(x.shape(), Some(axis));
+    crate::shape::same_shape("logsumexp_adjoint", "the result", y.shape(), &want)?;
+    crate::shape::same_shape("logsumexp_adjoint", "the adjoint", g.shape(), &want)?;
     let softmax = b.unary(UnaryOp::Exp, &b.broadcast_binary(BinaryOp::Sub, x, y)?)?;
     b.mul(&b.broadcast_to(g, x.shape())?, &softmax)
 }

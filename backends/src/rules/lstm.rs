@@ -18,39 +18,14 @@
 //! `dh' = do t + o (1 - t^2) dc'`). The CPU's fused kernels (`cpu/lstm.rs`) perform these
 //! operations in this order, so the fused and composed forms round alike.
 
+use crate::Result;
 use crate::ops::{DenseOps, TensorMeta, UnaryOp};
-use crate::{OpError, Result};
-
-/// The width `b` of an LSTM cell's operands: `x` `[b]`, `state` `[2, b]`, `params` `[8, b]`
-/// (and a tangent or adjoint has its operand's shape).
-pub fn lstm_cell_width(op: &'static str, x: &[usize], state: &[usize], params: &[usize]) -> Result<usize> {
-    match (x, state, params) {
-        (&[b], &[2, bs], &[8, bp]) if bs == b && bp == b => Ok(b),
-        _ => Err(OpError::Shape {
-            op,
-            detail: format!("input {x:?}, state {state:?} and params {params:?}: expected [b], [2, b] and [8, b]"),
-        }),
-    }
-}
-
-/// Checks that `t` (a tangent or adjoint) has the shape of the operand it goes with.
-pub fn same_shape(op: &'static str, what: &str, t: &[usize], want: &[usize]) -> Result<()> {
-    if t == want {
-        Ok(())
-    } else {
-        Err(OpError::Shape { op, detail: format!("{what} has shape {t:?}, expected {want:?}") })
-    }
-}
+use crate::shape::{lstm_cell_width, same_shape};
 
 /// The `n` rows of `b` of a tensor with `n b` elements, as tensors of `[b]` (device ops only:
 /// no index tensor to upload).
 fn rows<B: DenseOps>(o: &B, t: &B::T, n: usize, b: usize) -> Result<Vec<B::T>> {
     o.unstack(&o.reshape(t, &[n, b])?)
-}
-
-/// The rows (each `[b]`) stacked into one tensor of shape `[rows.len(), b]`.
-fn stack<B: DenseOps>(o: &B, rows: &[B::T]) -> Result<B::T> {
-    o.stack(rows)
 }
 
 /// The cell's primal values, its rows split and computed op by op.
@@ -88,7 +63,7 @@ fn cell_values<B: DenseOps>(o: &B, x: &B::T, state: &B::T, params: &B::T) -> Res
 pub fn lstm_cell_composed<B: DenseOps>(o: &B, x: &B::T, state: &B::T, params: &B::T) -> Result<B::T> {
     let (v, _) = cell_values(o, x, state, params)?;
     let h_new = o.mul(&v.gates[2], &v.tanh_c_new)?;
-    stack(o, &[h_new, v.c_new])
+    o.stack(&[h_new, v.c_new])
 }
 
 /// `1 - y^2` (tanh's derivative from its value) and `y (1 - y)` (sigmoid's).
@@ -124,7 +99,7 @@ pub fn lstm_cell_vjp_composed<B: DenseOps>(
     let h_bar = o.add(&o.mul(&ai, &p[1])?, &o.mul(&ac, &p[3])?)?;
     let c_bar = o.mul(&cbar, f)?;
     let params_bar = [o.mul(&af, &v.x)?, o.mul(&ai, &v.h)?, o.mul(&ao, &v.x)?, o.mul(&ac, &v.h)?, af, ai, ao, ac];
-    Ok((x_bar, stack(o, &[h_bar, c_bar])?, stack(o, &params_bar)?))
+    Ok((x_bar, o.stack(&[h_bar, c_bar])?, o.stack(&params_bar)?))
 }
 
 /// The tangent `[2, b]` of an LSTM cell's new state for tangents of its three operands (each of
@@ -159,7 +134,7 @@ pub fn lstm_cell_jvp_composed<B: DenseOps>(
     let t = &v.tanh_c_new;
     let dt_new = o.mul(&dc_new, &tanh_slope(o, t)?)?;
     let dh_new = o.add(&o.mul(&dog, t)?, &o.mul(og, &dt_new)?)?;
-    stack(o, &[dh_new, dc_new])
+    o.stack(&[dh_new, dc_new])
 }
 
 #[cfg(test)]
