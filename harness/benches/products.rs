@@ -24,12 +24,14 @@ fn products(c: &mut Criterion) {
     let cpu = Cpu::new(None).expect("CPU device");
     let mut rng = ChaCha8Rng::seed_from_u64(14);
     // GMM with n = 1000 points: the objective's x Q^T ([n, d] x [K d, d]^T) and the gradient's
-    // Q adjoint g^T x ([n, K d]^T x [n, d]) and x adjoint g Q ([n, K d] x [K d, d]).
+    // Q adjoint g^T x ([n, K d]^T x [n, d]; also with g's zeros and subnormals) and x adjoint
+    // g Q ([n, K d] x [K d, d]).
     for (d, k) in [(20, 25), (64, 50)] {
         let n = 1000;
         let cases = [
             (format!("gmm d={d}/x q^T"), [n, d], false, [k * d, d], true),
             (format!("gmm d={d}/g^T x"), [n, k * d], true, [n, d], false),
+            (format!("gmm d={d}/g^T x, g with underflow"), [n, k * d], true, [n, d], false),
             (format!("gmm d={d}/g q"), [n, k * d], false, [k * d, d], false),
         ];
         for (name, ashape, ta, bshape, tb) in cases {
@@ -41,6 +43,21 @@ fn products(c: &mut Criterion) {
                 cpu.tensor(&v, &shape, DType::F64).expect("upload")
             };
             let (a, b) = (data(ashape), data(bshape));
+            let a = if name.ends_with("underflow") {
+                // Like GMM's adjoint, whose posterior weights underflow: three blocks of 64 in
+                // eight zero, one value in 31 subnormal.
+                let mut v = cpu.to_vec(&a).expect("download");
+                for (i, x) in v.iter_mut().enumerate() {
+                    if (i / 64) % 8 < 3 {
+                        *x = 0.0;
+                    } else if i % 31 == 0 {
+                        *x = 1e-310;
+                    }
+                }
+                cpu.tensor(&v, &ashape, DType::F64).expect("upload")
+            } else {
+                a
+            };
             let mut g = c.benchmark_group("cpu/matmul");
             g.sample_size(20);
             g.bench_function(&name, |bench| bench.iter(|| black_box(cpu.matmul(&a, ta, &b, tb).expect("product"))));

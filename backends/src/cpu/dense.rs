@@ -226,7 +226,7 @@ const MM_KC: usize = 128;
 /// Rows `i0..` of `a1 b1` (a1 m x k with element (i, l) at `a1[i rs + l cs]`, so a transposed
 /// operand is read in place; b1 k x n row-major) into `o` (whole rows of n). Each output
 /// element is one chain of fused multiply-adds over l in order, starting from zero, that
-/// skips the terms whose `a[i, l]` is zero: the register tiles of every size and the blocks of
+/// skips the terms whose `a[i, l]` is zero or subnormal: the register tiles of every size and the blocks of
 /// the inner dimension all keep that chain, so the result does not depend on where an element
 /// falls, on the thread count or on the vector width.
 #[inline(always)]
@@ -237,7 +237,10 @@ fn matmul_rows<T: Elem>(a1: &[T], (rs, cs): (usize, usize), b1: &[T], k: usize, 
     }
     let rows = o.len() / n;
     // A block of R rows of a, packed along l (R values per l, contiguous), and which of them
-    // are nonzero (bit r for row r): the tiles read one slice per l and branch once on it.
+    // count (bit r for row r): the tiles read one slice per l and branch once on it. A
+    // subnormal a[i, l] counts as zero: its term is below 2^-1022 |b[l, j]|, and computing it
+    // costs a microcode assist per multiply-add on x86 (GMM's Q adjoint, whose left operand
+    // holds posterior weights that underflow gradually, took 4x as long with them).
     let mut packed = [[T::zero(); MM_MR]; MM_KC];
     let mut nonzero = [0u8; MM_KC];
     for l0 in (0..k).step_by(MM_KC) {
@@ -249,7 +252,7 @@ fn matmul_rows<T: Elem>(a1: &[T], (rs, cs): (usize, usize), b1: &[T], k: usize, 
                 *z = 0;
                 for (rr, p) in p.iter_mut().take(r).enumerate() {
                     *p = a1[(i0 + r0 + rr) * rs + l * cs];
-                    *z |= u8::from(*p != T::zero()) << rr;
+                    *z |= u8::from(p.abs() >= T::min_positive_value() || p.is_nan()) << rr;
                 }
             }
             let blk = (&packed[..l1 - l0], &nonzero[..l1 - l0]);
@@ -265,7 +268,7 @@ fn matmul_rows<T: Elem>(a1: &[T], (rs, cs): (usize, usize), b1: &[T], k: usize, 
 }
 
 /// A packed block of a's rows (see [`matmul_rows`]): per l, the rows' values and the mask of
-/// the nonzero ones.
+/// the ones that count (neither zero nor subnormal).
 type PackedRows<'a, T> = (&'a [[T; MM_MR]], &'a [u8]);
 
 /// `R` rows of the product across all n columns, for one packed inner block (`b`: its rows of
@@ -311,7 +314,7 @@ fn tile<T: Elem, const R: usize, const C: usize>(
         }
         let b: &[T; C] = brow.first_chunk().expect("C columns of b");
         for (r, acc) in acc.iter_mut().enumerate() {
-            // A row whose a[i, l] is zero skips the term, as a one-row tile would.
+            // A row whose a[i, l] does not count skips the term, as a one-row tile would.
             if mask == every || mask & (1 << r) != 0 {
                 acc.iter_mut().zip(b).for_each(|(v, &y)| *v = x[r].mul_add(y, *v));
             }
@@ -324,7 +327,8 @@ fn tile<T: Elem, const R: usize, const C: usize>(
 simd::wider!(matmul_rows, matmul_rows_avx2, <T: Elem>(a1: &[T], strides: (usize, usize), b1: &[T], k: usize, n: usize, i0: usize, o: &mut [T]));
 
 /// `out = op(a) op(b)` per batch. Zero entries of `op(a)` are skipped (as the reference BLAS
-/// does), which makes products with one-hot adjoints (min/max along an axis) cheap.
+/// does), which makes products with one-hot adjoints (min/max along an axis) cheap; so are
+/// subnormal ones (see [`matmul_rows`]).
 pub fn matmul<T: Elem>(a: &[T], ta: bool, b: &[T], tb: bool, p: &MatmulPlan, out: &mut [T], pool: &Arc<Pool>) {
     let (m, k, n) = (p.m, p.k, p.n);
     let one_batch = |bi: usize, out: &mut [T]| {
@@ -425,17 +429,18 @@ mod tests {
     use crate::shape::broadcast_shapes;
 
     /// The specification of an output element: one fused multiply-add chain over l in order,
-    /// from +0.0, skipping the terms whose a[i, l] is zero.
+    /// from +0.0, skipping the terms whose a[i, l] is zero or subnormal.
     fn fused_chain(a: impl Fn(usize) -> f64, b: impl Fn(usize) -> f64, k: usize) -> f64 {
-        (0..k).fold(0.0f64, |v, l| if a(l) != 0.0 { a(l).mul_add(b(l), v) } else { v })
+        (0..k).fold(0.0f64, |v, l| if a(l) != 0.0 && !a(l).is_subnormal() { a(l).mul_add(b(l), v) } else { v })
     }
 
     #[test]
     fn products_are_fused_chains_on_every_tile_block_thread_count_and_vector_width() {
         // 11 x 300 times 300 x 21: row tiles of four and of one, column tiles of eight, four
         // and one, three blocks of the inner dimension. Values that are not dyadic, so a fused
-        // multiply-add and a product then a sum differ; zeros of a meet infinities of b (the
-        // terms are skipped, so no NaN).
+        // multiply-add and a product then a sum differ; zeros and subnormals of a meet
+        // infinities of b (the terms are skipped, so no NaN), the smallest normal number does
+        // not (its terms count).
         let (m, k, n) = (11, 300, 21);
         let mut seed = 0x2545_f491_4f6c_dd1du64;
         let mut next = || {
@@ -444,9 +449,16 @@ mod tests {
             seed ^= seed << 17;
             (seed >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
         };
-        // Zeros of a: scattered, and whole columns l = 5 (mod 37).
-        let a: Vec<f64> =
-            (0..m * k).map(|i| if i % 7 == 3 || i % 11 == 0 || (i % k) % 37 == 5 { 0.0 } else { next() }).collect();
+        // Zeros of a, scattered and in whole columns l = 5 (mod 37); subnormals, scattered.
+        let a: Vec<f64> = (0..m * k)
+            .map(|i| match i {
+                _ if i % 11 == 0 || (i % k) % 37 == 5 => 0.0,
+                _ if i % 7 == 3 => -3e-310,
+                _ if i % 7 == 4 => f64::MIN_POSITIVE,
+                _ => next(),
+            })
+            .collect();
+        let skipped = |x: f64| x == 0.0 || x.is_subnormal();
         let mut b: Vec<f64> = (0..k * n).map(|_| next() * 3.0).collect();
         // Infinities of b meet the zero columns of a (every row skips them), and, once per
         // column of b, an l where some rows of a are zero and others not: those rows stay
@@ -455,7 +467,7 @@ mod tests {
             b[l * n..(l + 1) * n].fill(f64::INFINITY);
         }
         for j in 0..n {
-            let mixed = (0..k).filter(|l| l % 37 != 5 && (0..m).any(|i| a[i * k + l] == 0.0)).nth(j).unwrap();
+            let mixed = (0..k).filter(|l| l % 37 != 5 && (0..m).any(|i| skipped(a[i * k + l]))).nth(j).unwrap();
             b[mixed * n + j] = f64::INFINITY;
         }
         let at: Vec<f64> = (0..k * m).map(|x| a[(x % m) * k + x / m]).collect();
@@ -473,7 +485,7 @@ mod tests {
                     for j in 0..n {
                         let want = fused_chain(|l| a[i * k + l], |l| b[l * n + j], k);
                         let unfused: f64 =
-                            (0..k).filter(|&l| a[i * k + l] != 0.0).map(|l| a[i * k + l] * b[l * n + j]).sum();
+                            (0..k).filter(|&l| !skipped(a[i * k + l])).map(|l| a[i * k + l] * b[l * n + j]).sum();
                         fused_differs |= unfused != want;
                         let got = out[i * n + j];
                         assert_eq!(got.to_bits(), want.to_bits(), "t=({ta}, {tb}) [{i}, {j}]: {got} vs {want}");
