@@ -63,6 +63,11 @@ fn classic(c: &mut Criterion) {
             b.iter(|| black_box(adgauge_workloads::kmeans::gradient(&cpu, &x).expect("gradient")))
         });
         g.bench_function("manual", |b| b.iter(|| black_box(adgauge_workloads::kmeans::manual::<f64>(&data))));
+        // The Hessian diagonal (forward over reverse; `adgauge eval kmeans`'s default mode),
+        // whose adjoint products have one-hot left operands.
+        g.bench_function("ad-hessian-diag", |b| {
+            b.iter(|| black_box(adgauge_workloads::kmeans::hessian_diag(&cpu, &x).expect("hessian diagonal")))
+        });
         g.finish();
     }
     let name = "ba/n=49,m=7776,p=31843";

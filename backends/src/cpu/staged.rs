@@ -752,6 +752,9 @@ impl IndexOps for CpuStaged {
 }
 
 impl HistOps for CpuStaged {
+    fn auto_hist_rule(&self, op: HistOp, n: usize, k: usize) -> Option<crate::HistRule> {
+        self.cpu.auto_hist_rule(op, n, k)
+    }
     fn reduce_by_index(
         &self,
         dest: &StagedTensor,

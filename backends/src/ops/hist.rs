@@ -172,4 +172,14 @@ pub trait HistOps: TensorOps {
     /// `out[i] = vals[i] == 0 ? c1[inds[i]] : c0[inds[i]] / vals[i]`, 0 for out-of-range
     /// indices: the `*` histogram's value adjoint without ever dividing by zero.
     fn prod_vals_adjoint(&self, inds: &Self::I, vals: &Self::T, c0: &Self::T, c1: &Self::T) -> Result<Self::T>;
+
+    /// The reverse rule that `auto` takes for a histogram of `n` values into `k` bins, where this
+    /// device has measured that another rule beats the operator's own at these sizes; `None`
+    /// (the default, for devices without such measurements): the operator's own rule
+    /// (`rules::hist::reduce_by_index_vjp`). The AD engines keep the default: under nested
+    /// differentiation the rule's kernels are differentiated too, and only the operators' own
+    /// rules are made of differentiable ops (the chunked rule's kernel is not).
+    fn auto_hist_rule(&self, _op: HistOp, _n: usize, _k: usize) -> Option<crate::HistRule> {
+        None
+    }
 }

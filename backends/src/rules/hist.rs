@@ -50,7 +50,10 @@ use crate::{BinaryOp, HistOp, OpError, Operand, Ops, Result, ScanSpec, UnaryOp};
 /// Which reverse rule `reduce_by_index` uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum HistRule {
-    /// The cheapest correct rule for the operator.
+    /// The cheapest correct rule: the operator's own (as `Special`, or general-chunked for a
+    /// general operator without a total form), unless the device has measured another to be
+    /// faster at the case's sizes (`HistOps::auto_hist_rule`: on the CPU, general-chunked for
+    /// `*` with many bins per value).
     Auto,
     /// The operator's own rule (+, min/max, *; the total form for general operators).
     Special,
@@ -108,6 +111,11 @@ pub fn reduce_by_index_vjp<B: Ops>(
     inds: &B::I,
     vals: &B::T,
 ) -> Result<(B::T, HistPullback<B>)> {
+    // `auto`: the device's measured choice at these sizes, else the operator's own rule.
+    let rule = match rule {
+        HistRule::Auto => b.auto_hist_rule(op, vals.numel(), dest.numel()).unwrap_or(HistRule::Auto),
+        rule => rule,
+    };
     match (rule, op) {
         (HistRule::Auto | HistRule::Special, HistOp::Add) => add_rule(b, dest, inds, vals),
         (HistRule::Auto | HistRule::Special, HistOp::Mul) => mul_rule(b, dest, inds, vals),
@@ -885,6 +893,36 @@ mod tests {
             for (x, w) in got.vals_bar.iter().zip([4.0 / 13.0, -12.0 / 13.0, 0.0, 0.0]) {
                 assert!((x - w).abs() < 1e-15, "{rule}: {x} vs {w}");
             }
+        }
+    }
+
+    #[test]
+    fn auto_takes_the_chunked_rule_for_products_with_many_bins_per_value_on_the_cpu() {
+        let c = cpu();
+        // The CPU's measured choice: `*` with k >= n/16 and n <= 2^20; every other case keeps
+        // the operator's own rule.
+        assert_eq!(c.auto_hist_rule(HistOp::Mul, 1000, 63), Some(HistRule::GeneralChunked));
+        assert_eq!(c.auto_hist_rule(HistOp::Mul, 1000, 62), None);
+        assert_eq!(c.auto_hist_rule(HistOp::Mul, 1 << 20, 1 << 20), Some(HistRule::GeneralChunked));
+        assert_eq!(c.auto_hist_rule(HistOp::Mul, (1 << 20) + 1, 1 << 20), None);
+        assert_eq!(c.auto_hist_rule(HistOp::Add, 1000, 1000), None);
+        assert_eq!(c.auto_hist_rule(HistOp::Max, 1000, 1000), None);
+        // And `auto` runs it: its results are those of the rule it took, bit for bit, and the
+        // two rules round differently on these values (so the test tells them apart).
+        let bits =
+            |o: &Out| [&o.hist, &o.dest_bar, &o.vals_bar].map(|v| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+        let n = 64;
+        let vals: Vec<f64> =
+            (0..n).map(|i| if i % 9 == 4 { 0.0 } else { 0.5 + ((i * 37) % 101) as f64 / 101.0 }).collect();
+        for (k, taken) in [(8, HistRule::GeneralChunked), (2, HistRule::Special)] {
+            let inds: Vec<i64> = (0..n).map(|i| ((i * 5) % (k + 1)) as i64 - 1).collect();
+            let dest: Vec<f64> = (0..k).map(|j| 1.0 + j as f64 / 7.0).collect();
+            let hist_bar: Vec<f64> = (0..k).map(|j| 0.3 + j as f64 / 3.0).collect();
+            let run = |rule| run_rule(&c, rule, HistOp::Mul, DType::F64, &dest, &inds, &vals, &hist_bar).unwrap();
+            let (auto, special, chunked) = (run(HistRule::Auto), run(HistRule::Special), run(HistRule::GeneralChunked));
+            assert_ne!(bits(&special), bits(&chunked), "k = {k}: the rules must round differently here");
+            let want = if taken == HistRule::Special { &special } else { &chunked };
+            assert_eq!(bits(&auto), bits(want), "k = {k}: auto should take {taken:?}");
         }
     }
 
