@@ -28,6 +28,81 @@ pub fn fill_with<T: Send, F: Fn(usize) -> T + Sync>(out: &mut [T], f: F) {
     }
 }
 
+/// Expands to a `match` on a [`UnaryOp`] with one arm per operator, each running `$body` with
+/// `$op` bound to that operator as a constant: a loop in an arm inlines one function (and
+/// vectorises where that function can) instead of matching on the operator per element.
+macro_rules! per_unary_op {
+    ($u:expr, |$op:ident| $body:expr) => {
+        match $u {
+            UnaryOp::Neg => {
+                let $op = UnaryOp::Neg;
+                $body
+            }
+            UnaryOp::Exp => {
+                let $op = UnaryOp::Exp;
+                $body
+            }
+            UnaryOp::Log => {
+                let $op = UnaryOp::Log;
+                $body
+            }
+            UnaryOp::Log1p => {
+                let $op = UnaryOp::Log1p;
+                $body
+            }
+            UnaryOp::Sin => {
+                let $op = UnaryOp::Sin;
+                $body
+            }
+            UnaryOp::Cos => {
+                let $op = UnaryOp::Cos;
+                $body
+            }
+            UnaryOp::Sqrt => {
+                let $op = UnaryOp::Sqrt;
+                $body
+            }
+            UnaryOp::Tanh => {
+                let $op = UnaryOp::Tanh;
+                $body
+            }
+            UnaryOp::Sigmoid => {
+                let $op = UnaryOp::Sigmoid;
+                $body
+            }
+            UnaryOp::Abs => {
+                let $op = UnaryOp::Abs;
+                $body
+            }
+            UnaryOp::Sign => {
+                let $op = UnaryOp::Sign;
+                $body
+            }
+            UnaryOp::Recip => {
+                let $op = UnaryOp::Recip;
+                $body
+            }
+            UnaryOp::Square => {
+                let $op = UnaryOp::Square;
+                $body
+            }
+        }
+    };
+}
+
+/// `out[i] = unary(op, x[i])`, one loop per operator ([`per_unary_op`]).
+pub fn unary_map<T: Elem>(op: UnaryOp, xs: &[T], out: &mut [T]) {
+    per_unary_op!(op, |u| out.iter_mut().zip(xs).for_each(|(o, &x)| *o = unary(u, x)))
+}
+
+/// `out[i] = unary_adjoint(op, x[i], y[i], g[i])`, one loop per operator ([`per_unary_op`]).
+pub fn unary_adjoint_map<T: Elem>(op: UnaryOp, xs: &[T], ys: &[T], gs: &[T], out: &mut [T]) {
+    per_unary_op!(op, |u| out
+        .iter_mut()
+        .zip(xs.iter().zip(ys).zip(gs))
+        .for_each(|(o, ((&x, &y), &g))| *o = unary_adjoint(u, x, y, g)))
+}
+
 /// Sets every element to `value`, in parallel blocks.
 pub fn par_fill<T: Copy + Send + Sync>(out: &mut [T], value: T) {
     if out.len() < PAR_MIN {

@@ -257,7 +257,13 @@ impl Cpu {
             }
             return Ok(self.wrap(out, x.shape.clone()));
         }
-        fill_with(&mut out, |i| kernels::unary(op, xs[i]));
+        if xs.len() < kernels::PAR_MIN {
+            kernels::unary_map(op, xs, &mut out);
+        } else {
+            out.par_chunks_mut(kernels::BLOCK)
+                .zip(xs.par_chunks(kernels::BLOCK))
+                .for_each(|(o, x)| kernels::unary_map(op, x, o));
+        }
         Ok(self.wrap(out, x.shape.clone()))
     }
 
@@ -276,7 +282,15 @@ impl Cpu {
             });
         }
         let mut out = self.pool().take::<T>(xs.len());
-        fill_with(&mut out, |i| kernels::unary_adjoint(op, xs[i], ys[i], gs[i]));
+        if xs.len() < kernels::PAR_MIN {
+            kernels::unary_adjoint_map(op, xs, ys, gs, &mut out);
+        } else {
+            out.par_chunks_mut(kernels::BLOCK)
+                .zip(
+                    xs.par_chunks(kernels::BLOCK).zip(ys.par_chunks(kernels::BLOCK)).zip(gs.par_chunks(kernels::BLOCK)),
+                )
+                .for_each(|(o, ((x, y), g))| kernels::unary_adjoint_map(op, x, y, g, o));
+        }
         Ok(self.wrap(out, g.shape.clone()))
     }
 

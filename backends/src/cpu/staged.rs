@@ -618,11 +618,7 @@ fn exec<T: CpuElem>(op: Op, s: [&[T]; 3], out: &mut [T]) {
         };
     }
     match op {
-        Op::Unary(u) => {
-            for (o, &x) in out.iter_mut().zip(s[0]) {
-                *o = kernels::unary(u, x);
-            }
-        }
+        Op::Unary(u) => kernels::unary_map(u, s[0], out),
         Op::Binary(BinaryOp::Add) => zip2!(|a, b| a + b),
         Op::Binary(BinaryOp::Sub) => zip2!(|a, b| a - b),
         Op::Binary(BinaryOp::Mul) => zip2!(|a, b| a * b),
@@ -635,11 +631,7 @@ fn exec<T: CpuElem>(op: Op, s: [&[T]; 3], out: &mut [T]) {
                 *o = if m != T::zero() { a } else { b };
             }
         }
-        Op::UnaryAdjoint(u) => {
-            for (((o, &x), &y), &g) in out.iter_mut().zip(s[0]).zip(s[1]).zip(s[2]) {
-                *o = kernels::unary_adjoint(u, x, y, g);
-            }
-        }
+        Op::UnaryAdjoint(u) => kernels::unary_adjoint_map(u, s[0], s[1], s[2], out),
         Op::Copy => out.copy_from_slice(s[0]),
     }
 }
