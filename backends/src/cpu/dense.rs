@@ -211,6 +211,12 @@ fn transposed<T: Elem>(x: &[T], rows: usize, cols: usize, pool: &Arc<Pool>) -> B
     out
 }
 
+/// Multiply-adds below which a matrix product runs on the calling thread. A multiply-add in a
+/// register tile costs a fraction of an elementwise op's element, so the elementwise threshold
+/// `PAR_MIN` would hand products of ~50 us to the pool: GMM d10's objective (a 1000 x 10 x 50
+/// product) then took 0.155 or 0.22 ms from run to run, by whether the pool's workers were awake.
+const MM_PAR_MIN: usize = 8 * PAR_MIN;
+
 /// Most rows of the output per task of the matrix product (fewer when the product has too
 /// few rows to give every thread several tasks).
 const MM_ROWS: usize = 64;
@@ -351,7 +357,7 @@ pub fn matmul<T: Elem>(a: &[T], ta: bool, b: &[T], tb: bool, p: &MatmulPlan, out
         let rows = |blk: usize, o: &mut [T]| {
             simd::dispatch!(matmul_rows | matmul_rows_avx2(a0, a_strides, b1, k, n, blk * task_rows, o))
         };
-        if m * k * n < PAR_MIN || n == 0 {
+        if m * k * n < MM_PAR_MIN || n == 0 {
             out.chunks_mut(task_rows * n.max(1)).enumerate().for_each(|(blk, o)| rows(blk, o));
         } else {
             out.par_chunks_mut(task_rows * n).enumerate().for_each(|(blk, o)| rows(blk, o));
@@ -898,7 +904,9 @@ pub(super) mod device {
 
     pub fn matmul_op(c: &Cpu, a: &CpuTensor, ta: bool, b: &CpuTensor, tb: bool) -> Result<CpuTensor> {
         let dt = super::super::same_dtype("matmul", a, b)?;
-        let work = matmul_plan(&a.shape, ta, &b.shape, tb).map_or(0, |p| p.batch * p.m * p.k * p.n);
+        // In elements of the elementwise threshold (see MM_PAR_MIN).
+        let work =
+            matmul_plan(&a.shape, ta, &b.shape, tb).map_or(0, |p| p.batch * p.m * p.k * p.n) / (MM_PAR_MIN / PAR_MIN);
         c.run(work, || dispatch(dt, || matmul_t::<f32>(c, a, ta, b, tb), || matmul_t::<f64>(c, a, ta, b, tb)))
     }
 
