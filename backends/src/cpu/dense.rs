@@ -334,7 +334,7 @@ simd::wider!(matmul_rows, matmul_rows_avx2, <T: Elem>(a1: &[T], strides: (usize,
 
 /// `out = op(a) op(b)` per batch. Zero entries of `op(a)` are skipped (as the reference BLAS
 /// does), which makes products with one-hot adjoints (min/max along an axis) cheap; so are
-/// subnormal ones (see [`matmul_rows`]).
+/// subnormal ones (their terms are below 2^-1022 |b|, and each cost a microcode assist).
 pub fn matmul<T: Elem>(a: &[T], ta: bool, b: &[T], tb: bool, p: &MatmulPlan, out: &mut [T], pool: &Arc<Pool>) {
     let (m, k, n) = (p.m, p.k, p.n);
     let one_batch = |bi: usize, out: &mut [T]| {
