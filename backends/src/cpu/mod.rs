@@ -246,23 +246,14 @@ impl Cpu {
     fn unary_t<T: CpuElem>(&self, op: UnaryOp, x: &CpuTensor) -> Result<CpuTensor> {
         let xs = x.slice::<T>()?;
         let mut out = self.pool().take::<T>(xs.len());
-        if vmath::vectorised(op) {
-            // The same functions as `kernels::unary`, in a loop that vectorises.
-            if xs.len() < kernels::PAR_MIN {
-                vmath::map_unary(op, xs, &mut out);
-            } else {
-                out.par_chunks_mut(kernels::BLOCK)
-                    .zip(xs.par_chunks(kernels::BLOCK))
-                    .for_each(|(o, x)| vmath::map_unary(op, x, o));
-            }
-            return Ok(self.wrap(out, x.shape.clone()));
-        }
+        // vmath's vector loop where it has one (the same functions as `kernels::unary`), else
+        // one loop per operator.
+        let map: fn(UnaryOp, &[T], &mut [T]) =
+            if vmath::vectorised(op) { vmath::map_unary::<T> } else { kernels::unary_map::<T> };
         if xs.len() < kernels::PAR_MIN {
-            kernels::unary_map(op, xs, &mut out);
+            map(op, xs, &mut out);
         } else {
-            out.par_chunks_mut(kernels::BLOCK)
-                .zip(xs.par_chunks(kernels::BLOCK))
-                .for_each(|(o, x)| kernels::unary_map(op, x, o));
+            out.par_chunks_mut(kernels::BLOCK).zip(xs.par_chunks(kernels::BLOCK)).for_each(|(o, x)| map(op, x, o));
         }
         Ok(self.wrap(out, x.shape.clone()))
     }
