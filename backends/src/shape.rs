@@ -146,38 +146,17 @@ pub fn reduced(shape: &[usize], axis: Option<usize>) -> Vec<usize> {
     out
 }
 
-/// For `sum_sq_diff(a, b)`: the rows (all but the last axis) and row length of `a`, and for
-/// each row of `a` the offset of the row of `b` (broadcast to a's shape) it pairs with. Needs
-/// a's shape to be the broadcast shape, with at least one axis, and b's last axis to equal a's
-/// (`None` otherwise: the op then composes).
-pub fn sum_sq_diff_rows(a: &[usize], b: &[usize]) -> Option<(usize, usize, Vec<usize>)> {
+/// For `sum_sq_diff(a, b)`: the rows (all but the last axis) and row length of `a`, and the
+/// runs of `b` broadcast to `a` ([`runs`]), from which the offset in `b` of each row's partner
+/// follows. Needs a's shape to be the broadcast shape, with at least one axis, and b's last
+/// axis to equal a's (`None` otherwise: the op then composes).
+pub fn sum_sq_diff_rows(a: &[usize], b: &[usize]) -> Option<(usize, usize, Vec<Run>)> {
     let (&d, outer) = a.split_last()?;
-    let (&db, b_outer) = b.split_last()?;
-    if db != d || b.len() > a.len() || broadcast_shapes("sum_sq_diff", a, b).ok()?.as_slice() != a {
+    if b.last() != Some(&d) {
         return None;
     }
-    // Strides of b's rows, aligned to a's trailing axes; 0 where b broadcasts.
-    let lead = outer.len() - b_outer.len();
-    let mut strides = vec![0usize; outer.len()];
-    let mut s = d;
-    for i in (0..b_outer.len()).rev() {
-        strides[lead + i] = if b_outer[i] == 1 { 0 } else { s };
-        s *= b_outer[i];
-    }
-    let rows: usize = outer.iter().product();
-    let mut offsets = Vec::with_capacity(rows);
-    let mut idx = vec![0usize; outer.len()];
-    for _ in 0..rows {
-        offsets.push(idx.iter().zip(&strides).map(|(i, st)| i * st).sum());
-        for ax in (0..outer.len()).rev() {
-            idx[ax] += 1;
-            if idx[ax] < outer[ax] {
-                break;
-            }
-            idx[ax] = 0;
-        }
-    }
-    Some((rows, d, offsets))
+    let rs = runs("sum_sq_diff", b, a).ok()?;
+    Some((outer.iter().product(), d, rs))
 }
 
 /// The shape of `stack` over parts of these shapes: `[n, s..]` for n >= 1 parts of one shape s.

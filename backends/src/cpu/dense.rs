@@ -704,11 +704,13 @@ fn logsumexp_adjoint_lines<T: Elem>(x: &[T], y: &[T], g: &[T], (o, r, q): (usize
 }
 simd::wider!(logsumexp_adjoint_lines, logsumexp_adjoint_avx2, <T: Elem>(x: &[T], y: &[T], g: &[T], view: (usize, usize, usize), out: &mut [T]));
 
-/// `out[r] = sum over l of (a[r d + l] - b[off[r] + l])^2`, in order along each row (the
-/// composed form's: squares summed by the q = 1 fold of `sum_to`).
-pub fn sum_sq_diff<T: Elem>(a: &[T], b: &[T], d: usize, off: &[usize], out: &mut [T]) {
+/// `out[r] = sum over l of (a[r d + l] - b[o(r) + l])^2`, with `o(r)` the offset in `b` of row
+/// r's partner (b broadcast to a: `runs`), in order along each row (the composed form's:
+/// squares summed by the q = 1 fold of `sum_to`).
+pub fn sum_sq_diff<T: Elem>(a: &[T], b: &[T], d: usize, runs: &[Run], out: &mut [T]) {
     let row = |r: usize| {
-        let (ar, br) = (&a[r * d..(r + 1) * d], &b[off[r]..off[r] + d]);
+        let o = small_offset(runs, r * d);
+        let (ar, br) = (&a[r * d..(r + 1) * d], &b[o..o + d]);
         ar.iter().zip(br).fold(T::zero(), |s, (&x, &y)| {
             let t = x - y;
             s + t * t
@@ -721,12 +723,13 @@ pub fn sum_sq_diff<T: Elem>(a: &[T], b: &[T], d: usize, off: &[usize], out: &mut
     }
 }
 
-/// `out[r d + l] = (g[r] * 2) * (a[r d + l] - b[off[r] + l])`: the adjoint of a for
+/// `out[r d + l] = (g[r] * 2) * (a[r d + l] - b[o(r) + l])`: the adjoint of a for
 /// [`sum_sq_diff`].
-pub fn sum_sq_diff_adjoint<T: Elem>(a: &[T], b: &[T], g: &[T], d: usize, off: &[usize], out: &mut [T]) {
+pub fn sum_sq_diff_adjoint<T: Elem>(a: &[T], b: &[T], g: &[T], d: usize, runs: &[Run], out: &mut [T]) {
     let two = T::of_f64(2.0);
     let row = |r: usize, o: &mut [T]| {
-        let (ar, br, gr) = (&a[r * d..(r + 1) * d], &b[off[r]..off[r] + d], g[r] * two);
+        let off = small_offset(runs, r * d);
+        let (ar, br, gr) = (&a[r * d..(r + 1) * d], &b[off..off + d], g[r] * two);
         for ((o, &x), &y) in o.iter_mut().zip(ar).zip(br) {
             *o = gr * (x - y);
         }
@@ -817,17 +820,17 @@ pub(super) mod device {
         Ok(c.wrap(out, x.shape.clone()))
     }
 
-    /// Rows, row length and b's row offsets (`shape::sum_sq_diff_rows`).
-    pub type SumSqDiffPlan = (usize, usize, Vec<usize>);
+    /// Rows, row length and b's broadcast runs (`shape::sum_sq_diff_rows`).
+    pub type SumSqDiffPlan = (usize, usize, Vec<Run>);
 
     fn sum_sq_diff_t<T: CpuElem>(
         c: &Cpu,
         a: &CpuTensor,
         b: &CpuTensor,
-        (rows, d, off): &SumSqDiffPlan,
+        (rows, d, rs): &SumSqDiffPlan,
     ) -> Result<CpuTensor> {
         let mut out = c.pool().take::<T>(*rows);
-        sum_sq_diff(a.slice::<T>()?, b.slice::<T>()?, *d, off, &mut out);
+        sum_sq_diff(a.slice::<T>()?, b.slice::<T>()?, *d, rs, &mut out);
         Ok(c.wrap(out, crate::shape::reduced(&a.shape, None)))
     }
 
@@ -843,13 +846,13 @@ pub(super) mod device {
         a: &CpuTensor,
         b: &CpuTensor,
         g: &CpuTensor,
-        (rows, d, off): &SumSqDiffPlan,
+        (rows, d, rs): &SumSqDiffPlan,
     ) -> Result<CpuTensor> {
         let line = crate::shape::reduced(&a.shape, None);
         crate::shape::same_shape("sum_sq_diff_adjoint", "the adjoint", &g.shape, &line)?;
         debug_assert_eq!(g.numel(), *rows);
         let mut out = c.pool().take::<T>(a.numel());
-        sum_sq_diff_adjoint(a.slice::<T>()?, b.slice::<T>()?, g.slice::<T>()?, *d, off, &mut out);
+        sum_sq_diff_adjoint(a.slice::<T>()?, b.slice::<T>()?, g.slice::<T>()?, *d, rs, &mut out);
         Ok(c.wrap(out, a.shape.clone()))
     }
 
