@@ -10,7 +10,7 @@
 
 /// Whether the running CPU has AVX2 and FMA (std caches the answers).
 #[inline]
-pub fn avx2() -> bool {
+pub fn avx2_fma() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
@@ -33,13 +33,13 @@ macro_rules! wider {
     };
 }
 
-/// `dispatch!(kernel | kernel_avx2 (args..))`: the AVX2 copy when the CPU has AVX2, else the
-/// baseline one.
+/// `dispatch!(kernel | kernel_avx2 (args..))`: the AVX2 copy when the CPU has AVX2 and FMA,
+/// else the baseline one.
 macro_rules! dispatch {
     ($base:ident | $wide:ident ($($arg:expr),* $(,)?)) => {{
         #[cfg(target_arch = "x86_64")]
         {
-            if $crate::cpu::simd::avx2() {
+            if $crate::cpu::simd::avx2_fma() {
                 // SAFETY: the running CPU has AVX2 and FMA, the features `$wide` is compiled with.
                 unsafe { $wide($($arg),*) }
             } else {
