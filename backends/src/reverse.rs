@@ -276,8 +276,11 @@ impl<B: Ops> TensorOps for Reverse<B> {
 impl<B: Ops> ElementwiseOps for Reverse<B> {
     fn unary(&self, op: UnaryOp, x: &Var<B>) -> Result<Var<B>> {
         let y = self.inner.unary(op, &x.value)?;
-        let (xv, yv) = (x.value.clone(), y.clone());
-        self.record(y, &[x], move |b, g| Ok(vec![rules::elementwise::unary_vjp(b, op, &xv, &yv, g)?]))
+        if self.node_of(x)?.is_none() {
+            return Ok(self.constant(y));
+        }
+        let saved = rules::elementwise::unary_saved(op, &x.value, &y);
+        self.record(y, &[x], move |b, g| Ok(vec![rules::elementwise::unary_vjp_saved(b, op, saved.as_ref(), g)?]))
     }
 
     fn binary(&self, op: BinaryOp, a: &Var<B>, c: &Var<B>) -> Result<Var<B>> {
@@ -287,20 +290,28 @@ impl<B: Ops> ElementwiseOps for Reverse<B> {
             self.node_of(c)?;
             return Ok(self.constant(y));
         }
-        let (av, cv, yv) = (a.value.clone(), c.value.clone(), y.clone());
+        let need = [self.node_of(a)?.is_some(), self.node_of(c)?.is_some()];
+        if need == [false, false] {
+            return Ok(self.constant(y));
+        }
+        let saved = rules::elementwise::BinarySaved::new(op, &a.value, &c.value, &y, need);
         self.record(y, &[a, c], move |b, g| {
-            let (ga, gc) = rules::elementwise::binary_vjp(b, op, &av, &cv, &yv, g)?;
-            Ok(vec![Some(ga), Some(gc)])
+            let (ga, gc) = rules::elementwise::binary_vjp(b, &saved, g)?;
+            Ok(vec![ga, gc])
         })
     }
 
     fn select(&self, mask: &Var<B>, a: &Var<B>, c: &Var<B>) -> Result<Var<B>> {
         self.node_of(mask)?;
         let y = self.inner.select(&mask.value, &a.value, &c.value)?;
+        let need = [self.node_of(a)?.is_some(), self.node_of(c)?.is_some()];
+        if need == [false, false] {
+            return Ok(self.constant(y));
+        }
         let (m, ashape, cshape) = (mask.value.clone(), a.value.shape().to_vec(), c.value.shape().to_vec());
         self.record(y, &[a, c], move |b, g| {
-            let (ga, gc) = rules::elementwise::select_vjp(b, &m, &ashape, &cshape, g)?;
-            Ok(vec![Some(ga), Some(gc)])
+            let (ga, gc) = rules::elementwise::select_vjp(b, &m, &ashape, &cshape, need, g)?;
+            Ok(vec![ga, gc])
         })
     }
 
@@ -310,10 +321,14 @@ impl<B: Ops> ElementwiseOps for Reverse<B> {
 
     fn combine(&self, op: HistOp, a: &Var<B>, c: &Var<B>) -> Result<Var<B>> {
         let y = self.inner.combine(op, &a.value, &c.value)?;
+        let need = [self.node_of(a)?.is_some(), self.node_of(c)?.is_some()];
+        if need == [false, false] {
+            return Ok(self.constant(y));
+        }
         let (av, cv) = (a.value.clone(), c.value.clone());
         self.record(y, &[a, c], move |b, g| {
-            let (ga, gc) = rules::elementwise::combine_vjp(b, op, &av, &cv, g)?;
-            Ok(vec![Some(ga), Some(gc)])
+            let (ga, gc) = rules::elementwise::combine_vjp(b, op, &av, &cv, need, g)?;
+            Ok(vec![ga, gc])
         })
     }
 

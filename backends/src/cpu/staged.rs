@@ -1031,6 +1031,24 @@ mod tests {
     }
 
     #[test]
+    fn a_reverse_sweep_computes_no_adjoint_of_a_constant_and_holds_no_unread_value() {
+        let (_, st) = devices();
+        let n = 3000;
+        let r = crate::Reverse::new(st.clone());
+        let x = r.var(st.tensor(&ramp(n), &[n], DType::F64).unwrap());
+        let (one, two) = (r.lift(st.scalar(1.0, DType::F64).unwrap()), r.lift(st.scalar(2.0, DType::F64).unwrap()));
+        // z = (x + 1) * 2: the rules of + and * read nothing of x + 1, and the constants' adjoints
+        // (sums over n elements, reductions that would each end a region) are not wanted.
+        let z = r.mul(&r.add(&x, &one).unwrap(), &two).unwrap();
+        let grads = r.backward(&z, st.full(&[n], 1.0, DType::F64).unwrap()).unwrap();
+        assert_eq!(st.to_vec(grads.get(&x).unwrap()).unwrap(), vec![2.0; n]);
+        // One program of one instruction (adjoint * 2) storing its root; x + 1 and z stay deferred.
+        let s = st.stats();
+        assert_eq!((s.programs, s.instructions, s.stored), (1, 1, 1), "{s:?}");
+        assert_eq!(st.deferred_count(), 2);
+    }
+
+    #[test]
     fn registers_are_reused_along_a_chain() {
         let (_, st) = devices();
         let n = 5000;

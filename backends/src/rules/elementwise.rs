@@ -24,6 +24,31 @@ pub fn unary_vjp<B: Ops>(b: &B, op: UnaryOp, x: &B::T, y: &B::T, g: &B::T) -> Re
     b.unary_adjoint(op, x, y, g)
 }
 
+/// The one primal value the adjoint of `y = op(x)` reads, which a reverse engine keeps from the
+/// forward sweep: `y` for the operators whose derivative is written in their result (exp,
+/// sqrt, tanh, sigmoid, recip), `x` for the others, nothing for `neg` and `sign`. Keeping only
+/// that value frees the other sooner, and on the staged device a value nothing holds is never
+/// stored (it stays in the registers of the fused loop that made it).
+pub fn unary_saved<T: Clone>(op: UnaryOp, x: &T, y: &T) -> Option<T> {
+    match op {
+        UnaryOp::Neg | UnaryOp::Sign => None,
+        UnaryOp::Exp | UnaryOp::Sqrt | UnaryOp::Tanh | UnaryOp::Sigmoid | UnaryOp::Recip => Some(y.clone()),
+        UnaryOp::Log | UnaryOp::Log1p | UnaryOp::Sin | UnaryOp::Cos | UnaryOp::Abs | UnaryOp::Square => Some(x.clone()),
+    }
+}
+
+/// [`unary_vjp`] from what [`unary_saved`] kept. The saved value goes in both of the kernel's
+/// primal slots: each operator's adjoint reads only the one [`unary_saved`] names (the composed
+/// rule, [`unary_vjp_composed`], spells that out), so the result is the same, bit for bit.
+pub fn unary_vjp_saved<B: Ops>(b: &B, op: UnaryOp, saved: Option<&B::T>, g: &B::T) -> Result<Option<B::T>> {
+    match (op, saved) {
+        (UnaryOp::Neg, _) => Ok(Some(b.neg(g)?)),
+        (UnaryOp::Sign, _) => Ok(None),
+        (_, Some(v)) => b.unary_adjoint(op, v, v, g),
+        (_, None) => Err(OpError::Device(format!("internal: the adjoint of {op:?} was run without its saved value"))),
+    }
+}
+
 /// Adjoint of `x` for `y = op(x)` composed from elementwise ops. A fused kernel must keep this
 /// order of operations (so that it rounds the same way).
 pub fn unary_vjp_composed<B: ElementwiseOps>(b: &B, op: UnaryOp, x: &B::T, y: &B::T, g: &B::T) -> Result<Option<B::T>> {
@@ -127,11 +152,23 @@ pub fn select_jvp<B: Ops>(b: &B, mask: &B::T, y: &B::T, da: Option<&B::T>, dc: O
     Ok(Some(to_shape(b, t, y)?))
 }
 
-/// Adjoints of `a` and `c` for `y = combine(op, a, c)`: the partials times the adjoint.
-pub fn combine_vjp<B: Ops>(b: &B, op: HistOp, a: &B::T, c: &B::T, g: &B::T) -> Result<(B::T, B::T)> {
-    let ga = b.mul(&b.combine_partial(op, Operand::Left, a, c)?, g)?;
-    let gc = b.mul(&b.combine_partial(op, Operand::Right, a, c)?, g)?;
-    Ok((unbroadcast(b, &ga, a.shape())?, unbroadcast(b, &gc, c.shape())?))
+/// Adjoints of `a` and `c` for `y = combine(op, a, c)`: the partials times the adjoint, the
+/// needed ones only (`need` as in [`BinarySaved::new`]).
+pub fn combine_vjp<B: Ops>(
+    b: &B,
+    op: HistOp,
+    a: &B::T,
+    c: &B::T,
+    need: [bool; 2],
+    g: &B::T,
+) -> Result<OptionalPair<B::T>> {
+    let part = |side: Operand, shape: &[usize]| -> Result<B::T> {
+        unbroadcast(b, &b.mul(&b.combine_partial(op, side, a, c)?, g)?, shape)
+    };
+    Ok((
+        need[0].then(|| part(Operand::Left, a.shape())).transpose()?,
+        need[1].then(|| part(Operand::Right, c.shape())).transpose()?,
+    ))
 }
 
 /// Tangent of `y = combine(op, a, c)` (the lifted operator).
@@ -203,45 +240,112 @@ pub fn combine_partial_jvp<B: Ops>(
     t.map(|t| to_shape(b, t, y)).transpose()
 }
 
-/// Adjoints of `a` and `c` for `y = a op c` (not for comparisons).
-pub fn binary_vjp<B: Ops>(b: &B, op: BinaryOp, a: &B::T, c: &B::T, y: &B::T, g: &B::T) -> Result<(B::T, B::T)> {
-    // Built only by the rules that need it (an allocation per call adds up on small tensors).
-    let zero = || b.scalar(0.0, g.dtype());
-    let (ga, gc) = match op {
-        BinaryOp::Add => (g.clone(), g.clone()),
-        BinaryOp::Sub => (g.clone(), b.neg(g)?),
-        BinaryOp::Mul => (b.mul(g, c)?, b.mul(g, a)?),
-        BinaryOp::Div => (b.div(g, c)?, b.neg(&b.div(&b.mul(g, y)?, c)?)?),
-        BinaryOp::Pow => {
-            // d/da a^c = c a^(c-1); d/dc a^c = a^c ln a.
-            let one = b.scalar(1.0, g.dtype())?;
-            let da = b.mul(c, &b.binary(BinaryOp::Pow, a, &b.sub(c, &one)?)?)?;
-            let dc = b.mul(y, &b.unary(UnaryOp::Log, a)?)?;
-            (b.mul(g, &da)?, b.mul(g, &dc)?)
-        }
-        // Asymmetric partials: the left operand wins ties (d1 = [a <= c], d2 = [c < a]).
-        BinaryOp::Min => {
-            let (left, zero) = (b.binary(BinaryOp::Le, a, c)?, zero()?);
-            (b.select(&left, g, &zero)?, b.select(&left, &zero, g)?)
-        }
-        BinaryOp::Max => {
-            let (left, zero) = (b.binary(BinaryOp::Ge, a, c)?, zero()?);
-            (b.select(&left, g, &zero)?, b.select(&left, &zero, g)?)
-        }
-        BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge | BinaryOp::Eq => {
-            let zero = zero()?;
-            (b.mul(g, &zero)?, b.mul(g, &zero)?)
-        }
-    };
-    Ok((unbroadcast(b, &ga, a.shape())?, unbroadcast(b, &gc, c.shape())?))
+/// What the VJP of `y = a op c` keeps from the forward sweep: which adjoints are needed (an
+/// operand that depends on no variable needs none), the primal values those adjoints read and
+/// no others, and the shape of an operand that was broadcast (one element). Reverse engines
+/// build it when they record the op; a constant operand's adjoint is then never computed (nor,
+/// for a broadcast one, summed, a reduction that would end a fused region of the staged device),
+/// and a value no needed adjoint reads is not held by the tape.
+pub struct BinarySaved<T> {
+    op: BinaryOp,
+    need: [bool; 2],
+    a: Option<T>,
+    c: Option<T>,
+    y: Option<T>,
+    /// The operands' shapes where they differ from the result's (broadcast operands).
+    a_broadcast: Option<Vec<usize>>,
+    c_broadcast: Option<Vec<usize>>,
 }
 
-/// Adjoints of `a` and `c` for `y = select(mask, a, c)`.
-pub fn select_vjp<B: Ops>(b: &B, mask: &B::T, a_shape: &[usize], c_shape: &[usize], g: &B::T) -> Result<(B::T, B::T)> {
+impl<T: TensorMeta + Clone> BinarySaved<T> {
+    /// `need[0]`, `need[1]`: whether the adjoints of `a` and `c` are wanted.
+    pub fn new(op: BinaryOp, a: &T, c: &T, y: &T, need: [bool; 2]) -> BinarySaved<T> {
+        let [na, nc] = need;
+        // What each adjoint reads: d/da and d/dc of the rules in `binary_vjp`.
+        let (read_a, read_c, read_y) = match op {
+            BinaryOp::Add | BinaryOp::Sub => (false, false, false),
+            BinaryOp::Mul => (nc, na, false),
+            BinaryOp::Div => (false, na || nc, nc),
+            BinaryOp::Pow => (na || nc, na, nc),
+            BinaryOp::Min | BinaryOp::Max => (na || nc, na || nc, false),
+            BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge | BinaryOp::Eq => (false, false, false),
+        };
+        let keep = |read: bool, v: &T| read.then(|| v.clone());
+        let broadcast = |wanted: bool, v: &T| (wanted && v.shape() != y.shape()).then(|| v.shape().to_vec());
+        BinarySaved {
+            op,
+            need,
+            a: keep(read_a, a),
+            c: keep(read_c, c),
+            y: keep(read_y, y),
+            a_broadcast: broadcast(na, a),
+            c_broadcast: broadcast(nc, c),
+        }
+    }
+}
+
+/// A value a rule reads, which its `*Saved` must hold.
+fn saved<'a, T>(v: &'a Option<T>, what: &str) -> Result<&'a T> {
+    v.as_ref().ok_or_else(|| OpError::Device(format!("internal: a binary rule read {what}, which it did not save")))
+}
+
+/// Adjoints of `a` and `c` for `y = a op c` (not for comparisons), the needed ones only.
+pub fn binary_vjp<B: Ops>(b: &B, s: &BinarySaved<B::T>, g: &B::T) -> Result<OptionalPair<B::T>> {
+    let [na, nc] = s.need;
+    let (a, c, y) = (|| saved(&s.a, "a"), || saved(&s.c, "c"), || saved(&s.y, "y"));
+    // Built only by the rules that need it (an allocation per call adds up on small tensors).
+    let zero = || b.scalar(0.0, g.dtype());
+    let when = |need: bool, f: &dyn Fn() -> Result<B::T>| need.then(f).transpose();
+    let (ga, gc) = match s.op {
+        BinaryOp::Add => (na.then(|| g.clone()), nc.then(|| g.clone())),
+        BinaryOp::Sub => (na.then(|| g.clone()), when(nc, &|| b.neg(g))?),
+        BinaryOp::Mul => (when(na, &|| b.mul(g, c()?))?, when(nc, &|| b.mul(g, a()?))?),
+        BinaryOp::Div => (when(na, &|| b.div(g, c()?))?, when(nc, &|| b.neg(&b.div(&b.mul(g, y()?)?, c()?)?))?),
+        BinaryOp::Pow => {
+            // d/da a^c = c a^(c-1); d/dc a^c = a^c ln a.
+            let da = || -> Result<B::T> {
+                let one = b.scalar(1.0, g.dtype())?;
+                b.mul(c()?, &b.binary(BinaryOp::Pow, a()?, &b.sub(c()?, &one)?)?)
+            };
+            let dc = || b.mul(y()?, &b.unary(UnaryOp::Log, a()?)?);
+            (when(na, &|| b.mul(g, &da()?))?, when(nc, &|| b.mul(g, &dc()?))?)
+        }
+        // Asymmetric partials: the left operand wins ties (d1 = [a <= c], d2 = [c < a]).
+        BinaryOp::Min | BinaryOp::Max => {
+            let cmp = if s.op == BinaryOp::Min { BinaryOp::Le } else { BinaryOp::Ge };
+            let (left, zero) = (b.binary(cmp, a()?, c()?)?, zero()?);
+            (when(na, &|| b.select(&left, g, &zero))?, when(nc, &|| b.select(&left, &zero, g))?)
+        }
+        BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge | BinaryOp::Eq => {
+            (when(na, &|| b.mul(g, &zero()?))?, when(nc, &|| b.mul(g, &zero()?))?)
+        }
+    };
+    Ok((unbroadcast_to(b, ga, &s.a_broadcast)?, unbroadcast_to(b, gc, &s.c_broadcast)?))
+}
+
+/// Sums an adjoint down to a broadcast operand's shape (`Some`), or leaves it.
+fn unbroadcast_to<B: Ops>(b: &B, g: Option<B::T>, broadcast: &Option<Vec<usize>>) -> Result<Option<B::T>> {
+    match (g, broadcast) {
+        (Some(g), Some(shape)) => Ok(Some(unbroadcast(b, &g, shape)?)),
+        (g, _) => Ok(g),
+    }
+}
+
+/// Adjoints of `a` and `c` for `y = select(mask, a, c)`, the needed ones only (`need` as in
+/// [`BinarySaved::new`]).
+pub fn select_vjp<B: Ops>(
+    b: &B,
+    mask: &B::T,
+    a_shape: &[usize],
+    c_shape: &[usize],
+    need: [bool; 2],
+    g: &B::T,
+) -> Result<OptionalPair<B::T>> {
     let zero = b.scalar(0.0, g.dtype())?;
-    let ga = b.select(mask, g, &zero)?;
-    let gc = b.select(mask, &zero, g)?;
-    Ok((unbroadcast(b, &ga, a_shape)?, unbroadcast(b, &gc, c_shape)?))
+    let ga = need[0].then(|| b.select(mask, g, &zero)).transpose()?;
+    let gc = need[1].then(|| b.select(mask, &zero, g)).transpose()?;
+    let sum = |g: Option<B::T>, shape: &[usize]| g.map(|g| unbroadcast(b, &g, shape)).transpose();
+    Ok((sum(ga, a_shape)?, sum(gc, c_shape)?))
 }
 
 #[cfg(test)]
