@@ -62,8 +62,10 @@ pub const LANES: usize = 256;
 /// Results of fewer elements are computed at once: below this, compiling a region costs more
 /// than the memory traffic fusion saves (the LSTM's 14-element ops ran 5-8x slower staged).
 pub const STAGE_MIN: usize = 4096;
-/// Blocks per parallel task of a fused loop.
+/// Blocks per parallel task of a fused loop, at most.
 const TASK_BLOCKS: usize = 64;
+/// Tasks a parallel fused loop is split into, at least (while blocks last).
+const MIN_TASKS: usize = 8;
 /// Deferred nodes after which the device computes what it holds: bounds the memory that
 /// deferred work keeps alive when nothing reads it back.
 const MAX_DEFERRED: usize = 1 << 14;
@@ -343,8 +345,15 @@ impl CpuStaged {
                 start += len;
             }
         };
-        let span = LANES * TASK_BLOCKS;
-        if n < PAR_MIN {
+        // A fused loop is worth splitting when its whole work is, not only its length: BA's
+        // reverse sweeps run hundreds of instructions over 32k elements, below the threshold
+        // of one elementwise op. Tasks are then smaller, so that both cores get work. Below
+        // PAR_MIN elements it takes 8 x PAR_MIN element-instructions (as for the matrix
+        // product): GMM d = 10's tangent loops, a few instructions over 50k elements, ran
+        // 1.8x slower handed to the pool.
+        let work = n.saturating_mul(p.instrs.len().max(1));
+        let span = LANES * TASK_BLOCKS.min(n.div_ceil(LANES * MIN_TASKS).max(1));
+        if (n < PAR_MIN && work < 8 * PAR_MIN) || n <= span {
             task(0, n);
         } else {
             self.cpu.install(|| {
@@ -1061,6 +1070,24 @@ mod tests {
         let s = st.stats();
         assert_eq!((s.programs, s.instructions, s.stored), (1, 50, 1));
         assert!(s.max_registers <= 2, "{s:?}");
+    }
+
+    #[test]
+    fn a_long_chain_of_few_elements_runs_in_tasks_and_matches_the_cpu() {
+        // 20000 elements (below PAR_MIN) x 60 instructions: split into tasks of 10 blocks, the
+        // last one partial and ending in a partial block.
+        let (cpu, st) = devices();
+        let n = 20_000;
+        let ops = [UnaryOp::Sin, UnaryOp::Tanh, UnaryOp::Square, UnaryOp::Exp];
+        let mut want = cpu.tensor(&ramp(n), &[n], DType::F64).unwrap();
+        let mut got = st.tensor(&ramp(n), &[n], DType::F64).unwrap();
+        for i in 0..60 {
+            want = cpu.unary(ops[i % 4], &want).unwrap();
+            got = st.unary(ops[i % 4], &got).unwrap();
+        }
+        assert_eq!(st.to_vec(&got).unwrap(), cpu.to_vec(&want).unwrap());
+        let s = st.stats();
+        assert_eq!((s.programs, s.instructions, s.stored), (1, 60, 1));
     }
 
     #[test]
