@@ -171,6 +171,135 @@ where
     (plan, rows)
 }
 
+/// Bytes of one bin window of the partitioned chunk adjoint: the window of the running array
+/// and of the adjoint stay in L2 while a partition's elements are folded.
+const WINDOW_BYTES: usize = 256 << 10;
+/// Bins from which [`adjoint_chunk`] partitions a chunk's elements by bin range: below, the
+/// running array fits in L2 as it is.
+const PARTITION_MIN_BINS_BYTES: usize = 1 << 20;
+
+/// The bins per window of the partitioned chunk adjoint for k bins of `T`, or 0 where the
+/// plain passes are as fast (k small, or a chunk too long for 32-bit positions).
+pub fn adjoint_window_bins<T>(k: usize, chunk_len: usize) -> usize {
+    let size = std::mem::size_of::<T>().max(1);
+    if k * size < PARTITION_MIN_BINS_BYTES || chunk_len > u32::MAX as usize { 0 } else { WINDOW_BYTES / size }
+}
+
+/// One chunk of the general rule's value adjoint. A forward pass from the chunk's prefix row
+/// `pre` gives each element's l = (the fold of its bin so far), and d2(l, a) and y1 = l op a;
+/// a backward pass from the suffix row `suf` gives r, and the adjoint
+/// `d2(l, a) * d1(y1, r) * g[bin]` (0 where g[bin] is 0, and for out-of-range indices).
+///
+/// With `window_bins` > 0 (see [`adjoint_window_bins`]) the passes run partition by partition:
+/// the chunk's in-range elements are first sorted stably by bin window (a counting sort into
+/// records of position, bin and value), so that the running array and g are read and written
+/// one L2-sized window at a time instead of at random over k bins (k = 10^6: the running
+/// array alone is 4-8 MB). Each bin's elements stay in index order, so every bin folds the
+/// same values in the same order and the results are the same, bit for bit.
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)] // positions index ix, v and o alike
+pub fn adjoint_chunk<T, F>(
+    f: F,
+    pool: &Arc<Pool>,
+    ix: &[i64],
+    v: &[T],
+    pre: &[T],
+    suf: &[T],
+    g: &[T],
+    o: &mut [T],
+    window_bins: usize,
+) where
+    T: super::CpuElem,
+    F: super::fold::Fold<T>,
+{
+    let k = g.len();
+    let mut run = pool.take::<T>(k);
+    if window_bins == 0 {
+        let mut y1 = pool.take::<T>(o.len());
+        run.copy_from_slice(pre);
+        for j in 0..o.len() {
+            o[j] = match bin_of(ix, j, k) {
+                Some(b) => {
+                    let (l, a) = (run[b], v[j]);
+                    let y = f.combine(l, a);
+                    run[b] = y;
+                    y1[j] = y;
+                    f.d2(l, a)
+                }
+                None => T::zero(),
+            };
+        }
+        run.copy_from_slice(suf);
+        for j in (0..o.len()).rev() {
+            if let Some(b) = bin_of(ix, j, k) {
+                let r = run[b];
+                run[b] = f.combine(v[j], r);
+                let gb = g[b];
+                o[j] = if gb == T::zero() { T::zero() } else { o[j] * f.d1(y1[j], r) * gb };
+            }
+        }
+        return;
+    }
+    // Counting sort of the in-range elements by window: `starts[w]..starts[w + 1]` are window
+    // w's records (position, bin, value), in index order. Windows are a power of two of bins:
+    // a shift instead of a division per element (the division was a fifth of the sort).
+    let shift = window_bins.next_power_of_two().trailing_zeros();
+    let windows = k.div_ceil(1 << shift);
+    let mut starts = vec![0usize; windows + 1];
+    for j in 0..o.len() {
+        match bin_of(ix, j, k) {
+            Some(b) => starts[(b >> shift) + 1] += 1,
+            None => o[j] = T::zero(),
+        }
+    }
+    for w in 0..windows {
+        starts[w + 1] += starts[w];
+    }
+    let total = starts[windows];
+    let mut records = pool.take::<(u32, T)>(total);
+    let mut next = starts.clone();
+    for j in 0..o.len() {
+        if let Some(b) = bin_of(ix, j, k) {
+            let w = b >> shift;
+            records[next[w]] = (b as u32, v[j]);
+            next[w] += 1;
+        }
+    }
+    // d2 and y1 per record, in record order; the backward pass turns d2 into the adjoint.
+    let (mut d2, mut y1) = (pool.take::<T>(total), pool.take::<T>(total));
+    run.copy_from_slice(pre);
+    for w in 0..windows {
+        for r in starts[w]..starts[w + 1] {
+            let (b, a) = records[r];
+            let l = run[b as usize];
+            let y = f.combine(l, a);
+            run[b as usize] = y;
+            y1[r] = y;
+            d2[r] = f.d2(l, a);
+        }
+    }
+    run.copy_from_slice(suf);
+    for w in 0..windows {
+        for r in (starts[w]..starts[w + 1]).rev() {
+            let (b, a) = records[r];
+            let rv = run[b as usize];
+            run[b as usize] = f.combine(a, rv);
+            let gb = g[b as usize];
+            d2[r] = if gb == T::zero() { T::zero() } else { d2[r] * f.d1(y1[r], rv) * gb };
+        }
+    }
+    // Back to index order: element j is the next record of its window (one sequential read
+    // per window and a sequential write, where writing each adjoint to its position from the
+    // record loop missed the cache on nearly every element).
+    let mut next = starts;
+    for j in 0..o.len() {
+        if let Some(b) = bin_of(ix, j, k) {
+            let w = b >> shift;
+            o[j] = d2[next[w]];
+            next[w] += 1;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -186,6 +315,57 @@ mod tests {
         let p = Plan::new(10_000_000, 1_000_000);
         assert_eq!(p.chunks, 4, "n / 2k = 5 chunks, rounded down to a power of two");
         assert!(p.chunks * p.chunk_len >= 10_000_000);
+    }
+
+    /// The chunk adjoint by windows equals the plain passes bit for bit, for every operator
+    /// kind, window size (one bin, a power of two, a size rounded up to one) and dtype, with
+    /// out-of-range indices, zero adjoints, ties and hot bins in the data.
+    #[test]
+    fn the_windowed_chunk_adjoint_equals_the_plain_passes_bit_for_bit() {
+        use super::super::fold::{AddF, Fold, LogAddExpF, MaxF, MinF, MulF};
+        fn check<T: super::super::CpuElem, F: Fold<T>>(f: F, name: &str) {
+            let pool = Pool::new();
+            let (m, k) = (5000usize, 300usize);
+            let mix = |i: usize, salt: usize| (i.wrapping_mul(2654435761).wrapping_add(salt * 40503)) % 1_000_003;
+            // Bins: a hot bin (7), in-range spread, and -1, k, k + 9 out of range.
+            let ix: Vec<i64> = (0..m)
+                .map(|i| match mix(i, 1) % 20 {
+                    0 => -1,
+                    1 => k as i64,
+                    2 => k as i64 + 9,
+                    3..=6 => 7,
+                    _ => (mix(i, 2) % k) as i64,
+                })
+                .collect();
+            let val = |i: usize, salt: usize| T::of_f64(((mix(i, salt) % 17) as f64 - 8.0) / 4.0);
+            let v: Vec<T> = (0..m).map(|i| val(i, 3)).collect();
+            let pre: Vec<T> = (0..k).map(|b| val(b, 4)).collect();
+            let suf: Vec<T> = (0..k).map(|b| val(b, 5)).collect();
+            let g: Vec<T> = (0..k).map(|b| if b % 5 == 0 { T::zero() } else { val(b, 6) }).collect();
+            let bits = |o: &[T]| o.iter().map(|x| x.as_f64().to_bits()).collect::<Vec<_>>();
+            let mut want = vec![T::one(); m];
+            adjoint_chunk(f, &pool, &ix, &v, &pre, &suf, &g, &mut want, 0);
+            assert!(want.iter().any(|x| x.as_f64() != 0.0), "{name}: the data must give non-zero adjoints");
+            for window in [1, 3, 16, 64, 1024] {
+                let mut got = vec![T::one(); m];
+                adjoint_chunk(f, &pool, &ix, &v, &pre, &suf, &g, &mut got, window);
+                assert_eq!(bits(&got), bits(&want), "{name}, {} window {window}", T::DTYPE);
+            }
+        }
+        check::<f32, _>(AddF, "+");
+        check::<f64, _>(MulF, "*");
+        check::<f32, _>(MinF, "min");
+        check::<f64, _>(MaxF, "max");
+        check::<f64, _>(LogAddExpF, "logaddexp");
+        check::<f32, _>(LogAddExpF, "logaddexp");
+    }
+
+    #[test]
+    fn the_window_is_chosen_from_the_bytes_of_k_bins() {
+        assert_eq!(adjoint_window_bins::<f32>(100_000, 1 << 20), 0, "400 KB of bins fit in L2");
+        assert_eq!(adjoint_window_bins::<f32>(1_000_000, 1 << 20), WINDOW_BYTES / 4);
+        assert_eq!(adjoint_window_bins::<f64>(1_000_000, 1 << 20), WINDOW_BYTES / 8);
+        assert_eq!(adjoint_window_bins::<f64>(1_000_000, 1 << 33), 0, "positions past 32 bits");
     }
 
     #[test]

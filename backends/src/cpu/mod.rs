@@ -830,8 +830,9 @@ impl Cpu {
         Ok(self.wrap(out, vals.shape.clone()))
     }
 
-    /// Per chunk: a forward pass from the chunk's prefix row gives each element's l (o holds
-    /// d2(l, a), y1 holds l op a), a backward pass from its suffix row gives r and the adjoint.
+    /// The general rule's value adjoint, chunk by chunk in parallel ([`hist::adjoint_chunk`]:
+    /// a forward pass from the chunk's prefix row, a backward pass from its suffix row, by bin
+    /// windows when k bins outgrow L2).
     #[allow(clippy::too_many_arguments)]
     fn chunked_adjoint<T: CpuElem, F: Fold<T>>(
         &self,
@@ -845,36 +846,12 @@ impl Cpu {
         out: &mut [T],
     ) {
         let (k, pool) = (g.len(), self.pool());
+        let window_bins = hist::adjoint_window_bins::<T>(k, plan.chunk_len);
         let chunk = |ci: usize, o: &mut [T]| {
             let start = ci * plan.chunk_len;
             let (ix, v) = (&ix[start..start + o.len()], &v[start..start + o.len()]);
-            let mut run = pool.take::<T>(k);
-            let mut y1 = pool.take::<T>(o.len());
-            run.copy_from_slice(&pre[ci * k..(ci + 1) * k]);
-            for j in 0..o.len() {
-                let b = ix[j];
-                o[j] = if (b as u64) < k as u64 {
-                    let b = b as usize;
-                    let (l, a) = (run[b], v[j]);
-                    let y = f.combine(l, a);
-                    run[b] = y;
-                    y1[j] = y;
-                    f.d2(l, a)
-                } else {
-                    T::zero()
-                };
-            }
-            run.copy_from_slice(&suf[ci * k..(ci + 1) * k]);
-            for j in (0..o.len()).rev() {
-                let b = ix[j];
-                if (b as u64) < k as u64 {
-                    let b = b as usize;
-                    let r = run[b];
-                    run[b] = f.combine(v[j], r);
-                    let gb = g[b];
-                    o[j] = if gb == T::zero() { T::zero() } else { o[j] * f.d1(y1[j], r) * gb };
-                }
-            }
+            let (pre, suf) = (&pre[ci * k..(ci + 1) * k], &suf[ci * k..(ci + 1) * k]);
+            hist::adjoint_chunk(f, pool, ix, v, pre, suf, g, o, window_bins);
         };
         if plan.chunks == 1 {
             chunk(0, out);
