@@ -1,10 +1,11 @@
 //! The sort strategy of the general histogram rule as one fused kernel.
 //!
-//! A stable counting sort by bin carries each in-range element's value and position along
-//! (so nothing is gathered by a permutation afterwards; out-of-range elements get their zero
+//! A stable counting sort by bin carries each in-range element's value along (so nothing is
+//! gathered by a permutation afterwards; out-of-range elements get their zero
 //! adjoint during the counting pass), then every bin is one sorted segment: a forward fold from
-//! dest gives each element's l and l op a, a backward fold gives r, and the adjoint
-//! d2(l, a) d1(l op a, r) hist_bar[bin] is written straight to the element's position. Bins run
+//! dest gives each element's l and l op a, a backward fold gives r and the adjoint
+//! d2(l, a) d1(l op a, r) hist_bar[bin] in sorted order, and each element then reads its own
+//! at its rank (its slot, kept by the scatter pass in index order). Bins run
 //! in parallel in groups of about equal element counts; each bin is folded sequentially, so the
 //! result depends neither on the grouping nor on the thread count. The counting pass uses fixed
 //! chunks whose boundaries depend only on (n, k), and a stable sort has only one result anyway.
@@ -112,31 +113,33 @@ pub fn sorted_adjoint<P: Pos, T: Elem, F: Fold<T>>(
     }
     starts[k] = next;
     let m = next;
-    // Scatter pass: values and positions to their sorted slots (slots never collide).
+    // Scatter pass: values to their sorted slots (slots never collide), and each element's
+    // slot (its rank) in index order, written in sequence.
     let mut sv = pool.take::<T>(n);
-    let mut sp = pool.take::<P>(n);
-    let (pv, pp) = (SyncPtr::new(&mut sv[..]), SyncPtr::new(&mut sp[..]));
-    let scatter_chunk = |c: usize, slots: &mut [P]| {
+    let mut rank = pool.take::<P>(n);
+    let pv = SyncPtr::new(&mut sv[..]);
+    let scatter_chunk = |c: usize, slots: &mut [P], ranks: &mut [P]| {
         let start = c * chunk_len;
-        let end = n.min(start + chunk_len);
-        for i in start..end {
-            let b = inds[i];
+        for (j, r) in ranks.iter_mut().enumerate() {
+            let b = inds[start + j];
             if (b as u64) < k as u64 {
                 let s = &mut slots[b as usize];
                 let slot = s.at();
                 *s = P::of(slot + 1);
+                *r = P::of(slot);
                 // SAFETY: slot < m <= n, and the slots of all chunks and bins are distinct.
-                unsafe {
-                    pv.write(slot, v[i]);
-                    pp.write(slot, P::of(i));
-                }
+                unsafe { pv.write(slot, v[start + j]) };
             }
         }
     };
     if chunks == 1 {
-        scatter_chunk(0, &mut counts);
+        scatter_chunk(0, &mut counts, &mut rank);
     } else {
-        counts.par_chunks_mut(k).enumerate().for_each(|(c, slots)| scatter_chunk(c, slots));
+        counts
+            .par_chunks_mut(k)
+            .zip(rank.par_chunks_mut(chunk_len))
+            .enumerate()
+            .for_each(|(c, (slots, ranks))| scatter_chunk(c, slots, ranks));
     }
     drop(counts);
     // Segment pass: groups of whole bins with about m / GROUPS elements each.
@@ -145,7 +148,8 @@ pub fn sorted_adjoint<P: Pos, T: Elem, F: Fold<T>>(
     bounds[0] = 0;
     bounds[groups] = k;
     bounds.dedup();
-    // Scratch for d2(l, a) and l op a, by sorted slot (pooled: no page faults on reuse).
+    // Scratch for d2(l, a) (then the adjoint) and l op a, by sorted slot (pooled: no page
+    // faults on reuse).
     let mut t1 = pool.take::<T>(n);
     let mut y1 = pool.take::<T>(n);
     let mut pieces = Vec::with_capacity(bounds.len());
@@ -157,20 +161,16 @@ pub fn sorted_adjoint<P: Pos, T: Elem, F: Fold<T>>(
         (rt, ry) = (rest_t, rest_y);
         pieces.push((w[0], w[1], t, y));
     }
-    let po = SyncPtr::new(out);
-    let (sv, sp, starts) = (&sv[..], &sp[..], &starts[..]);
+    let (sv, starts) = (&sv[..], &starts[..]);
     let group = |(b0, b1, t1, y1): (usize, usize, &mut [T], &mut [T])| {
         let base = starts[b0];
         for b in b0..b1 {
             let (s, e) = (starts[b], starts[b + 1]);
-            let (vals, pos) = (&sv[s..e], &sp[s..e]);
+            let vals = &sv[s..e];
             let (t1, y1) = (&mut t1[s - base..e - base], &mut y1[s - base..e - base]);
             let gb = g[b];
             if gb == T::zero() {
-                for &p in pos {
-                    // SAFETY: positions are distinct indices below n (a permutation's part).
-                    unsafe { po.write(p.at(), T::zero()) };
-                }
+                t1.fill(T::zero());
                 continue;
             }
             let mut l = d[b];
@@ -183,14 +183,31 @@ pub fn sorted_adjoint<P: Pos, T: Elem, F: Fold<T>>(
             let mut r = neutral;
             for j in (0..vals.len()).rev() {
                 let a = vals[j];
-                let adj = t1[j] * f.d1(y1[j], r) * gb;
+                t1[j] = t1[j] * f.d1(y1[j], r) * gb;
                 r = f.combine(a, r);
-                // SAFETY: as above.
-                unsafe { po.write(pos[j].at(), adj) };
             }
         }
     };
     pieces.into_par_iter().for_each(group);
+    // Back to index order: each in-range element reads its adjoint at its rank. Reads at
+    // random where the segment pass had written at random (a write missing the cache costs a
+    // read of the line as well); out-of-range elements keep the zero of the counting pass.
+    let adjoint = &t1[..m];
+    let gather_chunk = |start: usize, o: &mut [T], ranks: &[P]| {
+        for (j, (o, r)) in o.iter_mut().zip(ranks).enumerate() {
+            if (inds[start + j] as u64) < k as u64 {
+                *o = adjoint[r.at()];
+            }
+        }
+    };
+    if chunks == 1 {
+        gather_chunk(0, out, &rank);
+    } else {
+        out.par_chunks_mut(chunk_len)
+            .zip(rank.par_chunks(chunk_len))
+            .enumerate()
+            .for_each(|(c, (o, ranks))| gather_chunk(c * chunk_len, o, ranks));
+    }
 }
 
 #[cfg(test)]
