@@ -179,10 +179,15 @@ const WINDOW_BYTES: usize = 256 << 10;
 const PARTITION_MIN_BINS_BYTES: usize = 1 << 20;
 
 /// The bins per window of the partitioned chunk adjoint for k bins of `T`, or 0 where the
-/// plain passes are as fast (k small, or a chunk too long for 32-bit positions).
+/// plain passes are as fast (k small), or where bins or positions pass 32 bits.
 pub fn adjoint_window_bins<T>(k: usize, chunk_len: usize) -> usize {
     let size = std::mem::size_of::<T>().max(1);
-    if k * size < PARTITION_MIN_BINS_BYTES || chunk_len > u32::MAX as usize { 0 } else { WINDOW_BYTES / size }
+    // Records hold bins and positions in 32 bits.
+    if k * size < PARTITION_MIN_BINS_BYTES || chunk_len > u32::MAX as usize || k > u32::MAX as usize {
+        0
+    } else {
+        WINDOW_BYTES / size
+    }
 }
 
 /// One chunk of the general rule's value adjoint. A forward pass from the chunk's prefix row
@@ -366,6 +371,7 @@ mod tests {
         assert_eq!(adjoint_window_bins::<f32>(1_000_000, 1 << 20), WINDOW_BYTES / 4);
         assert_eq!(adjoint_window_bins::<f64>(1_000_000, 1 << 20), WINDOW_BYTES / 8);
         assert_eq!(adjoint_window_bins::<f64>(1_000_000, 1 << 33), 0, "positions past 32 bits");
+        assert_eq!(adjoint_window_bins::<f32>(1 << 33, 1 << 20), 0, "bins past 32 bits");
     }
 
     #[test]
