@@ -211,11 +211,8 @@ fn transposed<T: Elem>(x: &[T], rows: usize, cols: usize, pool: &Arc<Pool>) -> B
     out
 }
 
-/// Multiply-adds below which a matrix product runs on the calling thread. A multiply-add in a
-/// register tile costs a fraction of an elementwise op's element, so the elementwise threshold
-/// `PAR_MIN` would hand products of ~50 us to the pool: GMM d10's objective (a 1000 x 10 x 50
-/// product) then took 0.155 or 0.22 ms from run to run, by whether the pool's workers were awake.
-const MM_PAR_MIN: usize = 8 * PAR_MIN;
+/// Multiply-adds below which a matrix product runs on the calling thread.
+const MM_PAR_MIN: usize = super::kernels::PAR_MIN_WORK;
 
 /// Most rows of the output per task of the matrix product (fewer when the product has too
 /// few rows to give every thread several tasks).

@@ -12,6 +12,13 @@ use crate::{BinaryOp, Elem, HistOp, Operand, UnaryOp};
 /// parallel and took 2.3x as long as sequentially (primal 6.6 -> 2.9 ms at 2^16), and 2^14 made
 /// ba1 (31843) 2x slower; GMM, LSTM and k-means did not move.
 pub const PAR_MIN: usize = 1 << 16;
+/// Below this much work a loop whose steps are cheaper than an elementwise op's element (a
+/// multiply-add of a register-tiled matrix product, an instruction of a fused staged loop) runs
+/// on the calling thread. At `PAR_MIN` such loops took ~50 us and were handed to the pool: GMM
+/// d10's objective (a 1000 x 10 x 50 product) took 0.155 or 0.22 ms from run to run, by whether
+/// the pool's workers were awake, and its tangent loops (a few instructions over 50k elements)
+/// ran 1.8x slower staged.
+pub const PAR_MIN_WORK: usize = 8 * PAR_MIN;
 /// Block length of parallel elementwise loops.
 pub const BLOCK: usize = 1 << 14;
 

@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use rayon::prelude::*;
 
-use super::kernels::{self, PAR_MIN, SyncPtr};
+use super::kernels::{self, PAR_MIN, PAR_MIN_WORK, SyncPtr};
 use super::{Cpu, CpuElem, CpuIndex, CpuTensor};
 use crate::checks::{broadcast_shape, same_dtype, same_len};
 use crate::device::Device;
@@ -347,13 +347,10 @@ impl CpuStaged {
         };
         // A fused loop is worth splitting when its whole work is, not only its length: BA's
         // reverse sweeps run hundreds of instructions over 32k elements, below the threshold
-        // of one elementwise op. Tasks are then smaller, so that both cores get work. Below
-        // PAR_MIN elements it takes 8 x PAR_MIN element-instructions (as for the matrix
-        // product): GMM d = 10's tangent loops, a few instructions over 50k elements, ran
-        // 1.8x slower handed to the pool.
+        // of one elementwise op. Tasks are then smaller, so that both cores get work.
         let work = n.saturating_mul(p.instrs.len().max(1));
         let span = LANES * TASK_BLOCKS.min(n.div_ceil(LANES * MIN_TASKS).max(1));
-        if (n < PAR_MIN && work < 8 * PAR_MIN) || n <= span {
+        if (n < PAR_MIN && work < PAR_MIN_WORK) || n <= span {
             task(0, n);
         } else {
             self.cpu.install(|| {
