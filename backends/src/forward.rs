@@ -424,15 +424,21 @@ impl<B: Ops> DenseOps for Forward<B> {
 
     fn lstm_cell(&self, x: &Dual<B>, state: &Dual<B>, params: &Dual<B>) -> Result<Dual<B>> {
         let b = &self.inner;
-        let y = b.lstm_cell(&x.value, &state.value, &params.value)?;
         let (dx, ds, dp) = (self.dot(x)?, self.dot(state)?, self.dot(params)?);
         if dx.is_none() && ds.is_none() && dp.is_none() {
-            return Ok(self.make(y, None));
+            return Ok(self.make(b.lstm_cell(&x.value, &state.value, &params.value)?, None));
         }
+        // The gates, where the inner engine saves them, spare the tangent kernel computing them
+        // again.
+        let (y, gates) = b.lstm_cell_gates(&x.value, &state.value, &params.value)?;
         // The fused tangent takes all three; an operand without one contributes zeros.
         let or_zeros = |d: Option<&B::T>, v: &B::T| d.map_or_else(|| b.zeros_like(v), |d| Ok(d.clone()));
         let (dx, ds, dp) = (or_zeros(dx, &x.value)?, or_zeros(ds, &state.value)?, or_zeros(dp, &params.value)?);
-        let dy = b.lstm_cell_jvp(&x.value, &state.value, &params.value, &dx, &ds, &dp)?;
+        let (xv, sv, pv) = (&x.value, &state.value, &params.value);
+        let dy = match gates {
+            Some(gates) => b.lstm_cell_jvp_saved(xv, sv, pv, &gates, &dx, &ds, &dp)?,
+            None => b.lstm_cell_jvp(xv, sv, pv, &dx, &ds, &dp)?,
+        };
         Ok(self.make(y, Some(dy)))
     }
 

@@ -524,10 +524,15 @@ impl<B: Ops> DenseOps for Reverse<B> {
     }
 
     fn lstm_cell(&self, x: &Var<B>, state: &Var<B>, params: &Var<B>) -> Result<Var<B>> {
-        let y = self.inner.lstm_cell(&x.value, &state.value, &params.value)?;
+        // The gates, where the inner engine saves them, spare the adjoint kernel computing
+        // them again.
+        let (y, gates) = self.inner.lstm_cell_gates(&x.value, &state.value, &params.value)?;
         let (xv, sv, pv) = (x.value.clone(), state.value.clone(), params.value.clone());
         self.record(y, &[x, state, params], move |b, g| {
-            let (gx, gs, gp) = b.lstm_cell_vjp(&xv, &sv, &pv, g)?;
+            let (gx, gs, gp) = match &gates {
+                Some(gates) => b.lstm_cell_vjp_saved(&xv, &sv, &pv, gates, g)?,
+                None => b.lstm_cell_vjp(&xv, &sv, &pv, g)?,
+            };
             Ok(vec![Some(gx), Some(gs), Some(gp)])
         })
     }

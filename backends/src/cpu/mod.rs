@@ -1120,6 +1120,39 @@ impl RuleKernels for Cpu {
         lstm::device::lstm_cell_jvp_op(self, [x, state, params, dx, dstate, dparams])
     }
 
+    fn lstm_cell_gates(
+        &self,
+        x: &CpuTensor,
+        state: &CpuTensor,
+        params: &CpuTensor,
+    ) -> Result<(CpuTensor, Option<CpuTensor>)> {
+        lstm::device::lstm_cell_gates_op(self, x, state, params)
+    }
+
+    fn lstm_cell_vjp_saved(
+        &self,
+        x: &CpuTensor,
+        state: &CpuTensor,
+        params: &CpuTensor,
+        gates: &CpuTensor,
+        g: &CpuTensor,
+    ) -> Result<(CpuTensor, CpuTensor, CpuTensor)> {
+        lstm::device::lstm_cell_vjp_saved_op(self, [x, state, params, gates, g])
+    }
+
+    fn lstm_cell_jvp_saved(
+        &self,
+        x: &CpuTensor,
+        state: &CpuTensor,
+        params: &CpuTensor,
+        gates: &CpuTensor,
+        dx: &CpuTensor,
+        dstate: &CpuTensor,
+        dparams: &CpuTensor,
+    ) -> Result<CpuTensor> {
+        lstm::device::lstm_cell_jvp_saved_op(self, [x, state, params, dx, dstate, dparams], gates)
+    }
+
     fn unary_adjoint(&self, op: UnaryOp, x: &CpuTensor, y: &CpuTensor, g: &CpuTensor) -> Result<Option<CpuTensor>> {
         if op == UnaryOp::Sign {
             return Ok(None);

@@ -27,6 +27,7 @@ macro_rules! wider {
     ($base:ident, $wide:ident, <$t:ident: $bound:path>($($arg:ident: $ty:ty),* $(,)?)) => {
         #[cfg(target_arch = "x86_64")]
         #[target_feature(enable = "avx2,fma")]
+        #[allow(clippy::too_many_arguments)]
         fn $wide<$t: $bound>($($arg: $ty),*) {
             $base($($arg),*)
         }

@@ -903,6 +903,43 @@ impl RuleKernels for CpuStaged {
         Ok(Self::done(self.cpu.lstm_cell_jvp(x?, s?, p?, dx?, ds?, dp?)?))
     }
 
+    fn lstm_cell_gates(
+        &self,
+        x: &StagedTensor,
+        state: &StagedTensor,
+        params: &StagedTensor,
+    ) -> Result<(StagedTensor, Option<StagedTensor>)> {
+        let (y, gates) = self.cpu.lstm_cell_gates(self.value(x)?, self.value(state)?, self.value(params)?)?;
+        Ok((Self::done(y), gates.map(Self::done)))
+    }
+
+    fn lstm_cell_vjp_saved(
+        &self,
+        x: &StagedTensor,
+        state: &StagedTensor,
+        params: &StagedTensor,
+        gates: &StagedTensor,
+        g: &StagedTensor,
+    ) -> Result<(StagedTensor, StagedTensor, StagedTensor)> {
+        let [x, s, p, gates, g] = [x, state, params, gates, g].map(|t| self.value(t));
+        let (gx, gs, gp) = self.cpu.lstm_cell_vjp_saved(x?, s?, p?, gates?, g?)?;
+        Ok((Self::done(gx), Self::done(gs), Self::done(gp)))
+    }
+
+    fn lstm_cell_jvp_saved(
+        &self,
+        x: &StagedTensor,
+        state: &StagedTensor,
+        params: &StagedTensor,
+        gates: &StagedTensor,
+        dx: &StagedTensor,
+        dstate: &StagedTensor,
+        dparams: &StagedTensor,
+    ) -> Result<StagedTensor> {
+        let [x, s, p, gates, dx, ds, dp] = [x, state, params, gates, dx, dstate, dparams].map(|t| self.value(t));
+        Ok(Self::done(self.cpu.lstm_cell_jvp_saved(x?, s?, p?, gates?, dx?, ds?, dp?)?))
+    }
+
     fn fold_adjoint(
         &self,
         op: HistOp,

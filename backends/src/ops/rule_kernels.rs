@@ -81,6 +81,47 @@ pub trait RuleKernels: DenseOps + ScanOps {
         crate::rules::lstm::lstm_cell_vjp_composed(self, x, state, params, g)
     }
 
+    /// `lstm_cell(x, state, params)` and, on a device with kernels that read them, the cell's
+    /// gates `[5, b]` (f, i, o, z and tanh(c'), as [`crate::rules::lstm::lstm_cell_gates_composed`]
+    /// stacks them) for [`RuleKernels::lstm_cell_vjp_saved`] and
+    /// [`RuleKernels::lstm_cell_jvp_saved`]: the engines' rules then read the gates instead of
+    /// computing their five transcendentals per lane again. `None` by default (and in the AD
+    /// engines, so that an outer engine differentiates through the recomputing rules); the rules
+    /// then call [`RuleKernels::lstm_cell_vjp`] and [`RuleKernels::lstm_cell_jvp`].
+    fn lstm_cell_gates(&self, x: &Self::T, state: &Self::T, params: &Self::T) -> Result<(Self::T, Option<Self::T>)> {
+        Ok((self.lstm_cell(x, state, params)?, None))
+    }
+
+    /// [`RuleKernels::lstm_cell_vjp`] from the gates [`RuleKernels::lstm_cell_gates`] saved.
+    /// Composed by default; a device that saves gates fuses it, with the same operations in the
+    /// same order.
+    fn lstm_cell_vjp_saved(
+        &self,
+        x: &Self::T,
+        state: &Self::T,
+        params: &Self::T,
+        gates: &Self::T,
+        g: &Self::T,
+    ) -> Result<(Self::T, Self::T, Self::T)> {
+        crate::rules::lstm::lstm_cell_vjp_saved_composed(self, x, state, params, gates, g)
+    }
+
+    /// [`RuleKernels::lstm_cell_jvp`] from the gates [`RuleKernels::lstm_cell_gates`] saved.
+    /// Composed by default, as [`RuleKernels::lstm_cell_vjp_saved`].
+    #[allow(clippy::too_many_arguments)]
+    fn lstm_cell_jvp_saved(
+        &self,
+        x: &Self::T,
+        state: &Self::T,
+        params: &Self::T,
+        gates: &Self::T,
+        dx: &Self::T,
+        dstate: &Self::T,
+        dparams: &Self::T,
+    ) -> Result<Self::T> {
+        crate::rules::lstm::lstm_cell_jvp_saved_composed(self, x, state, params, gates, dx, dstate, dparams)
+    }
+
     /// The tangent of `y = lstm_cell(x, state, params)` for tangents of all three operands (zeros
     /// where an operand has none). Composed by default, as [`RuleKernels::lstm_cell_vjp`].
     #[allow(clippy::too_many_arguments)]
@@ -180,7 +221,7 @@ pub trait Decorator: TensorOps {
 
 /// Every decorator's rule kernels: the inner engine's kernels on untracked inputs, except the
 /// adjoints and tangents of the high-level primitives (`unary_adjoint`, `logsumexp_adjoint`,
-/// `sum_sq_diff_adjoint`, `lstm_cell_vjp`, `lstm_cell_jvp`), which keep their composed defaults so that an outer engine
+/// `sum_sq_diff_adjoint`, `lstm_cell_vjp`, `lstm_cell_jvp` and their `_saved` forms), which keep their composed defaults so that an outer engine
 /// differentiates through them.
 impl<E> RuleKernels for E
 where

@@ -28,7 +28,8 @@ fn rows<B: DenseOps>(o: &B, t: &B::T, n: usize, b: usize) -> Result<Vec<B::T>> {
     o.unstack(&o.reshape(t, &[n, b])?)
 }
 
-/// The cell's primal values, its rows split and computed op by op.
+/// The values the cell's rules read, its rows split: operands, and gates from the forward
+/// computation or from a device's saved gates ([`crate::ops::RuleKernels::lstm_cell_gates`]).
 struct CellValues<T> {
     x: T,
     h: T,
@@ -37,11 +38,11 @@ struct CellValues<T> {
     p: Vec<T>,
     /// Gate values f, i, o, z.
     gates: [T; 4],
-    c_new: T,
     tanh_c_new: T,
 }
 
-fn cell_values<B: DenseOps>(o: &B, x: &B::T, state: &B::T, params: &B::T) -> Result<(CellValues<B::T>, usize)> {
+/// The cell computed op by op: its values and the new cell row `c'`.
+fn cell_values<B: DenseOps>(o: &B, x: &B::T, state: &B::T, params: &B::T) -> Result<(CellValues<B::T>, B::T, usize)> {
     let b = lstm_cell_width("lstm_cell", x.shape(), state.shape(), params.shape())?;
     let s = rows(o, state, 2, b)?;
     let p = rows(o, params, 8, b)?;
@@ -55,15 +56,51 @@ fn cell_values<B: DenseOps>(o: &B, x: &B::T, state: &B::T, params: &B::T) -> Res
     ];
     let c_new = o.add(&o.mul(&c, &gates[0])?, &o.mul(&gates[1], &gates[3])?)?;
     let tanh_c_new = o.unary(UnaryOp::Tanh, &c_new)?;
-    Ok((CellValues { x: x.clone(), h, c, p, gates, c_new, tanh_c_new }, b))
+    Ok((CellValues { x: x.clone(), h, c, p, gates, tanh_c_new }, c_new, b))
+}
+
+/// The cell's values from its saved gates `[5, b]` (f, i, o, z, tanh(c')), checked against
+/// the operands' width; `op` names the rule kernel in errors.
+fn saved_values<B: DenseOps>(
+    o: &B,
+    op: &'static str,
+    x: &B::T,
+    state: &B::T,
+    params: &B::T,
+    gates: &B::T,
+) -> Result<(CellValues<B::T>, usize)> {
+    let b = lstm_cell_width(op, x.shape(), state.shape(), params.shape())?;
+    same_shape(op, "the saved gates", gates.shape(), &[5, b])?;
+    let s = rows(o, state, 2, b)?;
+    let [f, i, og, z, t] = <[B::T; 5]>::try_from(rows(o, gates, 5, b)?).map_err(|r| crate::OpError::Shape {
+        op,
+        detail: format!("the saved gates unstacked into {} rows, expected 5", r.len()),
+    })?;
+    let values = CellValues {
+        x: x.clone(),
+        h: s[0].clone(),
+        c: s[1].clone(),
+        p: rows(o, params, 8, b)?,
+        gates: [f, i, og, z],
+        tanh_c_new: t,
+    };
+    Ok((values, b))
 }
 
 /// [`DenseOps::lstm_cell`] composed from unstack, elementwise ops and stack (the operations
 /// of the `lstm` workload's layer, in its order).
 pub fn lstm_cell_composed<B: DenseOps>(o: &B, x: &B::T, state: &B::T, params: &B::T) -> Result<B::T> {
-    let (v, _) = cell_values(o, x, state, params)?;
+    let (v, c_new, _) = cell_values(o, x, state, params)?;
     let h_new = o.mul(&v.gates[2], &v.tanh_c_new)?;
-    o.stack(&[h_new, v.c_new])
+    o.stack(&[h_new, c_new])
+}
+
+/// The cell's gates `[5, b]` (f, i, o, z, tanh(c')) composed from other ops: what
+/// [`crate::ops::RuleKernels::lstm_cell_gates`] saves, in the same operations as the cell.
+pub fn lstm_cell_gates_composed<B: DenseOps>(o: &B, x: &B::T, state: &B::T, params: &B::T) -> Result<B::T> {
+    let (v, _, _) = cell_values(o, x, state, params)?;
+    let [f, i, og, z] = v.gates;
+    o.stack(&[f, i, og, z, v.tanh_c_new])
 }
 
 /// `1 - y^2` (tanh's derivative from its value) and `y (1 - y)` (sigmoid's).
@@ -83,8 +120,27 @@ pub fn lstm_cell_vjp_composed<B: DenseOps>(
     params: &B::T,
     g: &B::T,
 ) -> Result<(B::T, B::T, B::T)> {
-    let (v, b) = cell_values(o, x, state, params)?;
+    let (v, _, b) = cell_values(o, x, state, params)?;
     same_shape("lstm_cell_vjp", "the adjoint", g.shape(), &[2, b])?;
+    vjp_of_values(o, &v, g, b)
+}
+
+/// [`lstm_cell_vjp_composed`] reading the gates saved by the forward sweep instead of
+/// recomputing them (the same operations on the same values, so the same bits).
+pub fn lstm_cell_vjp_saved_composed<B: DenseOps>(
+    o: &B,
+    x: &B::T,
+    state: &B::T,
+    params: &B::T,
+    gates: &B::T,
+    g: &B::T,
+) -> Result<(B::T, B::T, B::T)> {
+    let (v, b) = saved_values(o, "lstm_cell_vjp_saved", x, state, params, gates)?;
+    same_shape("lstm_cell_vjp_saved", "the adjoint", g.shape(), &[2, b])?;
+    vjp_of_values(o, &v, g, b)
+}
+
+fn vjp_of_values<B: DenseOps>(o: &B, v: &CellValues<B::T>, g: &B::T, b: usize) -> Result<(B::T, B::T, B::T)> {
     let gr = rows(o, g, 2, b)?;
     let (gh, gc) = (&gr[0], &gr[1]);
     let [f, i, og, z] = &v.gates;
@@ -102,6 +158,15 @@ pub fn lstm_cell_vjp_composed<B: DenseOps>(
     Ok((x_bar, o.stack(&[h_bar, c_bar])?, o.stack(&params_bar)?))
 }
 
+/// The operands' tangents `(dx [b], dstate [2, b], dparams [8, b])`, checked by `op`.
+type Tangents<'a, T> = (&'a T, &'a T, &'a T);
+
+fn check_tangents<T: TensorMeta>(op: &'static str, (dx, dstate, dparams): Tangents<T>, b: usize) -> Result<()> {
+    same_shape(op, "the input's tangent", dx.shape(), &[b])?;
+    same_shape(op, "the state's tangent", dstate.shape(), &[2, b])?;
+    same_shape(op, "the parameters' tangent", dparams.shape(), &[8, b])
+}
+
 /// The tangent `[2, b]` of an LSTM cell's new state for tangents of its three operands (each of
 /// its operand's shape), composed from other ops (module docs: the formulas).
 pub fn lstm_cell_jvp_composed<B: DenseOps>(
@@ -113,10 +178,35 @@ pub fn lstm_cell_jvp_composed<B: DenseOps>(
     dstate: &B::T,
     dparams: &B::T,
 ) -> Result<B::T> {
-    let (v, b) = cell_values(o, x, state, params)?;
-    same_shape("lstm_cell_jvp", "the input's tangent", dx.shape(), &[b])?;
-    same_shape("lstm_cell_jvp", "the state's tangent", dstate.shape(), &[2, b])?;
-    same_shape("lstm_cell_jvp", "the parameters' tangent", dparams.shape(), &[8, b])?;
+    let (v, _, b) = cell_values(o, x, state, params)?;
+    check_tangents("lstm_cell_jvp", (dx, dstate, dparams), b)?;
+    jvp_of_values(o, &v, (dx, dstate, dparams), b)
+}
+
+/// [`lstm_cell_jvp_composed`] reading the gates saved by the primal instead of recomputing
+/// them (the same operations on the same values, so the same bits).
+#[allow(clippy::too_many_arguments)]
+pub fn lstm_cell_jvp_saved_composed<B: DenseOps>(
+    o: &B,
+    x: &B::T,
+    state: &B::T,
+    params: &B::T,
+    gates: &B::T,
+    dx: &B::T,
+    dstate: &B::T,
+    dparams: &B::T,
+) -> Result<B::T> {
+    let (v, b) = saved_values(o, "lstm_cell_jvp_saved", x, state, params, gates)?;
+    check_tangents("lstm_cell_jvp_saved", (dx, dstate, dparams), b)?;
+    jvp_of_values(o, &v, (dx, dstate, dparams), b)
+}
+
+fn jvp_of_values<B: DenseOps>(
+    o: &B,
+    v: &CellValues<B::T>,
+    (dx, dstate, dparams): Tangents<B::T>,
+    b: usize,
+) -> Result<B::T> {
     let ds = rows(o, dstate, 2, b)?;
     let dp = rows(o, dparams, 8, b)?;
     let (dh, dc) = (&ds[0], &ds[1]);
@@ -205,6 +295,40 @@ mod tests {
         let fj = c.to_vec(&c.lstm_cell_jvp(&x, &s, &p, &dx, &ds, &dp).unwrap()).unwrap();
         let cj = c.to_vec(&lstm_cell_jvp_composed(&c, &x, &s, &p, &dx, &ds, &dp).unwrap()).unwrap();
         assert_eq!(bits(&fj), bits(&cj));
+        // The saving cell gives the same new state, and gates equal to the composed ones; the
+        // kernels reading them give the recomputing kernels' bits, and so do their compositions.
+        let (ys, gates) = c.lstm_cell_gates(&x, &s, &p).unwrap();
+        let gates = gates.expect("the CPU saves the gates");
+        assert_eq!(bits(&c.to_vec(&ys).unwrap()), bits(&fused));
+        assert_eq!(gates.shape(), &[5, B]);
+        let composed_gates = c.to_vec(&lstm_cell_gates_composed(&c, &x, &s, &p).unwrap()).unwrap();
+        assert_eq!(bits(&c.to_vec(&gates).unwrap()), bits(&composed_gates));
+        // Row 4 is tanh(c'), c' being the new state's second row.
+        assert!((composed_gates[4 * B + j] - cn.tanh()).abs() < 1e-15, "{composed_gates:?}");
+        let saved = c.lstm_cell_vjp_saved(&x, &s, &p, &gates, &g).unwrap();
+        let saved_composed = lstm_cell_vjp_saved_composed(&c, &x, &s, &p, &gates, &g).unwrap();
+        for (a, b) in
+            [(&saved.0, &fx), (&saved.1, &fs), (&saved.2, &fp), (&saved_composed.0, &fx), (&saved_composed.2, &fp)]
+        {
+            assert_eq!(a.shape(), b.shape());
+            assert_eq!(bits(&c.to_vec(a).unwrap()), bits(&c.to_vec(b).unwrap()));
+        }
+        let sj = c.to_vec(&c.lstm_cell_jvp_saved(&x, &s, &p, &gates, &dx, &ds, &dp).unwrap()).unwrap();
+        let sjc = lstm_cell_jvp_saved_composed(&c, &x, &s, &p, &gates, &dx, &ds, &dp).unwrap();
+        assert_eq!(bits(&sj), bits(&fj));
+        assert_eq!(bits(&c.to_vec(&sjc).unwrap()), bits(&fj));
+        // They read the gates they are given: another cell's gates change both results.
+        let [x2, s2, p2] = tensors(&c, &operands(0.5, &[1.0; 11 * B]));
+        let (_, other) = c.lstm_cell_gates(&x2, &s2, &p2).unwrap();
+        let other = other.unwrap();
+        let (ox, _, _) = c.lstm_cell_vjp_saved(&x, &s, &p, &other, &g).unwrap();
+        assert_ne!(bits(&c.to_vec(&ox).unwrap()), bits(&c.to_vec(&fx).unwrap()));
+        let oj = c.to_vec(&c.lstm_cell_jvp_saved(&x, &s, &p, &other, &dx, &ds, &dp).unwrap()).unwrap();
+        assert_ne!(bits(&oj), bits(&fj));
+        // The AD engines save none (an outer engine differentiates through the recomputing rules).
+        let r = Reverse::new(c.clone());
+        let (_, none) = r.lstm_cell_gates(&r.var(x.clone()), &r.lift(s.clone()), &r.lift(p.clone())).unwrap();
+        assert!(none.is_none());
         // The dot-product test ties the two rules together: <g, J d> = <J^T g, d>.
         let gv = c.to_vec(&g).unwrap();
         let lhs: f64 = gv.iter().zip(&fj).map(|(a, b)| a * b).sum();
@@ -292,6 +416,21 @@ mod tests {
         assert!(e.contains("lstm_cell_vjp") && e.contains("adjoint"), "{e}");
         let e = c.lstm_cell_jvp(&x, &s, &p, &x, &x, &p).unwrap_err().to_string();
         assert!(e.contains("lstm_cell_jvp") && e.contains("state's tangent"), "{e}");
+        // Saved gates of the wrong shape or dtype, on the kernels and their compositions.
+        let g = c.full(&[2, B], 1.0, DType::F64).unwrap();
+        let four = c.full(&[4, B], 0.5, DType::F64).unwrap();
+        let gates32 = c.tensor(&[0.5; 5 * B], &[5, B], DType::F32).unwrap();
+        for (e, op) in [
+            (c.lstm_cell_vjp_saved(&x, &s, &p, &four, &g).unwrap_err(), "lstm_cell_vjp_saved"),
+            (lstm_cell_vjp_saved_composed(&c, &x, &s, &p, &four, &g).unwrap_err(), "lstm_cell_vjp_saved"),
+            (c.lstm_cell_jvp_saved(&x, &s, &p, &four, &x, &s, &p).unwrap_err(), "lstm_cell_jvp_saved"),
+            (lstm_cell_jvp_saved_composed(&c, &x, &s, &p, &four, &x, &s, &p).unwrap_err(), "lstm_cell_jvp_saved"),
+        ] {
+            let e = e.to_string();
+            assert!(e.contains(op) && e.contains("saved gates"), "{e}");
+        }
+        let e = c.lstm_cell_vjp_saved(&x, &s, &p, &gates32, &g).unwrap_err().to_string();
+        assert!(e.contains("lstm_cell_vjp_saved") && e.contains("dtype"), "{e}");
         let x32 = c.tensor(&[0.0; B], &[B], DType::F32).unwrap();
         assert!(c.lstm_cell(&x32, &s, &p).is_err());
     }
