@@ -208,7 +208,7 @@ impl<B: Ops> Reverse<B> {
             for (input, c) in node.inputs.iter().zip(contributions) {
                 if let (Some(j), Some(c)) = (input, c) {
                     adjoints[*j] = Some(match adjoints[*j].take() {
-                        Some(acc) => self.inner.add(&acc, &c)?,
+                        Some(acc) => self.inner.accumulate(acc, &c)?,
                         None => c,
                     });
                 }

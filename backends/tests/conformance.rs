@@ -238,6 +238,19 @@ fn primitives<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
         cmp(f, &tag(&format!("binary {op:?} bcast right")), d, d.binary(op, a, &one), c, c.binary(op, ca, &cone), ut);
         cmp(f, &tag(&format!("binary {op:?} bcast left")), d, d.binary(op, &one, a), c, c.binary(op, &cone, ca), ut);
     }
+    // accumulate (a + c into a tensor the caller gives up): a tensor that something else
+    // still holds keeps its values; a one-element c broadcasts and a dtype mix fails, as add.
+    let sum = c.add(&cx, &cy);
+    cmp(f, &tag("accumulate"), d, d.accumulate(t(&xs).0, &y), c, sum.clone(), 0.0);
+    let held = t(&xs).0;
+    cmp(f, &tag("accumulate held"), d, d.accumulate(held.clone(), &y), c, sum, 0.0);
+    cmp(f, &tag("accumulate leaves the holder"), d, Ok(held), c, Ok(cx.clone()), 0.0);
+    cmp(f, &tag("accumulate bcast"), d, d.accumulate(t(&xs).0, &one), c, c.add(&cx, &cone), 0.0);
+    let other = if dt == DType::F64 { DType::F32 } else { DType::F64 };
+    let (dm, cmx) = (d.tensor(&xs, &[xs.len()], other), c.tensor(&xs, &[xs.len()], other));
+    if let (Ok(dm), Ok(cmx)) = (dm, cmx) {
+        cmp(f, &tag("accumulate dtype mix"), d, d.accumulate(dm, &y), c, c.add(&cmx, &cy), 0.0);
+    }
     let (m, cm) = t(&round(dt, &[1.0, 0.0, 0.0, 2.0, -1.0, 0.0, 1.0, 0.0, 0.5, 0.0]));
     cmp(f, &tag("select"), d, d.select(&m, &x, &y), c, c.select(&cm, &cx, &cy), 0.0);
     cmp(f, &tag("select bcast"), d, d.select(&m, &one, &y), c, c.select(&cm, &cone, &cy), 0.0);
@@ -1129,6 +1142,32 @@ fn cpu_dense_ops_match_their_definitions() {
     // The CPU against itself, and its matrix products against the definition.
     let c = cpu();
     each_dtype(&c, true, "cpu dense ops", dense_ops::<Cpu>);
+}
+
+#[test]
+fn cpu_accumulate_adds_into_a_given_up_tensor_and_never_into_a_held_one() {
+    let c = cpu();
+    for dt in DType::ALL {
+        for n in [10, 300_000] {
+            // Values whose sums round alike in f32 and f64 arithmetic (exact in f64).
+            let xs = round(dt, &(0..n).map(|i| ((i * 7) % 13) as f64 * 0.25 - 1.5).collect::<Vec<_>>());
+            let ys = round(dt, &(0..n).map(|i| ((i * 5) % 11) as f64 * 0.125 + 0.5).collect::<Vec<_>>());
+            let want: Vec<f64> = xs.iter().zip(&ys).map(|(a, b)| dt.round(a + b)).collect();
+            let t = |v: &[f64]| c.tensor(v, &[v.len()], dt).unwrap();
+            let y = t(&ys);
+            assert_eq!(c.to_vec(&c.accumulate(t(&xs), &y).unwrap()).unwrap(), want, "{dt} n {n}");
+            let held = t(&xs);
+            assert_eq!(c.to_vec(&c.accumulate(held.clone(), &y).unwrap()).unwrap(), want, "{dt} n {n} held");
+            assert_eq!(c.to_vec(&held).unwrap(), xs, "{dt} n {n}: the holder's values changed");
+            let one = t(&[2.0]);
+            let bcast: Vec<f64> = xs.iter().map(|a| dt.round(a + 2.0)).collect();
+            assert_eq!(c.to_vec(&c.accumulate(t(&xs), &one).unwrap()).unwrap(), bcast, "{dt} n {n} bcast");
+        }
+        let other = if dt == DType::F64 { DType::F32 } else { DType::F64 };
+        let mixed = c.tensor(&[1.0, 2.0], &[2], other).unwrap();
+        let e = c.accumulate(mixed, &c.tensor(&[1.0, 2.0], &[2], dt).unwrap()).unwrap_err();
+        assert!(e.to_string().contains("dtype"), "{e}");
+    }
 }
 
 #[test]

@@ -35,6 +35,17 @@ pub fn fill_with<T: Send, F: Fn(usize) -> T + Sync>(out: &mut [T], f: F) {
     }
 }
 
+/// `acc[i] = acc[i] + c[i]` over equal lengths, in the blocks of [`fill_with`].
+pub fn add_into<T: Elem + Send + Sync>(acc: &mut [T], c: &[T]) {
+    debug_assert_eq!(acc.len(), c.len());
+    let add = |a: &mut [T], c: &[T]| a.iter_mut().zip(c).for_each(|(a, &c)| *a = *a + c);
+    if acc.len() < PAR_MIN {
+        add(acc, c);
+    } else {
+        acc.par_chunks_mut(BLOCK).zip(c.par_chunks(BLOCK)).for_each(|(a, c)| add(a, c));
+    }
+}
+
 /// Expands to a `match` on a [`UnaryOp`] with one arm per operator, each running `$body` with
 /// `$op` bound to that operator as a constant: a loop in an arm inlines one function (and
 /// vectorises where that function can) instead of matching on the operator per element.

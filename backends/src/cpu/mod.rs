@@ -909,6 +909,24 @@ impl ElementwiseOps for Cpu {
         self.run(a.numel().max(b.numel()), || by_dtype!(dt, self.binary_t(op, a, b)))
     }
 
+    /// Adds into `acc`'s buffer when nothing else holds it and the shapes match: the reverse
+    /// sweep of a tiny-op workload (the LSTM's parameter and state adjoints, accumulated once
+    /// per step) otherwise allocates a tensor per accumulation.
+    fn accumulate(&self, mut acc: CpuTensor, c: &CpuTensor) -> Result<CpuTensor> {
+        if acc.shape == c.shape
+            && let Some(values) = Arc::get_mut(&mut acc.values)
+        {
+            let n = c.numel();
+            match (values, &*c.values) {
+                (Values::F32(a), Values::F32(b)) => self.run(n, || kernels::add_into(a, b)),
+                (Values::F64(a), Values::F64(b)) => self.run(n, || kernels::add_into(a, b)),
+                _ => return self.add(&acc, c), // a dtype mix: add's error
+            }
+            return Ok(acc);
+        }
+        self.add(&acc, c)
+    }
+
     fn select(&self, mask: &CpuTensor, a: &CpuTensor, b: &CpuTensor) -> Result<CpuTensor> {
         same_dtype("select", mask, a)?;
         let dt = same_dtype("select", a, b)?;

@@ -93,6 +93,12 @@ pub trait ElementwiseOps: TensorOps {
     fn add(&self, a: &Self::T, b: &Self::T) -> Result<Self::T> {
         self.binary(BinaryOp::Add, a, b)
     }
+    /// `acc + c` where the caller gives `acc` up: the reverse sweep's accumulation of an
+    /// adjoint. A device may add into `acc`'s storage when nothing else holds it (the same
+    /// additions in the same order, so the same bits as `add`); by default, `add`.
+    fn accumulate(&self, acc: Self::T, c: &Self::T) -> Result<Self::T> {
+        self.add(&acc, c)
+    }
     fn sub(&self, a: &Self::T, b: &Self::T) -> Result<Self::T> {
         self.binary(BinaryOp::Sub, a, b)
     }
