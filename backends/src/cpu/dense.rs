@@ -44,6 +44,54 @@ fn small_offset(runs: &[Run], mut i: usize) -> usize {
     off
 }
 
+/// The offsets into the small tensor of the big one's elements `i, i + step, i + 2 step, ...`:
+/// a counter per run, carried as in an odometer, where [`small_offset`] divides by every run's
+/// length for each element (GMM's squared differences over d = 2 spent most of their time in
+/// those divisions).
+struct SmallOffsets<'a> {
+    runs: &'a [Run],
+    /// The index's digit in each run (radix: the run's length).
+    digits: Vec<usize>,
+    /// Each run's stride in the small tensor (0 for a reduced run).
+    strides: Vec<usize>,
+    /// The current element's offset.
+    off: usize,
+}
+
+impl<'a> SmallOffsets<'a> {
+    fn at(runs: &'a [Run], mut i: usize) -> Self {
+        let (mut digits, mut strides) = (vec![0; runs.len()], vec![0; runs.len()]);
+        let mut stride = 1;
+        for (j, r) in runs.iter().enumerate().rev() {
+            digits[j] = i % r.len.max(1);
+            i /= r.len.max(1);
+            if !r.reduced {
+                strides[j] = stride;
+                stride *= r.len;
+            }
+        }
+        let off = digits.iter().zip(&strides).map(|(d, s)| d * s).sum();
+        SmallOffsets { runs, digits, strides, off }
+    }
+
+    /// Moves on by `step` elements of the big tensor.
+    #[inline]
+    fn advance(&mut self, step: usize) {
+        let mut add = step;
+        for j in (0..self.runs.len()).rev() {
+            if add == 0 {
+                break;
+            }
+            let (len, old) = (self.runs[j].len.max(1), self.digits[j]);
+            let sum = old + add;
+            let (carry, digit) = if sum < len { (0, sum) } else { (sum / len, sum % len) };
+            self.off = self.off - old * self.strides[j] + digit * self.strides[j];
+            self.digits[j] = digit;
+            add = carry;
+        }
+    }
+}
+
 /// `out` (shape `big`) = `x` (shape `small`) broadcast.
 pub fn broadcast_to<T: Elem>(x: &[T], small: &[usize], big: &[usize], out: &mut [T]) -> Result<()> {
     let rs = runs("broadcast_to", small, big)?;
@@ -546,6 +594,33 @@ mod tests {
         }
         assert!(broadcast_to(&[1.0, 2.0], &[2], &[3], &mut [0.0; 3]).is_err());
         assert_eq!(broadcast_shapes("t", &[4, 1], &[3]).unwrap(), vec![4, 3]);
+    }
+
+    #[test]
+    fn counted_small_offsets_equal_the_divided_ones() {
+        // Reduced runs first, last and in the middle; steps below, at and above a run's length.
+        let cases: [(&[usize], &[usize]); 5] = [
+            (&[1, 7, 4], &[5, 7, 4]),
+            (&[6, 1, 4], &[6, 3, 4]),
+            (&[4], &[3, 5, 4]),
+            (&[2, 1, 3, 1], &[2, 4, 3, 2]),
+            (&[5, 3], &[5, 3]),
+        ];
+        for (small, big) in cases {
+            let rs = runs("t", small, big).unwrap();
+            let n: usize = big.iter().product();
+            for (start, step) in [(0, 1), (0, 4), (3, 4), (7, 5), (1, 13), (0, 24)] {
+                let mut offs = SmallOffsets::at(&rs, start);
+                for i in (start..n).step_by(step) {
+                    assert_eq!(
+                        offs.off,
+                        small_offset(&rs, i),
+                        "{small:?} -> {big:?}, start {start} step {step}, at {i}"
+                    );
+                    offs.advance(step);
+                }
+            }
+        }
         assert!(broadcast_shapes("t", &[4, 2], &[3]).is_err());
     }
 
@@ -705,18 +780,23 @@ simd::wider!(logsumexp_adjoint_lines, logsumexp_adjoint_avx2, <T: Elem>(x: &[T],
 /// r's partner (b broadcast to a: `runs`), in order along each row (the composed form's:
 /// squares summed by the q = 1 fold of `sum_to`).
 pub fn sum_sq_diff<T: Elem>(a: &[T], b: &[T], d: usize, runs: &[Run], out: &mut [T]) {
-    let row = |r: usize| {
-        let o = small_offset(runs, r * d);
-        let (ar, br) = (&a[r * d..(r + 1) * d], &b[o..o + d]);
-        ar.iter().zip(br).fold(T::zero(), |s, (&x, &y)| {
-            let t = x - y;
-            s + t * t
-        })
+    // Rows first..first + out.len(), the small tensor's offsets counted along.
+    let rows = |first: usize, out: &mut [T]| {
+        let mut offs = SmallOffsets::at(runs, first * d);
+        for (r, o) in (first..).zip(out.iter_mut()) {
+            let (ar, br) = (&a[r * d..(r + 1) * d], &b[offs.off..offs.off + d]);
+            *o = ar.iter().zip(br).fold(T::zero(), |s, (&x, &y)| {
+                let t = x - y;
+                s + t * t
+            });
+            offs.advance(d);
+        }
     };
     if out.len() * d < PAR_MIN {
-        out.iter_mut().enumerate().for_each(|(r, o)| *o = row(r));
+        rows(0, out);
     } else {
-        out.par_iter_mut().enumerate().with_min_len(PAR_MIN / d.max(1)).for_each(|(r, o)| *o = row(r));
+        let per_task = (PAR_MIN / d.max(1)).max(1);
+        out.par_chunks_mut(per_task).enumerate().for_each(|(t, o)| rows(t * per_task, o));
     }
 }
 
@@ -724,17 +804,22 @@ pub fn sum_sq_diff<T: Elem>(a: &[T], b: &[T], d: usize, runs: &[Run], out: &mut 
 /// [`sum_sq_diff`].
 pub fn sum_sq_diff_adjoint<T: Elem>(a: &[T], b: &[T], g: &[T], d: usize, runs: &[Run], out: &mut [T]) {
     let two = T::of_f64(2.0);
-    let row = |r: usize, o: &mut [T]| {
-        let off = small_offset(runs, r * d);
-        let (ar, br, gr) = (&a[r * d..(r + 1) * d], &b[off..off + d], g[r] * two);
-        for ((o, &x), &y) in o.iter_mut().zip(ar).zip(br) {
-            *o = gr * (x - y);
+    // Rows first.. of `out` (whole rows of d), the small tensor's offsets counted along.
+    let rows = |first: usize, out: &mut [T]| {
+        let mut offs = SmallOffsets::at(runs, first * d);
+        for (r, o) in (first..).zip(out.chunks_mut(d.max(1))) {
+            let (ar, br, gr) = (&a[r * d..(r + 1) * d], &b[offs.off..offs.off + d], g[r] * two);
+            for ((o, &x), &y) in o.iter_mut().zip(ar).zip(br) {
+                *o = gr * (x - y);
+            }
+            offs.advance(d);
         }
     };
     if out.len() < PAR_MIN || d == 0 {
-        out.chunks_mut(d.max(1)).enumerate().for_each(|(r, o)| row(r, o));
+        rows(0, out);
     } else {
-        out.par_chunks_mut(d).enumerate().with_min_len(PAR_MIN / d).for_each(|(r, o)| row(r, o));
+        let per_task = (PAR_MIN / d).max(1);
+        out.par_chunks_mut(per_task * d).enumerate().for_each(|(t, o)| rows(t * per_task, o));
     }
 }
 

@@ -371,6 +371,28 @@ mod tests {
                 ca.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
             );
         }
+        // Large enough for the parallel kernels (rows split into tasks, each counting its
+        // offsets from its first row), b broadcast along the first, the middle and two axes.
+        let big: Vec<f64> = (0..300 * 7 * 40).map(|i| ((i * 7) % 23) as f64 * 0.13 - 1.1).collect();
+        let at = c.tensor(&big, &[300, 7, 40], DType::F64).unwrap();
+        let g = c.tensor(
+            &(0..2100).map(|i| ((i * 3) % 7) as f64 * 0.2 - 0.5).collect::<Vec<_>>(),
+            &[300, 7, 1],
+            DType::F64,
+        );
+        let g = g.unwrap();
+        for bs in [vec![1, 7, 40], vec![300, 1, 40], vec![40]] {
+            let n: usize = bs.iter().product();
+            let bt = c.tensor(&(0..n).map(|i| ((i * 5) % 17) as f64 * 0.11 - 0.8).collect::<Vec<_>>(), &bs, DType::F64);
+            let bt = bt.unwrap();
+            let bits = |t: &crate::cpu::CpuTensor| c.to_vec(t).unwrap().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            let (fused, composed) =
+                (c.sum_sq_diff(&at, &bt).unwrap(), super::sum_sq_diff_composed(&c, &at, &bt).unwrap());
+            assert_eq!(bits(&fused), bits(&composed), "{bs:?}");
+            let fa = c.sum_sq_diff_adjoint(&at, &bt, &g).unwrap();
+            let ca = super::sum_sq_diff_adjoint_composed(&c, &at, &bt, &g).unwrap();
+            assert_eq!(bits(&fa), bits(&ca), "{bs:?}");
+        }
         // a broadcasting too ([4, 1, 5] against [3, 5]) composes; mismatched rows fail.
         let a2 = c.tensor(&a[..20], &[4, 1, 5], DType::F64).unwrap();
         let b2 = c.tensor(&b, &[3, 5], DType::F64).unwrap();
