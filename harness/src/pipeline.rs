@@ -226,6 +226,7 @@ fn run_phases(
     }
     let problem = case.workload.generate(&case.params, case.seed)?;
     let mut prepared = tool.prepare(case.workload, problem.as_ref(), case.dtype, &case.rule)?;
+    row.rule_used = prepared.rule_taken();
     let timed: Vec<Mode> =
         Mode::TIMED.into_iter().filter(|&m| case.modes.contains(&m) && prepared.supports(m)).collect();
     let mut timings: [Option<Timing>; 3] = [None, None, None];

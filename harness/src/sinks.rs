@@ -486,6 +486,15 @@ fn header() -> String {
     )
 }
 
+/// The rule column: the rule the suite named and, where it was `auto`, the rule it ran
+/// (`auto:chunked`).
+fn rule_label(row: &ResultRow) -> String {
+    match row.rule_used.as_deref() {
+        Some(used) if row.rule == "auto" => format!("auto:{}", used.strip_prefix("general-").unwrap_or(used)),
+        _ => row.rule.clone(),
+    }
+}
+
 /// One line of the default table (at most [`TABLE_WIDTH`] characters).
 pub fn table_row(row: &ResultRow) -> String {
     let med = |t: &Option<Timing>| t.as_ref().map(|t| short_ms(t.median_s)).unwrap_or_else(|| "-".into());
@@ -493,7 +502,7 @@ pub fn table_row(row: &ResultRow) -> String {
         "{:<27} {:<6} {:<15} {:<3} {:>7} {:>7} {:>7} {:>4} {:>4} {:>4}  {}",
         fit(&case_label(row), 27),
         fit(&row.backend, 6),
-        fit(&row.rule, 15),
+        fit(&rule_label(row), 15),
         row.dtype,
         med(&row.primal),
         med(&row.vjp),
@@ -553,7 +562,7 @@ pub fn wide_table_row(row: &ResultRow) -> String {
         p("n"),
         p("k"),
         row.backend,
-        row.rule,
+        rule_label(row),
         row.dtype,
         row.threads,
         both(&row.primal),

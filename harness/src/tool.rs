@@ -79,6 +79,11 @@ pub trait PreparedCase {
     fn peak_bytes(&mut self, _mode: Mode) -> anyhow::Result<Option<u64>> {
         Ok(None)
     }
+    /// The derivative rule the case runs, where the tool says (adgauge's engine: what `auto`
+    /// resolved to); recorded beside the rule the suite named.
+    fn rule_taken(&self) -> Option<String> {
+        None
+    }
 }
 
 /// A thing that computes derivatives: see the module documentation.
@@ -251,6 +256,9 @@ impl PreparedCase for EnginePrepared {
     fn evaluate(&mut self, mode: Mode) -> anyhow::Result<Evaluation> {
         self.prepared.run(mode)?;
         Ok(Evaluation::default())
+    }
+    fn rule_taken(&self) -> Option<String> {
+        self.prepared.rule_taken()
     }
     /// The mode's peak footprint: its resident inputs plus the high-water mark of what the
     /// evaluation adds (outputs, tapes, temporaries). The host's counting allocator sees every

@@ -81,6 +81,34 @@ fn run_records_kernel_compile_time_apart_from_timings() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Rows record the rule a case ran beside the one it named: on the CPU, `auto` takes the
+/// general chunked rule for `*` with many bins per value and `*`'s own rule otherwise.
+#[test]
+fn run_records_the_rule_auto_took() {
+    let dir = std::env::temp_dir().join(format!("adgauge-rule-used-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let suite = dir.join("s.yaml");
+    std::fs::write(
+        &suite,
+        "name: s\ntiming: {samples: 1, time_limit_s: 0.05}\ncases:\n  - workload: hist\n    ops: [mul]\n    rules: [auto]\n    n: [1000]\n    k: [10, 100]\n    dtypes: [f64]\n    validate: false\n",
+    )
+    .unwrap();
+    let out = adgauge(&["run", "--suite", suite.to_str().unwrap(), "--json", "--no-save"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let rows: Vec<Value> = common::case_rows(&out);
+    let used = |k: &str| -> Vec<Value> {
+        rows.iter().filter(|r| r["params"]["k"] == k).map(|r| r["rule_used"].clone()).collect()
+    };
+    assert!(!used("10").is_empty() && used("10").iter().all(|r| r == "special"), "{rows:?}");
+    assert!(!used("100").is_empty() && used("100").iter().all(|r| r == "general-chunked"), "{rows:?}");
+    assert!(rows.iter().all(|r| r["rule"] == "auto"), "{rows:?}");
+    // The table says both.
+    let out = adgauge(&["run", "--suite", suite.to_str().unwrap(), "--no-save"]);
+    let table = stdout(&out);
+    assert!(table.contains("auto:chunked") && table.contains("auto:special"), "{table}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn check_catches_a_rule_that_drops_dests_adjoint_with_exit_1() {
     let out = adgauge(&["check", "--workload", "hist-add", "--dtype", "f64", "--inject-fault", "drop-dest-adjoint"]);
@@ -127,6 +155,9 @@ fn run_lists_filters_and_prints_json_rows() {
             line["git_revision"].is_string() && line["machine"].is_string() && line["cores"].as_u64().unwrap() >= 1
         );
         if status == "ok" {
+            // The rule the case ran: `auto` is max's own rule on the CPU, a named rule itself.
+            let rule = line["rule"].as_str().unwrap();
+            assert_eq!(line["rule_used"], if rule == "auto" { "special" } else { rule }, "{line}");
             let mode = line["mode"].as_str().unwrap();
             assert!(["primal", "vjp", "jvp"].contains(&mode), "{line}");
             assert!(line["median_s"].as_f64().unwrap() > 0.0);

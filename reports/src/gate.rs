@@ -591,6 +591,7 @@ mod tests {
             backend: "cpu".into(),
             dtype: "f32".into(),
             rule: "auto".into(),
+            rule_used: None,
             threads: 2,
             seed: 1,
             primal: Some(t.clone()),

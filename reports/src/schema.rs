@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 
 /// Version of the file layout (`store.rs`). 2 added `compile_s`; 3 is one file row per case and
 /// mode, with typed parameter and check columns, the suite, the tool's version and the timing
-/// samples. Files of versions 1 and 2 are still read.
-pub const SCHEMA_VERSION: u32 = 3;
+/// samples; 4 added `rule_used` (the rule `auto` took). Files of versions 1 to 3 are still read.
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// How a case ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -99,6 +99,10 @@ pub struct ResultRow {
     pub backend: String,
     pub dtype: String,
     pub rule: String,
+    /// The rule the case ran, where the tool says: what `auto` resolved to on the device at
+    /// the case's sizes (adgauge's own engine, histogram cases). None in files before schema 4.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule_used: Option<String>,
     pub threads: usize,
     pub seed: u64,
     pub primal: Option<Timing>,
@@ -144,6 +148,7 @@ impl ResultRow {
             backend: backend.into(),
             dtype: dtype.into(),
             rule: rule.into(),
+            rule_used: None,
             threads,
             seed,
             primal: None,
@@ -210,6 +215,7 @@ mod tests {
             backend: "cpu".into(),
             dtype: "f64".into(),
             rule: "auto".into(),
+            rule_used: None,
             threads: 2,
             seed: 1,
             primal: Some(Timing {

@@ -44,7 +44,8 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
     move |source| StoreError::Io { path: path.to_path_buf(), source }
 }
 
-/// The fixed columns of schema 3, in order; the parameter and check columns follow them.
+/// The fixed columns of schema 4, in order; the parameter and check columns follow them.
+/// Schema 3 had all but `rule_used`.
 pub const COLUMNS: &[&str] = &[
     "schema_version",
     "run_id",
@@ -62,6 +63,7 @@ pub const COLUMNS: &[&str] = &[
     "tool_version",
     "dtype",
     "rule",
+    "rule_used",
     "threads",
     "seed",
     "status",
@@ -79,6 +81,14 @@ pub const COLUMNS: &[&str] = &[
     "overhead",
     "memory_ratio",
 ];
+
+/// The one fixed column schema 3 lacks.
+const V3_LACKS: &str = "rule_used";
+
+/// The fixed columns of a schema-3 file, in order.
+fn v3_columns() -> Vec<&'static str> {
+    COLUMNS.iter().copied().filter(|c| *c != V3_LACKS).collect()
+}
 
 /// The modes a [`ResultRow`] holds, in file order.
 pub const MODES: [&str; 3] = ["primal", "vjp", "jvp"];
@@ -210,6 +220,7 @@ pub(crate) fn case_records(run: &RunInfo, row: &ResultRow, header: &[String]) ->
                 row.tool_version.clone().unwrap_or_default(),
                 row.dtype.clone(),
                 row.rule.clone(),
+                row.rule_used.clone().unwrap_or_default(),
                 row.threads.to_string(),
                 row.seed.to_string(),
                 row.status.name().to_string(),
@@ -346,7 +357,12 @@ pub fn rows_from_json_lines(text: &str, origin: &Path) -> Result<(RunInfo, Vec<R
     };
     let records: Vec<Record> =
         objects.iter().map(|(line, o)| (*line, header.iter().map(|h| field(o.get(h))).collect())).collect();
-    parse_v3(&header, &records).map_err(|(l, m)| err(l, m))
+    // Lines of schema 3 lack `rule_used`, which then reads as empty.
+    let version = match objects.first().and_then(|(_, o)| o.get("schema_version")).and_then(Value::as_u64) {
+        Some(3) => 3,
+        _ => SCHEMA_VERSION,
+    };
+    parse_typed(&header, COLUMNS, version, &records).map_err(|(l, m)| err(l, m))
 }
 
 /// A whole run as CSV text (header included).
@@ -412,14 +428,22 @@ pub fn parse_csv(text: &str, path: &Path) -> Result<(RunInfo, Vec<ResultRow>), S
     let Some((_, header)) = recs.first() else {
         return Err(err(1, "empty file: expected the header line".into()));
     };
-    let is_v3 = header.len() >= COLUMNS.len() && header.iter().zip(COLUMNS).all(|(h, c)| h == c);
+    let starts_with = |fixed: &[&str]| header.len() >= fixed.len() && header.iter().zip(fixed).all(|(h, c)| h == c);
+    let v3 = v3_columns();
+    let fixed: Option<(&[&str], u32)> = if starts_with(COLUMNS) {
+        Some((COLUMNS, SCHEMA_VERSION))
+    } else if starts_with(&v3) {
+        Some((&v3, 3))
+    } else {
+        None
+    };
     let legacy_width = match header.len() {
         n if n == LEGACY_COLUMNS.len() || n == V1_COLUMNS => Some(n),
         _ => None,
     }
     .filter(|&n| header.iter().map(String::as_str).eq(LEGACY_COLUMNS[..n].iter().copied()));
-    if is_v3 {
-        parse_v3(header, &recs[1..]).map_err(|(l, m)| err(l, m))
+    if let Some((fixed, version)) = fixed {
+        parse_typed(header, fixed, version, &recs[1..]).map_err(|(l, m)| err(l, m))
     } else if let Some(width) = legacy_width {
         parse_legacy(width, &recs[1..]).map_err(|(l, m)| err(l, m))
     } else {
@@ -439,7 +463,7 @@ pub fn parse_csv(text: &str, path: &Path) -> Result<(RunInfo, Vec<ResultRow>), S
         Err(err(
             1,
             format!(
-                "unexpected header (expected schema {SCHEMA_VERSION}'s columns {}, ... or the {} columns of schema 2 or the {V1_COLUMNS} of schema 1)",
+                "unexpected header (expected the columns {}, ... of schema {SCHEMA_VERSION} or 3, or the {} columns of schema 2 or the {V1_COLUMNS} of schema 1)",
                 COLUMNS[..3].join(","),
                 LEGACY_COLUMNS.len()
             ),
@@ -449,12 +473,20 @@ pub fn parse_csv(text: &str, path: &Path) -> Result<(RunInfo, Vec<ResultRow>), S
 
 type Failed = (usize, String);
 
-fn parse_v3(header: &[String], recs: &[Record]) -> Result<(RunInfo, Vec<ResultRow>), Failed> {
-    let col = |name: &str| COLUMNS.iter().position(|c| *c == name).expect("a schema-3 column");
+/// A file of schema 3 or 4: `fixed` are its fixed columns, `version` the schema they make.
+fn parse_typed(
+    header: &[String],
+    fixed: &[&str],
+    version: u32,
+    recs: &[Record],
+) -> Result<(RunInfo, Vec<ResultRow>), Failed> {
+    let file_version = version;
+    // A column the file's schema lacks reads as empty.
+    let col = |name: &str| fixed.iter().position(|c| *c == name);
     // The dynamic columns: parameters, and checks with their three fields.
     let mut params: Vec<(usize, &str)> = Vec::new();
     let mut checks: Vec<(&str, [Option<usize>; 3])> = Vec::new();
-    for (i, h) in header.iter().enumerate().skip(COLUMNS.len()) {
+    for (i, h) in header.iter().enumerate().skip(fixed.len()) {
         if let Some(p) = h.strip_prefix(PARAM_PREFIX) {
             params.push((i, p));
         } else if let Some((name, field)) = h.strip_prefix(CHECK_PREFIX).and_then(|c| c.rsplit_once('.'))
@@ -496,10 +528,10 @@ fn parse_v3(header: &[String], recs: &[Record]) -> Result<(RunInfo, Vec<ResultRo
                 header.len()
             )));
         }
-        let get = |name: &str| f[col(name)].as_str();
+        let get = |name: &str| col(name).map_or("", |i| f[i].as_str());
         let version: u32 = num("schema_version", get("schema_version")).map_err(at)?;
-        if version != SCHEMA_VERSION {
-            return Err(at(format!("schema version {version} in a file of schema {SCHEMA_VERSION}")));
+        if version != file_version {
+            return Err(at(format!("schema version {version} in a file of schema {file_version}")));
         }
         let info = RunInfo {
             run_id: get("run_id").into(),
@@ -552,6 +584,7 @@ fn parse_v3(header: &[String], recs: &[Record]) -> Result<(RunInfo, Vec<ResultRo
                     backend: get("tool").into(),
                     dtype: get("dtype").into(),
                     rule: get("rule").into(),
+                    rule_used: Some(get("rule_used").to_string()).filter(|r| !r.is_empty()),
                     threads: num("threads", get("threads")).map_err(at)?,
                     seed: num("seed", get("seed")).map_err(at)?,
                     primal: None,
@@ -680,6 +713,7 @@ fn parse_legacy(width: usize, recs: &[Record]) -> Result<(RunInfo, Vec<ResultRow
             backend: f[12].clone(),
             dtype: f[13].clone(),
             rule: f[14].clone(),
+            rule_used: None,
             threads: num("threads", &f[15]).map_err(at)?,
             seed: num("seed", &f[16]).map_err(at)?,
             primal: parse_legacy_timing(&f[col("primal_min_s")..]).map_err(at)?,
@@ -822,6 +856,7 @@ mod tests {
             backend: "cpu".into(),
             dtype: "f32".into(),
             rule: "auto".into(),
+            rule_used: Some("general-chunked".into()),
             threads: 2,
             seed: 42,
             primal: Some(Timing {
@@ -879,7 +914,7 @@ mod tests {
 
     /// Schema 3's layout: a line per case and mode, typed parameter and check columns.
     #[test]
-    fn schema_3_has_a_line_per_case_and_mode_and_a_column_per_parameter_and_check() {
+    fn schema_4_has_a_line_per_case_and_mode_and_a_column_per_parameter_and_check() {
         let (run, rows) = sample();
         let text = to_csv(&run, &rows);
         let recs = records(&text).unwrap();
@@ -899,7 +934,7 @@ mod tests {
             ]
         );
         // Two timed cases with primal and vjp, one skipped case with nothing measured: 5 lines.
-        let modes: Vec<(&str, &str)> = recs[1..].iter().map(|(_, f)| (f[10].as_str(), f[21].as_str())).collect();
+        let modes: Vec<(&str, &str)> = recs[1..].iter().map(|(_, f)| (f[10].as_str(), f[22].as_str())).collect();
         assert_eq!(
             modes,
             [
@@ -917,12 +952,31 @@ mod tests {
         assert_eq!(at("sample_s"), "2e-3 1e-3 1.5e-3");
         let vjp = &recs[2].1;
         // vjp median 3 ms over a primal median of 1.5 ms; 8000 over 4000 peak bytes.
-        assert_eq!((vjp[30].as_str(), vjp[31].as_str()), ("2", "2"));
+        let col = |name: &str| vjp[header.iter().position(|h| h == name).unwrap()].as_str();
+        assert_eq!((col("overhead"), col("memory_ratio")), ("2", "2"));
+        assert_eq!((col("rule"), col("rule_used")), ("auto", "general-chunked"));
     }
 
     fn fixture(name: &str) -> (String, PathBuf) {
         let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name);
         (fs::read_to_string(&p).unwrap(), p)
+    }
+
+    /// A file the schema-3 adgauge wrote (41eb28a, `run --out` of one histogram case) reads,
+    /// with no rule recorded beside `auto`.
+    #[test]
+    fn schema_3_files_are_still_read() {
+        let (text, p) = fixture("schema3.csv");
+        let (run, rows) = parse_csv(&text, &p).unwrap();
+        assert_eq!(run.run_id, "20261126T071942Z-4a24ff");
+        assert_eq!(run.git_revision, "41eb28a64f51258150f7d94580ec37bb86a17f3a");
+        assert_eq!(rows.len(), 1);
+        let r = &rows[0];
+        assert_eq!((r.schema_version, r.rule.as_str(), r.rule_used.as_deref()), (3, "auto", None));
+        assert_eq!(r.case_id, "hist-mul[dist=uniform,k=100,n=1000,oob=0.05]/cpu/f64/auto");
+        assert_eq!(r.params.get("k").map(String::as_str), Some("100"));
+        assert!((r.vjp.as_ref().unwrap().median_s - 5.52265306122449e-6).abs() < 1e-18);
+        assert!(r.checks.iter().any(|c| c.name == "fd-vjp" && c.passed), "{:?}", r.checks);
     }
 
     /// Files written by schema 1 and 2 (checked in, written by the adgauge of those schemas) are
@@ -972,8 +1026,8 @@ mod tests {
         assert!(e.contains("r.csv:1: unexpected header"), "{e}");
         let e = parse_csv("", Path::new("r.csv")).unwrap_err().to_string();
         assert!(e.contains("empty file"), "{e}");
-        let e = parse_csv("schema_version,run_id,x\n4,r,y\n", Path::new("r.csv")).unwrap_err().to_string();
-        assert!(e.contains("r.csv:2: schema 4 is newer than this adgauge"), "{e}");
+        let e = parse_csv("schema_version,run_id,x\n5,r,y\n", Path::new("r.csv")).unwrap_err().to_string();
+        assert!(e.contains("r.csv:2: schema 5 is newer than this adgauge"), "{e}");
         let dup = format!("{text}{}\n", lines[1]);
         let e = parse_csv(&dup, Path::new("r.csv")).unwrap_err().to_string();
         assert!(e.contains(&format!("r.csv:{}: duplicate line for case hist-add", lines.len() + 1)), "{e}");
@@ -1004,6 +1058,51 @@ mod tests {
         fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// Schema 4 keeps the rule `auto` took; a schema-3 file (no such column) still reads, with
+    /// none, in CSV and in JSON lines.
+    #[test]
+    fn the_rule_auto_took_round_trips_and_schema_3_files_still_read() {
+        let (run, rows) = sample();
+        assert_eq!(rows[0].rule_used.as_deref(), Some("general-chunked"));
+        let text = to_csv(&run, &rows);
+        let (_, back) = parse_csv(&text, Path::new("r.csv")).unwrap();
+        assert_eq!(back, rows);
+        // The same file as schema 3 wrote it: the column gone, version 3 on every line.
+        let at = COLUMNS.iter().position(|c| *c == "rule_used").unwrap();
+        let mut w = csv::Writer::from_writer(Vec::new());
+        for (i, (_, mut f)) in records(&text).unwrap().into_iter().enumerate() {
+            assert!(i == 0 || f[at] == "general-chunked" || f[at].is_empty(), "{f:?}");
+            f.remove(at);
+            if i > 0 {
+                f[0] = "3".into();
+            }
+            w.write_record(&f).unwrap();
+        }
+        let v3 = String::from_utf8(w.into_inner().unwrap()).unwrap();
+        let (_, old) = parse_csv(&v3, Path::new("r.csv")).unwrap();
+        assert_eq!(old.len(), rows.len());
+        for (o, r) in old.iter().zip(&rows) {
+            assert_eq!((o.schema_version, o.rule_used.as_deref()), (3, None));
+            assert_eq!((&o.case_id, &o.rule, &o.vjp), (&r.case_id, &r.rule, &r.vjp));
+        }
+        // A schema-3 line claiming version 4 is an error naming its line.
+        let lying = v3.replacen("\n3,", "\n4,", 1);
+        let e = parse_csv(&lying, Path::new("r.csv")).unwrap_err().to_string();
+        assert!(e.contains("r.csv:2: schema version 4 in a file of schema 3"), "{e}");
+        // JSON lines of schema 3.
+        let json: String = json_lines(&run, &rows)
+            .iter()
+            .map(|l| {
+                let mut o: serde_json::Map<String, serde_json::Value> = serde_json::from_str(l).unwrap();
+                o.remove("rule_used");
+                o.insert("schema_version".into(), 3.into());
+                serde_json::to_string(&o).unwrap() + "\n"
+            })
+            .collect();
+        let (_, old) = rows_from_json_lines(&json, Path::new("r.jsonl")).unwrap();
+        assert!(old.iter().all(|o| o.schema_version == 3 && o.rule_used.is_none()), "{old:?}");
+    }
+
     /// `run --json` prints the file's lines as typed JSON, which read back into the same rows.
     #[test]
     fn json_lines_carry_the_file_columns_typed_and_read_back() {
@@ -1012,7 +1111,7 @@ mod tests {
         let lines = json_lines(&run, &rows);
         assert_eq!(lines.len(), 5);
         let first: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
-        assert!(lines[0].starts_with("{\"schema_version\":3,\"run_id\":\"20261122T050000Z-abc\","), "{}", lines[0]);
+        assert!(lines[0].starts_with("{\"schema_version\":4,\"run_id\":\"20261122T050000Z-abc\","), "{}", lines[0]);
         assert_eq!(first["mode"], "primal");
         assert_eq!(first["median_s"], 1.5e-3);
         assert_eq!(first["sample_s"], serde_json::json!([2e-3, 1e-3, 1.5e-3]));

@@ -631,6 +631,11 @@ impl<D: Device> Prepared for HistPrepared<D> {
         }
         Ok(d.synchronize()?)
     }
+
+    fn rule_taken(&self) -> Option<String> {
+        let (n, k) = (self.vals_dot.numel(), self.bar.numel());
+        Some(adgauge_backends::rules::hist::resolved_rule(&self.device, self.rule, self.w.op, n, k).name().to_string())
+    }
 }
 
 /// One histogram case as a flat function (x = [vals, dest], y = hist) at a point rounded to the

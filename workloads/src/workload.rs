@@ -415,6 +415,11 @@ pub struct RemoteCall {
 pub trait Prepared {
     /// One evaluation of `mode` (results dropped); returns after the device has finished.
     fn run(&self, mode: Mode) -> WResult<()>;
+    /// The derivative rule the evaluations run, where the workload has rules: what `auto`
+    /// resolved to on this device at these sizes (a named rule is itself).
+    fn rule_taken(&self) -> Option<String> {
+        None
+    }
 }
 
 /// One problem of a workload (generated or read), in f64 on the host.

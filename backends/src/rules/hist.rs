@@ -101,6 +101,24 @@ impl FromStr for HistRule {
 /// The pullback of a histogram: `(dest_bar, vals_bar)` from `hist_bar`.
 pub type HistPullback<B> = Box<dyn Fn(&B, &<B as TensorOps>::T) -> Result<(<B as TensorOps>::T, <B as TensorOps>::T)>>;
 
+/// The rule `rule` stands for with operator `op` over `n` values and `k` bins on `b`: a named
+/// rule is itself; `auto` is the device's measured choice at these sizes
+/// ([`crate::ops::HistOps::auto_hist_rule`]), else the operator's own rule (`special` for `+`,
+/// `*`, min, max, logaddexp and general operators with a total form; `general-chunked` for the
+/// others). [`reduce_by_index_vjp`] runs this rule; the harness records it beside `auto`.
+pub fn resolved_rule<B: crate::ops::HistOps>(b: &B, rule: HistRule, op: HistOp, n: usize, k: usize) -> HistRule {
+    if rule != HistRule::Auto {
+        return rule;
+    }
+    match (b.auto_hist_rule(op, n, k), op) {
+        (Some(chosen), _) if chosen != HistRule::Auto => chosen,
+        (_, HistOp::General(g)) if !std::ptr::eq(g, &crate::general::LOGADDEXP) && !g.has_total_form() => {
+            HistRule::GeneralChunked
+        }
+        _ => HistRule::Special,
+    }
+}
+
 /// Runs the forward sweep of `reduce_by_index` under `rule` and returns the histogram with its
 /// pullback.
 pub fn reduce_by_index_vjp<B: Ops>(
@@ -112,11 +130,7 @@ pub fn reduce_by_index_vjp<B: Ops>(
     vals: &B::T,
 ) -> Result<(B::T, HistPullback<B>)> {
     // `auto`: the device's measured choice at these sizes, else the operator's own rule.
-    let rule = match rule {
-        HistRule::Auto => b.auto_hist_rule(op, vals.numel(), dest.numel()).unwrap_or(HistRule::Auto),
-        rule => rule,
-    };
-    match (rule, op) {
+    match (resolved_rule(b, rule, op, vals.numel(), dest.numel()), op) {
         (HistRule::Auto | HistRule::Special, HistOp::Add) => add_rule(b, dest, inds, vals),
         (HistRule::Auto | HistRule::Special, HistOp::Mul) => mul_rule(b, dest, inds, vals),
         (HistRule::Auto | HistRule::Special, HistOp::Min) => extremum_rule(b, dest, Extremum::Min, inds, vals),
@@ -923,6 +937,28 @@ mod tests {
             assert_ne!(bits(&special), bits(&chunked), "k = {k}: the rules must round differently here");
             let want = if taken == HistRule::Special { &special } else { &chunked };
             assert_eq!(bits(&auto), bits(want), "k = {k}: auto should take {taken:?}");
+            assert_eq!(resolved_rule(&c, HistRule::Auto, HistOp::Mul, n, k), taken, "k = {k}");
+        }
+    }
+
+    #[test]
+    fn auto_resolves_to_the_devices_choice_else_the_operators_own_rule() {
+        let c = cpu();
+        let g = |op: &'static crate::GeneralOp| HistOp::General(op);
+        for (op, n, k, want) in [
+            (HistOp::Mul, 1000, 100, HistRule::GeneralChunked), // the CPU's measured choice
+            (HistOp::Mul, 10_000_000, 100, HistRule::Special),
+            (HistOp::Add, 1000, 1000, HistRule::Special),
+            (HistOp::Min, 10, 1_000_000, HistRule::Special),
+            (g(&crate::general::LOGADDEXP), 1000, 10, HistRule::Special),
+            (g(&crate::general::HYPOT), 1000, 10, HistRule::Special), // its total form
+            (g(&crate::general::MUL), 1000, 10, HistRule::GeneralChunked), // no total form
+        ] {
+            assert_eq!(resolved_rule(&c, HistRule::Auto, op, n, k), want, "{op} n {n} k {k}");
+        }
+        // A named rule is itself, even where auto would take another.
+        for rule in [HistRule::Special, HistRule::GeneralSort, HistRule::GeneralChunked] {
+            assert_eq!(resolved_rule(&c, rule, HistOp::Mul, 1000, 100), rule);
         }
     }
 
