@@ -16,7 +16,7 @@ use crate::exit::{Code, bad_input};
 
 /// Writes a run's rows as they complete, so that a crash loses at most the row in progress:
 /// rows go to a hidden `.<run_id>.partial.jsonl` (the run's information, then one JSON row per
-/// line: schema 3's CSV header names every parameter and check of the run, which are not known
+/// line: the CSV header (schema 3 on) names every parameter and check of the run, which are not known
 /// until it ends), flushed after each row; `finish` writes the complete run atomically as
 /// `<run_id>.csv` and removes the partial file.
 pub struct RunWriter {
