@@ -59,14 +59,11 @@ fn run_records_kernel_compile_time_apart_from_timings() {
     if !opencl_available() {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("adgauge-compile-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let suite = dir.join("s.yaml");
-    std::fs::write(
-        &suite,
+    let suite = common::temp_file(
+        "compile",
+        "s.yaml",
         "name: s\ntiming: {samples: 1, time_limit_s: 0.05}\ncases:\n  - workload: hist\n    ops: [hypot]\n    rules: [auto]\n    n: [1000, 2000]\n    k: [4]\n    dtypes: [f32]\n    backends: [cpu, opencl]\n    validate: false\n",
-    )
-    .unwrap();
+    );
     let out = adgauge(&["run", "--suite", suite.to_str().unwrap(), "--json", "--no-save"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let rows: Vec<Value> = common::case_rows(&out);
@@ -78,21 +75,18 @@ fn run_records_kernel_compile_time_apart_from_timings() {
     assert_eq!(ocl.len(), 2, "{rows:?}");
     assert!(ocl[0] > 0.0, "the first OpenCL case builds the hypot program: {ocl:?}");
     assert_eq!(ocl[1], 0.0, "the second finds it cached: {ocl:?}");
-    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_dir_all(suite.parent().unwrap()).unwrap();
 }
 
 /// Rows record the rule a case ran beside the one it named: on the CPU, `auto` takes the
 /// general chunked rule for `*` with many bins per value and `*`'s own rule otherwise.
 #[test]
 fn run_records_the_rule_auto_took() {
-    let dir = std::env::temp_dir().join(format!("adgauge-rule-used-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let suite = dir.join("s.yaml");
-    std::fs::write(
-        &suite,
+    let suite = common::temp_file(
+        "rule-used",
+        "s.yaml",
         "name: s\ntiming: {samples: 1, time_limit_s: 0.05}\ncases:\n  - workload: hist\n    ops: [mul]\n    rules: [auto]\n    n: [1000]\n    k: [10, 100]\n    dtypes: [f64]\n    validate: false\n",
-    )
-    .unwrap();
+    );
     let out = adgauge(&["run", "--suite", suite.to_str().unwrap(), "--json", "--no-save"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let rows: Vec<Value> = common::case_rows(&out);
@@ -106,7 +100,7 @@ fn run_records_the_rule_auto_took() {
     let out = adgauge(&["run", "--suite", suite.to_str().unwrap(), "--no-save"]);
     let table = stdout(&out);
     assert!(table.contains("auto:chunked") && table.contains("auto:special"), "{table}");
-    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_dir_all(suite.parent().unwrap()).unwrap();
 }
 
 #[test]
