@@ -616,7 +616,7 @@ fn workload_section(h: &mut String, w: &str, rows: &[ResultRow]) {
             h,
             "<tr id=\"c-{}\"><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l {}\">{}</td></tr>",
             anchor(&r.case_id),
-            esc(&r.case_id),
+            esc(&case_and_rule_taken(r)),
             ms(r.primal.as_ref().map(|t| t.median_s)),
             ms(r.vjp.as_ref().map(|t| t.median_s)),
             ms(r.jvp.as_ref().map(|t| t.median_s)),
@@ -632,6 +632,14 @@ fn workload_section(h: &mut String, w: &str, rows: &[ResultRow]) {
         );
     }
     h.push_str("</table>");
+}
+
+/// A case's id and, where it named `auto`, the rule it ran.
+fn case_and_rule_taken(r: &ResultRow) -> String {
+    match r.rule_used.as_deref() {
+        Some(used) if r.rule == "auto" => format!("{} (auto ran {used})", r.case_id),
+        _ => r.case_id.clone(),
+    }
 }
 
 /// Every check of the run, collapsed: failed ones first.
@@ -712,8 +720,9 @@ mod tests {
     fn two_runs() -> Vec<(RunInfo, Vec<ResultRow>)> {
         let first =
             vec![row("hist-add", 10, 2.0, true), row("hist-add", 1000, 2.0, true), row("hist-mul", 10, 2.5, true)];
-        let second =
+        let mut second =
             vec![row("hist-add", 10, 5.0, true), row("hist-add", 1000, 2.0, true), row("hist-mul", 10, 2.5, false)];
+        second[1].rule_used = Some("general-chunked".into());
         vec![(info("r1", 22, "abc1234def"), first), (info("r2", 23, "fed4321cba"), second)]
     }
 
@@ -748,6 +757,9 @@ mod tests {
         assert!(validation.starts_with("id=\"validation\">Validation</h2><details><summary>3 checks, 1 failed"));
         assert!(position(validation, "FAIL") < position(validation, "pass"));
         assert!(html.contains("host &lt;x&gt;"), "text is escaped");
+        // The workload's table says which rule auto ran, where the row says.
+        assert!(html.contains("hist-add[k=1000,n=1000000]/cpu/f32/auto (auto ran general-chunked)"), "rule taken");
+        assert!(!html.contains("hist-add[k=10,n=1000000]/cpu/f32/auto (auto ran"), "no rule where none is recorded");
         // Nothing is fetched: no scripts, no external references (the SVG namespace URI is a name).
         assert!(!html.contains("<script"));
         for external in ["src=\"http", "href=\"http", "url(http", "@import"] {
