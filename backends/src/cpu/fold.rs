@@ -23,6 +23,23 @@ pub trait Fold<T: Elem>: Copy + Send + Sync {
     fn lift(self, (a, da): (T, T), (b, db): (T, T)) -> (T, T) {
         (self.combine(a, b), self.d1(a, b) * da + self.d2(a, b) * db)
     }
+    /// The forward step of a general rule's value adjoint: element `a` joins `l`, the fold of
+    /// its bin so far. Returns `d2(l, a)` and `y = l op a`, which is left in `l`.
+    #[inline(always)]
+    fn step_in(self, l: &mut T, a: T) -> (T, T) {
+        let (d2, y) = (self.d2(*l, a), self.combine(*l, a));
+        *l = y;
+        (d2, y)
+    }
+    /// The backward step: `a` joins `r`, the fold of what follows it in its bin (`a op r` is
+    /// left in `r`). Returns the element's adjoint `d2 d1(y, r) g` from its forward step's `d2`
+    /// and `y`, and 0 where the bin's adjoint `g` is 0 (even where a partial is not finite).
+    #[inline(always)]
+    fn step_out(self, r: &mut T, a: T, d2: T, y: T, g: T) -> T {
+        let right = *r;
+        *r = self.combine(a, right);
+        if g == T::zero() { T::zero() } else { d2 * self.d1(y, right) * g }
+    }
 }
 
 #[inline(always)]

@@ -224,11 +224,9 @@ pub fn adjoint_chunk<T, F>(
         for j in 0..o.len() {
             o[j] = match bin_of(ix, j, k) {
                 Some(b) => {
-                    let (l, a) = (run[b], v[j]);
-                    let y = f.combine(l, a);
-                    run[b] = y;
+                    let (d2, y) = f.step_in(&mut run[b], v[j]);
                     y1[j] = y;
-                    f.d2(l, a)
+                    d2
                 }
                 None => T::zero(),
             };
@@ -236,10 +234,7 @@ pub fn adjoint_chunk<T, F>(
         run.copy_from_slice(suf);
         for j in (0..o.len()).rev() {
             if let Some(b) = bin_of(ix, j, k) {
-                let r = run[b];
-                run[b] = f.combine(v[j], r);
-                let gb = g[b];
-                o[j] = if gb == T::zero() { T::zero() } else { o[j] * f.d1(y1[j], r) * gb };
+                o[j] = f.step_out(&mut run[b], v[j], o[j], y1[j], g[b]);
             }
         }
         return;
@@ -275,21 +270,14 @@ pub fn adjoint_chunk<T, F>(
     for w in 0..windows {
         for r in starts[w]..starts[w + 1] {
             let (b, a) = records[r];
-            let l = run[b as usize];
-            let y = f.combine(l, a);
-            run[b as usize] = y;
-            y1[r] = y;
-            d2[r] = f.d2(l, a);
+            (d2[r], y1[r]) = f.step_in(&mut run[b as usize], a);
         }
     }
     run.copy_from_slice(suf);
     for w in 0..windows {
         for r in (starts[w]..starts[w + 1]).rev() {
             let (b, a) = records[r];
-            let rv = run[b as usize];
-            run[b as usize] = f.combine(a, rv);
-            let gb = g[b as usize];
-            d2[r] = if gb == T::zero() { T::zero() } else { d2[r] * f.d1(y1[r], rv) * gb };
+            d2[r] = f.step_out(&mut run[b as usize], a, d2[r], y1[r], g[b as usize]);
         }
     }
     // Back to index order: element j is the next record of its window (one sequential read

@@ -175,16 +175,11 @@ pub fn sorted_adjoint<P: Pos, T: Elem, F: Fold<T>>(
             }
             let mut l = d[b];
             for ((&a, t), y) in vals.iter().zip(t1.iter_mut()).zip(y1.iter_mut()) {
-                let ly = f.combine(l, a);
-                *t = f.d2(l, a);
-                *y = ly;
-                l = ly;
+                (*t, *y) = f.step_in(&mut l, a);
             }
             let mut r = neutral;
             for j in (0..vals.len()).rev() {
-                let a = vals[j];
-                t1[j] = t1[j] * f.d1(y1[j], r) * gb;
-                r = f.combine(a, r);
+                t1[j] = f.step_out(&mut r, vals[j], t1[j], y1[j], gb);
             }
         }
     };
