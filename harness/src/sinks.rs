@@ -489,9 +489,9 @@ fn header() -> String {
 /// The rule column: the rule the suite named and, where it was `auto`, the rule it ran
 /// (`auto:chunked`).
 fn rule_label(row: &ResultRow) -> String {
-    match row.rule_used.as_deref() {
-        Some(used) if row.rule == "auto" => format!("auto:{}", used.strip_prefix("general-").unwrap_or(used)),
-        _ => row.rule.clone(),
+    match row.auto_took() {
+        Some(used) => format!("auto:{}", used.strip_prefix("general-").unwrap_or(used)),
+        None => row.rule.clone(),
     }
 }
 

@@ -636,9 +636,9 @@ fn workload_section(h: &mut String, w: &str, rows: &[ResultRow]) {
 
 /// A case's id and, where it named `auto`, the rule it ran.
 fn case_and_rule_taken(r: &ResultRow) -> String {
-    match r.rule_used.as_deref() {
-        Some(used) if r.rule == "auto" => format!("{} (auto ran {used})", r.case_id),
-        _ => r.case_id.clone(),
+    match r.auto_took() {
+        Some(used) => format!("{} (auto ran {used})", r.case_id),
+        None => r.case_id.clone(),
     }
 }
 

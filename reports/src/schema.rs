@@ -165,6 +165,11 @@ impl ResultRow {
         }
     }
 
+    /// The rule `auto` took, where the row named `auto` and the tool said.
+    pub fn auto_took(&self) -> Option<&str> {
+        self.rule_used.as_deref().filter(|_| self.rule == "auto")
+    }
+
     /// vjp median / primal median, when both were measured.
     pub fn vjp_overhead(&self) -> Option<f64> {
         Some(self.vjp.as_ref()?.median_s / self.primal.as_ref()?.median_s)

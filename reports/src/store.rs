@@ -473,14 +473,13 @@ pub fn parse_csv(text: &str, path: &Path) -> Result<(RunInfo, Vec<ResultRow>), S
 
 type Failed = (usize, String);
 
-/// A file of schema 3 or 4: `fixed` are its fixed columns, `version` the schema they make.
+/// A file of schema 3 or 4: `fixed` are its fixed columns, `file_version` the schema they make.
 fn parse_typed(
     header: &[String],
     fixed: &[&str],
-    version: u32,
+    file_version: u32,
     recs: &[Record],
 ) -> Result<(RunInfo, Vec<ResultRow>), Failed> {
-    let file_version = version;
     // A column the file's schema lacks reads as empty.
     let col = |name: &str| fixed.iter().position(|c| *c == name);
     // The dynamic columns: parameters, and checks with their three fields.

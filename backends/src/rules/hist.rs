@@ -112,9 +112,7 @@ pub fn resolved_rule<B: crate::ops::HistOps>(b: &B, rule: HistRule, op: HistOp, 
     }
     match (b.auto_hist_rule(op, n, k), op) {
         (Some(chosen), _) if chosen != HistRule::Auto => chosen,
-        (_, HistOp::General(g)) if !std::ptr::eq(g, &crate::general::LOGADDEXP) && !g.has_total_form() => {
-            HistRule::GeneralChunked
-        }
+        (_, HistOp::General(g)) if !g.has_total_form() => HistRule::GeneralChunked,
         _ => HistRule::Special,
     }
 }
@@ -129,24 +127,23 @@ pub fn reduce_by_index_vjp<B: Ops>(
     inds: &B::I,
     vals: &B::T,
 ) -> Result<(B::T, HistPullback<B>)> {
-    // `auto`: the device's measured choice at these sizes, else the operator's own rule.
+    // `auto` resolves to a named rule here (the device's measured choice at these sizes, else
+    // the operator's own rule), so only the last arm lists it, for exhaustiveness.
     match (resolved_rule(b, rule, op, vals.numel(), dest.numel()), op) {
-        (HistRule::Auto | HistRule::Special, HistOp::Add) => add_rule(b, dest, inds, vals),
-        (HistRule::Auto | HistRule::Special, HistOp::Mul) => mul_rule(b, dest, inds, vals),
-        (HistRule::Auto | HistRule::Special, HistOp::Min) => extremum_rule(b, dest, Extremum::Min, inds, vals),
-        (HistRule::Auto | HistRule::Special, HistOp::Max) => extremum_rule(b, dest, Extremum::Max, inds, vals),
-        (HistRule::Auto | HistRule::Special, HistOp::General(g)) if std::ptr::eq(g, &crate::general::LOGADDEXP) => {
+        (HistRule::Special, HistOp::Add) => add_rule(b, dest, inds, vals),
+        (HistRule::Special, HistOp::Mul) => mul_rule(b, dest, inds, vals),
+        (HistRule::Special, HistOp::Min) => extremum_rule(b, dest, Extremum::Min, inds, vals),
+        (HistRule::Special, HistOp::Max) => extremum_rule(b, dest, Extremum::Max, inds, vals),
+        (HistRule::Special, HistOp::General(g)) if std::ptr::eq(g, &crate::general::LOGADDEXP) => {
             logaddexp_rule(b, dest, inds, vals)
         }
-        (HistRule::Auto | HistRule::Special, HistOp::General(g)) if g.has_total_form() => {
-            total_form_rule(b, dest, op, inds, vals)
-        }
+        (HistRule::Special, HistOp::General(g)) if g.has_total_form() => total_form_rule(b, dest, op, inds, vals),
         (HistRule::Special, HistOp::General(g)) => Err(OpError::Unsupported(format!(
             "the special rule of a general operator is its total form, and {} has none \
              (use auto, general-sort or general-chunked)",
             g.name
         ))),
-        (HistRule::Auto | HistRule::GeneralChunked, _) => general_chunked_rule(b, dest, op, inds, vals),
+        (HistRule::GeneralChunked | HistRule::Auto, _) => general_chunked_rule(b, dest, op, inds, vals),
         (HistRule::GeneralSort, _) => general_sort_rule(b, dest, op, inds, vals),
     }
 }
