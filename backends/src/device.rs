@@ -32,7 +32,22 @@ pub trait Device: Ops {
     }
     /// Starts a new peak at the bytes in use now.
     fn reset_peak_device_memory(&self) {}
+    /// Runs `body`, one timed call of a prepared case, whose trace `cell` keeps between calls.
+    /// Eager devices just run it; a traced device ([`crate::traced::Traced`]) records what it
+    /// issues on the first call and replays the recording on later ones.
+    fn run_traced<E: From<crate::OpError>>(
+        &self,
+        _cell: &TraceCell,
+        body: &mut dyn FnMut() -> Result<(), E>,
+    ) -> Result<(), E> {
+        body()
+    }
 }
+
+/// Where a traced device keeps the recording of one timed body between calls (one per
+/// prepared case and mode); empty, and unused, on every other device.
+#[derive(Default)]
+pub struct TraceCell(pub(crate) std::sync::Mutex<Option<Box<dyn std::any::Any + Send>>>);
 
 /// Host<->device copies, counted by the kernel devices at each buffer read or write.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -38,11 +38,12 @@ pub mod registry;
 pub mod reverse;
 pub mod rules;
 pub mod shape;
+pub mod traced;
 
 pub use cpu::Cpu;
 pub use cpu::staged::CpuStaged;
 pub use cuda::Cuda;
-pub use device::{Device, DeviceMemory, DeviceStatus, Transfers, probe_devices};
+pub use device::{Device, DeviceMemory, DeviceStatus, TraceCell, Transfers, probe_devices};
 pub use dtype::{DType, Elem};
 pub use error::{OpError, Result};
 pub use forward::{Dual, Forward};
@@ -64,3 +65,4 @@ pub mod prelude {
 pub use registry::{AnyDevice, DEVICES, DeviceKind, device_kind, device_names, open_device};
 pub use reverse::{Grads, Reverse, Var};
 pub use rules::hist::HistRule;
+pub use traced::Traced;

@@ -7,13 +7,15 @@
 //! [`with_device!`](crate::with_device), and add one [`DeviceKind`] line to [`DEVICES`].
 
 use crate::device::DeviceStatus;
-use crate::{Cpu, CpuStaged, Cuda, DType, Device, OpError, OpenCl, Result};
+use crate::{Cpu, CpuStaged, Cuda, DType, Device, OpError, OpenCl, Result, Traced};
 
 /// An opened device of any kind. Cloning is cheap (every device shares its runtime).
 #[derive(Clone)]
 pub enum AnyDevice {
     Cpu(Cpu),
     CpuStaged(CpuStaged),
+    CpuTraced(Traced<Cpu>),
+    CpuJit(Traced<CpuStaged>),
     OpenCl(OpenCl),
     Cuda(Cuda),
 }
@@ -26,6 +28,8 @@ macro_rules! with_device {
         match $dev {
             $crate::AnyDevice::Cpu($d) => $body,
             $crate::AnyDevice::CpuStaged($d) => $body,
+            $crate::AnyDevice::CpuTraced($d) => $body,
+            $crate::AnyDevice::CpuJit($d) => $body,
             $crate::AnyDevice::OpenCl($d) => $body,
             $crate::AnyDevice::Cuda($d) => $body,
         }
@@ -55,6 +59,24 @@ fn probe_cpu_staged() -> DeviceStatus {
     }
 }
 
+fn probe_cpu_traced() -> DeviceStatus {
+    let threads = rayon::current_num_threads();
+    DeviceStatus {
+        name: "cpu-traced",
+        available: true,
+        detail: format!("the CPU device, each timed call recorded once and replayed, {threads} threads"),
+    }
+}
+
+fn probe_cpu_jit() -> DeviceStatus {
+    let threads = rayon::current_num_threads();
+    DeviceStatus {
+        name: "cpu-jit",
+        available: true,
+        detail: format!("the staged CPU device, each timed call recorded once and replayed, {threads} threads"),
+    }
+}
+
 /// Every device adgauge knows, in the order `adgauge backends` lists them.
 pub const DEVICES: &[DeviceKind] = &[
     DeviceKind { name: "cpu", probe: probe_cpu, open: |threads| Ok(AnyDevice::Cpu(Cpu::new(threads)?)) },
@@ -62,6 +84,16 @@ pub const DEVICES: &[DeviceKind] = &[
         name: "cpu-staged",
         probe: probe_cpu_staged,
         open: |threads| Ok(AnyDevice::CpuStaged(CpuStaged::new(threads)?)),
+    },
+    DeviceKind {
+        name: "cpu-traced",
+        probe: probe_cpu_traced,
+        open: |threads| Ok(AnyDevice::CpuTraced(Traced::new(Cpu::new(threads)?))),
+    },
+    DeviceKind {
+        name: "cpu-jit",
+        probe: probe_cpu_jit,
+        open: |threads| Ok(AnyDevice::CpuJit(Traced::new(CpuStaged::new(threads)?))),
     },
     DeviceKind { name: "opencl", probe: crate::opencl::probe, open: |_| Ok(AnyDevice::OpenCl(OpenCl::new()?)) },
     DeviceKind { name: "cuda", probe: crate::cuda::probe, open: |_| Ok(AnyDevice::Cuda(Cuda::new()?)) },
@@ -83,6 +115,8 @@ impl AnyDevice {
         match self {
             AnyDevice::Cpu(_) => "cpu",
             AnyDevice::CpuStaged(_) => "cpu-staged",
+            AnyDevice::CpuTraced(_) => "cpu-traced",
+            AnyDevice::CpuJit(_) => "cpu-jit",
             AnyDevice::OpenCl(_) => "opencl",
             AnyDevice::Cuda(_) => "cuda",
         }
@@ -124,7 +158,7 @@ impl AnyDevice {
     /// running anything).
     pub fn supports_dtype(&self, dtype: DType) -> std::result::Result<(), String> {
         let fp64 = match self {
-            AnyDevice::Cpu(_) | AnyDevice::CpuStaged(_) => true,
+            AnyDevice::Cpu(_) | AnyDevice::CpuStaged(_) | AnyDevice::CpuTraced(_) | AnyDevice::CpuJit(_) => true,
             AnyDevice::OpenCl(d) => d.has_f64(),
             AnyDevice::Cuda(d) => d.has_f64(),
         };

@@ -14,9 +14,10 @@ use adgauge_backends::cpu::CpuTensor;
 use adgauge_backends::general::{HYPOT, LOGADDEXP};
 use adgauge_backends::gpu::{KernelDevice, KernelRuntime};
 use adgauge_backends::prelude::*;
+use adgauge_backends::traced::Traceable;
 use adgauge_backends::{
     BinaryOp, Cpu, CpuStaged, DType, Device, DeviceMemory, Extremum, Forward, HistOp, HistRule, OpError, Operand, Ops,
-    OutOfRange, Result, Reverse, ScanSpec, TensorMeta, Transfers, UnaryOp, oracle,
+    OutOfRange, Result, Reverse, ScanSpec, TensorMeta, TraceCell, Traced, Transfers, UnaryOp, oracle,
 };
 
 fn required(what: &str) -> bool {
@@ -1201,6 +1202,53 @@ fn staged_rules_match_the_cpu_and_the_oracle() {
         each_dtype(&d, true, "cpu-staged chunked rule", chunked_rule::<CpuStaged>);
         each_dtype(&d, true, "cpu-staged large sorts and scans", large_sorts_and_scans::<CpuStaged>);
     }
+}
+
+/// A conformance check on a traced device, twice: outside any recording (where the device is its
+/// inner one), then as the body of a recording, which checks its first replay bit for bit
+/// against that eager run (`Device::run_traced`); the trace is replayed once more.
+fn traced_check<D: Traceable>(d: &Traced<D>, label: &str, check: fn(&Traced<D>, DType, &mut Fails)) {
+    each_dtype(d, true, label, check);
+    recorded_check(d, label, check);
+}
+
+/// A conformance check as the body of a recording only (see [`traced_check`]).
+fn recorded_check<D: Traceable>(d: &Traced<D>, label: &str, check: fn(&Traced<D>, DType, &mut Fails)) {
+    let cell = TraceCell::default();
+    let recorded = format!("{label}, recorded");
+    let mut bodies = 0;
+    for _ in 0..2 {
+        let r = d.run_traced(&cell, &mut || -> Result<()> {
+            bodies += 1;
+            each_dtype(d, true, &recorded, check);
+            Ok(())
+        });
+        assert!(r.is_ok(), "{label}: {r:?}");
+    }
+    assert_eq!(bodies, 1, "{label}: the second call replays");
+    let stats = d.last_trace().expect("a trace was recorded");
+    assert!(stats.instructions > 0 && stats.verified > 0, "{label}: {stats:?}");
+}
+
+/// The traced devices: over the CPU, and over the staged CPU with every elementwise op staged
+/// (replays then run fused programs). The rules run recorded on one of them, and the
+/// large-input checks (chunked rule, large sorts and scans) not at all: they exercise the inner
+/// device's kernels, which the CPU and staged suites cover, and each recorded run of them costs
+/// tens of seconds of an unoptimised test build.
+#[test]
+fn traced_devices_match_the_cpu_eagerly_and_in_replays() {
+    let on_cpu = Traced::new(Cpu::new(Some(2)).unwrap());
+    traced_check(&on_cpu, "cpu-traced primitives", primitives::<Traced<Cpu>>);
+    traced_check(&on_cpu, "cpu-traced histogram primitives", hist_primitives::<Traced<Cpu>>);
+    traced_check(&on_cpu, "cpu-traced dense ops", dense_ops::<Traced<Cpu>>);
+    traced_check(&on_cpu, "cpu-traced nested dense AD", nested_dense_ad::<Traced<Cpu>>);
+    let [staged, _] = staged_devices();
+    let jit = Traced::new(staged);
+    traced_check(&jit, "cpu-jit primitives", primitives::<Traced<CpuStaged>>);
+    traced_check(&jit, "cpu-jit dense ops", dense_ops::<Traced<CpuStaged>>);
+    traced_check(&jit, "cpu-jit nested dense AD", nested_dense_ad::<Traced<CpuStaged>>);
+    // Every histogram rule, recorded and replayed (eagerly it is the staged suite's).
+    recorded_check(&jit, "cpu-jit rules", rules::<Traced<CpuStaged>>);
 }
 
 #[test]

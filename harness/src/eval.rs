@@ -26,7 +26,8 @@ pub struct EvalArgs {
     /// Mode: primal, vjp, jvp or hessian-diag, as the workload offers (default: its first).
     #[arg(long)]
     pub mode: Option<Mode>,
-    /// Backend (tool): cpu, cpu-staged, opencl or cuda (`adgauge backends` lists them with availability).
+    /// Backend (tool): cpu, cpu-staged, cpu-traced, cpu-jit, opencl or cuda (`adgauge backends` lists them
+    /// with availability).
     #[arg(long, alias = "tool", default_value = "cpu")]
     pub backend: String,
     /// Reverse-mode rule, for workloads that have rules (histograms: auto, special,

@@ -30,7 +30,7 @@ pub struct RunArgs {
     #[arg(long)]
     pub list: bool,
     /// Print the run's rows as JSON lines instead of the table: one object per case and mode,
-    /// with the run file's columns (schema 3), typed.
+    /// with the run file's columns (schema 4), typed.
     #[arg(long)]
     pub json: bool,
     /// Write the run as `<run id>.csv` into this directory.
@@ -78,7 +78,8 @@ fn parse_shard(s: &str) -> Result<(usize, usize), String> {
 
 #[derive(Args, Debug, Default)]
 pub struct CheckArgs {
-    /// Tool (backend) to validate: cpu, cpu-staged, opencl or cuda (`adgauge backends` lists them).
+    /// Tool (backend) to validate: cpu, cpu-staged, cpu-traced, cpu-jit, opencl or cuda (`adgauge backends`
+    /// lists them).
     #[arg(long, alias = "tool", default_value = "cpu")]
     pub backend: String,
     /// Only these workloads (repeatable), e.g. --workload hist-add.

@@ -16,8 +16,8 @@ use crate::protocol::Message;
 
 #[derive(Args, Debug)]
 pub struct ToolArgs {
-    /// Device of adgauge's engine (cpu, cpu-staged, opencl, cuda), or a Rust peer compiled in (candle,
-    /// candle-index-add, burn, num-dual, ad-trait).
+    /// Device of adgauge's engine (cpu, cpu-staged, cpu-traced, cpu-jit, opencl, cuda), or a Rust peer
+    /// compiled in (candle, candle-index-add, burn, num-dual, ad-trait).
     #[arg(long, alias = "tool", default_value = "cpu")]
     pub backend: String,
     /// Element type the functions compute in (inputs and outputs are JSON numbers either way).

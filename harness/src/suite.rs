@@ -549,6 +549,7 @@ mod tests {
             ("nightly", include_str!("../../suites/nightly.yaml")),
             ("overhead", include_str!("../../suites/overhead.yaml")),
             ("classic", include_str!("../../suites/classic.yaml")),
+            ("staged", include_str!("../../suites/staged.yaml")),
             ("tools", include_str!("../../suites/tools.yaml")),
             ("tools-quick", include_str!("../../suites/tools-quick.yaml")),
             ("opencl-classic", include_str!("../../suites/opencl-classic.yaml")),
@@ -586,7 +587,7 @@ mod tests {
         let e = parse_suite(&bad_tool, "s.yaml").unwrap_err();
         assert!(
             e.starts_with(
-                "s.yaml:7:18: cases[0].tools: unknown tool 'gpu' (known: cpu, cpu-staged, opencl, cuda, candle,"
+                "s.yaml:7:18: cases[0].tools: unknown tool 'gpu' (known: cpu, cpu-staged, cpu-traced, cpu-jit, opencl, cuda, candle,"
             ),
             "{e}"
         );

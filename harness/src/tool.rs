@@ -142,6 +142,10 @@ impl EngineTool {
                 "cpu-staged" => adgauge_backends::CpuStaged::on(self.cpu.clone())
                     .map(AnyDevice::CpuStaged)
                     .map_err(|e| e.to_string()),
+                "cpu-traced" => Ok(AnyDevice::CpuTraced(adgauge_backends::Traced::new(self.cpu.clone()))),
+                "cpu-jit" => adgauge_backends::CpuStaged::on(self.cpu.clone())
+                    .map(|s| AnyDevice::CpuJit(adgauge_backends::Traced::new(s)))
+                    .map_err(|e| e.to_string()),
                 _ => (self.kind.open)(self.threads).map_err(|e| {
                     let probed = (self.kind.probe)();
                     if probed.available { e.to_string() } else { probed.detail }
@@ -211,9 +215,14 @@ impl Tool for EngineTool {
     ) -> anyhow::Result<Validation> {
         let device = self.opened()?;
         let mut v = problem.validation(device, &self.cpu, settings)?;
-        if let AnyDevice::CpuStaged(_) = device {
+        if let AnyDevice::CpuStaged(_) | AnyDevice::CpuJit(_) = device {
             let eager = problem.validation(&AnyDevice::Cpu(self.cpu.clone()), &self.cpu, settings)?;
             v.comparisons.push(staged_vs_eager(&v, &eager, settings.seed)?);
+        }
+        match device {
+            AnyDevice::CpuTraced(d) => v.comparisons.push(traced_vs_eager(d, &v, settings.seed)?),
+            AnyDevice::CpuJit(d) => v.comparisons.push(traced_vs_eager(d, &v, settings.seed)?),
+            _ => {}
         }
         Ok(v)
     }
@@ -227,17 +236,53 @@ impl Tool for EngineTool {
 /// has none (a rule without a forward mode).
 fn staged_vs_eager(staged: &Validation, eager: &Validation, seed: u64) -> anyhow::Result<Comparison> {
     let (fs, fe) = (&staged.flat, &eager.flat);
-    let mut rng = adgauge_datasets::rng(seed ^ 0x57a6ed);
-    let mut vector = |n: usize| -> Vec<f64> {
-        (0..n).map(|_| rand::RngExt::random_range(&mut rng, -8i32..=8) as f64 / 8.0).collect()
-    };
-    let (w, v) = (vector(fs.n_out()), vector(fs.n_in()));
+    let (w, v) = probe_vectors(&**fs, seed);
     let (mut got, mut want) = (fs.vjp(&w)?, fe.vjp(&w)?);
     if let (Ok(g), Ok(e)) = (fs.jvp(&v), fe.jvp(&v)) {
         got.extend(g);
         want.extend(e);
     }
     Ok(Comparison { check: CheckKind::StagedEager, got, want, convention: None })
+}
+
+/// Seeded vectors (w for J^T w, v for J v) whose entries, multiples of 1/8, are exact in
+/// either dtype.
+fn probe_vectors(f: &dyn adgauge_workloads::FlatFn, seed: u64) -> (Vec<f64>, Vec<f64>) {
+    let mut rng = adgauge_datasets::rng(seed ^ 0x57a6ed);
+    let mut vector = |n: usize| -> Vec<f64> {
+        (0..n).map(|_| rand::RngExt::random_range(&mut rng, -8i32..=8) as f64 / 8.0).collect()
+    };
+    (vector(f.n_out()), vector(f.n_in()))
+}
+
+/// A traced device's recorded VJP and JVP replayed, against their eager runs: each is recorded
+/// (which already checks its first replay bit for bit), then replayed once more, and what the
+/// replay reads back is compared with what the eager run read back. The JVP is left out where
+/// the case has none.
+fn traced_vs_eager<D: adgauge_backends::traced::Traceable>(
+    d: &adgauge_backends::Traced<D>,
+    v: &Validation,
+    seed: u64,
+) -> anyhow::Result<Comparison> {
+    let f = &v.flat;
+    let (w, x) = probe_vectors(&**f, seed);
+    let (mut got, mut want) = (Vec::new(), Vec::new());
+    let vjp = adgauge_backends::TraceCell::default();
+    d.run_traced(&vjp, &mut || -> anyhow::Result<()> { f.vjp(&w).map(drop).map_err(Into::into) })?;
+    want.extend(d.last_eager_readbacks());
+    got.extend(d.replay_readbacks(&vjp)?);
+    let jvp = adgauge_backends::TraceCell::default();
+    let mut has_jvp = true;
+    d.run_traced(&jvp, &mut || -> anyhow::Result<()> {
+        has_jvp = f.jvp(&x).is_ok();
+        Ok(())
+    })?;
+    if has_jvp {
+        want.extend(d.last_eager_readbacks());
+        got.extend(d.replay_readbacks(&jvp)?);
+    }
+    anyhow::ensure!(!want.is_empty(), "traced-eager: the recorded VJP read nothing back");
+    Ok(Comparison { check: CheckKind::TracedEager, got, want, convention: None })
 }
 
 /// The version of adgauge's engine (every built-in tool's).

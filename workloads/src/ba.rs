@@ -53,8 +53,8 @@ use serde_json::Value as Json;
 
 use crate::json::{format_array, format_number, parse_number, parse_rows, rows_json};
 use crate::workload::{
-    CheckKind, CheckSettings, Comparison, EvalRequest, FlatFn, FullJacobian, Mode, ParamKind, ParamSpec, Params,
-    Prepared, Problem, Remote, RemoteCall, Validation, WResult, Workload, WorkloadError, rounded,
+    CheckKind, CheckSettings, Comparison, EvalRequest, FlatFn, FullJacobian, Mode, ModeTraces, ParamKind, ParamSpec,
+    Params, Prepared, Problem, Remote, RemoteCall, Validation, WResult, Workload, WorkloadError, rounded,
 };
 
 /// Parameters each observation depends on: 11 camera, 3 point, 1 weight.
@@ -1038,9 +1038,11 @@ impl Problem for BaProblem {
     fn prepare(&self, device: &AnyDevice, dtype: DType, _rule: &str) -> WResult<Box<dyn Prepared>> {
         let BaProblem { n, m, p, seed } = *self;
         let input = BaInput::generate(n, m, p, seed);
-        with_device!(device, |d| Ok(
-            Box::new(BaPrepared { device: d.clone(), x: upload(d, &input, dtype)? }) as Box<dyn Prepared>
-        ))
+        with_device!(device, |d| Ok(Box::new(BaPrepared {
+            device: d.clone(),
+            x: upload(d, &input, dtype)?,
+            traces: ModeTraces::default()
+        }) as Box<dyn Prepared>))
     }
 
     /// GradBench's `ba` on the timed problem (replicated, as GradBench sends it): `objective` as
@@ -1112,16 +1114,20 @@ impl Problem for BaProblem {
 struct BaPrepared<D: Device> {
     device: D,
     x: BaInputs<D>,
+    traces: ModeTraces,
 }
 
 impl<D: Device> Prepared for BaPrepared<D> {
     fn run(&self, mode: Mode) -> WResult<()> {
         let (d, x) = (&self.device, &self.x);
-        drop(match mode {
-            Mode::Primal => objective(d, x)?,
-            Mode::Vjp => jacobian_reverse(d, x)?,
-            Mode::Jvp | Mode::HessianDiag => jacobian_forward(d, x)?,
-        });
+        d.run_traced(self.traces.get(mode), &mut || -> WResult<()> {
+            drop(match mode {
+                Mode::Primal => objective(d, x)?,
+                Mode::Vjp => jacobian_reverse(d, x)?,
+                Mode::Jvp | Mode::HessianDiag => jacobian_forward(d, x)?,
+            });
+            Ok(())
+        })?;
         Ok(d.synchronize()?)
     }
 }

@@ -21,8 +21,8 @@ use serde_json::Value as Json;
 
 use crate::json::{format_object, number_json, parse_hist_case, parse_number};
 use crate::workload::{
-    CheckKind, CheckSettings, Comparison, FlatFn, FullJacobian, Mode, ParamKind, ParamSpec, Params, Prepared, Problem,
-    Remote, RemoteCall, Validation, Value, WResult, Workload, WorkloadError, rounded,
+    CheckKind, CheckSettings, Comparison, FlatFn, FullJacobian, Mode, ModeTraces, ParamKind, ParamSpec, Params,
+    Prepared, Problem, Remote, RemoteCall, Validation, Value, WResult, Workload, WorkloadError, rounded,
 };
 
 /// One histogram workload: the operator fixes the name (`hist-<op>`) and the value shape.
@@ -462,6 +462,7 @@ impl Problem for HistProblem {
                 bar: d.full(&[k], 1.0, dtype)?,
                 vals_dot: d.full(&[n], 1.0, dtype)?,
                 dest_dot: d.full(&[k], 1.0, dtype)?,
+                traces: ModeTraces::default(),
             }) as Box<dyn Prepared>)
         })
     }
@@ -619,16 +620,20 @@ struct HistPrepared<D: Device> {
     bar: D::T,
     vals_dot: D::T,
     dest_dot: D::T,
+    traces: ModeTraces,
 }
 
 impl<D: Device> Prepared for HistPrepared<D> {
     fn run(&self, mode: Mode) -> WResult<()> {
         let (d, w) = (&self.device, self.w);
-        match mode {
-            Mode::Primal => drop(w.primal(d, &self.x)?),
-            Mode::Vjp => drop(w.vjp(d, self.rule, &self.x, &self.bar)?),
-            Mode::Jvp | Mode::HessianDiag => drop(w.jvp(d, &self.x, &self.dest_dot, &self.vals_dot)?),
-        }
+        d.run_traced(self.traces.get(mode), &mut || -> WResult<()> {
+            match mode {
+                Mode::Primal => drop(w.primal(d, &self.x)?),
+                Mode::Vjp => drop(w.vjp(d, self.rule, &self.x, &self.bar)?),
+                Mode::Jvp | Mode::HessianDiag => drop(w.jvp(d, &self.x, &self.dest_dot, &self.vals_dot)?),
+            }
+            Ok(())
+        })?;
         Ok(d.synchronize()?)
     }
 

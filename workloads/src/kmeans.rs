@@ -26,8 +26,8 @@ use std::sync::Arc;
 use crate::json::{format_number, format_rows, parse_rows, rows_json};
 use crate::objective::GivenGradient;
 use crate::workload::{
-    CheckKind, CheckSettings, Comparison, EvalRequest, FlatFn, Mode, ParamSpec, Params, Prepared, Problem, Remote,
-    RemoteCall, Validation, WResult, Workload, WorkloadError, rounded, sizes,
+    CheckKind, CheckSettings, Comparison, EvalRequest, FlatFn, Mode, ModeTraces, ParamSpec, Params, Prepared, Problem,
+    Remote, RemoteCall, Validation, WResult, Workload, WorkloadError, rounded, sizes,
 };
 
 /// A k-means case on an engine's device.
@@ -245,7 +245,8 @@ impl Problem for KmeansProblem {
         with_device!(device, |d| {
             let x = upload(d, &self.0, dtype)?;
             let ones = d.full(x.centres.shape(), 1.0, dtype)?;
-            Ok(Box::new(KmeansPrepared { device: d.clone(), x, ones }) as Box<dyn Prepared>)
+            Ok(Box::new(KmeansPrepared { device: d.clone(), x, ones, traces: ModeTraces::default() })
+                as Box<dyn Prepared>)
         })
     }
 
@@ -442,21 +443,25 @@ struct KmeansPrepared<D: Device> {
     device: D,
     x: KmeansInputs<D>,
     ones: D::T,
+    traces: ModeTraces,
 }
 
 impl<D: Device> Prepared for KmeansPrepared<D> {
     fn run(&self, mode: Mode) -> WResult<()> {
         let (d, x) = (&self.device, &self.x);
-        match mode {
-            Mode::Primal => drop(cost(d, &x.points, &x.centres)?),
-            Mode::Vjp => drop(gradient(d, x)?),
-            Mode::Jvp => {
-                let f = Forward::new(d.clone());
-                let c = f.dual(x.centres.clone(), self.ones.clone())?;
-                drop(cost(&f, &f.lift(x.points.clone()), &c)?);
+        d.run_traced(self.traces.get(mode), &mut || -> WResult<()> {
+            match mode {
+                Mode::Primal => drop(cost(d, &x.points, &x.centres)?),
+                Mode::Vjp => drop(gradient(d, x)?),
+                Mode::Jvp => {
+                    let f = Forward::new(d.clone());
+                    let c = f.dual(x.centres.clone(), self.ones.clone())?;
+                    drop(cost(&f, &f.lift(x.points.clone()), &c)?);
+                }
+                Mode::HessianDiag => drop(hessian_diag(d, x)?),
             }
-            Mode::HessianDiag => drop(hessian_diag(d, x)?),
-        }
+            Ok(())
+        })?;
         Ok(d.synchronize()?)
     }
 }

@@ -11,7 +11,8 @@ use adgauge_backends::{AnyDevice, Cpu, DType, Device, OpError, Result, with_devi
 use serde_json::Value as Json;
 
 use crate::workload::{
-    CheckKind, CheckSettings, Comparison, FlatFn, Mode, Prepared, Problem, Remote, RemoteCall, Validation, WResult,
+    CheckKind, CheckSettings, Comparison, FlatFn, Mode, ModeTraces, Prepared, Problem, Remote, RemoteCall, Validation,
+    WResult,
 };
 
 /// A workload with one scalar output of a flat parameter vector.
@@ -75,7 +76,8 @@ impl<W: ScalarObjective> Problem for ObjectiveProblem<W> {
         let ones = vec![1.0; W::params(&self.0).len()];
         with_device!(device, |d| {
             let x = W::upload(d, &self.0, dtype)?;
-            Ok(Box::new(ObjectivePrepared::<W, _> { device: d.clone(), x, ones }) as Box<dyn Prepared>)
+            Ok(Box::new(ObjectivePrepared::<W, _> { device: d.clone(), x, ones, traces: ModeTraces::default() })
+                as Box<dyn Prepared>)
         })
     }
     fn validation(&self, device: &AnyDevice, cpu: &Cpu, s: &CheckSettings) -> WResult<Validation> {
@@ -139,16 +141,20 @@ struct ObjectivePrepared<W: ScalarObjective, D: Device> {
     device: D,
     x: W::Resident<D>,
     ones: Vec<f64>,
+    traces: ModeTraces,
 }
 
 impl<W: ScalarObjective, D: Device> Prepared for ObjectivePrepared<W, D> {
     fn run(&self, mode: Mode) -> WResult<()> {
         let (d, x) = (&self.device, &self.x);
-        match mode {
-            Mode::Primal => drop(W::objective(d, x)?),
-            Mode::Vjp => drop(W::gradient(d, x)?),
-            Mode::Jvp | Mode::HessianDiag => drop(W::directional(d, x, &self.ones)?),
-        }
+        d.run_traced(self.traces.get(mode), &mut || -> Result<()> {
+            match mode {
+                Mode::Primal => drop(W::objective(d, x)?),
+                Mode::Vjp => drop(W::gradient(d, x)?),
+                Mode::Jvp | Mode::HessianDiag => drop(W::directional(d, x, &self.ones)?),
+            }
+            Ok(())
+        })?;
         Ok(d.synchronize()?)
     }
 }

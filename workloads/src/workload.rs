@@ -293,10 +293,14 @@ pub enum CheckKind {
     /// On the staged CPU device: its VJP and JVP against the eager CPU device's at the same
     /// seeded vectors (the same scalar kernels in the same order: they agree to rounding).
     StagedEager,
+    /// On a traced device: what a recorded VJP and JVP read back when replayed, against what
+    /// their eager run read back while being recorded (the same calls of the same device:
+    /// exactly equal).
+    TracedEager,
 }
 
 impl CheckKind {
-    pub const ALL: [CheckKind; 17] = [
+    pub const ALL: [CheckKind; 18] = [
         CheckKind::DotProduct,
         CheckKind::FdJvp,
         CheckKind::FdVjp,
@@ -314,6 +318,7 @@ impl CheckKind {
         CheckKind::Primitives,
         CheckKind::SecondOrder,
         CheckKind::StagedEager,
+        CheckKind::TracedEager,
     ];
 
     pub fn from_name(name: &str) -> Option<CheckKind> {
@@ -343,6 +348,7 @@ impl CheckKind {
             CheckKind::Primitives => "primitives",
             CheckKind::SecondOrder => "second-order",
             CheckKind::StagedEager => "staged-eager",
+            CheckKind::TracedEager => "traced-eager",
         }
     }
 }
@@ -409,6 +415,23 @@ pub trait Remote {
 pub struct RemoteCall {
     pub function: String,
     pub input: serde_json::Value,
+}
+
+/// One trace cell per timed mode: a traced device records each mode's body once per prepared
+/// case and replays it after (`Device::run_traced`); other devices leave them empty.
+#[derive(Default)]
+pub struct ModeTraces([adgauge_backends::TraceCell; 4]);
+
+impl ModeTraces {
+    pub fn get(&self, mode: Mode) -> &adgauge_backends::TraceCell {
+        let i = match mode {
+            Mode::Primal => 0,
+            Mode::Vjp => 1,
+            Mode::Jvp => 2,
+            Mode::HessianDiag => 3,
+        };
+        &self.0[i]
+    }
 }
 
 /// A problem resident on a device, ready for timed evaluation.
