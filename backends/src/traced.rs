@@ -58,6 +58,9 @@ struct Shared<D: Traceable> {
     last: Mutex<Option<TraceStats>>,
     /// The read-backs of the last recording's eager run (for `check`'s comparison).
     last_readbacks: Mutex<Vec<Readback>>,
+    /// Time spent in recording calls (the eager run, the analysis and the checking replay),
+    /// reported as this device's compile time.
+    recording_time: Mutex<std::time::Duration>,
 }
 
 impl<D: Traceable> Clone for Traced<D> {
@@ -585,6 +588,7 @@ impl<D: Traceable> Traced<D> {
                 generation: std::sync::atomic::AtomicU64::new(0),
                 last: Mutex::new(None),
                 last_readbacks: Mutex::new(Vec::new()),
+                recording_time: Mutex::new(std::time::Duration::ZERO),
             }),
         }
     }
@@ -1098,8 +1102,10 @@ impl<D: Traceable> Device for Traced<D> {
     fn trim_cache(&self) {
         self.inner.trim_cache()
     }
+    /// The inner device's compile time plus the time spent recording: the one-time cost a
+    /// replay saves afterwards, as `jax.jit`'s first call is its tracing and compiling.
     fn kernel_compile_time(&self) -> Option<std::time::Duration> {
-        self.inner.kernel_compile_time()
+        Some(self.inner.kernel_compile_time().unwrap_or_default() + *lock(&self.shared.recording_time))
     }
     fn transfers(&self) -> Option<crate::device::Transfers> {
         self.inner.transfers()
@@ -1125,6 +1131,7 @@ impl<D: Traceable> Device for Traced<D> {
             self.replay(trace, false)?;
             return Ok(());
         }
+        let started = std::time::Instant::now();
         {
             let mut rec = self.recording();
             if rec.is_some() {
@@ -1143,6 +1150,7 @@ impl<D: Traceable> Device for Traced<D> {
         self.verify(&mut trace, &hashes, &readbacks)?;
         *lock(&self.shared.last) = Some(trace.stats);
         *lock(&self.shared.last_readbacks) = readbacks;
+        *lock(&self.shared.recording_time) += started.elapsed();
         *held = Some(Box::new(trace) as Box<dyn Any + Send>);
         Ok(())
     }
@@ -1194,6 +1202,10 @@ mod tests {
             .unwrap();
         }
         assert_eq!(calls, 1, "the body runs once; later calls replay");
+        let recording = d.kernel_compile_time().unwrap();
+        assert!(recording > std::time::Duration::ZERO);
+        d.run_traced(&cell, &mut || -> Result<()> { unreachable!("a replay runs no body") }).unwrap();
+        assert_eq!(d.kernel_compile_time().unwrap(), recording, "a replay records nothing");
         // d/dx sin(x) x^2 = cos(x) x^2 + 2 x sin(x), written out.
         for (g, x) in eager.iter().zip(&data) {
             assert!((g - (x.cos() * x * x + 2.0 * x * x.sin())).abs() < 1e-12, "{g} at {x}");
