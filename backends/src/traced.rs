@@ -961,6 +961,9 @@ impl<D: Traceable> RuleKernels for Traced<D> {
     fn logsumexp_adjoint(&self, x: &TT<D>, y: &TT<D>, g: &TT<D>, axis: usize) -> Result<TT<D>> {
         self.op("logsumexp_adjoint", [x, y, g], [], move |d, [x, y, g], []| d.logsumexp_adjoint(x, y, g, axis).map(T))
     }
+    fn gather_adjoint(&self, src: &TT<D>, idx: &TI<D>, g: &TT<D>) -> Result<TT<D>> {
+        self.op("gather_adjoint", [src, g], [idx], |d, [src, g], [i]| d.gather_adjoint(src, i, g).map(T))
+    }
     fn sum_sq_diff_adjoint(&self, a: &TT<D>, c: &TT<D>, g: &TT<D>) -> Result<TT<D>> {
         self.op("sum_sq_diff_adjoint", [a, c, g], [], |d, [a, c, g], []| d.sum_sq_diff_adjoint(a, c, g).map(T))
     }

@@ -368,6 +368,10 @@ fn primitives<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
         c.gather(&csrc, &cok, OutOfRange::Error),
         0.0,
     );
+    // The gather's adjoint: g summed into src's shape, repeats added, out-of-range reads dropped.
+    let (ga, _) = t(&round(dt, &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]));
+    let (_, want) = t(&[2.0, 0.0, 11.0, 1.0]);
+    cmp(f, &tag("gather_adjoint"), d, d.gather_adjoint(&src, &dg, &ga), c, Ok(want), 0.0);
     let (s_src, cs_src) = (d.index(&[5, 6, 7, 8]).unwrap(), c.index(&[5, 6, 7, 8]).unwrap());
     cmp_index(f, &tag("gather_index"), d, d.gather_index(&s_src, &dg), c, c.gather_index(&cs_src, &cg));
     let si = [1i64, 3, 1, -1, 4, 0, 3];
@@ -1143,6 +1147,46 @@ fn cpu_dense_ops_match_their_definitions() {
     // The CPU against itself, and its matrix products against the definition.
     let c = cpu();
     each_dtype(&c, true, "cpu dense ops", dense_ops::<Cpu>);
+}
+
+#[test]
+fn cpu_gather_adjoint_is_the_composed_histogram_bit_for_bit() {
+    // Fused where the histogram is one sequential fold (n 14 into k 28: the LSTM's rows), the
+    // composed form elsewhere (interleaved rows at k <= 64, chunks from 2^16 elements).
+    let c = cpu();
+    for dt in DType::ALL {
+        for (n, k) in [(14, 28), (14, 56), (3, 1), (40, 3), (5000, 1000), (100_000, 64), (70_000, 300)] {
+            // Values of many magnitudes, so the order of the additions shows in the bits.
+            let vals: Vec<f64> =
+                (0..n).map(|i| ((i * 7919) % 1013) as f64 * 1.37e-3 * 10f64.powi((i % 7) as i32 - 3)).collect();
+            let inds: Vec<i64> = (0..n as i64).map(|i| (i * 37 + i / 3) % (k as i64 + 3) - 1).collect();
+            let g = c.tensor(&vals, &[n], dt).unwrap();
+            let src = c.full(&[k], 5.0, dt).unwrap();
+            let idx = c.index(&inds).unwrap();
+            let fused = c.to_vec(&c.gather_adjoint(&src, &idx, &g).unwrap()).unwrap();
+            let composed = adgauge_backends::rules::indexing::gather_adjoint_composed(&c, &src, &idx, &g).unwrap();
+            let composed = c.to_vec(&composed).unwrap();
+            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&fused), bits(&composed), "{dt} n {n} k {k}");
+            // And against the definition, in f64 (the order may differ in the last bits).
+            let mut want = vec![0.0; k];
+            for (i, &b) in inds.iter().enumerate() {
+                if b >= 0 && (b as usize) < k {
+                    want[b as usize] += dt.round(vals[i]);
+                }
+            }
+            for (got, want) in fused.iter().zip(&want) {
+                assert!((got - want).abs() <= 1e-5 * want.abs().max(1.0), "{dt} n {n} k {k}: {got} vs {want}");
+            }
+        }
+        // Errors are the composed form's: a length mismatch names reduce_by_index.
+        let e = c.gather_adjoint(
+            &c.full(&[4], 0.0, dt).unwrap(),
+            &c.index(&[1, 2]).unwrap(),
+            &c.full(&[3], 1.0, dt).unwrap(),
+        );
+        assert!(matches!(e, Err(OpError::Shape { op: "reduce_by_index", .. })), "{e:?}");
+    }
 }
 
 #[test]

@@ -228,6 +228,20 @@ impl Cpu {
         CpuIndex { data: Arc::new(b) }
     }
 
+    fn gather_adjoint_t<T: CpuElem>(&self, src: &CpuTensor, idx: &CpuIndex, g: &CpuTensor) -> Result<CpuTensor> {
+        let (g, k) = (g.slice::<T>()?, src.numel());
+        let mut out = self.pool().take::<T>(k);
+        out.fill(T::of_f64(HistOp::Add.neutral()));
+        for (i, &v) in g.iter().enumerate() {
+            if let Ok(b) = usize::try_from(idx.data[i])
+                && b < k
+            {
+                out[b] = out[b] + v;
+            }
+        }
+        Ok(self.wrap(out, src.shape.clone()))
+    }
+
     fn tensor_t<T: CpuElem>(&self, data: &[f64], shape: &[usize]) -> Result<CpuTensor> {
         let mut out = self.pool().take::<T>(data.len());
         fill_with(&mut out, |i| T::of_f64(data[i]));
@@ -1105,6 +1119,19 @@ impl DenseOps for Cpu {
 }
 
 impl RuleKernels for Cpu {
+    /// One zero-filled output and one pass adding g into it, where the histogram would run as
+    /// one sequential fold (a single chunk and row: the LSTM's rows of 14 into its state): the
+    /// same additions in the same order as the composed form, without its zeros tensor, its
+    /// copy of them and its reshape. Larger cases run the composed form.
+    fn gather_adjoint(&self, src: &CpuTensor, idx: &CpuIndex, g: &CpuTensor) -> Result<CpuTensor> {
+        let (n, k) = (g.numel(), src.numel());
+        if hist::Plan::new(n, k).rows() > 1 || src.dtype() != g.dtype() {
+            return crate::rules::indexing::gather_adjoint_composed(self, src, idx, g);
+        }
+        same_len("reduce_by_index", "indices vs values", idx.len(), n)?;
+        by_dtype!(g.dtype(), self.gather_adjoint_t(src, idx, g))
+    }
+
     fn sum_sq_diff_adjoint(&self, a: &CpuTensor, c: &CpuTensor, g: &CpuTensor) -> Result<CpuTensor> {
         match crate::shape::sum_sq_diff_rows(&a.shape, &c.shape) {
             Some(plan) => dense::device::sum_sq_diff_adjoint_op(self, a, c, g, plan),

@@ -862,6 +862,10 @@ impl RuleKernels for CpuStaged {
         self.defer(g.shape().to_vec(), dt, Op::UnaryAdjoint(op), &[x, y, g]).map(Some)
     }
 
+    fn gather_adjoint(&self, src: &StagedTensor, idx: &CpuIndex, g: &StagedTensor) -> Result<StagedTensor> {
+        Ok(Self::done(self.cpu.gather_adjoint(self.value(src)?, idx, self.value(g)?)?))
+    }
+
     fn sum_sq_diff_adjoint(&self, a: &StagedTensor, c: &StagedTensor, g: &StagedTensor) -> Result<StagedTensor> {
         let (a, c, g) = (self.value(a)?, self.value(c)?, self.value(g)?);
         Ok(Self::done(self.cpu.sum_sq_diff_adjoint(a, c, g)?))

@@ -10,7 +10,7 @@
 //! exception: it stays composed from the decorator's own elementwise ops, so that
 //! forward-over-reverse differentiates through it (Hessian-vector products of unary ops).
 
-use super::{DenseOps, HistOp, IndexOps, Ops, ScanOps, TensorOps, UnaryOp};
+use super::{DenseOps, HistOp, HistOps, IndexOps, Ops, ScanOps, TensorOps, UnaryOp};
 use crate::Result;
 
 /// The forward sweep of the sort-free ("chunked") general histogram rule: the input is cut into
@@ -42,7 +42,7 @@ impl<T> ChunkedHist<T> {
 
 /// The fused kernels of the derivative rules. Each takes primal values and computes part of a
 /// derivative in one pass; the rules in `rules/` say which rule calls which kernel.
-pub trait RuleKernels: DenseOps + ScanOps {
+pub trait RuleKernels: DenseOps + ScanOps + HistOps {
     /// The adjoint of x for y = op(x): `g * op'(x)` elementwise (None where it is identically
     /// zero, for `sign`). `x`, `y` and `g` have one shape. Composed from other ops by default,
     /// so engines over any device stay differentiable through it (nesting); a device may
@@ -57,6 +57,15 @@ pub trait RuleKernels: DenseOps + ScanOps {
     /// through it); a device may fuse it, with the same operations in the same order.
     fn logsumexp_adjoint(&self, x: &Self::T, y: &Self::T, g: &Self::T, axis: usize) -> Result<Self::T> {
         crate::rules::dense::logsumexp_vjp_composed(self, x, y, g, axis)
+    }
+
+    /// The adjoint of `src` for `y = gather(src, idx)` and the adjoint `g` of y: a `+`
+    /// histogram of g's elements into zeros of src's shape at their indices (a read outside
+    /// src gets nothing). Composed by default (zeros, a reshape of g, `reduce_by_index`; kept
+    /// so by the AD engines, which differentiate through it); a device may fuse it, with the
+    /// same additions in the same order.
+    fn gather_adjoint(&self, src: &Self::T, idx: &Self::I, g: &Self::T) -> Result<Self::T> {
+        crate::rules::indexing::gather_adjoint_composed(self, src, idx, g)
     }
 
     /// The adjoint of `a` for `y = sum_sq_diff(a, c)` and the adjoint `g` of y, over the
@@ -225,7 +234,7 @@ pub trait Decorator: TensorOps {
 /// differentiates through them.
 impl<E> RuleKernels for E
 where
-    E: Decorator + DenseOps + IndexOps + ScanOps,
+    E: Decorator + DenseOps + IndexOps + ScanOps + HistOps,
     E::Inner: TensorOps<I = <E as TensorOps>::I>,
 {
     fn unary_adjoint(&self, op: UnaryOp, x: &Self::T, y: &Self::T, g: &Self::T) -> Result<Option<Self::T>> {

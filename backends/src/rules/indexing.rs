@@ -4,10 +4,15 @@
 //! once (the rules only scatter unique positions): the overwritten dest entries get no adjoint.
 
 use crate::ops::{OutOfRange, TensorMeta};
-use crate::{HistOp, Ops, Result};
+use crate::{HistOp, HistOps, Ops, Result};
 
-/// Adjoint of `src` for `y = gather(src, idx)`.
+/// Adjoint of `src` for `y = gather(src, idx)`: the rule kernel `gather_adjoint`.
 pub fn gather_vjp<B: Ops>(b: &B, src: &B::T, idx: &B::I, g: &B::T) -> Result<B::T> {
+    b.gather_adjoint(src, idx, g)
+}
+
+/// `gather_adjoint` composed: g's elements summed into zeros of src's shape by a `+` histogram.
+pub fn gather_adjoint_composed<B: HistOps>(b: &B, src: &B::T, idx: &B::I, g: &B::T) -> Result<B::T> {
     let zeros = b.zeros_like(src)?;
     let n = g.numel();
     let flat = b.reshape(g, &[n])?;
