@@ -835,10 +835,13 @@ impl<D: Traceable> ElementwiseOps for Traced<D> {
         let mut writes = Writes::default();
         let out = r.record(rec, &self.inner, &mut writes)?;
         let slots = writes.clone();
+        // The running sum is moved out of its slot (its last reader is this call), then the
+        // contribution read in place; the sum of a value with itself takes a copy instead.
+        let same = matches!((acc_arg, c_arg), (Arg::Slot(x), Arg::Slot(y)) if x == y);
         let run: Run<D> = Box::new(move |d, fr| {
-            let c = fr.t(c_arg)?.clone();
-            let acc = fr.take_t(acc_arg)?;
-            T(d.accumulate(acc, &c)?).store(fr, &mut slots.as_slice().iter())
+            let acc = if same { fr.t(acc_arg)?.clone() } else { fr.take_t(acc_arg)? };
+            let y = d.accumulate(acc, fr.t(c_arg)?)?;
+            T(y).store(fr, &mut slots.as_slice().iter())
         });
         rec.push("accumulate", &[acc_arg, c_arg], &writes, run);
         Ok(out)
@@ -1305,6 +1308,23 @@ mod tests {
         assert_eq!((trace.ext_t.len(), trace.ext_i.len()), (3, 1), "x, y, z and the index, each once");
         let (rb, _) = d.replay(trace, false).unwrap();
         assert_eq!(rb, vec![Readback::F([-5.0f64, -3.0].iter().map(|v| v.to_bits()).collect())]);
+    }
+
+    #[test]
+    fn an_accumulation_of_a_value_with_itself_replays() {
+        let d = Traced::new(cpu());
+        let x = d.tensor(&[1.5, -2.0], &[2], DType::F64).unwrap();
+        let cell = TraceCell::default();
+        for _ in 0..2 {
+            d.run_traced(&cell, &mut || -> Result<()> {
+                let e = d.unary(UnaryOp::Neg, &x)?;
+                let twice = d.accumulate(e.clone(), &e)?;
+                let more = d.accumulate(twice.clone(), &x)?;
+                assert_eq!(d.to_vec(&d.stack(&[twice, more])?)?, vec![-3.0, 4.0, -1.5, 2.0]);
+                Ok(())
+            })
+            .unwrap();
+        }
     }
 
     #[test]

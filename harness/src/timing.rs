@@ -1,6 +1,7 @@
 //! Timing methodology (docs/ARCHITECTURE.md, harness): inputs are resident on the device and excluded; the
 //! timed closure includes everything a user pays for (forward sweep, taping, reverse sweep,
-//! allocation) and ends with a device synchronisation; one warm-up call; calls are batched until
+//! allocation) and ends with a device synchronisation; one warm-up call, then one call whose time
+//! sizes the batch (a first call may record or compile); calls are batched until
 //! a sample lasts at least `min_sample`; samples are kept until `samples` are taken or
 //! `time_limit` has passed (at least one sample is always taken).
 
@@ -25,8 +26,11 @@ impl Default for Budget {
 /// Measures `f` (which must synchronise the device before returning) under `budget`.
 pub fn measure<E>(budget: &Budget, mut f: impl FnMut() -> Result<(), E>) -> Result<Timing, E> {
     let start = Instant::now();
+    f()?; // warm-up: first-touch pages, caches, lazily built kernels, a traced device's recording
+    // The batch comes from a second, steady call: sized by the warm-up, a call after a 50 ms
+    // recording ran unbatched under a 20 ms minimum sample.
     let t0 = Instant::now();
-    f()?; // warm-up: first-touch pages, caches, lazily built kernels
+    f()?;
     let first = t0.elapsed();
     let batch = if first >= budget.min_sample {
         1
@@ -78,8 +82,26 @@ mod tests {
         .unwrap();
         assert!(t.batch > 1, "a call of well under 2 ms must be batched, batch = {}", t.batch);
         assert_eq!(t.samples, 5);
-        assert_eq!(calls, 1 + t.batch * t.samples);
+        assert_eq!(calls, 2 + t.batch * t.samples);
         assert!(t.min_s <= t.median_s && t.median_s <= t.max_s);
+    }
+
+    #[test]
+    fn a_slow_first_call_does_not_size_the_batch() {
+        // A first call that records or compiles (here: sleeps 30 ms) before fast ones.
+        let budget = Budget { min_sample: Duration::from_millis(5), samples: 3, time_limit: Duration::from_secs(5) };
+        let mut calls = 0usize;
+        let t = measure::<()>(&budget, || {
+            calls += 1;
+            if calls == 1 {
+                std::thread::sleep(Duration::from_millis(30));
+            }
+            std::hint::black_box((0..100).sum::<u64>());
+            Ok(())
+        })
+        .unwrap();
+        assert!(t.batch > 1, "fast calls after a slow first one must be batched, batch = {}", t.batch);
+        assert!(t.max_s < 0.005, "the slow first call is not a sample: {}", t.max_s);
     }
 
     #[test]
