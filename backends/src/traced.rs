@@ -753,6 +753,14 @@ impl<D: Traceable> Traced<D> {
         let mut writes = Writes::default();
         let out = r.record(rec, &self.inner, &mut writes)?;
         let slots = writes.clone();
+        if args.iter().all(|a| matches!(a, Arg::Ext(_))) {
+            // Every part made outside the body (an LSTM's target rows): the list is fixed, so
+            // it is built once here rather than cloned part by part at each replay.
+            let fixed: Vec<D::T> = parts.iter().map(|p| p.value.clone()).collect();
+            let run: Run<D> = Box::new(move |d, fr| f(d, &fixed)?.store(fr, &mut slots.as_slice().iter()));
+            rec.push(name, &args, &writes, run);
+            return Ok(out);
+        }
         // Each operand's last occurrence in the list may be moved out of its slot; earlier ones
         // are cloned.
         let operands: Vec<(Arg, bool)> = args
