@@ -182,6 +182,17 @@ enum Value<D: TensorOps> {
     I(D::I),
 }
 
+/// What a replay keeps for its caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Keep {
+    /// Nothing: a timed replay.
+    Nothing,
+    /// What it reads back (`check`'s comparison).
+    ReadBacks,
+    /// What it reads back and its final values (the checking replay of a new recording).
+    All,
+}
+
 /// Final values a checking replay kept, by slot.
 type Kept<D> = Vec<(u32, Value<D>)>;
 
@@ -195,10 +206,25 @@ struct Meta {
 }
 
 /// A host copy made inside the body (`to_vec`, `index_to_vec`).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 enum Readback {
-    F(Vec<u64>),
+    F(Vec<f64>),
     I(Vec<i64>),
+}
+
+/// Read-backs compare by bits (a NaN equals itself, 0 and -0 differ): a replay must repeat
+/// the eager run exactly. A replay keeps its values as read, without a converted copy (BA's
+/// reverse Jacobian reads back 15 MB a call).
+impl PartialEq for Readback {
+    fn eq(&self, other: &Readback) -> bool {
+        match (self, other) {
+            (Readback::F(a), Readback::F(b)) => {
+                a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+            }
+            (Readback::I(a), Readback::I(b)) => a == b,
+            _ => false,
+        }
+    }
 }
 
 struct Recording<D: Traceable> {
@@ -240,7 +266,8 @@ struct Frame<'a, D: Traceable> {
     ext_i: &'a [D::I],
     last_use: &'a [u32],
     pc: u32,
-    readbacks: Vec<Readback>,
+    /// What the replay read back, where its caller wants it (a timed replay drops each at once).
+    readbacks: Option<Vec<Readback>>,
 }
 
 fn internal(what: String) -> OpError {
@@ -379,11 +406,13 @@ impl<D: Traceable> Produce<D> for HostF {
         self.0
     }
     fn record(self, rec: &mut Recording<D>, _d: &D, _writes: &mut Writes) -> Result<Vec<f64>> {
-        rec.readbacks.push(Readback::F(self.0.iter().map(|x| x.to_bits()).collect()));
+        rec.readbacks.push(Readback::F(self.0.clone()));
         Ok(self.0)
     }
     fn store(self, fr: &mut Frame<'_, D>, _writes: &mut std::slice::Iter<'_, u32>) -> Result<()> {
-        fr.readbacks.push(Readback::F(self.0.iter().map(|x| x.to_bits()).collect()));
+        if let Some(r) = fr.readbacks.as_mut() {
+            r.push(Readback::F(self.0));
+        }
         Ok(())
     }
 }
@@ -398,7 +427,9 @@ impl<D: Traceable> Produce<D> for HostI {
         Ok(self.0)
     }
     fn store(self, fr: &mut Frame<'_, D>, _writes: &mut std::slice::Iter<'_, u32>) -> Result<()> {
-        fr.readbacks.push(Readback::I(self.0));
+        if let Some(r) = fr.readbacks.as_mut() {
+            r.push(Readback::I(self.0));
+        }
         Ok(())
     }
 }
@@ -616,7 +647,7 @@ impl<D: Traceable> Traced<D> {
             .as_ref()
             .and_then(|b| b.downcast_ref::<Trace<D>>())
             .ok_or_else(|| internal("the cell holds no trace of this device".into()))?;
-        let (readbacks, _) = self.replay(trace, false)?;
+        let (readbacks, _) = self.replay(trace, Keep::ReadBacks)?;
         self.inner.synchronize()?;
         Ok(flatten(&readbacks))
     }
@@ -652,9 +683,10 @@ impl<D: Traceable> Traced<D> {
         Ok(out)
     }
 
-    /// Replays `trace`; with `keep`, the final values (slots no later instruction reads) are
-    /// kept and returned by slot instead of released.
-    fn replay(&self, trace: &Trace<D>, keep: bool) -> Result<(Vec<Readback>, Kept<D>)> {
+    /// Replays `trace`. What it reads back is returned under `Keep::ReadBacks` and `Keep::All`;
+    /// under `Keep::All` the final values (slots no later instruction reads) are also kept and
+    /// returned by slot instead of released.
+    fn replay(&self, trace: &Trace<D>, keep: Keep) -> Result<(Vec<Readback>, Kept<D>)> {
         let mut slots = std::mem::take(&mut *lock(&trace.spare));
         slots.clear();
         slots.resize_with(trace.slots, || None);
@@ -664,8 +696,9 @@ impl<D: Traceable> Traced<D> {
             ext_i: &trace.ext_i,
             last_use: &trace.last_use,
             pc: 0,
-            readbacks: Vec::new(),
+            readbacks: (keep != Keep::Nothing).then(Vec::new),
         };
+        let keep_finals = keep == Keep::All;
         let mut kept = Vec::new();
         for (pc, run) in trace.runs.iter().enumerate() {
             fr.pc = pc as u32;
@@ -678,7 +711,7 @@ impl<D: Traceable> Traced<D> {
             let frees = &trace.free_list[trace.free_at[pc] as usize..trace.free_at[pc + 1] as usize];
             for &s in frees {
                 let v = fr.slots[s as usize].take();
-                if keep
+                if keep_finals
                     && trace.meta[pc].writes.contains(&s)
                     && let Some(v) = v
                 {
@@ -689,12 +722,12 @@ impl<D: Traceable> Traced<D> {
         // Every slot was released after its last reader (an early return above drops the
         // table instead).
         *lock(&trace.spare) = fr.slots;
-        Ok((fr.readbacks, kept))
+        Ok((fr.readbacks.unwrap_or_default(), kept))
     }
 
     /// The checking replay: its read-backs and final values against the eager run's.
     fn verify(&self, trace: &mut Trace<D>, hashes: &HashMap<u32, u64>, readbacks: &[Readback]) -> Result<()> {
-        let (got, kept) = self.replay(trace, true)?;
+        let (got, kept) = self.replay(trace, Keep::All)?;
         self.inner.synchronize()?;
         let differs = |what: String| OpError::Device(format!("traced replay differs from the eager run: {what}"));
         if got.len() != readbacks.len() {
@@ -722,7 +755,7 @@ fn flatten(readbacks: &[Readback]) -> Vec<f64> {
     let mut out = Vec::new();
     for r in readbacks {
         match r {
-            Readback::F(bits) => out.extend(bits.iter().map(|&b| f64::from_bits(b))),
+            Readback::F(v) => out.extend_from_slice(v),
             Readback::I(v) => out.extend(v.iter().map(|&i| i as f64)),
         }
     }
@@ -1141,7 +1174,7 @@ impl<D: Traceable> Device for Traced<D> {
     ) -> std::result::Result<(), E> {
         let mut held = lock(&cell.0);
         if let Some(trace) = held.as_ref().and_then(|b| b.downcast_ref::<Trace<D>>()) {
-            self.replay(trace, false)?;
+            self.replay(trace, Keep::Nothing)?;
             return Ok(());
         }
         let started = std::time::Instant::now();
@@ -1229,9 +1262,9 @@ mod tests {
         assert!(stats.verified >= 1, "{stats:?}");
         let held = trace_of::<Cpu>(&cell);
         let trace = held.as_ref().unwrap().downcast_ref::<Trace<Cpu>>().unwrap();
-        let (readbacks, _) = d.replay(trace, false).unwrap();
-        let want: Vec<u64> = eager.iter().map(|v| v.to_bits()).collect();
-        assert_eq!(readbacks, vec![Readback::F(want)]);
+        let (readbacks, _) = d.replay(trace, Keep::ReadBacks).unwrap();
+        assert!(d.replay(trace, Keep::Nothing).unwrap().0.is_empty(), "a timed replay keeps nothing");
+        assert_eq!(readbacks, vec![Readback::F(eager.clone())]);
         drop(held);
         assert_eq!(d.last_eager_readbacks(), eager);
         assert_eq!(d.replay_readbacks(&cell).unwrap(), eager);
@@ -1292,8 +1325,8 @@ mod tests {
         let trace = held.as_ref().unwrap().downcast_ref::<Trace<Cpu>>().unwrap();
         assert_eq!(trace.meta.iter().map(|m| m.name).collect::<Vec<_>>(), ["tensor", "binary", "to_vec"]);
         assert_eq!(trace.ext_t.len(), 1, "x is held once");
-        let (rb, _) = d.replay(trace, false).unwrap();
-        assert_eq!(rb, vec![Readback::F([11.0f64, 22.0, 33.0].iter().map(|v| v.to_bits()).collect())]);
+        let (rb, _) = d.replay(trace, Keep::ReadBacks).unwrap();
+        assert_eq!(rb, vec![Readback::F(vec![11.0, 22.0, 33.0])]);
     }
 
     #[test]
@@ -1314,8 +1347,17 @@ mod tests {
         let held = trace_of::<Cpu>(&cell);
         let trace = held.as_ref().unwrap().downcast_ref::<Trace<Cpu>>().unwrap();
         assert_eq!((trace.ext_t.len(), trace.ext_i.len()), (3, 1), "x, y, z and the index, each once");
-        let (rb, _) = d.replay(trace, false).unwrap();
-        assert_eq!(rb, vec![Readback::F([-5.0f64, -3.0].iter().map(|v| v.to_bits()).collect())]);
+        let (rb, _) = d.replay(trace, Keep::ReadBacks).unwrap();
+        assert_eq!(rb, vec![Readback::F(vec![-5.0, -3.0])]);
+    }
+
+    #[test]
+    fn read_backs_compare_by_bits() {
+        let f = |v: &[f64]| Readback::F(v.to_vec());
+        assert_eq!(f(&[f64::NAN, 1.0]), f(&[f64::NAN, 1.0]));
+        assert_ne!(f(&[0.0]), f(&[-0.0]));
+        assert_ne!(f(&[1.0]), f(&[1.0, 1.0]));
+        assert_ne!(f(&[1.0]), Readback::I(vec![1]));
     }
 
     #[test]
