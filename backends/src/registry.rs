@@ -45,36 +45,26 @@ pub struct DeviceKind {
     pub open: fn(Option<usize>) -> Result<AnyDevice>,
 }
 
-fn probe_cpu() -> DeviceStatus {
+/// A CPU device's status: always available, `what` it is, on the pool's threads.
+fn cpu_status(name: &'static str, what: &str) -> DeviceStatus {
     let threads = rayon::current_num_threads();
-    DeviceStatus { name: "cpu", available: true, detail: format!("rayon, {threads} threads") }
+    DeviceStatus { name, available: true, detail: format!("{what}, {threads} threads") }
+}
+
+fn probe_cpu() -> DeviceStatus {
+    cpu_status("cpu", "rayon")
 }
 
 fn probe_cpu_staged() -> DeviceStatus {
-    let threads = rayon::current_num_threads();
-    DeviceStatus {
-        name: "cpu-staged",
-        available: true,
-        detail: format!("the CPU device with elementwise chains deferred and fused, {threads} threads"),
-    }
+    cpu_status("cpu-staged", "the CPU device with elementwise chains deferred and fused")
 }
 
 fn probe_cpu_traced() -> DeviceStatus {
-    let threads = rayon::current_num_threads();
-    DeviceStatus {
-        name: "cpu-traced",
-        available: true,
-        detail: format!("the CPU device, each timed call recorded once and replayed, {threads} threads"),
-    }
+    cpu_status("cpu-traced", "the CPU device, each timed call recorded once and replayed")
 }
 
 fn probe_cpu_jit() -> DeviceStatus {
-    let threads = rayon::current_num_threads();
-    DeviceStatus {
-        name: "cpu-jit",
-        available: true,
-        detail: format!("the staged CPU device, each timed call recorded once and replayed, {threads} threads"),
-    }
+    cpu_status("cpu-jit", "the staged CPU device, each timed call recorded once and replayed")
 }
 
 /// Every device adgauge knows, in the order `adgauge backends` lists them.
