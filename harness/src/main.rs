@@ -147,14 +147,16 @@ fn main() -> ExitCode {
             // Tools open their devices on first use: listing versions opens nothing.
             let tools = tool::Tools::builtin(cli.threads, adgauge_backends::Cpu::new(cli.threads)?);
             let console = sinks::Console::new(0, true);
-            for d in adgauge_backends::probe_devices() {
+            let devices = adgauge_backends::probe_devices();
+            let width = devices.iter().map(|d| d.name.len()).max().unwrap_or(0);
+            for d in devices {
                 if json {
                     let version = tools.get(d.name).map(|t| t.version());
                     let v = serde_json::json!({"name": d.name, "available": d.available, "detail": d.detail, "version": version});
                     console.line(&v.to_string());
                 } else {
                     let state = if d.available { "available" } else { "unavailable" };
-                    console.line(&format!("{:<8} {:<12} {}", d.name, state, d.detail));
+                    console.line(&format!("{:<width$} {:<12} {}", d.name, state, d.detail));
                 }
             }
             Ok(Code::Success)
