@@ -762,6 +762,15 @@ fn flatten(readbacks: &[Readback]) -> Vec<f64> {
     out
 }
 
+/// Ends the recording when dropped: armed around a body, forgotten after it returns.
+struct EndsRecording<'a, D: Traceable>(&'a Traced<D>);
+
+impl<D: Traceable> Drop for EndsRecording<'_, D> {
+    fn drop(&mut self) {
+        self.0.recording().take();
+    }
+}
+
 fn lock<X>(m: &Mutex<X>) -> MutexGuard<'_, X> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -1187,7 +1196,12 @@ impl<D: Traceable> Device for Traced<D> {
             let generation = self.shared.generation.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
             *rec = Some(Recording::new(generation));
         }
+        // A body that panics (the pipeline catches panics per case and goes on with the same
+        // device) must not leave the device recording: every later op would be appended to the
+        // orphaned recording and no later call could record its own.
+        let ending = EndsRecording(self);
         let result = body();
+        std::mem::forget(ending);
         let rec = self.recording().take();
         result?;
         let rec = rec.ok_or_else(|| internal("the recording vanished".into()))?;
@@ -1425,6 +1439,32 @@ mod tests {
         assert!(st.stats().programs > before, "the replay ran the staged device's fused programs");
         let c = cpu();
         assert_eq!(eager, gradient(&c, &c.tensor(&data, &[5000], DType::F64).unwrap()).unwrap());
+    }
+
+    #[test]
+    fn a_body_that_panics_ends_its_recording_and_the_next_call_records_its_own() {
+        let d = Traced::new(cpu());
+        let x = d.tensor(&[1.0, 2.0], &[2], DType::F64).unwrap();
+        let cell = TraceCell::default();
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _ = d.run_traced(&cell, &mut || -> Result<()> {
+                d.unary(UnaryOp::Exp, &x)?;
+                panic!("a workload bug");
+            });
+        }));
+        assert!(panicked.is_err());
+        assert!(d.recording().is_none(), "the recording ended with the panic");
+        let again = TraceCell::default();
+        let mut bodies = 0;
+        for _ in 0..2 {
+            d.run_traced(&again, &mut || -> Result<()> {
+                bodies += 1;
+                d.unary(UnaryOp::Neg, &x).map(drop)
+            })
+            .unwrap();
+        }
+        assert_eq!(bodies, 1, "the next cell recorded and then replayed");
+        assert_eq!(d.last_trace().unwrap().instructions, 1);
     }
 
     #[test]
