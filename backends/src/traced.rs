@@ -18,6 +18,10 @@
 //! loop bound) is fixed. The harness keeps one cell per prepared case and mode, so a trace never
 //! meets other inputs.
 //!
+//! A device records one body at a time: ops that other threads issue on the same device (or
+//! its clones) while a body records would be recorded into it. The harness runs a device's
+//! cases one after another; the inner device's own parallel loops do not pass through here.
+//!
 //! Replays are checked, not trusted: right after recording, the trace is replayed once and every
 //! read-back and every final value (each slot that no later instruction reads: the objective,
 //! the gradient, dropped results) is compared bit for bit with the eager run, whose values were
