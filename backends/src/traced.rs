@@ -370,73 +370,56 @@ fn next<'a>(writes: &mut std::slice::Iter<'a, u32>) -> Result<u32> {
     writes.next().copied().ok_or_else(|| internal("fewer slots than results".into()))
 }
 
-impl<D: Traceable> Produce<D> for T<D::T> {
-    type Out = TracedTensor<D>;
-    fn plain(self) -> TracedTensor<D> {
-        TracedTensor { value: self.0, origin: outside() }
-    }
-    fn record(self, rec: &mut Recording<D>, d: &D, writes: &mut Writes) -> Result<TracedTensor<D>> {
-        let id = rec.new_slot();
-        rec.hashes.insert(id, hash_f(&d.to_vec(&self.0)?));
-        writes.push(id);
-        Ok(TracedTensor { value: self.0, origin: Origin::Slot { generation: rec.generation, id } })
-    }
-    fn store(self, fr: &mut Frame<'_, D>, writes: &mut std::slice::Iter<'_, u32>) -> Result<()> {
-        fr.put(next(writes)?, Value::T(self.0));
-        Ok(())
-    }
-}
-
-impl<D: Traceable> Produce<D> for I<D::I> {
-    type Out = TracedIndex<D>;
-    fn plain(self) -> TracedIndex<D> {
-        TracedIndex { value: self.0, origin: outside() }
-    }
-    fn record(self, rec: &mut Recording<D>, d: &D, writes: &mut Writes) -> Result<TracedIndex<D>> {
-        let id = rec.new_slot();
-        rec.hashes.insert(id, hash_i(&d.index_to_vec(&self.0)?));
-        writes.push(id);
-        Ok(TracedIndex { value: self.0, origin: Origin::Slot { generation: rec.generation, id } })
-    }
-    fn store(self, fr: &mut Frame<'_, D>, writes: &mut std::slice::Iter<'_, u32>) -> Result<()> {
-        fr.put(next(writes)?, Value::I(self.0));
-        Ok(())
-    }
-}
-
-impl<D: Traceable> Produce<D> for HostF {
-    type Out = Vec<f64>;
-    fn plain(self) -> Vec<f64> {
-        self.0
-    }
-    fn record(self, rec: &mut Recording<D>, _d: &D, _writes: &mut Writes) -> Result<Vec<f64>> {
-        rec.readbacks.push(Readback::F(self.0.clone()));
-        Ok(self.0)
-    }
-    fn store(self, fr: &mut Frame<'_, D>, _writes: &mut std::slice::Iter<'_, u32>) -> Result<()> {
-        if let Some(r) = fr.readbacks.as_mut() {
-            r.push(Readback::F(self.0));
+/// A device tensor: one slot, fingerprinted from its host copy while recording.
+macro_rules! produce_tensor {
+    ($mark:ident, $assoc:ident, $traced:ident, $variant:ident, $read:ident, $hash:ident) => {
+        impl<D: Traceable> Produce<D> for $mark<D::$assoc> {
+            type Out = $traced<D>;
+            fn plain(self) -> $traced<D> {
+                $traced { value: self.0, origin: outside() }
+            }
+            fn record(self, rec: &mut Recording<D>, d: &D, writes: &mut Writes) -> Result<$traced<D>> {
+                let id = rec.new_slot();
+                rec.hashes.insert(id, $hash(&d.$read(&self.0)?));
+                writes.push(id);
+                Ok($traced { value: self.0, origin: Origin::Slot { generation: rec.generation, id } })
+            }
+            fn store(self, fr: &mut Frame<'_, D>, writes: &mut std::slice::Iter<'_, u32>) -> Result<()> {
+                fr.put(next(writes)?, Value::$variant(self.0));
+                Ok(())
+            }
         }
-        Ok(())
-    }
+    };
 }
 
-impl<D: Traceable> Produce<D> for HostI {
-    type Out = Vec<i64>;
-    fn plain(self) -> Vec<i64> {
-        self.0
-    }
-    fn record(self, rec: &mut Recording<D>, _d: &D, _writes: &mut Writes) -> Result<Vec<i64>> {
-        rec.readbacks.push(Readback::I(self.0.clone()));
-        Ok(self.0)
-    }
-    fn store(self, fr: &mut Frame<'_, D>, _writes: &mut std::slice::Iter<'_, u32>) -> Result<()> {
-        if let Some(r) = fr.readbacks.as_mut() {
-            r.push(Readback::I(self.0));
+produce_tensor!(T, T, TracedTensor, T, to_vec, hash_f);
+produce_tensor!(I, I, TracedIndex, I, index_to_vec, hash_i);
+
+/// A host copy: no slot; the recording keeps it for the checking replay, and a replay keeps it
+/// only where its caller asked (`Frame::readbacks`).
+macro_rules! produce_host {
+    ($host:ident, $elem:ty, $variant:ident) => {
+        impl<D: Traceable> Produce<D> for $host {
+            type Out = Vec<$elem>;
+            fn plain(self) -> Vec<$elem> {
+                self.0
+            }
+            fn record(self, rec: &mut Recording<D>, _d: &D, _writes: &mut Writes) -> Result<Vec<$elem>> {
+                rec.readbacks.push(Readback::$variant(self.0.clone()));
+                Ok(self.0)
+            }
+            fn store(self, fr: &mut Frame<'_, D>, _writes: &mut std::slice::Iter<'_, u32>) -> Result<()> {
+                if let Some(r) = fr.readbacks.as_mut() {
+                    r.push(Readback::$variant(self.0));
+                }
+                Ok(())
+            }
         }
-        Ok(())
-    }
+    };
 }
+
+produce_host!(HostF, f64, F);
+produce_host!(HostI, i64, I);
 
 impl<D: Traceable> Produce<D> for () {
     type Out = ();
