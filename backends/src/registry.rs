@@ -41,8 +41,11 @@ macro_rules! with_device {
 pub struct DeviceKind {
     pub name: &'static str,
     pub probe: fn() -> DeviceStatus,
-    /// Opens the device with this many CPU worker threads (used by the CPU device only).
+    /// Opens the device with this many CPU worker threads (used by the CPU devices only).
     pub open: fn(Option<usize>) -> Result<AnyDevice>,
+    /// Opens the device over an open CPU device, sharing its thread pool and buffer cache (the
+    /// CPU devices; `None` for devices of their own).
+    pub on_cpu: Option<fn(Cpu) -> Result<AnyDevice>>,
 }
 
 /// A CPU device's status: always available, `what` it is, on the pool's threads.
@@ -67,26 +70,45 @@ fn probe_cpu_jit() -> DeviceStatus {
     cpu_status("cpu-jit", "the staged CPU device, each timed call recorded once and replayed")
 }
 
+fn cpu_on(cpu: Cpu) -> Result<AnyDevice> {
+    Ok(AnyDevice::Cpu(cpu))
+}
+
+fn cpu_staged_on(cpu: Cpu) -> Result<AnyDevice> {
+    Ok(AnyDevice::CpuStaged(CpuStaged::on(cpu)?))
+}
+
+fn cpu_traced_on(cpu: Cpu) -> Result<AnyDevice> {
+    Ok(AnyDevice::CpuTraced(Traced::new(cpu)))
+}
+
+fn cpu_jit_on(cpu: Cpu) -> Result<AnyDevice> {
+    Ok(AnyDevice::CpuJit(Traced::new(CpuStaged::on(cpu)?)))
+}
+
 /// Every device adgauge knows, in the order `adgauge backends` lists them.
 pub const DEVICES: &[DeviceKind] = &[
-    DeviceKind { name: "cpu", probe: probe_cpu, open: |threads| Ok(AnyDevice::Cpu(Cpu::new(threads)?)) },
+    DeviceKind { name: "cpu", probe: probe_cpu, open: |t| cpu_on(Cpu::new(t)?), on_cpu: Some(cpu_on) },
     DeviceKind {
         name: "cpu-staged",
         probe: probe_cpu_staged,
-        open: |threads| Ok(AnyDevice::CpuStaged(CpuStaged::new(threads)?)),
+        open: |t| cpu_staged_on(Cpu::new(t)?),
+        on_cpu: Some(cpu_staged_on),
     },
     DeviceKind {
         name: "cpu-traced",
         probe: probe_cpu_traced,
-        open: |threads| Ok(AnyDevice::CpuTraced(Traced::new(Cpu::new(threads)?))),
+        open: |t| cpu_traced_on(Cpu::new(t)?),
+        on_cpu: Some(cpu_traced_on),
     },
+    DeviceKind { name: "cpu-jit", probe: probe_cpu_jit, open: |t| cpu_jit_on(Cpu::new(t)?), on_cpu: Some(cpu_jit_on) },
     DeviceKind {
-        name: "cpu-jit",
-        probe: probe_cpu_jit,
-        open: |threads| Ok(AnyDevice::CpuJit(Traced::new(CpuStaged::new(threads)?))),
+        name: "opencl",
+        probe: crate::opencl::probe,
+        open: |_| Ok(AnyDevice::OpenCl(OpenCl::new()?)),
+        on_cpu: None,
     },
-    DeviceKind { name: "opencl", probe: crate::opencl::probe, open: |_| Ok(AnyDevice::OpenCl(OpenCl::new()?)) },
-    DeviceKind { name: "cuda", probe: crate::cuda::probe, open: |_| Ok(AnyDevice::Cuda(Cuda::new()?)) },
+    DeviceKind { name: "cuda", probe: crate::cuda::probe, open: |_| Ok(AnyDevice::Cuda(Cuda::new()?)), on_cpu: None },
 ];
 
 /// The registered device called `name`, if any.

@@ -135,18 +135,11 @@ impl EngineTool {
     /// The opened device, or why it cannot be opened.
     pub fn device(&self) -> Result<&AnyDevice, String> {
         self.device
-            .get_or_init(|| match self.kind.name {
-                // The CPU device is already open (with the run's threads); sharing it keeps one
-                // thread pool.
-                "cpu" => Ok(AnyDevice::Cpu(self.cpu.clone())),
-                "cpu-staged" => adgauge_backends::CpuStaged::on(self.cpu.clone())
-                    .map(AnyDevice::CpuStaged)
-                    .map_err(|e| e.to_string()),
-                "cpu-traced" => Ok(AnyDevice::CpuTraced(adgauge_backends::Traced::new(self.cpu.clone()))),
-                "cpu-jit" => adgauge_backends::CpuStaged::on(self.cpu.clone())
-                    .map(|s| AnyDevice::CpuJit(adgauge_backends::Traced::new(s)))
-                    .map_err(|e| e.to_string()),
-                _ => (self.kind.open)(self.threads).map_err(|e| {
+            .get_or_init(|| match self.kind.on_cpu {
+                // The CPU device is already open (with the run's threads); the CPU devices share
+                // it, which keeps one thread pool and one buffer cache.
+                Some(on_cpu) => on_cpu(self.cpu.clone()).map_err(|e| e.to_string()),
+                None => (self.kind.open)(self.threads).map_err(|e| {
                     let probed = (self.kind.probe)();
                     if probed.available { e.to_string() } else { probed.detail }
                 }),

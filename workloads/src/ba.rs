@@ -1120,15 +1120,14 @@ struct BaPrepared<D: Device> {
 impl<D: Device> Prepared for BaPrepared<D> {
     fn run(&self, mode: Mode) -> WResult<()> {
         let (d, x) = (&self.device, &self.x);
-        d.run_traced(self.traces.get(mode), &mut || -> WResult<()> {
+        self.traces.run(d, mode, &mut || -> WResult<()> {
             drop(match mode {
                 Mode::Primal => objective(d, x)?,
                 Mode::Vjp => jacobian_reverse(d, x)?,
                 Mode::Jvp | Mode::HessianDiag => jacobian_forward(d, x)?,
             });
             Ok(())
-        })?;
-        Ok(d.synchronize()?)
+        })
     }
 }
 

@@ -626,15 +626,14 @@ struct HistPrepared<D: Device> {
 impl<D: Device> Prepared for HistPrepared<D> {
     fn run(&self, mode: Mode) -> WResult<()> {
         let (d, w) = (&self.device, self.w);
-        d.run_traced(self.traces.get(mode), &mut || -> WResult<()> {
+        self.traces.run(d, mode, &mut || -> WResult<()> {
             match mode {
                 Mode::Primal => drop(w.primal(d, &self.x)?),
                 Mode::Vjp => drop(w.vjp(d, self.rule, &self.x, &self.bar)?),
                 Mode::Jvp | Mode::HessianDiag => drop(w.jvp(d, &self.x, &self.dest_dot, &self.vals_dot)?),
             }
             Ok(())
-        })?;
-        Ok(d.synchronize()?)
+        })
     }
 
     fn rule_taken(&self) -> Option<String> {

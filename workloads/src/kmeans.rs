@@ -449,7 +449,7 @@ struct KmeansPrepared<D: Device> {
 impl<D: Device> Prepared for KmeansPrepared<D> {
     fn run(&self, mode: Mode) -> WResult<()> {
         let (d, x) = (&self.device, &self.x);
-        d.run_traced(self.traces.get(mode), &mut || -> WResult<()> {
+        self.traces.run(d, mode, &mut || -> WResult<()> {
             match mode {
                 Mode::Primal => drop(cost(d, &x.points, &x.centres)?),
                 Mode::Vjp => drop(gradient(d, x)?),
@@ -461,8 +461,7 @@ impl<D: Device> Prepared for KmeansPrepared<D> {
                 Mode::HessianDiag => drop(hessian_diag(d, x)?),
             }
             Ok(())
-        })?;
-        Ok(d.synchronize()?)
+        })
     }
 }
 

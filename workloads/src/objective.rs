@@ -147,15 +147,14 @@ struct ObjectivePrepared<W: ScalarObjective, D: Device> {
 impl<W: ScalarObjective, D: Device> Prepared for ObjectivePrepared<W, D> {
     fn run(&self, mode: Mode) -> WResult<()> {
         let (d, x) = (&self.device, &self.x);
-        d.run_traced(self.traces.get(mode), &mut || -> Result<()> {
+        Ok(self.traces.run(d, mode, &mut || -> Result<()> {
             match mode {
                 Mode::Primal => drop(W::objective(d, x)?),
                 Mode::Vjp => drop(W::gradient(d, x)?),
                 Mode::Jvp | Mode::HessianDiag => drop(W::directional(d, x, &self.ones)?),
             }
             Ok(())
-        })?;
-        Ok(d.synchronize()?)
+        })?)
     }
 }
 

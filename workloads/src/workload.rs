@@ -423,7 +423,19 @@ pub struct RemoteCall {
 pub struct ModeTraces([adgauge_backends::TraceCell; 4]);
 
 impl ModeTraces {
-    pub fn get(&self, mode: Mode) -> &adgauge_backends::TraceCell {
+    /// One timed call of `mode`: `body` through the device's trace of that mode, then a
+    /// synchronisation (a timing ends when the device has finished).
+    pub fn run<D: adgauge_backends::Device, E: From<adgauge_backends::OpError>>(
+        &self,
+        device: &D,
+        mode: Mode,
+        body: &mut dyn FnMut() -> Result<(), E>,
+    ) -> Result<(), E> {
+        device.run_traced(self.get(mode), body)?;
+        Ok(device.synchronize()?)
+    }
+
+    fn get(&self, mode: Mode) -> &adgauge_backends::TraceCell {
         let i = match mode {
             Mode::Primal => 0,
             Mode::Vjp => 1,
