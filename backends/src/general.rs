@@ -202,6 +202,27 @@ pub(crate) fn lae_d1<T: Float>(a: T, b: T) -> T {
     }
 }
 
+/// `(lae_d1(b, a), lae_combine(a, b))`, the pair a general rule's forward step needs, from one
+/// `e^-|a - b|` where the two functions take one each; equal to them bit for bit (a NaN's sign
+/// aside).
+#[inline]
+pub(crate) fn lae_d2_and_combine<T: Float>(a: T, b: T) -> (T, T) {
+    let x = b - a;
+    let e = (-x.abs()).exp();
+    let m = a.max(b);
+    let y = if m.is_infinite() { m } else { m + e.ln_1p() };
+    let d2 = if b == T::neg_infinity() {
+        T::zero()
+    } else if a == T::neg_infinity() {
+        T::one()
+    } else if x >= T::zero() {
+        T::one() / (T::one() + e)
+    } else {
+        e / (T::one() + e)
+    };
+    (d2, y)
+}
+
 #[inline]
 pub(crate) fn lae_d2<T: Float>(a: T, b: T) -> T {
     lae_d1(b, a)
@@ -430,6 +451,32 @@ mod tests {
     fn fd(f: impl Fn(f64) -> f64, x: f64) -> f64 {
         let h = 1e-6 * x.abs().max(1.0);
         (f(x + h) - f(x - h)) / (2.0 * h)
+    }
+
+    #[test]
+    fn logaddexps_fused_step_equals_its_two_functions_bit_for_bit() {
+        fn check<T: Float + std::fmt::Debug>(pts: &[T], bits: impl Fn(T) -> u64) {
+            for &a in pts {
+                for &b in pts {
+                    let (d2, y) = lae_d2_and_combine(a, b);
+                    // Bit for bit, except that a NaN's sign may differ.
+                    let same = |x: T, y: T| (x.is_nan() && y.is_nan()) || bits(x) == bits(y);
+                    assert!(same(d2, lae_d1(b, a)), "d2 at ({a:?}, {b:?}): {d2:?} vs {:?}", lae_d1(b, a));
+                    assert!(same(y, lae_combine(a, b)), "combine at ({a:?}, {b:?}): {y:?} vs {:?}", lae_combine(a, b));
+                }
+            }
+        }
+        let pts =
+            [f64::NEG_INFINITY, -700.0, -3.5, -1e-300, 0.0, 1e-9, 0.25, 2.0, 38.0, 710.0, f64::INFINITY, f64::NAN];
+        check(&pts, f64::to_bits);
+        let pts32: Vec<f32> = pts.iter().map(|&x| x as f32).chain([-90.0, 1e-7, 88.5]).collect();
+        check(&pts32, |x| x.to_bits() as u64);
+        // The sigmoid's two branches and the infinite maximum are reached, so the comparison covers them.
+        assert_eq!(lae_d2_and_combine(0.0, f64::NEG_INFINITY).0, 0.0);
+        assert_eq!(lae_d2_and_combine(f64::NEG_INFINITY, 1.0), (1.0, 1.0));
+        assert_eq!(lae_d2_and_combine(1.0, f64::INFINITY).1, f64::INFINITY);
+        assert!((lae_d2_and_combine(0.0, 2.0).0 - 1.0 / (1.0 + (-2.0f64).exp())).abs() < 1e-15);
+        assert!((lae_d2_and_combine(2.0, 0.0).0 - (-2.0f64).exp() / (1.0 + (-2.0f64).exp())).abs() < 1e-15);
     }
 
     #[test]
