@@ -335,6 +335,10 @@ impl<D: Traceable> Frame<'_, D> {
         }
         self.t(a).cloned()
     }
+    /// Whether this instruction is the last reader of `a`'s slot.
+    fn dies_here(&self, a: Arg) -> bool {
+        matches!(a, Arg::Slot(s) if self.last_use[s as usize] == self.pc)
+    }
     fn put(&mut self, slot: u32, v: Value<D>) {
         self.slots[slot as usize] = Some(v);
     }
@@ -665,6 +669,25 @@ impl<D: Traceable> Traced<D> {
         f: impl Fn(&D, [&D::T; N], [&D::I; M]) -> Result<R> + Send + Sync + 'static,
     ) -> Result<R::Out> {
         let r = f(&self.inner, ts.map(|t| &t.value), is.map(|i| &i.value))?;
+        self.record(name, ts, is, r, move |targs, iargs, slots| {
+            Box::new(move |d, fr| {
+                let r = f(d, fr.tensors(&targs)?, fr.indices(&iargs)?)?;
+                r.store(fr, &mut slots.as_slice().iter())
+            })
+        })
+    }
+
+    /// Records `r`, the result of a primitive already run on `ts` and `is`, inside a
+    /// recording (else returns it): `replay` builds the instruction from the operands' places
+    /// and the result's slots.
+    fn record<const N: usize, const M: usize, R: Produce<D>>(
+        &self,
+        name: &'static str,
+        ts: [&TracedTensor<D>; N],
+        is: [&TracedIndex<D>; M],
+        r: R,
+        replay: impl FnOnce([Arg; N], [Arg; M], Writes) -> Run<D>,
+    ) -> Result<R::Out> {
         let mut guard = self.recording();
         let Some(rec) = guard.as_mut() else { return Ok(r.plain()) };
         let targs = ts.map(|t| rec.arg_t(t));
@@ -672,11 +695,7 @@ impl<D: Traceable> Traced<D> {
         let mut writes = Writes::default();
         let out = r.record(rec, &self.inner, &mut writes)?;
         let args: Vec<Arg> = targs.iter().chain(&iargs).copied().collect();
-        let slots = writes.clone();
-        let run: Run<D> = Box::new(move |d, fr| {
-            let r = f(d, fr.tensors(&targs)?, fr.indices(&iargs)?)?;
-            r.store(fr, &mut slots.as_slice().iter())
-        });
+        let run = replay(targs, iargs, writes.clone());
         rec.push(name, &args, &writes, run);
         Ok(out)
     }
@@ -861,11 +880,36 @@ impl<D: Traceable> TensorOps for Traced<D> {
 }
 
 impl<D: Traceable> ElementwiseOps for Traced<D> {
+    /// A replay gives the operand up at its last reader ([`ElementwiseOps::unary_donated`]):
+    /// the inner device may write the result into its buffer.
     fn unary(&self, op: UnaryOp, x: &TT<D>) -> Result<TT<D>> {
-        self.op("unary", [x], [], move |d, [x], []| d.unary(op, x).map(T))
+        let r = T(self.inner.unary(op, &x.value)?);
+        self.record("unary", [x], [], r, move |[x], [], slots| {
+            Box::new(move |d, fr| {
+                let y = if fr.dies_here(x) { d.unary_donated(op, fr.take_t(x)?)? } else { d.unary(op, fr.t(x)?)? };
+                T(y).store(fr, &mut slots.as_slice().iter())
+            })
+        })
     }
+    /// A replay gives up an operand at its last reader, the left one first
+    /// ([`ElementwiseOps::binary_donated`]); an operand read twice is not given up.
     fn binary(&self, op: BinaryOp, a: &TT<D>, b: &TT<D>) -> Result<TT<D>> {
-        self.op("binary", [a, b], [], move |d, [a, b], []| d.binary(op, a, b).map(T))
+        let r = T(self.inner.binary(op, &a.value, &b.value)?);
+        self.record("binary", [a, b], [], r, move |[a, b], [], slots| {
+            Box::new(move |d, fr| {
+                let twice = matches!((a, b), (Arg::Slot(x), Arg::Slot(y)) if x == y);
+                let y = if !twice && fr.dies_here(a) {
+                    let donor = fr.take_t(a)?;
+                    d.binary_donated(op, donor, fr.t(b)?, true)?
+                } else if !twice && fr.dies_here(b) {
+                    let donor = fr.take_t(b)?;
+                    d.binary_donated(op, donor, fr.t(a)?, false)?
+                } else {
+                    d.binary(op, fr.t(a)?, fr.t(b)?)?
+                };
+                T(y).store(fr, &mut slots.as_slice().iter())
+            })
+        })
     }
     fn select(&self, mask: &TT<D>, a: &TT<D>, b: &TT<D>) -> Result<TT<D>> {
         self.op("select", [mask, a, b], [], |d, [m, a, b], []| d.select(m, a, b).map(T))
@@ -1370,6 +1414,36 @@ mod tests {
         assert_eq!((trace.ext_t.len(), trace.ext_i.len()), (3, 1), "x, y, z and the index, each once");
         let (rb, _) = d.replay(trace, Keep::ReadBacks).unwrap();
         assert_eq!(rb, vec![Readback::F(vec![-5.0, -3.0])]);
+    }
+
+    #[test]
+    fn a_replay_gives_operands_up_at_their_last_reader_only() {
+        let d = Traced::new(cpu());
+        let x = d.tensor(&[1.0, 2.0, 3.0], &[3], DType::F64).unwrap();
+        let cell = TraceCell::default();
+        for _ in 0..3 {
+            d.run_traced(&cell, &mut || -> Result<()> {
+                let a = d.unary(UnaryOp::Neg, &x)?; // x is outside: never given up
+                let b = d.binary(BinaryOp::Mul, &a, &a)?; // read twice: not given up
+                let c = d.binary(BinaryOp::Sub, &x, &b)?; // b's last reader: written into, on the right
+                let q = d.binary(BinaryOp::Div, &a, &c)?; // a's last reader; c is read again
+                let half = d.scalar(0.5, DType::F64)?;
+                let e = d.binary(BinaryOp::Add, &c, &half)?; // half cannot hold the result
+                let r = d.unary(UnaryOp::Neg, &e)?; // e's last reader: written into
+                assert_eq!(d.to_vec(&q)?, vec![f64::NEG_INFINITY, 1.0, 0.5]);
+                assert_eq!(d.to_vec(&r)?, vec![-0.5, 1.5, 5.5]);
+                assert_eq!(d.to_vec(&c)?, vec![0.0, -2.0, -6.0]);
+                Ok(())
+            })
+            .unwrap();
+        }
+        let held = trace_of::<Cpu>(&cell);
+        let trace = held.as_ref().unwrap().downcast_ref::<Trace<Cpu>>().unwrap();
+        for _ in 0..2 {
+            let (rb, _) = d.replay(trace, Keep::ReadBacks).unwrap();
+            assert_eq!(rb[1], Readback::F(vec![-0.5, 1.5, 5.5]));
+        }
+        assert_eq!(d.to_vec(&x).unwrap(), vec![1.0, 2.0, 3.0], "the outside tensor was written into");
     }
 
     #[test]

@@ -239,6 +239,32 @@ fn primitives<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
         cmp(f, &tag(&format!("binary {op:?} bcast right")), d, d.binary(op, a, &one), c, c.binary(op, ca, &cone), ut);
         cmp(f, &tag(&format!("binary {op:?} bcast left")), d, d.binary(op, &one, a), c, c.binary(op, &cone, ca), ut);
     }
+    // The donated forms (an operand the caller gives up, which a device may write into): the
+    // values of the plain forms, whichever operand is given up and whichever broadcasts, and a
+    // donor something else still holds keeps its values.
+    for op in UnaryOp::ALL {
+        let (a, ca) = if matches!(op, UnaryOp::Log | UnaryOp::Sqrt) { (&pos, &cp) } else { (&xs, &cx) };
+        let want = c.unary(op, ca);
+        cmp(f, &tag(&format!("unary_donated {op:?}")), d, d.unary_donated(op, t(a).0), c, want.clone(), ut);
+        let held = t(a).0;
+        cmp(f, &tag(&format!("unary_donated {op:?} held")), d, d.unary_donated(op, held.clone()), c, want, ut);
+        cmp(f, &tag(&format!("unary_donated {op:?} leaves the holder")), d, Ok(held), c, Ok(ca.clone()), 0.0);
+    }
+    for op in [BinaryOp::Sub, BinaryOp::Div, BinaryOp::Pow, BinaryOp::Lt, BinaryOp::Max] {
+        let (a, ca) = if op == BinaryOp::Pow { (&pos, &cp) } else { (&xs, &cx) };
+        let name = |s: &str| tag(&format!("binary_donated {op:?} {s}"));
+        let want = c.binary(op, ca, &cy);
+        cmp(f, &name("left"), d, d.binary_donated(op, t(a).0, &y, true), c, want.clone(), ut);
+        cmp(f, &name("right"), d, d.binary_donated(op, t(&ys).0, &t(a).0, false), c, want.clone(), ut);
+        let held = t(a).0;
+        cmp(f, &name("held"), d, d.binary_donated(op, held.clone(), &y, true), c, want, ut);
+        cmp(f, &name("leaves the holder"), d, Ok(held), c, Ok(ca.clone()), 0.0);
+        let (o, co) = t(&[0.75]);
+        cmp(f, &name("other bcast"), d, d.binary_donated(op, t(a).0, &o, true), c, c.binary(op, ca, &co), ut);
+        cmp(f, &name("other bcast left"), d, d.binary_donated(op, t(a).0, &o, false), c, c.binary(op, &co, ca), ut);
+        // A one-element donor cannot hold the result.
+        cmp(f, &name("donor bcast"), d, d.binary_donated(op, t(&[0.75]).0, &y, true), c, c.binary(op, &co, &cy), ut);
+    }
     // accumulate (a + c into a tensor the caller gives up): a tensor that something else
     // still holds keeps its values; a one-element c broadcasts and a dtype mix fails, as add.
     let sum = c.add(&cx, &cy);
@@ -1212,6 +1238,37 @@ fn cpu_accumulate_adds_into_a_given_up_tensor_and_never_into_a_held_one() {
         let mixed = c.tensor(&[1.0, 2.0], &[2], other).unwrap();
         let e = c.accumulate(mixed, &c.tensor(&[1.0, 2.0], &[2], dt).unwrap()).unwrap_err();
         assert!(e.to_string().contains("dtype"), "{e}");
+    }
+}
+
+#[test]
+fn cpu_donated_elementwise_ops_equal_the_plain_ones_bit_for_bit_at_every_size() {
+    // Sizes below and above the parallel threshold, and not multiples of the in-place unary
+    // loop's runs of 256, so the runs' seams and the vector loops' tails both move.
+    let c = cpu();
+    for dt in DType::ALL {
+        for n in [13, 1000, 300_001] {
+            let xs: Vec<f64> = (0..n).map(|i| ((i * 37) % 101) as f64 * 0.173 - 8.0).collect();
+            let ys: Vec<f64> = (0..n).map(|i| ((i * 11) % 23) as f64 * 0.31 + 0.05).collect();
+            let t = |v: &[f64]| c.tensor(v, &[v.len()], dt).unwrap();
+            let bits = |x: &CpuTensor| c.to_vec(x).unwrap().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            let y = t(&ys);
+            for op in UnaryOp::ALL {
+                let arg = if matches!(op, UnaryOp::Log | UnaryOp::Sqrt) { &ys } else { &xs };
+                let want = bits(&c.unary(op, &t(arg)).unwrap());
+                assert_eq!(bits(&c.unary_donated(op, t(arg)).unwrap()), want, "{dt} n {n} {op:?}");
+            }
+            for op in [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Min, BinaryOp::Ge] {
+                let want = bits(&c.binary(op, &t(&xs), &y).unwrap());
+                assert_eq!(bits(&c.binary_donated(op, t(&xs), &y, true).unwrap()), want, "{dt} n {n} {op:?}");
+                let want = bits(&c.binary(op, &y, &t(&xs)).unwrap());
+                assert_eq!(bits(&c.binary_donated(op, t(&xs), &y, false).unwrap()), want, "{dt} n {n} {op:?} right");
+            }
+            let held = t(&xs);
+            let _ = c.binary_donated(BinaryOp::Mul, held.clone(), &y, true).unwrap();
+            let _ = c.unary_donated(UnaryOp::Exp, held.clone()).unwrap();
+            assert_eq!(c.to_vec(&held).unwrap(), c.to_vec(&t(&xs)).unwrap(), "{dt} n {n}: the holder's values changed");
+        }
     }
 }
 

@@ -35,6 +35,18 @@ pub fn fill_with<T: Send, F: Fn(usize) -> T + Sync>(out: &mut [T], f: F) {
     }
 }
 
+/// `out[i] = f(i, out[i])`, in the blocks of [`fill_with`].
+pub fn update_with<T: Copy + Send, F: Fn(usize, T) -> T + Sync>(out: &mut [T], f: F) {
+    if out.len() < PAR_MIN {
+        out.iter_mut().enumerate().for_each(|(i, o)| *o = f(i, *o));
+    } else {
+        out.par_chunks_mut(BLOCK).enumerate().for_each(|(c, block)| {
+            let base = c * BLOCK;
+            block.iter_mut().enumerate().for_each(|(j, o)| *o = f(base + j, *o));
+        });
+    }
+}
+
 /// `acc[i] = acc[i] + c[i]` over equal lengths, in the blocks of [`fill_with`].
 pub fn add_into<T: Elem + Send + Sync>(acc: &mut [T], c: &[T]) {
     debug_assert_eq!(acc.len(), c.len());

@@ -168,6 +168,46 @@ macro_rules! by_dtype {
     };
 }
 
+/// `v[i] = op(v[i])` with the loops of `Cpu::unary`, through a copy of each run of elements on
+/// the stack (the loops read one slice and write another). The operators are elementwise, so
+/// the values do not depend on how the elements are split.
+fn unary_in_place<T: CpuElem>(op: UnaryOp, v: &mut [T]) {
+    let map: fn(UnaryOp, &[T], &mut [T]) =
+        if vmath::vectorised(op) { vmath::map_unary::<T> } else { kernels::unary_map::<T> };
+    let run = |block: &mut [T]| {
+        let mut copy = [T::zero(); 256];
+        for part in block.chunks_mut(256) {
+            copy[..part.len()].copy_from_slice(part);
+            map(op, &copy[..part.len()], part);
+        }
+    };
+    if v.len() < kernels::PAR_MIN {
+        run(v);
+    } else {
+        v.par_chunks_mut(kernels::BLOCK).for_each(run);
+    }
+}
+
+/// `d = d op o` (or `o op d` when the donor `d` was the right operand), `o` of `d`'s length or
+/// one element; the per-operator loops of `Cpu::binary_t`.
+fn binary_in_place<T: CpuElem>(op: BinaryOp, d: &mut [T], o: &[T], donor_is_a: bool) {
+    fn zip<T: CpuElem>(d: &mut [T], o: &[T], donor_is_a: bool, f: impl Fn(T, T) -> T + Sync) {
+        match (o.len() == d.len(), donor_is_a) {
+            (true, true) => kernels::update_with(d, |i, x| f(x, o[i])),
+            (true, false) => kernels::update_with(d, |i, x| f(o[i], x)),
+            (false, true) => kernels::update_with(d, |_, x| f(x, o[0])),
+            (false, false) => kernels::update_with(d, |_, x| f(o[0], x)),
+        }
+    }
+    match op {
+        BinaryOp::Add => zip(d, o, donor_is_a, |x, y| x + y),
+        BinaryOp::Sub => zip(d, o, donor_is_a, |x, y| x - y),
+        BinaryOp::Mul => zip(d, o, donor_is_a, |x, y| x * y),
+        BinaryOp::Div => zip(d, o, donor_is_a, |x, y| x / y),
+        _ => zip(d, o, donor_is_a, |x, y| kernels::binary(op, x, y)),
+    }
+}
+
 /// Per-bin totals of the operator `f` over `v`.
 fn scalar_totals<T: Elem, F: fold::Fold<T>>(
     pool: &Arc<Pool>,
@@ -939,6 +979,40 @@ impl ElementwiseOps for Cpu {
             return Ok(acc);
         }
         self.add(&acc, c)
+    }
+
+    /// Writes into `x`'s buffer when nothing else holds it: a replay's dying operand then
+    /// costs no allocation (the LSTM's thousands of 14-element tensors) and no fresh buffer
+    /// (BA's 250 KB ones).
+    fn unary_donated(&self, op: UnaryOp, mut x: CpuTensor) -> Result<CpuTensor> {
+        let n = x.numel();
+        match Arc::get_mut(&mut x.values) {
+            Some(Values::F32(b)) => self.run(n, || unary_in_place::<f32>(op, b)),
+            Some(Values::F64(b)) => self.run(n, || unary_in_place::<f64>(op, b)),
+            None => return self.unary(op, &x),
+        }
+        Ok(x)
+    }
+
+    /// Writes into the donor's buffer when nothing else holds it and the result has its shape
+    /// (the other operand may broadcast into it); the same per-operator loops as `binary`.
+    fn binary_donated(
+        &self,
+        op: BinaryOp,
+        mut donor: CpuTensor,
+        other: &CpuTensor,
+        donor_is_a: bool,
+    ) -> Result<CpuTensor> {
+        let (a, b) = if donor_is_a { (&donor, other) } else { (other, &donor) };
+        let fits = broadcast_shape("binary", &a.shape, &b.shape).is_ok_and(|s| s == donor.shape);
+        let n = donor.numel();
+        match (fits, Arc::get_mut(&mut donor.values), &*other.values) {
+            (true, Some(Values::F32(d)), Values::F32(o)) => self.run(n, || binary_in_place(op, d, o, donor_is_a)),
+            (true, Some(Values::F64(d)), Values::F64(o)) => self.run(n, || binary_in_place(op, d, o, donor_is_a)),
+            _ if donor_is_a => return self.binary(op, &donor, other),
+            _ => return self.binary(op, other, &donor),
+        }
+        Ok(donor)
     }
 
     fn select(&self, mask: &CpuTensor, a: &CpuTensor, b: &CpuTensor) -> Result<CpuTensor> {

@@ -99,6 +99,18 @@ pub trait ElementwiseOps: TensorOps {
     fn accumulate(&self, acc: Self::T, c: &Self::T) -> Result<Self::T> {
         self.add(&acc, c)
     }
+    /// `unary` where the caller gives `x` up (a replay's operand at its last reader): a device
+    /// may write the result into `x`'s storage when nothing else holds it (the same values, so
+    /// the same bits as `unary`); by default, `unary`.
+    fn unary_donated(&self, op: UnaryOp, x: Self::T) -> Result<Self::T> {
+        self.unary(op, &x)
+    }
+    /// `binary` where the caller gives one operand up: `donor` is `a` when `donor_is_a`, else
+    /// `b`, and `other` is the operand kept. A device may write the result into the donor's
+    /// storage when nothing else holds it and it has the result's shape; by default, `binary`.
+    fn binary_donated(&self, op: BinaryOp, donor: Self::T, other: &Self::T, donor_is_a: bool) -> Result<Self::T> {
+        if donor_is_a { self.binary(op, &donor, other) } else { self.binary(op, other, &donor) }
+    }
     fn sub(&self, a: &Self::T, b: &Self::T) -> Result<Self::T> {
         self.binary(BinaryOp::Sub, a, b)
     }
