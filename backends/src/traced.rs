@@ -1336,6 +1336,31 @@ mod tests {
     }
 
     #[test]
+    fn replays_in_the_steady_state_allocate_no_large_buffer() {
+        // 10^5 f64 values: every tensor of the gradient is a buffer the CPU's cache keeps.
+        let d = Traced::new(cpu());
+        let x = d.tensor(&ramp(100_000), &[100_000], DType::F64).unwrap();
+        let cell = TraceCell::default();
+        let mut grad = Vec::new();
+        for _ in 0..3 {
+            d.run_traced(&cell, &mut || -> Result<()> {
+                grad = gradient(&d, &x)?;
+                Ok(())
+            })
+            .unwrap();
+        }
+        let warm = d.inner().fresh_buffers();
+        assert!(warm >= 8, "the recording allocated its buffers: {warm}");
+        let held = trace_of::<Cpu>(&cell);
+        let trace = held.as_ref().unwrap().downcast_ref::<Trace<Cpu>>().unwrap();
+        for _ in 0..3 {
+            d.replay(trace, Keep::Nothing).unwrap();
+        }
+        assert_eq!(d.inner().fresh_buffers(), warm, "a replay allocated a buffer its predecessor had freed");
+        assert_eq!(d.replay(trace, Keep::ReadBacks).unwrap().0, vec![Readback::F(grad)]);
+    }
+
+    #[test]
     fn a_replay_releases_each_value_after_its_last_reader() {
         let d = Traced::new(cpu());
         let x = d.tensor(&ramp(64), &[64], DType::F32).unwrap();

@@ -245,6 +245,12 @@ impl Cpu {
         Ok(Cpu { inner: Arc::new(CpuInner { pool: Pool::new(), threads: pool, nthreads }) })
     }
 
+    /// How many buffers of 64 KiB or more this device (and its clones) allocated anew rather
+    /// than reused from its cache ([`Pool::misses`]).
+    pub fn fresh_buffers(&self) -> usize {
+        self.inner.pool.misses()
+    }
+
     fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
         self.inner.threads.install(f)
     }

@@ -9,6 +9,7 @@
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Upper bound on the bytes the pool keeps cached (idle); more is freed. Overridable with
@@ -30,12 +31,14 @@ struct Shelves {
 pub struct Pool {
     shelves: Mutex<Shelves>,
     limit: usize,
+    /// Buffers of a cached size that no idle one could serve (allocated anew).
+    misses: AtomicUsize,
 }
 
 impl Pool {
     pub fn new() -> Arc<Pool> {
         let limit = std::env::var("ADGAUGE_POOL_BYTES").ok().and_then(|s| s.parse().ok()).unwrap_or(DEFAULT_LIMIT);
-        Arc::new(Pool { shelves: Mutex::new(Shelves::default()), limit })
+        Arc::new(Pool { shelves: Mutex::new(Shelves::default()), limit, misses: AtomicUsize::new(0) })
     }
 
     /// A buffer of `len` elements with unspecified (but initialised) contents.
@@ -51,6 +54,9 @@ impl Pool {
                     return Buf { data: *v, pool: Some(self.clone()) };
                 }
             }
+        }
+        if bytes >= MIN_CACHED_BYTES {
+            self.misses.fetch_add(1, Ordering::Relaxed);
         }
         Buf {
             // Zero-filled allocations come from calloc: no work until pages are touched.
@@ -87,6 +93,12 @@ impl Pool {
         let mut shelves = self.shelves.lock().unwrap_or_else(|e| e.into_inner());
         shelves.by_kind.clear();
         shelves.bytes = 0;
+    }
+
+    /// How many buffers of a cached size were allocated anew so far: a program that repeats
+    /// the same calls stops adding to it once the cache holds what one run frees.
+    pub fn misses(&self) -> usize {
+        self.misses.load(Ordering::Relaxed)
     }
 
     /// Bytes currently held idle in the cache.
@@ -145,6 +157,7 @@ mod tests {
         assert_eq!(b.as_ptr(), ptr);
         assert_eq!(b[0], 42.0);
         assert_eq!(pool.cached_bytes(), 0);
+        assert_eq!(pool.misses(), 1, "the second request was served from the cache");
         // Another type or length does not reuse it.
         drop(b);
         let c = pool.take::<i32>(1 << 20);
