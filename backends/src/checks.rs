@@ -21,6 +21,13 @@ pub fn same_len(op: &'static str, what: &str, a: usize, b: usize) -> Result<()> 
 }
 
 /// The shape of a broadcasting elementwise result: equal shapes, or one operand of one element.
+/// Whether [`broadcast_shape`] of `a` and `b` is the shape of `a` (`of_a`) or of `b`, without
+/// building it (a check per replayed op of a tiny-op workload).
+pub fn broadcast_is(a: &[usize], b: &[usize], of_a: bool) -> bool {
+    let numel = |s: &[usize]| s.iter().product::<usize>();
+    a == b || if of_a { numel(b) == 1 } else { numel(b) != 1 && numel(a) == 1 }
+}
+
 pub fn broadcast_shape(op: &'static str, a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
     let (na, nb): (usize, usize) = (a.iter().product(), b.iter().product());
     if a == b || nb == 1 {
@@ -29,5 +36,28 @@ pub fn broadcast_shape(op: &'static str, a: &[usize], b: &[usize]) -> Result<Vec
         Ok(b.to_vec())
     } else {
         Err(OpError::Shape { op, detail: format!("{a:?} vs {b:?} do not broadcast") })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn broadcast_is_answers_as_broadcast_shape_does() {
+        let shapes: [&[usize]; 8] = [&[], &[1], &[1, 1], &[3], &[3, 1], &[1, 3], &[2, 3], &[0]];
+        let mut kept = [0, 0];
+        for a in shapes {
+            for b in shapes {
+                let s = broadcast_shape("test", a, b).ok();
+                for (i, of_a) in [true, false].into_iter().enumerate() {
+                    let want = s.as_deref() == Some(if of_a { a } else { b });
+                    assert_eq!(broadcast_is(a, b, of_a), want, "{a:?} {b:?} of_a {of_a}");
+                    kept[i] += usize::from(want);
+                }
+            }
+        }
+        // Both answers occur on both sides.
+        assert!(kept[0] > 8 && kept[1] > 8 && kept[0] < 64 && kept[1] < 64, "{kept:?}");
     }
 }

@@ -1010,7 +1010,7 @@ impl ElementwiseOps for Cpu {
         donor_is_a: bool,
     ) -> Result<CpuTensor> {
         let (a, b) = if donor_is_a { (&donor, other) } else { (other, &donor) };
-        let fits = broadcast_shape("binary", &a.shape, &b.shape).is_ok_and(|s| s == donor.shape);
+        let fits = crate::checks::broadcast_is(&a.shape, &b.shape, donor_is_a);
         let n = donor.numel();
         match (fits, Arc::get_mut(&mut donor.values), &*other.values) {
             (true, Some(Values::F32(d)), Values::F32(o)) => self.run(n, || binary_in_place(op, d, o, donor_is_a)),
