@@ -625,6 +625,50 @@ mod tests {
     }
 
     #[test]
+    fn cyclic_squared_differences_equal_the_general_ones_bit_for_bit() {
+        // Partners cycling through K rows (GMM's layout, and no broadcast at all), with rows of
+        // each fixed length and one longer, below and above the parallel threshold; then layouts
+        // that do not cycle, which take the general path.
+        let mut seen = [0, 0];
+        for n in [7, 9000, 40_000] {
+            for d in [1, 2, 3, 4, 5, 11] {
+                let cases: [(Vec<usize>, Vec<usize>); 4] = [
+                    (vec![1, 3, d], vec![n, 3, d]),
+                    (vec![3, d], vec![n, 3, d]),
+                    (vec![n, 3, d], vec![n, 3, d]),
+                    (vec![n, 1, d], vec![n, 3, d]),
+                ];
+                for (small, big) in cases {
+                    let rs = runs("t", &small, &big).unwrap();
+                    let (sl, bl): (usize, usize) = (small.iter().product(), big.iter().product());
+                    let a: Vec<f64> = (0..bl).map(|i| ((i * 29) % 53) as f64 * 0.37 - 9.0).collect();
+                    let b: Vec<f64> = (0..sl).map(|i| ((i * 13) % 17) as f64 * 0.71 - 4.0).collect();
+                    let g: Vec<f64> = (0..bl / d).map(|i| ((i * 7) % 11) as f64 * 0.5 - 2.0).collect();
+                    seen[usize::from(cyclic_rows(&rs, d, sl).is_some())] += 1;
+                    let (mut fast, mut general) = (vec![0.0; bl / d], vec![0.0; bl / d]);
+                    sum_sq_diff(&a, &b, d, &rs, &mut fast);
+                    sum_sq_diff_general(&a, &b, d, &rs, &mut general);
+                    let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&fast), bits(&general), "{small:?} -> {big:?}");
+                    let (mut fast, mut general) = (vec![0.0; bl], vec![0.0; bl]);
+                    sum_sq_diff_adjoint(&a, &b, &g, d, &rs, &mut fast);
+                    sum_sq_diff_adjoint_general(&a, &b, &g, d, &rs, &mut general);
+                    assert_eq!(bits(&fast), bits(&general), "adjoint {small:?} -> {big:?}");
+                    // And by definition, at a few rows.
+                    let mut sums = vec![0.0; bl / d];
+                    sum_sq_diff(&a, &b, d, &rs, &mut sums);
+                    for r in [0, 1, bl / d - 1] {
+                        let off = small_offset(&rs, r * d);
+                        let want: f64 = (0..d).fold(0.0, |s, l| s + (a[r * d + l] - b[off + l]).powi(2));
+                        assert!((sums[r] - want).abs() <= 1e-12 * want.max(1.0), "{small:?} -> {big:?} row {r}");
+                    }
+                }
+            }
+        }
+        assert!(seen[0] > 0 && seen[1] > 0, "both paths ran: {seen:?}");
+    }
+
+    #[test]
     fn long_sums_use_fixed_blocks() {
         let r = 3 * R_BLOCK + 17;
         let x: Vec<f64> = (0..r * 2).map(|i| (i % 13) as f64).collect();
@@ -780,6 +824,66 @@ simd::wider!(logsumexp_adjoint_lines, logsumexp_adjoint_avx2, <T: Elem>(x: &[T],
 /// r's partner (b broadcast to a: `runs`), in order along each row (the composed form's:
 /// squares summed by the q = 1 fold of `sum_to`).
 pub fn sum_sq_diff<T: Elem>(a: &[T], b: &[T], d: usize, runs: &[Run], out: &mut [T]) {
+    if let Some(k) = cyclic_rows(runs, d, b.len()) {
+        return match d {
+            1 => sum_sq_diff_cyclic::<T, 1>(a, b, k, out),
+            2 => sum_sq_diff_cyclic::<T, 2>(a, b, k, out),
+            3 => sum_sq_diff_cyclic::<T, 3>(a, b, k, out),
+            4 => sum_sq_diff_cyclic::<T, 4>(a, b, k, out),
+            _ => sum_sq_diff_general(a, b, d, runs, out),
+        };
+    }
+    sum_sq_diff_general(a, b, d, runs, out)
+}
+
+/// Where the small tensor is `k` rows of `d` repeated along the big one (GMM's `[1, K, d]`
+/// against `[n, K, d]`, or no broadcast at all), row r's partner is row `r % k`: `Some(k)`.
+fn cyclic_rows(runs: &[Run], d: usize, small_len: usize) -> Option<usize> {
+    let (last, outer) = runs.split_last()?;
+    let fits = !last.reduced && last.len == small_len && d > 0 && small_len.is_multiple_of(d) && small_len > 0;
+    (fits && outer.iter().all(|r| r.reduced)).then_some(small_len / d)
+}
+
+/// Runs `f(r, j)` for rows `first..first + count` with `j = r % k`, counted along.
+#[inline(always)]
+fn cyclic(first: usize, count: usize, k: usize, mut f: impl FnMut(usize, usize)) {
+    let mut j = first % k;
+    for r in first..first + count {
+        f(r, j);
+        j += 1;
+        if j == k {
+            j = 0;
+        }
+    }
+}
+
+/// [`sum_sq_diff`] for rows of a fixed length `D` whose partners cycle through `k` rows: the
+/// same sum in the same order, without the general offsets' odometer per row (GMM d = 2's
+/// squared differences spent most of their time there).
+fn sum_sq_diff_cyclic<T: Elem, const D: usize>(a: &[T], b: &[T], k: usize, out: &mut [T]) {
+    let rows = |first: usize, out: &mut [T]| {
+        cyclic(first, out.len(), k, |r, j| {
+            let (ar, br): (&[T; D], &[T; D]) = (
+                a[r * D..(r + 1) * D].try_into().expect("D values"),
+                b[j * D..(j + 1) * D].try_into().expect("D values"),
+            );
+            let mut s = T::zero();
+            for l in 0..D {
+                let t = ar[l] - br[l];
+                s = s + t * t;
+            }
+            out[r - first] = s;
+        })
+    };
+    if out.len() * D < PAR_MIN {
+        rows(0, out);
+    } else {
+        let per_task = PAR_MIN / D;
+        out.par_chunks_mut(per_task).enumerate().for_each(|(t, o)| rows(t * per_task, o));
+    }
+}
+
+fn sum_sq_diff_general<T: Elem>(a: &[T], b: &[T], d: usize, runs: &[Run], out: &mut [T]) {
     // Rows first..first + out.len(), the small tensor's offsets counted along.
     let rows = |first: usize, out: &mut [T]| {
         let mut offs = SmallOffsets::at(runs, first * d);
@@ -803,6 +907,39 @@ pub fn sum_sq_diff<T: Elem>(a: &[T], b: &[T], d: usize, runs: &[Run], out: &mut 
 /// `out[r d + l] = (g[r] * 2) * (a[r d + l] - b[o(r) + l])`: the adjoint of a for
 /// [`sum_sq_diff`].
 pub fn sum_sq_diff_adjoint<T: Elem>(a: &[T], b: &[T], g: &[T], d: usize, runs: &[Run], out: &mut [T]) {
+    if let Some(k) = cyclic_rows(runs, d, b.len()) {
+        return match d {
+            1 => sum_sq_diff_adjoint_cyclic::<T, 1>(a, b, g, k, out),
+            2 => sum_sq_diff_adjoint_cyclic::<T, 2>(a, b, g, k, out),
+            3 => sum_sq_diff_adjoint_cyclic::<T, 3>(a, b, g, k, out),
+            4 => sum_sq_diff_adjoint_cyclic::<T, 4>(a, b, g, k, out),
+            _ => sum_sq_diff_adjoint_general(a, b, g, d, runs, out),
+        };
+    }
+    sum_sq_diff_adjoint_general(a, b, g, d, runs, out)
+}
+
+/// [`sum_sq_diff_adjoint`] for the cyclic partners of [`sum_sq_diff_cyclic`].
+fn sum_sq_diff_adjoint_cyclic<T: Elem, const D: usize>(a: &[T], b: &[T], g: &[T], k: usize, out: &mut [T]) {
+    let two = T::of_f64(2.0);
+    let rows = |first: usize, out: &mut [T]| {
+        cyclic(first, out.len() / D, k, |r, j| {
+            let (ar, br, gr) = (&a[r * D..(r + 1) * D], &b[j * D..(j + 1) * D], g[r] * two);
+            let o = &mut out[(r - first) * D..(r - first + 1) * D];
+            for l in 0..D {
+                o[l] = gr * (ar[l] - br[l]);
+            }
+        })
+    };
+    if out.len() < PAR_MIN {
+        rows(0, out);
+    } else {
+        let per_task = PAR_MIN / D;
+        out.par_chunks_mut(per_task * D).enumerate().for_each(|(t, o)| rows(t * per_task, o));
+    }
+}
+
+fn sum_sq_diff_adjoint_general<T: Elem>(a: &[T], b: &[T], g: &[T], d: usize, runs: &[Run], out: &mut [T]) {
     let two = T::of_f64(2.0);
     // Rows first.. of `out` (whole rows of d), the small tensor's offsets counted along.
     let rows = |first: usize, out: &mut [T]| {
