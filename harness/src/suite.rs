@@ -4,7 +4,7 @@
 //! ```yaml
 //! name: quick
 //! seed: 20261122
-//! timing: {samples: 5, min_sample_ms: 5, time_limit_s: 0.4, case_time_limit_s: 120}
+//! timing: {samples: 5, min_sample_ms: 5, time_limit_s: 0.4, case_time_limit_s: 120}  # warm_up_ms: 5 x min_sample_ms
 //! tolerances: {fd-vjp: {f32: 2e-3}}     # overrides of the built-in table
 //! cases:
 //!   - workload: hist                    # a registered workload family
@@ -50,6 +50,7 @@ pub const DEFAULT_SUITE: &str = include_str!("../../suites/default.yaml");
 struct TimingFile {
     samples: Option<u64>,
     min_sample_ms: Option<f64>,
+    warm_up_ms: Option<f64>,
     time_limit_s: Option<f64>,
     case_time_limit_s: Option<f64>,
 }
@@ -118,8 +119,13 @@ pub fn parse_suite_with(text: &str, source: &str, external: &[ExternalSpec]) -> 
     let file: SuiteFile = serde_saphyr::from_str_with_options(text, options)
         .map_err(|e| locate_unknown_field(text, source, &e.to_string()))?;
     let seed = file.seed.unwrap_or(DEFAULT_SEED);
-    let mut budget =
-        Budget { min_sample: Duration::from_millis(5), samples: 5, time_limit: Duration::from_millis(400) };
+    let min_sample = Duration::from_millis(5);
+    let mut budget = Budget {
+        min_sample,
+        samples: 5,
+        time_limit: Duration::from_millis(400),
+        warm_up: Budget::default_warm_up(min_sample),
+    };
     let mut case_limit = Duration::from_secs(120);
     let seconds = |what: &str, x: f64| -> Result<Duration, String> {
         if x.is_finite() && x > 0.0 && x <= MAX_SECONDS {
@@ -138,6 +144,17 @@ pub fn parse_suite_with(text: &str, source: &str, external: &[ExternalSpec]) -> 
         if let Some(ms) = t.min_sample_ms {
             budget.min_sample =
                 seconds("min_sample_ms", ms / 1e3).map_err(|e| e.replace("seconds", "seconds (/ 1000)"))?;
+            budget.warm_up = Budget::default_warm_up(budget.min_sample);
+        }
+        if let Some(ms) = t.warm_up_ms {
+            // 0 is allowed: the single warm-up call only.
+            budget.warm_up = if ms == 0.0 {
+                Duration::ZERO
+            } else {
+                seconds("warm_up_ms", ms / 1e3).map_err(|e| {
+                    e.replace("a positive number of seconds", "0 or a positive number of seconds (/ 1000)")
+                })?
+            };
         }
         if let Some(s) = t.time_limit_s {
             budget.time_limit = seconds("time_limit_s", s)?;
@@ -628,7 +645,15 @@ mod tests {
         assert_eq!(s.seed, 5);
         assert_eq!(s.budget.samples, 3);
         assert_eq!(s.budget.time_limit, Duration::from_millis(1500));
+        assert_eq!(s.budget.warm_up, Duration::from_millis(25), "five default minimum samples");
         assert_eq!(s.tolerances.get(&(CheckKind::FdVjp, DType::F32)), Some(&0.002));
+        // The warm-up follows the minimum sample unless set; 0 keeps the single warm-up call.
+        let with = |timing: &str| parse_suite(&text.replace("{samples: 3, time_limit_s: 1.5}", timing), "t");
+        assert_eq!(with("{min_sample_ms: 20}").unwrap().budget.warm_up, Duration::from_millis(100));
+        assert_eq!(with("{min_sample_ms: 20, warm_up_ms: 300}").unwrap().budget.warm_up, Duration::from_millis(300));
+        assert_eq!(with("{warm_up_ms: 0}").unwrap().budget.warm_up, Duration::ZERO);
+        let e = with("{warm_up_ms: -1}").unwrap_err();
+        assert!(e.contains("timing.warm_up_ms must be 0 or a positive number"), "{e}");
         assert!(s.cases.iter().all(|c| c.modes == [Mode::Primal, Mode::Vjp] && c.seed == 5));
         let classic = "name: c\ncases:\n  - workload: kmeans\n    n: [100]\n    k: [3]\n    d: [2, 4]\n  - workload: gmm\n    d: [2]\n    k: [5]\n    n: [50]\n  - workload: lstm\n    l: [1, 2]\n    c: [8]\n    backends: [opencl]\n";
         assert_eq!(

@@ -1,9 +1,9 @@
 //! Timing methodology (docs/ARCHITECTURE.md, harness): inputs are resident on the device and excluded; the
 //! timed closure includes everything a user pays for (forward sweep, taping, reverse sweep,
-//! allocation) and ends with a device synchronisation; one warm-up call, then one call whose time
-//! sizes the batch (a first call may record or compile); calls are batched until
-//! a sample lasts at least `min_sample`; samples are kept until `samples` are taken or
-//! `time_limit` has passed (at least one sample is always taken).
+//! allocation) and ends with a device synchronisation; warm-up calls (at least one, and until
+//! `warm_up` has passed), then one call whose time sizes the batch (a first call may record or
+//! compile); calls are batched until a sample lasts at least `min_sample`; samples are kept
+//! until `samples` are taken or `time_limit` has passed (at least one sample is always taken).
 
 use std::time::{Duration, Instant};
 
@@ -15,11 +15,28 @@ pub struct Budget {
     pub min_sample: Duration,
     pub samples: usize,
     pub time_limit: Duration,
+    /// How long to keep calling before timing: one call is not always enough. A GMM d = 20
+    /// objective took 1.1-1.5 ms a call for its first 50 ms of calls and 0.76-0.81 after, so
+    /// five samples of 20 ms medianed the transient (docs/performance.md).
+    pub warm_up: Duration,
+}
+
+impl Budget {
+    /// The warm-up a budget gets unless it sets one: five minimum samples.
+    pub fn default_warm_up(min_sample: Duration) -> Duration {
+        min_sample * 5
+    }
 }
 
 impl Default for Budget {
     fn default() -> Self {
-        Budget { min_sample: Duration::from_millis(5), samples: 7, time_limit: Duration::from_secs(2) }
+        let min_sample = Duration::from_millis(5);
+        Budget {
+            min_sample,
+            samples: 7,
+            time_limit: Duration::from_secs(2),
+            warm_up: Budget::default_warm_up(min_sample),
+        }
     }
 }
 
@@ -27,6 +44,12 @@ impl Default for Budget {
 pub fn measure<E>(budget: &Budget, mut f: impl FnMut() -> Result<(), E>) -> Result<Timing, E> {
     let start = Instant::now();
     f()?; // warm-up: first-touch pages, caches, lazily built kernels, a traced device's recording
+    // More warm-up calls until `warm_up` has passed since the first one ended (the first may be
+    // a recording or a compile, which warms nothing of the steady state).
+    let warm = Instant::now();
+    while warm.elapsed() < budget.warm_up && start.elapsed() < budget.time_limit {
+        f()?;
+    }
     // The batch comes from a second, steady call: sized by the warm-up, a call after a 50 ms
     // recording ran unbatched under a 20 ms minimum sample.
     let t0 = Instant::now();
@@ -72,7 +95,12 @@ mod tests {
 
     #[test]
     fn fast_calls_are_batched_and_order_statistics_are_consistent() {
-        let budget = Budget { min_sample: Duration::from_millis(2), samples: 5, time_limit: Duration::from_secs(5) };
+        let budget = Budget {
+            min_sample: Duration::from_millis(2),
+            samples: 5,
+            time_limit: Duration::from_secs(5),
+            warm_up: Duration::ZERO,
+        };
         let mut calls = 0usize;
         let t = measure::<()>(&budget, || {
             calls += 1;
@@ -89,7 +117,12 @@ mod tests {
     #[test]
     fn a_slow_first_call_does_not_size_the_batch() {
         // A first call that records or compiles (here: sleeps 30 ms) before fast ones.
-        let budget = Budget { min_sample: Duration::from_millis(5), samples: 3, time_limit: Duration::from_secs(5) };
+        let budget = Budget {
+            min_sample: Duration::from_millis(5),
+            samples: 3,
+            time_limit: Duration::from_secs(5),
+            warm_up: Duration::ZERO,
+        };
         let mut calls = 0usize;
         let t = measure::<()>(&budget, || {
             calls += 1;
@@ -102,6 +135,32 @@ mod tests {
         .unwrap();
         assert!(t.batch > 1, "fast calls after a slow first one must be batched, batch = {}", t.batch);
         assert!(t.max_s < 0.005, "the slow first call is not a sample: {}", t.max_s);
+    }
+
+    #[test]
+    fn calls_slow_for_a_while_are_warmed_up_before_the_samples() {
+        // Calls that take 3 ms for their first 40 ms, then 0.2 ms: a transient of several calls
+        // (caches, pages, clocks) that one warm-up call does not cover.
+        let run = |warm_up: Duration| {
+            let budget = Budget {
+                min_sample: Duration::from_millis(2),
+                samples: 5,
+                time_limit: Duration::from_secs(5),
+                warm_up,
+            };
+            let start = Instant::now();
+            measure::<()>(&budget, || {
+                let slow = start.elapsed() < Duration::from_millis(40);
+                std::thread::sleep(Duration::from_micros(if slow { 3000 } else { 200 }));
+                Ok(())
+            })
+            .unwrap()
+        };
+        let warmed = run(Duration::from_millis(60));
+        assert!(warmed.max_s < 0.0025, "a slow call was sampled after the warm-up: {:?}", warmed.sample_s);
+        // Without it the transient lands in the samples, which is what the warm-up is for.
+        let cold = run(Duration::ZERO);
+        assert!(cold.max_s >= 0.0025, "the transient should show without a warm-up: {:?}", cold.sample_s);
     }
 
     #[test]
