@@ -20,23 +20,31 @@ pub fn same_len(op: &'static str, what: &str, a: usize, b: usize) -> Result<()> 
     Ok(())
 }
 
-/// The shape of a broadcasting elementwise result: equal shapes, or one operand of one element.
+/// The shape of a broadcasting elementwise result, borrowed from the operand it comes from:
+/// equal shapes, or one operand of one element; `None` where the shapes do not broadcast.
+pub fn broadcast_of<'s>(a: &'s [usize], b: &'s [usize]) -> Option<&'s [usize]> {
+    let numel = |s: &[usize]| s.iter().product::<usize>();
+    if a == b || numel(b) == 1 {
+        Some(a)
+    } else if numel(a) == 1 {
+        Some(b)
+    } else {
+        None
+    }
+}
+
 /// Whether [`broadcast_shape`] of `a` and `b` is the shape of `a` (`of_a`) or of `b`, without
 /// building it (a check per replayed op of a tiny-op workload).
 pub fn broadcast_is(a: &[usize], b: &[usize], of_a: bool) -> bool {
-    let numel = |s: &[usize]| s.iter().product::<usize>();
-    a == b || if of_a { numel(b) == 1 } else { numel(b) != 1 && numel(a) == 1 }
+    broadcast_of(a, b) == Some(if of_a { a } else { b })
 }
 
+/// The shape of a broadcasting elementwise result ([`broadcast_of`]), or a shape error naming
+/// `op`.
 pub fn broadcast_shape(op: &'static str, a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
-    let (na, nb): (usize, usize) = (a.iter().product(), b.iter().product());
-    if a == b || nb == 1 {
-        Ok(a.to_vec())
-    } else if na == 1 {
-        Ok(b.to_vec())
-    } else {
-        Err(OpError::Shape { op, detail: format!("{a:?} vs {b:?} do not broadcast") })
-    }
+    broadcast_of(a, b)
+        .map(<[usize]>::to_vec)
+        .ok_or_else(|| OpError::Shape { op, detail: format!("{a:?} vs {b:?} do not broadcast") })
 }
 
 #[cfg(test)]

@@ -176,28 +176,35 @@ fn truth<T: Float>(b: bool) -> T {
 /// of producing inf - inf = NaN.
 #[inline]
 pub(crate) fn lae_combine<T: Float>(a: T, b: T) -> T {
+    lae_with(a, b, (-(a - b).abs()).exp())
+}
+
+/// logaddexp(a, b) from `e = e^-|a - b|`: the larger plus log1p(e).
+#[inline(always)]
+fn lae_with<T: Float>(a: T, b: T, e: T) -> T {
     let m = a.max(b);
-    if m.is_infinite() {
-        return m;
-    }
-    m + (-(a - b).abs()).exp().ln_1p()
+    if m.is_infinite() { m } else { m + e.ln_1p() }
 }
 
 /// d/da logaddexp(a, b) = sigmoid(a - b), computed without overflow; 0 when a is -inf (the
 /// neutral contributes nothing, and logaddexp(-inf, -inf) has partials 0, not NaN).
 #[inline]
 pub(crate) fn lae_d1<T: Float>(a: T, b: T) -> T {
+    // No exponential where an operand is -inf: `lae_d1_with` does not read it there.
+    let e = if a == T::neg_infinity() || b == T::neg_infinity() { T::zero() } else { (-(a - b).abs()).exp() };
+    lae_d1_with(a, b, e)
+}
+
+/// [`lae_d1`] from `e = e^-|a - b|` (not read where a or b is -inf).
+#[inline(always)]
+fn lae_d1_with<T: Float>(a: T, b: T, e: T) -> T {
     if a == T::neg_infinity() {
-        return T::zero();
-    }
-    if b == T::neg_infinity() {
-        return T::one();
-    }
-    let x = a - b;
-    if x >= T::zero() {
-        T::one() / (T::one() + (-x).exp())
+        T::zero()
+    } else if b == T::neg_infinity() {
+        T::one()
+    } else if a - b >= T::zero() {
+        T::one() / (T::one() + e)
     } else {
-        let e = x.exp();
         e / (T::one() + e)
     }
 }
@@ -207,20 +214,8 @@ pub(crate) fn lae_d1<T: Float>(a: T, b: T) -> T {
 /// aside).
 #[inline]
 pub(crate) fn lae_d2_and_combine<T: Float>(a: T, b: T) -> (T, T) {
-    let x = b - a;
-    let e = (-x.abs()).exp();
-    let m = a.max(b);
-    let y = if m.is_infinite() { m } else { m + e.ln_1p() };
-    let d2 = if b == T::neg_infinity() {
-        T::zero()
-    } else if a == T::neg_infinity() {
-        T::one()
-    } else if x >= T::zero() {
-        T::one() / (T::one() + e)
-    } else {
-        e / (T::one() + e)
-    };
-    (d2, y)
+    let e = (-(b - a).abs()).exp();
+    (lae_d1_with(b, a, e), lae_with(a, b, e))
 }
 
 #[inline]

@@ -896,8 +896,8 @@ impl<D: Traceable> ElementwiseOps for Traced<D> {
     fn binary(&self, op: BinaryOp, a: &TT<D>, b: &TT<D>) -> Result<TT<D>> {
         let r = T(self.inner.binary(op, &a.value, &b.value)?);
         self.record("binary", [a, b], [], r, move |[a, b], [], slots| {
+            let twice = matches!((a, b), (Arg::Slot(x), Arg::Slot(y)) if x == y);
             Box::new(move |d, fr| {
-                let twice = matches!((a, b), (Arg::Slot(x), Arg::Slot(y)) if x == y);
                 let y = if !twice && fr.dies_here(a) {
                     let donor = fr.take_t(a)?;
                     d.binary_donated(op, donor, fr.t(b)?, true)?

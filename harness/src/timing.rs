@@ -93,14 +93,18 @@ pub fn summarize(mut per_call: Vec<f64>, batch: usize) -> Option<Timing> {
 mod tests {
     use super::*;
 
+    fn budget(min_sample_ms: u64, samples: usize, warm_up: Duration) -> Budget {
+        Budget {
+            min_sample: Duration::from_millis(min_sample_ms),
+            samples,
+            time_limit: Duration::from_secs(5),
+            warm_up,
+        }
+    }
+
     #[test]
     fn fast_calls_are_batched_and_order_statistics_are_consistent() {
-        let budget = Budget {
-            min_sample: Duration::from_millis(2),
-            samples: 5,
-            time_limit: Duration::from_secs(5),
-            warm_up: Duration::ZERO,
-        };
+        let budget = budget(2, 5, Duration::ZERO);
         let mut calls = 0usize;
         let t = measure::<()>(&budget, || {
             calls += 1;
@@ -117,12 +121,7 @@ mod tests {
     #[test]
     fn a_slow_first_call_does_not_size_the_batch() {
         // A first call that records or compiles (here: sleeps 30 ms) before fast ones.
-        let budget = Budget {
-            min_sample: Duration::from_millis(5),
-            samples: 3,
-            time_limit: Duration::from_secs(5),
-            warm_up: Duration::ZERO,
-        };
+        let budget = budget(5, 3, Duration::ZERO);
         let mut calls = 0usize;
         let t = measure::<()>(&budget, || {
             calls += 1;
@@ -142,12 +141,7 @@ mod tests {
         // Calls that take 3 ms for their first 40 ms, then 0.2 ms: a transient of several calls
         // (caches, pages, clocks) that one warm-up call does not cover.
         let run = |warm_up: Duration| {
-            let budget = Budget {
-                min_sample: Duration::from_millis(2),
-                samples: 5,
-                time_limit: Duration::from_secs(5),
-                warm_up,
-            };
+            let budget = budget(2, 5, warm_up);
             let start = Instant::now();
             measure::<()>(&budget, || {
                 let slow = start.elapsed() < Duration::from_millis(40);

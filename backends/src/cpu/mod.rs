@@ -168,6 +168,36 @@ macro_rules! by_dtype {
     };
 }
 
+/// Evaluates `$body` with `$f` bound to `op`'s function on `$t`. The arithmetic operators get a
+/// closure (so a loop) of their own: dispatching on `op` per element was most of the time of
+/// the many small elementwise ops of LSTM-like workloads.
+macro_rules! per_binary_op {
+    ($op:expr, $t:ty, $f:ident => $body:expr) => {
+        match $op {
+            BinaryOp::Add => {
+                let $f = |x: $t, y: $t| x + y;
+                $body
+            }
+            BinaryOp::Sub => {
+                let $f = |x: $t, y: $t| x - y;
+                $body
+            }
+            BinaryOp::Mul => {
+                let $f = |x: $t, y: $t| x * y;
+                $body
+            }
+            BinaryOp::Div => {
+                let $f = |x: $t, y: $t| x / y;
+                $body
+            }
+            other => {
+                let $f = move |x: $t, y: $t| kernels::binary(other, x, y);
+                $body
+            }
+        }
+    };
+}
+
 /// `v[i] = op(v[i])` with the loops of `Cpu::unary`, through a copy of each run of elements on
 /// the stack (the loops read one slice and write another). The operators are elementwise, so
 /// the values do not depend on how the elements are split.
@@ -189,7 +219,7 @@ fn unary_in_place<T: CpuElem>(op: UnaryOp, v: &mut [T]) {
 }
 
 /// `d = d op o` (or `o op d` when the donor `d` was the right operand), `o` of `d`'s length or
-/// one element; the per-operator loops of `Cpu::binary_t`.
+/// one element; the per-operator loops of `Cpu::binary_t` ([`per_binary_op!`]).
 fn binary_in_place<T: CpuElem>(op: BinaryOp, d: &mut [T], o: &[T], donor_is_a: bool) {
     fn zip<T: CpuElem>(d: &mut [T], o: &[T], donor_is_a: bool, f: impl Fn(T, T) -> T + Sync) {
         match (o.len() == d.len(), donor_is_a) {
@@ -199,13 +229,7 @@ fn binary_in_place<T: CpuElem>(op: BinaryOp, d: &mut [T], o: &[T], donor_is_a: b
             (false, false) => kernels::update_with(d, |_, x| f(o[0], x)),
         }
     }
-    match op {
-        BinaryOp::Add => zip(d, o, donor_is_a, |x, y| x + y),
-        BinaryOp::Sub => zip(d, o, donor_is_a, |x, y| x - y),
-        BinaryOp::Mul => zip(d, o, donor_is_a, |x, y| x * y),
-        BinaryOp::Div => zip(d, o, donor_is_a, |x, y| x / y),
-        _ => zip(d, o, donor_is_a, |x, y| kernels::binary(op, x, y)),
-    }
+    per_binary_op!(op, T, f => zip(d, o, donor_is_a, f))
 }
 
 /// Per-bin totals of the operator `f` over `v`.
@@ -346,15 +370,7 @@ impl Cpu {
     }
 
     fn binary_t<T: CpuElem>(&self, op: BinaryOp, a: &CpuTensor, b: &CpuTensor) -> Result<CpuTensor> {
-        // The arithmetic operators get a loop of their own: dispatching on `op` per element
-        // was most of the time of the many small elementwise ops of LSTM-like workloads.
-        match op {
-            BinaryOp::Add => self.zip_t::<T>("binary", a, b, |x, y| x + y),
-            BinaryOp::Sub => self.zip_t::<T>("binary", a, b, |x, y| x - y),
-            BinaryOp::Mul => self.zip_t::<T>("binary", a, b, |x, y| x * y),
-            BinaryOp::Div => self.zip_t::<T>("binary", a, b, |x, y| x / y),
-            _ => self.zip_t::<T>("binary", a, b, |x, y| kernels::binary(op, x, y)),
-        }
+        per_binary_op!(op, T, f => self.zip_t::<T>("binary", a, b, f))
     }
 
     /// `out[i] = f(a[i], b[i])` with broadcasting of a one-element operand.
