@@ -5,8 +5,7 @@
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]
 #
-# Targets: eval_json adbench_readers protocol_line result_csv suite_yaml (result_csv and
-# suite_yaml build polars: slow).
+# Targets: eval_json adbench_readers protocol_line result_csv suite_yaml.
 # FUZZ_TARGET_DIR: cargo's target directory for the fuzz builds (default fuzz/target).
 # Prints one line per target with libFuzzer's execution count; exit 1 if any target crashed.
 set -euo pipefail

@@ -6,7 +6,7 @@
 #
 # Environment: ADGAUGE_HISTORY (default ~/adgauge-history), ADGAUGE_SUITE (default
 # suites/nightly.yaml), ADGAUGE_THREADS (default: all cores), ADGAUGE_BENCH=1 to also run the
-# criterion benches (n from ADGAUGE_BENCH_N, default 10^7).
+# criterion benches (n from ADGAUGE_BENCH_N, default 10^7). CARGO_TARGET_DIR is honoured.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,7 +18,8 @@ threads=()
 [ -n "${ADGAUGE_THREADS:-}" ] && threads=(--threads "$ADGAUGE_THREADS")
 
 cargo build --release || exit 2
-bin=target/release/adgauge
+# cargo puts the binary under CARGO_TARGET_DIR when it is set (relative to this directory).
+bin="${CARGO_TARGET_DIR:-target}/release/adgauge"
 
 previous="$(ls "$history"/*.csv 2>/dev/null | sort | tail -n 1)"
 "$bin" "${threads[@]}" run --suite "$suite" --history "$history" --isolate --quiet | tee "$history/last-run.txt"

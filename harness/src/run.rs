@@ -163,6 +163,8 @@ pub fn run(args: &RunArgs, threads: Option<usize>) -> anyhow::Result<Code> {
         }
         return Ok(Code::Success);
     }
+    // Sizes are checked after the selection: what --filter and --shard leave out never counts.
+    suite.check_memory(&cases).map_err(bad_input)?;
     let cpu = Cpu::new(threads)?;
     // Every tool opens on first use; one that cannot start makes its cases skipped rows.
     let tools = Tools::with_external(threads, cpu.clone(), &suite.external);

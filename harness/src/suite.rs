@@ -91,6 +91,22 @@ pub struct Suite {
     pub cases: Vec<Case>,
     /// The external tools the suite's cases may name (defined in it or on the command line).
     pub external: Vec<ExternalSpec>,
+    /// Cases whose size the memory limit refuses: case id -> the error (the suite's
+    /// `file:line:column`, the formula and the bytes). Kept apart rather than failing the parse
+    /// so that a `--filter` or `--shard` that leaves them out still runs (a nightly suite's
+    /// 10^8-element shard on one machine, its small ones on a 7 GB runner);
+    /// [`Suite::check_memory`] refuses the selected ones before anything runs.
+    pub refused: BTreeMap<String, String>,
+}
+
+impl Suite {
+    /// The first selected case whose size the memory limit refuses, as its error.
+    pub fn check_memory(&self, selected: &[Case]) -> Result<(), String> {
+        match selected.iter().find_map(|c| self.refused.get(&c.id())) {
+            Some(message) => Err(message.clone()),
+            None => Ok(()),
+        }
+    }
 }
 
 /// The seed suites use unless they set one.
@@ -181,10 +197,11 @@ pub fn parse_suite_with(text: &str, source: &str, external: &[ExternalSpec]) -> 
         return Err(format!("{source}: cases: is empty (a suite lists at least one entry)"));
     }
     let mut cases = Vec::new();
+    let mut refused = BTreeMap::new();
     let mut external = external.to_vec();
     for (g, entry) in file.cases.iter().enumerate() {
         let at = Entry { text, source, g, entry };
-        cases.extend(at.expand(seed, &mut external)?);
+        cases.extend(at.expand(seed, &mut external, &mut refused)?);
         if cases.len() > MAX_CASES {
             return Err(format!("{source}: cases: the suite expands to more than {MAX_CASES} cases (at cases[{g}])"));
         }
@@ -192,7 +209,17 @@ pub fn parse_suite_with(text: &str, source: &str, external: &[ExternalSpec]) -> 
     if let Some(dup) = Case::first_duplicate(&cases) {
         return Err(format!("{source}: case {dup} is listed twice"));
     }
-    Ok(Suite { name: file.name, description: file.description, seed, budget, case_limit, tolerances, cases, external })
+    Ok(Suite {
+        name: file.name,
+        description: file.description,
+        seed,
+        budget,
+        case_limit,
+        tolerances,
+        cases,
+        external,
+        refused,
+    })
 }
 
 /// One entry of `cases:` being read: knows where it is, for messages.
@@ -389,7 +416,14 @@ impl Entry<'_> {
         Ok(spec)
     }
 
-    fn expand(&self, seed: u64, external: &mut Vec<ExternalSpec>) -> Result<Vec<Case>, String> {
+    /// The entry's cases; those whose size the memory limit refuses also go into `refused`
+    /// (case id -> error) for [`Suite::check_memory`].
+    fn expand(
+        &self,
+        seed: u64,
+        external: &mut Vec<ExternalSpec>,
+        refused: &mut BTreeMap<String, String>,
+    ) -> Result<Vec<Case>, String> {
         let family = match self.get("workload") {
             Some(Json::String(s)) => s.as_str(),
             Some(other) => return Err(self.error("workload", None, &format!("expected a workload name, got {other}"))),
@@ -431,13 +465,13 @@ impl Entry<'_> {
                 })
                 .collect();
         }
-        for params in &combos {
-            if let Some(need) = workload.footprint(params)
-                && let Err(message) = need.check()
-            {
-                return Err(self.error(need.key, None, &message));
-            }
-        }
+        let refusals: Vec<Option<String>> = combos
+            .iter()
+            .map(|params| {
+                let need = workload.footprint(params)?;
+                need.check().err().map(|message| self.error(need.key, None, &message))
+            })
+            .collect();
         let dtypes = self.names("dtypes", Some(Json::from(["f32"])), "dtype", |s| s.parse::<DType>())?;
         let tools_key = if self.entry.contains_key("backends") { "backends" } else { "tools" };
         let tools = self.tools(tools_key, external)?;
@@ -468,11 +502,11 @@ impl Entry<'_> {
             return Err(self.error("workload", None, &message));
         }
         let mut cases = Vec::new();
-        for params in &combos {
+        for (params, refusal) in combos.iter().zip(&refusals) {
             for &dtype in &dtypes {
                 for tool in &tools {
                     for rule in &rules {
-                        cases.push(Case {
+                        let case = Case {
                             workload,
                             name: workload.case_name(params),
                             params: params.clone(),
@@ -482,7 +516,11 @@ impl Entry<'_> {
                             modes: modes.clone(),
                             validate,
                             seed,
-                        });
+                        };
+                        if let Some(message) = refusal {
+                            refused.insert(case.id(), message.clone());
+                        }
+                        cases.push(case);
                     }
                 }
             }

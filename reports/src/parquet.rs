@@ -1,107 +1,240 @@
-//! Parquet beside the CSV, through polars (features: `parquet` only; the queries of
-//! `adgauge history` are plain Rust over the rows, see `query.rs`, so the lazy engine is not
-//! built). A run's Parquet file holds the same table as its schema-3 CSV, typed by
-//! [`store::column_kind`]: counts as UInt64, times and ratios as Float64, `sample_s` as a list of
-//! Float64, checks' `passed` as Boolean, parameters as UInt64 or Float64 where every value parses
-//! as one, empty fields as null.
+//! Parquet beside the CSV, through the `parquet` crate's column writer (no Arrow, no compression
+//! codecs: the files are small and the crate builds in seconds where a data-frame library took
+//! minutes). A run's Parquet file holds the same table as its CSV, typed by
+//! [`store::column_kind`]: counts as unsigned 64-bit integers, times and ratios as doubles,
+//! `sample_s` as a list of doubles, checks' `passed` as booleans, parameters as integers or
+//! doubles where every value parses as one, text as UTF-8 strings, empty fields as null. Every
+//! column is optional (nullable), so readers such as polars, pandas or DuckDB see the CSV's
+//! empty fields as nulls. The queries of `adgauge history` are plain Rust over the rows
+//! (`query.rs`).
 
-use std::io::Cursor;
+use std::sync::Arc;
 
-use polars::prelude::*;
+use parquet::basic::{LogicalType, Repetition, Type as Physical};
+use parquet::column::writer::ColumnWriter;
+use parquet::data_type::ByteArray;
+use parquet::errors::{ParquetError, Result};
+use parquet::file::properties::WriterProperties;
+use parquet::file::writer::SerializedFileWriter;
+use parquet::schema::types::{Type, TypePtr};
 
 use crate::query::{Cell, Table};
 use crate::schema::{ResultRow, RunInfo};
 use crate::store::{self, Kind};
 
-/// One typed column from its text values (the CSV's fields; empty is null).
-fn column(name: &str, values: &[&str]) -> Column {
-    let name: PlSmallStr = name.into();
-    match store::column_kind(name.as_str(), values) {
-        Kind::Text => Column::new(name, values.iter().map(|v| (!v.is_empty()).then_some(*v)).collect::<Vec<_>>()),
-        Kind::Count => Column::new(name, values.iter().map(|v| v.parse::<u64>().ok()).collect::<Vec<_>>()),
-        Kind::Real => Column::new(name, values.iter().map(|v| v.parse::<f64>().ok()).collect::<Vec<_>>()),
-        Kind::Flag => Column::new(name, values.iter().map(|v| v.parse::<bool>().ok()).collect::<Vec<_>>()),
-        Kind::Samples => {
-            let lists: Vec<Series> = values
-                .iter()
-                .map(|v| {
-                    let xs: Vec<f64> = v.split_whitespace().filter_map(|x| x.parse().ok()).collect();
-                    Series::new(PlSmallStr::EMPTY, xs)
-                })
-                .collect();
-            Column::new(name, lists)
+/// One column's values, typed; `None` is null.
+enum Values {
+    Text(Vec<Option<String>>),
+    Count(Vec<Option<u64>>),
+    Real(Vec<Option<f64>>),
+    Flag(Vec<Option<bool>>),
+    /// One list per row (an empty field is an empty list, as in the CSV).
+    Samples(Vec<Vec<f64>>),
+}
+
+/// A named column.
+struct Column {
+    name: String,
+    values: Values,
+}
+
+impl Column {
+    /// The column from its text values (the CSV's fields; empty is null).
+    fn from_fields(name: &str, fields: &[&str]) -> Column {
+        let present = |v: &&str| !v.is_empty();
+        let values = match store::column_kind(name, fields) {
+            Kind::Text => Values::Text(fields.iter().map(|v| present(v).then(|| v.to_string())).collect()),
+            Kind::Count => Values::Count(fields.iter().map(|v| v.parse().ok()).collect()),
+            Kind::Real => Values::Real(fields.iter().map(|v| v.parse().ok()).collect()),
+            Kind::Flag => Values::Flag(fields.iter().map(|v| v.parse().ok()).collect()),
+            Kind::Samples => Values::Samples(
+                fields.iter().map(|v| v.split_whitespace().filter_map(|x| x.parse().ok()).collect()).collect(),
+            ),
+        };
+        Column { name: name.to_string(), values }
+    }
+
+    /// The schema node: an optional leaf, or for a list the three-level LIST group that the
+    /// Parquet format specifies (`optional group (LIST) { repeated group list { optional double
+    /// element } }`).
+    fn schema(&self) -> Result<TypePtr> {
+        let leaf = |name: &str, physical: Physical, logical: Option<LogicalType>| {
+            Type::primitive_type_builder(name, physical)
+                .with_repetition(Repetition::OPTIONAL)
+                .with_logical_type(logical)
+                .build()
+        };
+        let node = match &self.values {
+            Values::Text(_) => leaf(&self.name, Physical::BYTE_ARRAY, Some(LogicalType::String))?,
+            Values::Count(_) => leaf(&self.name, Physical::INT64, Some(LogicalType::integer(64, false)))?,
+            Values::Real(_) => leaf(&self.name, Physical::DOUBLE, None)?,
+            Values::Flag(_) => leaf(&self.name, Physical::BOOLEAN, None)?,
+            Values::Samples(_) => {
+                let element = Arc::new(leaf("element", Physical::DOUBLE, None)?);
+                let list = Type::group_type_builder("list")
+                    .with_repetition(Repetition::REPEATED)
+                    .with_fields(vec![element])
+                    .build()?;
+                Type::group_type_builder(&self.name)
+                    .with_repetition(Repetition::OPTIONAL)
+                    .with_logical_type(Some(LogicalType::List))
+                    .with_fields(vec![Arc::new(list)])
+                    .build()?
+            }
+        };
+        Ok(Arc::new(node))
+    }
+
+    /// Writes the values into the column's writer (the leaf of [`Column::schema`]).
+    fn write(&self, writer: &mut ColumnWriter<'_>) -> Result<()> {
+        /// The present values and the definition levels of an optional leaf (1 present, 0 null).
+        fn optional<T: Clone, U>(values: &[Option<T>], convert: impl Fn(T) -> U) -> (Vec<U>, Vec<i16>) {
+            let present = values.iter().flatten().map(|v| convert(v.clone())).collect();
+            (present, values.iter().map(|v| i16::from(v.is_some())).collect())
         }
+        let mismatch = || ParquetError::General(format!("column {}: writer of another type", self.name));
+        match (&self.values, writer) {
+            (Values::Text(v), ColumnWriter::ByteArrayColumnWriter(w)) => {
+                let (present, def) = optional(v, |s: String| ByteArray::from(s.into_bytes()));
+                w.write_batch(&present, Some(&def), None)?;
+            }
+            (Values::Count(v), ColumnWriter::Int64ColumnWriter(w)) => {
+                // UINT_64 is stored in INT64's bits; readers of the logical type read it back.
+                let (present, def) = optional(v, |x: u64| x as i64);
+                w.write_batch(&present, Some(&def), None)?;
+            }
+            (Values::Real(v), ColumnWriter::DoubleColumnWriter(w)) => {
+                let (present, def) = optional(v, |x: f64| x);
+                w.write_batch(&present, Some(&def), None)?;
+            }
+            (Values::Flag(v), ColumnWriter::BoolColumnWriter(w)) => {
+                let (present, def) = optional(v, |x: bool| x);
+                w.write_batch(&present, Some(&def), None)?;
+            }
+            (Values::Samples(lists), ColumnWriter::DoubleColumnWriter(w)) => {
+                // Levels of the three-level list: definition 1 = an empty list, 3 = an element;
+                // repetition 0 starts a row, 1 continues its list.
+                let (mut values, mut def, mut rep) = (Vec::new(), Vec::new(), Vec::new());
+                for list in lists {
+                    if list.is_empty() {
+                        def.push(1);
+                        rep.push(0);
+                    }
+                    for (i, x) in list.iter().enumerate() {
+                        values.push(*x);
+                        def.push(3);
+                        rep.push(i16::from(i > 0));
+                    }
+                }
+                w.write_batch(&values, Some(&def), Some(&rep))?;
+            }
+            _ => return Err(mismatch()),
+        }
+        Ok(())
     }
 }
 
-fn parquet_bytes(df: &mut DataFrame) -> PolarsResult<Vec<u8>> {
-    let mut out = Cursor::new(Vec::new());
-    ParquetWriter::new(&mut out).finish(df)?;
-    Ok(out.into_inner())
+/// One row group holding every column, as a file's bytes.
+fn parquet_bytes(columns: &[Column]) -> Result<Vec<u8>> {
+    let fields = columns.iter().map(Column::schema).collect::<Result<Vec<_>>>()?;
+    let schema = Arc::new(Type::group_type_builder("schema").with_fields(fields).build()?);
+    let mut out = Vec::new();
+    let mut file = SerializedFileWriter::new(&mut out, schema, Arc::new(WriterProperties::builder().build()))?;
+    let mut group = file.next_row_group()?;
+    for column in columns {
+        let mut writer = group
+            .next_column()?
+            .ok_or_else(|| ParquetError::General(format!("column {}: not in the schema", column.name)))?;
+        column.write(writer.untyped())?;
+        writer.close()?;
+    }
+    group.close()?;
+    file.close()?;
+    Ok(out)
 }
 
-/// A run as a typed data frame with its file's columns.
-pub fn run_frame(run: &RunInfo, rows: &[ResultRow]) -> PolarsResult<DataFrame> {
+/// A run's Parquet file: its file's columns, one row per case and mode.
+pub fn run_parquet(run: &RunInfo, rows: &[ResultRow]) -> Result<Vec<u8>> {
     let header = store::header(rows);
     let records: Vec<Vec<String>> = rows.iter().flat_map(|r| store::case_records(run, r, &header)).collect();
     let columns: Vec<Column> = header
         .iter()
         .enumerate()
         .map(|(i, name)| {
-            let values: Vec<&str> = records.iter().map(|r| r[i].as_str()).collect();
-            column(name, &values)
+            let fields: Vec<&str> = records.iter().map(|r| r[i].as_str()).collect();
+            Column::from_fields(name, &fields)
         })
         .collect();
-    DataFrame::new_infer_height(columns)
+    parquet_bytes(&columns)
 }
 
-/// A run's Parquet file.
-pub fn run_parquet(run: &RunInfo, rows: &[ResultRow]) -> PolarsResult<Vec<u8>> {
-    parquet_bytes(&mut run_frame(run, rows)?)
-}
-
-/// A query's answer as a Parquet file (each column typed by its cells).
-pub fn table_parquet(table: &Table) -> PolarsResult<Vec<u8>> {
+/// A query's answer as a Parquet file: a column of only reals (or nulls) is a double column,
+/// of only integers an unsigned integer column, anything else text.
+pub fn table_parquet(table: &Table) -> Result<Vec<u8>> {
     let columns: Vec<Column> = table
         .columns
         .iter()
         .enumerate()
         .map(|(i, name)| {
             let cells: Vec<&Cell> = table.rows.iter().map(|r| &r[i]).collect();
-            let name: PlSmallStr = name.as_str().into();
-            let all = |f: fn(&Cell) -> bool| cells.iter().all(|c| matches!(c, Cell::Null) || f(c));
-            if all(|c| matches!(c, Cell::Float(_))) && !cells.is_empty() {
-                let v: Vec<Option<f64>> =
-                    cells.iter().map(|c| if let Cell::Float(x) = c { Some(*x) } else { None }).collect();
-                Column::new(name, v)
-            } else if all(|c| matches!(c, Cell::Int(_))) && !cells.is_empty() {
-                let v: Vec<Option<u64>> =
-                    cells.iter().map(|c| if let Cell::Int(x) = c { Some(*x) } else { None }).collect();
-                Column::new(name, v)
+            let all = |f: fn(&Cell) -> bool| !cells.is_empty() && cells.iter().all(|c| matches!(c, Cell::Null) || f(c));
+            let values = if all(|c| matches!(c, Cell::Float(_))) {
+                Values::Real(cells.iter().map(|c| if let Cell::Float(x) = c { Some(*x) } else { None }).collect())
+            } else if all(|c| matches!(c, Cell::Int(_))) {
+                Values::Count(cells.iter().map(|c| if let Cell::Int(x) = c { Some(*x) } else { None }).collect())
             } else {
-                let v: Vec<Option<String>> = cells
-                    .iter()
-                    .map(|c| match c {
-                        Cell::Null => None,
-                        Cell::Str(s) => Some(s.clone()),
-                        Cell::Int(x) => Some(x.to_string()),
-                        Cell::Float(x) => Some(format!("{x:e}")),
-                    })
-                    .collect();
-                Column::new(name, v)
-            }
+                Values::Text(
+                    cells
+                        .iter()
+                        .map(|c| match c {
+                            Cell::Null => None,
+                            Cell::Str(s) => Some(s.clone()),
+                            Cell::Int(x) => Some(x.to_string()),
+                            Cell::Float(x) => Some(format!("{x:e}")),
+                        })
+                        .collect(),
+                )
+            };
+            Column { name: name.clone(), values }
         })
         .collect();
-    parquet_bytes(&mut DataFrame::new_infer_height(columns)?)
+    parquet_bytes(&columns)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::schema::{Check, Status, Timing};
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    use parquet::record::{Field, Row};
     use std::collections::BTreeMap;
 
-    /// The Parquet file reads back (polars' own reader) with the CSV's values, typed.
+    /// Every row of a file, read back by the crate's record reader (an independent decoder of
+    /// the levels and logical types written above).
+    fn read_rows(bytes: Vec<u8>) -> Vec<Row> {
+        let reader = SerializedFileReader::new(bytes::Bytes::from(bytes)).unwrap();
+        reader.get_row_iter(None).unwrap().map(|r| r.unwrap()).collect()
+    }
+
+    fn field<'a>(row: &'a Row, name: &str) -> &'a Field {
+        row.get_column_iter().find(|(n, _)| n.as_str() == name).map(|(_, f)| f).unwrap_or_else(|| panic!("no {name}"))
+    }
+
+    fn doubles(f: &Field) -> Vec<f64> {
+        match f {
+            Field::ListInternal(list) => list
+                .elements()
+                .iter()
+                .map(|e| match e {
+                    Field::Double(x) => *x,
+                    other => panic!("not a double: {other:?}"),
+                })
+                .collect(),
+            other => panic!("not a list: {other:?}"),
+        }
+    }
+
+    /// The Parquet file reads back with the CSV's values, typed.
     #[test]
     fn a_run_round_trips_through_parquet_with_typed_columns() {
         let run = RunInfo {
@@ -128,37 +261,47 @@ mod tests {
             cv: 0.1,
             sample_s: vec![3e-3, 1e-3, 2e-3],
         });
-        row.vjp = Some(Timing { median_s: 5e-3, ..row.primal.clone().unwrap() });
+        row.vjp = Some(Timing { median_s: 5e-3, sample_s: vec![], ..row.primal.clone().unwrap() });
         row.checks = vec![Check { name: "fd-vjp".into(), worst: 1e-9, tolerance: 1e-6, passed: true }];
         row.status = Status::Ok;
-        let bytes = run_parquet(&run, &[row]).unwrap();
-        let df = ParquetReader::new(Cursor::new(bytes)).finish().unwrap();
-        assert_eq!(df.height(), 2); // primal and vjp
-        let median = df.column("median_s").unwrap().f64().unwrap();
-        assert_eq!((median.get(0), median.get(1)), (Some(2e-3), Some(5e-3)));
-        let overhead = df.column("overhead").unwrap().f64().unwrap();
-        assert_eq!((overhead.get(0), overhead.get(1)), (None, Some(2.5)));
-        assert_eq!(df.column("param.k").unwrap().u64().unwrap().get(0), Some(10));
-        assert_eq!(df.column("param.dist").unwrap().str().unwrap().get(0), Some("uniform"));
-        assert_eq!(df.column("check.fd-vjp.passed").unwrap().bool().unwrap().get(1), Some(true));
-        assert_eq!(df.column("suite").unwrap().str().unwrap().get(0), Some("quick"));
-        let samples = df.column("sample_s").unwrap().list().unwrap().get_as_series(0).unwrap();
-        assert_eq!(samples.f64().unwrap().into_no_null_iter().collect::<Vec<_>>(), vec![3e-3, 1e-3, 2e-3]);
+        let rows = read_rows(run_parquet(&run, &[row]).unwrap());
+        assert_eq!(rows.len(), 2); // primal and vjp
+        assert_eq!(field(&rows[0], "median_s"), &Field::Double(2e-3));
+        assert_eq!(field(&rows[1], "median_s"), &Field::Double(5e-3));
+        assert_eq!(field(&rows[0], "overhead"), &Field::Null);
+        assert_eq!(field(&rows[1], "overhead"), &Field::Double(2.5));
+        assert_eq!(field(&rows[0], "param.k"), &Field::ULong(10));
+        assert_eq!(field(&rows[0], "param.dist"), &Field::Str("uniform".into()));
+        assert_eq!(field(&rows[1], "check.fd-vjp.passed"), &Field::Bool(true));
+        assert_eq!(field(&rows[0], "suite"), &Field::Str("quick".into()));
+        assert_eq!(field(&rows[0], "seed"), &Field::ULong(7));
+        assert_eq!(doubles(field(&rows[0], "sample_s")), vec![3e-3, 1e-3, 2e-3]);
+        assert_eq!(doubles(field(&rows[1], "sample_s")), Vec::<f64>::new());
     }
 
     #[test]
     fn a_query_answer_round_trips_through_parquet() {
         let table = Table {
-            columns: vec!["case_id".into(), "median_s".into(), "runs".into()],
+            columns: vec!["case_id".into(), "median_s".into(), "runs".into(), "mixed".into()],
             rows: vec![
-                vec![Cell::Str("a".into()), Cell::Float(5.5e-3), Cell::Int(2)],
-                vec![Cell::Str("b".into()), Cell::Null, Cell::Int(3)],
+                vec![Cell::Str("a".into()), Cell::Float(5.5e-3), Cell::Int(2), Cell::Int(4)],
+                vec![Cell::Str("b".into()), Cell::Null, Cell::Int(3), Cell::Float(0.5)],
             ],
         };
-        let df = ParquetReader::new(Cursor::new(table_parquet(&table).unwrap())).finish().unwrap();
-        assert_eq!(df.column("case_id").unwrap().str().unwrap().get(1), Some("b"));
-        let m = df.column("median_s").unwrap().f64().unwrap();
-        assert_eq!((m.get(0), m.get(1)), (Some(5.5e-3), None));
-        assert_eq!(df.column("runs").unwrap().u64().unwrap().get(1), Some(3));
+        let rows = read_rows(table_parquet(&table).unwrap());
+        assert_eq!(field(&rows[1], "case_id"), &Field::Str("b".into()));
+        assert_eq!(field(&rows[0], "median_s"), &Field::Double(5.5e-3));
+        assert_eq!(field(&rows[1], "median_s"), &Field::Null);
+        assert_eq!(field(&rows[1], "runs"), &Field::ULong(3));
+        assert_eq!(field(&rows[0], "mixed"), &Field::Str("4".into()));
+        assert_eq!(field(&rows[1], "mixed"), &Field::Str("5e-1".into()));
+    }
+
+    #[test]
+    fn an_empty_table_is_a_file_with_its_columns_and_no_rows() {
+        let table = Table { columns: vec!["case_id".into()], rows: vec![] };
+        let reader = SerializedFileReader::new(bytes::Bytes::from(table_parquet(&table).unwrap())).unwrap();
+        assert_eq!(reader.metadata().file_metadata().num_rows(), 0);
+        assert_eq!(reader.metadata().file_metadata().schema_descr().column(0).name(), "case_id");
     }
 }
