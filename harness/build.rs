@@ -2,6 +2,11 @@
 //! the code that produced them, not whatever checkout the binary happens to run in. Outside a git
 //! checkout (a source tarball, `cargo install` from a registry) or without git it is "unknown";
 //! the build never fails for want of git.
+//!
+//! It also embeds the compiler (`ADGAUGE_BUILD_RUSTC`: `$RUSTC -V`, the rustc cargo builds with)
+//! and the target features the code was compiled for (`ADGAUGE_BUILD_TARGET_FEATURES`): both
+//! change generated code, so each result row names them and the gate compares timings only
+//! between rows of the same build host (docs/gate.md).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -29,6 +34,19 @@ fn main() {
         None => "unknown".to_string(),
     };
     println!("cargo:rustc-env=ADGAUGE_BUILD_GIT_REV={revision}");
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let version = Command::new(&rustc)
+        .arg("-V")
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".into());
+    println!("cargo:rustc-env=ADGAUGE_BUILD_RUSTC={version}");
+    // Cargo lists the enabled target features (`-C target-cpu`, `-C target-feature`) to build
+    // scripts; the same flags reach the crate, so they name the code that runs.
+    let features = std::env::var("CARGO_CFG_TARGET_FEATURE").unwrap_or_default();
+    println!("cargo:rustc-env=ADGAUGE_BUILD_TARGET_FEATURES={features}");
     // Rerun when HEAD moves (checkout, commit) or the index changes (add, commit); the paths come
     // from git itself, so worktrees (where `.git` is a file) work too.
     for what in ["HEAD", "index"] {

@@ -1,8 +1,9 @@
-//! What a run records about itself: id, time, git revision, version and machine.
+//! What a run records about itself: id, time, git revision, version and machine, and what each
+//! row records of the host that measured it (CPU, cores, compiler, target features).
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use adgauge_reports::RunInfo;
+use adgauge_reports::{Host, RunInfo};
 
 /// Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
 fn civil(days: i64) -> (i64, u32, u32) {
@@ -51,6 +52,18 @@ fn git_revision() -> String {
         .unwrap_or_else(|| env!("ADGAUGE_BUILD_GIT_REV").to_string())
 }
 
+/// The host this binary measures on: the machine's CPU model and cores, and the compiler and
+/// target features it was built with (`build.rs`). Every row of a run carries it, so that a
+/// merge of shards from different machines keeps each row's.
+pub fn host() -> Host {
+    Host {
+        cpu_model: cpu_model(),
+        cores: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        rustc: env!("ADGAUGE_BUILD_RUSTC").to_string(),
+        target_features: env!("ADGAUGE_BUILD_TARGET_FEATURES").to_string(),
+    }
+}
+
 /// Information about this run and machine.
 pub fn run_info() -> RunInfo {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
@@ -90,5 +103,14 @@ mod tests {
         let a = run_info();
         assert!(a.run_id.len() > 17 && a.run_id.as_bytes()[8] == b'T');
         assert!(a.cores >= 1);
+    }
+
+    #[test]
+    fn the_host_names_the_compiler_and_the_runs_cpu() {
+        let (h, run) = (host(), run_info());
+        assert!(h.rustc.starts_with("rustc 1."), "{}", h.rustc);
+        assert_eq!((h.cpu_model, h.cores), (run.cpu_model, run.cores));
+        // Every target cargo builds for enables some feature (x86-64: at least sse2).
+        assert!(!h.target_features.is_empty());
     }
 }

@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 
-use adgauge_reports::gate::{Baseline, Finding, GateConfig, GateReport, gate_runs, junit};
+use adgauge_reports::gate::{Baseline, GateConfig, gate_runs, junit};
 use adgauge_reports::store::{self, read_run};
+use adgauge_reports::verdict::SpeedConfig;
 use adgauge_reports::{ResultRow, RunInfo};
 
 use crate::exit::{Code, bad_input};
@@ -106,12 +107,16 @@ pub fn resolve_run(path: &Path) -> anyhow::Result<(RunInfo, Vec<ResultRow>)> {
     read_run(&file).map_err(|e| bad_input(e.to_string()))
 }
 
+/// The baseline `gate` and `report` take unless told: the same for both, so that the report
+/// shows what the gate judged.
+pub const DEFAULT_BASELINE: &str = "best-of:7";
+
 #[derive(Args, Debug)]
 pub struct GateArgs {
     /// The baseline: `previous` (the run of the history before the current one), `best-of:N`
     /// (per case and mode, the lowest median of the N runs before the current one), a run id of
     /// the history, a run file, or a directory (its newest run other than the current one).
-    #[arg(long)]
+    #[arg(long, default_value = DEFAULT_BASELINE)]
     pub baseline: String,
     /// The current run: a run file or a directory (its newest run); default: the newest run of
     /// --history.
@@ -130,6 +135,13 @@ pub struct GateArgs {
     /// Significance level of the rank test on the samples.
     #[arg(long, default_value_t = 0.01)]
     pub alpha: f64,
+    /// Relative changes within this band are noise (a regression's interval must lie above
+    /// 1 + this).
+    #[arg(long, default_value_t = 0.01)]
+    pub noise_threshold: f64,
+    /// Confidence level of the bootstrap interval of each ratio.
+    #[arg(long, default_value_t = 0.95)]
+    pub confidence: f64,
     /// Baseline cases missing or skipped now are reported, not failures.
     #[arg(long)]
     pub allow_missing: bool,
@@ -183,13 +195,11 @@ fn earlier_runs(dir: &Path, current: &RunInfo) -> anyhow::Result<Vec<(RunInfo, V
         .collect())
 }
 
-/// Resolves `--baseline`.
-fn select_baseline(args: &GateArgs, current: &RunInfo) -> anyhow::Result<Baseline> {
-    let history = args.history.clone().or_else(|| args.current.clone().filter(|p| p.is_dir()));
+/// Resolves `--baseline` (of `gate` and `report`) against a history directory, if any.
+fn select_baseline(sel: &str, history: Option<PathBuf>, current: &RunInfo) -> anyhow::Result<Baseline> {
     let need_history = |what: &str| {
         history.clone().ok_or_else(|| bad_input(format!("--baseline {what} needs --history DIR (or --current DIR)")))
     };
-    let sel = args.baseline.as_str();
     let none_before = |dir: &Path| {
         bad_input(format!(
             "{}: no run of suite '{}' before the current run {} to compare with",
@@ -246,60 +256,6 @@ fn select_baseline(args: &GateArgs, current: &RunInfo) -> anyhow::Result<Baselin
     }
 }
 
-fn finding_json(f: &Finding) -> serde_json::Value {
-    let mut v = serde_json::json!({"kind": f.kind(), "case_id": f.case_id(), "detail": f.describe()});
-    match f {
-        Finding::Slower { metric, baseline, current, ratio, evidence, .. } => {
-            v["metric"] = metric.clone().into();
-            v["baseline_s"] = (*baseline).into();
-            v["current_s"] = (*current).into();
-            v["ratio"] = (*ratio).into();
-            v["evidence"] = evidence.clone().into();
-        }
-        Finding::CheckRegressed { check, .. } => v["check"] = check.clone().into(),
-        Finding::ToolLost { tool, .. } => v["tool"] = tool.clone().into(),
-        Finding::EnvChanged { what, baseline, current } => {
-            v["what"] = what.clone().into();
-            v["baseline"] = baseline.clone().into();
-            v["current"] = current.clone().into();
-        }
-        _ => {}
-    }
-    v
-}
-
-/// The gate's verdict as Markdown (the CI job's step summary).
-fn markdown(report: &GateReport, baseline: &Baseline, current: &RunInfo, code: Code) -> String {
-    let verdict = match code {
-        Code::Success => "passed",
-        Code::Failed => "FAILED (exit 1)",
-        Code::Regression => "slower (exit 3)",
-        _ => "could not judge (exit 2)",
-    };
-    let mut s = format!(
-        "## adgauge gate: {verdict}\n\nCurrent run `{}` (suite {}) against {}: {} cases compared, {} finding(s), {} note(s), {} timing(s) not judged.\n\n",
-        current.run_id,
-        if current.suite.is_empty() { "?" } else { &current.suite },
-        baseline.label,
-        report.compared,
-        report.findings.len(),
-        report.notes.len(),
-        report.not_judged.len()
-    );
-    let cell = |t: &str| t.replace('|', "\\|").replace('\n', " ");
-    for (title, list) in [("Findings", &report.findings), ("Notes (waived)", &report.notes)] {
-        if list.is_empty() {
-            continue;
-        }
-        s.push_str(&format!("### {title}\n\n| kind | case | detail |\n|---|---|---|\n"));
-        for f in list {
-            s.push_str(&format!("| {} | `{}` | {} |\n", f.kind(), cell(f.case_id()), cell(&f.describe())));
-        }
-        s.push('\n');
-    }
-    s
-}
-
 pub fn gate_command(args: &GateArgs) -> anyhow::Result<Code> {
     if args.max_slowdown.is_nan() || args.max_slowdown < 1.0 {
         return Err(bad_input(format!("--max-slowdown must be >= 1, got {}", args.max_slowdown)));
@@ -310,8 +266,15 @@ pub fn gate_command(args: &GateArgs) -> anyhow::Result<Code> {
     if !(args.alpha > 0.0 && args.alpha < 1.0) {
         return Err(bad_input(format!("--alpha must be in (0, 1), got {}", args.alpha)));
     }
+    if !(args.noise_threshold >= 0.0 && args.noise_threshold < 1.0) {
+        return Err(bad_input(format!("--noise-threshold must be in [0, 1), got {}", args.noise_threshold)));
+    }
+    if !(args.confidence > 0.5 && args.confidence < 1.0) {
+        return Err(bad_input(format!("--confidence must be in (0.5, 1), got {}", args.confidence)));
+    }
     let (info, cur) = current_run(args)?;
-    let baseline = select_baseline(args, &info)?;
+    let history = args.history.clone().or_else(|| args.current.clone().filter(|p| p.is_dir()));
+    let baseline = select_baseline(&args.baseline, history, &info)?;
     if baseline.runs.iter().any(|r| r.run_id == info.run_id) {
         return Err(bad_input(format!(
             "the baseline and the current run are the same run ({}): a run compared with itself proves nothing",
@@ -319,12 +282,16 @@ pub fn gate_command(args: &GateArgs) -> anyhow::Result<Code> {
         )));
     }
     let cfg = GateConfig {
-        max_slowdown: args.max_slowdown,
-        min_seconds: args.min_seconds,
-        alpha: args.alpha,
+        speed: SpeedConfig {
+            max_slowdown: args.max_slowdown,
+            min_seconds: args.min_seconds,
+            alpha: args.alpha,
+            noise_threshold: args.noise_threshold,
+            confidence: args.confidence,
+            ..SpeedConfig::default()
+        },
         allow_missing: args.allow_missing,
         allow_env_change: args.allow_env_change,
-        ..GateConfig::default()
     };
     let report = gate_runs(&baseline, &info, &cur, &cfg);
     let mut code = Code::Success;
@@ -351,37 +318,10 @@ pub fn gate_command(args: &GateArgs) -> anyhow::Result<Code> {
     }
     let console = crate::sinks::Console::new(0, true);
     if args.json {
-        let v = serde_json::json!({
-            "baseline": baseline.label,
-            "baseline_runs": baseline.runs.iter().map(|r| r.run_id.clone()).collect::<Vec<_>>(),
-            "current": info.run_id,
-            "compared": report.compared,
-            "shared": report.shared,
-            "findings": report.findings.iter().map(finding_json).collect::<Vec<_>>(),
-            "notes": report.notes.iter().map(finding_json).collect::<Vec<_>>(),
-            "not_judged": report.not_judged,
-            "exit_code": code as u8,
-        });
-        console.line(&v.to_string());
+        console.line(&report.json(&baseline, &info, code as u8).to_string());
     } else {
-        console.line(&format!(
-            "compared {} cases; {} finding(s); current run {} against {}",
-            report.compared,
-            report.findings.len(),
-            info.run_id,
-            baseline.label
-        ));
-        for f in &report.findings {
-            console.line(&format!("{:<16} {}", f.kind().to_uppercase(), f.describe()));
-        }
-        for f in &report.notes {
-            console.line(&format!("note: {:<10} {}", f.kind(), f.describe()));
-        }
-        if !report.not_judged.is_empty() {
-            console.line(&format!(
-                "{} timing(s) not judged on speed (too short or too few samples; --json lists them)",
-                report.not_judged.len()
-            ));
+        for line in report.text(&baseline, &info, code as u8) {
+            console.line(&line);
         }
     }
     if let Some(path) = &args.junit {
@@ -394,7 +334,7 @@ pub fn gate_command(args: &GateArgs) -> anyhow::Result<Code> {
             .append(true)
             .open(path)
             .map_err(|e| bad_input(format!("{}: cannot write: {e}", path.display())))?;
-        let mut text = markdown(&report, &baseline, &info, code);
+        let mut text = report.markdown(&baseline, &info, code as u8);
         if let Some(why) = &nothing {
             text.push_str(&format!("**Nothing compared:** {why}\n"));
         }
@@ -490,8 +430,17 @@ pub fn merge_command(args: &MergeArgs) -> anyhow::Result<Code> {
         if !info.suite.is_empty() && !suites.contains(&info.suite) {
             suites.push(info.suite.clone());
         }
-        first.get_or_insert(info);
+        // Each row keeps the host it was measured on (rows of older files: their shard's).
+        let r = r.into_iter().map(|mut row| {
+            row.host.get_or_insert_with(|| adgauge_reports::Host {
+                cpu_model: info.cpu_model.clone(),
+                cores: info.cores,
+                ..Default::default()
+            });
+            row
+        });
         rows.extend(r);
+        first.get_or_insert(info);
     }
     let mut seen = std::collections::BTreeSet::new();
     if let Some(dup) = rows.iter().find(|r| !seen.insert(r.case_id.clone())) {
@@ -531,6 +480,11 @@ pub struct ReportArgs {
     /// History directory (or a single run file).
     #[arg(long)]
     pub history: PathBuf,
+    /// What the newest run is compared with: the selectors of `gate --baseline` (`previous`,
+    /// `best-of:N`, a run id, a run file), resolved the same way, so that the report shows the
+    /// gate's verdict.
+    #[arg(long, default_value = DEFAULT_BASELINE)]
+    pub baseline: String,
     /// Directory to write index.html into.
     #[arg(long)]
     pub out: PathBuf,
@@ -546,8 +500,19 @@ pub fn report_command(args: &ReportArgs) -> anyhow::Result<Code> {
     if runs.is_empty() {
         return Err(bad_input(format!("{}: no runs to report on", args.history.display())));
     }
+    // The gate's baseline for the newest run; none for a run without an earlier one of its suite.
+    let (newest, _) = runs.last().expect("runs is not empty");
+    let history = args.history.is_dir().then(|| args.history.clone());
+    let first_of_suite = !runs[..runs.len() - 1]
+        .iter()
+        .any(|(i, _)| i.suite.is_empty() || newest.suite.is_empty() || i.suite == newest.suite);
+    let baseline = if first_of_suite && !Path::new(&args.baseline).is_file() {
+        None
+    } else {
+        Some(select_baseline(&args.baseline, history, newest)?)
+    };
     let path = args.out.join("index.html");
-    store::write_atomic(&path, adgauge_reports::html::render(&runs))?;
+    store::write_atomic(&path, adgauge_reports::html::render(&runs, baseline.as_ref()))?;
     crate::sinks::Console::new(0, true).line(&format!("wrote {} ({} runs)", path.display(), runs.len()));
     Ok(Code::Success)
 }

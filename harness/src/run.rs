@@ -221,11 +221,13 @@ pub fn run(args: &RunArgs, threads: Option<usize>) -> anyhow::Result<Code> {
     let mut code = Code::Success;
     for c in &cases {
         sink.case_started(&c.id());
-        let row = if args.isolate {
+        let mut row = if args.isolate {
             run_isolated(args, threads, c, &settings, cpu.threads())
         } else {
             run_case(&tools, c, &settings)
         };
+        // The host that measured the row: a merge of shards keeps each row's (docs/gate.md).
+        row.host.get_or_insert_with(crate::environment::host);
         code = code.combine(code_for(&row));
         sink.case_finished(&row)?;
     }

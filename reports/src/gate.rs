@@ -3,71 +3,70 @@
 //!
 //! * a check that fails now, a status of failed/error/timeout, or a time or check value that is
 //!   not finite ([`Finding::Broken`]);
-//! * a check that passed in the baseline and now fails or no longer runs ([`Finding::CheckRegressed`]);
+//! * a check that passed in the baseline and now fails or no longer runs ([`Finding::CheckRegressed`];
+//!   not for a case that errored or timed out now, whose checks could not run: its `Broken`
+//!   finding says it);
 //! * a baseline case missing from the current run, or skipped now where it ran in the baseline
 //!   ([`Finding::Missing`], [`Finding::Skipped`]; notes instead with `allow_missing`);
 //! * a tool whose cases ran in the baseline and are all skipped now ([`Finding::ToolLost`]);
-//! * a change of environment: CPU model, cores, governor, suite, the dtypes run, a case's
-//!   threads or a tool's version ([`Finding::EnvChanged`]; notes with `allow_env_change`, and
-//!   speed is then judged anyway).
+//! * a change of the run's set-up: frequency governor, suite, the dtypes run, a case's threads
+//!   or a tool's version ([`Finding::EnvChanged`]; notes with `allow_env_change`, and speed is
+//!   then judged anyway).
 //!
-//! Speed (exit 3, [`Finding::Slower`]): a mode's median grew beyond `max_slowdown` AND a one-sided
-//! Mann-Whitney rank test on the samples says the current samples are larger (p < `alpha`), with
-//! at least `min_samples` on both sides; cases whose baseline median is under `min_seconds` are
-//! not judged (timer resolution and scheduling dominate there). Rows without samples (schema 1
-//! and 2 files) fall back to the median against the spread (max - min) / median of both sides.
+//! Speed (exit 3, [`Finding::Slower`]): each mode both runs timed gets a [`Change`] from
+//! [`crate::verdict`] (ratio of medians, bootstrap interval, rank test, verdict); a `regressed`
+//! verdict is a finding, and every `not judged` is counted. A case is compared only with a
+//! baseline measured on the same host (CPU model, cores, rustc, target features; see
+//! [`Host`]): best-of baselines pick, per case, among the runs of the current row's host; a case
+//! with no such baseline is not judged on speed and says why (a mixed-CPU merge of shards is
+//! normal, not an environment change). Rows without samples (schema 1 and 2) fall back to the
+//! median against the spread (max - min) / median of both sides.
+//!
+//! Findings of one cause (a crashing tool's cases, a check failing on many cases) are reported
+//! as one group listing the cases ([`GateReport::groups`]); JUnit keeps one entry per case.
 //! The caller refuses a comparison of zero cases (nothing ran in both runs).
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::schema::{ResultRow, RunInfo, Status, Timing};
+use crate::schema::{Host, ResultRow, RunInfo, Status, Timing};
+use crate::verdict::{self, Change, SpeedConfig, Verdict};
 
 /// Gate thresholds and waivers.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct GateConfig {
-    /// Largest accepted ratio of current to baseline median time.
-    pub max_slowdown: f64,
-    /// Baseline medians shorter than this are not judged on speed.
-    pub min_seconds: f64,
-    /// Significance level of the rank test.
-    pub alpha: f64,
-    /// Samples needed on each side for the rank test.
-    pub min_samples: usize,
+    /// How a mode's speed is judged (threshold, noise, significance, interval, minimum time).
+    pub speed: SpeedConfig,
     /// Missing and skipped cases are notes, not failures.
     pub allow_missing: bool,
-    /// Environment changes are notes, not failures.
+    /// Environment changes are notes, not failures; speed is then judged across hosts too.
     pub allow_env_change: bool,
-}
-
-impl Default for GateConfig {
-    fn default() -> Self {
-        GateConfig {
-            max_slowdown: 1.15,
-            min_seconds: 1e-3,
-            alpha: 0.01,
-            min_samples: 5,
-            allow_missing: false,
-            allow_env_change: false,
-        }
-    }
 }
 
 /// What the gate found.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Finding {
     /// A correctness failure in the current run (check failed, or ok -> error/timeout).
-    Broken { case_id: String, detail: String },
+    Broken { case_id: String, tool: String, detail: String },
     /// A check that passed in the baseline and fails now, or no longer runs.
-    CheckRegressed { case_id: String, check: String, detail: String },
-    /// A metric that got slower beyond threshold, with statistical evidence.
-    Slower { case_id: String, metric: String, baseline: f64, current: f64, ratio: f64, evidence: String },
+    CheckRegressed { case_id: String, tool: String, check: String, detail: String },
+    /// A mode whose speed verdict is `regressed`.
+    Slower {
+        case_id: String,
+        metric: String,
+        baseline: f64,
+        current: f64,
+        ratio: f64,
+        /// The bootstrap interval of the ratio (None for files without samples).
+        ci: Option<(f64, f64)>,
+        evidence: String,
+    },
     /// A case of the baseline that the current run lacks.
-    Missing { case_id: String },
+    Missing { case_id: String, tool: String },
     /// A case that ran in the baseline and is skipped now (its tool or backend is unavailable).
-    Skipped { case_id: String, reason: String },
+    Skipped { case_id: String, tool: String, reason: String },
     /// A tool whose cases ran in the baseline and are all skipped now.
     ToolLost { tool: String, reason: String },
-    /// Something about the machine or the run's set-up that makes the runs unlike.
+    /// Something about the run's set-up that makes the runs unlike.
     EnvChanged { what: String, baseline: String, current: String },
 }
 
@@ -78,7 +77,7 @@ impl Finding {
             Finding::Broken { case_id, .. }
             | Finding::CheckRegressed { case_id, .. }
             | Finding::Slower { case_id, .. }
-            | Finding::Missing { case_id }
+            | Finding::Missing { case_id, .. }
             | Finding::Skipped { case_id, .. } => case_id,
             Finding::ToolLost { .. } => "(tools)",
             Finding::EnvChanged { .. } => "(environment)",
@@ -100,22 +99,74 @@ impl Finding {
 
     /// One line saying what was found.
     pub fn describe(&self) -> String {
+        format!("{}: {}", self.subject(), self.cause())
+    }
+
+    /// What the finding is about: a case, a tool, or the environment's aspect.
+    fn subject(&self) -> String {
         match self {
-            Finding::Broken { case_id, detail } => format!("{case_id}: {detail}"),
-            Finding::CheckRegressed { case_id, detail, .. } => format!("{case_id}: {detail}"),
-            Finding::Slower { case_id, metric, baseline, current, ratio, evidence } => format!(
-                "{case_id}: {metric} {:.3} ms -> {:.3} ms ({ratio:.2}x; {evidence})",
-                baseline * 1e3,
-                current * 1e3
-            ),
-            Finding::Missing { case_id } => format!("{case_id}: in the baseline, missing from the current run"),
-            Finding::Skipped { case_id, reason } => format!("{case_id}: ran in the baseline, skipped now: {reason}"),
-            Finding::ToolLost { tool, reason } => {
-                format!("tool {tool}: its cases ran in the baseline, all are skipped now: {reason}")
-            }
-            Finding::EnvChanged { what, baseline, current } => format!("{what}: {baseline} -> {current}"),
+            Finding::ToolLost { tool, .. } => format!("tool {tool}"),
+            Finding::EnvChanged { what, .. } => what.clone(),
+            other => other.case_id().to_string(),
         }
     }
+
+    /// What was found, without the case: the same for every case of one cause, so that findings
+    /// group by it. A failing check's worst value varies per case and is left to
+    /// [`Finding::describe`]'s detail only where the finding stands alone.
+    pub fn cause(&self) -> String {
+        match self {
+            Finding::Broken { detail, .. } | Finding::CheckRegressed { detail, .. } => detail.clone(),
+            Finding::Slower { metric, baseline, current, ratio, evidence, .. } => {
+                format!("{metric} {:.3} ms -> {:.3} ms ({ratio:.2}x; {evidence})", baseline * 1e3, current * 1e3)
+            }
+            Finding::Missing { .. } => "in the baseline, missing from the current run".to_string(),
+            Finding::Skipped { reason, .. } => format!("ran in the baseline, skipped now: {reason}"),
+            Finding::ToolLost { reason, .. } => {
+                format!("its cases ran in the baseline, all are skipped now: {reason}")
+            }
+            Finding::EnvChanged { baseline, current, .. } => format!("{baseline} -> {current}"),
+        }
+    }
+
+    /// The tool a case finding is about.
+    fn tool(&self) -> Option<&str> {
+        match self {
+            Finding::Broken { tool, .. }
+            | Finding::CheckRegressed { tool, .. }
+            | Finding::Missing { tool, .. }
+            | Finding::Skipped { tool, .. }
+            | Finding::ToolLost { tool, .. } => Some(tool),
+            Finding::Slower { .. } | Finding::EnvChanged { .. } => None,
+        }
+    }
+
+    /// The key that groups findings of one cause: kind, tool and cause, with a failing check's
+    /// numbers left out (`check fd-vjp worst 3e-1 > ...` on many cases is one cause). Slower and
+    /// environment findings stand alone: each has its own numbers.
+    fn group_key(&self) -> Option<(&'static str, String, String)> {
+        let cause = match self {
+            Finding::Slower { .. } | Finding::EnvChanged { .. } | Finding::ToolLost { .. } => return None,
+            Finding::Broken { detail, .. } if detail.starts_with("check ") => {
+                detail.split(" worst").next().unwrap_or(detail).to_string() + " fails"
+            }
+            Finding::CheckRegressed { check, detail, .. } if detail.ends_with("did not run now") => {
+                format!("check {check} passed in the baseline and did not run now")
+            }
+            Finding::CheckRegressed { check, .. } => format!("check {check} passed in the baseline, fails now"),
+            other => other.cause(),
+        };
+        Some((self.kind(), self.tool().unwrap_or("").to_string(), cause))
+    }
+}
+
+/// Findings of one cause: a kind, the tool, what was found, and the cases.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FindingGroup {
+    pub kind: &'static str,
+    /// One line: the finding's own for a single case, `tool T: cause (N cases)` for a group.
+    pub summary: String,
+    pub cases: Vec<String>,
 }
 
 /// The gate's verdict.
@@ -123,14 +174,18 @@ impl Finding {
 pub struct GateReport {
     /// What fails the gate.
     pub findings: Vec<Finding>,
-    /// What was waived (`allow_missing`, `allow_env_change`): reported, not failing.
+    /// What was waived (`allow_missing`, `allow_env_change`), or is worth knowing without
+    /// failing (cases measured on other hosts than their baseline): reported, not failing.
     pub notes: Vec<Finding>,
     /// Cases compared: present in both runs and run (not skipped) in the baseline.
     pub compared: usize,
     /// Case ids the two runs share.
     pub shared: usize,
-    /// Mode timings not judged on speed (too short, or too few samples), with why.
-    pub not_judged: Vec<String>,
+    /// Every mode timing of the compared cases, with its speed verdict.
+    pub changes: Vec<Change>,
+    /// The bootstrap's confidence level and resamples the verdicts used.
+    pub confidence: f64,
+    pub resamples: usize,
 }
 
 impl GateReport {
@@ -147,6 +202,66 @@ impl GateReport {
     pub fn missing(&self) -> bool {
         self.findings.iter().any(|f| matches!(f, Finding::Missing { .. } | Finding::Skipped { .. }))
     }
+
+    /// How many timings got each verdict.
+    pub fn count(&self, v: Verdict) -> usize {
+        self.changes.iter().filter(|c| c.verdict == v).count()
+    }
+
+    /// The timings not judged on speed, each as `case mode: why`.
+    pub fn not_judged(&self) -> Vec<String> {
+        self.changes
+            .iter()
+            .filter(|c| c.verdict == Verdict::NotJudged)
+            .map(|c| format!("{} {}: {}", c.case_id, c.mode, c.why))
+            .collect()
+    }
+
+    /// One line for the speed verdicts: `speed: 3 regressed, 1 improved, 280 no change, 10 not
+    /// judged of 294 timings`.
+    pub fn speed_summary(&self) -> String {
+        format!(
+            "speed: {} regressed, {} improved, {} no change, {} not judged of {} timing(s)",
+            self.count(Verdict::Regressed),
+            self.count(Verdict::Improved),
+            self.count(Verdict::NoChange),
+            self.count(Verdict::NotJudged),
+            self.changes.len()
+        )
+    }
+
+    /// The findings (or notes, `notes = true`) grouped per cause, in order of first appearance.
+    pub fn groups(&self, notes: bool) -> Vec<FindingGroup> {
+        group(if notes { &self.notes } else { &self.findings })
+    }
+}
+
+fn group(findings: &[Finding]) -> Vec<FindingGroup> {
+    let mut order: Vec<Option<(&'static str, String, String)>> = Vec::new();
+    let mut members: Vec<Vec<&Finding>> = Vec::new();
+    for f in findings {
+        let key = f.group_key();
+        match order.iter().position(|k| key.is_some() && *k == key) {
+            Some(i) => members[i].push(f),
+            None => {
+                order.push(key);
+                members.push(vec![f]);
+            }
+        }
+    }
+    order
+        .into_iter()
+        .zip(members)
+        .map(|(key, fs)| {
+            let cases: Vec<String> = fs.iter().map(|f| f.case_id().to_string()).collect();
+            let summary = match (&key, fs.as_slice()) {
+                (_, [one]) => one.describe(),
+                (Some((_, tool, cause)), _) => format!("tool {tool}: {cause} ({} cases)", fs.len()),
+                (None, _) => unreachable!("findings without a key stand alone"),
+            };
+            FindingGroup { kind: fs[0].kind(), summary, cases }
+        })
+        .collect()
 }
 
 /// A baseline: the rows to compare with and the runs they come from.
@@ -155,13 +270,56 @@ pub struct Baseline {
     /// How it was chosen, for the report (e.g. `previous run 2026...`, `best of 7 runs`).
     pub label: String,
     pub runs: Vec<RunInfo>,
+    /// The newest run's cases, each mode's timing the best of the window's (see [`Baseline::best_of`]).
     pub rows: Vec<ResultRow>,
+    /// Every run's rows, oldest first, hosts filled in: where the current row's host differs from
+    /// `rows`', its timings come from the window's rows of that host.
+    window: Vec<Vec<ResultRow>>,
+}
+
+/// The rows with the run's CPU model and cores as the host of those that record none (files of
+/// schema 1 to 4 read per run, rows built in memory).
+fn with_hosts(info: &RunInfo, mut rows: Vec<ResultRow>) -> Vec<ResultRow> {
+    for r in &mut rows {
+        r.host.get_or_insert_with(|| Host { cpu_model: info.cpu_model.clone(), cores: info.cores, ..Host::default() });
+    }
+    rows
+}
+
+/// The timing of `mode` (0 primal, 1 vjp, 2 jvp).
+fn mode_timing(r: &ResultRow, slot: usize) -> Option<&Timing> {
+    [&r.primal, &r.vjp, &r.jvp][slot].as_ref()
+}
+
+fn mode_timing_mut(r: &mut ResultRow, slot: usize) -> &mut Option<Timing> {
+    match slot {
+        0 => &mut r.primal,
+        1 => &mut r.vjp,
+        _ => &mut r.jvp,
+    }
+}
+
+/// Per mode, the lowest-median timing of the rows given (those of the case that did not fail).
+fn best_timings<'a>(row: &mut ResultRow, candidates: impl Iterator<Item = &'a ResultRow> + Clone) {
+    for slot in 0..3 {
+        let best = candidates
+            .clone()
+            .filter(|r| matches!(r.status, Status::Ok))
+            .filter_map(|r| mode_timing(r, slot))
+            .filter(|t| t.median_s.is_finite() && t.median_s > 0.0)
+            .min_by(|a, b| a.median_s.total_cmp(&b.median_s))
+            .cloned();
+        if best.is_some() {
+            *mode_timing_mut(row, slot) = best;
+        }
+    }
 }
 
 impl Baseline {
     /// One run as the baseline.
     pub fn run(label: String, info: RunInfo, rows: Vec<ResultRow>) -> Baseline {
-        Baseline { label, runs: vec![info], rows }
+        let rows = with_hosts(&info, rows);
+        Baseline { label, runs: vec![info], window: vec![rows.clone()], rows }
     }
 
     /// The per-case best of several runs (oldest first): the cases of the newest run, each mode's
@@ -169,27 +327,14 @@ impl Baseline {
     /// run where the case did not fail). A slow drift, each night a little slower than the last,
     /// then adds up against the best night of the window instead of moving the baseline with it.
     pub fn best_of(runs: Vec<(RunInfo, Vec<ResultRow>)>) -> Option<Baseline> {
-        let (_, newest) = runs.last()?;
-        let mut rows = newest.clone();
+        let window: Vec<Vec<ResultRow>> = runs.iter().map(|(i, rs)| with_hosts(i, rs.clone())).collect();
+        let mut rows = window.last()?.clone();
         for row in &mut rows {
-            for (mode, slot) in [("primal", 0), ("vjp", 1), ("jvp", 2)] {
-                let best = runs
-                    .iter()
-                    .flat_map(|(_, rs)| rs.iter().filter(|r| r.case_id == row.case_id))
-                    .filter(|r| matches!(r.status, Status::Ok))
-                    .filter_map(|r| [&r.primal, &r.vjp, &r.jvp][slot].as_ref())
-                    .filter(|t| t.median_s.is_finite() && t.median_s > 0.0)
-                    .min_by(|a, b| a.median_s.total_cmp(&b.median_s))
-                    .cloned();
-                let field = match mode {
-                    "primal" => &mut row.primal,
-                    "vjp" => &mut row.vjp,
-                    _ => &mut row.jvp,
-                };
-                if best.is_some() {
-                    *field = best;
-                }
-            }
+            // The best of the runs that measured the case on the same host.
+            let (id, host) = (row.case_id.clone(), row.host.clone().unwrap_or_default());
+            let same =
+                |r: &&ResultRow| r.case_id == id && r.host.clone().unwrap_or_default().differences(&host).is_empty();
+            best_timings(row, window.iter().flatten().filter(same));
         }
         let n = runs.len();
         let ids: Vec<String> = runs.iter().map(|(i, _)| i.run_id.clone()).collect();
@@ -197,7 +342,41 @@ impl Baseline {
             label: format!("best of {n} run(s) ({} .. {})", ids[0], ids[n - 1]),
             runs: runs.into_iter().map(|(i, _)| i).collect(),
             rows,
+            window,
         })
+    }
+
+    /// The baseline rows to compare `current` with: for each case, where the current row's host
+    /// differs from the baseline row's, the best timings the window holds from the current row's
+    /// host, if any (a mixed-CPU history: each shard lands on any runner). A case the window never
+    /// ran on that host keeps the baseline row, whose host then differs.
+    pub fn rows_for(&self, current_run: &RunInfo, current: &[ResultRow]) -> Vec<ResultRow> {
+        let cur: BTreeMap<&str, &ResultRow> = current.iter().map(|r| (r.case_id.as_str(), r)).collect();
+        let default_host =
+            Host { cpu_model: current_run.cpu_model.clone(), cores: current_run.cores, ..Host::default() };
+        let mut rows = self.rows.clone();
+        for row in &mut rows {
+            let Some(c) = cur.get(row.case_id.as_str()) else { continue };
+            let want = c.host.as_ref().unwrap_or(&default_host);
+            let host_of = |r: &ResultRow| r.host.clone().unwrap_or_default();
+            if host_of(row).differences(want).is_empty() {
+                continue;
+            }
+            let same: Vec<&ResultRow> = self
+                .window
+                .iter()
+                .flatten()
+                .filter(|r| r.case_id == row.case_id && host_of(r).differences(want).is_empty())
+                .collect();
+            if let Some(newest) = same.last() {
+                let mut picked = (*newest).clone();
+                if self.window.len() > 1 {
+                    best_timings(&mut picked, same.iter().copied());
+                }
+                *row = picked;
+            }
+        }
+        rows
     }
 }
 
@@ -237,128 +416,48 @@ fn failed(r: &ResultRow) -> Option<String> {
     }
 }
 
-/// The exact upper tail P(U >= u) of the Mann-Whitney U statistic for sample sizes `m` and `n`
-/// under the null hypothesis (no ties), by counting rank arrangements; a normal approximation
-/// (continuity-corrected) where the table would be large.
-pub fn mann_whitney_upper_tail(u: f64, m: usize, n: usize) -> f64 {
-    if m == 0 || n == 0 {
-        return 1.0;
-    }
-    let max = m * n;
-    if max > 4096 {
-        let mean = max as f64 / 2.0;
-        let sd = ((m * n * (m + n + 1)) as f64 / 12.0).sqrt();
-        let z = (u - mean - 0.5) / sd;
-        return 0.5 * erfc(z / std::f64::consts::SQRT_2);
-    }
-    // counts[i][j][k]: arrangements of i current and j baseline values with U = k. Built row by
-    // row: the largest value is either a current one (beating all j baseline values) or not.
-    let mut prev: Vec<Vec<f64>> = vec![vec![1.0]; n + 1]; // i = 0: U = 0 for any j
-    for i in 1..=m {
-        let mut cur: Vec<Vec<f64>> = Vec::with_capacity(n + 1);
-        cur.push(vec![1.0]); // j = 0
-        for j in 1..=n {
-            let mut v = vec![0.0; i * j + 1];
-            for (k, c) in prev[j].iter().enumerate() {
-                v[k + j] += c;
-            }
-            for (k, c) in cur[j - 1].iter().enumerate() {
-                v[k] += c;
-            }
-            cur.push(v);
-        }
-        prev = cur;
-    }
-    let dist = &prev[n];
-    let total: f64 = dist.iter().sum();
-    // Ties give half-integer U: count from its floor, the conservative side.
-    let from = u.floor().max(0.0) as usize;
-    dist.iter().skip(from).sum::<f64>() / total
-}
-
-/// Complementary error function (Numerical Recipes' erfcc, relative error < 1.2e-7).
-fn erfc(x: f64) -> f64 {
-    let z = x.abs();
-    let t = 1.0 / (1.0 + 0.5 * z);
-    let r = t
-        * (-z * z - 1.265_512_23
-            + t * (1.000_023_68
-                + t * (0.374_091_96
-                    + t * (0.096_784_18
-                        + t * (-0.186_288_06
-                            + t * (0.278_868_07
-                                + t * (-1.135_203_98
-                                    + t * (1.488_515_87 + t * (-0.822_152_23 + t * 0.170_872_77)))))))))
-            .exp();
-    if x >= 0.0 { r } else { 2.0 - r }
-}
-
-/// One-sided Mann-Whitney test that `current` tends to be larger than `baseline`: (U, p).
-pub fn mann_whitney_greater(current: &[f64], baseline: &[f64]) -> (f64, f64) {
-    let mut u = 0.0;
-    for c in current {
-        for b in baseline {
-            u += if c > b {
-                1.0
-            } else if c == b {
-                0.5
-            } else {
-                0.0
-            };
-        }
-    }
-    (u, mann_whitney_upper_tail(u, current.len(), baseline.len()))
-}
-
-/// Judges one mode's timing: a finding, a reason it was not judged, or neither.
-fn judge_speed(
-    case_id: &str,
-    mode: &str,
-    tb: &Timing,
-    tc: &Timing,
-    cfg: &GateConfig,
-) -> Result<Option<Finding>, String> {
-    if !(tb.median_s > 0.0 && tb.median_s.is_finite()) {
-        return Err(format!("{case_id} {mode}: baseline median is not a positive time"));
-    }
-    if tb.median_s < cfg.min_seconds {
-        return Err(format!(
-            "{case_id} {mode}: {:.3} ms is under the {:.3} ms minimum",
-            tb.median_s * 1e3,
-            cfg.min_seconds * 1e3
-        ));
+/// Judges one mode's timing: a [`Change`] with its verdict. Rows without samples (schema 1 and
+/// 2 files) are judged by the median against the spread of both sides, without an interval.
+fn judge_speed(case_id: &str, mode: &str, tb: &Timing, tc: &Timing, cfg: &SpeedConfig) -> Change {
+    if !tb.sample_s.is_empty() && !tc.sample_s.is_empty() {
+        return verdict::judge(case_id, mode, tb, tc, cfg);
     }
     let ratio = tc.median_s / tb.median_s;
-    let evidence = if !tb.sample_s.is_empty() && !tc.sample_s.is_empty() {
-        let (nb, nc) = (tb.sample_s.len(), tc.sample_s.len());
-        if nb < cfg.min_samples || nc < cfg.min_samples {
-            return Err(format!("{case_id} {mode}: {nb} and {nc} samples, the rank test needs {}", cfg.min_samples));
-        }
-        let (_, p) = mann_whitney_greater(&tc.sample_s, &tb.sample_s);
-        if !(ratio > cfg.max_slowdown && p < cfg.alpha) {
-            return Ok(None);
-        }
-        format!("Mann-Whitney p = {p:.4} over {nc} and {nb} samples")
-    } else {
-        // Files without samples (schema 1 and 2): beyond the spread of either side's samples.
-        let noise = spread(tb).max(spread(tc));
-        if !(ratio > cfg.max_slowdown && ratio - 1.0 > noise) {
-            return Ok(None);
-        }
-        format!("no samples stored; beyond the {:.0}% spread", noise * 100.0)
-    };
-    Ok(Some(Finding::Slower {
+    let mut change = Change {
         case_id: case_id.to_string(),
-        metric: format!("{mode} median"),
-        baseline: tb.median_s,
-        current: tc.median_s,
+        mode: mode.to_string(),
+        baseline_s: tb.median_s,
+        current_s: tc.median_s,
         ratio,
-        evidence,
-    }))
+        ci: None,
+        p_slower: None,
+        p_faster: None,
+        samples: (tb.samples, tc.samples),
+        verdict: Verdict::NoChange,
+        why: String::new(),
+    };
+    if tb.median_s < cfg.min_seconds {
+        change.verdict = Verdict::NotJudged;
+        change.why = format!("{:.3} ms is under the {:.3} ms minimum", tb.median_s * 1e3, cfg.min_seconds * 1e3);
+        return change;
+    }
+    // Files without samples (schema 1 and 2): beyond the spread of either side's samples.
+    let noise = spread(tb).max(spread(tc));
+    if ratio > cfg.max_slowdown && ratio - 1.0 > noise {
+        change.verdict = Verdict::Regressed;
+        change.why = format!("no samples stored; beyond the {:.0}% spread", noise * 100.0);
+    } else if ratio < 1.0 / cfg.max_slowdown && 1.0 - ratio > noise {
+        change.verdict = Verdict::Improved;
+        change.why = format!("no samples stored; beyond the {:.0}% spread", noise * 100.0);
+    } else {
+        change.why = format!("no samples stored; within threshold or the {:.0}% spread", noise * 100.0);
+    }
+    change
 }
 
-/// Differences between the runs' environments: machine-level values of the runs' information,
-/// the dtypes run, and for the cases both ran, their threads and their tools' versions.
+/// Differences between the runs' set-ups: the frequency governor and suite of the runs, the
+/// dtypes run, and for the cases both ran, their threads and their tools' versions. The machine
+/// (CPU model, cores, compiler) is a row's own [`Host`]: see [`gate_runs`].
 pub fn environment_changes(
     base_runs: &[RunInfo],
     baseline: &[ResultRow],
@@ -379,9 +478,7 @@ pub fn environment_changes(
         (base_runs.iter().map(f).collect(), [f(current_run)].into())
     };
     for (what, f) in [
-        ("CPU model", (|r: &RunInfo| r.cpu_model.clone()) as fn(&RunInfo) -> String),
-        ("cores", |r| r.cores.to_string()),
-        ("frequency governor", |r| r.governor.clone()),
+        ("frequency governor", (|r: &RunInfo| r.governor.clone()) as fn(&RunInfo) -> String),
         ("suite", |r| r.suite.clone()),
     ] {
         let (b, c) = runs(f);
@@ -413,11 +510,13 @@ pub fn environment_changes(
     out
 }
 
-/// Compares `current` against `baseline` rows (no environment check: see [`gate_runs`]).
+/// Compares `current` against `baseline` rows (no environment check: see [`gate_runs`]). Hosts
+/// are compared where both rows record one.
 pub fn gate(baseline: &[ResultRow], current: &[ResultRow], cfg: &GateConfig) -> GateReport {
     let cur: BTreeMap<&str, &ResultRow> = current.iter().map(|r| (r.case_id.as_str(), r)).collect();
     let base: BTreeMap<&str, &ResultRow> = baseline.iter().map(|r| (r.case_id.as_str(), r)).collect();
-    let mut report = GateReport::default();
+    let mut report =
+        GateReport { confidence: cfg.speed.confidence, resamples: cfg.speed.resamples, ..GateReport::default() };
     let mut waivable: Vec<Finding> = Vec::new();
     // Failing checks in the current run fail the gate whatever the baseline says; a check that
     // passed in the baseline is reported as such below instead.
@@ -428,12 +527,15 @@ pub fn gate(baseline: &[ResultRow], current: &[ResultRow], cfg: &GateConfig) -> 
         if let Some(detail) = failed(r)
             && !(regressed && detail.starts_with("check "))
         {
-            report.findings.push(Finding::Broken { case_id: r.case_id.clone(), detail });
+            report.findings.push(Finding::Broken { case_id: r.case_id.clone(), tool: r.backend.clone(), detail });
         }
     }
+    // Per pair of hosts: the cases measured on different hosts, not judged on speed.
+    let mut unlike: BTreeMap<(String, String), usize> = BTreeMap::new();
     for b in baseline {
+        let tool = b.backend.clone();
         let Some(c) = cur.get(b.case_id.as_str()) else {
-            waivable.push(Finding::Missing { case_id: b.case_id.clone() });
+            waivable.push(Finding::Missing { case_id: b.case_id.clone(), tool });
             continue;
         };
         report.shared += 1;
@@ -443,9 +545,11 @@ pub fn gate(baseline: &[ResultRow], current: &[ResultRow], cfg: &GateConfig) -> 
         report.compared += 1;
         if c.status == Status::Skipped {
             let why = c.message.clone().unwrap_or_default();
-            waivable.push(Finding::Skipped { case_id: b.case_id.clone(), reason: why });
+            waivable.push(Finding::Skipped { case_id: b.case_id.clone(), tool, reason: why });
             continue;
         }
+        // A case that errored or timed out ran none of its checks: its Broken finding says so.
+        let crashed = matches!(c.status, Status::Error | Status::Timeout);
         for bc in b.checks.iter().filter(|c| c.passed && !c.worst.is_nan()) {
             let detail = match c.checks.iter().find(|cc| cc.name == bc.name) {
                 Some(cc) if cc.passed => continue,
@@ -453,10 +557,12 @@ pub fn gate(baseline: &[ResultRow], current: &[ResultRow], cfg: &GateConfig) -> 
                     "check {} passed in the baseline (worst {:.3e}), fails now (worst {:.3e} > tolerance {:.1e})",
                     bc.name, bc.worst, cc.worst, cc.tolerance
                 ),
+                None if crashed => continue,
                 None => format!("check {} passed in the baseline and did not run now", bc.name),
             };
             report.findings.push(Finding::CheckRegressed {
                 case_id: b.case_id.clone(),
+                tool: tool.clone(),
                 check: bc.name.clone(),
                 detail,
             });
@@ -466,20 +572,65 @@ pub fn gate(baseline: &[ResultRow], current: &[ResultRow], cfg: &GateConfig) -> 
         }
         // A baseline that cannot be compared with (an infinite time would hide any slowdown).
         if let Some(bad) = bad_timing(b) {
-            report.findings.push(Finding::Broken { case_id: b.case_id.clone(), detail: format!("baseline's {bad}") });
+            report.findings.push(Finding::Broken {
+                case_id: b.case_id.clone(),
+                tool,
+                detail: format!("baseline's {bad}"),
+            });
             continue;
         }
+        let host_differences = match (&b.host, &c.host) {
+            (Some(hb), Some(hc)) if !cfg.allow_env_change => hb.differences(hc),
+            _ => Vec::new(),
+        };
         let timings = [("primal", &b.primal, &c.primal), ("vjp", &b.vjp, &c.vjp), ("jvp", &b.jvp, &c.jvp)];
+        if !host_differences.is_empty() {
+            let what: Vec<String> = host_differences.iter().map(|(w, x, y)| format!("{w} {x} -> {y}")).collect();
+            let (hb, hc) = (b.host.as_ref().expect("compared"), c.host.as_ref().expect("compared"));
+            *unlike.entry((hb.describe(), hc.describe())).or_default() += 1;
+            for (mode, tb, tc) in timings {
+                let (Some(tb), Some(tc)) = (tb, tc) else { continue };
+                report.changes.push(Change {
+                    case_id: b.case_id.clone(),
+                    mode: mode.into(),
+                    baseline_s: tb.median_s,
+                    current_s: tc.median_s,
+                    ratio: tc.median_s / tb.median_s,
+                    ci: None,
+                    p_slower: None,
+                    p_faster: None,
+                    samples: (tb.sample_s.len(), tc.sample_s.len()),
+                    verdict: Verdict::NotJudged,
+                    why: format!("no baseline measured on this host ({})", what.join("; ")),
+                });
+            }
+            continue;
+        }
         for (mode, tb, tc) in timings {
             let (Some(tb), Some(tc)) = (tb, tc) else {
                 continue;
             };
-            match judge_speed(&b.case_id, mode, tb, tc, cfg) {
-                Ok(Some(f)) => report.findings.push(f),
-                Ok(None) => {}
-                Err(why) => report.not_judged.push(why),
+            let change = judge_speed(&b.case_id, mode, tb, tc, &cfg.speed);
+            if change.verdict == Verdict::Regressed {
+                report.findings.push(Finding::Slower {
+                    case_id: b.case_id.clone(),
+                    metric: format!("{mode} median"),
+                    baseline: tb.median_s,
+                    current: tc.median_s,
+                    ratio: change.ratio,
+                    ci: change.ci,
+                    evidence: change.why.clone(),
+                });
             }
+            report.changes.push(change);
         }
+    }
+    for ((hb, hc), n) in unlike {
+        report.notes.push(Finding::EnvChanged {
+            what: format!("host of {n} case(s), not judged on speed"),
+            baseline: hb,
+            current: hc,
+        });
     }
     // A tool whose cases all ran in the baseline's and are all skipped now lost its availability;
     // that is not waived by allow_missing, which is for cases leaving the suite.
@@ -507,18 +658,244 @@ pub fn gate(baseline: &[ResultRow], current: &[ResultRow], cfg: &GateConfig) -> 
     report
 }
 
-/// The whole gate: rows against the baseline, and the environments of the runs.
+/// The whole gate: rows against the baseline (per case, one measured on the same host where the
+/// baseline's window has one), and the set-ups of the runs.
 pub fn gate_runs(baseline: &Baseline, current_run: &RunInfo, current: &[ResultRow], cfg: &GateConfig) -> GateReport {
-    let env = environment_changes(&baseline.runs, &baseline.rows, current_run, current);
-    let mut report = gate(&baseline.rows, current, cfg);
+    let current = with_hosts(current_run, current.to_vec());
+    let rows = baseline.rows_for(current_run, &current);
+    let env = environment_changes(&baseline.runs, &rows, current_run, &current);
+    let mut report = gate(&rows, &current, cfg);
     if cfg.allow_env_change {
         report.notes.extend(env);
     } else if !env.is_empty() {
-        // Unlike runs: their times do not compare, so speed findings would be noise.
+        // Unlike runs: their times do not compare, so speed verdicts would be noise.
         report.findings.retain(|f| !matches!(f, Finding::Slower { .. }));
+        let why = format!(
+            "the runs' set-ups differ ({}): times of unlike runs do not compare",
+            env.iter().map(Finding::describe).collect::<Vec<_>>().join("; ")
+        );
+        for c in &mut report.changes {
+            c.verdict = Verdict::NotJudged;
+            c.why = why.clone();
+        }
         report.findings.extend(env);
     }
     report
+}
+
+/// The kind of reason a timing was not judged, for counts: too short, too few samples, too
+/// noisy, no baseline from its host, unlike runs.
+pub fn not_judged_reason(why: &str) -> &'static str {
+    if why.starts_with("a baseline sample lasts") || why.contains("ms minimum") {
+        "too short"
+    } else if why.contains("samples: the rank test cannot reach") {
+        "too few samples"
+    } else if why.starts_with("too noisy") {
+        "too noisy"
+    } else if why.starts_with("no baseline measured on this host") {
+        "no baseline from its host"
+    } else if why.starts_with("the runs' set-ups differ") {
+        "unlike runs"
+    } else {
+        "other"
+    }
+}
+
+impl GateReport {
+    /// The not-judged timings counted per reason: `12 too noisy, 3 too short`.
+    pub fn not_judged_reasons(&self) -> String {
+        let mut counts: BTreeMap<&'static str, usize> = BTreeMap::new();
+        for c in self.changes.iter().filter(|c| c.verdict == Verdict::NotJudged) {
+            *counts.entry(not_judged_reason(&c.why)).or_default() += 1;
+        }
+        counts.into_iter().map(|(why, n)| format!("{n} {why}")).collect::<Vec<_>>().join(", ")
+    }
+
+    /// The verdict in one line for an exit code (0 pass, 1 failed, 2 nothing to compare, 3
+    /// slower). A pass says how much of the speed was judged: never "nothing regressed" when
+    /// nothing could be judged.
+    pub fn headline(&self, exit_code: u8) -> String {
+        let n = self.changes.len();
+        let not_judged = self.count(Verdict::NotJudged);
+        let judged = n - not_judged;
+        match exit_code {
+            0 if n == 0 => "PASS: checks and coverage hold; no timings to compare".to_string(),
+            0 if judged == 0 => {
+                format!("PASS on checks and coverage; speed NOT JUDGED: none of {n} timing(s) could be judged")
+            }
+            0 if not_judged > 0 => {
+                format!("PASS: nothing regressed among {judged} judged timing(s); {not_judged} of {n} not judged")
+            }
+            0 => format!("PASS: nothing regressed; all {n} timing(s) judged"),
+            1 => "FAIL (exit 1)".to_string(),
+            3 => format!("SLOWER (exit 3): {} timing(s) regressed", self.count(Verdict::Regressed)),
+            _ => "NOTHING COMPARED (exit 2)".to_string(),
+        }
+    }
+
+    /// The gate's text output: the comparison, the speed counts, one line per group of findings
+    /// and of notes, and the headline.
+    pub fn text(&self, baseline: &Baseline, current: &RunInfo, exit_code: u8) -> Vec<String> {
+        let groups = self.groups(false);
+        let mut out = vec![format!(
+            "compared {} cases; {} finding(s); current run {} against {}",
+            self.compared,
+            self.findings.len(),
+            current.run_id,
+            baseline.label
+        )];
+        for g in &groups {
+            out.push(format!("{:<16} {}", g.kind.to_uppercase(), g.summary));
+            if g.cases.len() > 1 {
+                out.push(format!("{:<16} cases: {}", "", g.cases.join(", ")));
+            }
+        }
+        for g in self.groups(true) {
+            out.push(format!("note: {:<10} {}", g.kind, g.summary));
+        }
+        let mut speed = self.speed_summary();
+        if self.count(Verdict::NotJudged) > 0 {
+            speed.push_str(&format!(" (not judged: {}; --json lists them)", self.not_judged_reasons()));
+        }
+        out.push(speed);
+        out.push(format!("verdict: {}", self.headline(exit_code)));
+        out
+    }
+
+    /// The gate's verdict as Markdown (a CI job's step summary): the headline, the regressions
+    /// (largest first), the grouped findings and notes, and what was not judged.
+    pub fn markdown(&self, baseline: &Baseline, current: &RunInfo, exit_code: u8) -> String {
+        let mut s = format!(
+            "## adgauge gate: {}\n\nCurrent run `{}` (suite {}) against {}: {} cases compared, {} finding(s) in {} group(s), {} note(s). {}.\n\n",
+            self.headline(exit_code),
+            current.run_id,
+            if current.suite.is_empty() { "?" } else { &current.suite },
+            baseline.label,
+            self.compared,
+            self.findings.len(),
+            self.groups(false).len(),
+            self.notes.len(),
+            self.speed_summary()
+        );
+        let cell = |t: &str| t.replace('|', "\\|").replace('\n', " ");
+        let mut regressed: Vec<&Change> = self.changes.iter().filter(|c| c.verdict == Verdict::Regressed).collect();
+        regressed.sort_by(|a, b| b.ratio.total_cmp(&a.ratio));
+        if !regressed.is_empty() {
+            s.push_str(
+                "### Regressions\n\n| case | mode | baseline ms | current ms | ratio [CI] |\n|---|---|---|---|---|\n",
+            );
+            for c in regressed.iter().take(20) {
+                s.push_str(&format!(
+                    "| `{}` | {} | {:.3} | {:.3} | {} |\n",
+                    cell(&c.case_id),
+                    c.mode,
+                    c.baseline_s * 1e3,
+                    c.current_s * 1e3,
+                    c.ratio_text()
+                ));
+            }
+            if regressed.len() > 20 {
+                s.push_str(&format!("\n{} more in the JSON output.\n", regressed.len() - 20));
+            }
+            s.push('\n');
+        }
+        for (title, notes) in [("Findings", false), ("Notes (not failing)", true)] {
+            let groups = self.groups(notes);
+            if groups.is_empty() {
+                continue;
+            }
+            s.push_str(&format!("### {title}\n\n| kind | what | cases |\n|---|---|---|\n"));
+            for g in groups {
+                let cases: Vec<String> = g.cases.iter().take(10).map(|c| format!("`{}`", cell(c))).collect();
+                let more = if g.cases.len() > 10 { format!(" and {} more", g.cases.len() - 10) } else { String::new() };
+                s.push_str(&format!("| {} | {} | {}{more} |\n", g.kind, cell(&g.summary), cases.join(", ")));
+            }
+            s.push('\n');
+        }
+        if self.count(Verdict::NotJudged) > 0 {
+            s.push_str(&format!("Not judged on speed: {}.\n\n", self.not_judged_reasons()));
+        }
+        s
+    }
+
+    /// The gate's answer as one JSON object.
+    pub fn json(&self, baseline: &Baseline, current: &RunInfo, exit_code: u8) -> serde_json::Value {
+        let change = |c: &Change| {
+            serde_json::json!({
+                "case_id": c.case_id,
+                "mode": c.mode,
+                "baseline_s": c.baseline_s,
+                "current_s": c.current_s,
+                "ratio": c.ratio,
+                "ci_low": c.ci.map(|x| x.0),
+                "ci_high": c.ci.map(|x| x.1),
+                "p_slower": c.p_slower,
+                "samples": [c.samples.0, c.samples.1],
+                "verdict": c.verdict.name(),
+                "why": c.why,
+            })
+        };
+        let groups = |notes: bool| {
+            self.groups(notes)
+                .into_iter()
+                .map(|g| serde_json::json!({"kind": g.kind, "summary": g.summary, "cases": g.cases}))
+                .collect::<Vec<_>>()
+        };
+        serde_json::json!({
+            "verdict": self.headline(exit_code),
+            "baseline": baseline.label,
+            "baseline_runs": baseline.runs.iter().map(|r| r.run_id.clone()).collect::<Vec<_>>(),
+            "current": current.run_id,
+            "compared": self.compared,
+            "shared": self.shared,
+            "findings": self.findings.iter().map(finding_json).collect::<Vec<_>>(),
+            "groups": groups(false),
+            "notes": self.notes.iter().map(finding_json).collect::<Vec<_>>(),
+            "note_groups": groups(true),
+            "speed": {
+                "timings": self.changes.len(),
+                "regressed": self.count(Verdict::Regressed),
+                "improved": self.count(Verdict::Improved),
+                "no_change": self.count(Verdict::NoChange),
+                "not_judged": self.count(Verdict::NotJudged),
+                "confidence": self.confidence,
+                "resamples": self.resamples,
+            },
+            "changes": self.changes.iter().map(change).collect::<Vec<_>>(),
+            "not_judged": self.not_judged(),
+            "exit_code": exit_code,
+        })
+    }
+}
+
+/// One finding as JSON: kind, case, detail, and the kind's own fields.
+pub fn finding_json(f: &Finding) -> serde_json::Value {
+    let mut v = serde_json::json!({"kind": f.kind(), "case_id": f.case_id(), "detail": f.describe()});
+    match f {
+        Finding::Slower { metric, baseline, current, ratio, ci, evidence, .. } => {
+            v["metric"] = metric.clone().into();
+            v["baseline_s"] = (*baseline).into();
+            v["current_s"] = (*current).into();
+            v["ratio"] = (*ratio).into();
+            v["ci_low"] = ci.map(|c| c.0).into();
+            v["ci_high"] = ci.map(|c| c.1).into();
+            v["evidence"] = evidence.clone().into();
+        }
+        Finding::CheckRegressed { check, tool, .. } => {
+            v["check"] = check.clone().into();
+            v["tool"] = tool.clone().into();
+        }
+        Finding::Broken { tool, .. } | Finding::Missing { tool, .. } | Finding::Skipped { tool, .. } => {
+            v["tool"] = tool.clone().into()
+        }
+        Finding::ToolLost { tool, .. } => v["tool"] = tool.clone().into(),
+        Finding::EnvChanged { what, baseline, current } => {
+            v["what"] = what.clone().into();
+            v["baseline"] = baseline.clone().into();
+            v["current"] = current.clone().into();
+        }
+    }
+    v
 }
 
 fn xml_escape(s: &str) -> String {
@@ -605,6 +982,7 @@ mod tests {
             message: None,
             compile_s: None,
             tool_version: Some("adgauge 0.1.0".into()),
+            host: None,
         }
     }
 
@@ -639,81 +1017,58 @@ mod tests {
         }
     }
 
+    fn host(cpu: &str) -> Option<Host> {
+        Some(Host { cpu_model: cpu.into(), cores: 4, rustc: "rustc 1.91.0".into(), target_features: "sse2".into() })
+    }
+
+    const STEADY: [f64; 7] = [1.00e-3, 1.01e-3, 0.99e-3, 1.02e-3, 0.98e-3, 1.00e-3, 1.01e-3];
+
+    fn scaled(k: f64) -> Vec<f64> {
+        STEADY.iter().map(|x| x * k).collect()
+    }
+
     #[test]
     fn identical_runs_pass() {
         let a = vec![row("a", 1e-3, 0.05), row("b", 2e-3, 0.05)];
         let r = gate(&a, &a, &GateConfig::default());
         assert_eq!(r.compared, 2);
         assert!(r.findings.is_empty());
-    }
-
-    /// Hand-counted null distributions: for m = n = 2 the six arrangements give U = 0, 1, 2, 2,
-    /// 3, 4; for m = n = 5 only one of the C(10, 5) = 252 puts every current value on top.
-    #[test]
-    fn the_rank_test_matches_hand_counted_distributions() {
-        assert_eq!(mann_whitney_upper_tail(1.0, 1, 1), 0.5);
-        assert_eq!(mann_whitney_upper_tail(3.0, 2, 2), 2.0 / 6.0);
-        assert_eq!(mann_whitney_upper_tail(2.0, 2, 2), 4.0 / 6.0);
-        assert_eq!(mann_whitney_upper_tail(0.0, 2, 2), 1.0);
-        assert!((mann_whitney_upper_tail(25.0, 5, 5) - 1.0 / 252.0).abs() < 1e-15);
-        let (u, p) = mann_whitney_greater(&[2.0, 2.1, 2.2, 2.3, 2.4], &[1.0, 1.1, 1.2, 1.3, 1.4]);
-        assert_eq!(u, 25.0);
-        assert!((p - 1.0 / 252.0).abs() < 1e-15);
-        // The normal approximation (large samples) agrees with the exact tail at the centre.
-        assert!((mann_whitney_upper_tail(5000.5, 100, 100) - 0.5).abs() < 1e-3);
+        assert_eq!(r.headline(0), "PASS: nothing regressed; all 4 timing(s) judged");
     }
 
     #[test]
-    fn a_two_times_slower_case_is_flagged_by_the_rank_test() {
-        let base = [1.00e-3, 1.01e-3, 0.99e-3, 1.02e-3, 0.98e-3, 1.00e-3, 1.01e-3];
-        let slow: Vec<f64> = base.iter().map(|x| x * 2.0).collect();
-        let r = gate(&[sampled("a", &base)], &[sampled("a", &slow)], &GateConfig::default());
+    fn a_two_times_slower_case_regresses_with_its_interval() {
+        let r = gate(&[sampled("a", &STEADY)], &[sampled("a", &scaled(2.0))], &GateConfig::default());
         match r.findings.as_slice() {
-            [Finding::Slower { metric, ratio, evidence, .. }] => {
+            [Finding::Slower { metric, ratio, ci: Some((lo, hi)), evidence, .. }] => {
                 assert_eq!(metric, "primal median");
                 assert!((ratio - 2.0).abs() < 1e-12);
+                assert!(*lo > 1.9 && *hi < 2.1, "{lo} {hi}");
                 // All 7 current samples above all 7 baseline ones: p = 1 / C(14, 7) = 1/3432.
-                assert!(evidence.starts_with("Mann-Whitney p = 0.0003 over 7 and 7"), "{evidence}");
+                assert!(evidence.ends_with("Mann-Whitney p = 2.91e-4 over 7 and 7 samples"), "{evidence}");
             }
             other => panic!("{other:?}"),
         }
+        assert_eq!(r.count(Verdict::Regressed), 1);
+        assert_eq!(r.headline(3), "SLOWER (exit 3): 1 timing(s) regressed");
     }
 
-    /// Noise: both runs drawn from one bimodal distribution (a CPU that runs some samples at a
-    /// lower clock: ~1.0 ms or ~1.3 ms). The baseline happened to draw only fast samples, the
-    /// current one four slow ones of seven, so its median is 1.30x. The old rule (median ratio
-    /// against the spread (max - min) / median) flags that; the rank test does not (p ~ 0.05).
+    /// The quick suite: 3 samples a side can never reach p < 0.01 (1 / C(6, 3) = 1/20),
+    /// so every timing is not judged, and the headline says so instead of "nothing regressed".
     #[test]
-    fn runs_from_one_distribution_are_not_flagged() {
-        let base = [1.00e-3, 1.01e-3, 0.99e-3, 1.02e-3, 0.98e-3, 1.00e-3, 1.01e-3];
-        let cur = [0.99e-3, 1.01e-3, 1.00e-3, 1.30e-3, 1.31e-3, 1.29e-3, 1.32e-3];
-        let r = gate(&[sampled("a", &base)], &[sampled("a", &cur)], &GateConfig::default());
-        assert!(r.findings.is_empty(), "{:?}", r.findings);
-        assert_eq!(r.compared, 1);
-        let (u, p) = mann_whitney_greater(&cur, &base);
-        assert_eq!(u, 37.5);
-        assert!(p > 0.01 && p < 0.1, "{p}");
-        // The same medians and extremes without samples: the spread rule calls it slower.
-        let strip = |mut r: ResultRow| {
-            r.primal.as_mut().unwrap().sample_s.clear();
-            r
-        };
-        let old = gate(&[strip(sampled("a", &base))], &[strip(sampled("a", &cur))], &GateConfig::default());
-        assert!(old.slower(), "{:?}", old.findings);
-    }
-
-    #[test]
-    fn short_cases_and_few_samples_are_not_judged_on_speed() {
-        let base = [1e-4, 1.01e-4, 0.99e-4, 1.02e-4, 0.98e-4];
-        let slow: Vec<f64> = base.iter().map(|x| x * 5.0).collect();
-        let r = gate(&[sampled("a", &base)], &[sampled("a", &slow)], &GateConfig::default());
+    fn three_samples_a_side_are_counted_as_not_judged_never_passed_as_nothing_regressed() {
+        let (base, slow) = (&STEADY[..3], scaled(4.7));
+        let r = gate(&[sampled("a", base)], &[sampled("a", &slow[..3])], &GateConfig::default());
         assert!(r.findings.is_empty());
-        assert_eq!(r.not_judged, vec!["a primal: 0.100 ms is under the 1.000 ms minimum".to_string()]);
-        let base = [1e-2, 1.01e-2, 0.99e-2, 1.02e-2];
-        let slow: Vec<f64> = base.iter().map(|x| x * 5.0).collect();
-        let r = gate(&[sampled("a", &base)], &[sampled("a", &slow)], &GateConfig::default());
-        assert!(r.findings.is_empty());
-        assert_eq!(r.not_judged, vec!["a primal: 4 and 4 samples, the rank test needs 5".to_string()]);
+        assert_eq!(r.count(Verdict::NotJudged), 1);
+        assert_eq!(
+            r.not_judged(),
+            vec!["a primal: 3 and 3 samples: the rank test cannot reach p < 0.01 (needs 5 on each side)".to_string()]
+        );
+        assert_eq!(r.not_judged_reasons(), "1 too few samples");
+        let headline = r.headline(0);
+        assert!(headline.contains("speed NOT JUDGED: none of 1 timing(s)"), "{headline}");
+        assert!(!headline.contains("nothing regressed"), "{headline}");
     }
 
     #[test]
@@ -724,8 +1079,11 @@ mod tests {
         assert!(r.slower() && !r.broken());
         let slow: Vec<&str> = r.findings.iter().map(|f| f.case_id()).collect();
         assert_eq!(slow, vec!["a", "a"]); // primal and vjp
-        let short = gate(&base, &cur, &GateConfig { min_seconds: 0.01, ..GateConfig::default() });
+        let cfg =
+            GateConfig { speed: SpeedConfig { min_seconds: 0.01, ..SpeedConfig::default() }, ..GateConfig::default() };
+        let short = gate(&base, &cur, &cfg);
         assert!(short.findings.is_empty());
+        assert_eq!(short.count(Verdict::NotJudged), 4);
     }
 
     #[test]
@@ -771,15 +1129,64 @@ mod tests {
         assert!(r.failed() && r.broken());
     }
 
+    /// The count: a tool crashing on 3 cases gave 33 findings (a broken finding per case
+    /// and a "did not run now" per check and case). Now each case has one finding, and the three
+    /// are one group naming the tool, the cause and the cases.
+    #[test]
+    fn a_crashing_tool_is_one_group_of_findings_listing_its_cases() {
+        let checks: Vec<Check> =
+            (0..10).map(|i| Check { name: format!("check-{i}"), worst: 1e-9, tolerance: 1e-6, passed: true }).collect();
+        let ids = ["a", "b", "c"];
+        let base: Vec<ResultRow> = ids
+            .iter()
+            .map(|id| ResultRow { backend: "jax".into(), checks: checks.clone(), ..row(id, 1e-3, 0.05) })
+            .collect();
+        let cur: Vec<ResultRow> = base
+            .iter()
+            .map(|b| ResultRow {
+                status: Status::Error,
+                message: Some("tool jax exited with signal 11".into()),
+                checks: vec![],
+                primal: None,
+                vjp: None,
+                ..b.clone()
+            })
+            .collect();
+        let r = gate(&base, &cur, &GateConfig::default());
+        assert_eq!(r.findings.len(), 3, "{:?}", r.findings);
+        let groups = r.groups(false);
+        assert_eq!(
+            groups,
+            vec![FindingGroup {
+                kind: "broken",
+                summary: "tool jax: status error: tool jax exited with signal 11 (3 cases)".into(),
+                cases: vec!["a".into(), "b".into(), "c".into()],
+            }]
+        );
+        // A check failing on two cases with different worst values is one cause too.
+        let fail = |id: &str, worst: f64| {
+            let mut r = row(id, 1e-3, 0.05);
+            r.checks = vec![Check { name: "dot".into(), worst, tolerance: 1e-6, passed: false }];
+            r.status = Status::Failed;
+            r
+        };
+        let r = gate(&[], &[fail("x", 0.1), fail("y", 0.2)], &GateConfig::default());
+        assert_eq!(r.groups(false)[0].summary, "tool cpu: check dot fails (2 cases)");
+        let text = r.text(&Baseline::run("b".into(), info("r1"), vec![]), &info("r2"), 1);
+        assert!(text.contains(&"BROKEN           tool cpu: check dot fails (2 cases)".to_string()), "{text:?}");
+        assert!(text.contains(&"                 cases: x, y".to_string()), "{text:?}");
+    }
+
     #[test]
     fn a_case_missing_from_the_current_run_is_reported_or_waived() {
+        let missing = Finding::Missing { case_id: "a".into(), tool: "cpu".into() };
         let r = gate(&[row("a", 1e-3, 0.0), row("b", 1e-3, 0.0)], &[row("b", 1e-3, 0.0)], &GateConfig::default());
-        assert_eq!(r.findings, vec![Finding::Missing { case_id: "a".into() }]);
+        assert_eq!(r.findings, vec![missing.clone()]);
         assert!(r.missing() && r.failed());
         let cfg = GateConfig { allow_missing: true, ..GateConfig::default() };
         let r = gate(&[row("a", 1e-3, 0.0), row("b", 1e-3, 0.0)], &[row("b", 1e-3, 0.0)], &cfg);
         assert!(r.findings.is_empty() && !r.failed());
-        assert_eq!(r.notes, vec![Finding::Missing { case_id: "a".into() }]);
+        assert_eq!(r.notes, vec![missing]);
     }
 
     #[test]
@@ -835,21 +1242,27 @@ mod tests {
     }
 
     #[test]
-    fn environment_changes_fail_unless_allowed_and_then_are_listed() {
-        let base = Baseline::run("b".into(), info("r1"), vec![row("a", 1e-3, 0.05)]);
+    fn set_up_changes_fail_unless_allowed_and_then_are_listed() {
+        let base = Baseline::run("b".into(), info("r1"), vec![sampled("a", &STEADY)]);
         let mut cur_info = info("r2");
-        cur_info.cpu_model = "CPU B".into();
-        let mut cur = row("a", 2e-3, 0.05);
+        cur_info.governor = "powersave".into();
+        let mut cur = sampled("a", &scaled(2.0));
         cur.threads = 1;
         cur.tool_version = Some("adgauge 0.2.0".into());
         let r = gate_runs(&base, &cur_info, std::slice::from_ref(&cur), &GateConfig::default());
         let env: Vec<String> = r.findings.iter().map(Finding::describe).collect();
         assert_eq!(
             env,
-            ["CPU model: CPU A -> CPU B", "threads: 2 -> 1", "tool cpu version: adgauge 0.1.0 -> adgauge 0.2.0"]
+            [
+                "frequency governor: performance -> powersave",
+                "threads: 2 -> 1",
+                "tool cpu version: adgauge 0.1.0 -> adgauge 0.2.0"
+            ]
         );
-        // The 2x slower times are not judged across unlike machines...
+        // The 2x slower times are not judged across unlike runs, and say why...
         assert!(!r.slower() && r.failed());
+        assert_eq!(r.count(Verdict::NotJudged), 1);
+        assert_eq!(r.not_judged_reasons(), "1 unlike runs");
         // ...unless the change is allowed: then they are, and the changes are notes.
         let cfg = GateConfig { allow_env_change: true, ..GateConfig::default() };
         let r = gate_runs(&base, &cur_info, &[cur], &cfg);
@@ -857,14 +1270,52 @@ mod tests {
         assert_eq!(r.notes.len(), 3);
     }
 
+    /// The hosted runners: the baseline's shards ran on AMD and Intel machines, the
+    /// current run's on the opposite ones or the same. A mixed-CPU run is no environment change:
+    /// each case is compared with a baseline from its own host, and one with none is not judged
+    /// on speed, saying why, without failing the gate.
+    #[test]
+    fn each_case_is_compared_only_with_a_baseline_from_its_host() {
+        let on = |id: &str, cpu: &str, k: f64| ResultRow { host: host(cpu), ..sampled(id, &scaled(k)) };
+        let mut merged_info = info("r1");
+        merged_info.cpu_model = "AMD EPYC + Intel Xeon".into();
+        let base =
+            Baseline::run("b".into(), merged_info.clone(), vec![on("a", "AMD EPYC", 1.0), on("b", "Intel Xeon", 1.0)]);
+        let mut cur_info = info("r2");
+        cur_info.cpu_model = "AMD EPYC + Intel Xeon".into();
+        // a: same host, 2x slower; b: now on AMD where the baseline measured it on Intel.
+        let cur = vec![on("a", "AMD EPYC", 2.0), on("b", "AMD EPYC", 3.0)];
+        let r = gate_runs(&base, &cur_info, &cur, &GateConfig::default());
+        assert!(!r.failed(), "{:?}", r.findings);
+        let slower: Vec<&str> = r.findings.iter().map(Finding::case_id).collect();
+        assert_eq!(slower, ["a"]);
+        let b = r.changes.iter().find(|c| c.case_id == "b").unwrap();
+        assert_eq!(b.verdict, Verdict::NotJudged);
+        assert_eq!(b.why, "no baseline measured on this host (CPU model Intel Xeon -> AMD EPYC)");
+        assert_eq!(
+            r.notes.iter().map(Finding::describe).collect::<Vec<_>>(),
+            [
+                "host of 1 case(s), not judged on speed: Intel Xeon (4 cores, rustc 1.91.0) -> AMD EPYC (4 cores, rustc 1.91.0)"
+            ]
+        );
+        // With a window that ran b on AMD once, b is judged against that night.
+        let older = vec![on("a", "AMD EPYC", 1.0), on("b", "AMD EPYC", 1.0)];
+        let best = Baseline::best_of(vec![(info("r0"), older), (merged_info, base.rows.clone())]).unwrap();
+        let r = gate_runs(&best, &cur_info, &cur, &GateConfig::default());
+        let slower: Vec<&str> = r.findings.iter().map(Finding::case_id).collect();
+        assert_eq!(slower, ["a", "b"], "{:?}", r.changes);
+        // A different compiler is another host as well.
+        let mut newer = on("a", "AMD EPYC", 1.0);
+        newer.host.as_mut().unwrap().rustc = "rustc 1.92.0".into();
+        let r = gate_runs(&base, &cur_info, &[newer], &GateConfig::default());
+        assert_eq!(r.changes[0].why, "no baseline measured on this host (compiler rustc 1.91.0 -> rustc 1.92.0)");
+    }
+
     /// Each night 5% slower than the one before: against the previous night no step exceeds
     /// 1.15x, against the best of the last 5 nights the drift adds up to 1.22x.
     #[test]
     fn best_of_n_catches_slow_drift_that_the_previous_run_misses() {
-        let night = |k: i32| {
-            let m = 1e-3 * 1.05f64.powi(k);
-            sampled("a", &[m, m * 1.01, m * 0.99, m * 1.005, m * 0.995, m * 1.002, m * 0.998])
-        };
+        let night = |k: i32| sampled("a", &scaled(1.05f64.powi(k)));
         let runs: Vec<(RunInfo, Vec<ResultRow>)> = (0..5).map(|k| (info(&format!("r{k}")), vec![night(k)])).collect();
         let current = vec![night(5)];
         let previous = Baseline::run("previous".into(), runs[4].0.clone(), runs[4].1.clone());

@@ -10,5 +10,6 @@ pub mod parquet;
 pub mod query;
 pub mod schema;
 pub mod store;
+pub mod verdict;
 
-pub use schema::{Check, ResultRow, RunInfo, SCHEMA_VERSION, Status, Timing, case_id};
+pub use schema::{Check, Host, ResultRow, RunInfo, SCHEMA_VERSION, Status, Timing, case_id};

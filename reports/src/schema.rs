@@ -7,8 +7,10 @@ use serde::{Deserialize, Serialize};
 
 /// Version of the file layout (`store.rs`). 2 added `compile_s`; 3 is one file row per case and
 /// mode, with typed parameter and check columns, the suite, the tool's version and the timing
-/// samples; 4 added `rule_used` (the rule `auto` took). Files of versions 1 to 3 are still read.
-pub const SCHEMA_VERSION: u32 = 4;
+/// samples; 4 added `rule_used` (the rule `auto` took); 5 added `rustc` and `target_features`, and
+/// made `cpu_model` and `cores` the row's own (a merged run's rows keep their shard's machine).
+/// Files of versions 1 to 4 are still read.
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// How a case ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,6 +58,53 @@ pub struct RunInfo {
     /// The suite's name ("" in files of schema 1 and 2, which did not record it).
     #[serde(default)]
     pub suite: String,
+}
+
+/// The machine and build a row was measured on: timings compare only between rows of the same
+/// host (the gate says so where they differ). Values a file did not record are empty (0 cores):
+/// no evidence either way.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Host {
+    pub cpu_model: String,
+    pub cores: usize,
+    /// `rustc -V` of the build that measured the row ("" before schema 5).
+    #[serde(default)]
+    pub rustc: String,
+    /// The target features the build was compiled with, comma-separated as cargo lists them
+    /// ("" before schema 5).
+    #[serde(default)]
+    pub target_features: String,
+}
+
+impl Host {
+    /// What differs between two hosts, on the values both recorded: `(what, self, other)`.
+    pub fn differences(&self, other: &Host) -> Vec<(&'static str, String, String)> {
+        let mut out = Vec::new();
+        let known = |a: &str, b: &str| !a.is_empty() && !b.is_empty() && a != b;
+        if known(&self.cpu_model, &other.cpu_model) {
+            out.push(("CPU model", self.cpu_model.clone(), other.cpu_model.clone()));
+        }
+        if self.cores > 0 && other.cores > 0 && self.cores != other.cores {
+            out.push(("cores", self.cores.to_string(), other.cores.to_string()));
+        }
+        if known(&self.rustc, &other.rustc) {
+            out.push(("compiler", self.rustc.clone(), other.rustc.clone()));
+        }
+        if known(&self.target_features, &other.target_features) {
+            out.push(("target features", self.target_features.clone(), other.target_features.clone()));
+        }
+        out
+    }
+
+    /// `CPU (N cores, rustc ...)`, for reports.
+    pub fn describe(&self) -> String {
+        let mut s = format!("{} ({} cores", self.cpu_model, self.cores);
+        if !self.rustc.is_empty() {
+            s.push_str(&format!(", {}", self.rustc));
+        }
+        s.push(')');
+        s
+    }
 }
 
 /// Timing of one mode: seconds per evaluation over the kept samples.
@@ -126,6 +175,9 @@ pub struct ResultRow {
     /// an environment change for the gate. None in files of schema 1 and 2.
     #[serde(default)]
     pub tool_version: Option<String>,
+    /// The machine and build that measured the row (None: take the run's CPU model and cores).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<Host>,
 }
 
 impl ResultRow {
@@ -162,6 +214,7 @@ impl ResultRow {
             message: None,
             compile_s: None,
             tool_version: None,
+            host: None,
         }
     }
 
@@ -250,6 +303,12 @@ mod tests {
             message: None,
             compile_s: Some(0.25),
             tool_version: Some("adgauge 0.1.0".into()),
+            host: Some(Host {
+                cpu_model: "CPU".into(),
+                cores: 2,
+                rustc: "rustc 1.91.0".into(),
+                target_features: "sse2".into(),
+            }),
         };
         let s = serde_json::to_string(&row).unwrap();
         assert!(s.contains("\"status\":\"timeout\""));

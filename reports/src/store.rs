@@ -44,8 +44,10 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
     move |source| StoreError::Io { path: path.to_path_buf(), source }
 }
 
-/// The fixed columns of schema 4, in order; the parameter and check columns follow them.
-/// Schema 3 had all but `rule_used`.
+/// The fixed columns of schema 5, in order; the parameter and check columns follow them.
+/// Schema 4 had all but `rustc` and `target_features`, schema 3 also lacked `rule_used`. From
+/// schema 5 on, `cpu_model`, `cores`, `rustc` and `target_features` are the row's own host (a
+/// merged run's lines keep their shard's machine); the other run columns repeat on every line.
 pub const COLUMNS: &[&str] = &[
     "schema_version",
     "run_id",
@@ -57,6 +59,8 @@ pub const COLUMNS: &[&str] = &[
     "cpu_model",
     "cores",
     "governor",
+    "rustc",
+    "target_features",
     "case_id",
     "workload",
     "tool",
@@ -82,12 +86,12 @@ pub const COLUMNS: &[&str] = &[
     "memory_ratio",
 ];
 
-/// The one fixed column schema 3 lacks.
-const V3_LACKS: &str = "rule_used";
+/// The fixed columns schema 4 lacks; schema 3 also lacks `rule_used`.
+const V4_LACKS: [&str; 2] = ["rustc", "target_features"];
 
-/// The fixed columns of a schema-3 file, in order.
-fn v3_columns() -> Vec<&'static str> {
-    COLUMNS.iter().copied().filter(|c| *c != V3_LACKS).collect()
+/// The fixed columns of a file of schema 3 or 4, in order.
+fn old_columns(version: u32) -> Vec<&'static str> {
+    COLUMNS.iter().copied().filter(|c| !V4_LACKS.contains(c) && (version > 3 || *c != "rule_used")).collect()
 }
 
 /// The modes a [`ResultRow`] holds, in file order.
@@ -203,6 +207,11 @@ pub(crate) fn case_records(run: &RunInfo, row: &ResultRow, header: &[String]) ->
             };
             let samples: Vec<String> =
                 t.map(|t| t.sample_s.iter().map(|x| format!("{x:e}")).collect()).unwrap_or_default();
+            let host = row.host.clone().unwrap_or_else(|| crate::Host {
+                cpu_model: run.cpu_model.clone(),
+                cores: run.cores,
+                ..crate::Host::default()
+            });
             let mut f: Vec<String> = vec![
                 SCHEMA_VERSION.to_string(),
                 run.run_id.clone(),
@@ -211,9 +220,11 @@ pub(crate) fn case_records(run: &RunInfo, row: &ResultRow, header: &[String]) ->
                 run.adgauge_version.clone(),
                 run.suite.clone(),
                 run.machine.clone(),
-                run.cpu_model.clone(),
-                run.cores.to_string(),
+                host.cpu_model,
+                host.cores.to_string(),
                 run.governor.clone(),
+                host.rustc,
+                host.target_features,
                 row.case_id.clone(),
                 row.workload.clone(),
                 row.backend.clone(),
@@ -359,7 +370,7 @@ pub fn rows_from_json_lines(text: &str, origin: &Path) -> Result<(RunInfo, Vec<R
         objects.iter().map(|(line, o)| (*line, header.iter().map(|h| field(o.get(h))).collect())).collect();
     // Lines of schema 3 lack `rule_used`, which then reads as empty.
     let version = match objects.first().and_then(|(_, o)| o.get("schema_version")).and_then(Value::as_u64) {
-        Some(3) => 3,
+        Some(v @ (3 | 4)) => v as u32,
         _ => SCHEMA_VERSION,
     };
     parse_typed(&header, COLUMNS, version, &records).map_err(|(l, m)| err(l, m))
@@ -429,9 +440,11 @@ pub fn parse_csv(text: &str, path: &Path) -> Result<(RunInfo, Vec<ResultRow>), S
         return Err(err(1, "empty file: expected the header line".into()));
     };
     let starts_with = |fixed: &[&str]| header.len() >= fixed.len() && header.iter().zip(fixed).all(|(h, c)| h == c);
-    let v3 = v3_columns();
+    let (v4, v3) = (old_columns(4), old_columns(3));
     let fixed: Option<(&[&str], u32)> = if starts_with(COLUMNS) {
         Some((COLUMNS, SCHEMA_VERSION))
+    } else if starts_with(&v4) {
+        Some((&v4, 4))
     } else if starts_with(&v3) {
         Some((&v3, 3))
     } else {
@@ -463,7 +476,7 @@ pub fn parse_csv(text: &str, path: &Path) -> Result<(RunInfo, Vec<ResultRow>), S
         Err(err(
             1,
             format!(
-                "unexpected header (expected the columns {}, ... of schema {SCHEMA_VERSION} or 3, or the {} columns of schema 2 or the {V1_COLUMNS} of schema 1)",
+                "unexpected header (expected the columns {}, ... of schema {SCHEMA_VERSION}, 4 or 3, or the {} columns of schema 2 or the {V1_COLUMNS} of schema 1)",
                 COLUMNS[..3].join(","),
                 LEGACY_COLUMNS.len()
             ),
@@ -473,7 +486,7 @@ pub fn parse_csv(text: &str, path: &Path) -> Result<(RunInfo, Vec<ResultRow>), S
 
 type Failed = (usize, String);
 
-/// A file of schema 3 or 4: `fixed` are its fixed columns, `file_version` the schema they make.
+/// A file of schema 3 to 5: `fixed` are its fixed columns, `file_version` the schema they make.
 fn parse_typed(
     header: &[String],
     fixed: &[&str],
@@ -532,20 +545,28 @@ fn parse_typed(
         if version != file_version {
             return Err(at(format!("schema version {version} in a file of schema {file_version}")));
         }
+        let host = crate::Host {
+            cpu_model: get("cpu_model").into(),
+            cores: num("cores", get("cores")).map_err(at)?,
+            rustc: get("rustc").into(),
+            target_features: get("target_features").into(),
+        };
         let info = RunInfo {
             run_id: get("run_id").into(),
             timestamp: get("timestamp").into(),
             git_revision: get("git_revision").into(),
             adgauge_version: get("adgauge_version").into(),
             machine: get("machine").into(),
-            cpu_model: get("cpu_model").into(),
-            cores: num("cores", get("cores")).map_err(at)?,
+            cpu_model: host.cpu_model.clone(),
+            cores: host.cores,
             governor: get("governor").into(),
             suite: get("suite").into(),
         };
+        // The host is the row's own: lines of one run may differ in it (a merge of shards).
+        let same_run = |r: &RunInfo| RunInfo { cpu_model: r.cpu_model.clone(), cores: r.cores, ..info.clone() } == *r;
         match &run {
             None => run = Some(info),
-            Some(r) if *r != info => {
+            Some(r) if !same_run(r) => {
                 return Err(at(format!("run {} in a file of run {}: one file holds one run", info.run_id, r.run_id)));
             }
             Some(_) => {}
@@ -597,6 +618,7 @@ fn parse_typed(
                     message: Some(get("message").to_string()).filter(|m| !m.is_empty()),
                     compile_s: opt_num("compile_s", get("compile_s")).map_err(at)?,
                     tool_version: Some(get("tool_version").to_string()).filter(|v| !v.is_empty()),
+                    host: Some(host),
                 };
                 rows.push(row);
                 index.insert(case_id.clone(), rows.len() - 1);
@@ -630,7 +652,22 @@ fn parse_typed(
             _ => {}
         }
     }
-    let run = run.ok_or((2, "no result rows".to_string()))?;
+    let mut run = run.ok_or((2, "no result rows".to_string()))?;
+    // Lines that record nothing beyond the run's CPU model and cores (files of schema 3 and 4, and
+    // rows written without a host) read as rows without a host of their own.
+    let plain = |h: &crate::Host| {
+        h.cpu_model == run.cpu_model && h.cores == run.cores && h.rustc.is_empty() && h.target_features.is_empty()
+    };
+    if rows.iter().all(|r| r.host.as_ref().is_some_and(plain)) {
+        for r in &mut rows {
+            r.host = None;
+        }
+    }
+    // A run of several hosts names all of their CPU models (sorted: shards finish in any order).
+    let cpus: BTreeSet<&str> = rows.iter().filter_map(|r| r.host.as_ref()).map(|h| h.cpu_model.as_str()).collect();
+    if cpus.len() > 1 {
+        run.cpu_model = cpus.into_iter().collect::<Vec<_>>().join(" + ");
+    }
     Ok((run, rows))
 }
 
@@ -729,6 +766,7 @@ fn parse_legacy(width: usize, recs: &[Record]) -> Result<(RunInfo, Vec<ResultRow
                 Some(c) => opt_num("compile_s", c).map_err(at)?,
             },
             tool_version: None,
+            host: None,
         });
     }
     let run = run.ok_or((2, "no result rows".to_string()))?;
@@ -888,6 +926,7 @@ mod tests {
             message: Some("line one\nline, two".into()),
             compile_s: Some(1.25),
             tool_version: Some("adgauge 0.1.0".into()),
+            host: None,
         };
         let mut skipped = ResultRow::unmeasured("hist-mul", BTreeMap::new(), "opencl", "f64", "auto", 1, 7);
         skipped.status = Status::Skipped;
@@ -933,7 +972,9 @@ mod tests {
             ]
         );
         // Two timed cases with primal and vjp, one skipped case with nothing measured: 5 lines.
-        let modes: Vec<(&str, &str)> = recs[1..].iter().map(|(_, f)| (f[10].as_str(), f[22].as_str())).collect();
+        let (case, mode) =
+            (COLUMNS.iter().position(|c| *c == "case_id").unwrap(), COLUMNS.iter().position(|c| *c == "mode").unwrap());
+        let modes: Vec<(&str, &str)> = recs[1..].iter().map(|(_, f)| (f[case].as_str(), f[mode].as_str())).collect();
         assert_eq!(
             modes,
             [
@@ -954,6 +995,45 @@ mod tests {
         let col = |name: &str| vjp[header.iter().position(|h| h == name).unwrap()].as_str();
         assert_eq!((col("overhead"), col("memory_ratio")), ("2", "2"));
         assert_eq!((col("rule"), col("rule_used")), ("auto", "general-chunked"));
+    }
+
+    /// A merge of shards from two machines: each line keeps its row's host, the run names both
+    /// CPU models; a file of schema 4 (no compiler or target features) still reads, without hosts.
+    #[test]
+    fn the_lines_of_a_merged_run_keep_their_hosts_and_schema_4_files_still_read() {
+        let (run, mut rows) = sample();
+        let host = |cpu: &str| crate::Host {
+            cpu_model: cpu.into(),
+            cores: 4,
+            rustc: "rustc 1.91.0 (f8297e351 2025-10-28)".into(),
+            target_features: "fxsr,sse,sse2".into(),
+        };
+        rows[0].host = Some(host("Intel Xeon"));
+        rows[1].host = Some(host("AMD EPYC"));
+        rows[2].host = Some(host("AMD EPYC"));
+        let text = to_csv(&run, &rows);
+        let (back_run, back) = parse_csv(&text, Path::new("m.csv")).unwrap();
+        assert_eq!(back, rows);
+        assert_eq!(back_run.cpu_model, "AMD EPYC + Intel Xeon");
+        // The same run as schema 4 wrote it: without the two columns, one host for the run.
+        let (run, rows) = sample();
+        let recs = records(&to_csv(&run, &rows)).unwrap();
+        let drop: Vec<usize> =
+            ["rustc", "target_features"].iter().map(|c| COLUMNS.iter().position(|x| x == c).unwrap()).collect();
+        let mut w = csv::Writer::from_writer(Vec::new());
+        for (i, (_, f)) in recs.iter().enumerate() {
+            let mut f: Vec<String> =
+                f.iter().enumerate().filter(|(j, _)| !drop.contains(j)).map(|(_, x)| x.clone()).collect();
+            if i > 0 {
+                f[0] = "4".into();
+            }
+            w.write_record(&f).unwrap();
+        }
+        let v4 = String::from_utf8(w.into_inner().unwrap()).unwrap();
+        let (run4, rows4) = parse_csv(&v4, Path::new("v4.csv")).unwrap();
+        assert_eq!(run4, run);
+        assert!(rows4.iter().all(|r| r.host.is_none() && r.schema_version == 4));
+        assert_eq!(rows4[0].primal, rows[0].primal);
     }
 
     fn fixture(name: &str) -> (String, PathBuf) {
@@ -1025,8 +1105,8 @@ mod tests {
         assert!(e.contains("r.csv:1: unexpected header"), "{e}");
         let e = parse_csv("", Path::new("r.csv")).unwrap_err().to_string();
         assert!(e.contains("empty file"), "{e}");
-        let e = parse_csv("schema_version,run_id,x\n5,r,y\n", Path::new("r.csv")).unwrap_err().to_string();
-        assert!(e.contains("r.csv:2: schema 5 is newer than this adgauge"), "{e}");
+        let e = parse_csv("schema_version,run_id,x\n6,r,y\n", Path::new("r.csv")).unwrap_err().to_string();
+        assert!(e.contains("r.csv:2: schema 6 is newer than this adgauge"), "{e}");
         let dup = format!("{text}{}\n", lines[1]);
         let e = parse_csv(&dup, Path::new("r.csv")).unwrap_err().to_string();
         assert!(e.contains(&format!("r.csv:{}: duplicate line for case hist-add", lines.len() + 1)), "{e}");
@@ -1066,12 +1146,17 @@ mod tests {
         let text = to_csv(&run, &rows);
         let (_, back) = parse_csv(&text, Path::new("r.csv")).unwrap();
         assert_eq!(back, rows);
-        // The same file as schema 3 wrote it: the column gone, version 3 on every line.
+        // The same file as schema 3 wrote it: the column gone (and schema 5's two), version 3 on
+        // every line.
         let at = COLUMNS.iter().position(|c| *c == "rule_used").unwrap();
+        let newer: Vec<usize> = V4_LACKS.iter().map(|c| COLUMNS.iter().position(|x| x == c).unwrap()).collect();
         let mut w = csv::Writer::from_writer(Vec::new());
         for (i, (_, mut f)) in records(&text).unwrap().into_iter().enumerate() {
             assert!(i == 0 || f[at] == "general-chunked" || f[at].is_empty(), "{f:?}");
             f.remove(at);
+            for j in newer.iter().rev() {
+                f.remove(*j - usize::from(*j > at));
+            }
             if i > 0 {
                 f[0] = "3".into();
             }
@@ -1110,7 +1195,7 @@ mod tests {
         let lines = json_lines(&run, &rows);
         assert_eq!(lines.len(), 5);
         let first: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
-        assert!(lines[0].starts_with("{\"schema_version\":4,\"run_id\":\"20261122T050000Z-abc\","), "{}", lines[0]);
+        assert!(lines[0].starts_with("{\"schema_version\":5,\"run_id\":\"20261122T050000Z-abc\","), "{}", lines[0]);
         assert_eq!(first["mode"], "primal");
         assert_eq!(first["median_s"], 1.5e-3);
         assert_eq!(first["sample_s"], serde_json::json!([2e-3, 1e-3, 1.5e-3]));
