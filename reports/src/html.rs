@@ -44,7 +44,7 @@ table{border-collapse:collapse;font-size:12px;margin:8px 0}td,th{border:1px soli
 th{background:#f4f4f4}td.l,th.l{text-align:left}.ok{color:#1a7f37}.bad{color:#c62828;font-weight:bold}\
 .better{color:#1a7f37;font-weight:bold}.nj{color:#8a6d00}.skip{color:#888}.warn{color:#9a6700}.note{color:#555}\
 nav{margin:6px 0}nav a{margin-right:12px}small{color:#555;font-size:11px}\
-.charts{display:flex;flex-wrap:wrap;gap:4px 16px}.chart{width:580px}.chart svg{display:block}\
+.charts{display:flex;flex-wrap:wrap;gap:4px 16px}.chart{width:580px}.chart>svg{display:block}\
 .grids{display:flex;flex-wrap:wrap;gap:0 16px;align-items:flex-start}table.grid td{min-width:56px}\
 table.changes td{white-space:nowrap}\
 .verdict{font-size:14px;padding:10px 14px;border-radius:6px;margin:12px 0}.verdict b{font-size:19px}\
@@ -292,9 +292,18 @@ fn findings(h: &mut String, rows: &[ResultRow], report: Option<&GateReport>) {
                 let _ = write!(h, "<p class=\"ok\">None: the checks hold, nothing is missing{speed}.</p>");
             } else {
                 h.push_str("<table><tr><th class=\"l\">kind</th><th class=\"l\">what (cases)</th></tr>");
-                for g in &groups {
-                    let class = if g.kind == "slower" { "warn" } else { "bad" };
-                    line(h, class, g.kind, &g.summary, &g.cases);
+                for g in groups.iter().filter(|g| g.kind != "slower") {
+                    line(h, "bad", g.kind, &g.summary, &g.cases);
+                }
+                // Regressions have their own tables (the verdict's, the table of changes).
+                let slower: Vec<String> =
+                    groups.iter().filter(|g| g.kind == "slower").flat_map(|g| g.cases.clone()).collect();
+                if !slower.is_empty() {
+                    let summary = format!(
+                        "{} timing(s) regressed: the largest in the verdict above, each with its interval in the table of changes",
+                        slower.len()
+                    );
+                    line(h, "warn", "slower", &summary, &[]);
                 }
                 for g in &notes {
                     line(h, "note", &format!("note: {}", g.kind), &g.summary, &g.cases);
@@ -348,13 +357,24 @@ fn findings(h: &mut String, rows: &[ResultRow], report: Option<&GateReport>) {
 }
 
 /// A timing's spread: the samples' (max - min) / median, and their count.
-fn spread(t: &Timing) -> String {
+/// The sample count is shown where it differs from `usual` (the table's note states that one).
+fn spread(t: &Timing, usual: usize) -> String {
     let n = t.sample_s.len().max(t.samples);
+    let count = if n == usual { String::new() } else { format!(" n={n}") };
     if t.median_s > 0.0 && t.max_s.is_finite() && t.min_s.is_finite() {
-        format!("±{}% n={n}", charts::tick(50.0 * (t.max_s - t.min_s) / t.median_s))
+        format!("±{}%{count}", charts::tick(50.0 * (t.max_s - t.min_s) / t.median_s))
     } else {
-        format!("n={n}")
+        count.trim_start().to_string()
     }
+}
+
+/// The most common sample count of the rows' timings.
+fn usual_samples(rows: &[&ResultRow]) -> usize {
+    let mut counts: BTreeMap<usize, usize> = BTreeMap::new();
+    for t in rows.iter().flat_map(|r| [&r.primal, &r.vjp, &r.jvp]).flatten() {
+        *counts.entry(t.sample_s.len().max(t.samples)).or_default() += 1;
+    }
+    counts.into_iter().max_by_key(|(n, c)| (*c, *n)).map_or(0, |(n, _)| n)
 }
 
 /// Every case: per mode, the median now, its spread, and the change against the baseline
@@ -372,7 +392,9 @@ fn changes(h: &mut String, rows: &[ResultRow], report: Option<&GateReport>) {
             .map(|c| (c.verdict, -c.ratio))
             .min_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)))
     };
+    let fixed = fixed_params(rows);
     let mut sorted: Vec<&ResultRow> = rows.iter().filter(|r| r.status != Status::Skipped).collect();
+    let usual = usual_samples(&sorted);
     // Cases with a verdict first (worst verdict, then largest ratio), then the rest in run order.
     sorted.sort_by(|a, b| match (worst(a), worst(b)) {
         (Some(x), Some(y)) => x.0.cmp(&y.0).then(x.1.total_cmp(&y.1)),
@@ -383,8 +405,9 @@ fn changes(h: &mut String, rows: &[ResultRow], report: Option<&GateReport>) {
     h.push_str("<h2 id=\"changes\">Changes since the baseline</h2>");
     let _ = write!(
         h,
-        "<p class=\"note\">Per case and mode: the median time now (ms), the samples' spread ((max - min) / 2 over the median) and count, and the change against the baseline: current / baseline median with its bootstrap interval, coloured by verdict (<span class=\"bad\">regressed</span>, <span class=\"better\">improved</span>, no change, <span class=\"nj\">not judged</span>: hover for why). {} cases; regressions first.</p>",
-        sorted.len()
+        "<p class=\"note\">Per case and mode: the median time now (ms), the samples' spread ((max - min) / 2 over the median) and count, and the change against the baseline: current / baseline median with its bootstrap interval, coloured by verdict (<span class=\"bad\">regressed</span>, <span class=\"better\">improved</span>, no change, <span class=\"nj\">not judged</span>: hover for why). {} cases, {usual} samples per mode unless said (n); regressions first.{}</p>",
+        sorted.len(),
+        fixed_note(&fixed)
     );
     h.push_str("<table class=\"changes\"><tr><th class=\"l\">case</th><th class=\"l\">tool</th>");
     for m in MODES {
@@ -396,13 +419,13 @@ fn changes(h: &mut String, rows: &[ResultRow], report: Option<&GateReport>) {
             h,
             "<tr id=\"c-{}\"><td class=\"l\">{}</td><td class=\"l\">{}</td>",
             anchor(&r.case_id),
-            esc(&case_label(r)),
+            esc(&case_label(r, &fixed)),
             esc(&r.backend)
         );
         for (m, t) in MODES.iter().zip([&r.primal, &r.vjp, &r.jvp]) {
             match t {
                 Some(t) => {
-                    let _ = write!(h, "<td>{} <small>{}</small></td>", ms(Some(t.median_s)), esc(&spread(t)));
+                    let _ = write!(h, "<td>{} <small>{}</small></td>", ms(Some(t.median_s)), esc(&spread(t, usual)));
                 }
                 None => h.push_str("<td>–</td>"),
             }
@@ -441,11 +464,66 @@ fn changes(h: &mut String, rows: &[ResultRow], report: Option<&GateReport>) {
     h.push_str("</table>");
 }
 
-/// A case as the table names it: workload, parameters, dtype, rule, and the rule `auto` ran.
-fn case_label(r: &ResultRow) -> String {
+/// Per workload of several cases, the parameters with one value in all of them: labels leave
+/// them out (a note says them), so that tables and legends fit the page.
+type Fixed = BTreeMap<String, BTreeMap<String, String>>;
+
+fn fixed_params(rows: &[ResultRow]) -> Fixed {
+    let mut values: BTreeMap<&str, BTreeMap<&str, BTreeSet<&str>>> = BTreeMap::new();
+    let mut cases: BTreeMap<&str, usize> = BTreeMap::new();
+    for r in rows {
+        *cases.entry(&r.workload).or_default() += 1;
+        for (k, v) in &r.params {
+            values.entry(&r.workload).or_default().entry(k).or_default().insert(v);
+        }
+    }
+    let mut fixed = Fixed::new();
+    for (w, params) in values {
+        if cases[w] < 2 {
+            continue;
+        }
+        for (k, vs) in params {
+            let present = rows.iter().filter(|r| r.workload == w && r.params.contains_key(k)).count();
+            if vs.len() == 1 && present == cases[w] {
+                fixed
+                    .entry(w.to_string())
+                    .or_default()
+                    .insert(k.to_string(), vs.iter().next().expect("one").to_string());
+            }
+        }
+    }
+    fixed
+}
+
+/// The note that says which parameters the labels leave out.
+fn fixed_note(fixed: &Fixed) -> String {
+    // Workloads with the same fixed parameters together: `hist-add, hist-mul: n=100000 oob=0.05`.
+    let mut by_set: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+    for (w, params) in fixed {
+        let set: Vec<String> = params.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        by_set.entry(set.join(" ")).or_default().push(w);
+    }
+    if by_set.is_empty() {
+        return String::new();
+    }
+    let parts: Vec<String> = by_set.iter().map(|(set, ws)| format!("{}: {set}", ws.join(", "))).collect();
+    format!(" The same in every case of the workload, so left out of the labels: {}.", esc(&parts.join("; ")))
+}
+
+/// A case as the table names it: workload, the parameters that vary, dtype, rule, and the rule
+/// `auto` ran.
+fn case_label(r: &ResultRow, fixed: &Fixed) -> String {
+    let omit = fixed.get(&r.workload);
+    let p: Vec<String> = r
+        .params
+        .iter()
+        .filter(|(k, _)| !omit.is_some_and(|o| o.contains_key(*k)))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    let case = format!("{}[{}] {} {}", r.workload, p.join(","), r.dtype, r.rule);
     match r.auto_took() {
-        Some(used) => format!("{} (auto ran {used})", case_without_tool(r)),
-        None => case_without_tool(r),
+        Some(used) => format!("{case} (auto ran {used})"),
+        None => case,
     }
 }
 
@@ -663,7 +741,12 @@ fn chart_with_legend(h: &mut String, chart: Result<String, String>, series: &[Se
 /// Per workload whose cases vary a size (n or k): the vjp median against it, log-log, one line
 /// per tool, dtype, rule and other parameters.
 fn scaling(h: &mut String, rows: &[ResultRow], workloads: &BTreeSet<&str>) {
-    h.push_str("<h2 id=\"scaling\">Scaling</h2><div class=\"charts\">");
+    let fixed = fixed_params(rows);
+    let _ = write!(
+        h,
+        "<h2 id=\"scaling\">Scaling</h2><p class=\"note\">Per workload, the vjp median against the size its cases vary, one line per tool, dtype, rule and other varying parameters.{}</p><div class=\"charts\">",
+        fixed_note(&fixed)
+    );
     let mut any = false;
     for w in workloads {
         let mine: Vec<&ResultRow> = rows.iter().filter(|r| r.workload == *w).collect();
@@ -672,8 +755,13 @@ fn scaling(h: &mut String, rows: &[ResultRow], workloads: &BTreeSet<&str>) {
         let mut lines: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
         for r in &mine {
             let (Some(x), Some(t)) = (r.params.get(p).and_then(|v| v.parse::<f64>().ok()), &r.vjp) else { continue };
-            let others: Vec<String> =
-                r.params.iter().filter(|(k, _)| *k != p).map(|(k, v)| format!("{k}={v}")).collect();
+            let omit = fixed.get(*w);
+            let others: Vec<String> = r
+                .params
+                .iter()
+                .filter(|(k, _)| *k != p && !omit.is_some_and(|o| o.contains_key(*k)))
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
             let key = format!("{} {} {} {}", r.backend, r.dtype, r.rule, others.join(" "));
             lines.entry(key.trim_end().to_string()).or_default().push((x, t.median_s));
         }
@@ -873,10 +961,7 @@ mod tests {
             findings.contains("hist-mul[k=10,n=1000000]/cpu/f32/auto: check fd-vjp passed in the baseline"),
             "{findings}"
         );
-        assert!(
-            findings.contains("hist-add[k=10,n=1000000]/cpu/f32/auto: vjp median 2.000 ms -&gt; 5.000 ms (2.50x;"),
-            "{findings}"
-        );
+        assert!(findings.contains("1 timing(s) regressed: the largest in the verdict above"), "{findings}");
         // The validation table is collapsed, failed checks first.
         let validation = &html[position(&html, "id=\"validation\"")..];
         assert!(validation.starts_with("id=\"validation\">Validation</h2><details><summary>3 checks, 1 failed"));
@@ -898,14 +983,14 @@ mod tests {
         assert_eq!(table.matches("<tr id=\"c-").count(), 3);
         let first = &table[position(table, "<tr id=\"c-")..];
         let first = &first[..position(first, "</tr>")];
-        assert!(first.contains("hist-add[k=10,n=1000000] f32 auto"), "regressed first: {first}");
-        assert!(
-            first.contains("<td>5 <small>±1% n=7</small></td><td class=\"bad\" title=\"regressed: 95% CI"),
-            "{first}"
-        );
+        // n is the same in both hist-add cases: the label leaves it out, the note says it.
+        assert!(first.contains("hist-add[k=10] f32 auto"), "regressed first: {first}");
+        assert!(table.contains("left out of the labels: hist-add: n=1000000."), "{table}");
+        assert!(first.contains("<td>5 <small>±1%</small></td><td class=\"bad\" title=\"regressed: 95% CI"), "{first}");
         assert!(first.contains("<td class=\"\" title=\"no change: 95% CI"), "{first}");
+        assert!(table.contains("3 cases, 7 samples per mode unless said (n)"), "{table}");
         // The rule auto ran, where the row says.
-        assert!(table.contains("hist-add[k=1000,n=1000000] f32 auto (auto ran general-chunked)"), "rule taken");
+        assert!(table.contains("hist-add[k=1000] f32 auto (auto ran general-chunked)"), "rule taken");
         // The failed case was not judged on speed: it has no change cells, but its medians.
         let mul = &table[position(table, "hist-mul[k=10,n=1000000] f32 auto")..];
         assert!(mul[..position(mul, "</tr>")].contains("<td>–</td>"), "{mul}");
@@ -1050,7 +1135,7 @@ mod tests {
                     batch: 1,
                     samples: 7,
                     cv: 0.0,
-                    sample_s: vec![1e308; 7],
+                    sample_s: vec![1e308; 8],
                 };
             }
             r

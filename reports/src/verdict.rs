@@ -259,7 +259,8 @@ impl<'a> ResampledMedian<'a> {
             None => self.sorted[index(u)],
             Some(next) => {
                 let v = u + (1.0 - u) * next.sample(rng);
-                0.5 * (self.sorted[index(u)] + self.sorted[index(v)])
+                // Halves first: the sum of two times near f64::MAX overflows.
+                0.5 * self.sorted[index(u)] + 0.5 * self.sorted[index(v)]
             }
         }
     }
@@ -301,6 +302,12 @@ pub fn seed_for(case_id: &str, mode: &str) -> u64 {
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
     h
+}
+
+/// A p-value in words: `= 2.91e-4`, or `< 1e-12` where the normal approximation's tail is
+/// beyond what its accuracy supports.
+fn p_text(p: f64) -> String {
+    if p < 1e-12 { "< 1e-12".to_string() } else { format!("= {p:.2e}") }
 }
 
 /// Judges one mode: the baseline's timing `tb` against the current `tc` (both with samples;
@@ -352,8 +359,9 @@ pub fn judge(case_id: &str, mode: &str, tb: &Timing, tc: &Timing, cfg: &SpeedCon
     let level = format!("{:.0}%", cfg.confidence * 100.0);
     let evidence = |p: f64| {
         format!(
-            "{level} CI [{lo:.3}, {hi:.3}] from {} bootstrap resamples; Mann-Whitney p = {p:.2e} over {nc} and {nb} samples",
-            cfg.resamples
+            "{level} CI [{lo:.3}, {hi:.3}] from {} bootstrap resamples; Mann-Whitney p {} over {nc} and {nb} samples",
+            cfg.resamples,
+            p_text(p)
         )
     };
     if change.ratio > t && lo > e && p_slower < cfg.alpha {
@@ -367,7 +375,8 @@ pub fn judge(case_id: &str, mode: &str, tb: &Timing, tc: &Timing, cfg: &SpeedCon
         change.why = format!("{level} CI [{lo:.3}, {hi:.3}] rules out a slowdown beyond {t}x");
     } else {
         change.why = format!(
-            "too noisy: the {level} CI [{lo:.3}, {hi:.3}] admits a slowdown beyond {t}x that the samples do not establish (Mann-Whitney p = {p_slower:.2e})"
+            "too noisy: the {level} CI [{lo:.3}, {hi:.3}] admits a slowdown beyond {t}x that the samples do not establish (Mann-Whitney p {})",
+            p_text(p_slower)
         );
     }
     change
