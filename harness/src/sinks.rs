@@ -181,16 +181,49 @@ pub struct TableSink {
     counts: BTreeMap<&'static str, usize>,
     /// Case id and the status and message of every row that is not plain `ok`.
     notes: Vec<(String, String)>,
+    /// The widths of the case and tool columns, from the run's tools (see [`Columns`]).
+    columns: Columns,
 }
 
 impl TableSink {
     pub fn new(console: Console, wide: bool) -> TableSink {
-        TableSink { console, wide, started: std::time::Instant::now(), counts: BTreeMap::new(), notes: Vec::new() }
+        TableSink {
+            console,
+            wide,
+            started: std::time::Instant::now(),
+            counts: BTreeMap::new(),
+            notes: Vec::new(),
+            columns: Columns::default(),
+        }
     }
 }
 
 /// The width the default table keeps to.
 pub const TABLE_WIDTH: usize = 100;
+
+/// The default table's case and tool columns: the tool column as wide as the run's longest tool
+/// name (so that `planted` and `planted2` never both read `plant…`), up to 20 characters, taken
+/// from the case column (27 wide with tool names of up to 6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Columns {
+    pub case: usize,
+    pub tool: usize,
+}
+
+impl Default for Columns {
+    fn default() -> Self {
+        Columns { case: 27, tool: 6 }
+    }
+}
+
+impl Columns {
+    /// The columns for a run of these tools.
+    pub fn for_tools<'a>(names: impl IntoIterator<Item = &'a str>) -> Columns {
+        let longest = names.into_iter().map(|n| n.chars().count()).max().unwrap_or(0);
+        let tool = longest.clamp(6, 20);
+        Columns { case: 27 - (tool - 6), tool }
+    }
+}
 
 impl Sink for TableSink {
     fn run_started(&mut self, run: &RunStart) -> anyhow::Result<()> {
@@ -209,7 +242,8 @@ impl Sink for TableSink {
         for (name, detail) in &run.tools {
             self.console.line(&format!("  {name}: {detail}"));
         }
-        self.console.line(&if self.wide { wide_header() } else { header() });
+        self.columns = Columns::for_tools(run.tools.iter().map(|(name, _)| name.as_str()));
+        self.console.line(&if self.wide { wide_header() } else { header(self.columns) });
         Ok(())
     }
     fn case_finished(&mut self, row: &ResultRow) -> anyhow::Result<()> {
@@ -218,7 +252,7 @@ impl Sink for TableSink {
             let message = row.message.as_deref().map(|m| format!(": {m}")).unwrap_or_default();
             self.notes.push((row.case_id.clone(), format!("{}{message}", row.status.name())));
         }
-        self.console.line(&if self.wide { wide_table_row(row) } else { table_row(row) });
+        self.console.line(&if self.wide { wide_table_row(row) } else { table_row(row, self.columns) });
         Ok(())
     }
     fn run_finished(&mut self) -> anyhow::Result<()> {
@@ -479,10 +513,22 @@ fn short_status(row: &ResultRow) -> &'static str {
     }
 }
 
-fn header() -> String {
+fn header(c: Columns) -> String {
     format!(
-        "{:<27} {:<6} {:<15} {:<3} {:>7} {:>7} {:>7} {:>4} {:>4} {:>4}  {}",
-        "case (ms: medians)", "tool", "rule", "dt", "primal", "vjp", "jvp", "v/p", "j/p", "mem", "check"
+        "{:<cw$} {:<tw$} {:<15} {:<3} {:>7} {:>7} {:>7} {:>4} {:>4} {:>4}  {}",
+        fit(if c.case >= 18 { "case (ms: medians)" } else { "case (ms)" }, c.case),
+        "tool",
+        "rule",
+        "dt",
+        "primal",
+        "vjp",
+        "jvp",
+        "v/p",
+        "j/p",
+        "mem",
+        "check",
+        cw = c.case,
+        tw = c.tool
     )
 }
 
@@ -496,12 +542,12 @@ fn rule_label(row: &ResultRow) -> String {
 }
 
 /// One line of the default table (at most [`TABLE_WIDTH`] characters).
-pub fn table_row(row: &ResultRow) -> String {
+pub fn table_row(row: &ResultRow, c: Columns) -> String {
     let med = |t: &Option<Timing>| t.as_ref().map(|t| short_ms(t.median_s)).unwrap_or_else(|| "-".into());
     format!(
-        "{:<27} {:<6} {:<15} {:<3} {:>7} {:>7} {:>7} {:>4} {:>4} {:>4}  {}",
-        fit(&case_label(row), 27),
-        fit(&row.backend, 6),
+        "{:<cw$} {:<tw$} {:<15} {:<3} {:>7} {:>7} {:>7} {:>4} {:>4} {:>4}  {}",
+        fit(&case_label(row), c.case),
+        fit(&row.backend, c.tool),
         fit(&rule_label(row), 15),
         row.dtype,
         med(&row.primal),
@@ -510,7 +556,9 @@ pub fn table_row(row: &ResultRow) -> String {
         short_ratio(row.vjp_overhead()),
         short_ratio(row.jvp_overhead()),
         short_ratio(row.vjp_memory_ratio()),
-        short_status(row)
+        short_status(row),
+        cw = c.case,
+        tw = c.tool
     )
 }
 
@@ -603,11 +651,16 @@ mod tests {
             row("hist-add", &[("n", "16392"), ("k", "10")], Status::Ok, None),
             row(&long, &[], Status::Error, Some("boom")),
         ] {
-            let line = table_row(&r);
-            assert!(line.chars().count() <= TABLE_WIDTH, "{} chars: {line}", line.chars().count());
+            for c in [Columns::default(), Columns::for_tools(["a-tool-with-a-very-long-name-indeed"])] {
+                let line = table_row(&r, c);
+                assert!(line.chars().count() <= TABLE_WIDTH, "{} chars: {line}", line.chars().count());
+                assert!(header(c).chars().count() <= TABLE_WIDTH);
+            }
         }
-        assert!(header().chars().count() <= TABLE_WIDTH);
-        let line = table_row(&row("hist-logaddexp", &[("n", "10000000"), ("k", "1000000")], Status::Failed, None));
+        let line = table_row(
+            &row("hist-logaddexp", &[("n", "10000000"), ("k", "1000000")], Status::Failed, None),
+            Columns::default(),
+        );
         // Sizes are short, times have four significant digits, the huge memory ratio stays in
         // its column, and the status is a word.
         assert!(line.starts_with("hist-logaddexp n=1e7 k=1e6"), "{line}");
@@ -615,6 +668,23 @@ mod tests {
         assert!(line.contains(" 0.012 ") && line.contains(" 98.77 "), "{line}");
         assert!(line.contains(" 1e5 "), "memory ratio 123457: {line}");
         assert!(line.trim_end().ends_with("FAIL"), "{line}");
+    }
+
+    /// The table: tools `planted` and `planted2` both read `plant…`, a FAIL and an
+    /// ERROR row indistinguishable. The tool column now takes the run's longest tool name.
+    #[test]
+    fn tool_names_are_never_cut_to_ambiguity() {
+        let c = Columns::for_tools(["cpu", "planted", "planted2"]);
+        assert_eq!(c, Columns { case: 25, tool: 8 });
+        let mut a = row("hist-add", &[("n", "100")], Status::Failed, None);
+        a.backend = "planted".into();
+        let mut b = row("hist-add", &[("n", "100")], Status::Error, None);
+        b.backend = "planted2".into();
+        let (la, lb) = (table_row(&a, c), table_row(&b, c));
+        assert!(la.contains(" planted  ") && lb.contains(" planted2 "), "{la}\n{lb}");
+        assert_eq!(la.find("planted"), lb.find("planted2"), "aligned");
+        // Names beyond 20 characters are cut, the case column keeping 13 at least.
+        assert_eq!(Columns::for_tools(["x".repeat(40).as_str()]), Columns { case: 13, tool: 20 });
     }
 
     #[test]
