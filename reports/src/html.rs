@@ -542,18 +542,22 @@ fn heat(x: f64) -> String {
 /// over the group's cases of derivative / primal (time or peak memory) on the same tool in the
 /// same run, shaded from 1x (white) to 8x (red). Groups with a failed check are marked and kept.
 fn overhead_grids(h: &mut String, rows: &[ResultRow]) {
-    h.push_str("<h2 id=\"overheads\">AD overhead</h2><p class=\"note\">Geometric mean over the cases of each workload, tool and rule: derivative / primal, in time and in peak memory (inputs and outputs included). White is 1x, red 8x or more; * marks a group with a failed check (kept). Hover a cell for its case count.</p><div class=\"grids\">");
+    h.push_str("<h2 id=\"overheads\">AD overhead</h2><p class=\"note\">Geometric mean over the cases of each workload, tool and rule: derivative / primal, in time and in peak memory (inputs and outputs included). White is 1x, red 8x or more; * marks a group with a failed check (kept), ~ one whose time ratio rests on a noisy timing (samples spread over more than ±25% of their median: read it with care). Hover a cell for its case count.</p><div class=\"grids\">");
     let ran: Vec<&ResultRow> = rows.iter().filter(|r| matches!(r.status, Status::Ok | Status::Failed)).collect();
     let rules: BTreeSet<&str> = ran.iter().map(|r| r.rule.as_str()).collect();
     let groups: BTreeSet<(&str, &str)> = ran.iter().map(|r| (r.workload.as_str(), r.backend.as_str())).collect();
     type Pick = fn(&ResultRow) -> Option<f64>;
-    let grids: [(&str, Pick); 4] = [
-        ("vjp / primal time", ResultRow::vjp_overhead),
-        ("jvp / primal time", ResultRow::jvp_overhead),
-        ("vjp / primal memory", ResultRow::vjp_memory_ratio),
-        ("jvp / primal memory", ResultRow::jvp_memory_ratio),
+    // The timings a time ratio rests on: the primal and the derivative (none for memory).
+    type Timings = fn(&ResultRow) -> [&Option<Timing>; 2];
+    let grids: [(&str, Pick, Option<Timings>); 4] = [
+        ("vjp / primal time", ResultRow::vjp_overhead, Some(|r| [&r.primal, &r.vjp])),
+        ("jvp / primal time", ResultRow::jvp_overhead, Some(|r| [&r.primal, &r.jvp])),
+        ("vjp / primal memory", ResultRow::vjp_memory_ratio, None),
+        ("jvp / primal memory", ResultRow::jvp_memory_ratio, None),
     ];
-    for (title, pick) in grids {
+    let noisy =
+        |t: &Option<Timing>| t.as_ref().is_some_and(|t| t.median_s > 0.0 && (t.max_s - t.min_s) / t.median_s > 0.5);
+    for (title, pick, timings) in grids {
         if !ran.iter().any(|r| pick(r).is_some_and(|x| x.is_finite() && x > 0.0)) {
             continue;
         }
@@ -570,7 +574,9 @@ fn overhead_grids(h: &mut String, rows: &[ResultRow]) {
                 let values: Vec<f64> = cases.iter().filter_map(|r| pick(r)).collect();
                 match geo_mean(&values) {
                     Some(m) => {
-                        let mark = if cases.iter().any(|r| r.status == Status::Failed) { "*" } else { "" };
+                        let failed = if cases.iter().any(|r| r.status == Status::Failed) { "*" } else { "" };
+                        let shaky = timings.is_some_and(|ts| cases.iter().any(|r| ts(r).into_iter().any(noisy)));
+                        let mark = format!("{failed}{}", if shaky { "~" } else { "" });
                         let _ = write!(
                             h,
                             "<td style=\"background:{}\" title=\"{} case(s)\">{}{mark}</td>",
@@ -1054,6 +1060,14 @@ mod tests {
             "{vjp}"
         );
         assert!(vjp.contains("title=\"1 case(s)\">2.5*</td>"), "{vjp}");
+        // A ratio resting on a timing whose samples spread over ±40%: marked, in time not memory.
+        let mut runs = two_runs();
+        let t = runs[1].1[2].vjp.as_mut().unwrap();
+        (t.min_s, t.max_s) = (t.median_s * 0.6, t.median_s * 1.4);
+        let html = report(&runs);
+        let grids = &html[position(&html, "id=\"overheads\"")..position(&html, "id=\"grid\"")];
+        assert!(grids.contains("title=\"1 case(s)\">2.5*~</td>"), "{grids}");
+        assert_eq!(grids.matches("~</td>").count(), 1, "only the vjp time grid: {grids}");
         assert_eq!(heat(1.0), "#ffffff");
         assert_eq!(heat(8.0), "#ff6955");
     }
