@@ -230,6 +230,18 @@ impl GateReport {
         )
     }
 
+    /// A warning where many timings moved both ways at once (at least 5 regressed and 5
+    /// improved): what a change of the machine's load between the runs does, which the samples
+    /// of one run cannot show (docs/gate.md).
+    pub fn both_ways(&self) -> Option<String> {
+        let (up, down) = (self.count(Verdict::Regressed), self.count(Verdict::Improved));
+        (up >= 5 && down >= 5).then(|| {
+            format!(
+                "{up} timings regressed and {down} improved at once: a change of the machine's load between the runs moves timings both ways; compare on a quiet machine before trusting either"
+            )
+        })
+    }
+
     /// The findings (or notes, `notes = true`) grouped per cause, in order of first appearance.
     pub fn groups(&self, notes: bool) -> Vec<FindingGroup> {
         group(if notes { &self.notes } else { &self.findings })
@@ -758,6 +770,9 @@ impl GateReport {
             speed.push_str(&format!(" (not judged: {}; --json lists them)", self.not_judged_reasons()));
         }
         out.push(speed);
+        if let Some(w) = self.both_ways() {
+            out.push(format!("warning: {w}"));
+        }
         out.push(format!("verdict: {}", self.headline(exit_code)));
         out
     }
@@ -814,6 +829,9 @@ impl GateReport {
         }
         if self.count(Verdict::NotJudged) > 0 {
             s.push_str(&format!("Not judged on speed: {}.\n\n", self.not_judged_reasons()));
+        }
+        if let Some(w) = self.both_ways() {
+            s.push_str(&format!("**Warning:** {w}.\n\n"));
         }
         s
     }
@@ -1309,6 +1327,23 @@ mod tests {
         newer.host.as_mut().unwrap().rustc = "rustc 1.92.0".into();
         let r = gate_runs(&base, &cur_info, &[newer], &GateConfig::default());
         assert_eq!(r.changes[0].why, "no baseline measured on this host (compiler rustc 1.91.0 -> rustc 1.92.0)");
+    }
+
+    /// Five cases 2x slower and five 2x faster: the gate calls them so, and warns that timings
+    /// moving both ways at once are what load on the machine does.
+    #[test]
+    fn timings_moving_both_ways_at_once_are_warned_about() {
+        let ids: Vec<String> = (0..10).map(|i| format!("c{i}")).collect();
+        let base: Vec<ResultRow> = ids.iter().map(|id| sampled(id, &STEADY)).collect();
+        let cur: Vec<ResultRow> =
+            ids.iter().enumerate().map(|(i, id)| sampled(id, &scaled(if i < 5 { 2.0 } else { 0.5 }))).collect();
+        let r = gate(&base, &cur, &GateConfig::default());
+        assert_eq!((r.count(Verdict::Regressed), r.count(Verdict::Improved)), (5, 5));
+        let text = r.text(&Baseline::run("b".into(), info("r1"), base.clone()), &info("r2"), 3);
+        assert!(text.iter().any(|l| l.starts_with("warning: 5 timings regressed and 5 improved at once")), "{text:?}");
+        // Four of each: no warning.
+        let r = gate(&base[1..9], &cur[1..9], &GateConfig::default());
+        assert_eq!(r.both_ways(), None);
     }
 
     /// Each night 5% slower than the one before: against the previous night no step exceeds
