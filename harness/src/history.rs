@@ -129,7 +129,8 @@ pub struct GateArgs {
     /// Largest accepted ratio of current to baseline median time.
     #[arg(long, default_value_t = 1.15)]
     pub max_slowdown: f64,
-    /// Cases whose baseline median is shorter than this (seconds) are not judged on speed.
+    /// Timings whose baseline sample (median time per call x calls per sample) is shorter than
+    /// this (seconds) are not judged on speed.
     #[arg(long, default_value_t = 1e-3)]
     pub min_seconds: f64,
     /// Significance level of the rank test on the samples.

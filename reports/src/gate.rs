@@ -448,9 +448,15 @@ fn judge_speed(case_id: &str, mode: &str, tb: &Timing, tc: &Timing, cfg: &SpeedC
         verdict: Verdict::NoChange,
         why: String::new(),
     };
-    if tb.median_s < cfg.min_seconds {
+    // As with samples: a baseline sample (median x calls per sample) too short to time.
+    let sample = tb.median_s * tb.batch.max(1) as f64;
+    if tb.median_s.is_nan() || tb.median_s <= 0.0 || sample < cfg.min_seconds {
         change.verdict = Verdict::NotJudged;
-        change.why = format!("{:.3} ms is under the {:.3} ms minimum", tb.median_s * 1e3, cfg.min_seconds * 1e3);
+        change.why = format!(
+            "a baseline sample lasts {:.3} ms, under the {:.3} ms minimum",
+            sample * 1e3,
+            cfg.min_seconds * 1e3
+        );
         return change;
     }
     // Files without samples (schema 1 and 2): beyond the spread of either side's samples.

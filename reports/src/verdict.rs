@@ -327,6 +327,10 @@ pub fn judge(case_id: &str, mode: &str, tb: &Timing, tc: &Timing, cfg: &SpeedCon
         verdict: Verdict::NotJudged,
         why: String::new(),
     };
+    if !(tb.median_s > 0.0 && tb.median_s.is_finite()) {
+        change.why = format!("the baseline median {} s is not a positive time", tb.median_s);
+        return change;
+    }
     let sample_s = tb.median_s * tb.batch.max(1) as f64;
     if sample_s < cfg.min_seconds {
         change.why = format!(
@@ -550,6 +554,11 @@ mod tests {
         let c = judge("a", "primal", &timing(&short), &timing(&short), &SpeedConfig::default());
         assert_eq!(c.verdict, Verdict::NotJudged);
         assert!(c.why.starts_with("a baseline sample lasts 0.100 ms (1 call(s)"), "{}", c.why);
+        // A zero baseline (no time to compare with), even with no minimum.
+        let zero = timing(&[0.0; 5]);
+        let cfg = SpeedConfig { min_seconds: 0.0, ..SpeedConfig::default() };
+        let c = judge("a", "primal", &zero, &timing(&short), &cfg);
+        assert_eq!((c.verdict, c.why.as_str()), (Verdict::NotJudged, "the baseline median 0 s is not a positive time"));
         // The same calls batched 20 to a sample (2 ms) are judged.
         let mut batched = timing(&short);
         batched.batch = 20;
