@@ -111,9 +111,8 @@ impl Finding {
         }
     }
 
-    /// What was found, without the case: the same for every case of one cause, so that findings
-    /// group by it. A failing check's worst value varies per case and is left to
-    /// [`Finding::describe`]'s detail only where the finding stands alone.
+    /// What was found, without the case (a failing check's worst value included; grouping
+    /// leaves such numbers out: see `group_key`).
     pub fn cause(&self) -> String {
         match self {
             Finding::Broken { detail, .. } | Finding::CheckRegressed { detail, .. } => detail.clone(),
