@@ -133,6 +133,21 @@ pub fn mann_whitney_upper_tail(u: f64, m: usize, n: usize, tie_term: f64) -> f64
         let z = (u - mf * nf / 2.0 - 0.5) / var.sqrt();
         return 0.5 * erfc(z / std::f64::consts::SQRT_2);
     }
+    // Ties give half-integer U: count from its floor, the conservative side.
+    let from = (u.floor().max(0.0) as usize).min(max + 1);
+    exact_upper_tails(m, n)[from]
+}
+
+/// P(U >= k) for k = 0..=m n + 1 under the null hypothesis, by counting rank arrangements;
+/// computed once per pair of sample sizes (a gate compares hundreds of timings of equal counts).
+fn exact_upper_tails(m: usize, n: usize) -> std::rc::Rc<Vec<f64>> {
+    type Tails = std::collections::HashMap<(usize, usize), std::rc::Rc<Vec<f64>>>;
+    thread_local! {
+        static TAILS: std::cell::RefCell<Tails> = Default::default();
+    }
+    if let Some(t) = TAILS.with(|c| c.borrow().get(&(m, n)).cloned()) {
+        return t;
+    }
     // counts[i][j][k]: arrangements of i current and j baseline values with U = k. Built row by
     // row: the largest value is either a current one (beating all j baseline values) or not.
     let mut prev: Vec<Vec<f64>> = vec![vec![1.0]; n + 1]; // i = 0: U = 0 for any j
@@ -153,9 +168,17 @@ pub fn mann_whitney_upper_tail(u: f64, m: usize, n: usize, tie_term: f64) -> f64
     }
     let dist = &prev[n];
     let total: f64 = dist.iter().sum();
-    // Ties give half-integer U: count from its floor, the conservative side.
-    let from = u.floor().max(0.0) as usize;
-    dist.iter().skip(from).sum::<f64>() / total
+    // Suffix sums of the counts, then one division each (exact where the counts are).
+    let mut tails = vec![0.0; dist.len() + 1];
+    for k in (0..dist.len()).rev() {
+        tails[k] = tails[k + 1] + dist[k];
+    }
+    for t in &mut tails {
+        *t /= total;
+    }
+    let tails = std::rc::Rc::new(tails);
+    TAILS.with(|c| c.borrow_mut().insert((m, n), tails.clone()));
+    tails
 }
 
 /// Complementary error function (Numerical Recipes' erfcc, relative error < 1.2e-7).
