@@ -177,6 +177,9 @@ impl Sink for JsonLinesSink {
 pub struct TableSink {
     console: Console,
     wide: bool,
+    /// The tool column's width: the longest tool name of the run (names are never cut: two
+    /// tools that share a prefix, `planted` and `planted2`, must stay apart).
+    tool_width: usize,
     started: std::time::Instant,
     counts: BTreeMap<&'static str, usize>,
     /// Case id and the status and message of every row that is not plain `ok`.
@@ -185,12 +188,28 @@ pub struct TableSink {
 
 impl TableSink {
     pub fn new(console: Console, wide: bool) -> TableSink {
-        TableSink { console, wide, started: std::time::Instant::now(), counts: BTreeMap::new(), notes: Vec::new() }
+        TableSink {
+            console,
+            wide,
+            tool_width: MIN_TOOL_WIDTH,
+            started: std::time::Instant::now(),
+            counts: BTreeMap::new(),
+            notes: Vec::new(),
+        }
     }
 }
 
-/// The width the default table keeps to.
+/// The width the default table keeps to while tool names fit [`MIN_TOOL_WIDTH`] characters;
+/// longer names widen the tool column, and the table, by what they need.
 pub const TABLE_WIDTH: usize = 100;
+
+/// The tool column's width when every name fits it (`cpu`, `opencl`, `cuda`, `jax`).
+pub const MIN_TOOL_WIDTH: usize = 6;
+
+/// The width of a tool column holding every one of `names` whole.
+fn tool_width<'a>(names: impl IntoIterator<Item = &'a str>) -> usize {
+    names.into_iter().map(|n| n.chars().count()).max().unwrap_or(0).max(MIN_TOOL_WIDTH)
+}
 
 impl Sink for TableSink {
     fn run_started(&mut self, run: &RunStart) -> anyhow::Result<()> {
@@ -209,7 +228,8 @@ impl Sink for TableSink {
         for (name, detail) in &run.tools {
             self.console.line(&format!("  {name}: {detail}"));
         }
-        self.console.line(&if self.wide { wide_header() } else { header() });
+        self.tool_width = tool_width(run.tools.iter().map(|(name, _)| name.as_str()));
+        self.console.line(&if self.wide { wide_header(self.tool_width) } else { header(self.tool_width) });
         Ok(())
     }
     fn case_finished(&mut self, row: &ResultRow) -> anyhow::Result<()> {
@@ -218,7 +238,9 @@ impl Sink for TableSink {
             let message = row.message.as_deref().map(|m| format!(": {m}")).unwrap_or_default();
             self.notes.push((row.case_id.clone(), format!("{}{message}", row.status.name())));
         }
-        self.console.line(&if self.wide { wide_table_row(row) } else { table_row(row) });
+        // A row of a tool the header did not name (none today) widens its own line, never cut.
+        let width = self.tool_width.max(row.backend.chars().count());
+        self.console.line(&if self.wide { wide_table_row(row, width) } else { table_row(row, width) });
         Ok(())
     }
     fn run_finished(&mut self) -> anyhow::Result<()> {
@@ -287,8 +309,9 @@ impl Sink for ToolsComparedSink {
         }
         self.console.line("");
         self.console.line("tools compared (median ms; in brackets: time / cpu's)");
+        let width = tool_width(groups.iter().flat_map(|(_, rows)| rows.iter().map(|r| r.backend.as_str())));
         self.console.line(&format!(
-            "{:<27} {:<8} {:>14} {:>14} {:>14} {:>4}  finding",
+            "{:<27} {:<width$} {:>14} {:>14} {:>14} {:>4}  finding",
             "case", "tool", "primal", "vjp", "jvp", "v/p"
         ));
         for (_, rows) in groups {
@@ -305,9 +328,9 @@ impl Sink for ToolsComparedSink {
                 };
                 let label = if i == 0 { fit(&case_label(row), 27) } else { String::new() };
                 let line = format!(
-                    "{:<27} {:<8} {:>14} {:>14} {:>14} {:>4}  {}",
+                    "{:<27} {:<width$} {:>14} {:>14} {:>14} {:>4}  {}",
                     label,
-                    fit(&row.backend, 8),
+                    row.backend,
                     cell(&row.primal, reference.map(|r| &r.primal)),
                     cell(&row.vjp, reference.map(|r| &r.vjp)),
                     cell(&row.jvp, reference.map(|r| &r.jvp)),
@@ -479,9 +502,9 @@ fn short_status(row: &ResultRow) -> &'static str {
     }
 }
 
-fn header() -> String {
+fn header(tool_width: usize) -> String {
     format!(
-        "{:<27} {:<6} {:<15} {:<3} {:>7} {:>7} {:>7} {:>4} {:>4} {:>4}  {}",
+        "{:<27} {:<tool_width$} {:<15} {:<3} {:>7} {:>7} {:>7} {:>4} {:>4} {:>4}  {}",
         "case (ms: medians)", "tool", "rule", "dt", "primal", "vjp", "jvp", "v/p", "j/p", "mem", "check"
     )
 }
@@ -495,13 +518,14 @@ fn rule_label(row: &ResultRow) -> String {
     }
 }
 
-/// One line of the default table (at most [`TABLE_WIDTH`] characters).
-pub fn table_row(row: &ResultRow) -> String {
+/// One line of the default table: [`TABLE_WIDTH`] characters at most, plus what a tool column
+/// of `tool_width` (at least the row's tool name) adds beyond [`MIN_TOOL_WIDTH`].
+pub fn table_row(row: &ResultRow, tool_width: usize) -> String {
     let med = |t: &Option<Timing>| t.as_ref().map(|t| short_ms(t.median_s)).unwrap_or_else(|| "-".into());
     format!(
-        "{:<27} {:<6} {:<15} {:<3} {:>7} {:>7} {:>7} {:>4} {:>4} {:>4}  {}",
+        "{:<27} {:<tool_width$} {:<15} {:<3} {:>7} {:>7} {:>7} {:>4} {:>4} {:>4}  {}",
         fit(&case_label(row), 27),
-        fit(&row.backend, 6),
+        row.backend,
         fit(&rule_label(row), 15),
         row.dtype,
         med(&row.primal),
@@ -526,9 +550,9 @@ fn short_ratio(x: Option<f64>) -> String {
     }
 }
 
-fn wide_header() -> String {
+fn wide_header(tool_width: usize) -> String {
     format!(
-        "{:<15} {:>9} {:>8} {:<6} {:<15} {:<4} {:>3} {:>17} {:>17} {:>17} {:>7} {:>7} {:>7} {:>7} {:>9}  check",
+        "{:<15} {:>9} {:>8} {:<tool_width$} {:<15} {:<4} {:>3} {:>17} {:>17} {:>17} {:>7} {:>7} {:>7} {:>7} {:>9}  check",
         "workload",
         "n",
         "k",
@@ -549,7 +573,7 @@ fn wide_header() -> String {
 
 /// One line of the `--wide` table; the workload column is the workload's own label (its sizes
 /// besides n and k).
-pub fn wide_table_row(row: &ResultRow) -> String {
+pub fn wide_table_row(row: &ResultRow, tool_width: usize) -> String {
     let p = |k: &str| row.params.get(k).cloned().unwrap_or_default();
     let workload = adgauge_workloads::find(&row.workload)
         .map(|w| w.table_label(&row.workload, &row.params))
@@ -557,7 +581,7 @@ pub fn wide_table_row(row: &ResultRow) -> String {
     let both = |t: &Option<Timing>| format!("{}/{}", ms(t, |t| t.min_s), ms(t, |t| t.median_s));
     let mb = row.primal_peak_bytes.map(|b| format!("{:.3}", b as f64 / 1e6)).unwrap_or_else(|| "-".into());
     format!(
-        "{:<15} {:>9} {:>8} {:<6} {:<15} {:<4} {:>3} {:>17} {:>17} {:>17} {:>7} {:>7} {:>7} {:>7} {:>9}  {}",
+        "{:<15} {:>9} {:>8} {:<tool_width$} {:<15} {:<4} {:>3} {:>17} {:>17} {:>17} {:>7} {:>7} {:>7} {:>7} {:>9}  {}",
         workload,
         p("n"),
         p("k"),
@@ -603,11 +627,14 @@ mod tests {
             row("hist-add", &[("n", "16392"), ("k", "10")], Status::Ok, None),
             row(&long, &[], Status::Error, Some("boom")),
         ] {
-            let line = table_row(&r);
+            let line = table_row(&r, MIN_TOOL_WIDTH);
             assert!(line.chars().count() <= TABLE_WIDTH, "{} chars: {line}", line.chars().count());
         }
-        assert!(header().chars().count() <= TABLE_WIDTH);
-        let line = table_row(&row("hist-logaddexp", &[("n", "10000000"), ("k", "1000000")], Status::Failed, None));
+        assert!(header(MIN_TOOL_WIDTH).chars().count() <= TABLE_WIDTH);
+        let line = table_row(
+            &row("hist-logaddexp", &[("n", "10000000"), ("k", "1000000")], Status::Failed, None),
+            MIN_TOOL_WIDTH,
+        );
         // Sizes are short, times have four significant digits, the huge memory ratio stays in
         // its column, and the status is a word.
         assert!(line.starts_with("hist-logaddexp n=1e7 k=1e6"), "{line}");
@@ -647,5 +674,28 @@ mod tests {
         assert_eq!(f(Status::Skipped, Some("unsupported: tool jax could not evaluate hist.jvp")), "unsupported");
         assert_eq!(f(Status::Skipped, Some("backend cuda unavailable")), "skipped");
         assert_eq!(f(Status::Error, None), "ERROR");
+    }
+
+    /// Tool names are never cut: `planted` and `planted2` (a failing and an erroring tool) read
+    /// `plant…` both when the column was six characters wide.
+    #[test]
+    fn tool_names_are_whole_and_the_columns_stay_aligned() {
+        let names = ["planted", "planted2", "cpu-traced"];
+        let width = tool_width(names);
+        assert_eq!(width, 10);
+        assert_eq!(tool_width(["cpu"]), MIN_TOOL_WIDTH);
+        let head = header(width);
+        let check_at = head.find("check").unwrap();
+        for name in names {
+            let mut r = row("hist-add", &[("n", "100"), ("k", "10")], Status::Ok, None);
+            r.backend = name.into();
+            let line = table_row(&r, width);
+            assert!(line.contains(&format!(" {name} ")), "{line}");
+            assert!(!line.contains('…'), "{line}");
+            // Every line has its status where the header has `check`, whatever the name.
+            assert_eq!(line.find(" ok").map(|i| i + 1), Some(check_at), "{line}\n{head}");
+            assert_eq!(line.chars().count(), TABLE_WIDTH - 3 + width - MIN_TOOL_WIDTH, "{line}");
+            assert!(wide_table_row(&r, width).contains(&format!(" {name} ")));
+        }
     }
 }
