@@ -11,4 +11,4 @@ pub mod query;
 pub mod schema;
 pub mod store;
 
-pub use schema::{Check, ResultRow, RunInfo, SCHEMA_VERSION, Status, Timing, case_id};
+pub use schema::{Check, PARTIAL_RUN_SUFFIX, ResultRow, RunInfo, SCHEMA_VERSION, Status, Timing, case_id};
