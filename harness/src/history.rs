@@ -27,10 +27,20 @@ pub struct RunWriter {
 }
 
 impl RunWriter {
-    pub fn new(dirs: Vec<PathBuf>, run: RunInfo) -> anyhow::Result<RunWriter> {
+    pub fn new(given: Vec<PathBuf>, run: RunInfo) -> anyhow::Result<RunWriter> {
         let mut partials = Vec::new();
+        // One directory named twice (`--out D --history D`) gets the run once.
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        let mut seen: Vec<PathBuf> = Vec::new();
+        for d in given {
+            fs::create_dir_all(&d).map_err(|e| bad_input(format!("{}: cannot create directory: {e}", d.display())))?;
+            let real = fs::canonicalize(&d).unwrap_or_else(|_| d.clone());
+            if !seen.contains(&real) {
+                seen.push(real);
+                dirs.push(d);
+            }
+        }
         for d in &dirs {
-            fs::create_dir_all(d).map_err(|e| bad_input(format!("{}: cannot create directory: {e}", d.display())))?;
             let p = store::partial_path(d, &run.run_id);
             // A new file: two runs never share one (rows mixed, then removed by the first to
             // finish).
@@ -55,15 +65,18 @@ impl RunWriter {
         Ok(())
     }
 
-    /// Writes the complete run into every directory; returns the files written.
+    /// Writes the complete run into every directory, removing each directory's partial file
+    /// once its run files are in place; returns the files written. Where they cannot be written
+    /// (a full disk), neither is left and the partial file keeps the rows (`adgauge merge`
+    /// recovers them).
     pub fn finish(self) -> anyhow::Result<Vec<PathBuf>> {
         let mut out = Vec::new();
-        for d in &self.dirs {
-            out.push(store::append_run(d, &self.run, &self.rows)?);
-        }
-        for (p, f) in self.partials {
+        for (d, (p, f)) in self.dirs.iter().zip(self.partials) {
             drop(f);
-            let _ = fs::remove_file(p);
+            let written = store::append_run(d, &self.run, &self.rows)
+                .map_err(|e| anyhow::anyhow!("{e} (the run's rows are kept in {})", p.display()))?;
+            let _ = fs::remove_file(&p);
+            out.push(written);
         }
         Ok(out)
     }

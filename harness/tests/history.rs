@@ -337,3 +337,46 @@ fn two_runs_at_once_into_one_history_keep_both_runs() {
     }
     std::fs::remove_dir_all(&hist).unwrap();
 }
+
+/// A run whose files cannot be written at the end (here the CSV's temporary is taken by a
+/// directory, as a full disk would fail the write) leaves neither run file, no temporary, and
+/// its rows in the partial file, which `merge` turns into a run. The Parquet file used to be
+/// written first and stay, so dataframe queries counted a run `adgauge history` did not have.
+#[test]
+fn a_run_that_cannot_be_written_leaves_no_run_file_and_keeps_its_rows() {
+    use adgauge_harness::history::RunWriter;
+    let (hist, merged) = (temp("unwritable"), temp("unwritable-merged"));
+    let mut info = adgauge_harness::environment::run_info();
+    info.suite = "quick".into();
+    let mut row = adgauge_reports::ResultRow::unmeasured("hist-add", Default::default(), "cpu", "f64", "auto", 2, 7);
+    row.primal = Some(adgauge_reports::Timing {
+        min_s: 1e-3,
+        median_s: 2e-3,
+        max_s: 3e-3,
+        batch: 1,
+        samples: 3,
+        cv: 0.1,
+        sample_s: vec![2e-3, 1e-3, 3e-3],
+    });
+    // One directory named twice (`--out D --history D`) holds the run once.
+    let mut writer = RunWriter::new(vec![hist.clone(), hist.clone()], info.clone()).unwrap();
+    writer.push(row.clone()).unwrap();
+    // The temporary this process writes the CSV to.
+    let blocker = hist.join(format!(".{}.csv.{}.tmp", info.run_id, std::process::id()));
+    std::fs::create_dir_all(blocker.join("inside")).unwrap();
+    let e = writer.finish().unwrap_err().to_string();
+    assert!(e.contains(&format!(".{}.csv.", info.run_id)) && e.contains("rows are kept in"), "{e}");
+    std::fs::remove_dir_all(&blocker).unwrap();
+    let mut left: Vec<String> =
+        std::fs::read_dir(&hist).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    left.sort();
+    assert_eq!(left, [format!(".{}.partial.jsonl", info.run_id)]);
+    let out = adgauge(&["merge", hist.to_str().unwrap(), "--out", merged.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let (merged_info, rows) = read_run(&csvs(&merged)[0]).unwrap();
+    assert!(merged_info.is_partial());
+    assert_eq!(rows, [row]);
+    for d in [hist, merged] {
+        std::fs::remove_dir_all(d).unwrap();
+    }
+}
