@@ -48,8 +48,10 @@ fn runs_accumulate_and_gates_judge_fixtures() {
     // A run compared with itself proves nothing: 2.
     let same = adgauge(&["gate", "--baseline", base, "--current", base]);
     assert_eq!(same.status.code(), Some(2), "{}", String::from_utf8_lossy(&same.stdout));
-    // The run's samples are in its file, for the gate's rank test.
-    assert!(h[0].1[0].vjp.as_ref().unwrap().sample_s.len() >= 5);
+    // The run's samples are in its file, for the gate's rank test (as many as the suite's time
+    // limit let it take: 3 of a 72 ms debug-build vjp under load, 5 in release).
+    let vjp = h[0].1[0].vjp.as_ref().unwrap();
+    assert!(!vjp.sample_s.is_empty() && vjp.sample_s.len() == vjp.samples, "{vjp:?}");
 
     // One case 2x slower: 3. The measured run's own samples depend on the machine's load, so
     // the fixtures are that run with 7 samples within 2.5% of a 5 ms median (over the gate's
