@@ -629,6 +629,17 @@ fn parse_typed(
         if let Some(first) = seen.insert((case_id.clone(), mode.clone()), line) {
             return Err(at(format!("duplicate line for case {case_id} mode '{mode}' (first on line {first})")));
         }
+        // A line with no mode says the case measured nothing: it is the case's only line.
+        let other = if mode.is_empty() {
+            index.get(&case_id).map(|&(_, first, _)| first)
+        } else {
+            seen.get(&(case_id.clone(), String::new())).copied()
+        };
+        if let Some(other) = other {
+            return Err(at(format!(
+                "case {case_id}: a line with no mode (nothing measured) and a line of a mode (line {other}) for one case"
+            )));
+        }
         let i = match index.get(&case_id) {
             Some(&(i, first_line, first)) => {
                 // Each line repeats the case's columns; a reader taking them from one line only
@@ -1452,6 +1463,15 @@ mod tests {
         }
         // Per-mode columns differ between lines by design.
         assert!(parse_csv(&edited(3, "peak_bytes", "1"), Path::new("r.csv")).is_ok());
+        // A case that measured nothing has one line with no mode, not that and a mode's line.
+        for line in [2, 3] {
+            let e = parse_csv(&edited(line, "mode", ""), Path::new("r.csv")).unwrap_err().to_string();
+            assert!(
+                e.starts_with("r.csv:3: case hist-add[k=10,n=1000]/cpu/f32/auto: a line with no mode")
+                    && e.contains("(line 2)"),
+                "{e}"
+            );
+        }
         // The same through JSON lines (`run --json`).
         let (run, rows) = sample();
         let mut lines = json_lines(&run, &rows);
