@@ -1,8 +1,10 @@
 //! The memory limit: the most bytes one size (a replicated dataset, a suite case, an `eval`
 //! input) may need, checked before anything is allocated. The process sets it once from
-//! `--max-memory` ([`set_max_bytes`]); the default is half the physical memory
+//! `--max-memory` ([`set_max_bytes`]); the default is the least of half the physical memory
+//! and the limits the process really has, its address-space limit and its cgroup's memory limit
 //! ([`default_max_bytes`]). A refusal names the field and the bytes it would need.
 
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// 0 = not set: [`max_bytes`] gives the default.
@@ -11,17 +13,110 @@ static MAX_BYTES: AtomicU64 = AtomicU64::new(0);
 /// Used where the physical memory cannot be read (no /proc/meminfo).
 pub const FALLBACK_BYTES: u64 = 8 << 30;
 
-/// Half the physical memory (MemTotal of /proc/meminfo), or [`FALLBACK_BYTES`].
+/// What a refusal says the limit is.
+const DEFAULT_IS: &str = "default the least of half the physical memory, RLIMIT_AS and the cgroup's memory limit";
+
+/// The default limit: the least of half the physical memory (or [`FALLBACK_BYTES`]), the
+/// process's address-space limit (RLIMIT_AS, `ulimit -v`) and its cgroup's memory limit. Half
+/// the physical memory alone let sizes through under a 4 GB cap, which then aborted on
+/// allocation instead of being refused.
 pub fn default_max_bytes() -> u64 {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| {
-            let line = m.lines().find(|l| l.starts_with("MemTotal:"))?;
-            let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-            Some(kb.saturating_mul(1024) / 2)
-        })
-        .filter(|&b| b > 0)
+    let read = |p: &Path| std::fs::read_to_string(p).ok();
+    let text = |p: &str| read(Path::new(p));
+    least_limit(
+        text("/proc/meminfo").and_then(|m| half_physical(&m)),
+        text("/proc/self/limits").and_then(|l| address_space_limit(&l)),
+        match (text("/proc/self/cgroup"), text("/proc/self/mountinfo")) {
+            (Some(c), Some(m)) => cgroup_limit(&c, &m, read),
+            _ => None,
+        },
+    )
+}
+
+/// The least of half the physical memory (or [`FALLBACK_BYTES`] where unknown) and the limits
+/// that are set.
+pub fn least_limit(half_physical: Option<u64>, address_space: Option<u64>, cgroup: Option<u64>) -> u64 {
+    [Some(half_physical.unwrap_or(FALLBACK_BYTES)), address_space, cgroup]
+        .into_iter()
+        .flatten()
+        .min()
         .unwrap_or(FALLBACK_BYTES)
+        .max(1)
+}
+
+/// Half of `MemTotal` in the text of /proc/meminfo.
+pub fn half_physical(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb.saturating_mul(1024) / 2).filter(|&b| b > 0)
+}
+
+/// The soft address-space limit (RLIMIT_AS) in the text of /proc/self/limits; None when
+/// unlimited.
+pub fn address_space_limit(limits: &str) -> Option<u64> {
+    let line = limits.lines().find_map(|l| l.strip_prefix("Max address space"))?;
+    line.split_whitespace().next()?.parse().ok()
+}
+
+/// A cgroup memory limit file's value: `max` (v2) is none.
+fn limit_value(text: &str) -> Option<u64> {
+    text.trim().parse().ok()
+}
+
+/// The memory limit of the process's cgroup, from the texts of /proc/self/cgroup and
+/// /proc/self/mountinfo, `read` reading the control files: the least `memory.max` (cgroup v2)
+/// or `memory.limit_in_bytes` (v1, the memory controller's hierarchy) of the process's cgroup
+/// and every ancestor up to the hierarchy's mount (a parent's limit binds its children). None
+/// where no limit is set or none can be read.
+pub fn cgroup_limit(cgroup: &str, mountinfo: &str, read: impl Fn(&Path) -> Option<String>) -> Option<u64> {
+    // Mounts of the hierarchies: (root of the hierarchy seen there, mount point, control file).
+    let mut mounts: Vec<(&str, &str, &str, bool)> = Vec::new();
+    for line in mountinfo.lines() {
+        let Some((before, after)) = line.split_once(" - ") else { continue };
+        let fields: Vec<&str> = before.split_whitespace().collect();
+        let tail: Vec<&str> = after.split_whitespace().collect();
+        let (Some(&root), Some(&point), Some(&fstype)) = (fields.get(3), fields.get(4), tail.first()) else {
+            continue;
+        };
+        match fstype {
+            "cgroup2" => mounts.push((root, point, "memory.max", true)),
+            "cgroup" if tail.get(2).is_some_and(|o| o.split(',').any(|o| o == "memory")) => {
+                mounts.push((root, point, "memory.limit_in_bytes", false))
+            }
+            _ => {}
+        }
+    }
+    let mut least: Option<u64> = None;
+    for line in cgroup.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(id), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        let v2 = id == "0" && controllers.is_empty();
+        if !v2 && !controllers.split(',').any(|c| c == "memory") {
+            continue;
+        }
+        for &(root, point, file, _) in mounts.iter().filter(|m| m.3 == v2) {
+            // The cgroup's directory under the mount (the mount point itself when the path lies
+            // outside the part of the hierarchy mounted there).
+            let inner = path
+                .strip_prefix(root.trim_end_matches('/'))
+                .filter(|rest| rest.is_empty() || rest.starts_with('/'))
+                .unwrap_or("")
+                .trim_start_matches('/');
+            let top = PathBuf::from(point);
+            let mut dir = top.join(inner);
+            loop {
+                if let Some(v) = read(&dir.join(file)).as_deref().and_then(limit_value) {
+                    least = Some(least.map_or(v, |l| l.min(v)));
+                }
+                if dir == top || !dir.pop() {
+                    break;
+                }
+            }
+        }
+    }
+    least
 }
 
 /// The limit in force.
@@ -43,7 +138,7 @@ pub fn check(what: &str, bytes: u128) -> Result<(), String> {
     let limit = max_bytes();
     if bytes > u128::from(limit) {
         return Err(format!(
-            "{what} needs {bytes} bytes, more than the memory limit {limit} (--max-memory; default half the physical memory)"
+            "{what} needs {bytes} bytes, more than the memory limit {limit} (--max-memory; {DEFAULT_IS})"
         ));
     }
     Ok(())
@@ -81,5 +176,80 @@ mod tests {
             assert!(parse_bytes(bad).is_err(), "{bad}");
         }
         assert!(default_max_bytes() > 0);
+    }
+
+    /// The files of a fake /sys: path -> contents.
+    fn files(entries: &[(&str, &str)]) -> impl Fn(&Path) -> Option<String> {
+        let map: std::collections::BTreeMap<PathBuf, String> =
+            entries.iter().map(|(p, t)| (PathBuf::from(p), t.to_string())).collect();
+        move |p: &Path| map.get(p).cloned()
+    }
+
+    const MOUNTS_V2: &str = "\
+        24 30 0:22 / /sys rw,nosuid shared:7 - sysfs sysfs rw\n\
+        25 24 0:23 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:8 - cgroup2 cgroup2 rw,nsdelegate\n";
+
+    /// cgroup v2: the least `memory.max` of the process's cgroup and its ancestors, `max` being
+    /// no limit; no limit anywhere is none.
+    #[test]
+    fn the_cgroup_v2_limit_is_the_least_memory_max_up_the_tree() {
+        let cgroup = "0::/user.slice/job.scope\n";
+        let read = files(&[
+            ("/sys/fs/cgroup/user.slice/job.scope/memory.max", "max\n"),
+            ("/sys/fs/cgroup/user.slice/memory.max", "4294967296\n"),
+        ]);
+        assert_eq!(cgroup_limit(cgroup, MOUNTS_V2, &read), Some(4 << 30));
+        let read = files(&[
+            ("/sys/fs/cgroup/user.slice/job.scope/memory.max", "1073741824\n"),
+            ("/sys/fs/cgroup/user.slice/memory.max", "4294967296\n"),
+        ]);
+        assert_eq!(cgroup_limit(cgroup, MOUNTS_V2, &read), Some(1 << 30));
+        let read = files(&[("/sys/fs/cgroup/user.slice/job.scope/memory.max", "max\n")]);
+        assert_eq!(cgroup_limit(cgroup, MOUNTS_V2, &read), None);
+        // In a container (a cgroup namespace) the process's cgroup is the mount's root.
+        let read = files(&[("/sys/fs/cgroup/memory.max", "2147483648\n")]);
+        assert_eq!(cgroup_limit("0::/\n", MOUNTS_V2, &read), Some(2 << 30));
+    }
+
+    /// cgroup v1: `memory.limit_in_bytes` of the memory controller's hierarchy (mounted with
+    /// others or alone), where the mount may show only a part of the hierarchy.
+    #[test]
+    fn the_cgroup_v1_limit_is_read_from_the_memory_hierarchy() {
+        let mounts = "\
+            31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n\
+            32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct\n\
+            35 31 0:32 /docker/abc /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n\
+            41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n";
+        let cgroup = "5:cpu,cpuacct:/docker/abc\n4:memory:/docker/abc/job\n0::/\n";
+        let read = files(&[
+            ("/sys/fs/cgroup/memory/job/memory.limit_in_bytes", "9223372036854771712\n"),
+            ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "3221225472\n"),
+            ("/sys/fs/cgroup/cpu,cpuacct/memory.limit_in_bytes", "1\n"),
+            ("/sys/fs/cgroup/unified/memory.max", "max\n"),
+        ]);
+        assert_eq!(cgroup_limit(cgroup, mounts, &read), Some(3 << 30));
+        // A prefix of a name is not an ancestor: /docker/abcd is outside /docker/abc.
+        let read = files(&[
+            ("/sys/fs/cgroup/memory/d/memory.limit_in_bytes", "1024\n"),
+            ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "3221225472\n"),
+        ]);
+        assert_eq!(cgroup_limit("4:memory:/docker/abcd\n", mounts, &read), Some(3 << 30));
+    }
+
+    #[test]
+    fn the_default_is_the_least_of_half_the_memory_and_the_limits_set() {
+        let meminfo = "MemTotal:       24000000 kB\nMemFree:        1000 kB\n";
+        assert_eq!(half_physical(meminfo), Some(12_000_000 * 1024));
+        let limits = "Limit                     Soft Limit           Hard Limit           Units     \n\
+                      Max stack size            8388608              unlimited            bytes     \n\
+                      Max address space         4294967296           unlimited            bytes     \n";
+        assert_eq!(address_space_limit(limits), Some(4 << 30));
+        assert_eq!(address_space_limit(&limits.replace("4294967296 ", "unlimited  ")), None);
+        let half = half_physical(meminfo);
+        assert_eq!(least_limit(half, None, None), 12_000_000 * 1024);
+        assert_eq!(least_limit(half, Some(4 << 30), None), 4 << 30);
+        assert_eq!(least_limit(half, Some(4 << 30), Some(3 << 30)), 3 << 30);
+        assert_eq!(least_limit(None, None, Some(64 << 30)), FALLBACK_BYTES);
+        assert_eq!(least_limit(None, Some(1 << 30), None), 1 << 30);
     }
 }

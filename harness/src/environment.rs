@@ -1,7 +1,9 @@
 //! What a run records about itself: id, time, git revision, version and machine, and what each
 //! row records of the host that measured it (CPU, cores, compiler, target features).
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use adgauge_reports::{Host, RunInfo};
 
@@ -64,15 +66,31 @@ pub fn host() -> Host {
     }
 }
 
+/// 32 bits no other process can predict: std's `RandomState` is keyed from the operating
+/// system's random source once per process, and hashes the time and process id here.
+fn random_bits(now: Duration, pid: u32) -> u32 {
+    let mut h = RandomState::new().build_hasher();
+    h.write_u128(now.as_nanos());
+    h.write_u32(pid);
+    h.finish() as u32
+}
+
+/// A run's id: `<compact UTC time>-<process id>-<8 random hex digits>`. It sorts by time to
+/// the second; the process id keeps two runs started at once on one machine apart (a coarse
+/// clock gives them the same time, and one run's files would replace the other's), and the
+/// random part keeps apart runs of two machines (shards) or two runs of one process.
+pub fn run_id(compact: &str, pid: u32, random: u32) -> String {
+    format!("{compact}-{pid}-{random:08x}")
+}
+
 /// Information about this run and machine.
 pub fn run_info() -> RunInfo {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
     let (timestamp, compact) = utc(now.as_secs());
-    // Unique within a second: sub-second time and the process id.
-    let tag = (now.subsec_nanos() as u64 ^ (u64::from(std::process::id()) << 32)) & 0xff_ffff;
+    let pid = std::process::id();
     let host = read_trimmed("/proc/sys/kernel/hostname").unwrap_or_else(|| "unknown-host".into());
     RunInfo {
-        run_id: format!("{compact}-{tag:06x}"),
+        run_id: run_id(&compact, pid, random_bits(now, pid)),
         timestamp,
         git_revision: git_revision(),
         adgauge_version: env!("CARGO_PKG_VERSION").into(),
@@ -99,10 +117,25 @@ mod tests {
     }
 
     #[test]
-    fn run_ids_sort_by_time() {
+    fn run_ids_sort_by_time_and_name_the_process() {
         let a = run_info();
         assert!(a.run_id.len() > 17 && a.run_id.as_bytes()[8] == b'T');
+        assert!(a.run_id.contains(&format!("Z-{}-", std::process::id())), "{}", a.run_id);
         assert!(a.cores >= 1);
+        assert_eq!(run_id("20261122T050000Z", 4_194_303, 0xab), "20261122T050000Z-4194303-000000ab");
+    }
+
+    /// On a clock that does not move between two runs (a coarse wall clock, or two runs started
+    /// in the same tick), the ids still differ: by process, and within a process by the random
+    /// part. The id used to be the sub-second nanoseconds' low 24 bits (the shifted process id
+    /// was masked away), the same for both.
+    #[test]
+    fn run_ids_differ_at_the_same_instant() {
+        let now = Duration::from_secs(1_795_323_600);
+        let (_, compact) = utc(now.as_secs());
+        let ids: std::collections::BTreeSet<String> =
+            [1000, 1001, 1000, 1000].iter().map(|&pid| run_id(&compact, pid, random_bits(now, pid))).collect();
+        assert_eq!(ids.len(), 4, "{ids:?}");
     }
 
     #[test]

@@ -28,13 +28,25 @@ pub struct RunWriter {
 }
 
 impl RunWriter {
-    pub fn new(dirs: Vec<PathBuf>, run: RunInfo) -> anyhow::Result<RunWriter> {
+    pub fn new(given: Vec<PathBuf>, run: RunInfo) -> anyhow::Result<RunWriter> {
         let mut partials = Vec::new();
+        // One directory named twice (`--out D --history D`) gets the run once.
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        let mut seen: Vec<PathBuf> = Vec::new();
+        for d in given {
+            fs::create_dir_all(&d).map_err(|e| bad_input(format!("{}: cannot create directory: {e}", d.display())))?;
+            let real = fs::canonicalize(&d).unwrap_or_else(|_| d.clone());
+            if !seen.contains(&real) {
+                seen.push(real);
+                dirs.push(d);
+            }
+        }
         for d in &dirs {
-            fs::create_dir_all(d).map_err(|e| bad_input(format!("{}: cannot create directory: {e}", d.display())))?;
-            let p = d.join(format!(".{}.partial.jsonl", run.run_id));
+            let p = store::partial_path(d, &run.run_id);
+            // A new file: two runs never share one (rows mixed, then removed by the first to
+            // finish).
             let mut f = OpenOptions::new()
-                .create(true)
+                .create_new(true)
                 .append(true)
                 .open(&p)
                 .map_err(|e| bad_input(format!("{}: cannot write: {e}", p.display())))?;
@@ -54,15 +66,18 @@ impl RunWriter {
         Ok(())
     }
 
-    /// Writes the complete run into every directory; returns the files written.
+    /// Writes the complete run into every directory, removing each directory's partial file
+    /// once its run files are in place; returns the files written. Where they cannot be written
+    /// (a full disk), neither is left and the partial file keeps the rows (`adgauge merge`
+    /// recovers them).
     pub fn finish(self) -> anyhow::Result<Vec<PathBuf>> {
         let mut out = Vec::new();
-        for d in &self.dirs {
-            out.push(store::append_run(d, &self.run, &self.rows)?);
-        }
-        for (p, f) in self.partials {
+        for (d, (p, f)) in self.dirs.iter().zip(self.partials) {
             drop(f);
-            let _ = fs::remove_file(p);
+            let written = store::append_run(d, &self.run, &self.rows)
+                .map_err(|e| anyhow::anyhow!("{e} (the run's rows are kept in {})", p.display()))?;
+            let _ = fs::remove_file(&p);
+            out.push(written);
         }
         Ok(out)
     }
@@ -96,6 +111,31 @@ impl crate::sinks::Sink for FileRowsJsonSink {
     }
 }
 
+/// The history `adgauge run` saves into when given no --out or --history: `$ADGAUGE_RESULTS`,
+/// or `./adgauge-results`.
+pub fn default_history() -> PathBuf {
+    std::env::var_os("ADGAUGE_RESULTS")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| "adgauge-results".into())
+}
+
+/// The history a reading command uses: the one given, or [`default_history`] (an error
+/// saying so when it does not exist).
+pub fn history_dir(given: Option<&Path>) -> anyhow::Result<PathBuf> {
+    if let Some(p) = given {
+        return Ok(p.to_path_buf());
+    }
+    let dir = default_history();
+    if !dir.is_dir() {
+        return Err(bad_input(format!(
+            "{}: no such history (the default: where `adgauge run` saves, from $ADGAUGE_RESULTS or ./adgauge-results); give --history DIR",
+            dir.display()
+        )));
+    }
+    Ok(dir)
+}
+
 /// A run file, or the newest run of a history directory.
 pub fn resolve_run(path: &Path) -> anyhow::Result<(RunInfo, Vec<ResultRow>)> {
     let file = if path.is_dir() {
@@ -123,7 +163,8 @@ pub struct GateArgs {
     #[arg(long)]
     pub current: Option<PathBuf>,
     /// The history directory the selectors and run ids choose from (default: --current when it
-    /// is a directory).
+    /// is a directory, else the history `adgauge run` saves into: `./adgauge-results` or
+    /// $ADGAUGE_RESULTS).
     #[arg(long)]
     pub history: Option<PathBuf>,
     /// Largest accepted ratio of current to baseline median time.
@@ -171,16 +212,14 @@ fn history_runs(dir: &Path) -> anyhow::Result<Vec<(PathBuf, RunInfo, Vec<ResultR
 fn current_run(args: &GateArgs) -> anyhow::Result<(RunInfo, Vec<ResultRow>)> {
     match (&args.current, &args.history) {
         (Some(p), _) => resolve_run(p),
-        (None, Some(h)) => {
-            let runs = history_runs(h)?;
+        (None, h) => {
+            let h = history_dir(h.as_deref())?;
+            let runs = history_runs(&h)?;
             let (_, info, rows) = runs
                 .into_iter()
                 .next_back()
                 .ok_or_else(|| bad_input(format!("{}: no runs in this history", h.display())))?;
             Ok((info, rows))
-        }
-        (None, None) => {
-            Err(bad_input("gate: give --current RUN, or --history DIR (its newest run is the current one)"))
         }
     }
 }
@@ -199,7 +238,12 @@ fn earlier_runs(dir: &Path, current: &RunInfo) -> anyhow::Result<Vec<(RunInfo, V
 /// Resolves `--baseline` (of `gate` and `report`) against a history directory, if any.
 fn select_baseline(sel: &str, history: Option<PathBuf>, current: &RunInfo) -> anyhow::Result<Baseline> {
     let need_history = |what: &str| {
-        history.clone().ok_or_else(|| bad_input(format!("--baseline {what} needs --history DIR (or --current DIR)")))
+        history.clone().ok_or_else(|| {
+            bad_input(format!(
+                "--baseline {what} needs a history: --history DIR, --current DIR, or the default {} (absent)",
+                default_history().display()
+            ))
+        })
     };
     let none_before = |dir: &Path| {
         bad_input(format!(
@@ -274,7 +318,11 @@ pub fn gate_command(args: &GateArgs) -> anyhow::Result<Code> {
         return Err(bad_input(format!("--confidence must be in (0.5, 1), got {}", args.confidence)));
     }
     let (info, cur) = current_run(args)?;
-    let history = args.history.clone().or_else(|| args.current.clone().filter(|p| p.is_dir()));
+    let history = args
+        .history
+        .clone()
+        .or_else(|| args.current.clone().filter(|p| p.is_dir()))
+        .or_else(|| Some(default_history()).filter(|d| d.is_dir()));
     let baseline = select_baseline(&args.baseline, history, &info)?;
     if baseline.runs.iter().any(|r| r.run_id == info.run_id) {
         return Err(bad_input(format!(
@@ -349,7 +397,8 @@ pub fn gate_command(args: &GateArgs) -> anyhow::Result<Code> {
 
 #[derive(Args, Debug)]
 pub struct MergeArgs {
-    /// Run files (or history directories: their newest run) to combine.
+    /// Run files, partial files of killed runs (`.<run id>.partial.jsonl`), or directories
+    /// (their newest run, else their newest partial file) to combine.
     #[arg(required = true)]
     pub runs: Vec<PathBuf>,
     /// Directory to write the merged run into.
@@ -357,18 +406,30 @@ pub struct MergeArgs {
     pub out: PathBuf,
 }
 
-/// The run file a merge argument names (a directory: its newest run).
+/// The file a merge argument names: itself, or in a directory its newest run file, else (a
+/// killed run left no run file) its newest partial file.
 fn run_file(path: &Path) -> anyhow::Result<PathBuf> {
     if !path.is_dir() {
         return Ok(path.to_path_buf());
     }
     let mut runs = store::run_files(path).map_err(|e| bad_input(e.to_string()))?;
-    runs.pop().ok_or_else(|| bad_input(format!("{}: no run files (*.csv) in this directory", path.display())))
+    if runs.is_empty() {
+        runs = store::partial_files(path).map_err(|e| bad_input(e.to_string()))?;
+    }
+    runs.pop().ok_or_else(|| {
+        bad_input(format!(
+            "{}: no run files (*.csv) or partial runs (.*.partial.jsonl) in this directory",
+            path.display()
+        ))
+    })
 }
 
 /// A run file's schema: "schema N" from its first row's schema_version, "schema 1 or 2"
 /// (older files, told apart by their columns) otherwise.
-fn schema_of(file: &Path) -> String {
+fn schema_of(file: &Path, rows: &[ResultRow]) -> String {
+    if store::is_partial_file(file) {
+        return rows.first().map_or("schema ?".into(), |r| format!("schema {}", r.schema_version));
+    }
     let text = std::fs::read_to_string(file).unwrap_or_default();
     let mut lines = text.lines();
     let header = lines.next().unwrap_or("");
@@ -381,22 +442,36 @@ fn schema_of(file: &Path) -> String {
 }
 
 /// Combines runs (shards of one suite, or runs from several machines) into one new run. Rows keep
-/// their values; the merged run gets a new id, and the machines of all parts are listed.
+/// their values; the merged run gets a new id, and the machines of all parts are listed. The
+/// rows a killed run flushed (its partial file) are merged too, and the merged run is then
+/// partial: its id ends in `-partial`.
 pub fn merge_command(args: &MergeArgs) -> anyhow::Result<Code> {
     let mut rows = Vec::new();
     let mut machines: Vec<String> = Vec::new();
     let mut cpus: Vec<String> = Vec::new();
     let mut suites: Vec<String> = Vec::new();
     let mut first: Option<RunInfo> = None;
+    // Partial parts: (file, rows recovered).
+    let mut partial: Vec<(String, usize)> = Vec::new();
     // What every part must share: (file, schema, adgauge version, seeds).
     let mut parts: Vec<(String, String, String, Vec<u64>)> = Vec::new();
     for p in &args.runs {
         let file = run_file(p)?;
-        let (info, r) = resolve_run(&file)?;
+        let (info, r) = if store::is_partial_file(&file) {
+            let (info, r) = store::read_partial(&file).map_err(|e| bad_input(e.to_string()))?;
+            partial.push((file.display().to_string(), r.len()));
+            (info, r)
+        } else {
+            resolve_run(&file)?
+        };
+        if r.is_empty() {
+            // A killed run that finished no case adds nothing, not even a schema to agree on.
+            continue;
+        }
         let mut seeds: Vec<u64> = r.iter().map(|row| row.seed).collect();
         seeds.sort();
         seeds.dedup();
-        let part = (file.display().to_string(), schema_of(&file), info.adgauge_version.clone(), seeds);
+        let part = (file.display().to_string(), schema_of(&file, &r), info.adgauge_version.clone(), seeds);
         if let Some(prev) = parts.first() {
             let differ = |what: &str, a: &str, b: &str| {
                 bad_input(format!(
@@ -443,6 +518,9 @@ pub fn merge_command(args: &MergeArgs) -> anyhow::Result<Code> {
         rows.extend(r);
         first.get_or_insert(info);
     }
+    if rows.is_empty() {
+        return Err(bad_input("nothing to merge: the partial files hold no finished case"));
+    }
     let mut seen = std::collections::BTreeSet::new();
     if let Some(dup) = rows.iter().find(|r| !seen.insert(r.case_id.clone())) {
         return Err(bad_input(format!("case {} appears in more than one of the merged runs", dup.case_id)));
@@ -466,21 +544,27 @@ pub fn merge_command(args: &MergeArgs) -> anyhow::Result<Code> {
         cpus.sort();
         info.cpu_model = cpus.join(" + ");
     }
+    if !partial.is_empty() {
+        info.run_id.push_str(adgauge_reports::PARTIAL_RUN_SUFFIX);
+    }
     let path = store::append_run(&args.out, &info, &rows)?;
-    crate::sinks::Console::new(0, true).line(&format!(
-        "merged {} rows from {} runs into {}",
-        rows.len(),
-        args.runs.len(),
-        path.display()
-    ));
+    let console = crate::sinks::Console::new(0, true);
+    console.line(&format!("merged {} rows from {} runs into {}", rows.len(), args.runs.len(), path.display()));
+    for (file, n) in &partial {
+        console.line(&format!(
+            "partial: {n} rows recovered from {file}, a run that did not finish; the merged run {} is partial",
+            info.run_id
+        ));
+    }
     Ok(Code::Success)
 }
 
 #[derive(Args, Debug)]
 pub struct ReportArgs {
-    /// History directory (or a single run file).
+    /// History directory, or a single run file (default: the history `adgauge run` saves into,
+    /// `./adgauge-results` or $ADGAUGE_RESULTS).
     #[arg(long)]
-    pub history: PathBuf,
+    pub history: Option<PathBuf>,
     /// What the newest run is compared with: the selectors of `gate --baseline` (`previous`,
     /// `best-of:N`, a run id, a run file), resolved the same way, so that the report shows the
     /// gate's verdict.
@@ -493,17 +577,18 @@ pub struct ReportArgs {
 
 /// Writes the self-contained HTML report of a history.
 pub fn report_command(args: &ReportArgs) -> anyhow::Result<Code> {
-    let runs = if args.history.is_dir() {
-        store::read_history(&args.history).map_err(|e| bad_input(e.to_string()))?
+    let history = history_dir(args.history.as_deref())?;
+    let runs = if history.is_dir() {
+        store::read_history(&history).map_err(|e| bad_input(e.to_string()))?
     } else {
-        vec![read_run(&args.history).map_err(|e| bad_input(e.to_string()))?]
+        vec![read_run(&history).map_err(|e| bad_input(e.to_string()))?]
     };
     if runs.is_empty() {
-        return Err(bad_input(format!("{}: no runs to report on", args.history.display())));
+        return Err(bad_input(format!("{}: no runs to report on", history.display())));
     }
     // The gate's baseline for the newest run; none for a run without an earlier one of its suite.
     let (newest, _) = runs.last().expect("runs is not empty");
-    let history = args.history.is_dir().then(|| args.history.clone());
+    let history = history.is_dir().then(|| history.clone());
     let first_of_suite = !runs[..runs.len() - 1]
         .iter()
         .any(|(i, _)| i.suite.is_empty() || newest.suite.is_empty() || i.suite == newest.suite);
@@ -529,9 +614,10 @@ pub enum HistoryFormat {
 
 #[derive(Args, Debug)]
 pub struct HistoryArgs {
-    /// The history directory.
+    /// The history directory (default: the one `adgauge run` saves into, `./adgauge-results`
+    /// or $ADGAUGE_RESULTS).
     #[arg(long)]
-    pub history: PathBuf,
+    pub history: Option<PathBuf>,
     /// Only case ids containing this text.
     #[arg(long)]
     pub case: Option<String>,
@@ -562,20 +648,14 @@ pub struct HistoryArgs {
     pub out: Option<PathBuf>,
 }
 
-/// Whether `s` starts like an RFC 3339 date (`YYYY-MM-DD`).
-fn is_date(s: &str) -> bool {
-    let b = s.as_bytes();
-    b.len() >= 10
-        && b[..10].iter().enumerate().all(|(i, c)| if i == 4 || i == 7 { *c == b'-' } else { c.is_ascii_digit() })
-}
-
 /// `adgauge history`: queries over a history directory (reports' `query` module).
 pub fn history_command(args: &HistoryArgs) -> anyhow::Result<Code> {
     use adgauge_reports::query::{self, Selection};
-    if let Some(s) = &args.since
-        && !is_date(s)
+    let since = args.since.as_deref().map(query::parse_since).transpose().map_err(bad_input)?;
+    if let Some(m) = &args.mode
+        && !store::MODES.contains(&m.as_str())
     {
-        return Err(bad_input(format!("--since {s}: expected a date, YYYY-MM-DD (or an RFC 3339 UTC time)")));
+        return Err(bad_input(format!("--mode {m}: not a mode (modes: {})", store::MODES.join(", "))));
     }
     if args.best_of == Some(0) {
         return Err(bad_input("--best-of must be at least 1"));
@@ -586,9 +666,20 @@ pub fn history_command(args: &HistoryArgs) -> anyhow::Result<Code> {
     if !(args.max_ratio > 0.0 && args.max_ratio.is_finite()) {
         return Err(bad_input(format!("--max-ratio must be a positive number, got {}", args.max_ratio)));
     }
-    let files = history_runs(&args.history)?;
+    let dir = history_dir(args.history.as_deref())?;
+    let files = history_runs(&dir)?;
     if files.is_empty() {
-        return Err(bad_input(format!("{}: no runs in this history", args.history.display())));
+        return Err(bad_input(format!("{}: no runs in this history", dir.display())));
+    }
+    if let Some(want) = &args.suite
+        && !files.iter().any(|(_, info, _)| info.suite == *want)
+    {
+        let mut suites: Vec<&str> =
+            files.iter().map(|(_, info, _)| info.suite.as_str()).filter(|s| !s.is_empty()).collect();
+        suites.sort();
+        suites.dedup();
+        let suites = if suites.is_empty() { "none named".to_string() } else { suites.join(", ") };
+        return Err(bad_input(format!("no run of suite {want} in the history {} (suites: {suites})", dir.display())));
     }
     // One history, one suite: trends across suites would compare unlike cases. Files of schema
     // 1 and 2 name no suite and go with any.
@@ -615,7 +706,7 @@ pub fn history_command(args: &HistoryArgs) -> anyhow::Result<Code> {
         }
         runs.push((info, rows));
     }
-    let sel = Selection { case: args.case.clone(), since: args.since.clone(), mode: args.mode.clone() };
+    let sel = Selection { case: args.case.clone(), since, mode: args.mode.clone() };
     let table = if let Some(n) = args.best_of {
         query::best_of(&runs, n, &sel)
     } else if args.regressions {

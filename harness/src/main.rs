@@ -20,7 +20,8 @@ struct Cli {
     #[arg(long, global = true, value_parser = parse_threads)]
     threads: Option<usize>,
     /// The most memory one case or input may need (bytes, or with K, M, G, T): sizes that would
-    /// need more are refused before anything is allocated (default: half the physical memory).
+    /// need more are refused before anything is allocated (default: the least of half the
+    /// physical memory, the address-space limit RLIMIT_AS and the cgroup's memory limit).
     #[arg(long, global = true, value_parser = adgauge_datasets::limits::parse_bytes)]
     max_memory: Option<u64>,
     #[command(subcommand)]

@@ -184,7 +184,7 @@ pub fn run(args: &RunArgs, threads: Option<usize>) -> anyhow::Result<Code> {
     let mut dirs: Vec<PathBuf> = args.out.iter().chain(&args.history).cloned().collect();
     // Children of --isolate (--exact) report to their parent, which saves the run.
     if dirs.is_empty() && !args.no_save && args.exact.is_none() {
-        dirs.push(std::env::var_os("ADGAUGE_RESULTS").map(PathBuf::from).unwrap_or_else(|| "adgauge-results".into()));
+        dirs.push(crate::history::default_history());
     }
     if !dirs.is_empty() {
         sink.push(HistorySink::new(dirs, info.clone())?);

@@ -177,12 +177,13 @@ impl Sink for JsonLinesSink {
 pub struct TableSink {
     console: Console,
     wide: bool,
+    /// The tool column's width: the longest tool name of the run (names are never cut: two
+    /// tools that share a prefix, `planted` and `planted2`, must stay apart).
+    tool_width: usize,
     started: std::time::Instant,
     counts: BTreeMap<&'static str, usize>,
     /// Case id and the status and message of every row that is not plain `ok`.
     notes: Vec<(String, String)>,
-    /// The widths of the case and tool columns, from the run's tools (see [`Columns`]).
-    columns: Columns,
 }
 
 impl TableSink {
@@ -190,39 +191,24 @@ impl TableSink {
         TableSink {
             console,
             wide,
+            tool_width: MIN_TOOL_WIDTH,
             started: std::time::Instant::now(),
             counts: BTreeMap::new(),
             notes: Vec::new(),
-            columns: Columns::default(),
         }
     }
 }
 
-/// The width the default table keeps to.
+/// The width the default table keeps to while tool names fit [`MIN_TOOL_WIDTH`] characters;
+/// longer names widen the tool column, and the table, by what they need.
 pub const TABLE_WIDTH: usize = 100;
 
-/// The default table's case and tool columns: the tool column as wide as the run's longest tool
-/// name (so that `planted` and `planted2` never both read `plant…`), up to 20 characters, taken
-/// from the case column (27 wide with tool names of up to 6).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Columns {
-    pub case: usize,
-    pub tool: usize,
-}
+/// The tool column's width when every name fits it (`cpu`, `opencl`, `cuda`, `jax`).
+pub const MIN_TOOL_WIDTH: usize = 6;
 
-impl Default for Columns {
-    fn default() -> Self {
-        Columns { case: 27, tool: 6 }
-    }
-}
-
-impl Columns {
-    /// The columns for a run of these tools.
-    pub fn for_tools<'a>(names: impl IntoIterator<Item = &'a str>) -> Columns {
-        let longest = names.into_iter().map(|n| n.chars().count()).max().unwrap_or(0);
-        let tool = longest.clamp(6, 20);
-        Columns { case: 27 - (tool - 6), tool }
-    }
+/// The width of a tool column holding every one of `names` whole.
+fn tool_width<'a>(names: impl IntoIterator<Item = &'a str>) -> usize {
+    names.into_iter().map(|n| n.chars().count()).max().unwrap_or(0).max(MIN_TOOL_WIDTH)
 }
 
 impl Sink for TableSink {
@@ -242,8 +228,8 @@ impl Sink for TableSink {
         for (name, detail) in &run.tools {
             self.console.line(&format!("  {name}: {detail}"));
         }
-        self.columns = Columns::for_tools(run.tools.iter().map(|(name, _)| name.as_str()));
-        self.console.line(&if self.wide { wide_header() } else { header(self.columns) });
+        self.tool_width = tool_width(run.tools.iter().map(|(name, _)| name.as_str()));
+        self.console.line(&if self.wide { wide_header(self.tool_width) } else { header(self.tool_width) });
         Ok(())
     }
     fn case_finished(&mut self, row: &ResultRow) -> anyhow::Result<()> {
@@ -252,7 +238,9 @@ impl Sink for TableSink {
             let message = row.message.as_deref().map(|m| format!(": {m}")).unwrap_or_default();
             self.notes.push((row.case_id.clone(), format!("{}{message}", row.status.name())));
         }
-        self.console.line(&if self.wide { wide_table_row(row) } else { table_row(row, self.columns) });
+        // A row of a tool the header did not name (none today) widens its own line, never cut.
+        let width = self.tool_width.max(row.backend.chars().count());
+        self.console.line(&if self.wide { wide_table_row(row, width) } else { table_row(row, width) });
         Ok(())
     }
     fn run_finished(&mut self) -> anyhow::Result<()> {
@@ -321,8 +309,9 @@ impl Sink for ToolsComparedSink {
         }
         self.console.line("");
         self.console.line("tools compared (median ms; in brackets: time / cpu's)");
+        let width = tool_width(groups.iter().flat_map(|(_, rows)| rows.iter().map(|r| r.backend.as_str())));
         self.console.line(&format!(
-            "{:<27} {:<8} {:>14} {:>14} {:>14} {:>4}  finding",
+            "{:<27} {:<width$} {:>14} {:>14} {:>14} {:>4}  finding",
             "case", "tool", "primal", "vjp", "jvp", "v/p"
         ));
         for (_, rows) in groups {
@@ -339,9 +328,9 @@ impl Sink for ToolsComparedSink {
                 };
                 let label = if i == 0 { fit(&case_label(row), 27) } else { String::new() };
                 let line = format!(
-                    "{:<27} {:<8} {:>14} {:>14} {:>14} {:>4}  {}",
+                    "{:<27} {:<width$} {:>14} {:>14} {:>14} {:>4}  {}",
                     label,
-                    fit(&row.backend, 8),
+                    row.backend,
                     cell(&row.primal, reference.map(|r| &r.primal)),
                     cell(&row.vjp, reference.map(|r| &r.vjp)),
                     cell(&row.jvp, reference.map(|r| &r.jvp)),
@@ -513,22 +502,10 @@ fn short_status(row: &ResultRow) -> &'static str {
     }
 }
 
-fn header(c: Columns) -> String {
+fn header(tool_width: usize) -> String {
     format!(
-        "{:<cw$} {:<tw$} {:<15} {:<3} {:>7} {:>7} {:>7} {:>4} {:>4} {:>4}  {}",
-        fit(if c.case >= 18 { "case (ms: medians)" } else { "case (ms)" }, c.case),
-        "tool",
-        "rule",
-        "dt",
-        "primal",
-        "vjp",
-        "jvp",
-        "v/p",
-        "j/p",
-        "mem",
-        "check",
-        cw = c.case,
-        tw = c.tool
+        "{:<27} {:<tool_width$} {:<15} {:<3} {:>7} {:>7} {:>7} {:>4} {:>4} {:>4}  {}",
+        "case (ms: medians)", "tool", "rule", "dt", "primal", "vjp", "jvp", "v/p", "j/p", "mem", "check"
     )
 }
 
@@ -541,13 +518,14 @@ fn rule_label(row: &ResultRow) -> String {
     }
 }
 
-/// One line of the default table (at most [`TABLE_WIDTH`] characters).
-pub fn table_row(row: &ResultRow, c: Columns) -> String {
+/// One line of the default table: [`TABLE_WIDTH`] characters at most, plus what a tool column
+/// of `tool_width` (at least the row's tool name) adds beyond [`MIN_TOOL_WIDTH`].
+pub fn table_row(row: &ResultRow, tool_width: usize) -> String {
     let med = |t: &Option<Timing>| t.as_ref().map(|t| short_ms(t.median_s)).unwrap_or_else(|| "-".into());
     format!(
-        "{:<cw$} {:<tw$} {:<15} {:<3} {:>7} {:>7} {:>7} {:>4} {:>4} {:>4}  {}",
-        fit(&case_label(row), c.case),
-        fit(&row.backend, c.tool),
+        "{:<27} {:<tool_width$} {:<15} {:<3} {:>7} {:>7} {:>7} {:>4} {:>4} {:>4}  {}",
+        fit(&case_label(row), 27),
+        row.backend,
         fit(&rule_label(row), 15),
         row.dtype,
         med(&row.primal),
@@ -556,9 +534,7 @@ pub fn table_row(row: &ResultRow, c: Columns) -> String {
         short_ratio(row.vjp_overhead()),
         short_ratio(row.jvp_overhead()),
         short_ratio(row.vjp_memory_ratio()),
-        short_status(row),
-        cw = c.case,
-        tw = c.tool
+        short_status(row)
     )
 }
 
@@ -574,9 +550,9 @@ fn short_ratio(x: Option<f64>) -> String {
     }
 }
 
-fn wide_header() -> String {
+fn wide_header(tool_width: usize) -> String {
     format!(
-        "{:<15} {:>9} {:>8} {:<6} {:<15} {:<4} {:>3} {:>17} {:>17} {:>17} {:>7} {:>7} {:>7} {:>7} {:>9}  check",
+        "{:<15} {:>9} {:>8} {:<tool_width$} {:<15} {:<4} {:>3} {:>17} {:>17} {:>17} {:>7} {:>7} {:>7} {:>7} {:>9}  check",
         "workload",
         "n",
         "k",
@@ -597,7 +573,7 @@ fn wide_header() -> String {
 
 /// One line of the `--wide` table; the workload column is the workload's own label (its sizes
 /// besides n and k).
-pub fn wide_table_row(row: &ResultRow) -> String {
+pub fn wide_table_row(row: &ResultRow, tool_width: usize) -> String {
     let p = |k: &str| row.params.get(k).cloned().unwrap_or_default();
     let workload = adgauge_workloads::find(&row.workload)
         .map(|w| w.table_label(&row.workload, &row.params))
@@ -605,7 +581,7 @@ pub fn wide_table_row(row: &ResultRow) -> String {
     let both = |t: &Option<Timing>| format!("{}/{}", ms(t, |t| t.min_s), ms(t, |t| t.median_s));
     let mb = row.primal_peak_bytes.map(|b| format!("{:.3}", b as f64 / 1e6)).unwrap_or_else(|| "-".into());
     format!(
-        "{:<15} {:>9} {:>8} {:<6} {:<15} {:<4} {:>3} {:>17} {:>17} {:>17} {:>7} {:>7} {:>7} {:>7} {:>9}  {}",
+        "{:<15} {:>9} {:>8} {:<tool_width$} {:<15} {:<4} {:>3} {:>17} {:>17} {:>17} {:>7} {:>7} {:>7} {:>7} {:>9}  {}",
         workload,
         p("n"),
         p("k"),
@@ -651,15 +627,13 @@ mod tests {
             row("hist-add", &[("n", "16392"), ("k", "10")], Status::Ok, None),
             row(&long, &[], Status::Error, Some("boom")),
         ] {
-            for c in [Columns::default(), Columns::for_tools(["a-tool-with-a-very-long-name-indeed"])] {
-                let line = table_row(&r, c);
-                assert!(line.chars().count() <= TABLE_WIDTH, "{} chars: {line}", line.chars().count());
-                assert!(header(c).chars().count() <= TABLE_WIDTH);
-            }
+            let line = table_row(&r, MIN_TOOL_WIDTH);
+            assert!(line.chars().count() <= TABLE_WIDTH, "{} chars: {line}", line.chars().count());
         }
+        assert!(header(MIN_TOOL_WIDTH).chars().count() <= TABLE_WIDTH);
         let line = table_row(
             &row("hist-logaddexp", &[("n", "10000000"), ("k", "1000000")], Status::Failed, None),
-            Columns::default(),
+            MIN_TOOL_WIDTH,
         );
         // Sizes are short, times have four significant digits, the huge memory ratio stays in
         // its column, and the status is a word.
@@ -668,23 +642,6 @@ mod tests {
         assert!(line.contains(" 0.012 ") && line.contains(" 98.77 "), "{line}");
         assert!(line.contains(" 1e5 "), "memory ratio 123457: {line}");
         assert!(line.trim_end().ends_with("FAIL"), "{line}");
-    }
-
-    /// The table: tools `planted` and `planted2` both read `plant…`, a FAIL and an
-    /// ERROR row indistinguishable. The tool column now takes the run's longest tool name.
-    #[test]
-    fn tool_names_are_never_cut_to_ambiguity() {
-        let c = Columns::for_tools(["cpu", "planted", "planted2"]);
-        assert_eq!(c, Columns { case: 25, tool: 8 });
-        let mut a = row("hist-add", &[("n", "100")], Status::Failed, None);
-        a.backend = "planted".into();
-        let mut b = row("hist-add", &[("n", "100")], Status::Error, None);
-        b.backend = "planted2".into();
-        let (la, lb) = (table_row(&a, c), table_row(&b, c));
-        assert!(la.contains(" planted  ") && lb.contains(" planted2 "), "{la}\n{lb}");
-        assert_eq!(la.find("planted"), lb.find("planted2"), "aligned");
-        // Names beyond 20 characters are cut, the case column keeping 13 at least.
-        assert_eq!(Columns::for_tools(["x".repeat(40).as_str()]), Columns { case: 13, tool: 20 });
     }
 
     #[test]
@@ -717,5 +674,28 @@ mod tests {
         assert_eq!(f(Status::Skipped, Some("unsupported: tool jax could not evaluate hist.jvp")), "unsupported");
         assert_eq!(f(Status::Skipped, Some("backend cuda unavailable")), "skipped");
         assert_eq!(f(Status::Error, None), "ERROR");
+    }
+
+    /// Tool names are never cut: `planted` and `planted2` (a failing and an erroring tool) read
+    /// `plant…` both when the column was six characters wide.
+    #[test]
+    fn tool_names_are_whole_and_the_columns_stay_aligned() {
+        let names = ["planted", "planted2", "cpu-traced"];
+        let width = tool_width(names);
+        assert_eq!(width, 10);
+        assert_eq!(tool_width(["cpu"]), MIN_TOOL_WIDTH);
+        let head = header(width);
+        let check_at = head.find("check").unwrap();
+        for name in names {
+            let mut r = row("hist-add", &[("n", "100"), ("k", "10")], Status::Ok, None);
+            r.backend = name.into();
+            let line = table_row(&r, width);
+            assert!(line.contains(&format!(" {name} ")), "{line}");
+            assert!(!line.contains('…'), "{line}");
+            // Every line has its status where the header has `check`, whatever the name.
+            assert_eq!(line.find(" ok").map(|i| i + 1), Some(check_at), "{line}\n{head}");
+            assert_eq!(line.chars().count(), TABLE_WIDTH - 3 + width - MIN_TOOL_WIDTH, "{line}");
+            assert!(wide_table_row(&r, width).contains(&format!(" {name} ")));
+        }
     }
 }

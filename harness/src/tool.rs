@@ -18,7 +18,7 @@ use adgauge_workloads::{CheckKind, CheckSettings, Comparison, Mode, Prepared, Pr
 use adgauge_reports::Timing;
 
 use crate::external::{ExternalSpec, ProcessTool};
-use crate::memory::{live_bytes, peak_during};
+use crate::memory::allocations_during;
 use crate::timing::{Budget, measure};
 
 /// What a tool can do.
@@ -191,9 +191,9 @@ impl Tool for EngineTool {
         // buffers alike) is part of every mode's peak: see `EnginePrepared::peak_bytes`.
         device.trim_cache();
         let device_before = device.device_memory().map(|m| m.in_use);
-        let host_before = live_bytes();
-        let prepared = problem.prepare(&device, dtype, rule)?;
-        let host = live_bytes().saturating_sub(host_before);
+        let (prepared, host) = allocations_during(|| problem.prepare(&device, dtype, rule));
+        let prepared = prepared?;
+        let host = host.net.max(0) as usize;
         let on_device = match (device_before, device.device_memory()) {
             (Some(before), Some(after)) => after.in_use.saturating_sub(before),
             _ => 0,
@@ -309,8 +309,9 @@ impl PreparedCase for EnginePrepared {
         self.device.trim_cache();
         self.device.reset_peak_device_memory();
         let resident = self.device.device_memory().map(|m| m.in_use);
-        let (r, host) = peak_during(|| self.prepared.run(mode));
+        let (r, host) = allocations_during(|| self.prepared.run(mode));
         r?;
+        let host = host.peak;
         let device = match (resident, self.device.device_memory()) {
             (Some(before), Some(after)) => after.peak.saturating_sub(before),
             _ => 0,

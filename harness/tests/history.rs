@@ -48,8 +48,10 @@ fn runs_accumulate_and_gates_judge_fixtures() {
     // A run compared with itself proves nothing: 2.
     let same = adgauge(&["gate", "--baseline", base, "--current", base]);
     assert_eq!(same.status.code(), Some(2), "{}", String::from_utf8_lossy(&same.stdout));
-    // The run's samples are in its file, for the gate's rank test.
-    assert!(h[0].1[0].vjp.as_ref().unwrap().sample_s.len() >= 5);
+    // The run's samples are in its file, for the gate's rank test (as many as the suite's time
+    // limit let it take: 3 of a 72 ms debug-build vjp under load, 5 in release).
+    let vjp = h[0].1[0].vjp.as_ref().unwrap();
+    assert!(!vjp.sample_s.is_empty() && vjp.sample_s.len() == vjp.samples, "{vjp:?}");
 
     // One case 2x slower: 3. The measured run's own samples depend on the machine's load, so
     // the fixtures are that run with 7 samples within 2.5% of a 5 ms median (over the gate's
@@ -249,4 +251,134 @@ fn the_gate_refuses_what_it_cannot_judge_and_fails_lost_cases() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stdout).contains("MISSING          hist-add[other]"));
     std::fs::remove_dir_all(&hist).unwrap();
+}
+
+/// A killed shard leaves its finished rows in `.<run id>.partial.jsonl` (as `RunWriter` writes
+/// it, the last row cut mid-line by the kill) and no run file: `merge` takes them (the partial
+/// file named, or found in the shard's directory) beside the other shards' runs, and the merged
+/// run's id says it is partial. `merge` used to refuse the file ("unexpected header").
+#[test]
+fn merge_recovers_the_rows_a_killed_shard_flushed_and_marks_the_run_partial() {
+    use adgauge_harness::history::RunWriter;
+    use adgauge_reports::store::partial_path;
+    let (done, killed, merged) = (temp("partial-done"), temp("partial-killed"), temp("partial-merged"));
+    let row = |id: &str| {
+        let t = adgauge_reports::Timing {
+            min_s: 1e-3,
+            median_s: 2e-3,
+            max_s: 3e-3,
+            batch: 1,
+            samples: 3,
+            cv: 0.1,
+            sample_s: vec![2e-3, 1e-3, 3e-3],
+        };
+        let mut r = adgauge_reports::ResultRow::unmeasured("hist-add", Default::default(), "cpu", "f64", id, 2, 7);
+        r.primal = Some(t);
+        r
+    };
+    let mut info = adgauge_harness::environment::run_info();
+    info.suite = "quick".into();
+    adgauge_reports::store::append_run(&done, &info, &[row("a"), row("b")]).unwrap();
+    let mut shard = info.clone();
+    shard.run_id.push_str("-2");
+    let mut writer = RunWriter::new(vec![killed.clone()], shard.clone()).unwrap();
+    for r in ["c", "d"] {
+        writer.push(row(r)).unwrap();
+    }
+    drop(writer); // killed: never finished
+    let partial = partial_path(&killed, &shard.run_id);
+    let cut = serde_json::to_string(&row("e")).unwrap();
+    let mut f = std::fs::OpenOptions::new().append(true).open(&partial).unwrap();
+    std::io::Write::write_all(&mut f, &cut.as_bytes()[..cut.len() / 2]).unwrap();
+    drop(f);
+    assert_eq!(csvs(&killed), Vec::<PathBuf>::new());
+    for (i, second) in [partial.as_path(), killed.as_path()].into_iter().enumerate() {
+        let out_dir = merged.join(i.to_string());
+        let out =
+            adgauge(&["merge", done.to_str().unwrap(), second.to_str().unwrap(), "--out", out_dir.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(said.contains(&format!("partial: 2 rows recovered from {}", partial.display())), "{said}");
+        let (info, rows) = read_run(&csvs(&out_dir)[0]).unwrap();
+        assert!(info.run_id.ends_with("-partial") && info.is_partial(), "{}", info.run_id);
+        let ids: Vec<&str> = rows.iter().map(|r| r.rule.as_str()).collect();
+        assert_eq!(ids, ["a", "b", "c", "d"]);
+    }
+    for d in [done, killed, merged] {
+        std::fs::remove_dir_all(d).unwrap();
+    }
+}
+
+/// Two runs started at once into one history both keep their rows: their ids differ by
+/// process (each names its process id), where they used to differ only by the clock's
+/// sub-second digits, equal on a coarse clock (and one run's files then replaced).
+#[test]
+fn two_runs_at_once_into_one_history_keep_both_runs() {
+    let hist = temp("concurrent");
+    let h = hist.to_str().unwrap();
+    let children: Vec<std::process::Child> = (0..2)
+        .map(|_| {
+            Command::new(env!("CARGO_BIN_EXE_adgauge"))
+                .args(["run", "--filter", ONE_CASE, "--history", h, "--quiet"])
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut pids = Vec::new();
+    for mut c in children {
+        pids.push(c.id());
+        assert!(c.wait().unwrap().success());
+    }
+    let runs = read_history(&hist).unwrap();
+    assert_eq!(runs.len(), 2);
+    assert!(runs.iter().all(|(_, rows)| rows.len() == 1));
+    for pid in pids {
+        let of_pid = runs.iter().filter(|(info, _)| info.run_id.contains(&format!("Z-{pid}-"))).count();
+        assert_eq!(of_pid, 1, "process {pid}: {:?}", runs.iter().map(|(i, _)| &i.run_id).collect::<Vec<_>>());
+    }
+    std::fs::remove_dir_all(&hist).unwrap();
+}
+
+/// A run whose files cannot be written at the end (here the CSV's temporary is taken by a
+/// directory, as a full disk would fail the write) leaves neither run file, no temporary, and
+/// its rows in the partial file, which `merge` turns into a run. The Parquet file used to be
+/// written first and stay, so dataframe queries counted a run `adgauge history` did not have.
+#[test]
+fn a_run_that_cannot_be_written_leaves_no_run_file_and_keeps_its_rows() {
+    use adgauge_harness::history::RunWriter;
+    let (hist, merged) = (temp("unwritable"), temp("unwritable-merged"));
+    let mut info = adgauge_harness::environment::run_info();
+    info.suite = "quick".into();
+    let mut row = adgauge_reports::ResultRow::unmeasured("hist-add", Default::default(), "cpu", "f64", "auto", 2, 7);
+    row.primal = Some(adgauge_reports::Timing {
+        min_s: 1e-3,
+        median_s: 2e-3,
+        max_s: 3e-3,
+        batch: 1,
+        samples: 3,
+        cv: 0.1,
+        sample_s: vec![2e-3, 1e-3, 3e-3],
+    });
+    // One directory named twice (`--out D --history D`) holds the run once.
+    let mut writer = RunWriter::new(vec![hist.clone(), hist.clone()], info.clone()).unwrap();
+    writer.push(row.clone()).unwrap();
+    // The temporary this process writes the CSV to.
+    let blocker = hist.join(format!(".{}.csv.{}.tmp", info.run_id, std::process::id()));
+    std::fs::create_dir_all(blocker.join("inside")).unwrap();
+    let e = writer.finish().unwrap_err().to_string();
+    assert!(e.contains(&format!(".{}.csv.", info.run_id)) && e.contains("rows are kept in"), "{e}");
+    std::fs::remove_dir_all(&blocker).unwrap();
+    let mut left: Vec<String> =
+        std::fs::read_dir(&hist).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    left.sort();
+    assert_eq!(left, [format!(".{}.partial.jsonl", info.run_id)]);
+    let out = adgauge(&["merge", hist.to_str().unwrap(), "--out", merged.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let (merged_info, rows) = read_run(&csvs(&merged)[0]).unwrap();
+    assert!(merged_info.is_partial());
+    assert_eq!(rows, [row]);
+    for d in [hist, merged] {
+        std::fs::remove_dir_all(d).unwrap();
+    }
 }

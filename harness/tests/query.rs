@@ -196,3 +196,28 @@ fn bad_histories_exit_2_naming_the_file_and_line_and_change_nothing() {
     assert!(err.contains("--since yesterday: expected a date"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A bad --since (no such date), --mode or --suite is exit 2 naming the value; each gave exit
+/// 0 and an empty table, as if nothing had run.
+#[test]
+fn an_impossible_date_an_unknown_mode_or_suite_is_an_error_naming_it() {
+    let dir = history("bad-args");
+    for (args, want) in [
+        (&["--since", "2026-13-45"][..], "--since 2026-13-45: month 13 is not 1 to 12"),
+        (&["--since", "2026-02-30"], "--since 2026-02-30: day 30 is not a day of 2026-02"),
+        (&["--since", "2026-11-02T25:00:00Z"], "--since 2026-11-02T25:00:00Z: expected a date"),
+        (&["--mode", "hessian"], "--mode hessian: not a mode (modes: primal, vjp, jvp)"),
+        (&["--suite", "nightly"], "no run of suite nightly in the history"),
+        (&["--suite", "nightly", "--regressions"], "(suites: quick)"),
+    ] {
+        let (code, out, err) = query(&dir, args);
+        assert_eq!(code, Some(2), "{args:?}: {out}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert_eq!(out, "", "{args:?}");
+    }
+    // A valid time of day narrows to the runs from then on.
+    let (code, out, _) = query(&dir, &["--since", "2026-11-02T05:00:01Z", "--mode", "vjp", "--case", "a"]);
+    assert_eq!(code, Some(0));
+    assert_eq!(out.lines().count(), 2, "{out}"); // header and night 3
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -12,4 +12,4 @@ pub mod schema;
 pub mod store;
 pub mod verdict;
 
-pub use schema::{Check, Host, ResultRow, RunInfo, SCHEMA_VERSION, Status, Timing, case_id};
+pub use schema::{Check, Host, PARTIAL_RUN_SUFFIX, ResultRow, RunInfo, SCHEMA_VERSION, Status, Timing, case_id};

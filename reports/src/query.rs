@@ -118,6 +118,61 @@ pub struct Selection {
     pub mode: Option<String>,
 }
 
+/// The days of `month` (1 to 12) of `year` in the Gregorian calendar.
+fn days_in_month(year: u32, month: u32) -> u32 {
+    match month {
+        2 if year.is_multiple_of(4) && (!year.is_multiple_of(100) || year.is_multiple_of(400)) => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// Checks a `--since` value: a calendar date `YYYY-MM-DD`, optionally followed by a UTC time
+/// or a prefix of one (`THH`, `THH:MM`, `THH:MM:SS`, `THH:MM:SSZ`). Returns it as compared with
+/// the runs' RFC 3339 timestamps, or why it is not one (`2026-13-45` is no date, and compared as
+/// text it would select nothing, or everything).
+pub fn parse_since(s: &str) -> Result<String, String> {
+    let expected = "expected a date, YYYY-MM-DD (or an RFC 3339 UTC time, YYYY-MM-DDTHH:MM:SSZ)";
+    let bad = |why: String| Err(format!("--since {s}: {why}"));
+    let b = s.as_bytes();
+    let digits = |r: std::ops::Range<usize>| -> Option<u32> {
+        let part = b.get(r)?;
+        part.iter().all(u8::is_ascii_digit).then(|| part.iter().fold(0, |n, d| n * 10 + u32::from(d - b'0')))
+    };
+    let (Some(year), Some(month), Some(day)) = (digits(0..4), digits(5..7), digits(8..10)) else {
+        return bad(expected.into());
+    };
+    if b[4] != b'-' || b[7] != b'-' {
+        return bad(expected.into());
+    }
+    if !(1..=12).contains(&month) {
+        return bad(format!("month {month} is not 1 to 12"));
+    }
+    if !(1..=days_in_month(year, month)).contains(&day) {
+        return bad(format!("day {day} is not a day of {year}-{month:02}"));
+    }
+    // The time: `T`, then fields `HH`, `:MM`, `:SS`, each optional after the one before, then
+    // `Z` only after the seconds.
+    let time = s[10..].to_ascii_uppercase();
+    if !time.is_empty() {
+        let t = time.strip_prefix('T').ok_or_else(|| format!("--since {s}: {expected}"))?;
+        let (fields, zone) = t.strip_suffix('Z').map_or((t, false), |f| (f, true));
+        let parts: Vec<&str> = fields.split(':').collect();
+        let limits = [23, 59, 60];
+        let ok = !parts.is_empty()
+            && parts.len() <= 3
+            && (!zone || parts.len() == 3)
+            && parts.iter().zip(limits).all(|(p, max)| {
+                p.len() == 2 && p.bytes().all(|c| c.is_ascii_digit()) && p.parse::<u32>().is_ok_and(|v| v <= max)
+            });
+        if !ok {
+            return bad(expected.into());
+        }
+    }
+    Ok(format!("{}{time}", &s[..10]))
+}
+
 /// One timed (run, case, mode): the history as tidy records.
 #[derive(Clone, Copy)]
 struct Point<'a> {
@@ -243,4 +298,34 @@ pub fn regressions(runs: &[(RunInfo, Vec<ResultRow>)], max_ratio: f64, sel: &Sel
     let mut t = Table::new(&["case_id", "mode", "from_run", "from_median_s", "to_run", "to_median_s", "ratio"]);
     t.rows = found.into_iter().map(|(_, r)| r).collect();
     t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn since_takes_calendar_dates_and_utc_times_and_names_what_is_wrong() {
+        for good in ["2026-11-02", "2024-02-29", "2026-11-02T05", "2026-11-02T05:30", "2026-11-02T23:59:60Z"] {
+            assert_eq!(parse_since(good).as_deref(), Ok(good), "{good}");
+        }
+        assert_eq!(parse_since("2026-11-02t05:00:00z").as_deref(), Ok("2026-11-02T05:00:00Z"));
+        for (bad, why) in [
+            ("2026-13-45", "month 13 is not 1 to 12"),
+            ("2026-02-29", "day 29 is not a day of 2026-02"),
+            ("2100-02-29", "day 29 is not a day of 2100-02"),
+            ("2026-04-31", "day 31 is not a day of 2026-04"),
+            ("2026-11-00", "day 0 is not"),
+            ("yesterday", "expected a date"),
+            ("2026-1-02", "expected a date"),
+            ("2026-11-02 05:00", "expected a date"),
+            ("2026-11-02T24", "expected a date"),
+            ("2026-11-02T05Z", "expected a date"),
+            ("2026-11-02T05:00:00+01:00", "expected a date"),
+            ("2026-11-02é", "expected a date"),
+        ] {
+            let e = parse_since(bad).unwrap_err();
+            assert!(e.starts_with(&format!("--since {bad}: ")) && e.contains(why), "{bad}: {e}");
+        }
+    }
 }

@@ -40,10 +40,15 @@ impl Status {
     }
 }
 
+/// The end of the id of a run that lacks rows it should have: a merge that recovered the rows
+/// a killed run had flushed (its `.partial.jsonl`) before it ended.
+pub const PARTIAL_RUN_SUFFIX: &str = "-partial";
+
 /// What identifies a run and the machine it ran on (repeated on every row of the run's file).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunInfo {
-    /// Sortable and unique: `<UTC timestamp>-<random hex>`.
+    /// Sortable and unique: `<UTC timestamp>-<process id>-<random hex>`, with
+    /// [`PARTIAL_RUN_SUFFIX`] for a partial run (older files: `<UTC timestamp>-<hex>`).
     pub run_id: String,
     /// UTC, RFC 3339.
     pub timestamp: String,
@@ -104,6 +109,14 @@ impl Host {
         }
         s.push(')');
         s
+    }
+}
+
+impl RunInfo {
+    /// Whether the run lacks rows it should have (its id ends in [`PARTIAL_RUN_SUFFIX`]): a
+    /// merge recovered some of its rows from a run that was killed.
+    pub fn is_partial(&self) -> bool {
+        self.run_id.ends_with(PARTIAL_RUN_SUFFIX)
     }
 }
 

@@ -1,9 +1,16 @@
 //! The results store: one CSV file per run, written atomically, in a history directory that only
 //! ever gains files.
 //!
-//! Layout: `DIR/<run_id>.csv`. A run is written to a temporary file in the same directory,
-//! flushed and synced, then renamed into place, so a run killed at any point (even by SIGKILL)
-//! leaves earlier runs intact and no half-written `.csv` visible.
+//! Layout: `DIR/<run_id>.csv` and its typed twin `DIR/<run_id>.parquet`. Both are written to
+//! temporary files in the same directory, synced, then renamed into place ([`append_run`]), so a
+//! run killed at any point (even by SIGKILL) leaves earlier runs intact and no half-written file
+//! visible, and a failure (a full disk) leaves neither file. While a run goes on, its finished
+//! rows wait in a hidden `.<run_id>.partial.jsonl` ([`PARTIAL_FILE_SUFFIX`]).
+//!
+//! Every reader (history, report, gate, merge) goes through [`parse_csv`], which refuses, naming
+//! the file and line, what would make an answer wrong: lines of one case that disagree on a
+//! column of the case (status, message, checks, parameters, ...), a case twice, and a time that
+//! is negative or not finite.
 //!
 //! Schema 3 (written and read with the `csv` crate) is tidy data: one line per case and mode
 //! (`primal`, `vjp`, `jvp`; a case with nothing timed has one line with an empty mode), the
@@ -93,6 +100,28 @@ const V4_LACKS: [&str; 2] = ["rustc", "target_features"];
 fn old_columns(version: u32) -> Vec<&'static str> {
     COLUMNS.iter().copied().filter(|c| !V4_LACKS.contains(c) && (version > 3 || *c != "rule_used")).collect()
 }
+
+/// The fixed columns that belong to a case rather than to one of its modes: every line of a
+/// case repeats them (with the parameter and check columns), and a reader refuses a file whose
+/// lines of one case disagree on one.
+const CASE_COLUMNS: &[&str] = &[
+    // The host that measured the case (schema 5; before, the run's, compared with the run).
+    "cpu_model",
+    "cores",
+    "rustc",
+    "target_features",
+    "workload",
+    "tool",
+    "tool_version",
+    "dtype",
+    "rule",
+    "rule_used",
+    "threads",
+    "seed",
+    "status",
+    "message",
+    "compile_s",
+];
 
 /// The modes a [`ResultRow`] holds, in file order.
 pub const MODES: [&str; 3] = ["primal", "vjp", "jvp"];
@@ -432,6 +461,47 @@ fn opt_num<T: std::str::FromStr>(column: &str, s: &str) -> Result<Option<T>, Str
     if s.is_empty() { Ok(None) } else { num(column, s).map(Some) }
 }
 
+/// `Err` naming the column unless `x` is a time: a finite number of seconds, not negative. A
+/// negative or NaN time is a corrupted or hand-edited file, which every reader (history, report,
+/// gate, merge) refuses rather than show or judge.
+fn check_time(column: &str, x: f64) -> Result<(), String> {
+    if x.is_finite() && x >= 0.0 {
+        Ok(())
+    } else {
+        Err(format!("{column}: {x} is not a time (a finite number of seconds >= 0)"))
+    }
+}
+
+/// `Err` naming the field unless every time of `t` (and its coefficient of variation) is finite
+/// and not negative.
+pub fn check_timing(t: &Timing) -> Result<(), String> {
+    check_time("min_s", t.min_s)?;
+    check_time("median_s", t.median_s)?;
+    check_time("max_s", t.max_s)?;
+    for &x in &t.sample_s {
+        check_time("sample_s", x)?;
+    }
+    if !(t.cv.is_finite() && t.cv >= 0.0) {
+        return Err(format!("cv: {} is not a coefficient of variation (finite, >= 0)", t.cv));
+    }
+    Ok(())
+}
+
+fn check_compile_time(compile_s: Option<f64>) -> Result<(), String> {
+    compile_s.map_or(Ok(()), |c| check_time("compile_s", c))
+}
+
+/// `Err` naming the mode and field unless every time of `row` is finite and not negative: what
+/// the file readers check line by line, for rows that come from elsewhere (a partial run's JSON).
+pub fn check_row(row: &ResultRow) -> Result<(), String> {
+    for (mode, t) in [("primal", &row.primal), ("vjp", &row.vjp), ("jvp", &row.jvp)] {
+        if let Some(t) = t {
+            check_timing(t).map_err(|e| format!("{mode} {e}"))?;
+        }
+    }
+    check_compile_time(row.compile_s)
+}
+
 /// Parses a run file: its run information and rows.
 pub fn parse_csv(text: &str, path: &Path) -> Result<(RunInfo, Vec<ResultRow>), StoreError> {
     let err = |line: usize, message: String| StoreError::Parse { path: path.to_path_buf(), line, message };
@@ -526,9 +596,18 @@ fn parse_typed(
             return Err((1, format!("check '{name}' lacks one of its columns worst, tolerance, passed")));
         }
     }
+    // The columns every line of a case repeats: the case's identity and outcome, parameters and
+    // checks (run columns are compared through the run's information; the rest are per mode).
+    let per_case: Vec<usize> = header
+        .iter()
+        .enumerate()
+        .filter(|(i, h)| *i >= fixed.len() || CASE_COLUMNS.contains(&h.as_str()))
+        .map(|(i, _)| i)
+        .collect();
     let mut run: Option<RunInfo> = None;
     let mut rows: Vec<ResultRow> = Vec::new();
-    let mut index: BTreeMap<String, usize> = BTreeMap::new();
+    // Per case: its row's index, and the line it was first seen on with that line's fields.
+    let mut index: BTreeMap<String, (usize, usize, &[String])> = BTreeMap::new();
     let mut seen: BTreeMap<(String, String), usize> = BTreeMap::new();
     for (line, f) in recs {
         let line = *line;
@@ -576,8 +655,29 @@ fn parse_typed(
         if let Some(first) = seen.insert((case_id.clone(), mode.clone()), line) {
             return Err(at(format!("duplicate line for case {case_id} mode '{mode}' (first on line {first})")));
         }
+        // A line with no mode says the case measured nothing: it is the case's only line.
+        let other = if mode.is_empty() {
+            index.get(&case_id).map(|&(_, first, _)| first)
+        } else {
+            seen.get(&(case_id.clone(), String::new())).copied()
+        };
+        if let Some(other) = other {
+            return Err(at(format!(
+                "case {case_id}: a line with no mode (nothing measured) and a line of a mode (line {other}) for one case"
+            )));
+        }
         let i = match index.get(&case_id) {
-            Some(&i) => i,
+            Some(&(i, first_line, first)) => {
+                // Each line repeats the case's columns; a reader taking them from one line only
+                // would let another line's `failed` pass unseen.
+                if let Some(&c) = per_case.iter().find(|&&c| f[c] != first[c]) {
+                    return Err(at(format!(
+                        "case {case_id}: {} is '{}' here but '{}' on line {first_line}: the lines of one case must agree on its columns",
+                        header[c], f[c], first[c]
+                    )));
+                }
+                i
+            }
             None => {
                 let mut row_checks = Vec::new();
                 for (name, [w, t, p]) in &checks {
@@ -620,8 +720,9 @@ fn parse_typed(
                     tool_version: Some(get("tool_version").to_string()).filter(|v| !v.is_empty()),
                     host: Some(host),
                 };
+                check_compile_time(row.compile_s).map_err(at)?;
                 rows.push(row);
-                index.insert(case_id.clone(), rows.len() - 1);
+                index.insert(case_id.clone(), (rows.len() - 1, line, f.as_slice()));
                 rows.len() - 1
             }
         };
@@ -641,6 +742,9 @@ fn parse_typed(
                     .map_err(at)?,
             }),
         };
+        if let Some(t) = &timing {
+            check_timing(t).map_err(at)?;
+        }
         let peak = opt_num::<u64>("peak_bytes", get("peak_bytes")).map_err(at)?;
         let row = &mut rows[i];
         match mode.as_str() {
@@ -713,10 +817,16 @@ fn parse_legacy(width: usize, recs: &[Record]) -> Result<(RunInfo, Vec<ResultRow
     let file_version = if width == V1_COLUMNS { 1 } else { 2 };
     let mut run = None;
     let mut rows = Vec::new();
+    let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
     for (line, f) in recs {
         let at = |m: String| (*line, m);
         if f.len() != width {
             return Err(at(format!("{} fields, expected {width}", f.len())));
+        }
+        // One line per case: a second would make every query count the case twice, and the
+        // gate's best-of take whichever is faster.
+        if let Some(first) = seen.insert(f[9].as_str(), *line) {
+            return Err(at(format!("duplicate line for case {} (first on line {first})", f[9])));
         }
         let version: u32 = num("schema_version", &f[0]).map_err(at)?;
         if version != file_version {
@@ -741,7 +851,7 @@ fn parse_legacy(width: usize, recs: &[Record]) -> Result<(RunInfo, Vec<ResultRow
             params.insert(k.to_string(), v.to_string());
         }
         let bytes = |name: &str| opt_num::<u64>(name, &f[col(name)]).map_err(at);
-        rows.push(ResultRow {
+        let row = ResultRow {
             schema_version: version,
             case_id: f[9].clone(),
             workload: f[10].clone(),
@@ -767,7 +877,9 @@ fn parse_legacy(width: usize, recs: &[Record]) -> Result<(RunInfo, Vec<ResultRow
             },
             tool_version: None,
             host: None,
-        });
+        };
+        check_row(&row).map_err(at)?;
+        rows.push(row);
     }
     let run = run.ok_or((2, "no result rows".to_string()))?;
     Ok((run, rows))
@@ -779,46 +891,109 @@ pub fn read_run(path: &Path) -> Result<(RunInfo, Vec<ResultRow>), StoreError> {
     parse_csv(&text, path)
 }
 
-/// Writes `contents` to `path` atomically: temporary file in the same directory, fsync, rename.
-pub fn write_atomic(path: &Path, contents: impl AsRef<[u8]>) -> Result<(), StoreError> {
+/// The temporary a file is written to before it is renamed into place: hidden (so never taken
+/// for a run), in the same directory (so the rename is atomic), named by the process.
+fn temporary(path: &Path) -> PathBuf {
     let dir = path.parent().unwrap_or(Path::new("."));
-    fs::create_dir_all(dir).map_err(io(dir))?;
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    let mut f = fs::File::create(&tmp).map_err(io(&tmp))?;
-    f.write_all(contents.as_ref()).map_err(io(&tmp))?;
-    f.sync_all().map_err(io(&tmp))?;
-    drop(f);
-    fs::rename(&tmp, path).map_err(io(path))?;
-    // Make the rename itself durable.
+    dir.join(format!(".{name}.{}.tmp", std::process::id()))
+}
+
+/// The file operations a run's files are committed with: the disk itself, or in tests one that
+/// fails at a chosen step.
+trait Disk {
+    /// Creates `path` with `bytes`, synced to the disk.
+    fn write(&mut self, path: &Path, bytes: &[u8]) -> std::io::Result<()>;
+    fn rename(&mut self, from: &Path, to: &Path) -> std::io::Result<()>;
+}
+
+struct RealDisk;
+
+impl Disk for RealDisk {
+    fn write(&mut self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+        let mut f = fs::File::create(path)?;
+        f.write_all(bytes)?;
+        f.sync_all()
+    }
+    fn rename(&mut self, from: &Path, to: &Path) -> std::io::Result<()> {
+        fs::rename(from, to)
+    }
+}
+
+/// Makes renames in `dir` durable.
+fn sync_dir(dir: &Path) {
     if let Ok(d) = fs::File::open(dir) {
         let _ = d.sync_all();
     }
-    Ok(())
 }
 
-/// Adds a run to a history directory as `<run_id>.csv`, with the same table as
-/// `<run_id>.parquet` beside it for dataframe tools (written first: the CSV is the run's record,
-/// and its appearance says the run is complete); never touches existing files.
-pub fn append_run(dir: &Path, run: &RunInfo, rows: &[ResultRow]) -> Result<PathBuf, StoreError> {
-    let path = dir.join(format!("{}.csv", run.run_id));
-    if path.exists() {
-        return Err(StoreError::Io {
-            path,
-            source: std::io::Error::new(
-                std::io::ErrorKind::AlreadyExists,
-                "a run with this id is already in the history",
-            ),
-        });
+/// Writes each `(path, bytes)` all or nothing: every file to its temporary first, in order, then
+/// each renamed into place, in order. On a failure at any step the temporaries are removed and
+/// so is every file already renamed into place, and the error names the file.
+fn commit(disk: &mut dyn Disk, files: &[(PathBuf, Vec<u8>)]) -> Result<(), StoreError> {
+    let temps: Vec<PathBuf> = files.iter().map(|(p, _)| temporary(p)).collect();
+    let mut placed: Vec<&Path> = Vec::new();
+    let mut steps = || -> Result<(), StoreError> {
+        for ((_, bytes), tmp) in files.iter().zip(&temps) {
+            disk.write(tmp, bytes).map_err(io(tmp))?;
+        }
+        for ((path, _), tmp) in files.iter().zip(&temps) {
+            disk.rename(tmp, path).map_err(io(path))?;
+            placed.push(path);
+        }
+        Ok(())
+    };
+    let result = steps();
+    if result.is_err() {
+        for p in temps.iter().map(PathBuf::as_path).chain(placed) {
+            let _ = fs::remove_file(p);
+        }
     }
+    if let Some(dir) = files.first().and_then(|(p, _)| p.parent()) {
+        sync_dir(dir);
+    }
+    result
+}
+
+/// Writes `contents` to `path` atomically: temporary file in the same directory, fsync, rename
+/// (the temporary removed on failure).
+pub fn write_atomic(path: &Path, contents: impl AsRef<[u8]>) -> Result<(), StoreError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    fs::create_dir_all(dir).map_err(io(dir))?;
+    commit(&mut RealDisk, &[(path.to_path_buf(), contents.as_ref().to_vec())])
+}
+
+/// Adds a run to a history directory as `<run_id>.csv`, the run's record, with the same table as
+/// `<run_id>.parquet` beside it for dataframe tools. All or nothing: both are encoded first,
+/// written to temporaries (CSV, then Parquet) and only then renamed into place (CSV first); a
+/// failure at any step (a full disk) removes the temporaries and any file already in place, so
+/// a dataframe query over the Parquet files never counts a run that `adgauge history` does not
+/// have. Never touches existing files.
+pub fn append_run(dir: &Path, run: &RunInfo, rows: &[ResultRow]) -> Result<PathBuf, StoreError> {
+    append_run_on(&mut RealDisk, dir, run, rows)
+}
+
+fn append_run_on(disk: &mut dyn Disk, dir: &Path, run: &RunInfo, rows: &[ResultRow]) -> Result<PathBuf, StoreError> {
+    let path = dir.join(format!("{}.csv", run.run_id));
     let parquet = dir.join(format!("{}.parquet", run.run_id));
+    for p in [&path, &parquet] {
+        if p.symlink_metadata().is_ok() {
+            return Err(StoreError::Io {
+                path: p.clone(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::AlreadyExists,
+                    "a run with this id is already in the history",
+                ),
+            });
+        }
+    }
     let bytes = crate::parquet::run_parquet(run, rows).map_err(|e| StoreError::Parse {
         path: parquet.clone(),
         line: 0,
         message: format!("writing Parquet: {e}"),
     })?;
-    write_atomic(&parquet, bytes)?;
-    write_atomic(&path, to_csv(run, rows))?;
+    fs::create_dir_all(dir).map_err(io(dir))?;
+    commit(disk, &[(path.clone(), to_csv(run, rows).into_bytes()), (parquet, bytes)])?;
     Ok(path)
 }
 
@@ -849,6 +1024,72 @@ pub fn read_history_files(dir: &Path) -> Result<Vec<(PathBuf, RunInfo, Vec<Resul
     }
     out.sort_by(|a, b| a.1.run_id.cmp(&b.1.run_id));
     Ok(out)
+}
+
+/// How the file of a run in progress ends: `.<run_id>.partial.jsonl` holds the run's
+/// information (a JSON object), then one JSON row per line as each case finishes; the complete
+/// run file replaces it when the run ends. A killed run leaves it behind.
+pub const PARTIAL_FILE_SUFFIX: &str = ".partial.jsonl";
+
+/// The file of a run in progress in `dir` (hidden: not a run).
+pub fn partial_path(dir: &Path, run_id: &str) -> PathBuf {
+    dir.join(format!(".{run_id}{PARTIAL_FILE_SUFFIX}"))
+}
+
+/// Whether `path` names the file of a run in progress.
+pub fn is_partial_file(path: &Path) -> bool {
+    path.file_name().is_some_and(|n| n.to_string_lossy().ends_with(PARTIAL_FILE_SUFFIX))
+}
+
+/// Parses the file of a run in progress (see [`PARTIAL_FILE_SUFFIX`]): the run's information
+/// and every complete row. A last line without its newline is the row being written when the
+/// run was killed, and is left out; any other bad line, a case twice, or a time that is not
+/// finite and non-negative is an error naming the line.
+pub fn parse_partial(text: &str, path: &Path) -> Result<(RunInfo, Vec<ResultRow>), StoreError> {
+    let err = |line: usize, message: String| StoreError::Parse { path: path.to_path_buf(), line, message };
+    let mut lines = text.split_inclusive('\n').enumerate();
+    let Some((_, first)) = lines.next() else {
+        return Err(err(1, "empty file: expected the run's information (a JSON object)".into()));
+    };
+    let run: RunInfo =
+        serde_json::from_str(first).map_err(|e| err(1, format!("not a run's information (a JSON object): {e}")))?;
+    let mut rows: Vec<ResultRow> = Vec::new();
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for (i, l) in lines {
+        let line = i + 1;
+        if l.trim().is_empty() {
+            continue;
+        }
+        let row: ResultRow = match serde_json::from_str(l) {
+            Ok(row) => row,
+            // Cut by the kill: the case it was writing had not finished.
+            Err(_) if !l.ends_with('\n') => break,
+            Err(e) => return Err(err(line, format!("not a result row (a JSON object): {e}"))),
+        };
+        check_row(&row).map_err(|m| err(line, m))?;
+        if let Some(first) = seen.insert(row.case_id.clone(), line) {
+            return Err(err(line, format!("duplicate row for case {} (first on line {first})", row.case_id)));
+        }
+        rows.push(row);
+    }
+    Ok((run, rows))
+}
+
+/// Reads the file of a run in progress ([`parse_partial`]).
+pub fn read_partial(path: &Path) -> Result<(RunInfo, Vec<ResultRow>), StoreError> {
+    let text = fs::read_to_string(path).map_err(io(path))?;
+    parse_partial(&text, path)
+}
+
+/// The files of runs in progress (or killed) in `dir`, oldest first.
+pub fn partial_files(dir: &Path) -> Result<Vec<PathBuf>, StoreError> {
+    let mut paths: Vec<PathBuf> = fs::read_dir(dir)
+        .map_err(io(dir))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| is_partial_file(p))
+        .collect();
+    paths.sort();
+    Ok(paths)
 }
 
 /// The run files of a history directory, oldest first; hidden files (partial runs, temporary
@@ -1209,5 +1450,224 @@ mod tests {
         assert_eq!(rows2, rows);
         let e = rows_from_json_lines("{\"a\":1}\nnot json", Path::new("out.jsonl")).unwrap_err().to_string();
         assert!(e.starts_with("out.jsonl:2: not a JSON object"), "{e}");
+    }
+
+    /// A disk that fails at one step of a commit (counting writes and renames from 0), as a
+    /// full disk would: a failing write leaves half its bytes behind.
+    struct FailingDisk {
+        fail_at: usize,
+        step: usize,
+    }
+
+    impl Disk for FailingDisk {
+        fn write(&mut self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+            self.step += 1;
+            if self.step - 1 == self.fail_at {
+                fs::write(path, &bytes[..bytes.len() / 2])?;
+                return Err(std::io::Error::new(std::io::ErrorKind::StorageFull, "no space left on device"));
+            }
+            RealDisk.write(path, bytes)
+        }
+        fn rename(&mut self, from: &Path, to: &Path) -> std::io::Result<()> {
+            self.step += 1;
+            if self.step - 1 == self.fail_at {
+                return Err(std::io::Error::new(std::io::ErrorKind::StorageFull, "no space left on device"));
+            }
+            RealDisk.rename(from, to)
+        }
+    }
+
+    fn entries(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> =
+            fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        v.sort();
+        v
+    }
+
+    /// A run's two files appear together or not at all: a failure at any of the four steps
+    /// (write the CSV's temporary, the Parquet's, rename the CSV, rename the Parquet) leaves the
+    /// directory as it was, temporaries included, and the error names the file.
+    #[test]
+    fn a_run_is_written_all_or_nothing_whichever_step_fails() {
+        let dir = std::env::temp_dir().join(format!("adgauge-store-commit-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let (run, rows) = sample();
+        let id = &run.run_id;
+        for (fail_at, names) in [(0, ".csv."), (1, ".parquet."), (2, ".csv"), (3, ".parquet")] {
+            let e = append_run_on(&mut FailingDisk { fail_at, step: 0 }, &dir, &run, &rows).unwrap_err().to_string();
+            assert!(e.contains(&format!("{id}{names}")) && e.contains("no space left"), "step {fail_at}: {e}");
+            assert_eq!(entries(&dir), Vec::<String>::new(), "step {fail_at}");
+        }
+        append_run_on(&mut FailingDisk { fail_at: usize::MAX, step: 0 }, &dir, &run, &rows).unwrap();
+        assert_eq!(entries(&dir), [format!("{id}.csv"), format!("{id}.parquet")]);
+        assert_eq!(read_run(&dir.join(format!("{id}.csv"))).unwrap(), (run.clone(), rows.clone()));
+        // A file of either name already there: refused before anything is written.
+        fs::remove_file(dir.join(format!("{id}.csv"))).unwrap();
+        let e = append_run(&dir, &run, &rows).unwrap_err().to_string();
+        assert!(e.contains(&format!("{id}.parquet")) && e.contains("already in the history"), "{e}");
+        assert_eq!(entries(&dir), [format!("{id}.parquet")]);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The CSV text of `sample()` with one field of one line replaced.
+    fn edited(line: usize, column: &str, value: &str) -> String {
+        let (run, mut rows) = sample();
+        rows[0].message = Some("one physical line per record".into());
+        let recs = records(&to_csv(&run, &rows)).unwrap();
+        let at = recs[0].1.iter().position(|h| h == column).unwrap();
+        let mut w = csv::Writer::from_writer(Vec::new());
+        for (l, mut f) in recs {
+            if l == line {
+                f[at] = value.into();
+            }
+            w.write_record(&f).unwrap();
+        }
+        String::from_utf8(w.into_inner().unwrap()).unwrap()
+    }
+
+    /// Every line of a case repeats its status, message, checks, parameters, ...: a file whose
+    /// lines disagree (a vjp line saying `ok` under a primal line saying `failed`, or the
+    /// reverse) is refused naming the line, whichever line a reader would have taken.
+    #[test]
+    fn the_lines_of_a_case_that_disagree_on_a_case_column_are_refused_naming_the_line() {
+        // Line 2 is the first case's primal line (status failed), line 3 its vjp line.
+        for (column, value) in [
+            ("status", "ok"),
+            ("message", "another message"),
+            ("check.dot-product.passed", "true"),
+            ("check.fd-vjp.worst", "1e-3"),
+            ("param.n", "2000"),
+            ("tool_version", "adgauge 9"),
+            ("rule_used", "special"),
+            ("threads", "1"),
+            ("compile_s", "2e0"),
+        ] {
+            let e = parse_csv(&edited(3, column, value), Path::new("h/r.csv")).unwrap_err().to_string();
+            assert!(
+                e.starts_with("h/r.csv:3: case hist-add[k=10,n=1000]/cpu/f32/auto: ")
+                    && e.contains(&format!("{column} is '{value}' here but"))
+                    && e.contains("on line 2"),
+                "{e}"
+            );
+        }
+        // Per-mode columns differ between lines by design.
+        assert!(parse_csv(&edited(3, "peak_bytes", "1"), Path::new("r.csv")).is_ok());
+        // A case that measured nothing has one line with no mode, not that and a mode's line.
+        for line in [2, 3] {
+            let e = parse_csv(&edited(line, "mode", ""), Path::new("r.csv")).unwrap_err().to_string();
+            assert!(
+                e.starts_with("r.csv:3: case hist-add[k=10,n=1000]/cpu/f32/auto: a line with no mode")
+                    && e.contains("(line 2)"),
+                "{e}"
+            );
+        }
+        // The same through JSON lines (`run --json`).
+        let (run, rows) = sample();
+        let mut lines = json_lines(&run, &rows);
+        lines[1] = lines[1].replacen("\"status\":\"failed\"", "\"status\":\"ok\"", 1);
+        let e = rows_from_json_lines(&lines.join("\n"), Path::new("out.jsonl")).unwrap_err().to_string();
+        assert!(e.starts_with("out.jsonl:2: case hist-add") && e.contains("status is 'ok' here but 'failed'"), "{e}");
+    }
+
+    /// A negative, NaN or infinite time is refused naming the file, line and column, in every
+    /// schema (the gate would call it corrupt; `history` and `report` would show it).
+    #[test]
+    fn non_finite_or_negative_times_are_refused_naming_file_line_and_column() {
+        for (column, value) in [
+            ("median_s", "-1e-3"),
+            ("min_s", "NaN"),
+            ("max_s", "inf"),
+            ("sample_s", "1e-3 -2e-3"),
+            ("cv", "NaN"),
+            ("compile_s", "-1"),
+        ] {
+            // compile_s is a case column: set it on every line of the first case.
+            let text = if column == "compile_s" {
+                let once = edited(2, column, value);
+                let recs = records(&once).unwrap();
+                let at = recs[0].1.iter().position(|h| h == column).unwrap();
+                once.replacen(&recs[2].1[at], value, 1)
+            } else {
+                edited(3, column, value)
+            };
+            let e = parse_csv(&text, Path::new("h/r.csv")).unwrap_err().to_string();
+            let line = if column == "compile_s" { 2 } else { 3 };
+            assert!(
+                e.starts_with(&format!("h/r.csv:{line}: {column}: ")) && e.contains("is not a"),
+                "{column}={value}: {e}"
+            );
+        }
+        // Schemas 1 and 2.
+        for name in ["schema1.csv", "schema2.csv"] {
+            let (text, p) = fixture(name);
+            let negative = text.replacen(",1e-3,1.5e-3,2e-3,", ",1e-3,-1.5e-3,2e-3,", 1);
+            assert_ne!(negative, text);
+            let e = parse_csv(&negative, &p).unwrap_err().to_string();
+            assert!(e.contains(&format!("{name}:2: primal median_s: -0.0015 is not a time")), "{e}");
+        }
+        // Rows from elsewhere.
+        let (_, mut rows) = sample();
+        rows[0].vjp.as_mut().unwrap().sample_s.push(f64::NAN);
+        assert_eq!(
+            check_row(&rows[0]).unwrap_err(),
+            "vjp sample_s: NaN is not a time (a finite number of seconds >= 0)"
+        );
+    }
+
+    /// Schemas 1 and 2 hold one line per case: a second line of a case (here a planted faster
+    /// one, which `--best-of` would pick) is refused naming both lines.
+    #[test]
+    fn a_duplicated_case_is_refused_in_schemas_1_and_2() {
+        for name in ["schema1.csv", "schema2.csv"] {
+            let (text, p) = fixture(name);
+            let second = text.lines().nth(1).unwrap();
+            let faster = second.replacen(",2e-3,3e-3,4e-3,", ",1e-4,2e-4,3e-4,", 1);
+            assert_ne!(faster, second);
+            let planted = format!("{text}{faster}\n");
+            let e = parse_csv(&planted, &p).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!(
+                    "{name}:4: duplicate line for case hist-add[k=10,n=1000]/cpu/f32/auto (first on line 2)"
+                )),
+                "{e}"
+            );
+        }
+    }
+
+    /// A killed run's flushed rows read back: the run's information, every complete row, and
+    /// not the row cut by the kill; a bad line elsewhere, a case twice or a negative time is an
+    /// error naming the line.
+    #[test]
+    fn a_killed_runs_partial_file_reads_back_its_complete_rows() {
+        let (run, rows) = sample();
+        let mut text = serde_json::to_string(&run).unwrap() + "\n";
+        for r in &rows[..2] {
+            text += &(serde_json::to_string(r).unwrap() + "\n");
+        }
+        let cut = serde_json::to_string(&rows[2]).unwrap();
+        let p = Path::new("h/.r.partial.jsonl");
+        assert!(is_partial_file(p) && !is_partial_file(Path::new("h/r.csv")));
+        let (info, back) = parse_partial(&format!("{text}{}", &cut[..cut.len() / 2]), p).unwrap();
+        assert_eq!((info, back), (run.clone(), rows[..2].to_vec()));
+        let (_, back) = parse_partial(&format!("{text}{cut}\n"), p).unwrap();
+        assert_eq!(back, rows);
+        // The same cut line with its newline is not a kill but a corrupt line.
+        let e = parse_partial(&format!("{}{text}", &cut[..cut.len() / 2]), p).unwrap_err().to_string();
+        assert!(e.starts_with("h/.r.partial.jsonl:1: not a run's information"), "{e}");
+        let e = parse_partial(&format!("{text}{}\n{cut}\n", &cut[..10]), p).unwrap_err().to_string();
+        assert!(e.starts_with("h/.r.partial.jsonl:4: not a result row"), "{e}");
+        let twice = format!("{text}{}\n", serde_json::to_string(&rows[0]).unwrap());
+        let e = parse_partial(&twice, p).unwrap_err().to_string();
+        assert!(e.starts_with("h/.r.partial.jsonl:4: duplicate row for case hist-add") && e.contains("line 2"), "{e}");
+        let mut negative = rows[0].clone();
+        negative.case_id = "neg".into();
+        negative.primal.as_mut().unwrap().median_s = -1.0;
+        let e = parse_partial(&format!("{text}{}\n", serde_json::to_string(&negative).unwrap()), p)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("h/.r.partial.jsonl:4: primal median_s: -1 is not a time"), "{e}");
+        let e = parse_partial("", p).unwrap_err().to_string();
+        assert!(e.contains(":1: empty file"), "{e}");
     }
 }

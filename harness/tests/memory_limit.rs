@@ -1,0 +1,46 @@
+//! The default memory limit follows the limits the process really has: under an address-space
+//! cap (RLIMIT_AS, `ulimit -v`) an input that needs more is refused with exit 2 naming the cap,
+//! where the default of half the physical memory let it through to abort on allocation.
+
+#![cfg(target_os = "linux")]
+
+mod common;
+
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+
+use common::{stderr, temp_file};
+
+/// `adgauge ARGS` under an address-space limit of `bytes`.
+fn adgauge_capped(bytes: u64, args: &[&str]) -> std::process::Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_adgauge"));
+    c.args(args);
+    // SAFETY: setrlimit is async-signal-safe, and the closure touches nothing else.
+    unsafe {
+        c.pre_exec(move || {
+            let limit = libc::rlimit { rlim_cur: bytes as libc::rlim_t, rlim_max: bytes as libc::rlim_t };
+            if libc::setrlimit(libc::RLIMIT_AS, &limit) == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+        });
+    }
+    c.output().unwrap()
+}
+
+/// A GMM file announcing 3 x 10^7 points: the points (240 MB) fit a 2 GiB address
+/// space, the evaluation (about 3 GB) does not, and is refused before it allocates (it aborted,
+/// exit 134, with the default of half the physical memory on a machine of 24 GB).
+#[test]
+fn an_input_beyond_the_address_space_limit_is_refused_not_aborted() {
+    let cap: u64 = 2 << 30;
+    let gmm = temp_file("memory-limit", "rep.txt", "1 1 30000000\n0.0\n0.5\n0.1\n0.5\n1 0\n");
+    let out = adgauge_capped(cap, &["eval", "gmm", "--input", gmm.to_str().unwrap(), "--gmm-replicate-point"]);
+    // Where the machine's own default is lower still, that is the limit named.
+    let limit = adgauge_datasets::limits::default_max_bytes().min(cap);
+    assert_eq!(out.status.code(), Some(2), "{:?}: {}", out.status, stderr(&out));
+    let want =
+        format!("needs 3000000008 bytes, more than the memory limit {limit} (--max-memory; default the least of");
+    assert!(stderr(&out).contains(&want), "{}", stderr(&out));
+    // A small input runs under the same cap.
+    let small = temp_file("memory-limit", "small.txt", "1 1 10\n0.0\n0.5\n0.1\n0.5\n1 0\n");
+    let out = adgauge_capped(cap, &["eval", "gmm", "--input", small.to_str().unwrap(), "--gmm-replicate-point"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
