@@ -102,7 +102,7 @@ pub const PURGE_DELAY_MS: i64 = 1000;
 /// free and reallocate the same sizes on every evaluation, and samples are tens of ms apart:
 /// with 10 ms, memory went back to the OS between evaluations and came back as fresh pages,
 /// which the kernel zeroes on first touch (`clear_page_erms` was 8% of a GMM d = 20, K = 25
-/// gradient's profile here). Peaks are unaffected: [`peak_during`] counts requested bytes.
+/// gradient's profile here). Peaks are unaffected: [`allocations_during`] counts requested bytes.
 pub fn keep_freed_pages() {
     // SAFETY: mi_option_set only stores the value; any value is valid for this option.
     unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS as std::ffi::c_long) }
