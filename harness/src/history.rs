@@ -225,11 +225,14 @@ fn current_run(args: &GateArgs) -> anyhow::Result<(RunInfo, Vec<ResultRow>)> {
 }
 
 /// The history runs a selector chooses from: before the current run, of its suite (a history
-/// may hold runs of several suites; files of schema 1 and 2 name none and always qualify).
+/// may hold runs of several suites; files of schema 1 and 2 name none and always qualify), and
+/// complete: a partial run (rows a merge recovered from a killed run) is never a baseline by
+/// selector, since the cases it lacks would read as missing from the next run's point of view
+/// and its times as the best of the window; it can still be named by its id or file.
 fn earlier_runs(dir: &Path, current: &RunInfo) -> anyhow::Result<Vec<(RunInfo, Vec<ResultRow>)>> {
     Ok(history_runs(dir)?
         .into_iter()
-        .filter(|(_, info, _)| info.run_id < current.run_id)
+        .filter(|(_, info, _)| info.run_id < current.run_id && !info.is_partial())
         .filter(|(_, info, _)| info.suite.is_empty() || current.suite.is_empty() || info.suite == current.suite)
         .map(|(_, info, rows)| (info, rows))
         .collect())

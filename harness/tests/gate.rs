@@ -331,6 +331,30 @@ fn best_of_n_catches_drift_that_the_previous_run_misses() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A partial run (the rows a merge recovered from a killed shard) never becomes a baseline by
+/// selector: `previous` and `best-of:N` skip it, its planted fast timing included.
+#[test]
+fn a_partial_run_is_never_a_selected_baseline() {
+    let dir = temp("partial");
+    let h = dir.to_str().unwrap();
+    add(&dir, &info(1), &[case("a", 5.0), case("b", 5.0)]);
+    let mut partial = info(2);
+    partial.run_id = format!("20261101T000002Z-aaaaaa{}", adgauge_reports::PARTIAL_RUN_SUFFIX);
+    add(&dir, &partial, &[case("a", 1.0)]);
+    add(&dir, &info(3), &[case("a", 5.0), case("b", 5.0)]);
+    let (code, out, _) = gate(&["--history", h, "--baseline", "previous"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("against previous run 20261101T000001Z-aaaaaa"), "{out}");
+    let (code, out, _) = gate(&["--history", h, "--baseline", "best-of:7", "--json"]);
+    assert_eq!(code, Some(0), "a 5x 'slowdown' against the partial run's 1 ms: {out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["baseline_runs"].as_array().unwrap().len(), 1, "{out}");
+    // Named by its id, it is what the user asked for.
+    let (code, out, _) = gate(&["--history", h, "--baseline", "20261101T000002Z", "--allow-missing"]);
+    assert_eq!(code, Some(3), "{out}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Identical distributions are not flagged: the median moved 1.3x because the current run drew
 /// more samples from the slow mode of one bimodal distribution (see the unit test in gate.rs).
 #[test]
