@@ -607,7 +607,7 @@ const CHECK: [(&str, u64); 3] = [("n", 3), ("m", 10), ("p", 30)];
 /// BA's memory: about 500 bytes per observation (its residuals, the tape of the projection and
 /// the gathered parameters; p = 4e7 took more than 23 GB in primal mode) plus the cameras and
 /// points.
-fn ba_footprint(n: usize, m: usize, p: usize) -> crate::workload::Footprint {
+pub(crate) fn ba_footprint(n: usize, m: usize, p: usize) -> crate::workload::Footprint {
     let (n, m, p) = (n as u128, m as u128, p as u128);
     crate::workload::Footprint {
         bytes: 500 * p + 8 * (11 * n + 3 * m),
@@ -651,9 +651,7 @@ impl Workload for Ba {
     fn eval(&self, req: &EvalRequest, device: &AnyDevice) -> WResult<String> {
         let b = BaInput::parse(&req.text, &req.source).map_err(|e| WorkloadError::BadInput(e.to_string()))?;
         let mode = req.mode.unwrap_or(Mode::Primal);
-        ba_footprint(b.n, b.m, b.p).check().map_err(|m| {
-            WorkloadError::BadInput(format!("{}:1: header 'n m p' = {} {} {}: {m}", req.source, b.n, b.m, b.p))
-        })?;
+        crate::validate::validate(&b, &req.source, req.dtype)?;
         let entries = (2 * N_GATHERED + 1).saturating_mul(b.p);
         if mode != Mode::Primal && entries > MAX_EVAL_JACOBIAN_ENTRIES {
             return Err(WorkloadError::BadInput(format!(
@@ -691,6 +689,7 @@ impl Workload for Ba {
             }
         };
         let (b, full) = parse_gradbench_input(input, &source)?;
+        crate::validate::validate(&b, &source, dtype)?;
         let entries = (2 * N_GATHERED + 1).saturating_mul(b.p);
         if mode == Mode::Vjp && entries > MAX_EVAL_JACOBIAN_ENTRIES {
             return Err(WorkloadError::BadInput(format!(
@@ -784,6 +783,8 @@ pub fn parse_gradbench_input(input: &Json, source: &str) -> WResult<(BaInput, bo
             .ok_or_else(|| bad(format!("field {f}: expected a positive whole number")))
     };
     let (n, m, p) = (size("n")?, size("m")?, size("p")?);
+    // Before anything is replicated (the whole check is `validate`'s, after parsing).
+    ba_footprint(n, m, p).check().map_err(|msg| bad(format!("sizes n m p = {n} {m} {p}: {msg}")))?;
     let numbers = |v: Option<&Json>, field: &str, len: Option<usize>| -> WResult<Vec<f64>> {
         let Some(Json::Array(xs)) = v else {
             return Err(bad(format!("field {field}: expected an array of numbers")));

@@ -421,7 +421,7 @@ pub fn manual_variant_in(g: &GmmInput, dtype: DType, variant: GmmVariant) -> (f6
 /// GMM's memory: about 100 bytes per point, component and dimension (the reverse-mode tape of
 /// the per-point, per-component residuals; 107 to 200 measured at d, k in {1, 4}) plus the
 /// parameters.
-fn gmm_footprint(d: usize, k: usize, n: usize) -> crate::workload::Footprint {
+pub(crate) fn gmm_footprint(d: usize, k: usize, n: usize) -> crate::workload::Footprint {
     let (d, k, n) = (d as u128, k as u128, n as u128);
     crate::workload::Footprint {
         bytes: 100 * n * k * d + 8 * k * d * d,
@@ -487,9 +487,7 @@ impl Workload for Gmm {
         };
         let g =
             GmmInput::parse(&req.text, &req.source, replicate).map_err(|e| WorkloadError::BadInput(e.to_string()))?;
-        gmm_footprint(g.d, g.k, g.n).check().map_err(|m| {
-            WorkloadError::BadInput(format!("{}:1: header 'd k n' = {} {} {}: {m}", req.source, g.d, g.k, g.n))
-        })?;
+        crate::validate::validate(&g, &req.source, req.dtype)?;
         let dt = req.dtype;
         let input = WorkloadError::from_input;
         with_device!(device, |dev| {
@@ -512,7 +510,9 @@ impl Workload for Gmm {
     /// GradBench's `gmm` (its variant of the objective): `objective`, and `jacobian` as
     /// `{"alpha", "mu", "q", "l"}`.
     fn gradbench_evaluate(&self, function: &str, input: &Json, device: &AnyDevice, dtype: DType) -> WResult<String> {
-        let g = parse_gradbench_input(input, &format!("gmm.{function} input"))?;
+        let source = format!("gmm.{function} input");
+        let g = parse_gradbench_input(input, &source)?;
+        crate::validate::validate(&g, &source, dtype)?;
         let bad = WorkloadError::from_input;
         with_device!(device, |dev| {
             let x = GmmGradBenchObjective::upload(dev, &g, dtype).map_err(bad)?;

@@ -195,6 +195,7 @@ impl Workload for Kmeans {
     }
     fn eval(&self, req: &EvalRequest, device: &AnyDevice) -> WResult<String> {
         let data = parse_kmeans_case(&req.text, &req.source)?;
+        crate::validate::validate(&data, &req.source, req.dtype)?;
         let input = WorkloadError::from_input;
         let dt = req.dtype;
         with_device!(device, |d| {
@@ -220,6 +221,7 @@ impl Workload for Kmeans {
         let (n, d, points) = parse_rows(input, "points", &source, None)?;
         let (k, _, centres) = parse_rows(input, "centroids", &source, Some(d))?;
         let data = KmeansData { n, k, d, points, centres };
+        crate::validate::validate(&crate::validate::GradbenchKmeans(&data), &source, dtype)?;
         let bad = WorkloadError::from_input;
         with_device!(device, |dev| {
             let x = upload(dev, &data, dtype).map_err(bad)?;

@@ -13,6 +13,7 @@ pub mod kmeans;
 pub mod llsq;
 pub mod lstm;
 pub mod objective;
+pub mod validate;
 pub mod workload;
 
 pub use hist::{HistInputs, HistVjp, HistWorkload};

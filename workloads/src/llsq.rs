@@ -217,7 +217,7 @@ fn checked(input: LlsqInput, source: &str) -> WResult<LlsqInput> {
 
 /// llsq's memory: about 64 bytes per sample point (the samples, residuals and their tape) and
 /// 16 per matrix entry (measured on the CPU in reverse mode: 70 MB at n = 10^6, m = 1).
-fn llsq_footprint(n: usize, m: usize) -> crate::workload::Footprint {
+pub(crate) fn llsq_footprint(n: usize, m: usize) -> crate::workload::Footprint {
     let (n, m) = (n as u128, m as u128);
     crate::workload::Footprint {
         bytes: 64 * n + 16 * n * m,
@@ -254,9 +254,7 @@ impl Workload for Llsq {
     }
     fn eval(&self, req: &EvalRequest, device: &AnyDevice) -> WResult<String> {
         let input = parse_input(&req.text, &req.source)?;
-        llsq_footprint(input.n, input.x.len())
-            .check()
-            .map_err(|msg| WorkloadError::BadInput(format!("{}: field n = {}: {msg}", req.source, input.n)))?;
+        crate::validate::validate(&input, &req.source, req.dtype)?;
         let (dt, m) = (req.dtype, input.x.len());
         let bad = WorkloadError::from_input;
         with_device!(device, |d| {
@@ -276,6 +274,7 @@ impl Workload for Llsq {
     fn gradbench_evaluate(&self, function: &str, input: &Json, device: &AnyDevice, dtype: DType) -> WResult<String> {
         let source = format!("llsq.{function} input");
         let input = parse_input(&input.to_string(), &source)?;
+        crate::validate::validate(&input, &source, dtype)?;
         let bad = WorkloadError::from_input;
         with_device!(device, |d| {
             let x = upload(d, &input, dtype).map_err(bad)?;

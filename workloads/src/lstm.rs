@@ -412,6 +412,7 @@ impl Workload for Lstm {
     }
     fn eval(&self, req: &EvalRequest, device: &AnyDevice) -> WResult<String> {
         let s = LstmInput::parse(&req.text, &req.source).map_err(|e| WorkloadError::BadInput(e.to_string()))?;
+        crate::validate::validate(&s, &req.source, req.dtype)?;
         let dt = req.dtype;
         let input = WorkloadError::from_input;
         with_device!(device, |d| {
@@ -429,7 +430,9 @@ impl Workload for Lstm {
     }
     /// GradBench's `lstm`: `objective` returns the loss, `jacobian` its gradient [main, extra].
     fn gradbench_evaluate(&self, function: &str, input: &Json, device: &AnyDevice, dtype: DType) -> WResult<String> {
-        let s = parse_gradbench_input(input, &format!("lstm.{function} input"))?;
+        let source = format!("lstm.{function} input");
+        let s = parse_gradbench_input(input, &source)?;
+        crate::validate::validate(&s, &source, dtype)?;
         let bad = WorkloadError::from_input;
         with_device!(device, |d| {
             let x = upload(d, &s, dtype).map_err(bad)?;

@@ -17,7 +17,7 @@ use crate::workload::{
 
 /// A workload with one scalar output of a flat parameter vector.
 pub trait ScalarObjective: 'static {
-    type Input: Clone + Send + Sync + 'static;
+    type Input: Clone + Send + Sync + crate::validate::CheckedInput + 'static;
     /// The input resident on a device.
     type Resident<D: Device>;
     /// The objective a tool's GradBench module computes for this input, and whose references
@@ -73,6 +73,8 @@ pub fn flat_gradient(output: &Json, len: usize) -> Result<Vec<f64>> {
 
 impl<W: ScalarObjective> Problem for ObjectiveProblem<W> {
     fn prepare(&self, device: &AnyDevice, dtype: DType, _rule: &str) -> WResult<Box<dyn Prepared>> {
+        // A generated case passes the validator that files and messages pass.
+        crate::validate::validate(&self.0, "the generated case", dtype)?;
         let ones = vec![1.0; W::params(&self.0).len()];
         with_device!(device, |d| {
             let x = W::upload(d, &self.0, dtype)?;

@@ -1,0 +1,141 @@
+//! One input validator for the classic workloads, whichever way an input arrives: a file of
+//! `adgauge eval`, a protocol message of `adgauge tool`, or a case a suite generates (checked
+//! when it is put on a device). Each input type says which of its fields hold floating-point
+//! numbers, which structural rule its sizes obey, and what computing on it needs in memory;
+//! [`validate`] refuses, naming the field, a finite value the dtype cannot hold (1e39 in f32
+//! would silently become inf), a size the computation cannot use (an LSTM sequence of one
+//! character has no prediction), and a footprint beyond `--max-memory`.
+
+use adgauge_backends::DType;
+use adgauge_datasets::ba::BaInput;
+use adgauge_datasets::gmm::GmmInput;
+use adgauge_datasets::kmeans::KmeansData;
+use adgauge_datasets::lstm::LstmInput;
+
+use crate::json::check_representable;
+use crate::llsq::LlsqInput;
+use crate::workload::{Footprint, WResult, WorkloadError};
+
+/// What [`validate`] needs to know about an input type.
+pub trait CheckedInput {
+    /// The fields holding floating-point numbers, by name.
+    fn float_fields(&self) -> Vec<(&'static str, &[f64])>;
+    /// The rule its sizes obey: `Err` names the field and says why not.
+    fn sizes(&self) -> Result<(), String> {
+        Ok(())
+    }
+    /// What computing on it needs, and the fields it is computed from (with their values).
+    fn footprint(&self) -> Option<(String, Footprint)> {
+        None
+    }
+}
+
+/// Refuses an input that `dtype` cannot hold, whose sizes break its rule, or whose footprint
+/// exceeds the memory limit; the error (bad input, exit 2) names `source` and the field.
+pub fn validate(input: &dyn CheckedInput, source: &str, dtype: DType) -> WResult<()> {
+    let bad = |m: String| WorkloadError::BadInput(format!("{source}: {m}"));
+    input.sizes().map_err(bad)?;
+    if let Some((fields, need)) = input.footprint() {
+        need.check().map_err(|m| bad(format!("{fields}: {m}")))?;
+    }
+    for (field, xs) in input.float_fields() {
+        check_representable(source, field, xs, dtype)?;
+    }
+    Ok(())
+}
+
+impl CheckedInput for LlsqInput {
+    fn float_fields(&self) -> Vec<(&'static str, &[f64])> {
+        vec![("x", &self.x)]
+    }
+    fn footprint(&self) -> Option<(String, Footprint)> {
+        Some((format!("field n = {}", self.n), crate::llsq::llsq_footprint(self.n, self.x.len())))
+    }
+}
+
+impl CheckedInput for KmeansData {
+    fn float_fields(&self) -> Vec<(&'static str, &[f64])> {
+        vec![("points", &self.points), ("centres", &self.centres)]
+    }
+}
+
+/// k-means data as GradBench's module names its fields (`centroids`).
+pub struct GradbenchKmeans<'a>(pub &'a KmeansData);
+
+impl CheckedInput for GradbenchKmeans<'_> {
+    fn float_fields(&self) -> Vec<(&'static str, &[f64])> {
+        vec![("points", &self.0.points), ("centroids", &self.0.centres)]
+    }
+}
+
+impl CheckedInput for GmmInput {
+    fn float_fields(&self) -> Vec<(&'static str, &[f64])> {
+        vec![("alpha", &self.alphas), ("means", &self.means), ("icf", &self.icf), ("x", &self.x)]
+    }
+    fn footprint(&self) -> Option<(String, Footprint)> {
+        let fields = format!("sizes d k n = {} {} {}", self.d, self.k, self.n);
+        Some((fields, crate::gmm::gmm_footprint(self.d, self.k, self.n)))
+    }
+}
+
+impl CheckedInput for LstmInput {
+    fn float_fields(&self) -> Vec<(&'static str, &[f64])> {
+        vec![
+            ("main_params", &self.main_params),
+            ("extra_params", &self.extra_params),
+            ("state", &self.state),
+            ("sequence", &self.sequence),
+        ]
+    }
+    fn sizes(&self) -> Result<(), String> {
+        if self.c < 2 {
+            return Err(format!(
+                "field sequence: {} character(s); at least 2 (the loss predicts each character from the one before)",
+                self.c
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl CheckedInput for BaInput {
+    fn float_fields(&self) -> Vec<(&'static str, &[f64])> {
+        vec![("cams", &self.cams), ("x", &self.x), ("w", &self.w), ("feats", &self.feats)]
+    }
+    fn footprint(&self) -> Option<(String, Footprint)> {
+        let fields = format!("sizes n m p = {} {} {}", self.n, self.m, self.p);
+        Some((fields, crate::ba::ba_footprint(self.n, self.m, self.p)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_rule_names_its_field() {
+        let llsq = LlsqInput { x: vec![1.0, 1e39], n: 4 };
+        assert!(validate(&llsq, "in", DType::F64).is_ok());
+        let e = validate(&llsq, "in", DType::F32).unwrap_err().to_string();
+        assert!(e.contains("in: field x[1]: 1e39 overflows f32"), "{e}");
+        let kmeans = KmeansData { n: 1, k: 1, d: 2, points: vec![0.0, -3e38], centres: vec![2e39, 0.0] };
+        let e = validate(&kmeans, "k.json", DType::F32).unwrap_err().to_string();
+        assert!(e.contains("field centres[0]: 2e39 overflows f32"), "{e}");
+        let e = validate(&GradbenchKmeans(&kmeans), "k", DType::F32).unwrap_err().to_string();
+        assert!(e.contains("field centroids[0]: 2e39 overflows f32"), "{e}");
+        let mut lstm = LstmInput {
+            l: 1,
+            c: 1,
+            b: 1,
+            main_params: vec![0.0; 8],
+            extra_params: vec![0.0; 3],
+            state: vec![0.0; 2],
+            sequence: vec![1.0],
+        };
+        let e = validate(&lstm, "s", DType::F64).unwrap_err().to_string();
+        assert!(e.contains("s: field sequence: 1 character(s); at least 2"), "{e}");
+        lstm.c = 2;
+        lstm.sequence = vec![1.0, 0.0];
+        assert!(validate(&lstm, "s", DType::F32).is_ok());
+    }
+}
