@@ -30,26 +30,27 @@ pub trait Endpoint {
     fn start(&mut self) -> (String, Json);
     /// Whether the module is known (`Err`: why not).
     fn define(&mut self, module: &str) -> Result<(), String>;
-    /// Converts an input (its run settings removed) for repeated runs; `Err` is the reason the
-    /// function cannot be evaluated (unknown, unsupported, or invalid input).
-    fn prepare<'a>(&'a mut self, module: &str, function: &str, input: &Json) -> Result<Box<dyn Call + 'a>, String>;
+    /// Converts an input (its run settings removed; the endpoint keeps it, so that a large input
+    /// is never copied) for repeated runs; `Err` is the reason the function cannot be evaluated
+    /// (unknown, unsupported, or invalid input).
+    fn prepare<'a>(&'a mut self, module: &str, function: &str, input: Json) -> Result<Box<dyn Call + 'a>, String>;
 }
 
 /// The response to one message. A panic inside the endpoint (a crate that panics on input it
 /// does not support) is an unsuccessful response naming the panic, not a crash of adgauge.
-pub fn answer(endpoint: &mut dyn Endpoint, message: &Message) -> Response {
+pub fn answer(endpoint: &mut dyn Endpoint, message: Message) -> Response {
     let id = message.id();
     match message {
         Message::Start { .. } => {
             let (tool, config) = endpoint.start();
             Response { id, tool: Some(tool), config: Some(config), ..Default::default() }
         }
-        Message::Define { module, .. } => match endpoint.define(module) {
+        Message::Define { module, .. } => match endpoint.define(&module) {
             Ok(()) => Response { id, success: Some(true), ..Default::default() },
             Err(e) => Response { id, success: Some(false), error: Some(e), ..Default::default() },
         },
         Message::Evaluate { module, function, input, .. } => {
-            let result = catch_unwind(AssertUnwindSafe(|| evaluate(endpoint, module, function, input)))
+            let result = catch_unwind(AssertUnwindSafe(|| evaluate(endpoint, &module, &function, input)))
                 .unwrap_or_else(|panic| Err(format!("panicked: {}", panic_message(panic.as_ref()))));
             match result {
                 Ok((output, timings)) => Response {
@@ -81,11 +82,11 @@ fn evaluate(
     endpoint: &mut dyn Endpoint,
     module: &str,
     function: &str,
-    input: &Option<Json>,
+    input: Option<Json>,
 ) -> Result<(Json, Vec<Timing>), String> {
-    let mut input = input.clone().unwrap_or(Json::Null);
+    let mut input = input.unwrap_or(Json::Null);
     let (min_runs, min_seconds) = take_run_settings(&mut input);
-    let mut call = endpoint.prepare(module, function, &input)?;
+    let mut call = endpoint.prepare(module, function, input)?;
     let started = Instant::now();
     let mut timings = Vec::new();
     while (timings.len() as u64) < min_runs.max(1) || started.elapsed() < Duration::from_secs_f64(min_seconds) {
@@ -134,11 +135,11 @@ impl Endpoint for EngineEndpoint {
             }
         }
     }
-    fn prepare<'a>(&'a mut self, module: &str, function: &str, input: &Json) -> Result<Box<dyn Call + 'a>, String> {
+    fn prepare<'a>(&'a mut self, module: &str, function: &str, input: Json) -> Result<Box<dyn Call + 'a>, String> {
         let workload = adgauge_workloads::by_module(module).ok_or_else(|| format!("unknown module '{module}'"))?;
         // The prepared call borrows its function and input: they live here until the next one.
         self.function = function.into();
-        self.input = input.clone();
+        self.input = input;
         let call = workload.gradbench_prepare(&self.function, &self.input, &self.device, self.dtype).map_err(reason)?;
         Ok(Box::new(EngineCall { call }))
     }

@@ -1,7 +1,9 @@
 //! Exit codes, the same for every command (README.md lists them):
 //! 0 success; 1 a derivative check or a case failed; 2 bad usage or bad input (clap's own code for
 //! usage errors); 3 performance regression (gate); 4 a requested backend is unavailable.
-//! When several apply, the lowest non-zero wins.
+//! When several apply, the lowest non-zero wins. An interrupted `run` or `check` (SIGHUP,
+//! SIGINT, SIGTERM) exits with 128 + the signal's number (129, 130, 143) whatever else applies,
+//! after stopping its tools and writing the rows it measured (`interrupt.rs`).
 
 use std::fmt;
 

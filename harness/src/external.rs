@@ -1,25 +1,40 @@
 //! Tools in another process, driven over GradBench's protocol (`protocol.rs`): adgauge is the
 //! eval side. A [`ProcessTool`] starts its command (`sh -c COMMAND`) on first use, says `start`,
-//! `define`s the modules of the registered workloads, and `evaluate`s their functions; the
-//! workloads turn a tool's outputs into the same checks as adgauge's own engine
+//! `define`s each module before its first `evaluate` in that process, and `evaluate`s its
+//! functions; the workloads turn a tool's outputs into the same checks as adgauge's own engine
 //! (`Problem::remote_validation`), and the tool's own timings become the row's timings.
 //!
-//! Faults are rows, not crashes: a tool that exits, hangs past the per-message timeout, writes
-//! a line that is not a response, or answers another id ends the case with an error naming the
-//! tool, the message and the reason; its process is killed and reaped, and the next case starts
-//! a fresh one.
+//! adgauge judges tools, so nothing a tool does may hang, crash or fool it:
+//! - every exchange has one deadline (`timeout_s`), writing included: a writer thread writes
+//!   the message, so a tool that stops reading its input is timed out like a silent one;
+//! - a response line longer than its bound (a floor, `max_response_bytes`, or 32 bytes per
+//!   byte of the message, whichever is larger: no module returns more) ends the case; the
+//!   reader thread never holds more than the bound;
+//! - only an explicit `success: false` with an `error` means "unsupported" (a `skipped` row);
+//!   an exit, a hang, a line that is not a response, another id, a second response, a missing
+//!   `success` end the case with an `error` row naming the tool, the message and the reason,
+//!   and the tool's process group is killed and reaped (the next case starts a fresh process,
+//!   which gets `start` and its own `define`s);
+//! - adgauge measures the wall time of every exchange: reported runs that sum to more than it
+//!   (or a run of 0 ns) are an error, and runs that account for far less than the wall time
+//!   the timed exchange spends on them are the finding `timing: implausible` (a tool timing
+//!   asynchronous dispatch, not the computation): see [`Plausibility`] and docs/protocol.md.
+//!
+//! Every live tool process group is registered with `interrupt.rs`, which kills it when the
+//! run is interrupted.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Read, Write};
 #[cfg(unix)]
 use std::os::unix::process::CommandExt;
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use adgauge_backends::{Cpu, DType, OpError};
-use adgauge_reports::Timing;
+use adgauge_reports::{Check, Timing};
 use adgauge_workloads::{
     CheckSettings, Mode, Problem, Remote, RemoteCall, Validation, WResult, Workload, WorkloadError,
 };
@@ -36,9 +51,11 @@ pub struct ExternalSpec {
     pub name: String,
     /// A shell command line.
     pub command: String,
-    /// How long one message may wait for its response (a process only: an in-process peer
-    /// cannot be interrupted).
+    /// How long one exchange (writing the message and reading its response) may take (a
+    /// process only: an in-process peer cannot be interrupted).
     pub timeout: Duration,
+    /// The floor of a response line's length bound (`max_response_bytes`).
+    pub max_response_bytes: u64,
     /// An in-process peer (`peers/`) by name instead of a process: `command` then only
     /// describes it.
     pub in_process: Option<&'static str>,
@@ -46,6 +63,15 @@ pub struct ExternalSpec {
 
 /// The default per-message timeout.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The default floor of a response's length bound: 64 MiB.
+pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 64 << 20;
+
+/// A response may be this many times as long as its message. No module's output has more than
+/// about 13 numbers per number of its input (BA's full Jacobian: 67 per observation of 5), and
+/// a printed double takes at most 25 bytes where an input's takes at least 2 (short inputs are
+/// covered by the floor).
+pub const RESPONSE_BYTES_PER_MESSAGE_BYTE: u64 = 32;
 
 /// Parses `NAME=COMMAND` (`--tool-cmd`).
 pub fn parse_tool_cmd(s: &str) -> Result<ExternalSpec, String> {
@@ -57,14 +83,29 @@ pub fn parse_tool_cmd(s: &str) -> Result<ExternalSpec, String> {
     if command.trim().is_empty() {
         return Err(format!("tool {name}: the command is empty"));
     }
-    Ok(ExternalSpec { name: name.into(), command: command.into(), timeout: DEFAULT_TIMEOUT, in_process: None })
+    Ok(ExternalSpec {
+        name: name.into(),
+        command: command.into(),
+        timeout: DEFAULT_TIMEOUT,
+        max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+        in_process: None,
+    })
 }
 
-/// A running tool process.
+/// A running tool process: a writer thread owns its stdin, a reader thread its stdout, a
+/// third keeps the tail of its stderr.
 struct Process {
     child: Child,
-    stdin: ChildStdin,
-    lines: Receiver<String>,
+    /// The process (and group) id.
+    pid: i32,
+    /// Lines to write; dropped first when the process ends, which closes its stdin.
+    writes: Option<Sender<Vec<u8>>>,
+    /// One result per line written.
+    written: Receiver<std::io::Result<()>>,
+    /// Response lines, or why reading stopped (a line over its bound).
+    lines: Receiver<Result<String, String>>,
+    /// The current bound of a line, in bytes.
+    line_limit: Arc<AtomicU64>,
     stderr: Arc<Mutex<String>>,
 }
 
@@ -83,21 +124,64 @@ struct Session {
     conventions: BTreeMap<String, String>,
     /// Threads the tool says it computes with (0: not said).
     threads: usize,
+    /// The modules this process has defined.
+    defined: BTreeSet<String>,
+    /// The last message sent (what a stray line is blamed on).
+    last: Option<String>,
+}
+
+/// What one message got: its response, adgauge's wall time of the exchange (from the first
+/// byte written to the response read), and the message's description.
+struct Exchange {
+    response: Response,
+    wall: Duration,
+    what: String,
 }
 
 impl Drop for Process {
     /// Kills the tool's whole process group (the shell and what it started) and reaps the shell.
     fn drop(&mut self) {
         #[cfg(unix)]
-        if let Ok(pid) = i32::try_from(self.child.id()) {
-            // SAFETY: kill(2) with a negative pid signals the process group the child leads
-            // (it was started with `process_group(0)`); it touches no memory.
-            unsafe {
-                libc::kill(-pid, libc::SIGKILL);
-            }
+        // SAFETY: kill(2) with a negative pid signals the process group the child leads
+        // (it was started with `process_group(0)`); it touches no memory.
+        unsafe {
+            libc::kill(-self.pid, libc::SIGKILL);
         }
         let _ = self.child.kill();
+        crate::interrupt::unregister(self.pid);
+        self.writes = None;
         let _ = self.child.wait();
+    }
+}
+
+/// Reads lines of at most `limit` bytes (the bound is read per line, so each message sets its
+/// own); a longer one is reported and reading stops, so no more than the bound is ever held.
+fn read_lines(stdout: impl Read, limit: &AtomicU64, send: &Sender<Result<String, String>>) {
+    let mut reader = BufReader::with_capacity(1 << 16, stdout);
+    let mut line: Vec<u8> = Vec::new();
+    loop {
+        let buf = match reader.fill_buf() {
+            Ok([]) | Err(_) => return,
+            Ok(buf) => buf,
+        };
+        let end = buf.iter().position(|&b| b == b'\n');
+        let chunk = &buf[..end.unwrap_or(buf.len())];
+        let bound = limit.load(Ordering::SeqCst);
+        if (line.len() + chunk.len()) as u64 > bound {
+            let _ = send
+                .send(Err(format!("the response line is longer than its bound of {bound} bytes (max_response_bytes)")));
+            return;
+        }
+        line.extend_from_slice(chunk);
+        let used = end.map_or(buf.len(), |e| e + 1);
+        reader.consume(used);
+        if end.is_some() {
+            let text = String::from_utf8(std::mem::take(&mut line))
+                .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+            if send.send(Ok(text)).is_err() {
+                return;
+            }
+        }
     }
 }
 
@@ -108,26 +192,43 @@ impl Process {
         // Its own process group, so that everything the command starts can be killed.
         #[cfg(unix)]
         command.process_group(0);
-        let mut child = command
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("cannot start `{}`: {e}", spec.command))?;
+        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let (mut child, pid) = crate::interrupt::spawn_registered(true, || {
+            let child = command.spawn().map_err(|e| format!("cannot start `{}`: {e}", spec.command))?;
+            let pid = child.id();
+            Ok((child, pid))
+        })?;
         let (stdin, stdout, stderr) = match (child.stdin.take(), child.stdout.take(), child.stderr.take()) {
             (Some(i), Some(o), Some(e)) => (i, o, e),
-            _ => return Err("the tool's pipes could not be opened".into()),
+            _ => {
+                #[cfg(unix)]
+                // SAFETY: as in `Drop`: the group this function just started.
+                unsafe {
+                    libc::kill(-pid, libc::SIGKILL);
+                }
+                crate::interrupt::unregister(pid);
+                let _ = child.wait();
+                return Err("the tool's pipes could not be opened".into());
+            }
         };
-        // Lines arrive on a thread so that a silent tool can be timed out.
-        let (send, lines) = channel();
+        // Writes happen on a thread, so that a tool that stops reading can be timed out.
+        let (writes, to_write) = channel::<Vec<u8>>();
+        let (wrote, written) = channel();
         std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if send.send(line).is_err() {
+            let mut stdin = stdin;
+            for bytes in to_write {
+                let result = stdin.write_all(&bytes).and_then(|_| stdin.flush());
+                let failed = result.is_err();
+                if wrote.send(result).is_err() || failed {
                     break;
                 }
             }
         });
+        // Lines arrive on a thread so that a silent tool can be timed out.
+        let (send, lines) = channel();
+        let line_limit = Arc::new(AtomicU64::new(spec.max_response_bytes));
+        let limit = line_limit.clone();
+        std::thread::spawn(move || read_lines(stdout, &limit, &send));
         // The tail of stderr says why a tool died.
         let tail = Arc::new(Mutex::new(String::new()));
         let sink = tail.clone();
@@ -148,24 +249,54 @@ impl Process {
                 }
             }
         });
-        Ok(Process { child, stdin, lines, stderr: tail })
+        Ok(Process { child, pid, writes: Some(writes), written, lines, line_limit, stderr: tail })
     }
 
-    /// Writes one message and waits for the line that answers it.
-    fn exchange(&mut self, message: &Message, what: &str, timeout: Duration) -> Result<Response, String> {
-        let line = serde_json::to_string(message).map_err(|e| e.to_string())?;
-        if writeln!(self.stdin, "{line}").and_then(|_| self.stdin.flush()).is_err() {
-            return Err(format!("{what}: the tool closed its input{}", self.exit_reason()));
+    /// A line that arrived when none was asked for (a second response), if any.
+    fn stray_line(&mut self) -> Option<String> {
+        match self.lines.try_recv() {
+            Ok(Ok(line)) => Some(line),
+            Ok(Err(why)) => Some(why),
+            Err(_) => None,
         }
-        let text = match self.lines.recv_timeout(timeout) {
-            Ok(text) => text,
+    }
+
+    /// Writes one message and waits for the line that answers it, both within `timeout`; the
+    /// response's wall time.
+    fn exchange(
+        &mut self,
+        line: Vec<u8>,
+        what: &str,
+        timeout: Duration,
+        limit: u64,
+    ) -> Result<(Response, Duration), String> {
+        let size = line.len();
+        self.line_limit.store(limit, Ordering::SeqCst);
+        let started = Instant::now();
+        let left = || timeout.saturating_sub(started.elapsed());
+        let sent = self.writes.as_ref().is_some_and(|w| w.send(line).is_ok());
+        let wrote = if sent { self.written.recv_timeout(left()) } else { Err(RecvTimeoutError::Disconnected) };
+        match wrote {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) | Err(RecvTimeoutError::Disconnected) => {
+                return Err(format!("{what}: the tool closed its input{}", self.exit_reason()));
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                return Err(format!("{what}: the tool did not read the message ({size} bytes) within {timeout:?}"));
+            }
+        }
+        let text = match self.lines.recv_timeout(left()) {
+            Ok(Ok(text)) => text,
+            Ok(Err(why)) => return Err(format!("{what}: {why}")),
             Err(RecvTimeoutError::Timeout) => return Err(format!("{what}: no response within {timeout:?}")),
             Err(RecvTimeoutError::Disconnected) => {
                 return Err(format!("{what}: the tool exited before answering{}", self.exit_reason()));
             }
         };
-        serde_json::from_str(&text)
-            .map_err(|e| format!("{what}: the response is not a protocol line ({e}): {}", shorten(&text)))
+        let wall = started.elapsed();
+        let response = serde_json::from_str(&text)
+            .map_err(|e| format!("{what}: the response is not a protocol line ({e}): {}", shorten(&text)))?;
+        Ok((response, wall))
     }
 
     fn exit_reason(&mut self) -> String {
@@ -180,15 +311,78 @@ impl Process {
     }
 }
 
+/// A message to send, from borrowed parts (an `evaluate`'s input is serialized in place).
+enum Outgoing<'a> {
+    Start,
+    Define(&'a str),
+    Evaluate { module: &'a str, function: &'a str, input: &'a Json, runs: u64 },
+    Analysis { of: i64, valid: bool, error: Option<String> },
+}
+
+impl Outgoing<'_> {
+    fn kind(&self) -> String {
+        match self {
+            Outgoing::Start => "start".into(),
+            Outgoing::Define(module) => format!("define {module}"),
+            Outgoing::Evaluate { module, function, .. } => format!("evaluate {module}.{function}"),
+            Outgoing::Analysis { .. } => "analysis".into(),
+        }
+    }
+
+    /// The message (an in-process endpoint takes it as it is).
+    fn message(self, id: i64) -> Message {
+        match self {
+            Outgoing::Start => Message::Start { id, eval: Some("adgauge".into()), config: None },
+            Outgoing::Define(module) => Message::Define { id, module: module.into() },
+            Outgoing::Evaluate { module, function, input, runs } => {
+                let mut input = input.clone();
+                if let Json::Object(map) = &mut input {
+                    map.insert("min_runs".into(), runs.into());
+                    map.insert("min_seconds".into(), 0.into());
+                }
+                Message::Evaluate {
+                    id,
+                    module: module.into(),
+                    function: function.into(),
+                    input: Some(input),
+                    description: None,
+                }
+            }
+            Outgoing::Analysis { of, valid, error } => Message::Analysis { id, of, valid, error },
+        }
+    }
+
+    /// The protocol line, newline included.
+    fn line(self, id: i64) -> Result<Vec<u8>, String> {
+        let line = match self {
+            Outgoing::Evaluate { module, function, input, runs } => {
+                crate::protocol::evaluate_line(id, module, function, input, runs)
+            }
+            other => serde_json::to_vec(&other.message(id)).map(|mut l| {
+                l.push(b'\n');
+                l
+            }),
+        };
+        line.map_err(|e| format!("the message cannot be written: {e}"))
+    }
+}
+
 impl Session {
     fn open(spec: &ExternalSpec) -> Result<Session, String> {
         let link = match spec.in_process {
             Some(peer) => Link::InProcess(crate::peers::open(peer)?),
             None => Link::Process(Process::spawn(spec)?),
         };
-        let mut session = Session { link, next_id: 0, tool: String::new(), conventions: BTreeMap::new(), threads: 0 };
-        let r =
-            session.request(|id| Message::Start { id, eval: Some("adgauge".into()), config: None }, spec.timeout)?;
+        let mut session = Session {
+            link,
+            next_id: 0,
+            tool: String::new(),
+            conventions: BTreeMap::new(),
+            threads: 0,
+            defined: BTreeSet::new(),
+            last: None,
+        };
+        let r = session.request(Outgoing::Start, spec.timeout, spec.max_response_bytes)?.response;
         session.tool = r.tool.unwrap_or_else(|| spec.name.clone());
         // A declared version (and thread count) makes the tool's rows say what ran.
         if let Some(Json::String(version)) = r.config.as_ref().and_then(|c| c.get("version")) {
@@ -207,31 +401,82 @@ impl Session {
         Ok(session)
     }
 
-    /// Sends one message and waits for its response.
-    fn request(&mut self, message: impl FnOnce(i64) -> Message, timeout: Duration) -> Result<Response, String> {
+    /// Sends one message and waits for its response (bounded by `floor` or 32 bytes per byte
+    /// of the message).
+    fn request(&mut self, out: Outgoing, timeout: Duration, floor: u64) -> Result<Exchange, String> {
         let id = self.next_id;
         self.next_id += 1;
-        let message = message(id);
-        let kind = match &message {
-            Message::Start { .. } => "start".to_string(),
-            Message::Define { module, .. } => format!("define {module}"),
-            Message::Evaluate { module, function, .. } => format!("evaluate {module}.{function}"),
-            Message::Analysis { .. } => "analysis".to_string(),
-        };
-        let what = format!("message {id} ({kind})");
-        let response = match &mut self.link {
-            Link::Process(p) => p.exchange(&message, &what, timeout)?,
-            Link::InProcess(endpoint) => crate::endpoint::answer(endpoint.as_mut(), &message),
+        let what = format!("message {id} ({})", out.kind());
+        let (response, wall) = match &mut self.link {
+            Link::Process(p) => {
+                // A line nobody asked for is a second response to the last message.
+                if let Some(stray) = p.stray_line() {
+                    let last = self.last.clone().unwrap_or_else(|| "no message".into());
+                    return Err(format!("{last}: a second line after its response: {}", shorten(&stray)));
+                }
+                let line = out.line(id)?;
+                let limit = floor.max((line.len() as u64).saturating_mul(RESPONSE_BYTES_PER_MESSAGE_BYTE));
+                self.last = Some(what.clone());
+                p.exchange(line, &what, timeout, limit)?
+            }
+            Link::InProcess(endpoint) => {
+                let message = out.message(id);
+                let started = Instant::now();
+                let response = crate::endpoint::answer(endpoint.as_mut(), message);
+                (response, started.elapsed())
+            }
         };
         if response.id != id {
-            return Err(format!("{what}: the response has id {} instead of {id}", response.id));
+            let rid = response.id;
+            let why = if (0..id).contains(&rid) {
+                format!("the response has id {rid} instead of {id}: a second response to message {rid}")
+            } else {
+                format!("the response has id {rid} instead of {id}")
+            };
+            return Err(format!("{what}: {why}"));
         }
-        Ok(response)
+        Ok(Exchange { response, wall, what })
     }
 }
 
 fn shorten(s: &str) -> String {
     if s.chars().count() <= 200 { s.to_string() } else { s.chars().take(200).collect::<String>() + "…" }
+}
+
+/// How a tool answered a `define` or `evaluate`.
+enum Answer {
+    Done,
+    /// `success: false` with the tool's reason: it does not do this.
+    Refused(String),
+    /// Not an answer the protocol allows.
+    Fault(String),
+}
+
+fn answer_of(r: &Response) -> Answer {
+    match (r.success, &r.error) {
+        (Some(true), _) => Answer::Done,
+        (Some(false), Some(error)) if !error.trim().is_empty() => Answer::Refused(error.clone()),
+        (Some(false), _) => Answer::Fault("`success: false` without an `error` saying why".into()),
+        (None, _) => Answer::Fault("the response has no `success`".into()),
+    }
+}
+
+/// An `evaluate`'s reported timings against the exchange's wall time: each run takes some
+/// time, and all of them fit in the exchange.
+fn check_reported(timings: &[crate::protocol::Timing], wall: Duration) -> Result<(), String> {
+    if let Some(i) = timings.iter().position(|t| t.nanoseconds == 0) {
+        return Err(format!("run {i} is reported as 0 ns (no computation takes no time)"));
+    }
+    let sum: u128 = timings.iter().map(|t| u128::from(t.nanoseconds)).sum();
+    if sum > wall.as_nanos() {
+        return Err(format!(
+            "its {} run(s) are reported as {:.6} s in all, more than the {:.6} s adgauge measured for the whole exchange",
+            timings.len(),
+            sum as f64 * 1e-9,
+            wall.as_secs_f64()
+        ));
+    }
+    Ok(())
 }
 
 /// The state of one external tool, shared by its prepared cases and remote handles.
@@ -244,7 +489,8 @@ struct Shared {
     conventions: BTreeMap<String, String>,
     /// The threads its `start` response declared (0: not declared).
     threads: usize,
-    defined: BTreeMap<String, bool>,
+    /// Modules the tool refused to define (`success: false`), with its reason.
+    refused: BTreeMap<String, String>,
     /// Ids of the evaluate messages of the current validation (for `analysis`).
     validated: Vec<i64>,
 }
@@ -252,7 +498,7 @@ struct Shared {
 impl Shared {
     fn session(&mut self) -> Result<&mut Session, String> {
         if self.session.is_none() {
-            let s = Session::open(&self.spec);
+            let s = Session::open(&self.spec).map_err(|e| format!("tool {}: {e}", self.spec.name));
             if self.started.is_none() {
                 self.started = Some(s.as_ref().map(|s| s.tool.clone()).map_err(Clone::clone));
             }
@@ -265,53 +511,72 @@ impl Shared {
         self.session.as_mut().ok_or_else(|| "no session".to_string())
     }
 
-    /// One request; a transport failure ends the session (the process is killed and reaped).
-    fn request(&mut self, message: impl FnOnce(i64) -> Message) -> Result<Response, String> {
-        let timeout = self.spec.timeout;
-        let name = self.spec.name.clone();
-        let result = self.session()?.request(message, timeout);
-        if result.is_err() {
-            self.session = None;
-        }
-        result.map_err(|e| format!("tool {name}: {e}"))
+    /// Ends the session after a fault (its process is killed and reaped); the error to report.
+    fn fault(&mut self, what: &str, why: &str) -> String {
+        self.session = None;
+        self.validated.clear();
+        format!("tool {}: {what}: {why}", self.spec.name)
     }
 
-    fn define(&mut self, module: &str) -> bool {
-        if let Some(&ok) = self.defined.get(module) {
-            return ok;
-        }
-        let ok =
-            self.request(|id| Message::Define { id, module: module.into() }).is_ok_and(|r| r.success == Some(true));
-        self.defined.insert(module.into(), ok);
-        ok
+    /// One request; a transport failure ends the session.
+    fn request(&mut self, out: Outgoing) -> Result<Exchange, String> {
+        let (timeout, floor) = (self.spec.timeout, self.spec.max_response_bytes);
+        let result = self.session()?.request(out, timeout, floor);
+        result.map_err(|e| self.fault_plain(&e))
     }
 
-    /// Evaluates a function; `Err(Unsupported)` when the tool says it failed, `Err(Device)` when
-    /// the exchange failed.
-    fn evaluate(&mut self, module: &str, call: &RemoteCall, runs: u64) -> Result<Response, OpError> {
-        let mut input = call.input.clone();
-        if let Json::Object(map) = &mut input {
-            map.insert("min_runs".into(), runs.into());
-            map.insert("min_seconds".into(), 0.into());
+    fn fault_plain(&mut self, error: &str) -> String {
+        self.session = None;
+        self.validated.clear();
+        format!("tool {}: {error}", self.spec.name)
+    }
+
+    /// Defines `module` in the current process unless it already is: `Err(Unsupported)` when
+    /// the tool refuses it, `Err(Device)` when the exchange fails.
+    fn define(&mut self, module: &str) -> Result<(), OpError> {
+        if let Some(why) = self.refused.get(module) {
+            return Err(OpError::Unsupported(format!("tool {} does not define {module}: {why}", self.spec.name)));
         }
-        let r = self
-            .request(|id| Message::Evaluate {
-                id,
-                module: module.into(),
-                function: call.function.clone(),
-                input: Some(input),
-                description: None,
-            })
-            .map_err(OpError::Device)?;
-        match r.success {
-            Some(true) => Ok(r),
-            _ => Err(OpError::Unsupported(format!(
-                "tool {} could not evaluate {module}.{}: {}",
-                self.spec.name,
-                call.function,
-                r.error.clone().unwrap_or_else(|| "no reason given".into())
-            ))),
+        if self.session().map_err(OpError::Device)?.defined.contains(module) {
+            return Ok(());
         }
+        let ex = self.request(Outgoing::Define(module)).map_err(OpError::Device)?;
+        match answer_of(&ex.response) {
+            Answer::Done => {
+                if let Some(s) = self.session.as_mut() {
+                    s.defined.insert(module.into());
+                }
+                Ok(())
+            }
+            Answer::Refused(why) => {
+                self.refused.insert(module.into(), why.clone());
+                Err(OpError::Unsupported(format!("tool {} does not define {module}: {why}", self.spec.name)))
+            }
+            Answer::Fault(why) => Err(OpError::Device(self.fault(&ex.what, &why))),
+        }
+    }
+
+    /// Evaluates a function (defining its module first where this process has not):
+    /// `Err(Unsupported)` when the tool says it cannot, `Err(Device)` when the exchange failed
+    /// or its timings cannot be true.
+    fn evaluate(&mut self, module: &str, call: &RemoteCall, runs: u64) -> Result<Exchange, OpError> {
+        self.define(module)?;
+        let out = Outgoing::Evaluate { module, function: &call.function, input: &call.input, runs };
+        let ex = self.request(out).map_err(OpError::Device)?;
+        match answer_of(&ex.response) {
+            Answer::Done => {}
+            Answer::Refused(why) => {
+                return Err(OpError::Unsupported(format!(
+                    "tool {} could not evaluate {module}.{}: {why}",
+                    self.spec.name, call.function
+                )));
+            }
+            Answer::Fault(why) => return Err(OpError::Device(self.fault(&ex.what, &why))),
+        }
+        if let Err(why) = check_reported(ex.response.timings.as_deref().unwrap_or_default(), ex.wall) {
+            return Err(OpError::Device(self.fault(&ex.what, &why)));
+        }
+        Ok(ex)
     }
 }
 
@@ -332,7 +597,7 @@ impl ProcessTool {
             started: None,
             conventions: BTreeMap::new(),
             threads: 0,
-            defined: BTreeMap::new(),
+            refused: BTreeMap::new(),
             validated: Vec::new(),
         };
         ProcessTool { shared: Arc::new(Mutex::new(shared)), name, cpu }
@@ -372,19 +637,14 @@ impl Tool for ProcessTool {
             }
         })
     }
+    /// Every workload with a module: whether the tool defines it is asked in each process
+    /// before its first `evaluate` (a refusal makes the case `skipped`, a fault an `error`).
     fn capabilities(&self) -> Capabilities {
-        let (workloads, conventions) = self.with(|s| {
-            let workloads = adgauge_workloads::registry()
-                .iter()
-                .filter(|w| w.gradbench_module().is_some_and(|m| s.define(m)))
-                .map(|w| w.family().to_string())
-                .collect();
-            (workloads, s.conventions.clone())
-        });
+        let conventions = self.with(|s| s.conventions.clone());
         Capabilities {
             // Protocol numbers are JSON doubles.
             dtypes: vec![DType::F64],
-            workloads: Some(workloads),
+            workloads: None,
             modes: vec![Mode::Primal, Mode::Vjp, Mode::Jvp],
             conventions,
         }
@@ -401,7 +661,7 @@ impl Tool for ProcessTool {
     ) -> anyhow::Result<Box<dyn PreparedCase>> {
         let module = module_of(workload)?;
         let calls = Mode::TIMED.into_iter().filter_map(|m| Some((m, problem.remote_call(m)?))).collect();
-        Ok(Box::new(ProcessPrepared { shared: self.shared.clone(), module, calls }))
+        Ok(Box::new(ProcessPrepared { shared: self.shared.clone(), module, calls, plausibility: Vec::new() }))
     }
     fn validation(
         &self,
@@ -419,8 +679,11 @@ impl Tool for ProcessTool {
         self.with(|s| {
             for of in std::mem::take(&mut s.validated) {
                 let error = error.clone();
-                // A tool that cannot take the verdict has already failed its case.
-                let _ = s.request(|id| Message::Analysis { id, of, valid, error });
+                // A tool that cannot take the verdict has already failed its case; a verdict
+                // is only for the process that gave the responses (a fault clears the ids).
+                if s.session.is_none() || s.request(Outgoing::Analysis { of, valid, error }).is_err() {
+                    break;
+                }
             }
         });
     }
@@ -436,7 +699,7 @@ impl Remote for RemoteHandle {
     fn call(&self, function: &str, input: Json) -> WResult<Json> {
         let mut s = self.shared.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let call = RemoteCall { function: function.into(), input };
-        let r = s.evaluate(self.module, &call, 1).map_err(WorkloadError::Op)?;
+        let r = s.evaluate(self.module, &call, 1).map_err(WorkloadError::Op)?.response;
         s.validated.push(r.id);
         r.output.ok_or_else(|| WorkloadError::Op(OpError::Device(format!("{}.{function}: no output", self.module))))
     }
@@ -446,10 +709,89 @@ struct ProcessPrepared {
     shared: Arc<Mutex<Shared>>,
     module: &'static str,
     calls: BTreeMap<Mode, RemoteCall>,
+    /// Each timed mode's timings against adgauge's wall time.
+    plausibility: Vec<Plausibility>,
+}
+
+/// A timed mode's reported runs against the wall time adgauge measured for them.
+///
+/// The timed exchange asks for S runs after a warm-up exchange of one run; both spend the
+/// same time outside the runs (writing, parsing and converting the input, printing the
+/// output), so the difference of their wall times is what S - 1 runs took: scaled to S runs,
+/// it is the wall time the runs account for (S = 1: the timed exchange's whole wall time).
+/// Runs reported as less than 5% of that, once it is above 10 ms, are implausible: a tool that
+/// times the dispatch of asynchronous work rather than the work (JAX without
+/// `block_until_ready`) reports almost nothing while the exchange waits for the computation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plausibility {
+    pub mode: Mode,
+    pub runs: usize,
+    /// The sum of the reported runs, in seconds.
+    pub reported_s: f64,
+    /// The wall time the runs account for, in seconds.
+    pub accounted_s: f64,
+}
+
+impl Plausibility {
+    /// The least share of the accounted wall time the reported runs may have.
+    pub const MIN_SHARE: f64 = 0.05;
+    /// Wall time below which no share is judged (seconds): shorter exchanges are dominated by
+    /// the pipes and the tool's loop.
+    pub const MIN_ACCOUNTED_S: f64 = 0.010;
+
+    /// From the warm-up's and the timed exchange's wall times and the timed runs' reports.
+    pub fn new(mode: Mode, warm_up_wall: Duration, timed_wall: Duration, reported: &[f64]) -> Plausibility {
+        let runs = reported.len();
+        let timed = timed_wall.as_secs_f64();
+        let accounted = if runs >= 2 {
+            (timed - warm_up_wall.as_secs_f64()).max(0.0) * runs as f64 / (runs - 1) as f64
+        } else {
+            timed
+        };
+        Plausibility { mode, runs, reported_s: reported.iter().sum(), accounted_s: accounted }
+    }
+
+    /// Whether the wall time is long enough to judge.
+    pub fn judged(&self) -> bool {
+        self.accounted_s > Self::MIN_ACCOUNTED_S
+    }
+
+    /// Accounted wall time per reported second (what the check compares with 1 / MIN_SHARE).
+    pub fn ratio(&self) -> f64 {
+        if self.reported_s > 0.0 { self.accounted_s / self.reported_s } else { f64::INFINITY }
+    }
+
+    pub fn implausible(&self) -> bool {
+        self.judged() && self.reported_s < Self::MIN_SHARE * self.accounted_s
+    }
+}
+
+/// The row's `timing` check over its timed modes: the largest ratio of accounted wall time to
+/// reported time among the judged modes (0 when none is judged), against 1 / MIN_SHARE; the
+/// message of a failure names the mode and both times.
+pub fn timing_check(modes: &[Plausibility]) -> Option<(Check, Option<String>)> {
+    if modes.is_empty() {
+        return None;
+    }
+    let judged = modes.iter().filter(|p| p.judged());
+    let worst = judged.clone().map(Plausibility::ratio).fold(0.0, f64::max);
+    let message = modes.iter().filter(|p| p.implausible()).map(|p| {
+        format!(
+            "timing: implausible (reports dispatch time?): {}'s {} run(s) are reported as {:.3} ms, the exchange spent {:.3} ms on them",
+            p.mode,
+            p.runs,
+            p.reported_s * 1e3,
+            p.accounted_s * 1e3
+        )
+    });
+    let message: Vec<String> = message.collect();
+    let check =
+        Check { name: "timing".into(), worst, tolerance: 1.0 / Plausibility::MIN_SHARE, passed: message.is_empty() };
+    Some((check, (!message.is_empty()).then(|| message.join("; "))))
 }
 
 impl ProcessPrepared {
-    fn run(&mut self, mode: Mode, runs: u64) -> anyhow::Result<Response> {
+    fn run(&mut self, mode: Mode, runs: u64) -> anyhow::Result<Exchange> {
         let call = self
             .calls
             .get(&mode)
@@ -464,16 +806,72 @@ impl PreparedCase for ProcessPrepared {
         self.calls.contains_key(&mode)
     }
     fn evaluate(&mut self, mode: Mode) -> anyhow::Result<Evaluation> {
-        let r = self.run(mode, 1)?;
+        let r = self.run(mode, 1)?.response;
         let timings = r.timings.unwrap_or_default().iter().map(|t| Duration::from_nanos(t.nanoseconds)).collect();
         Ok(Evaluation { output: r.output, timings })
     }
     /// The tool's own timings: one warm-up message, then one message asking for the budget's
-    /// samples as runs.
+    /// samples as runs; both exchanges' wall times judge whether the timings are plausible.
     fn timing(&mut self, mode: Mode, budget: &Budget) -> anyhow::Result<Timing> {
-        self.run(mode, 1)?;
-        let r = self.run(mode, budget.samples.max(1) as u64)?;
-        let seconds: Vec<f64> = r.timings.unwrap_or_default().iter().map(|t| t.nanoseconds as f64 * 1e-9).collect();
-        crate::timing::summarize(seconds, 1).ok_or_else(|| anyhow::anyhow!("tool {}: reported no timings", self.module))
+        let warm_up = self.run(mode, 1)?.wall;
+        let timed = self.run(mode, budget.samples.max(1) as u64)?;
+        let seconds: Vec<f64> =
+            timed.response.timings.unwrap_or_default().iter().map(|t| t.nanoseconds as f64 * 1e-9).collect();
+        self.plausibility.retain(|p| p.mode != mode);
+        self.plausibility.push(Plausibility::new(mode, warm_up, timed.wall, &seconds));
+        crate::timing::summarize(seconds, 1)
+            .ok_or_else(|| anyhow::anyhow!("tool {}: {}: reported no timings", self.name(), timed.what))
+    }
+    fn timing_check(&self) -> Option<(Check, Option<String>)> {
+        timing_check(&self.plausibility)
+    }
+}
+
+impl ProcessPrepared {
+    fn name(&self) -> String {
+        self.shared.lock().map(|s| s.spec.name.clone()).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(x: u64) -> Duration {
+        Duration::from_millis(x)
+    }
+
+    #[test]
+    fn dispatch_times_are_implausible_and_compute_times_are_not() {
+        // 5 runs of 100 ms behind a 300 ms input: the warm-up takes 400 ms, the timed 800 ms.
+        let honest = Plausibility::new(Mode::Vjp, ms(400), ms(800), &[0.1; 5]);
+        assert!((honest.accounted_s - 0.5).abs() < 1e-9, "{honest:?}");
+        assert!(!honest.implausible());
+        // The same exchanges with 30 us reported per run (dispatch only).
+        let dispatch = Plausibility::new(Mode::Vjp, ms(400), ms(800), &[3e-5; 5]);
+        assert!(dispatch.implausible(), "{dispatch:?}");
+        // A fast function behind a large input: 1 ms runs, wall dominated by parsing (7 ms
+        // between the exchanges, 8.75 ms accounted): not judged below 10 ms.
+        let fast = Plausibility::new(Mode::Primal, ms(300), ms(307), &[1e-3; 5]);
+        assert!(!fast.judged() && !fast.implausible(), "{fast:?}");
+        let (check, message) = timing_check(&[honest.clone(), dispatch]).unwrap();
+        assert!(!check.passed);
+        assert!((check.worst - 0.5 / 1.5e-4).abs() < 1e-6, "{check:?}");
+        assert_eq!(check.tolerance, 20.0);
+        let message = message.unwrap();
+        assert!(message.starts_with("timing: implausible (reports dispatch time?): vjp's 5 run(s)"), "{message}");
+        let (ok, none) = timing_check(&[honest, fast]).unwrap();
+        assert!(ok.passed && none.is_none() && (ok.worst - 1.0).abs() < 1e-9, "{ok:?}");
+        assert!(timing_check(&[]).is_none());
+    }
+
+    #[test]
+    fn reported_timings_must_fit_in_the_exchange() {
+        let t = |ns: u64| crate::protocol::Timing { name: "evaluate".into(), nanoseconds: ns };
+        assert!(check_reported(&[t(400), t(500)], Duration::from_nanos(1000)).is_ok());
+        let e = check_reported(&[t(u64::MAX), t(u64::MAX)], Duration::from_millis(600)).unwrap_err();
+        assert!(e.contains("more than the 0.600000 s"), "{e}");
+        let e = check_reported(&[t(10), t(0)], Duration::from_millis(1)).unwrap_err();
+        assert!(e.contains("run 1 is reported as 0 ns"), "{e}");
     }
 }

@@ -13,6 +13,7 @@ pub mod eval;
 pub mod exit;
 pub mod external;
 pub mod history;
+pub mod interrupt;
 pub mod memory;
 pub mod peers;
 pub mod pipeline;

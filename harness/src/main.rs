@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use clap::{Arg, ArgAction, ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use adgauge_harness::exit::{Code, code_of};
-use adgauge_harness::{eval, history, memory, run, serve, sinks, tool};
+use adgauge_harness::{eval, history, interrupt, memory, run, serve, sinks, tool};
 
 #[global_allocator]
 static ALLOCATOR: memory::Counting = memory::Counting;
@@ -132,6 +132,10 @@ fn main() -> ExitCode {
         adgauge_datasets::limits::set_max_bytes(bytes);
     }
     let command = cli.command.unwrap_or(Command::Run(run::RunArgs::default()));
+    // The commands that start tools stop them, and keep what they measured, when interrupted.
+    if matches!(command, Command::Run(_) | Command::Check(_)) {
+        interrupt::install();
+    }
     let result = match command {
         Command::Eval(args) => eval::run(&args, cli.threads).map(|json| {
             sinks::Console::new(0, true).line(&json);
@@ -163,6 +167,12 @@ fn main() -> ExitCode {
             Ok(Code::Success)
         })(),
     };
+    if let Some(signal) = interrupt::signal() {
+        if let Err(e) = &result {
+            eprintln!("error: {}", bounded(&format!("{e:#}")));
+        }
+        return ExitCode::from(interrupt::exit_code(signal));
+    }
     match result {
         Ok(code) => code.into(),
         Err(e) => {

@@ -247,6 +247,16 @@ fn run_phases(
         }
         [row.primal, row.vjp, row.jvp] = timings.clone();
     }
+    // A tool's own timings that its exchanges' wall times make implausible fail the row.
+    if let Some((check, message)) = prepared.timing_check() {
+        if !check.passed {
+            row.status = Status::Failed;
+            if let Some(m) = message {
+                row.message = Some(row.message.take().map_or(m.clone(), |earlier| format!("{earlier}; {m}")));
+            }
+        }
+        row.checks.push(check);
+    }
     let mut peaks: [Option<u64>; 3] = [None, None, None];
     for &mode in timed.iter().filter(|m| !untimed.contains(m)) {
         if over(row, &format!("memory {mode}")) {

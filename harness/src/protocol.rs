@@ -79,6 +79,43 @@ pub struct Response {
     pub error: Option<String>,
 }
 
+/// An `evaluate` message as its protocol line (newline included), written from borrowed parts:
+/// the input's fields with `min_runs` = `runs` and `min_seconds` = 0 added, so that a large
+/// input is serialized once and never copied.
+pub fn evaluate_line(id: i64, module: &str, function: &str, input: &Json, runs: u64) -> serde_json::Result<Vec<u8>> {
+    use serde::ser::SerializeMap;
+
+    /// The input with the run settings added (an input that is not an object goes as it is).
+    struct WithRuns<'a> {
+        input: &'a Json,
+        runs: u64,
+    }
+    impl Serialize for WithRuns<'_> {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            let Json::Object(fields) = self.input else { return self.input.serialize(s) };
+            let mut map = s.serialize_map(None)?;
+            for (key, value) in fields.iter().filter(|(k, _)| !matches!(k.as_str(), "min_runs" | "min_seconds")) {
+                map.serialize_entry(key, value)?;
+            }
+            map.serialize_entry("min_runs", &self.runs)?;
+            map.serialize_entry("min_seconds", &0)?;
+            map.end()
+        }
+    }
+    #[derive(Serialize)]
+    struct Line<'a> {
+        id: i64,
+        kind: &'static str,
+        module: &'a str,
+        function: &'a str,
+        input: WithRuns<'a>,
+    }
+    let mut out =
+        serde_json::to_vec(&Line { id, kind: "evaluate", module, function, input: WithRuns { input, runs } })?;
+    out.push(b'\n');
+    Ok(out)
+}
+
 /// The protocol's run-count fields, removed from an `evaluate` input before the function sees
 /// it: (min_runs, min_seconds).
 pub fn take_run_settings(input: &mut Json) -> (u64, f64) {
@@ -111,5 +148,26 @@ mod tests {
         .unwrap();
         assert_eq!(r.timings.unwrap()[0].nanoseconds, 1200);
         assert!(serde_json::from_str::<Message>(r#"{"id": 1, "kind": "nope"}"#).is_err());
+    }
+
+    #[test]
+    fn an_evaluate_line_is_the_message_with_its_run_settings() {
+        let input = serde_json::json!({"x": [1.5, 2], "n": 4, "min_runs": 9});
+        let line = evaluate_line(7, "llsq", "gradient", &input, 3).unwrap();
+        assert_eq!(line.last(), Some(&b'\n'));
+        let m: Message = serde_json::from_slice(&line).unwrap();
+        let want = serde_json::json!({"x": [1.5, 2], "n": 4, "min_runs": 3, "min_seconds": 0});
+        assert_eq!(
+            m,
+            Message::Evaluate {
+                id: 7,
+                module: "llsq".into(),
+                function: "gradient".into(),
+                input: Some(want),
+                description: None
+            }
+        );
+        let bare = evaluate_line(1, "m", "f", &Json::Null, 1).unwrap();
+        assert_eq!(serde_json::from_slice::<Json>(&bare).unwrap()["input"], Json::Null);
     }
 }

@@ -219,19 +219,37 @@ pub fn run(args: &RunArgs, threads: Option<usize>) -> anyhow::Result<Code> {
         seed: suite.seed,
     })?;
     let mut code = Code::Success;
+    let mut finished = 0;
     for c in &cases {
+        if crate::interrupt::signal().is_some() {
+            break;
+        }
         sink.case_started(&c.id());
         let mut row = if args.isolate {
             run_isolated(args, threads, c, &settings, cpu.threads())
         } else {
             run_case(&tools, c, &settings)
         };
+        // A case cut short by the interruption measured nothing worth keeping.
+        if crate::interrupt::signal().is_some() {
+            break;
+        }
         // The host that measured the row: a merge of shards keeps each row's (docs/gate.md).
         row.host.get_or_insert_with(crate::environment::host);
         code = code.combine(code_for(&row));
         sink.case_finished(&row)?;
+        finished += 1;
     }
+    // The tools' processes end before the run's files are written.
+    drop(tools);
     sink.run_finished()?;
+    if let Some(signal) = crate::interrupt::signal() {
+        eprintln!(
+            "adgauge: interrupted by {}: {finished} of {} case(s) measured and written",
+            crate::interrupt::name(signal),
+            cases.len()
+        );
+    }
     Ok(code)
 }
 
@@ -312,6 +330,9 @@ pub fn check(args: &CheckArgs, threads: Option<usize>) -> anyhow::Result<Code> {
     let mut failures = Vec::new();
     let mut skipped = 0;
     for c in &cases {
+        if crate::interrupt::signal().is_some() {
+            break;
+        }
         let id = c.id();
         let result = match cannot_run(tool, c) {
             Some(why) => Err(anyhow::Error::new(adgauge_backends::OpError::Unsupported(why))),
@@ -399,9 +420,16 @@ fn run_isolated(
     for t in &args.tool_cmd {
         cmd.arg("--tool-cmd").arg(format!("{}={}", t.name, t.command));
     }
-    let mut child = match cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn() {
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    // Registered, so that an interruption stops the child (which stops its own tools).
+    let spawned = crate::interrupt::spawn_registered(false, || {
+        let child = cmd.spawn().map_err(|e| format!("cannot start a child process: {e}"))?;
+        let pid = child.id();
+        Ok((child, pid))
+    });
+    let (mut child, pid) = match spawned {
         Ok(c) => c,
-        Err(e) => return fail(Status::Error, format!("cannot start a child process: {e}")),
+        Err(e) => return fail(Status::Error, e),
     };
     // Drain both pipes on threads so a chatty child never blocks on a full pipe.
     let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
@@ -415,21 +443,41 @@ fn run_isolated(
     };
     let out = drain(child.stdout.take().map(|p| Box::new(p) as Box<dyn std::io::Read + Send>));
     let err = drain(child.stderr.take().map(|p| Box::new(p) as Box<dyn std::io::Read + Send>));
-    // The child enforces the limit between phases; the parent kills it a little later.
-    let limit = settings.case_limit.saturating_add(Duration::from_secs(10));
+    // The child enforces the limit between phases; the parent stops it a little later (its
+    // grace: a tenth of the limit, between 1 and 10 s): SIGTERM first, so that it kills its
+    // tools (`interrupt.rs`), and SIGKILL if it has not ended 2 s after that.
+    let grace = (settings.case_limit / 10).clamp(Duration::from_secs(1), Duration::from_secs(10));
+    let limit = settings.case_limit.saturating_add(grace);
     let started = Instant::now();
+    let mut terminated: Option<Instant> = None;
     let status = loop {
         match child.try_wait() {
             Ok(Some(s)) => break Some(s),
-            Ok(None) if started.elapsed() > limit => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
+            Ok(None) => {
+                let interrupted = crate::interrupt::signal().is_some();
+                if terminated.is_none() && (interrupted || started.elapsed() > limit) {
+                    terminated = Some(Instant::now());
+                    #[cfg(unix)]
+                    // SAFETY: kill(2) of the child this function started and has not reaped.
+                    unsafe {
+                        libc::kill(pid, libc::SIGTERM);
+                    }
+                }
+                if terminated.is_some_and(|t| t.elapsed() > Duration::from_secs(2)) {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break None;
+                }
+                std::thread::sleep(Duration::from_millis(20));
             }
-            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-            Err(e) => return fail(Status::Error, format!("lost the child process: {e}")),
+            Err(e) => {
+                crate::interrupt::unregister(pid);
+                return fail(Status::Error, format!("lost the child process: {e}"));
+            }
         }
     };
+    crate::interrupt::unregister(pid);
+    let status = if terminated.is_some() { None } else { status };
     let (stdout, stderr) = (out.join().unwrap_or_default(), err.join().unwrap_or_default());
     let Some(status) = status else {
         return fail(Status::Timeout, format!("killed after {:?} (the case time limit)", limit));

@@ -4,8 +4,14 @@
 //! each `evaluate` runs the function at least `min_runs` times and for at least `min_seconds`,
 //! and reports every run's time: the computation only, the input parsed and put on the device
 //! before the runs (`Workload::gradbench_prepare`) and the output printed after them.
+//!
+//! Inputs are judged as `eval` judges them: a line is at most `--max-input-bytes` long (a
+//! longer one ends the server with exit 2, naming the line), and every module's input passes
+//! the workloads' own validation (ranges, sizes, the `--max-memory` footprint) before anything
+//! is allocated for it; a refusal is a `success: false` naming the field. A message is parsed
+//! once and moved, never copied, on its way to the engine.
 
-use std::io::{BufRead, Write};
+use std::io::{BufRead, Read, Write};
 
 use adgauge_backends::DType;
 use clap::Args;
@@ -23,6 +29,9 @@ pub struct ToolArgs {
     /// Element type the functions compute in (inputs and outputs are JSON numbers either way).
     #[arg(long, default_value = "f64")]
     pub dtype: DType,
+    /// Longest message line accepted, in bytes (a line is read whole).
+    #[arg(long, default_value_t = crate::eval::DEFAULT_MAX_INPUT_BYTES)]
+    pub max_input_bytes: u64,
 }
 
 pub fn serve(args: &ToolArgs, threads: Option<usize>) -> anyhow::Result<Code> {
@@ -34,15 +43,34 @@ pub fn serve(args: &ToolArgs, threads: Option<usize>) -> anyhow::Result<Code> {
         Box::new(EngineEndpoint::new(device, &args.backend, args.dtype))
     };
     let stdin = std::io::stdin();
+    let mut input = stdin.lock();
     let mut out = std::io::stdout().lock();
-    for (n, line) in stdin.lock().lines().enumerate() {
-        let line = line.map_err(|e| bad_input(format!("<stdin>:{}: cannot read: {e}", n + 1)))?;
-        if line.trim().is_empty() {
+    let mut line = Vec::new();
+    for n in 1.. {
+        line.clear();
+        let read = (&mut input)
+            .take(args.max_input_bytes.saturating_add(1))
+            .read_until(b'\n', &mut line)
+            .map_err(|e| bad_input(format!("<stdin>:{n}: cannot read: {e}")))?;
+        if read == 0 {
+            break;
+        }
+        if line.last() == Some(&b'\n') {
+            line.pop();
+        } else if line.len() as u64 > args.max_input_bytes {
+            return Err(bad_input(format!(
+                "<stdin>:{n}: a line longer than {} bytes (raise --max-input-bytes to read it)",
+                args.max_input_bytes
+            )));
+        }
+        if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        let message: Message = serde_json::from_str(&line)
-            .map_err(|e| bad_input(format!("<stdin>:{}: not a protocol message: {e}", n + 1)))?;
-        let response = answer(endpoint.as_mut(), &message);
+        let message: Message = serde_json::from_slice(&line)
+            .map_err(|e| bad_input(format!("<stdin>:{n}: not a protocol message: {e}")))?;
+        // The text is not needed once parsed: its memory goes before the input is converted.
+        line = Vec::new();
+        let response = answer(endpoint.as_mut(), message);
         let text = serde_json::to_string(&response)?;
         // The eval went away: nothing left to answer.
         if writeln!(out, "{text}").and_then(|_| out.flush()).is_err() {

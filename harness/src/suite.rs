@@ -391,11 +391,12 @@ impl Entry<'_> {
     }
 
     fn external_tool(&self, key: &str, map: &serde_json::Map<String, Json>) -> Result<ExternalSpec, String> {
-        if let Some(extra) = map.keys().find(|k| !["name", "command", "timeout_s"].contains(&k.as_str())) {
+        const FIELDS: [&str; 4] = ["name", "command", "timeout_s", "max_response_bytes"];
+        if let Some(extra) = map.keys().find(|k| !FIELDS.contains(&k.as_str())) {
             return Err(self.error(
                 key,
                 Some(extra),
-                &format!("unknown field `{extra}` of a tool (valid: name, command, timeout_s)"),
+                &format!("unknown field `{extra}` of a tool (valid: {})", FIELDS.join(", ")),
             ));
         }
         let text = |field: &str| match map.get(field) {
@@ -411,6 +412,15 @@ impl Entry<'_> {
             match t.as_f64() {
                 Some(x) if x > 0.0 && x <= MAX_SECONDS => spec.timeout = Duration::from_secs_f64(x),
                 _ => return Err(self.error(key, None, &format!("timeout_s must be in (0, {MAX_SECONDS}], got {t}"))),
+            }
+        }
+        if let Some(b) = map.get("max_response_bytes") {
+            match b.as_u64() {
+                Some(x) if x >= 1024 => spec.max_response_bytes = x,
+                _ => {
+                    let message = format!("max_response_bytes must be a whole number of bytes >= 1024, got {b}");
+                    return Err(self.error(key, None, &message));
+                }
             }
         }
         Ok(spec)

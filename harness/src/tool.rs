@@ -84,6 +84,12 @@ pub trait PreparedCase {
     fn rule_taken(&self) -> Option<String> {
         None
     }
+    /// A check of the timings themselves, where the tool times itself (an external tool: do its
+    /// reported runs fit the wall time adgauge measured around them?), with the message of a
+    /// failure.
+    fn timing_check(&self) -> Option<(adgauge_reports::Check, Option<String>)> {
+        None
+    }
 }
 
 /// A thing that computes derivatives: see the module documentation.

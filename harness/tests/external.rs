@@ -178,10 +178,12 @@ fn adgauge_as_an_external_tool_passes_the_checks_of_its_own_engine() {
         if w == "ba" {
             engine_only.extend(["manual-jvp", "full-jacobian"]);
         }
-        let want: Vec<String> = check_names(cpu).into_iter().filter(|c| !engine_only.contains(&c.as_str())).collect();
+        let mut want: Vec<String> =
+            check_names(cpu).into_iter().filter(|c| !engine_only.contains(&c.as_str())).collect();
+        // And every external row's check of its own timings against adgauge's wall time.
+        want.push("timing".into());
         let mut got = check_names(ext);
         got.sort();
-        let mut want = want;
         want.sort();
         assert_eq!(got, want, "{w}");
         assert!(ext["primal"]["median_s"].as_f64().unwrap() > 0.0, "{ext}");
@@ -340,7 +342,7 @@ fn wrong_ba_jacobians_fail_and_replicated_only_tools_are_labelled() {
     assert_eq!((fine["status"].as_str(), fine["message"].as_str()), (Some("ok"), None), "{fine}");
     let mut names = check_names(fine);
     names.sort();
-    assert_eq!(names, ["dot-product", "fd-jvp", "fd-vjp", "manual"]);
+    assert_eq!(names, ["dot-product", "fd-jvp", "fd-vjp", "manual", "timing"]);
     for name in ["sign", "swap", "feat0"] {
         let r = row(&rows, "ba", name);
         assert_eq!(r["status"], "failed", "{r}");

@@ -42,6 +42,8 @@ def serve(tool, config, modules):
             response.update(tool=tool, config=config)
         elif kind == "define":
             response["success"] = message["module"] in modules
+            if not response["success"]:
+                response["error"] = f"{tool} has no module {message['module']}"
         elif kind == "evaluate":
             x = dict(message.get("input") or {})
             runs = max(1, int(x.pop("min_runs", 1)))

@@ -9,7 +9,7 @@ parameter of an observation; both of GradBench's input forms, docs/protocol.md).
 --fault chooses what goes wrong:
   none        correct derivatives
   wrong-dest  hist's vjp drops dest's adjoint (a planted AD bug: dest_bar = 0)
-  hang        every evaluate message waits forever
+  hang        every evaluate message waits forever (creating the file --once FILE, if given, first)
   crash       every evaluate message makes the tool exit with status 3
   garbage     every evaluate message is answered with a line that is not JSON
   wrong-id    every evaluate message is answered with another id
@@ -22,11 +22,31 @@ parameter of an observation; both of GradBench's input forms, docs/protocol.md).
   ba-compressed        ba ignores adgauge's `full` extension: GradBench's replicated input and
                        compressed outputs only (a GradBench-only tool)
   ba-feat0-compressed  both of the above
+
+Faults of the protocol itself (adgauge must end the case with an error row, or a finding, and
+leave no process behind):
+  stop-reading   after `define`, never reads its input again (a large message fills the pipe)
+  flood          every evaluate message is answered with an endless line
+  crash-define   every define message makes the tool exit with status 3
+  twice          every evaluate message is answered twice
+  no-success     every evaluate response lacks `success`
+  absurd-timing  every run is reported as 2^64 - 1 ns
+  zero-timing    every run is reported as 0 ns
+  crash-once     the first evaluate message of the run (the file --once FILE does not exist yet:
+                 it is created) makes the tool exit with status 3; later processes are fine
+  dispatch       every run computes and then waits 20 ms outside its timing, as a tool that
+                 times the dispatch of asynchronous work reports 1000x too little
+
+--tag TEXT is ignored: it marks a test's processes in the process table.
+
+Whatever the fault, an evaluate of a module this process has not defined is refused, as
+GradBench's protocol requires `define` first (a restarted tool must be defined again).
 """
 
 import argparse
 import json
 import math
+import os
 import sys
 import time
 
@@ -248,8 +268,14 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--fault", default="none",
                         choices=["none", "wrong-dest", "hang", "crash", "garbage", "wrong-id", "tie-all", "tie-split",
-                                 "ba-sign", "ba-swap", "ba-feat0", "ba-compressed", "ba-feat0-compressed"])
-    fault = parser.parse_args().fault
+                                 "ba-sign", "ba-swap", "ba-feat0", "ba-compressed", "ba-feat0-compressed",
+                                 "stop-reading", "flood", "crash-define", "twice", "no-success", "absurd-timing",
+                                 "zero-timing", "dispatch", "crash-once"])
+    parser.add_argument("--tag", default="")
+    parser.add_argument("--once", default="")
+    args = parser.parse_args()
+    fault = args.fault
+    defined = set()
     for line in sys.stdin:
         message = json.loads(line)
         kind, mid = message["kind"], message["id"]
@@ -260,9 +286,34 @@ def main():
             if fault == "tie-split":
                 response["config"]["conventions"] = {"tie-policy": "split"}
         elif kind == "define":
-            response["success"] = message["module"] in ("hist", "llsq", "ba")
+            if fault == "crash-define":
+                print("planted crash at define", file=sys.stderr, flush=True)
+                sys.exit(3)
+            known = message["module"] in ("hist", "llsq", "ba")
+            response["success"] = known
+            if known:
+                defined.add(message["module"])
+            if not known:
+                response["error"] = f"the planted tool has no module {message['module']}"
+            if fault == "stop-reading":
+                print(json.dumps(response), flush=True)
+                time.sleep(3600)
         elif kind == "evaluate":
+            if message["module"] not in defined:
+                response.update(success=False, error=f"module {message['module']} was not defined in this process")
+                print(json.dumps(response), flush=True)
+                continue
+            if fault == "crash-once" and not os.path.exists(args.once):
+                open(args.once, "w").close()
+                print("planted crash (once)", file=sys.stderr, flush=True)
+                sys.exit(3)
+            if fault == "flood":
+                chunk = "0," * 65536
+                while True:
+                    sys.stdout.write(chunk)
             if fault == "hang":
+                if args.once:
+                    open(args.once, "w").close()
                 time.sleep(3600)
             if fault == "crash":
                 print("planted crash", file=sys.stderr, flush=True)
@@ -285,10 +336,22 @@ def main():
                         output = ba(message["function"], x, fault)
                     else:
                         output = llsq(message["function"], x)
-                    timings.append({"name": "evaluate", "nanoseconds": time.perf_counter_ns() - start})
+                    took = time.perf_counter_ns() - start
+                    if fault == "dispatch":
+                        took = max(1, took // 1000)
+                        time.sleep(0.02)
+                    elif fault == "absurd-timing":
+                        took = 2**64 - 1
+                    elif fault == "zero-timing":
+                        took = 0
+                    timings.append({"name": "evaluate", "nanoseconds": took})
                 response.update(success=True, output=output, timings=timings)
+                if fault == "no-success":
+                    del response["success"]
             except (ValueError, KeyError) as e:
                 response.update(success=False, error=str(e))
+            if fault == "twice":
+                print(json.dumps(response), flush=True)
         print(json.dumps(response), flush=True)
 
 

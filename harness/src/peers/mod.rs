@@ -59,6 +59,7 @@ pub fn specs() -> Vec<ExternalSpec> {
             name: p.name.into(),
             command: format!("in-process: {}", p.what),
             timeout: DEFAULT_TIMEOUT,
+            max_response_bytes: crate::external::DEFAULT_MAX_RESPONSE_BYTES,
             in_process: Some(p.name),
         })
         .collect()
@@ -114,8 +115,9 @@ impl Endpoint for HistEndpoint {
     fn define(&mut self, module: &str) -> Result<(), String> {
         if module == "hist" { Ok(()) } else { Err(format!("a peer implements the hist module only, not {module}")) }
     }
-    fn prepare<'a>(&'a mut self, module: &str, function: &str, input: &Json) -> Result<Box<dyn Call + 'a>, String> {
+    fn prepare<'a>(&'a mut self, module: &str, function: &str, input: Json) -> Result<Box<dyn Call + 'a>, String> {
         self.define(module)?;
+        let input = &input;
         let mode = match function {
             "primal" => Mode::Primal,
             "vjp" => Mode::Vjp,
