@@ -5,8 +5,9 @@
 //! (`Problem::remote_validation`), and the tool's own timings become the row's timings.
 //!
 //! adgauge judges tools, so nothing a tool does may hang, crash or fool it:
-//! - every exchange has one deadline (`timeout_s`), writing included: a writer thread writes
-//!   the message, so a tool that stops reading its input is timed out like a silent one;
+//! - every exchange has one deadline (`timeout_s`), writing included: the tool's stdin is
+//!   non-blocking and each write waits (poll) only until the deadline, so a tool that stops
+//!   reading its input is timed out like a silent one;
 //! - a response line longer than its bound (a floor, `max_response_bytes`, or 32 bytes per
 //!   byte of the message, whichever is larger: no module returns more) ends the case; the
 //!   reader thread never holds more than the bound;
@@ -27,7 +28,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Read, Write};
 #[cfg(unix)]
 use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::sync::{Arc, Mutex};
@@ -92,16 +93,14 @@ pub fn parse_tool_cmd(s: &str) -> Result<ExternalSpec, String> {
     })
 }
 
-/// A running tool process: a writer thread owns its stdin, a reader thread its stdout, a
-/// third keeps the tail of its stderr.
+/// A running tool process: its stdin is written without blocking (`write_within`), a reader
+/// thread reads its stdout, another keeps the tail of its stderr.
 struct Process {
     child: Child,
     /// The process (and group) id.
     pid: i32,
-    /// Lines to write; dropped first when the process ends, which closes its stdin.
-    writes: Option<Sender<Vec<u8>>>,
-    /// One result per line written.
-    written: Receiver<std::io::Result<()>>,
+    /// Its input, in non-blocking mode.
+    stdin: Option<ChildStdin>,
     /// Response lines, or why reading stopped (a line over its bound).
     lines: Receiver<Result<String, String>>,
     /// The current bound of a line, in bytes.
@@ -149,9 +148,42 @@ impl Drop for Process {
         }
         let _ = self.child.kill();
         crate::interrupt::unregister(self.pid);
-        self.writes = None;
+        self.stdin = None;
         let _ = self.child.wait();
     }
+}
+
+/// Writes all of `bytes` to a non-blocking pipe, waiting for room until `deadline`:
+/// `Ok(false)` when the deadline passed first (the reader stopped reading).
+fn write_within(pipe: &mut ChildStdin, bytes: &[u8], deadline: Instant) -> std::io::Result<bool> {
+    let mut done = 0;
+    while done < bytes.len() {
+        match pipe.write(&bytes[done..]) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => done += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Ok(false);
+                }
+                #[cfg(unix)]
+                {
+                    use std::os::fd::AsRawFd;
+                    let mut poll = libc::pollfd { fd: pipe.as_raw_fd(), events: libc::POLLOUT, revents: 0 };
+                    let ms = i32::try_from(left.as_millis().max(1)).unwrap_or(i32::MAX);
+                    // SAFETY: poll(2) on one pollfd that lives on this stack frame.
+                    unsafe {
+                        libc::poll(&mut poll, 1, ms);
+                    }
+                }
+                #[cfg(not(unix))]
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
 }
 
 /// Reads lines of at most `limit` bytes (the bound is read per line, so each message sets its
@@ -211,19 +243,17 @@ impl Process {
                 return Err("the tool's pipes could not be opened".into());
             }
         };
-        // Writes happen on a thread, so that a tool that stops reading can be timed out.
-        let (writes, to_write) = channel::<Vec<u8>>();
-        let (wrote, written) = channel();
-        std::thread::spawn(move || {
-            let mut stdin = stdin;
-            for bytes in to_write {
-                let result = stdin.write_all(&bytes).and_then(|_| stdin.flush());
-                let failed = result.is_err();
-                if wrote.send(result).is_err() || failed {
-                    break;
-                }
+        // Writes never block, so that a tool that stops reading can be timed out.
+        #[cfg(unix)]
+        {
+            use std::os::fd::AsRawFd;
+            let fd = stdin.as_raw_fd();
+            // SAFETY: fcntl(2) on the pipe this process owns: read its flags, add O_NONBLOCK.
+            unsafe {
+                let flags = libc::fcntl(fd, libc::F_GETFL);
+                libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
             }
-        });
+        }
         // Lines arrive on a thread so that a silent tool can be timed out.
         let (send, lines) = channel();
         let line_limit = Arc::new(AtomicU64::new(spec.max_response_bytes));
@@ -249,7 +279,7 @@ impl Process {
                 }
             }
         });
-        Ok(Process { child, pid, writes: Some(writes), written, lines, line_limit, stderr: tail })
+        Ok(Process { child, pid, stdin: Some(stdin), lines, line_limit, stderr: tail })
     }
 
     /// A line that arrived when none was asked for (a second response), if any.
@@ -274,16 +304,12 @@ impl Process {
         self.line_limit.store(limit, Ordering::SeqCst);
         let started = Instant::now();
         let left = || timeout.saturating_sub(started.elapsed());
-        let sent = self.writes.as_ref().is_some_and(|w| w.send(line).is_ok());
-        let wrote = if sent { self.written.recv_timeout(left()) } else { Err(RecvTimeoutError::Disconnected) };
-        match wrote {
-            Ok(Ok(())) => {}
-            Ok(Err(_)) | Err(RecvTimeoutError::Disconnected) => {
-                return Err(format!("{what}: the tool closed its input{}", self.exit_reason()));
-            }
-            Err(RecvTimeoutError::Timeout) => {
+        match self.stdin.as_mut().map(|stdin| write_within(stdin, &line, started + timeout)) {
+            Some(Ok(true)) => {}
+            Some(Ok(false)) => {
                 return Err(format!("{what}: the tool did not read the message ({size} bytes) within {timeout:?}"));
             }
+            Some(Err(_)) | None => return Err(format!("{what}: the tool closed its input{}", self.exit_reason())),
         }
         let text = match self.lines.recv_timeout(left()) {
             Ok(Ok(text)) => text,
@@ -719,9 +745,12 @@ struct ProcessPrepared {
 /// same time outside the runs (writing, parsing and converting the input, printing the
 /// output), so the difference of their wall times is what S - 1 runs took: scaled to S runs,
 /// it is the wall time the runs account for (S = 1: the timed exchange's whole wall time).
-/// Runs reported as less than 5% of that, once it is above 10 ms, are implausible: a tool that
-/// times the dispatch of asynchronous work rather than the work (JAX without
-/// `block_until_ready`) reports almost nothing while the exchange waits for the computation.
+/// Runs reported as less than 5% of that, once it is above 10 ms, are implausible, once a second
+/// pair of exchanges with three times the runs confirms it (its runs are implausible too, and
+/// the wall time they account for grew at least 1.5 times: a scheduler's delay does not grow
+/// with the runs): a tool that times the dispatch of asynchronous work rather than the work
+/// (JAX without `block_until_ready`) reports almost nothing while the exchange waits for the
+/// computation.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plausibility {
     pub mode: Mode,
@@ -730,6 +759,9 @@ pub struct Plausibility {
     pub reported_s: f64,
     /// The wall time the runs account for, in seconds.
     pub accounted_s: f64,
+    /// Whether a second pair of exchanges with [`Plausibility::CONFIRM_RUNS`] times the runs
+    /// showed the wall time was not the runs' (it did not grow with them).
+    pub cleared: bool,
 }
 
 impl Plausibility {
@@ -738,6 +770,10 @@ impl Plausibility {
     /// Wall time below which no share is judged (seconds): shorter exchanges are dominated by
     /// the pipes and the tool's loop.
     pub const MIN_ACCOUNTED_S: f64 = 0.010;
+    /// The confirming pair asks for this many times the runs...
+    pub const CONFIRM_RUNS: u64 = 3;
+    /// ...and its accounted wall time must grow at least this much to confirm the finding.
+    pub const CONFIRM_GROWTH: f64 = 1.5;
 
     /// From the warm-up's and the timed exchange's wall times and the timed runs' reports.
     pub fn new(mode: Mode, warm_up_wall: Duration, timed_wall: Duration, reported: &[f64]) -> Plausibility {
@@ -748,12 +784,12 @@ impl Plausibility {
         } else {
             timed
         };
-        Plausibility { mode, runs, reported_s: reported.iter().sum(), accounted_s: accounted }
+        Plausibility { mode, runs, reported_s: reported.iter().sum(), accounted_s: accounted, cleared: false }
     }
 
-    /// Whether the wall time is long enough to judge.
+    /// Whether the wall time is long enough to judge (and was not cleared as a delay).
     pub fn judged(&self) -> bool {
-        self.accounted_s > Self::MIN_ACCOUNTED_S
+        self.accounted_s > Self::MIN_ACCOUNTED_S && !self.cleared
     }
 
     /// Accounted wall time per reported second (what the check compares with 1 / MIN_SHARE).
@@ -813,12 +849,26 @@ impl PreparedCase for ProcessPrepared {
     /// The tool's own timings: one warm-up message, then one message asking for the budget's
     /// samples as runs; both exchanges' wall times judge whether the timings are plausible.
     fn timing(&mut self, mode: Mode, budget: &Budget) -> anyhow::Result<Timing> {
+        let runs = budget.samples.max(1) as u64;
         let warm_up = self.run(mode, 1)?.wall;
-        let timed = self.run(mode, budget.samples.max(1) as u64)?;
+        let timed = self.run(mode, runs)?;
         let seconds: Vec<f64> =
             timed.response.timings.unwrap_or_default().iter().map(|t| t.nanoseconds as f64 * 1e-9).collect();
+        let mut plausibility = Plausibility::new(mode, warm_up, timed.wall, &seconds);
+        // A finding is confirmed by a second pair of exchanges with three times the runs: work
+        // the tool really does takes about three times as long, a scheduler's delay (an
+        // exchange on a loaded machine can lose tens of ms) does not.
+        if plausibility.implausible() {
+            let warm_up = self.run(mode, 1)?.wall;
+            let again = self.run(mode, runs.saturating_mul(Plausibility::CONFIRM_RUNS))?;
+            let reported: Vec<f64> =
+                again.response.timings.unwrap_or_default().iter().map(|t| t.nanoseconds as f64 * 1e-9).collect();
+            let second = Plausibility::new(mode, warm_up, again.wall, &reported);
+            plausibility.cleared = !(second.implausible()
+                && second.accounted_s >= Plausibility::CONFIRM_GROWTH * plausibility.accounted_s);
+        }
         self.plausibility.retain(|p| p.mode != mode);
-        self.plausibility.push(Plausibility::new(mode, warm_up, timed.wall, &seconds));
+        self.plausibility.push(plausibility);
         crate::timing::summarize(seconds, 1)
             .ok_or_else(|| anyhow::anyhow!("tool {}: {}: reported no timings", self.name(), timed.what))
     }
@@ -862,6 +912,12 @@ mod tests {
         assert!(message.starts_with("timing: implausible (reports dispatch time?): vjp's 5 run(s)"), "{message}");
         let (ok, none) = timing_check(&[honest, fast]).unwrap();
         assert!(ok.passed && none.is_none() && (ok.worst - 1.0).abs() < 1e-9, "{ok:?}");
+        // A delay the confirming pair did not reproduce is no finding.
+        let mut delayed = Plausibility::new(Mode::Vjp, ms(1), ms(15), &[1e-5; 2]);
+        assert!(delayed.implausible(), "{delayed:?}");
+        delayed.cleared = true;
+        let (ok, none) = timing_check(&[delayed]).unwrap();
+        assert!(ok.passed && none.is_none() && ok.worst == 0.0, "{ok:?}");
         assert!(timing_check(&[]).is_none());
     }
 

@@ -128,9 +128,9 @@ fn main() -> ExitCode {
     if let (Some(Command::Eval(args)), Some(("eval", eval))) = (cli.command.as_mut(), matches.subcommand()) {
         args.options = workload_options(eval);
     }
-    if let Some(bytes) = cli.max_memory {
-        adgauge_datasets::limits::set_max_bytes(bytes);
-    }
+    // Set once, default included: the default is read from the system, which costs more than
+    // a small `adgauge tool` message (30 us of /proc reading each time it is asked).
+    adgauge_datasets::limits::set_max_bytes(cli.max_memory.unwrap_or_else(adgauge_datasets::limits::default_max_bytes));
     let command = cli.command.unwrap_or(Command::Run(run::RunArgs::default()));
     // The commands that start tools stop them, and keep what they measured, when interrupted.
     if matches!(command, Command::Run(_) | Command::Check(_)) {

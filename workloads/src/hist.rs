@@ -282,7 +282,7 @@ impl Workload for HistFamily {
         let (mode, op) = gradbench_call(function, input)?;
         let w = HistFamily::workload_named(&format!("hist-{op}"))?;
         let source = format!("hist.{function} input");
-        let case = parse_hist_case(&input.to_string(), &source, w.op.name())?;
+        let case = crate::json::hist_case_from_value(input, &source, w.op.name())?;
         case.check_representable(&source, dtype)?;
         check_domain(w, &case, &source)?;
         with_device!(device, |d| {

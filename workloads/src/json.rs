@@ -123,9 +123,14 @@ impl HistCase {
 
 /// Parses a case; `source` names the file in messages, `op` is the workload's operator name.
 pub fn parse_hist_case(text: &str, source: &str, op: &str) -> WResult<HistCase> {
-    let value = parse_json(text, source)?;
+    hist_case_from_value(&parse_json(text, source)?, source, op)
+}
+
+/// [`parse_hist_case`] of a JSON value already parsed (a protocol message's input: read as it
+/// is, neither printed nor parsed again).
+pub fn hist_case_from_value(value: &Value, source: &str, op: &str) -> WResult<HistCase> {
     let Value::Object(obj) = value else {
-        return Err(bad_input(format!("{source}: expected a JSON object at the top level, found {}", kind(&value))));
+        return Err(bad_input(format!("{source}: expected a JSON object at the top level, found {}", kind(value))));
     };
     if let Some(extra) = obj.keys().find(|key| !FIELDS.contains(&key.as_str())) {
         return Err(bad_input(format!("{source}: unknown field '{extra}' (expected {})", FIELDS.join(", "))));
@@ -144,14 +149,14 @@ pub fn parse_hist_case(text: &str, source: &str, op: &str) -> WResult<HistCase> 
         None => return Err(err("k", "missing (the number of bins is required)".into())),
         Some(v) => parse_k(v).map_err(|m| err("k", m))?,
     };
-    let inds = parse_indices(&obj, "inds").map_err(|(f, m)| err(&f, m))?;
+    let inds = parse_indices(obj, "inds").map_err(|(f, m)| err(&f, m))?;
     let n = inds.len();
-    let vals = required_numbers(&obj, "vals", n, "len(inds)").map_err(|(f, m)| err(&f, m))?;
-    let dest = required_numbers(&obj, "dest", k, "k").map_err(|(f, m)| err(&f, m))?;
+    let vals = required_numbers(obj, "vals", n, "len(inds)").map_err(|(f, m)| err(&f, m))?;
+    let dest = required_numbers(obj, "dest", k, "k").map_err(|(f, m)| err(&f, m))?;
     let optional = |name: &str, len: usize, what: &str| -> WResult<Option<Vec<f64>>> {
         match obj.get(name) {
             None => Ok(None),
-            Some(_) => required_numbers(&obj, name, len, what).map(Some).map_err(|(f, m)| err(&f, m)),
+            Some(_) => required_numbers(obj, name, len, what).map(Some).map_err(|(f, m)| err(&f, m)),
         }
     };
     Ok(HistCase {

@@ -12,7 +12,7 @@
 use serde_json::Value as Json;
 
 use adgauge_workloads::Mode;
-use adgauge_workloads::json::{HistCase, number_json, parse_hist_case};
+use adgauge_workloads::json::{HistCase, hist_case_from_value, number_json};
 
 use crate::endpoint::{Call, Endpoint};
 use crate::external::{DEFAULT_TIMEOUT, ExternalSpec};
@@ -125,8 +125,7 @@ impl Endpoint for HistEndpoint {
             other => return Err(format!("hist: no function '{other}' (known: primal, vjp, jvp)")),
         };
         let op = input.get("op").and_then(Json::as_str).ok_or("hist: input field op: required")?;
-        let case =
-            parse_hist_case(&input.to_string(), &format!("hist.{function} input"), op).map_err(|e| e.to_string())?;
+        let case = hist_case_from_value(input, &format!("hist.{function} input"), op).map_err(|e| e.to_string())?;
         let missing = |field: &str| format!("hist.{function} input: field {field}: required");
         match mode {
             Mode::Vjp if case.hist_bar.is_none() => return Err(missing("hist_bar")),
