@@ -350,7 +350,8 @@ impl Entry<'_> {
     /// The entry's cases: the product of its schema keys (in schema order, the first outermost),
     /// then dtypes, tools and rules.
     /// The entry's tools: names of built-in or already defined external tools, or external tools
-    /// defined here as `{name: NAME, command: "COMMAND", timeout_s: SECONDS}`.
+    /// defined here as `{name: NAME, command: "COMMAND", timeout_s: SECONDS,
+    /// max_response_bytes: BYTES}`.
     fn tools(&self, key: &str, external: &mut Vec<ExternalSpec>) -> Result<Vec<String>, String> {
         let builtin = Tools::builtin_names();
         let mut names = Vec::new();

@@ -387,3 +387,17 @@ fn eval_and_the_server_refuse_the_same_inputs_naming_the_field() {
         assert!(response["error"].as_str().unwrap().contains(field), "{response}");
     }
 }
+
+#[test]
+fn a_response_bound_below_a_kilobyte_is_refused_naming_the_key() {
+    let suite = "name: x\ncases:\n  - workload: hist\n    ops: [add]\n    n: [10]\n    k: [2]\n    tools: [{name: t, command: \"true\", max_response_bytes: 10}]\n";
+    let path = temp_file("judge", "bound.yaml", suite);
+    let out = adgauge(&["run", "--suite", path.to_str().unwrap(), "--no-save"]);
+    assert_eq!(out.status.code(), Some(2), "{}", common::stdout(&out));
+    let err = common::stderr(&out);
+    assert!(
+        err.contains("bound.yaml")
+            && err.contains("max_response_bytes must be a whole number of bytes >= 1024, got 10"),
+        "{err}"
+    );
+}
