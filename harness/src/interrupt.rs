@@ -138,7 +138,7 @@ fn watch(read_end: i32) {
         drop(reg);
         if first {
             eprintln!(
-                "adgauge: interrupted by {}: tools stopped; writing the rows measured so far ({} again to quit at once)",
+                "adgauge: interrupted by {}: tools stopped; keeping what was measured so far ({} again to quit at once)",
                 name(signal),
                 name(signal)
             );

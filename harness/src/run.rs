@@ -329,6 +329,7 @@ pub fn check(args: &CheckArgs, threads: Option<usize>) -> anyhow::Result<Code> {
     let console = Console::new(0, true);
     let mut failures = Vec::new();
     let mut skipped = 0;
+    let mut judged = 0;
     for c in &cases {
         if crate::interrupt::signal().is_some() {
             break;
@@ -338,6 +339,11 @@ pub fn check(args: &CheckArgs, threads: Option<usize>) -> anyhow::Result<Code> {
             Some(why) => Err(anyhow::Error::new(adgauge_backends::OpError::Unsupported(why))),
             None => validate(tool, c, &settings),
         };
+        // A case cut short by the interruption has no verdict.
+        if crate::interrupt::signal().is_some() {
+            break;
+        }
+        judged += 1;
         match result {
             Ok(outcomes) => print_outcomes(&console, &id, &outcomes, &mut failures),
             Err(e) if is_unsupported(&e) => {
@@ -350,8 +356,16 @@ pub fn check(args: &CheckArgs, threads: Option<usize>) -> anyhow::Result<Code> {
             }
         }
     }
+    if let Some(signal) = crate::interrupt::signal() {
+        eprintln!(
+            "adgauge: interrupted by {}: {judged} of {} case(s) judged, {} failure(s) among them",
+            crate::interrupt::name(signal),
+            cases.len(),
+            failures.len()
+        );
+    }
     if failures.is_empty() {
-        console.line(&format!("{} cases passed every check ({skipped} skipped as unsupported)", cases.len() - skipped));
+        console.line(&format!("{} cases passed every check ({skipped} skipped as unsupported)", judged - skipped));
         Ok(Code::Success)
     } else {
         eprintln!("{} failure(s):", failures.len());
