@@ -198,14 +198,14 @@ fn fresh_dir(name: &str) -> PathBuf {
     dir
 }
 
-/// SIGINT and SIGTERM: the hanging tool is killed, the rows measured before are written, and
+/// SIGINT, SIGTERM and SIGHUP: the hanging tool is killed, the rows measured before are written, and
 /// the exit code is 128 + the signal's number.
 #[test]
 fn an_interrupted_run_kills_its_tools_and_writes_what_it_measured() {
     if !python_available() {
         return;
     }
-    for (signal, code) in [("INT", 130), ("TERM", 143)] {
+    for (signal, code) in [("INT", 130), ("TERM", 143), ("HUP", 129)] {
         let t = tag(&format!("interrupt-{signal}"));
         let waiting = std::env::temp_dir().join(format!("{t}.waiting"));
         let _ = std::fs::remove_file(&waiting);
