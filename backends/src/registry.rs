@@ -7,6 +7,7 @@
 //! [`with_device!`](crate::with_device), and add one [`DeviceKind`] line to [`DEVICES`].
 
 use crate::device::DeviceStatus;
+use crate::gpu::{CopyBandwidth, copy_bandwidth};
 use crate::{Cpu, CpuStaged, Cuda, DType, Device, OpError, OpenCl, Result, Traced};
 
 /// An opened device of any kind. Cloning is cheap (every device shares its runtime).
@@ -46,6 +47,9 @@ pub struct DeviceKind {
     /// Opens the device over an open CPU device, sharing its thread pool and buffer cache (the
     /// CPU devices; `None` for devices of their own).
     pub on_cpu: Option<fn(Cpu) -> Result<AnyDevice>>,
+    /// Times device-to-device copies of (bytes, copies) and checks the result: the roofline of
+    /// `adgauge backends --bandwidth` (the kernel devices; `None` for the CPU devices).
+    pub copy_bandwidth: Option<fn(usize, usize) -> Result<CopyBandwidth>>,
 }
 
 /// A CPU device's status: always available, `what` it is, on the pool's threads.
@@ -88,27 +92,48 @@ fn cpu_jit_on(cpu: Cpu) -> Result<AnyDevice> {
 
 /// Every device adgauge knows, in the order `adgauge backends` lists them.
 pub const DEVICES: &[DeviceKind] = &[
-    DeviceKind { name: "cpu", probe: probe_cpu, open: |t| cpu_on(Cpu::new(t)?), on_cpu: Some(cpu_on) },
+    DeviceKind {
+        name: "cpu",
+        probe: probe_cpu,
+        open: |t| cpu_on(Cpu::new(t)?),
+        on_cpu: Some(cpu_on),
+        copy_bandwidth: None,
+    },
     DeviceKind {
         name: "cpu-staged",
         probe: probe_cpu_staged,
         open: |t| cpu_staged_on(Cpu::new(t)?),
         on_cpu: Some(cpu_staged_on),
+        copy_bandwidth: None,
     },
     DeviceKind {
         name: "cpu-traced",
         probe: probe_cpu_traced,
         open: |t| cpu_traced_on(Cpu::new(t)?),
         on_cpu: Some(cpu_traced_on),
+        copy_bandwidth: None,
     },
-    DeviceKind { name: "cpu-jit", probe: probe_cpu_jit, open: |t| cpu_jit_on(Cpu::new(t)?), on_cpu: Some(cpu_jit_on) },
+    DeviceKind {
+        name: "cpu-jit",
+        probe: probe_cpu_jit,
+        open: |t| cpu_jit_on(Cpu::new(t)?),
+        on_cpu: Some(cpu_jit_on),
+        copy_bandwidth: None,
+    },
     DeviceKind {
         name: "opencl",
         probe: crate::opencl::probe,
         open: |_| Ok(AnyDevice::OpenCl(OpenCl::new()?)),
         on_cpu: None,
+        copy_bandwidth: Some(copy_bandwidth::<crate::opencl::ClRuntime>),
     },
-    DeviceKind { name: "cuda", probe: crate::cuda::probe, open: |_| Ok(AnyDevice::Cuda(Cuda::new()?)), on_cpu: None },
+    DeviceKind {
+        name: "cuda",
+        probe: crate::cuda::probe,
+        open: |_| Ok(AnyDevice::Cuda(Cuda::new()?)),
+        on_cpu: None,
+        copy_bandwidth: Some(copy_bandwidth::<crate::cuda::CudaRuntime>),
+    },
 ];
 
 /// The registered device called `name`, if any.

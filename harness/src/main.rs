@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Arg, ArgAction, ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
 
-use adgauge_harness::exit::{Code, code_of};
+use adgauge_harness::exit::{Code, bad_input, code_of};
 use adgauge_harness::{eval, history, interrupt, memory, run, serve, sinks, tool};
 
 #[global_allocator]
@@ -51,6 +51,12 @@ enum Command {
         /// One JSON object per device.
         #[arg(long)]
         json: bool,
+        /// Also time device-to-device copies of BYTES (K, M, G, T suffixes; default 1G) on every
+        /// available GPU device, checked by reading the copy back: the roofline of
+        /// memory-bound kernels (docs/gpu.md).
+        #[arg(long, value_name = "BYTES", num_args = 0..=1, default_missing_value = "1G",
+              value_parser = adgauge_datasets::limits::parse_bytes)]
+        bandwidth: Option<u64>,
     },
 }
 
@@ -121,6 +127,71 @@ fn bounded(message: &str) -> String {
     out
 }
 
+/// Timed copies per device for `backends --bandwidth` (after one warm-up copy).
+const BANDWIDTH_COPIES: usize = 20;
+
+/// `adgauge backends`: every device's availability; with `--bandwidth BYTES`, the copy rate of
+/// every available GPU device too (a copy that fails or reads back wrong makes the exit code 1).
+fn backends(json: bool, bandwidth: Option<u64>, threads: Option<usize>) -> anyhow::Result<Code> {
+    if let Some(bytes) = bandwidth {
+        // The host holds the uploaded pattern and the copy read back.
+        adgauge_datasets::limits::check("backends --bandwidth", 2 * u128::from(bytes)).map_err(bad_input)?;
+    }
+    // Tools open their devices on first use: listing versions opens nothing.
+    let tools = tool::Tools::builtin(threads, adgauge_backends::Cpu::new(threads)?);
+    let console = sinks::Console::new(0, true);
+    let width = adgauge_backends::DEVICES.iter().map(|d| d.name.len()).max().unwrap_or(0);
+    let mut code = Code::Success;
+    for kind in adgauge_backends::DEVICES {
+        let d = (kind.probe)();
+        let copy = match (bandwidth, kind.copy_bandwidth) {
+            (Some(bytes), Some(measure)) if d.available => {
+                let bytes = usize::try_from(bytes).map_err(|_| bad_input(format!("--bandwidth {bytes}: too large")))?;
+                Some(measure(bytes, BANDWIDTH_COPIES))
+            }
+            _ => None,
+        };
+        if matches!(copy, Some(Err(_))) {
+            code = code.combine(Code::Failed);
+        }
+        if json {
+            let version = tools.get(d.name).map(|t| t.version());
+            let mut v =
+                serde_json::json!({"name": d.name, "available": d.available, "detail": d.detail, "version": version});
+            match &copy {
+                Some(Ok(c)) => {
+                    v["copy_bandwidth"] = serde_json::json!({"bytes": c.bytes, "copies": c.copies, "best_s": c.best_s,
+                        "median_s": c.median_s, "best_bytes_per_s": c.best_bytes_per_s(),
+                        "median_bytes_per_s": c.median_bytes_per_s()});
+                }
+                Some(Err(e)) => v["copy_bandwidth_error"] = serde_json::json!(e.to_string()),
+                None => {}
+            }
+            console.line(&v.to_string());
+        } else {
+            let state = if d.available { "available" } else { "unavailable" };
+            console.line(&format!("{:<width$} {:<12} {}", d.name, state, d.detail));
+            match &copy {
+                Some(Ok(c)) => console.line(&format!(
+                    "{:<width$} {:<12} device-to-device copy of {} bytes, {} copies, checked: best {:.3} ms = {:.1} GB/s, \
+                     median {:.3} ms = {:.1} GB/s (bytes read + written)",
+                    d.name,
+                    "bandwidth",
+                    c.bytes,
+                    c.copies,
+                    c.best_s * 1e3,
+                    c.best_bytes_per_s() / 1e9,
+                    c.median_s * 1e3,
+                    c.median_bytes_per_s() / 1e9
+                )),
+                Some(Err(e)) => console.line(&format!("{:<width$} {:<12} FAILED: {e}", d.name, "bandwidth")),
+                None => {}
+            }
+        }
+    }
+    Ok(code)
+}
+
 fn main() -> ExitCode {
     memory::keep_freed_pages();
     let matches = command().get_matches();
@@ -148,24 +219,7 @@ fn main() -> ExitCode {
         Command::Merge(args) => history::merge_command(&args),
         Command::Report(args) => history::report_command(&args),
         Command::History(args) => history::history_command(&args),
-        Command::Backends { json } => (|| {
-            // Tools open their devices on first use: listing versions opens nothing.
-            let tools = tool::Tools::builtin(cli.threads, adgauge_backends::Cpu::new(cli.threads)?);
-            let console = sinks::Console::new(0, true);
-            let devices = adgauge_backends::probe_devices();
-            let width = devices.iter().map(|d| d.name.len()).max().unwrap_or(0);
-            for d in devices {
-                if json {
-                    let version = tools.get(d.name).map(|t| t.version());
-                    let v = serde_json::json!({"name": d.name, "available": d.available, "detail": d.detail, "version": version});
-                    console.line(&v.to_string());
-                } else {
-                    let state = if d.available { "available" } else { "unavailable" };
-                    console.line(&format!("{:<width$} {:<12} {}", d.name, state, d.detail));
-                }
-            }
-            Ok(Code::Success)
-        })(),
+        Command::Backends { json, bandwidth } => backends(json, bandwidth, cli.threads),
     };
     if let Some(signal) = interrupt::signal() {
         if let Err(e) = &result {

@@ -36,6 +36,9 @@ use crate::ops::{DenseOps, ElementwiseOps, HistOps, IndexOps, ReduceOps, RuleKer
 use crate::shape;
 use crate::{BinaryOp, DType, HistOp, OpError, Result, UnaryOp};
 
+mod bandwidth;
+pub use bandwidth::{CopyBandwidth, copy_bandwidth};
+
 /// A device buffer of raw bytes (values or i64 indices) with its element count.
 pub struct RawBuf<B> {
     pub buf: B,
