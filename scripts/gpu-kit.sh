@@ -329,6 +329,12 @@ run() {
             sh "$ADGAUGE" "suites/$suite.yaml" "$WORK/results" "$WORK/timing-$suite.jsonl"
         cat "$WORK/timing-$suite.jsonl" >>"$OUT/timing.jsonl" 2>/dev/null
     done
+    if command -v nvidia-smi >/dev/null; then
+        # The clocks right after the timing (the environment step saw them idle).
+        echo "=== after timing: $(date -u +%H:%M:%S)" >>"$OUT/timing.log"
+        timeout 20 nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw \
+            --format=csv >>"$OUT/timing.log" 2>&1
+    fi
     pack "$OUT/results.tar.xz" "$WORK" results 2>>"$OUT/timing.log"
 
     # The summary: the steps (here, so that it exists whatever failed), then the helper's tables.

@@ -277,9 +277,9 @@ def read_rows(path):
 
 
 def size(x):
-    """10^7 for a power of ten, else the number."""
+    """10^7 for a power of ten from 10^3 on, else the number."""
     e = round(math.log10(x)) if x > 0 else 0
-    return f"10^{e}" if x > 1 and 10 ** e == x else str(x)
+    return f"10^{e}" if e >= 3 and 10 ** e == x else str(x)
 
 
 def ms(x):
