@@ -23,10 +23,11 @@
 # files, for `adgauge report`).
 #
 # Environment: OUT (default ./gpu-kit-out); GPU_KIT_DIR (the kit, default ./gpu-kit);
-# GPU_KIT_BUDGET_S (run's wall-time budget: 450, dry run 120); ADGAUGE_BIN, GPU_KIT_CONFORMANCE,
-# GPU_KIT_NVRTC_TEST (binaries to use instead of the kit's; a dry run without them and without a
-# kit records the conformance and NVRTC steps as skipped); ADGAUGE_ADBENCH_DIR (the ADBench files
-# of the evals, default the kit's, then ../shared/datasets/adbench); CARGO_TARGET_DIR (build).
+# GPU_KIT_BUDGET_S (run's wall-time budget: 450 s; dry run 240 s, of which it needs 10 to 70);
+# ADGAUGE_BIN, GPU_KIT_CONFORMANCE, GPU_KIT_NVRTC_TEST (binaries to use instead of the kit's; a
+# dry run without them and without a kit records the conformance and NVRTC steps as skipped);
+# ADGAUGE_ADBENCH_DIR (the evals' ADBench files: default the kit's, else
+# ../shared/datasets/adbench); CARGO_TARGET_DIR (build).
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -61,6 +62,7 @@ build() {
     cargo test --release -p adgauge-backends --test conformance --test nvrtc --no-run \
         --message-format=json-render-diagnostics >"$stage/cargo-tests.json" ||
         die "cargo test --release -p adgauge-backends --no-run failed"
+    # shellcheck disable=SC2015 # either failing dies
     python3 "$HELPER" artifacts "$stage/cargo-bin.json" adgauge >"$stage/artifacts" &&
         python3 "$HELPER" artifacts "$stage/cargo-tests.json" conformance nvrtc >>"$stage/artifacts" ||
         die "cargo's messages name no executable for adgauge, conformance or nvrtc"
@@ -235,7 +237,7 @@ run() {
 
     local device suites adbench check_args evals_args conformance_filter
     if [ "$dry" = 1 ]; then
-        BUDGET="${GPU_KIT_BUDGET_S:-120}"
+        BUDGET="${GPU_KIT_BUDGET_S:-240}"
         device=opencl
         suites="gpu-dry"
         check_args=(--backend opencl --workload hist-add --dtype f32)
@@ -312,6 +314,7 @@ run() {
     # Timing, one thing at a time on the device.
     local bytes=1G
     [ "$dry" = 1 ] && bytes=16M
+    # shellcheck disable=SC2016 # $1... are sh -c's arguments
     step bandwidth "$(limit 60)" "$WORK/bandwidth.log" sh -c '"$1" backends --json --bandwidth "$2" >"$3"' \
         sh "$ADGAUGE" "$bytes" "$WORK/bandwidth.json"
     {
@@ -325,6 +328,7 @@ run() {
         # What is left, shared evenly by the suites still to run.
         share=$(((BUDGET - (SECONDS - START) - 25) / left_suites))
         left_suites=$((left_suites - 1))
+        # shellcheck disable=SC2016 # $1... are sh -c's arguments
         step "timing $suite" "$(limit "$share")" "$OUT/timing.log" sh -c '"$1" run --suite "$2" --out "$3" --json --quiet >"$4"' \
             sh "$ADGAUGE" "suites/$suite.yaml" "$WORK/results" "$WORK/timing-$suite.jsonl"
         cat "$WORK/timing-$suite.jsonl" >>"$OUT/timing.jsonl" 2>/dev/null
@@ -371,7 +375,7 @@ run() {
             timeout 60 python3 "$HELPER" summary --work "$WORK" --device "$device" --suites $suites
         fi
     } >"$OUT/summary.md" 2>&1
-    log "done in $((SECONDS - START)) s: $failed steps failed or timed out; $(ls "$OUT" | tr '\n' ' ')"
+    log "done in $((SECONDS - START)) s: $failed steps failed or timed out; results in $OUT"
     [ "$failed" = 0 ]
 }
 
