@@ -228,6 +228,8 @@ run() {
     START=$SECONDS
     OUT="${OUT:-$ROOT/gpu-kit-out}"
     mkdir -p "$OUT" || die "cannot create $OUT"
+    # Appended to below: a rerun into the same folder starts them anew.
+    rm -f "$OUT"/{summary.md,env.txt,checks.log,evals.txt,timing.log,timing.jsonl,results.tar.xz}
     WORK="$(mktemp -d "${TMPDIR:-/tmp}/adgauge-gpu-kit.XXXXXX")" || die "mktemp failed"
     # shellcheck disable=SC2064 # expand now
     trap "rm -rf '$WORK'" EXIT
