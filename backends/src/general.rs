@@ -554,6 +554,40 @@ mod tests {
     }
 
     #[test]
+    fn nan_propagates_through_every_combine_and_min_max_rank_it_beyond_every_number() {
+        let nan = f64::NAN;
+        for g in ALL {
+            for x in [0.0, 1.0, -2.5, f64::INFINITY, f64::NEG_INFINITY, g.neutral] {
+                assert!(g.combine(nan, x).is_nan() && g.combine(x, nan).is_nan(), "{} with {x}", g.name);
+            }
+        }
+        // The value-reading partials are NaN at a NaN operand, also where the other is the
+        // neutral -inf (which once made logaddexp's d2 1) or a zero (`*`).
+        for g in [&LOGADDEXP, &HYPOT, &MUL] {
+            for x in [0.0, 1.0, f64::INFINITY, f64::NEG_INFINITY] {
+                for (a, b) in [(nan, x), (x, nan)] {
+                    assert!(g.d1(a, b).is_nan() && g.d2(a, b).is_nan(), "{} partials at ({a}, {b})", g.name);
+                }
+            }
+        }
+        // min/max: a NaN on the right wins over a number, a number never wins over a NaN, and
+        // among NaN the left keeps the bin (one winner per bin).
+        for (g, ext) in [(&MIN, Extremum::Min), (&MAX, Extremum::Max)] {
+            assert!(right_wins(ext, 1.0, nan) && !right_wins(ext, nan, 1.0) && !right_wins(ext, nan, nan));
+            assert_eq!((g.d1(1.0, nan), g.d2(1.0, nan)), (0.0, 1.0));
+            assert_eq!((g.d1(nan, 1.0), g.d2(nan, 1.0)), (1.0, 0.0));
+            assert_eq!((g.d1(nan, nan), g.d2(nan, nan)), (1.0, 0.0));
+            assert!(right_wins(ext, f64::INFINITY, f64::NEG_INFINITY) == (ext == Extremum::Min));
+            assert!(!right_wins(ext, 2.0, 2.0));
+            // The arg-histograms' order: dest (-1) first among NaN too.
+            assert!(ext.beats(nan, -1, nan, 3) && !ext.beats(nan, 3, nan, -1) && ext.beats(nan, 5, 1.0, -1));
+        }
+        // `*`'s zeros absorb infinities, not NaN.
+        assert_eq!(MUL.combine(0.0, f64::INFINITY), 0.0);
+        assert!(MUL.combine(0.0, nan).is_nan() && MUL.combine(nan, 0.0).is_nan());
+    }
+
+    #[test]
     fn logaddexp_does_not_overflow_in_f32_and_hypot_handles_1e200_in_f64() {
         let c = LOGADDEXP.f32.combine;
         let y = c(100.0, 100.0);
