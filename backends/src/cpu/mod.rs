@@ -728,10 +728,17 @@ impl Cpu {
         same_len("total_form_adjoint", "hist vs hist_bar", h.len(), g.len())?;
         let k = h.len() as u64;
         let mut out = self.pool().take::<T>(v.len());
+        // logaddexp's e^(v - t) with the vectorisable exp of the CPU's unary op (a libm exp
+        // through the operator's fn pointer costs several times as much); the same value as
+        // `lae_total` to an ulp.
+        let lae = matches!(fold::kind(op), fold::Kind::LogAddExp);
         fill_with(&mut out, |i| {
             let b = ix[i];
             if (b as u64) >= k || g[b as usize] == T::zero() {
                 T::zero()
+            } else if lae {
+                let t = h[b as usize];
+                if t == T::neg_infinity() { T::zero() } else { vmath::exp(v[i] - t) * g[b as usize] }
             } else {
                 total(v[i], h[b as usize]) * g[b as usize]
             }
