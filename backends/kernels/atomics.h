@@ -14,6 +14,11 @@ typedef u32 UT;
 #define CAS_T(p, o, n) CAS32(p, o, n)
 #endif
 
+/* min/max's winner (general::right_wins): b beats a, the left operand of a fold, when it is
+ * NaN and a is not, or smaller (larger); NaN ranks beyond every number, ties keep a. */
+#define RIGHT_WINS_MIN(a, b) ((a) == (a) && !((b) >= (a)))
+#define RIGHT_WINS_MAX(a, b) ((a) == (a) && !((b) <= (a)))
+
 /* The operator (injected by the host as expressions over a, b and a, t). */
 FUNC T op_combine(T a, T b) { return OP_COMBINE_EXPR; }
 FUNC T op_d1(T a, T b) { return OP_D1_EXPR; }
@@ -40,15 +45,11 @@ FUNC T op_total(T a, T t) { return OP_TOTAL_EXPR; }
 
 FUNC void atomic_add_t(GLOBAL T *p, T v) { CAS_LOOP(p, v, ADD_EXPR_); }
 FUNC void atomic_mul_t(GLOBAL T *p, T v) { CAS_LOOP(p, v, MUL_EXPR_); }
-#define MIN_EXPR_(a, b) ((b) < (a) ? (b) : (a))
-#define MAX_EXPR_(a, b) ((b) > (a) ? (b) : (a))
-FUNC void atomic_min_t(GLOBAL T *p, T v) { CAS_LOOP(p, v, MIN_EXPR_); }
-FUNC void atomic_max_t(GLOBAL T *p, T v) { CAS_LOOP(p, v, MAX_EXPR_); }
 /* The general operator (the program's OP_COMBINE_EXPR). */
 FUNC void atomic_op_t(GLOBAL T *p, T v) { CAS_LOOP(p, v, op_combine); }
 
 /* Monotone maps from floats to unsigned integers: a < b (as floats, -0 == 0) iff
- * key(a) < key(b). NaN is never inserted by callers. */
+ * key(a) < key(b). Callers map NaN themselves (the arg-histograms rank it first). */
 FUNC u32 key32(float v) {
     if (v == 0.0f) v = 0.0f;
     u32 u = AS_U32(v);

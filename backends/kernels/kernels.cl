@@ -5,8 +5,8 @@
  * element count and returns early past it (CUDA launches round the grid up).
  *
  * Semantics follow the CPU device (backends/src/cpu): indices outside [0, k) are ignored,
- * min/max keep the left operand on ties, the arg-histogram gives ties to the lowest position
- * (dest sits at -1). */
+ * min/max keep the left operand on ties and rank NaN beyond every number, the arg-histogram
+ * gives ties to the lowest position (dest sits at -1); a histogram's NaN propagates. */
 
 /* ---- elementwise ---- */
 
@@ -115,13 +115,13 @@ KERNEL void total_form_adjoint(GLOBAL T *out, GLOBAL const i64 *ix, GLOBAL const
     out[i] = (b < 0 || b >= k || g[b] == (T)0) ? (T)0 : op_total(vals[i], hist[b]) * g[b];
 }
 
-/* vals[i] == 0 ? c1[b] : c0[b] / vals[i], 0 out of range. */
+/* vals[i] == 0 ? c1[b] : (c0[b] == 0 ? 0 : c0[b] / vals[i]), 0 out of range. */
 KERNEL void prod_vals_adjoint(GLOBAL T *out, GLOBAL const i64 *ix, GLOBAL const T *vals, GLOBAL const T *c0,
                               GLOBAL const T *c1, i64 n, i64 k) {
     i64 i = GID0;
     if (i >= n) return;
     i64 b = ix[i];
-    out[i] = (b < 0 || b >= k) ? (T)0 : (vals[i] == (T)0 ? c1[b] : c0[b] / vals[i]);
+    out[i] = (b < 0 || b >= k) ? (T)0 : (vals[i] == (T)0 ? c1[b] : (c0[b] == (T)0 ? (T)0 : c0[b] / vals[i]));
 }
 
 /* ---- reductions: each work-item folds a contiguous chunk (fixed chunk length, so results
@@ -238,21 +238,26 @@ KERNEL void prod_nonzero(GLOBAL T *p, GLOBAL i64 *z, GLOBAL const i64 *ix, GLOBA
     }
 }
 
+/* Arg-histograms rank NaN beyond every number (general::right_wins): a NaN's value key is 0,
+ * below every number's, so the first NaN (dest first) wins its bin. */
 #if !USE_F64
 /* Arg-histogram for f32: one packed 64-bit atomic min per element. keys start at dest's key
- * (position -1); a NaN dest wins outright (NaN never beats anything, nothing beats it). */
+ * (position -1). */
+FUNC u64 arg_key_packed(T v, i64 pos, int is_max) {
+    return isnan(v) ? (u64)(u32)(pos + 1) : pack_arg(v, pos, is_max);
+}
+
 KERNEL void arg_packed_init(GLOBAL u64 *keys, GLOBAL const T *dest, i64 k, int is_max) {
     i64 b = GID0;
-    if (b < k) keys[b] = isnan(dest[b]) ? (u64)0 : pack_arg(dest[b], -1, is_max);
+    if (b < k) keys[b] = arg_key_packed(dest[b], -1, is_max);
 }
 
 KERNEL void arg_packed(GLOBAL u64 *keys, GLOBAL const i64 *ix, GLOBAL const T *vals, i64 n, i64 k, int is_max) {
     i64 i = GID0;
     if (i >= n) return;
     i64 b = ix[i];
-    T v = vals[i];
-    if (b < 0 || b >= k || isnan(v)) return;
-    u64 key = pack_arg(v, i, is_max);
+    if (b < 0 || b >= k) return;
+    u64 key = arg_key_packed(vals[i], i, is_max);
     if (key < keys[b]) ATOMIC_MIN_U64(&keys[b], key);
 }
 
@@ -269,15 +274,15 @@ KERNEL void arg_packed_final(GLOBAL T *out_v, GLOBAL i64 *out_p, GLOBAL const u6
 /* Arg-histogram, two passes (f64, where no 128-bit atomic exists): the winning value key per
  * bin, then the lowest position holding it; dest (position -1) wins when it holds it. */
 #if USE_F64
-#define KEYT(v, is_max) (is_max ? ~key64(v) : key64(v))
+#define KEYT(v, is_max) (isnan(v) ? (u64)0 : (is_max ? ~key64(v) : key64(v)))
 #else
-#define KEYT(v, is_max) ((u64)(is_max ? ~key32(v) : key32(v)))
+#define KEYT(v, is_max) (isnan(v) ? (u64)0 : (u64)(is_max ? ~key32(v) : key32(v)))
 #endif
 
 KERNEL void arg_value_init(GLOBAL u64 *wv, GLOBAL i64 *pos, GLOBAL const T *dest, i64 k, int is_max) {
     i64 b = GID0;
     if (b >= k) return;
-    wv[b] = isnan(dest[b]) ? (u64)0 : KEYT(dest[b], is_max);
+    wv[b] = KEYT(dest[b], is_max);
     pos[b] = 0x7fffffffffffffffl;
 }
 
@@ -285,9 +290,8 @@ KERNEL void arg_value(GLOBAL u64 *wv, GLOBAL const i64 *ix, GLOBAL const T *vals
     i64 i = GID0;
     if (i >= n) return;
     i64 b = ix[i];
-    T v = vals[i];
-    if (b < 0 || b >= k || isnan(v)) return;
-    u64 key = KEYT(v, is_max);
+    if (b < 0 || b >= k) return;
+    u64 key = KEYT(vals[i], is_max);
     if (key < wv[b]) ATOMIC_MIN_U64(&wv[b], key);
 }
 
@@ -296,9 +300,8 @@ KERNEL void arg_position(GLOBAL i64 *pos, GLOBAL const u64 *wv, GLOBAL const i64
     i64 i = GID0;
     if (i >= n) return;
     i64 b = ix[i];
-    T v = vals[i];
-    if (b < 0 || b >= k || isnan(v)) return;
-    if (KEYT(v, is_max) == wv[b]) ATOMIC_MIN_I64(&pos[b], i);
+    if (b < 0 || b >= k) return;
+    if (KEYT(vals[i], is_max) == wv[b]) ATOMIC_MIN_I64(&pos[b], i);
 }
 
 KERNEL void arg_two_pass_final(GLOBAL T *out_v, GLOBAL i64 *out_p, GLOBAL const u64 *wv, GLOBAL const i64 *pos,
@@ -306,7 +309,7 @@ KERNEL void arg_two_pass_final(GLOBAL T *out_v, GLOBAL i64 *out_p, GLOBAL const 
     i64 b = GID0;
     if (b >= k) return;
     T d = dest[b];
-    if (isnan(d) || KEYT(d, is_max) == wv[b]) {
+    if (KEYT(d, is_max) == wv[b]) {
         out_p[b] = -1;
         out_v[b] = d;
     } else {

@@ -13,6 +13,9 @@
 //! * Partials are defined everywhere the rules evaluate them, in particular at neutral points
 //!   (`logaddexp(-inf, -inf)` and `hypot(0, 0)` occur in empty bins and running arrays): there
 //!   they are 0, never NaN.
+//! * A NaN operand makes combine NaN (a histogram's NaN propagates, README, Rules), and the
+//!   partials of an operator that reads its operands NaN too; min/max rank NaN beyond every
+//!   number ([`right_wins`]).
 //! * Non-smooth operators have asymmetric partials so that the LEFT operand wins ties (min:
 //!   `d1(a, b) = [a <= b]`, `d2(a, b) = [b < a]`). The general rule then keeps the special rules'
 //!   tie policy (dest and earlier elements win), and `tie_break` names the extremum so forward
@@ -183,11 +186,13 @@ pub(crate) fn lae_combine<T: Float>(a: T, b: T) -> T {
 #[inline(always)]
 fn lae_with<T: Float>(a: T, b: T, e: T) -> T {
     let m = a.max(b);
-    if m.is_infinite() { m } else { m + e.ln_1p() }
+    // A NaN operand makes e NaN, so only the infinite branch (where `max` drops a NaN) checks.
+    if m.is_infinite() { if a.is_nan() || b.is_nan() { T::nan() } else { m } } else { m + e.ln_1p() }
 }
 
 /// d/da logaddexp(a, b) = sigmoid(a - b), computed without overflow; 0 when a is -inf (the
-/// neutral contributes nothing, and logaddexp(-inf, -inf) has partials 0, not NaN).
+/// neutral contributes nothing, and logaddexp(-inf, -inf) has partials 0, not NaN); NaN when
+/// either operand is NaN (README, Rules: NaN propagates).
 #[inline]
 pub(crate) fn lae_d1<T: Float>(a: T, b: T) -> T {
     // No exponential where an operand is -inf: `lae_d1_with` does not read it there.
@@ -198,7 +203,9 @@ pub(crate) fn lae_d1<T: Float>(a: T, b: T) -> T {
 /// [`lae_d1`] from `e = e^-|a - b|` (not read where a or b is -inf).
 #[inline(always)]
 fn lae_d1_with<T: Float>(a: T, b: T, e: T) -> T {
-    if a == T::neg_infinity() {
+    if a.is_nan() || b.is_nan() {
+        T::nan()
+    } else if a == T::neg_infinity() {
         T::zero()
     } else if b == T::neg_infinity() {
         T::one()
@@ -223,7 +230,9 @@ pub(crate) fn lae_d2<T: Float>(a: T, b: T) -> T {
     lae_d1(b, a)
 }
 
-/// d t / d a = e^(a - t); 0 when t is -inf (then every input is -inf).
+/// d t / d a = e^(a - t); 0 when t is -inf (then every input is -inf). logaddexp's `special`
+/// rule evaluates it on the inputs relative to the bin's maximum (`rules::hist`), where t is the
+/// log of a sum in [1, n] and e^(a - t) no longer depends on t's last bits at a large maximum.
 #[inline]
 fn lae_total<T: Float>(a: T, t: T) -> T {
     if t == T::neg_infinity() { T::zero() } else { (a - t).exp() }
@@ -240,11 +249,12 @@ general_op! {
         total: lae_total,
         tie_break: None,
         c: CExprs {
-            combine: "(isinf(fmax(a, b)) ? fmax(a, b) : fmax(a, b) + log1p(exp(-fabs(a - b))))",
-            d1: "(a == -INFINITY ? (T)0 : (b == -INFINITY ? (T)1 : \
-                 (a >= b ? (T)1 / ((T)1 + exp(b - a)) : exp(a - b) / ((T)1 + exp(a - b)))))",
-            d2: "(b == -INFINITY ? (T)0 : (a == -INFINITY ? (T)1 : \
-                 (b >= a ? (T)1 / ((T)1 + exp(a - b)) : exp(b - a) / ((T)1 + exp(b - a)))))",
+            combine: "(isnan(a) || isnan(b) ? a + b : (isinf(fmax(a, b)) ? fmax(a, b) : \
+                      fmax(a, b) + log1p(exp(-fabs(a - b)))))",
+            d1: "(isnan(a) || isnan(b) ? a + b : (a == -INFINITY ? (T)0 : (b == -INFINITY ? (T)1 : \
+                 (a >= b ? (T)1 / ((T)1 + exp(b - a)) : exp(a - b) / ((T)1 + exp(a - b))))))",
+            d2: "(isnan(a) || isnan(b) ? a + b : (b == -INFINITY ? (T)0 : (a == -INFINITY ? (T)1 : \
+                 (b >= a ? (T)1 / ((T)1 + exp(a - b)) : exp(b - a) / ((T)1 + exp(b - a))))))",
             total: Some("(t == -INFINITY ? (T)0 : exp(a - t))"),
         },
     }
@@ -253,10 +263,11 @@ general_op! {
 // ---- hypot ----
 
 /// sqrt(a^2 + b^2) without overflow or underflow (libm's hypot scales internally);
-/// hypot(0, x) = |x| exactly, so 0 is neutral on magnitudes.
+/// hypot(0, x) = |x| exactly, so 0 is neutral on magnitudes; NaN when either operand is NaN.
 #[inline]
 pub(crate) fn hypot_combine<T: Float>(a: T, b: T) -> T {
-    a.hypot(b)
+    // libm's hypot(inf, NaN) is inf; a histogram's NaN propagates (README, Rules).
+    if a.is_nan() || b.is_nan() { a + b } else { a.hypot(b) }
 }
 
 /// d/da hypot(a, b) = a / hypot(a, b), 0 at the origin.
@@ -289,7 +300,7 @@ general_op! {
         total: hypot_total,
         tie_break: None,
         c: CExprs {
-            combine: "hypot(a, b)",
+            combine: "(isnan(a) || isnan(b) ? a + b : hypot(a, b))",
             d1: "(hypot(a, b) == (T)0 ? (T)0 : a / hypot(a, b))",
             d2: "(hypot(a, b) == (T)0 ? (T)0 : b / hypot(a, b))",
             total: Some("(t == (T)0 ? (T)0 : a / t)"),
@@ -310,41 +321,60 @@ fn one<T: Float>(_: T, _: T) -> T {
 /// `*` of the histograms, for `HistOp::Mul` and the general `MUL` alike: zeros absorb (0 times
 /// an overflowed inf is 0, not NaN), so that a bin with a zero factor is 0 in every association
 /// of its product (README, Rules). The kernels' C expression says the same.
+///
+/// NaN is not absorbed: 0 times NaN is NaN (a bin with a NaN input is NaN).
 #[inline(always)]
 pub(crate) fn mul_absorbing<T: Float>(a: T, b: T) -> T {
-    if a == T::zero() || b == T::zero() { T::zero() } else { a * b }
+    if a == T::zero() || b == T::zero() { if a.is_nan() || b.is_nan() { a + b } else { T::zero() } } else { a * b }
 }
-#[inline]
-fn mul_d1<T: Float>(_: T, b: T) -> T {
-    b
+/// d(a * b)/da = b, NaN when a is NaN (so that the general rule gives every input of a NaN bin
+/// a NaN adjoint, as `*`'s own rule does).
+#[inline(always)]
+pub(crate) fn mul_d1<T: Float>(a: T, b: T) -> T {
+    if a.is_nan() { a } else { b }
 }
-#[inline]
-fn mul_d2<T: Float>(a: T, _: T) -> T {
-    a
+#[inline(always)]
+pub(crate) fn mul_d2<T: Float>(a: T, b: T) -> T {
+    mul_d1(b, a)
 }
-#[inline]
-fn min_combine<T: Float>(a: T, b: T) -> T {
-    if b < a { b } else { a }
+/// Whether `b` beats `a` as the extremum `ext` of a left fold: NaN ranks beyond every number
+/// (a bin with a NaN is NaN, README, Rules), and among equals (NaN among NaN included) the left
+/// operand, the earlier position, wins. The one definition of min/max's winner: the combines,
+/// partials, arg-histograms ([`Extremum::beats`]) and the kernels' C expressions follow it.
+#[inline(always)]
+#[allow(clippy::eq_op, clippy::neg_cmp_op_on_partial_ord)]
+pub fn right_wins<T: PartialOrd + Copy>(ext: Extremum, a: T, b: T) -> bool {
+    // Two comparisons: a is a number (a == a), and b is not at least as good (a NaN b compares
+    // false, so it wins).
+    a == a
+        && match ext {
+            Extremum::Min => !(b >= a),
+            Extremum::Max => !(b <= a),
+        }
 }
-#[inline]
-fn min_d1<T: Float>(a: T, b: T) -> T {
-    truth(a <= b)
+#[inline(always)]
+pub(crate) fn min_combine<T: Float>(a: T, b: T) -> T {
+    if right_wins(Extremum::Min, a, b) { b } else { a }
 }
-#[inline]
-fn min_d2<T: Float>(a: T, b: T) -> T {
-    truth(b < a)
+#[inline(always)]
+pub(crate) fn min_d1<T: Float>(a: T, b: T) -> T {
+    truth(!right_wins(Extremum::Min, a, b))
 }
-#[inline]
-fn max_combine<T: Float>(a: T, b: T) -> T {
-    if b > a { b } else { a }
+#[inline(always)]
+pub(crate) fn min_d2<T: Float>(a: T, b: T) -> T {
+    truth(right_wins(Extremum::Min, a, b))
 }
-#[inline]
-fn max_d1<T: Float>(a: T, b: T) -> T {
-    truth(a >= b)
+#[inline(always)]
+pub(crate) fn max_combine<T: Float>(a: T, b: T) -> T {
+    if right_wins(Extremum::Max, a, b) { b } else { a }
 }
-#[inline]
-fn max_d2<T: Float>(a: T, b: T) -> T {
-    truth(b > a)
+#[inline(always)]
+pub(crate) fn max_d1<T: Float>(a: T, b: T) -> T {
+    truth(!right_wins(Extremum::Max, a, b))
+}
+#[inline(always)]
+pub(crate) fn max_d2<T: Float>(a: T, b: T) -> T {
+    truth(right_wins(Extremum::Max, a, b))
 }
 
 general_op! {
@@ -370,7 +400,12 @@ general_op! {
         d1: mul_d1,
         d2: mul_d2,
         tie_break: None,
-        c: CExprs { combine: "((a) == (T)0 || (b) == (T)0 ? (T)0 : (a) * (b))", d1: "b", d2: "a", total: None },
+        c: CExprs {
+            combine: "(((a) == (T)0 || (b) == (T)0) && !isnan(a) && !isnan(b) ? (T)0 : (a) * (b))",
+            d1: "(isnan(a) ? a : b)",
+            d2: "(isnan(b) ? b : a)",
+            total: None,
+        },
     }
 }
 
@@ -384,9 +419,9 @@ general_op! {
         d2: min_d2,
         tie_break: Some(Extremum::Min),
         c: CExprs {
-            combine: "(b < a ? b : a)",
-            d1: "(a <= b ? (T)1 : (T)0)",
-            d2: "(b < a ? (T)1 : (T)0)",
+            combine: "(RIGHT_WINS_MIN(a, b) ? b : a)",
+            d1: "(RIGHT_WINS_MIN(a, b) ? (T)0 : (T)1)",
+            d2: "(RIGHT_WINS_MIN(a, b) ? (T)1 : (T)0)",
             total: None,
         },
     }
@@ -402,9 +437,9 @@ general_op! {
         d2: max_d2,
         tie_break: Some(Extremum::Max),
         c: CExprs {
-            combine: "(b > a ? b : a)",
-            d1: "(a >= b ? (T)1 : (T)0)",
-            d2: "(b > a ? (T)1 : (T)0)",
+            combine: "(RIGHT_WINS_MAX(a, b) ? b : a)",
+            d1: "(RIGHT_WINS_MAX(a, b) ? (T)0 : (T)1)",
+            d2: "(RIGHT_WINS_MAX(a, b) ? (T)1 : (T)0)",
             total: None,
         },
     }
@@ -516,6 +551,40 @@ mod tests {
         assert_eq!((MIN.d1(2.0, 1.0), MIN.d2(2.0, 1.0)), (0.0, 1.0));
         assert_eq!((MAX.d1(2.0, 1.0), MAX.d2(2.0, 1.0)), (1.0, 0.0));
         assert!(MIN.total(1.0, 1.0).is_none() && MAX.total(1.0, 1.0).is_none());
+    }
+
+    #[test]
+    fn nan_propagates_through_every_combine_and_min_max_rank_it_beyond_every_number() {
+        let nan = f64::NAN;
+        for g in ALL {
+            for x in [0.0, 1.0, -2.5, f64::INFINITY, f64::NEG_INFINITY, g.neutral] {
+                assert!(g.combine(nan, x).is_nan() && g.combine(x, nan).is_nan(), "{} with {x}", g.name);
+            }
+        }
+        // The value-reading partials are NaN at a NaN operand, also where the other is the
+        // neutral -inf (which once made logaddexp's d2 1) or a zero (`*`).
+        for g in [&LOGADDEXP, &HYPOT, &MUL] {
+            for x in [0.0, 1.0, f64::INFINITY, f64::NEG_INFINITY] {
+                for (a, b) in [(nan, x), (x, nan)] {
+                    assert!(g.d1(a, b).is_nan() && g.d2(a, b).is_nan(), "{} partials at ({a}, {b})", g.name);
+                }
+            }
+        }
+        // min/max: a NaN on the right wins over a number, a number never wins over a NaN, and
+        // among NaN the left keeps the bin (one winner per bin).
+        for (g, ext) in [(&MIN, Extremum::Min), (&MAX, Extremum::Max)] {
+            assert!(right_wins(ext, 1.0, nan) && !right_wins(ext, nan, 1.0) && !right_wins(ext, nan, nan));
+            assert_eq!((g.d1(1.0, nan), g.d2(1.0, nan)), (0.0, 1.0));
+            assert_eq!((g.d1(nan, 1.0), g.d2(nan, 1.0)), (1.0, 0.0));
+            assert_eq!((g.d1(nan, nan), g.d2(nan, nan)), (1.0, 0.0));
+            assert!(right_wins(ext, f64::INFINITY, f64::NEG_INFINITY) == (ext == Extremum::Min));
+            assert!(!right_wins(ext, 2.0, 2.0));
+            // The arg-histograms' order: dest (-1) first among NaN too.
+            assert!(ext.beats(nan, -1, nan, 3) && !ext.beats(nan, 3, nan, -1) && ext.beats(nan, 5, 1.0, -1));
+        }
+        // `*`'s zeros absorb infinities, not NaN.
+        assert_eq!(MUL.combine(0.0, f64::INFINITY), 0.0);
+        assert!(MUL.combine(0.0, nan).is_nan() && MUL.combine(nan, 0.0).is_nan());
     }
 
     #[test]

@@ -38,6 +38,7 @@ pub mod registry;
 pub mod reverse;
 pub mod rules;
 pub mod shape;
+pub mod sizes;
 pub mod traced;
 
 pub use cpu::Cpu;

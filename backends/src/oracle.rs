@@ -4,13 +4,16 @@
 //!
 //! Each bin is a left fold that starts with dest and takes the bin's elements in index order.
 //! Derivatives are computed the slow, obvious way: for min/max the winner is found by scanning
-//! the fold (a later element must be strictly better to win, so dest wins ties); for `*` the
+//! the fold (a later element must be strictly better to win, so dest wins ties, and NaN is
+//! better than every number); for `*` the
 //! derivative with respect to an element is dest times the product of the bin's *other*
 //! elements (prefix and suffix products, no division and no zero counting); for a general
 //! operator (and the general versions of +, *, min, max) each element's l (the fold of dest and
 //! the bin's earlier elements) and r (the fold of its later elements) are refolded from scratch,
 //! O(m^2) per bin, and the derivative is d2(l, a) d1(l op a, r): the explicit formula, with the
-//! operator's own partials and nothing of the rules' scans, sorts or chunks.
+//! operator's own partials and nothing of the rules' scans, sorts or chunks (for logaddexp and
+//! hypot at the inputs relative to the bin's largest, [`relative_inputs`]). A bin
+//! with a NaN input is NaN, and so are its inputs' adjoints under `*` (0 where hist_bar is 0).
 //!
 //! Scans (and their derivatives) follow the same pattern: every output is refolded from its
 //! segment, and its derivative with respect to each element it covers comes from the l/r
@@ -40,10 +43,16 @@ pub fn hist(op: HistOp, dest: &[f64], inds: &[i64], vals: &[f64]) -> Vec<f64> {
 
 /// For min/max: per bin the winning position, -1 when dest wins.
 pub fn winners(op: HistOp, dest: &[f64], inds: &[i64], vals: &[f64]) -> Vec<i64> {
-    let better = |a: f64, b: f64| match op.tie_break() {
-        Some(crate::Extremum::Min) => a < b,
-        Some(crate::Extremum::Max) => a > b,
-        None => panic!("winners() is for min and max"),
+    // A later element wins only if strictly better; NaN is better than every number, and a
+    // NaN winner keeps its bin (README, Rules).
+    let better = |a: f64, best: f64| {
+        !best.is_nan()
+            && (a.is_nan()
+                || match op.tie_break() {
+                    Some(crate::Extremum::Min) => a < best,
+                    Some(crate::Extremum::Max) => a > best,
+                    None => panic!("winners() is for min and max"),
+                })
     };
     bins(dest.len(), inds)
         .iter()
@@ -120,25 +129,66 @@ pub fn hist_vjp(
                 for (j, &i) in members.iter().enumerate() {
                     vals_bar[i] = mul(mul(dest[b], prefix[j]), suffix[j + 1]) * hist_bar[b];
                 }
+                // A bin with a NaN input: every input's adjoint is NaN (0 where hist_bar is 0).
+                if dest[b].is_nan() || members.iter().any(|&i| vals[i].is_nan()) {
+                    let nan_g = if hist_bar[b] == 0.0 { 0.0 } else { f64::NAN };
+                    dest_bar[b] = nan_g;
+                    for &i in members {
+                        vals_bar[i] = nan_g;
+                    }
+                }
             }
         }
         HistOp::General(_) => {
             let n = op.neutral();
             for (b, members) in bins(k, inds).iter().enumerate() {
-                let value = |j: usize| vals[members[j]];
+                // logaddexp's and hypot's derivatives are those at the inputs relative to the
+                // bin's largest (invariant partials): `relative_inputs`.
+                let xs: Vec<f64> = std::iter::once(dest[b]).chain(members.iter().map(|&i| vals[i])).collect();
+                let rel = relative_inputs(op, &xs);
+                let (dest, vals) = (&rel[0], &rel[1..]);
+                let value = |j: usize| vals[j];
                 let m = members.len();
                 let h = fold(op, n, (0..m).map(value));
-                dest_bar[b] =
-                    if hist_bar[b] == 0.0 { 0.0 } else { op.partial(Operand::Left, dest[b], h) * hist_bar[b] };
+                dest_bar[b] = if hist_bar[b] == 0.0 { 0.0 } else { op.partial(Operand::Left, *dest, h) * hist_bar[b] };
                 for (j, &i) in members.iter().enumerate() {
-                    let l = fold(op, dest[b], (0..j).map(value));
+                    let l = fold(op, *dest, (0..j).map(value));
                     let r = fold(op, n, (j + 1..m).map(value));
-                    vals_bar[i] = fold_derivative(op, l, vals[i], r, hist_bar[b]);
+                    vals_bar[i] = fold_derivative(op, l, vals[j], r, hist_bar[b]);
                 }
             }
         }
     }
     (h, dest_bar, vals_bar)
+}
+
+/// A bin's inputs (dest first) in the form its derivatives are defined in (README, Rules):
+/// logaddexp's relative to the bin's maximum m (x - m, or 0 where x equals m: the +inf inputs
+/// of a +inf bin), hypot's relative to its largest magnitude m (x / m, or the sign of x where
+/// |x| equals m); a bin of logaddexp's -inf only, or of hypot's zeros only, as it is; NaN where
+/// any input is NaN. Other operators' inputs as they are.
+pub fn relative_inputs(op: HistOp, xs: &[f64]) -> Vec<f64> {
+    let Some(g) = op.general() else { return xs.to_vec() };
+    let shift = std::ptr::eq(g, &crate::general::LOGADDEXP);
+    if !shift && !std::ptr::eq(g, &crate::general::HYPOT) {
+        return xs.to_vec();
+    }
+    if xs.iter().any(|x| x.is_nan()) {
+        return vec![f64::NAN; xs.len()];
+    }
+    if shift {
+        let m = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        if m == f64::NEG_INFINITY {
+            return xs.to_vec();
+        }
+        xs.iter().map(|&x| if x == m { 0.0 } else { x - m }).collect()
+    } else {
+        let m = xs.iter().map(|x| x.abs()).fold(0.0, f64::max);
+        if m == 0.0 {
+            return xs.to_vec();
+        }
+        xs.iter().map(|&x| if x.abs() == m { x.signum() } else { x / m }).collect()
+    }
 }
 
 /// The forward-mode derivative: `(hist, hist_dot)` for tangents of vals and dest.

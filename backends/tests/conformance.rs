@@ -177,10 +177,71 @@ fn cases() -> Vec<Case> {
     out
 }
 
+/// The extreme-value case, one bin per situation README's Rules paragraph defines (elements of
+/// the bins interleaved, so chunks and sorts move them; an out-of-range NaN and inf ignored):
+/// [`EXTREME_BINS`] in order.
+fn extreme_case() -> Case {
+    let k = EXTREME_BINS.len();
+    let mut out = Case { name: "extremes".into(), dest: vec![], inds: vec![], vals: vec![], hist_bar: vec![] };
+    for (_, dest, _, g) in EXTREME_BINS {
+        out.dest.push(dest);
+        out.hist_bar.push(g);
+    }
+    let longest = EXTREME_BINS.iter().map(|b| b.2.len()).max().unwrap_or(0);
+    for r in 0..longest {
+        for (b, (_, _, vals, _)) in EXTREME_BINS.iter().enumerate() {
+            if let Some(&v) = vals.get(r) {
+                out.inds.push(b as i64);
+                out.vals.push(v);
+            }
+        }
+        if r == 0 {
+            out.inds.extend([-1, k as i64]);
+            out.vals.extend([f64::NAN, f64::INFINITY]);
+        }
+    }
+    out
+}
+
+const X16: f64 = 1e16;
+const X308: f64 = 1e308;
+const INF: f64 = f64::INFINITY;
+const NAN: f64 = f64::NAN;
+
+/// (what, dest, values in index order, hist_bar) per bin of [`extreme_case`].
+const EXTREME_BINS: [(&str, f64, &[f64], f64); 12] = [
+    ("3-way tie with dest at 1e16", X16, &[X16, X16], 1.5),
+    ("3-way tie of values at 1e16", 0.5, &[X16, X16, X16], 2.0),
+    ("3-way tie with dest at 1e308", X308, &[X308, X308], 1.25),
+    ("two +inf values", 0.5, &[INF, 1.0, INF], 1.0),
+    ("a NaN value", 1.0, &[2.0, NAN, 3.0], 0.75),
+    ("a NaN dest", NAN, &[1.0, 2.0], 2.5),
+    ("-inf only", -INF, &[-INF, -INF], 1.0),
+    ("a -inf value", 2.0, &[-INF, 1.0], 3.0),
+    ("a NaN value and a zero", 1.0, &[NAN, 0.0, 5.0], 1.0),
+    ("+inf then NaN", 1.0, &[INF, NAN], 0.5),
+    ("+inf dest and value", INF, &[INF, 3.0], 2.0),
+    ("a NaN value, hist_bar 0", 1.0, &[NAN, 2.0], 0.0),
+];
+
+/// The cases the rules run: the adversarial and random ones and the extreme values.
+fn rule_cases() -> Vec<Case> {
+    let mut out = cases();
+    out.push(extreme_case());
+    out
+}
+
 /// The case adapted to an operator's domain: `*` gets values near 1 (with zeros kept) so long
 /// products stay finite; hypot's bins are magnitudes.
 fn for_op(c: &Case, op: HistOp) -> Case {
     let mut c = c.clone();
+    if op == HistOp::Mul && c.name == "extremes" {
+        // `*` with an infinite factor, or products out of range (1e16 cubed in f32), is outside
+        // what its rules agree on (README, Rules: keep products in range); its NaN bins stay.
+        let finite = |x: &f64| if x.abs() >= X16 { 2.0 } else { *x };
+        c.dest = c.dest.iter().map(finite).collect();
+        c.vals = c.vals.iter().map(finite).collect();
+    }
     if op == HistOp::Mul && c.vals.len() > 100 {
         c.vals = c.vals.iter().enumerate().map(|(i, v)| if i % 97 == 0 { 0.0 } else { 1.0 + 0.02 * v }).collect();
     }
@@ -519,7 +580,7 @@ fn run_rule<D: Ops>(d: &D, rule: HistRule, op: HistOp, dt: DType, c: &Case) -> R
 /// Every reverse rule and the forward rule, against the CPU device and the oracle.
 fn rules<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
     let c = cpu();
-    for case in cases() {
+    for case in rule_cases() {
         for op in hist_ops() {
             let case = for_op(&case, op);
             let case = Case {
@@ -598,12 +659,143 @@ fn rules<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
     }
 }
 
+/// The extreme-value semantics of README's Rules paragraph, derived by hand (not from the
+/// oracle or a device), for every operator, every reverse rule and the forward rule on `d`:
+/// three-way ties split logaddexp's adjoint 1/3 each (hypot's 1/sqrt 3) at 1e16 and 1e308;
+/// +inf inputs share logaddexp's adjoint evenly (hypot's: 1/sqrt of their number each); a bin with a NaN input is NaN in every mode,
+/// its inputs' adjoints NaN under `*`, logaddexp and hypot, hist_bar under `+`, and min/max's
+/// adjoint goes to the first NaN (dest first); a bin whose adjoint is 0 gives 0.
+fn extremes<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
+    let case = extreme_case();
+    let members: Vec<Vec<usize>> =
+        (0..EXTREME_BINS.len()).map(|b| (0..case.inds.len()).filter(|&i| case.inds[i] == b as i64).collect()).collect();
+    let third = 1.0 / 3.0;
+    let lae = HistOp::General(&LOGADDEXP);
+    let hyp = HistOp::General(&HYPOT);
+    // (bin, weight of dest, weights of the values in index order): d hist / d input.
+    let mut weights: Vec<(HistOp, usize, f64, Vec<f64>)> = vec![
+        (lae, 0, third, vec![third, third]),
+        (lae, 1, 0.0, vec![third, third, third]),
+        (lae, 2, third, vec![third, third]),
+        (lae, 3, 0.0, vec![0.5, 0.0, 0.5]),
+        (lae, 6, 0.0, vec![0.0, 0.0]),
+        (lae, 10, 0.5, vec![0.5, 0.0]),
+        (hyp, 0, 3f64.sqrt().recip(), vec![3f64.sqrt().recip(); 2]),
+        (hyp, 1, 0.0, vec![3f64.sqrt().recip(); 3]),
+        (hyp, 3, 0.0, vec![2f64.sqrt().recip(), 0.0, 2f64.sqrt().recip()]),
+        (hyp, 10, 2f64.sqrt().recip(), vec![2f64.sqrt().recip(), 0.0]),
+    ];
+    if dt == DType::F64 {
+        // (1e308 is +inf in f32: there bin 2 is a tie of three +inf, which logaddexp splits
+        // evenly too.)
+        weights.push((hyp, 2, 3f64.sqrt().recip(), vec![3f64.sqrt().recip(); 2]));
+    }
+    for (i, &(what, dest, _, g)) in EXTREME_BINS.iter().enumerate() {
+        if !what.contains("NaN") {
+            continue;
+        }
+        let m = &members[i];
+        for op in hist_ops() {
+            // NaN propagates: `+`'s partials are 1, min/max's winner is the first NaN (dest
+            // first), the other operators' partials are NaN.
+            let (dest_w, vals_w): (f64, Vec<f64>) = match op {
+                HistOp::Add => (1.0, vec![1.0; m.len()]),
+                HistOp::Min | HistOp::Max if dest.is_nan() => (1.0, vec![0.0; m.len()]),
+                HistOp::Min | HistOp::Max => {
+                    let first = m.iter().position(|&j| case.vals[j].is_nan());
+                    (0.0, (0..m.len()).map(|p| if Some(p) == first { 1.0 } else { 0.0 }).collect())
+                }
+                _ => (NAN, vec![NAN; m.len()]),
+            };
+            // A zero adjoint gives 0, NaN partials or not.
+            let bar = |w: f64| if g == 0.0 { 0.0 } else { w * g };
+            let vals_bar: Vec<f64> = vals_w.iter().map(|&w| bar(w)).collect();
+            expect_bin(d, dt, f, &case, &members, op, i, Some(NAN), bar(dest_w), &vals_bar);
+        }
+    }
+    for (op, bin, dw, vw) in weights {
+        let g = EXTREME_BINS[bin].3;
+        expect_bin(d, dt, f, &case, &members, op, bin, None, dw * g, &vw.iter().map(|w| w * g).collect::<Vec<_>>());
+    }
+}
+
+/// Checks one bin of the extreme case under every reverse rule and the forward rule: its hist
+/// (`hist`: Some(NaN) for a NaN bin, None to skip: magnitudes are the oracle's to check) and its
+/// inputs' adjoints; the forward rule's tangent with tangents 1, 2, 3, ... on dest and the values
+/// is the adjoints' weighted sum (NaN where any adjoint is NaN).
+#[allow(clippy::too_many_arguments)]
+fn expect_bin<D: Ops>(
+    d: &D,
+    dt: DType,
+    f: &mut Fails,
+    case: &Case,
+    members: &[Vec<usize>],
+    op: HistOp,
+    bin: usize,
+    hist: Option<f64>,
+    dest_bar: f64,
+    vals_bar: &[f64],
+) {
+    let case = Case { dest: round(dt, &case.dest), vals: round(dt, &case.vals), ..case.clone() };
+    let t = match dt {
+        DType::F32 => 1e-6,
+        DType::F64 => 1e-14,
+    };
+    let tag = |what: &str| format!("{} {dt} extremes bin {bin} ({}) {op} {what}", d.engine_name(), EXTREME_BINS[bin].0);
+    let m = &members[bin];
+    for rule in HistRule::ALL {
+        if !rule.applies_to(op) {
+            continue;
+        }
+        match run_rule(d, rule, op, dt, &case) {
+            Ok(got) => {
+                if let Some(h) = hist {
+                    f.check(&tag(&format!("{rule} hist")), &got.hist[bin..=bin], &[h], 0.0);
+                }
+                f.check(&tag(&format!("{rule} dest_bar")), &got.dest_bar[bin..=bin], &[dest_bar], t);
+                let vb: Vec<f64> = m.iter().map(|&j| got.vals_bar[j]).collect();
+                f.check(&tag(&format!("{rule} vals_bar")), &vb, vals_bar, t);
+            }
+            Err(e) => f.0.push(format!("{}: {e}", tag(rule.name()))),
+        }
+    }
+    // Forward mode: tangents 1 on dest, 2, 3, ... on the bin's values (0 elsewhere).
+    let k = case.dest.len();
+    let mut dd = vec![0.0; k];
+    dd[bin] = 1.0;
+    let mut dv = vec![0.0; case.vals.len()];
+    for (p, &j) in m.iter().enumerate() {
+        dv[j] = 2.0 + p as f64;
+    }
+    let g = EXTREME_BINS[bin].3;
+    if g == 0.0 {
+        return; // a zero adjoint says nothing about the tangent
+    }
+    let want = (dest_bar + vals_bar.iter().enumerate().map(|(p, w)| w * (2.0 + p as f64)).sum::<f64>()) / g;
+    let fw = Forward::new(d.clone());
+    let jvp = || -> Result<(Vec<f64>, Vec<f64>)> {
+        let de = fw.dual(d.tensor(&case.dest, &[k], dt)?, d.tensor(&dd, &[k], dt)?)?;
+        let va = fw.dual(d.tensor(&case.vals, &[dv.len()], dt)?, d.tensor(&dv, &[dv.len()], dt)?)?;
+        let h = fw.reduce_by_index(&de, op, &d.index(&case.inds)?, &va)?;
+        Ok((d.to_vec(h.value())?, d.to_vec(&fw.tangent(&h)?)?))
+    };
+    match jvp() {
+        Ok((h, dot)) => {
+            if let Some(want_h) = hist {
+                f.check(&tag("jvp hist"), &h[bin..=bin], &[want_h], 0.0);
+            }
+            f.check(&tag("jvp tangent"), &dot[bin..=bin], &[want], t);
+        }
+        Err(e) => f.0.push(format!("{}: {e}", tag("jvp"))),
+    }
+}
+
 /// The rules that run the chunked kernels against the CPU device, every case and operator: the
 /// `general-chunked` reverse rule and the forward rule (the dual-number histogram). Run on a
 /// kernel device with and without a work-group per chunk (`KernelDevice::with_group_chunks`).
 fn chunked_rule<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
     let c = cpu();
-    for case in cases() {
+    for case in rule_cases() {
         for op in hist_ops() {
             let case = for_op(&case, op);
             let case = Case {
@@ -1273,6 +1465,11 @@ fn cpu_donated_elementwise_ops_equal_the_plain_ones_bit_for_bit_at_every_size() 
 }
 
 #[test]
+fn cpu_follows_the_extreme_value_semantics() {
+    each_dtype(&cpu(), true, "cpu extremes", extremes::<Cpu>);
+}
+
+#[test]
 fn cpu_conforms_to_itself_and_the_oracle() {
     // The suite's own sanity check: the reference device against the oracle.
     let c = cpu();
@@ -1300,6 +1497,7 @@ fn staged_primitives_match_the_cpu() {
 fn staged_rules_match_the_cpu_and_the_oracle() {
     for d in staged_devices() {
         each_dtype(&d, true, "cpu-staged rules", rules::<CpuStaged>);
+        each_dtype(&d, true, "cpu-staged extremes", extremes::<CpuStaged>);
         each_dtype(&d, true, "cpu-staged chunked rule", chunked_rule::<CpuStaged>);
         each_dtype(&d, true, "cpu-staged large sorts and scans", large_sorts_and_scans::<CpuStaged>);
     }
@@ -1350,6 +1548,8 @@ fn traced_devices_match_the_cpu_eagerly_and_in_replays() {
     traced_check(&jit, "cpu-jit nested dense AD", nested_dense_ad::<Traced<CpuStaged>>);
     // Every histogram rule, recorded and replayed (eagerly it is the staged suite's).
     recorded_check(&jit, "cpu-jit rules", rules::<Traced<CpuStaged>>);
+    traced_check(&on_cpu, "cpu-traced extremes", extremes::<Traced<Cpu>>);
+    recorded_check(&jit, "cpu-jit extremes", extremes::<Traced<CpuStaged>>);
 }
 
 #[test]
@@ -1398,6 +1598,16 @@ macro_rules! device_suite {
                 let (groups, single) = (d.clone().with_group_chunks(true), d.with_group_chunks(false));
                 each_dtype(&groups, f64_ok, concat!(stringify!($module), " rules, chunk groups"), chunked_rule::<D>);
                 each_dtype(&single, f64_ok, concat!(stringify!($module), " rules, no chunk groups"), chunked_rule::<D>);
+            }
+
+            #[test]
+            fn extreme_values_follow_the_stated_semantics() {
+                let Some(d) = open::<$runtime>() else { return };
+                let f64_ok = d.has_f64();
+                each_dtype(&d, f64_ok, concat!(stringify!($module), " extremes"), extremes::<D>);
+                let (groups, single) = (d.clone().with_group_chunks(true), d.with_group_chunks(false));
+                each_dtype(&groups, f64_ok, concat!(stringify!($module), " extremes, chunk groups"), extremes::<D>);
+                each_dtype(&single, f64_ok, concat!(stringify!($module), " extremes, no chunk groups"), extremes::<D>);
             }
 
             #[test]

@@ -219,8 +219,14 @@ impl Tool for EngineTool {
             v.comparisons.push(staged_vs_eager(&v, &eager, settings.seed)?);
         }
         match device {
-            AnyDevice::CpuTraced(d) => v.comparisons.push(traced_vs_eager(d, &v, settings.seed)?),
-            AnyDevice::CpuJit(d) => v.comparisons.push(traced_vs_eager(d, &v, settings.seed)?),
+            AnyDevice::CpuTraced(d) => {
+                v.comparisons.push(traced_vs_eager(d, &v, settings.seed)?);
+                v.comparisons.push(timed_replays(d, device, problem, settings)?);
+            }
+            AnyDevice::CpuJit(d) => {
+                v.comparisons.push(traced_vs_eager(d, &v, settings.seed)?);
+                v.comparisons.push(timed_replays(d, device, problem, settings)?);
+            }
             _ => {}
         }
         Ok(v)
@@ -281,6 +287,37 @@ fn traced_vs_eager<D: adgauge_backends::traced::Traceable>(
         got.extend(d.replay_readbacks(&jvp)?);
     }
     anyhow::ensure!(!want.is_empty(), "traced-eager: the recorded VJP read nothing back");
+    Ok(Comparison { check: CheckKind::TracedEager, got, want, convention: None })
+}
+
+/// The recordings a timed call replays, on a traced device: the problem prepared as `run`
+/// prepares it (resident inputs, the case's rule) and every timed mode called as a timing calls
+/// it, three times: the first call records and checks its first replay against the eager run
+/// bit for bit (a difference is an error naming the instruction, which fails the case), the
+/// others replay. The comparison holds, per mode, whether its recording verified any value (a
+/// mode that recorded nothing would time nothing); modes the workload does not have are left out.
+fn timed_replays<D: adgauge_backends::traced::Traceable>(
+    d: &adgauge_backends::Traced<D>,
+    device: &AnyDevice,
+    problem: &dyn Problem,
+    settings: &CheckSettings,
+) -> anyhow::Result<Comparison> {
+    let prepared = problem.prepare(device, settings.dtype, &settings.rule)?;
+    let (mut got, mut want) = (Vec::new(), Vec::new());
+    for mode in Mode::TIMED {
+        match prepared.run(mode) {
+            Ok(()) => {}
+            Err(e) if e.is_unsupported() => continue,
+            Err(e) => return Err(anyhow::Error::new(e).context(format!("the timed {mode} recording"))),
+        }
+        let verified = d.last_trace().map_or(0, |t| t.verified);
+        for _ in 0..2 {
+            prepared.run(mode).map_err(|e| anyhow::Error::new(e).context(format!("a timed {mode} replay")))?;
+        }
+        got.push(if verified > 0 { 1.0 } else { 0.0 });
+        want.push(1.0);
+    }
+    anyhow::ensure!(!want.is_empty(), "traced-eager: no timed mode could be recorded");
     Ok(Comparison { check: CheckKind::TracedEager, got, want, convention: None })
 }
 

@@ -170,6 +170,7 @@ fn adgauge_as_an_external_tool_passes_the_checks_of_its_own_engine() {
             "rule-agreement",
             "manual-hessian",
             "stress",
+            "extremes",
             "fd-jacobian",
             "perturbation",
             "primitives",

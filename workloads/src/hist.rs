@@ -68,7 +68,8 @@ impl HistWorkload {
     /// The value shape the generator uses for this operator.
     pub fn values(&self) -> Values {
         match self.op.name() {
-            "mul" => Values::Product,
+            // (general-mul too: products of values from [-1, 1] underflow in long bins.)
+            "mul" | "general-mul" => Values::Product,
             "min" | "max" => Values::Separated,
             "logaddexp" => Values::Logs,
             "hypot" => Values::Magnitudes,
@@ -591,6 +592,14 @@ impl HistProblem {
             t.drop_dest_adjoint = drop_dest_adjoint;
             comparisons.extend(stress_comparisons(&t, s.seed)?);
         }
+        let mut t = HistFlat::new(device.clone(), cpu.clone(), self.w, rule, dt, &extremes_case(self.w.op));
+        t.drop_dest_adjoint = drop_dest_adjoint;
+        comparisons.extend(extremes_comparisons(&t)?);
+        for data in size_sweep_cases(self.w, s.seed) {
+            let mut t = HistFlat::new(device.clone(), cpu.clone(), self.w, rule, dt, &data);
+            t.drop_dest_adjoint = drop_dest_adjoint;
+            comparisons.extend(size_sweep_comparisons(&t, rule == HistRule::Auto, s.seed)?);
+        }
         let n_in = f.n_in();
         let mut full_jacobian = None;
         if f.jvp(&vec![0.0; n_in]).is_ok() {
@@ -865,6 +874,131 @@ pub fn stress_case(op: HistOp, seed: u64) -> Option<HistData> {
     Some(HistData { k, inds, vals, dest })
 }
 
+/// The bins of the `extremes` check, one per situation README's Rules paragraph defines:
+/// (dest, values in index order, hist_bar).
+const EXTREME_BINS: [(f64, &[f64], f64); 12] = [
+    (1e16, &[1e16, 1e16], 1.5),                        // three-way tie with dest at 1e16
+    (0.5, &[1e16, 1e16, 1e16], -2.0),                  // three tied values at 1e16
+    (1e308, &[1e308, 1e308], 1.25),                    // three-way tie at 1e308 (+inf in f32)
+    (0.5, &[f64::INFINITY, 1.0, f64::INFINITY], 1.0),  // two +inf values
+    (1.0, &[2.0, f64::NAN, 3.0], 0.75),                // a NaN value
+    (f64::NAN, &[1.0, 2.0], -2.5),                     // a NaN dest
+    (f64::NEG_INFINITY, &[f64::NEG_INFINITY; 2], 1.0), // -inf only
+    (2.0, &[f64::NEG_INFINITY, 1.0], 3.0),             // a -inf value
+    (1.0, &[f64::NAN, 0.0, 5.0], 1.0),                 // a NaN and a zero
+    (1.0, &[f64::INFINITY, f64::NAN], 0.5),            // +inf, then NaN
+    (f64::INFINITY, &[f64::INFINITY, 3.0], 2.0),       // +inf dest and value
+    (1.0, &[f64::NAN, 2.0], 0.0),                      // a NaN bin whose adjoint is 0
+];
+
+/// The data of the `extremes` check for `op` (hypot's bins are magnitudes: absolute values;
+/// `*` gets 2 for magnitudes of 1e16 and more):
+/// the bins of `EXTREME_BINS` with their elements interleaved (so chunks, sorts and the
+/// parallel folds move them), and an out-of-range NaN and +inf that must be ignored.
+pub fn extremes_case(op: HistOp) -> HistData {
+    let magnitude = |x: f64| match op {
+        HistOp::General(g) if std::ptr::eq(g, &adgauge_backends::general::HYPOT) => x.abs(),
+        // `*` with an infinite factor, or products out of range (1e16 cubed in f32), is outside
+        // what its rules agree on (README, Rules: keep products in range); its NaN bins stay.
+        _ if std::ptr::eq(adgauge_backends::general::as_general(op), &adgauge_backends::general::MUL)
+            && x.abs() >= 1e16 =>
+        {
+            2.0
+        }
+        _ => x,
+    };
+    let k = EXTREME_BINS.len();
+    let mut data =
+        HistData { k, inds: vec![], vals: vec![], dest: EXTREME_BINS.iter().map(|b| magnitude(b.0)).collect() };
+    let longest = EXTREME_BINS.iter().map(|b| b.1.len()).max().unwrap_or(0);
+    for r in 0..longest {
+        for (b, (_, vals, _)) in EXTREME_BINS.iter().enumerate() {
+            if let Some(&v) = vals.get(r) {
+                data.inds.push(b as i64);
+                data.vals.push(magnitude(v));
+            }
+        }
+        if r == 0 {
+            data.inds.extend([-1, k as i64]);
+            data.vals.extend([f64::NAN, f64::INFINITY]);
+        }
+    }
+    data
+}
+
+/// The `extremes` comparisons of one rule and engine: its VJP, every other rule's VJP and the
+/// forward rule's JVP (tangents 1, 2, 3, ...) against the sequential oracle.
+fn extremes_comparisons<D: Ops>(f: &HistFlat<D>) -> Result<Vec<Comparison>> {
+    let extremes =
+        |got: Vec<f64>, want: Vec<f64>| Comparison { check: CheckKind::Extremes, got, want, convention: None };
+    let bar: Vec<f64> = EXTREME_BINS.iter().map(|b| b.2).collect();
+    let want = f.oracle_vjp(&bar);
+    let mut out = vec![extremes(f.vjp(&bar)?, want.clone())];
+    for other in HistRule::ALL.into_iter().filter(|&r| r != f.rule) {
+        match f.vjp_parts(other, &bar) {
+            Ok((vb, db)) => out.push(extremes(vb.into_iter().chain(db).collect(), want.clone())),
+            Err(adgauge_backends::OpError::Unsupported(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let v: Vec<f64> = (0..f.n_in()).map(|i| 1.0 + i as f64).collect();
+    match f.jvp(&v) {
+        Ok(got) => out.push(extremes(got, f.oracle_jvp(&v))),
+        Err(adgauge_backends::OpError::Unsupported(_)) => {}
+        Err(e) => return Err(e),
+    }
+    Ok(out)
+}
+
+/// Seeded data on both sides of every size switch of the histogram code
+/// (`adgauge_backends::sizes::hist_size_switches`, the one list the code's thresholds are
+/// registered in): the sizes at which a device or `auto` takes another path.
+pub fn size_sweep_cases(w: HistWorkload, seed: u64) -> Vec<HistData> {
+    adgauge_backends::sizes::hist_size_switches()
+        .into_iter()
+        .filter(|s| s.op.is_none_or(|op| op == w.op))
+        .flat_map(|s| [s.before, s.past])
+        .map(|(n, k)| generate(&w.spec(n, k, IndexDist::Uniform, 0.05, seed ^ 0x512e5 ^ ((n as u64) << 20) ^ k as u64)))
+        .collect()
+}
+
+/// The `stress` comparisons at one size of the sweep: this rule's VJP for a random adjoint
+/// against the O(n) oracle, and with `with_jvp` (once per workload and dtype: under `auto`)
+/// the forward rule's JVP.
+fn size_sweep_comparisons<D: Ops>(f: &HistFlat<D>, with_jvp: bool, seed: u64) -> Result<Vec<Comparison>> {
+    use rand::RngExt;
+    let d = &f.data;
+    let (n, k) = (d.vals.len(), d.k);
+    let mut rng = adgauge_datasets::rng(seed ^ 0x512e6);
+    let dt = f.dtype;
+    let mut random = |len: usize| -> Vec<f64> { (0..len).map(|_| dt.round(rng.random_range(-1.0..1.0))).collect() };
+    let (bar, v) = (random(k), random(n + k));
+    let stress = |got: Vec<f64>, want: Vec<f64>| Comparison { check: CheckKind::Stress, got, want, convention: None };
+    let mut out = vec![stress(f.vjp(&bar)?, stress_oracle_vjp(f.workload.op, d, &bar))];
+    if with_jvp {
+        match f.jvp(&v) {
+            Ok(got) => out.push(stress(got, partials_times(f.workload.op, d, &v))),
+            Err(adgauge_backends::OpError::Unsupported(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(out)
+}
+
+/// J v from the oracle's partials in O(n): each input moves only its own bin, so J v is the
+/// oracle's VJP for an all-ones adjoint times v, summed per bin.
+fn partials_times(op: HistOp, d: &HistData, v: &[f64]) -> Vec<f64> {
+    let (n, k) = (d.vals.len(), d.k);
+    let ones = stress_oracle_vjp(op, d, &vec![1.0; k]);
+    let mut want: Vec<f64> = (0..k).map(|b| ones[n + b] * v[n + b]).collect();
+    for (i, &b) in d.inds.iter().enumerate() {
+        if b >= 0 && (b as usize) < k {
+            want[b as usize] += ones[i] * v[i];
+        }
+    }
+    want
+}
+
 /// The `stress` comparisons of one rule and engine: its VJP for a random adjoint and its JVP for
 /// a random tangent against the sequential oracle, and every other rule's VJP against the
 /// oracle too (rule agreement on the same data).
@@ -887,18 +1021,8 @@ fn stress_comparisons<D: Ops>(f: &HistFlat<D>, seed: u64) -> Result<Vec<Comparis
         }
     }
     match f.jvp(&v) {
-        // Each input moves only its own bin, so J v is the oracle's partials (its VJP for an
-        // all-ones adjoint) times v, summed per bin: O(n), where the oracle's JVP is O(n k).
-        Ok(got) => {
-            let ones = stress_oracle_vjp(f.workload.op, d, &vec![1.0; k]);
-            let mut want: Vec<f64> = (0..k).map(|b| ones[n + b] * v[n + b]).collect();
-            for (i, &b) in d.inds.iter().enumerate() {
-                if b >= 0 && (b as usize) < k {
-                    want[b as usize] += ones[i] * v[i];
-                }
-            }
-            out.push(stress(got, want));
-        }
+        // O(n), where the oracle's JVP is O(n k).
+        Ok(got) => out.push(stress(got, partials_times(f.workload.op, d, &v))),
         Err(adgauge_backends::OpError::Unsupported(_)) => {}
         Err(e) => return Err(e),
     }
@@ -1331,15 +1455,20 @@ fn stress_oracle_vjp(op: HistOp, d: &HistData, bar: &[f64]) -> Vec<f64> {
             continue;
         }
         let m = ms.len();
+        // logaddexp's and hypot's partials at the inputs relative to the bin's largest, as the
+        // oracle's.
+        let inputs: Vec<f64> = std::iter::once(d.dest[b]).chain(ms.iter().map(|&i| d.vals[i])).collect();
+        let inputs = oracle::relative_inputs(op, &inputs);
+        let (dest_b, vals_b) = (inputs[0], &inputs[1..]);
         // suffix[j] = a_j op ... op a_{m-1}, suffix[m] = the neutral element.
         let mut suffix = vec![op.neutral(); m + 1];
         for j in (0..m).rev() {
-            suffix[j] = op.combine(d.vals[ms[j]], suffix[j + 1]);
+            suffix[j] = op.combine(vals_b[j], suffix[j + 1]);
         }
-        out[n + b] = op.partial(Operand::Left, d.dest[b], suffix[0]) * g;
-        let mut l = d.dest[b];
+        out[n + b] = op.partial(Operand::Left, dest_b, suffix[0]) * g;
+        let mut l = dest_b;
         for (j, &i) in ms.iter().enumerate() {
-            let a = d.vals[i];
+            let a = vals_b[j];
             let la = op.combine(l, a);
             out[i] = op.partial(Operand::Right, l, a) * op.partial(Operand::Left, la, suffix[j + 1]) * g;
             l = la;

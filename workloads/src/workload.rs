@@ -275,6 +275,11 @@ pub enum CheckKind {
     /// the parallel threshold, so that several chunks and interleaved sub-histograms are merged.
     /// Compared elementwise with the sequential oracle, never with finite differences.
     Stress,
+    /// Histograms at the extreme values README's Rules paragraph defines (three-way ties at 1e16
+    /// and 1e308, +inf, NaN in the values and in dest, a NaN bin with a zero adjoint): the
+    /// tool's rule, every other rule and the forward rule against the sequential oracle, where
+    /// NaN must stand where the oracle's NaN stands (and counts as equal there).
+    Extremes,
     /// A whole Jacobian against central finite differences of the primal, column by column
     /// (each coordinate its own step): a reference that shares nothing with the derivative code,
     /// not even the sparsity pattern (BA).
@@ -295,12 +300,13 @@ pub enum CheckKind {
     StagedEager,
     /// On a traced device: what a recorded VJP and JVP read back when replayed, against what
     /// their eager run read back while being recorded (the same calls of the same device:
-    /// exactly equal).
+    /// exactly equal); and the recordings a timed call replays, every timed mode, recorded
+    /// (their first replay checked bit for bit) and replayed.
     TracedEager,
 }
 
 impl CheckKind {
-    pub const ALL: [CheckKind; 18] = [
+    pub const ALL: [CheckKind; 19] = [
         CheckKind::DotProduct,
         CheckKind::FdJvp,
         CheckKind::FdVjp,
@@ -313,6 +319,7 @@ impl CheckKind {
         CheckKind::ManualHessian,
         CheckKind::Ties,
         CheckKind::Stress,
+        CheckKind::Extremes,
         CheckKind::FdJacobian,
         CheckKind::Perturbation,
         CheckKind::Primitives,
@@ -343,6 +350,7 @@ impl CheckKind {
             CheckKind::ManualHessian => "manual-hessian",
             CheckKind::Ties => "ties",
             CheckKind::Stress => "stress",
+            CheckKind::Extremes => "extremes",
             CheckKind::FdJacobian => "fd-jacobian",
             CheckKind::Perturbation => "perturbation",
             CheckKind::Primitives => "primitives",

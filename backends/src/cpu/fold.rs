@@ -42,11 +42,6 @@ pub trait Fold<T: Elem>: Copy + Send + Sync {
     }
 }
 
-#[inline(always)]
-fn truth<T: Elem>(b: bool) -> T {
-    if b { T::one() } else { T::zero() }
-}
-
 #[derive(Clone, Copy)]
 pub struct AddF;
 #[derive(Clone, Copy)]
@@ -88,12 +83,12 @@ impl<T: Elem> Fold<T> for MulF {
         crate::general::mul_absorbing(a, b)
     }
     #[inline(always)]
-    fn d1(self, _: T, b: T) -> T {
-        b
+    fn d1(self, a: T, b: T) -> T {
+        general::mul_d1(a, b)
     }
     #[inline(always)]
-    fn d2(self, a: T, _: T) -> T {
-        a
+    fn d2(self, a: T, b: T) -> T {
+        general::mul_d2(a, b)
     }
 }
 
@@ -119,34 +114,35 @@ impl<T: Elem> Fold<T> for PlainMulF {
     }
 }
 
+// Min and max select rather than branch: on random data a branch mispredicts often. NaN ranks
+// beyond every number (`general::right_wins`).
 impl<T: Elem> Fold<T> for MinF {
-    // Min and max select rather than branch: on random data a branch mispredicts often.
     #[inline(always)]
     fn combine(self, a: T, b: T) -> T {
-        if b < a { b } else { a }
+        general::min_combine(a, b)
     }
     #[inline(always)]
     fn d1(self, a: T, b: T) -> T {
-        truth(a <= b)
+        general::min_d1(a, b)
     }
     #[inline(always)]
     fn d2(self, a: T, b: T) -> T {
-        truth(b < a)
+        general::min_d2(a, b)
     }
 }
 
 impl<T: Elem> Fold<T> for MaxF {
     #[inline(always)]
     fn combine(self, a: T, b: T) -> T {
-        if b > a { b } else { a }
+        general::max_combine(a, b)
     }
     #[inline(always)]
     fn d1(self, a: T, b: T) -> T {
-        truth(a >= b)
+        general::max_d1(a, b)
     }
     #[inline(always)]
     fn d2(self, a: T, b: T) -> T {
-        truth(b > a)
+        general::max_d2(a, b)
     }
 }
 

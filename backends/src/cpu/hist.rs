@@ -17,10 +17,10 @@ use super::pool::{Buf, Pool};
 /// Most chunks (private histograms) one call uses.
 const MAX_CHUNKS: usize = 64;
 /// Fewest elements per chunk.
-const MIN_CHUNK: usize = 1 << 15;
+pub(crate) const MIN_CHUNK: usize = 1 << 15;
 /// Up to this k, each chunk keeps `SUBS` interleaved sub-histograms.
-const SMALL_K: usize = 64;
-const SUBS: usize = 4;
+pub(crate) const SMALL_K: usize = 64;
+pub(crate) const SUBS: usize = 4;
 /// Bins per task when merging rows.
 const MERGE_BLOCK: usize = 1 << 12;
 
@@ -176,7 +176,7 @@ where
 const WINDOW_BYTES: usize = 256 << 10;
 /// Bins from which [`adjoint_chunk`] partitions a chunk's elements by bin range: below, the
 /// running array fits in L2 as it is.
-const PARTITION_MIN_BINS_BYTES: usize = 1 << 20;
+pub(crate) const PARTITION_MIN_BINS_BYTES: usize = 1 << 20;
 
 /// The bins per window of the partitioned chunk adjoint for k bins of `T`, or 0 where the
 /// plain passes are as fast (k small), or where bins or positions pass 32 bits.

@@ -5,7 +5,7 @@
 
 use rayon::prelude::*;
 
-use crate::{BinaryOp, Elem, HistOp, Operand, UnaryOp};
+use crate::{BinaryOp, Elem, HistOp, Operand, UnaryOp, general};
 
 /// Below this many elements a kernel runs sequentially: spawning costs more than it saves.
 /// Measured here (2 cores): at 2^15, BA ba2's ops (36455 observations, just above it) ran in
@@ -291,20 +291,8 @@ pub fn combine<T: Elem>(op: HistOp, a: T, b: T) -> T {
     match op {
         HistOp::Add => a + b,
         HistOp::Mul => crate::general::mul_absorbing(a, b),
-        HistOp::Min => {
-            if b < a {
-                b
-            } else {
-                a
-            }
-        }
-        HistOp::Max => {
-            if b > a {
-                b
-            } else {
-                a
-            }
-        }
+        HistOp::Min => crate::general::min_combine(a, b),
+        HistOp::Max => crate::general::max_combine(a, b),
         HistOp::General(g) => (g.fns::<T>().combine)(a, b),
     }
 }
@@ -315,12 +303,12 @@ pub fn combine<T: Elem>(op: HistOp, a: T, b: T) -> T {
 pub fn partial<T: Elem>(op: HistOp, side: Operand, a: T, b: T) -> T {
     match (op, side) {
         (HistOp::Add, _) => T::one(),
-        (HistOp::Mul, Operand::Left) => b,
-        (HistOp::Mul, Operand::Right) => a,
-        (HistOp::Min, Operand::Left) => truth(a <= b),
-        (HistOp::Min, Operand::Right) => truth(b < a),
-        (HistOp::Max, Operand::Left) => truth(a >= b),
-        (HistOp::Max, Operand::Right) => truth(b > a),
+        (HistOp::Mul, Operand::Left) => general::mul_d1(a, b),
+        (HistOp::Mul, Operand::Right) => general::mul_d2(a, b),
+        (HistOp::Min, Operand::Left) => general::min_d1(a, b),
+        (HistOp::Min, Operand::Right) => general::min_d2(a, b),
+        (HistOp::Max, Operand::Left) => general::max_d1(a, b),
+        (HistOp::Max, Operand::Right) => general::max_d2(a, b),
         (HistOp::General(g), Operand::Left) => (g.fns::<T>().d1)(a, b),
         (HistOp::General(g), Operand::Right) => (g.fns::<T>().d2)(a, b),
     }

@@ -1,7 +1,8 @@
 //! logaddexp histograms by max-shift, in two passes: per bin the maximum m of dest and the
 //! values, then `s = sum of e^(v - m)` (and, for a tangent, `sum of e^(v - m) dv`), so the bin is
-//! `m + log(e^(dest - m) + s)`. One `exp` per element instead of the pairwise fold's `exp`,
-//! `log1p` and branches (and, for the dual fold, two more `exp`s for the partials); the shift
+//! `m + log(e^(dest - m) + s)`, with the CPU's vectorisable exp (`vmath`). One `exp` per element
+//! instead of the pairwise fold's `exp`, `log1p` and branches (and, for the dual fold, two more
+//! `exp`s for the partials); the shift
 //! also makes the sum more accurate than the running fold. A bin whose maximum is +inf has no
 //! finite shift: then the caller folds pairwise as before (`None`). A NaN value makes its bin
 //! NaN (the pairwise fold let an empty bin's -inf swallow a first NaN).
@@ -12,6 +13,7 @@ use super::fold::MaxF;
 use super::hist;
 use super::kernels::fill_with;
 use super::pool::{Buf, Pool};
+use super::vmath;
 use crate::Elem;
 
 /// Per-bin shifts: the maximum of dest and the bin's values, 0 where that is -inf (a bin of
@@ -35,11 +37,11 @@ pub fn hist<T: Elem>(pool: &Arc<Pool>, d: &[T], ix: &[i64], v: &[T]) -> Option<B
         ix,
         d.len(),
         T::zero(),
-        |a, i| *a = *a + (v[i] - shift[ix[i] as usize]).exp(),
+        |a, i| *a = *a + vmath::exp(v[i] - shift[ix[i] as usize]),
         |a, b| *a = *a + b,
     );
     let mut out = pool.take::<T>(d.len());
-    fill_with(&mut out, |b| shift[b] + ((d[b] - shift[b]).exp() + sums[b]).ln());
+    fill_with(&mut out, |b| shift[b] + (vmath::exp(d[b] - shift[b]) + sums[b]).ln());
     Some(out)
 }
 
@@ -60,12 +62,12 @@ pub fn hist_dual<T: Elem>(
         d.len(),
         (T::zero(), T::zero()),
         |a, i| {
-            let e = (v[i] - shift[ix[i] as usize]).exp();
+            let e = vmath::exp(v[i] - shift[ix[i] as usize]);
             *a = (a.0 + e, a.1 + e * vd[i]);
         },
         |a, b| *a = (a.0 + b.0, a.1 + b.1),
     );
-    let weight = |b: usize| (d[b] - shift[b]).exp();
+    let weight = |b: usize| vmath::exp(d[b] - shift[b]);
     let (mut h, mut hd) = (pool.take::<T>(d.len()), pool.take::<T>(d.len()));
     fill_with(&mut h, |b| shift[b] + (weight(b) + sums[b].0).ln());
     fill_with(&mut hd, |b| {

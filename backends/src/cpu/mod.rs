@@ -4,7 +4,7 @@
 pub mod dense;
 mod fold;
 mod hist;
-mod kernels;
+pub(crate) mod kernels;
 mod lae;
 mod lstm;
 mod pool;
@@ -14,6 +14,12 @@ mod simd;
 mod sort;
 pub mod staged;
 mod vmath;
+/// The histogram kernels' size constants and plans, for the size-switch list (`crate::sizes`).
+pub(crate) mod hist_sizes {
+    pub(crate) use super::hist::{MIN_CHUNK, PARTITION_MIN_BINS_BYTES, SMALL_K};
+    #[cfg(test)]
+    pub(crate) use super::hist::{Plan, SUBS, adjoint_window_bins};
+}
 
 use std::sync::Arc;
 
@@ -569,10 +575,7 @@ impl Cpu {
         let ext = if MAX { Extremum::Max } else { Extremum::Min };
         let neutral = if MAX { T::neg_infinity() } else { T::infinity() };
         // `beats` with positions compared as P (the order of P matches that of i64 here).
-        let wins = |a: T, pa: P, b: T, pb: P| match ext {
-            Extremum::Min => a < b || (a == b && pa < pb),
-            Extremum::Max => a > b || (a == b && pa < pb),
-        };
+        let wins = |a: T, pa: P, b: T, pb: P| ext.beats(a, pa, b, pb);
         hist::bin_totals(
             self.pool(),
             ix,
@@ -649,7 +652,9 @@ impl Cpu {
             } else if v[i] == T::zero() {
                 z1[b as usize]
             } else {
-                z0[b as usize] / v[i]
+                // A zero c0 gives 0 even at a NaN value (a bin whose adjoint is 0).
+                let c0 = z0[b as usize];
+                if c0 == T::zero() { T::zero() } else { c0 / v[i] }
             }
         });
         Ok(self.wrap(out, vals.shape.clone()))
@@ -723,10 +728,17 @@ impl Cpu {
         same_len("total_form_adjoint", "hist vs hist_bar", h.len(), g.len())?;
         let k = h.len() as u64;
         let mut out = self.pool().take::<T>(v.len());
+        // logaddexp's e^(v - t) with the vectorisable exp of the CPU's unary op (a libm exp
+        // through the operator's fn pointer costs several times as much); the same value as
+        // `lae_total` to an ulp.
+        let lae = matches!(fold::kind(op), fold::Kind::LogAddExp);
         fill_with(&mut out, |i| {
             let b = ix[i];
             if (b as u64) >= k || g[b as usize] == T::zero() {
                 T::zero()
+            } else if lae {
+                let t = h[b as usize];
+                if t == T::neg_infinity() { T::zero() } else { vmath::exp(v[i] - t) * g[b as usize] }
             } else {
                 total(v[i], h[b as usize]) * g[b as usize]
             }
@@ -1124,7 +1136,9 @@ impl HistOps for Cpu {
     /// the own rule won at every k/n up to 0.3 (`docs/performance.md`, "The histogram rule
     /// `auto`").
     fn auto_hist_rule(&self, op: HistOp, n: usize, k: usize) -> Option<crate::HistRule> {
-        (op == HistOp::Mul && n <= 1 << 20 && k.saturating_mul(16) >= n).then_some(crate::HistRule::GeneralChunked)
+        use crate::sizes::{AUTO_MUL_MAX_N, AUTO_MUL_VALUES_PER_BIN};
+        (op == HistOp::Mul && n <= AUTO_MUL_MAX_N && k.saturating_mul(AUTO_MUL_VALUES_PER_BIN) >= n)
+            .then_some(crate::HistRule::GeneralChunked)
     }
 
     fn reduce_by_index(&self, dest: &CpuTensor, op: HistOp, inds: &CpuIndex, vals: &CpuTensor) -> Result<CpuTensor> {

@@ -21,7 +21,7 @@ const MIN_SORT_CHUNK: usize = 1 << 15;
 
 const RADIX_BITS: u32 = 11;
 /// Up to this many buckets a single counting pass is used.
-const COUNTING_MAX: usize = 1 << 16;
+use crate::sizes::COUNTING_MAX;
 
 #[inline]
 fn bucket(key: i64, num_keys: usize) -> usize {

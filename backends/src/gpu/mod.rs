@@ -292,7 +292,7 @@ const CHUNK_GROUP: usize = 4;
 /// Most chunks of the chunked kernels (one work-item each).
 const MAX_CHUNKS: usize = 256;
 /// Fewest elements per chunk.
-const MIN_CHUNK: usize = 1024;
+use crate::sizes::GPU_MIN_CHUNK as MIN_CHUNK;
 /// Most elements of the chunk rows (chunks * k).
 const ROWS_BUDGET: usize = 1 << 24;
 
@@ -1098,7 +1098,7 @@ impl<R: KernelRuntime> HistOps for KernelDevice<R> {
         let (k, n) = (dest.buf.len, vals.buf.len);
         let out = self.copy_of(dest)?;
         let local_bytes = k * dt.size_bytes();
-        if k > 0 && k <= 1024 && local_bytes * 2 <= self.rt.local_mem() && n >= 4 * k {
+        if k > 0 && k <= crate::sizes::GPU_LOCAL_MAX_K && local_bytes * 2 <= self.rt.local_mem() && n >= 4 * k {
             // Small k: private sub-histograms per work-group in local memory.
             let group = GROUP.min(self.rt.max_group());
             let groups = (self.rt.compute_units() * 4).clamp(1, n.div_ceil(group));

@@ -85,20 +85,8 @@ impl HistOp {
         match self {
             HistOp::Add => a + b,
             HistOp::Mul => general::mul_absorbing(a, b),
-            HistOp::Min => {
-                if b < a {
-                    b
-                } else {
-                    a
-                }
-            }
-            HistOp::Max => {
-                if b > a {
-                    b
-                } else {
-                    a
-                }
-            }
+            HistOp::Min => general::MIN.combine(a, b),
+            HistOp::Max => general::MAX.combine(a, b),
             HistOp::General(g) => g.combine(a, b),
         }
     }
@@ -140,14 +128,12 @@ pub enum Extremum {
 }
 
 impl Extremum {
-    /// Does `(a, pa)` beat `(b, pb)`? Ties go to the lower position (dest sits at -1, so dest
-    /// wins ties). NaN never beats anything.
+    /// Does `(a, pa)` beat `(b, pb)`? NaN ranks beyond every number, and ties (NaN with NaN
+    /// included) go to the lower position (dest sits at -1, so dest wins ties): the left fold's
+    /// winner ([`general::right_wins`]).
     #[inline]
-    pub fn beats<T: PartialOrd>(self, a: T, pa: i64, b: T, pb: i64) -> bool {
-        match self {
-            Extremum::Min => a < b || (a == b && pa < pb),
-            Extremum::Max => a > b || (a == b && pa < pb),
-        }
+    pub fn beats<T: PartialOrd + Copy, P: PartialOrd>(self, a: T, pa: P, b: T, pb: P) -> bool {
+        if pa < pb { !general::right_wins(self, a, b) } else { pb < pa && general::right_wins(self, b, a) }
     }
 }
 
@@ -170,7 +156,8 @@ pub trait HistOps: TensorOps {
     /// Per bin of `k`: the product of the non-zero values and the number of zeros.
     fn prod_nonzero_by_index(&self, inds: &Self::I, vals: &Self::T, k: usize) -> Result<(Self::T, Self::I)>;
     /// `out[i] = vals[i] == 0 ? c1[inds[i]] : c0[inds[i]] / vals[i]`, 0 for out-of-range
-    /// indices: the `*` histogram's value adjoint without ever dividing by zero.
+    /// indices and where c0 is 0 (a NaN value included): the `*` histogram's value adjoint
+    /// without ever dividing by zero.
     fn prod_vals_adjoint(&self, inds: &Self::I, vals: &Self::T, c0: &Self::T, c1: &Self::T) -> Result<Self::T>;
 
     /// The reverse rule that `auto` takes for a histogram of `n` values into `k` bins, where this

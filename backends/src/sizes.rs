@@ -1,0 +1,228 @@
+//! The sizes at which a device or a rule takes another code path for a histogram of n values
+//! into k bins: one list ([`hist_size_switches`]) built from the constants the code itself
+//! reads, which `adgauge check` sweeps (every histogram case runs on both sides of every switch,
+//! compared with the oracle) and which a test holds complete: every size constant of the
+//! histogram code is a switch here or is named in [`NOT_SWITCHES`] with the reason
+//! (`size_constants_are_switches_or_say_why_not`). A new threshold that no `check` case crosses
+//! therefore fails that test until it is listed.
+
+use crate::HistOp;
+use crate::cpu::hist_sizes::{MIN_CHUNK, PARTITION_MIN_BINS_BYTES, SMALL_K};
+use crate::cpu::kernels::PAR_MIN;
+use crate::cpu::staged::STAGE_MIN;
+
+/// One size switch: a histogram just before it and one just past it (with f32 and f64 values).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SizeSwitch {
+    /// The constants that place it (as the code names them).
+    pub constants: &'static [&'static str],
+    /// The path taken past it.
+    pub path: &'static str,
+    /// (n, k) on the other path.
+    pub before: (usize, usize),
+    /// (n, k) on the path.
+    pub past: (usize, usize),
+    /// The operator it concerns; None for every operator.
+    pub op: Option<HistOp>,
+}
+
+/// Bins from which the GPU devices' `reduce_by_index` folds into global memory atomically
+/// rather than into per-group sub-histograms in local memory (also bounded by the local memory
+/// and by n >= 4 k).
+pub const GPU_LOCAL_MAX_K: usize = 1024;
+/// Fewest elements per chunk of the GPU devices' chunked kernels.
+pub const GPU_MIN_CHUNK: usize = 1024;
+/// The CPU's `auto` takes general-chunked for `*` up to this many values...
+pub const AUTO_MUL_MAX_N: usize = 1 << 20;
+/// ...with at least one bin per this many values (docs/performance.md).
+pub const AUTO_MUL_VALUES_PER_BIN: usize = 16;
+/// Buckets up to which the CPU's stable sort by bin runs one counting pass (radix passes above,
+/// unless n is at least 4 times the buckets).
+pub const COUNTING_MAX: usize = 1 << 16;
+
+/// Every size switch of the histogram code, both sides of each small enough for `check`.
+pub fn hist_size_switches() -> Vec<SizeSwitch> {
+    // The partitioned adjoint starts at a byte size of the running array: k = 2^17 for f64 and
+    // 2^18 for f32; the sides are before for both dtypes and past for both.
+    let partition_f64 = PARTITION_MIN_BINS_BYTES / 8;
+    let partition_f32 = PARTITION_MIN_BINS_BYTES / 4;
+    let counting_n = 4096;
+    vec![
+        SizeSwitch {
+            constants: &["cpu::kernels::PAR_MIN", "cpu::hist::MIN_CHUNK"],
+            path: "CPU: several chunks of private rows, folded in parallel and merged",
+            before: (PAR_MIN - 1, 256),
+            past: (PAR_MIN.max(2 * MIN_CHUNK), 256),
+            op: None,
+        },
+        SizeSwitch {
+            constants: &["cpu::hist::SMALL_K"],
+            path: "CPU: interleaved sub-histograms per chunk",
+            before: (PAR_MIN, SMALL_K + 1),
+            past: (PAR_MIN, SMALL_K),
+            op: None,
+        },
+        SizeSwitch {
+            constants: &["cpu::hist::PARTITION_MIN_BINS_BYTES"],
+            path: "CPU: the chunked adjoint partitioned by bin window",
+            before: (4096, partition_f64 - 1),
+            past: (4096, partition_f32),
+            op: None,
+        },
+        SizeSwitch {
+            constants: &["sizes::COUNTING_MAX"],
+            path: "CPU: the sort by bin in radix passes",
+            before: (counting_n, COUNTING_MAX - 2),
+            past: (counting_n, COUNTING_MAX + 1),
+            op: None,
+        },
+        SizeSwitch {
+            constants: &["sizes::AUTO_MUL_MAX_N", "sizes::AUTO_MUL_VALUES_PER_BIN"],
+            path: "CPU: auto takes general-chunked for *",
+            before: (4096, 4096 / AUTO_MUL_VALUES_PER_BIN - 1),
+            past: (4096, 4096 / AUTO_MUL_VALUES_PER_BIN),
+            op: Some(HistOp::Mul),
+        },
+        SizeSwitch {
+            constants: &["cpu::staged::STAGE_MIN"],
+            path: "cpu-staged: elementwise work deferred and fused",
+            before: (STAGE_MIN - 1, 16),
+            past: (STAGE_MIN, 16),
+            op: None,
+        },
+        SizeSwitch {
+            constants: &["sizes::GPU_LOCAL_MAX_K"],
+            path: "GPU: sub-histograms in local memory",
+            before: (4 * GPU_LOCAL_MAX_K + 4, GPU_LOCAL_MAX_K + 1),
+            past: (4 * GPU_LOCAL_MAX_K + 4, GPU_LOCAL_MAX_K),
+            op: None,
+        },
+        SizeSwitch {
+            constants: &["sizes::GPU_MIN_CHUNK"],
+            path: "GPU: more than one chunk in the chunked kernels",
+            before: (2 * GPU_MIN_CHUNK - 1, 16),
+            past: (2 * GPU_MIN_CHUNK, 16),
+            op: None,
+        },
+    ]
+}
+
+/// The size constants of the histogram code that select no path, with why: sizes of blocks,
+/// caps and counts that change how work is split, never which code runs (or not for
+/// histograms). The completeness test reads this list.
+pub const NOT_SWITCHES: &[(&str, &str)] = &[
+    ("cpu::hist::MAX_CHUNKS", "a cap on the chunk count: the chunked path is the same"),
+    ("cpu::hist::SUBS", "how many sub-histograms SMALL_K selects"),
+    ("cpu::hist::MERGE_BLOCK", "bins per merge task"),
+    ("cpu::hist::WINDOW_BYTES", "the window size of the partitioned path PARTITION_MIN_BINS_BYTES selects"),
+    ("cpu::kernels::BLOCK", "the block of the parallel reductions PAR_MIN selects"),
+    ("cpu::kernels::PAR_MIN_WORK", "matrix products (PAR_MIN times 8), not histograms"),
+    ("cpu::sort::MAX_SORT_CHUNKS", "a cap on the counting pass's chunks"),
+    ("cpu::sort::MIN_SORT_CHUNK", "the counting pass's chunks: parallel past PAR_MIN's size, as the histograms"),
+    ("cpu::segments::MAX_CHUNKS", "a cap on the counting pass's chunks"),
+    ("cpu::segments::MIN_CHUNK", "the counting pass's chunks: parallel past PAR_MIN's size, as the histograms"),
+    ("cpu::segments::GROUPS", "bin groups of the segment pass"),
+    ("cpu::staged::LANES", "the register width of the fused programs"),
+    ("cpu::staged::TASK_BLOCKS", "blocks per task of a fused program"),
+    ("cpu::staged::MIN_TASKS", "tasks of a parallel fused program"),
+    ("cpu::staged::MAX_DEFERRED", "a cap on a region's deferred nodes"),
+    ("gpu::GROUP", "the work-group size of GPU_LOCAL_MAX_K's local path"),
+    ("gpu::CHUNK_GROUP", "a launch shape"),
+    ("gpu::MAX_CHUNKS", "a cap on the chunk count"),
+    ("gpu::ROWS_BUDGET", "a cap on chunks times k (reached only past 2^24 / 256 bins)"),
+    ("gpu::MAX_CHUNK_GROUP", "a cap on the cooperative group"),
+    ("gpu::RADIX_BITS", "bits per radix pass of the sort"),
+    ("gpu::AXIS_BLOCK", "dense ops along an axis, not histograms"),
+    ("gpu::MATMUL_GROUPS", "matrix products, not histograms"),
+    ("gpu::MATMUL_MIN_SPLIT", "matrix products, not histograms"),
+    (
+        "gpu::MIN_CHUNK_GROUP",
+        "cooperative chunk groups: from the device's local memory; the conformance suite runs both forms (with_group_chunks)",
+    ),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The files whose `const NAME: usize` declarations are histogram size constants, with the
+    /// module path the lists name them by.
+    const FILES: &[(&str, &str)] = &[
+        ("cpu::hist", include_str!("cpu/hist.rs")),
+        ("cpu::kernels", include_str!("cpu/kernels.rs")),
+        ("cpu::sort", include_str!("cpu/sort.rs")),
+        ("cpu::segments", include_str!("cpu/segments.rs")),
+        ("cpu::staged", include_str!("cpu/staged.rs")),
+        ("gpu", include_str!("gpu/mod.rs")),
+        ("sizes", include_str!("sizes.rs")),
+    ];
+
+    fn declared() -> Vec<String> {
+        let mut out = Vec::new();
+        for (module, source) in FILES {
+            for line in source.lines() {
+                let line = line.trim_start();
+                let line = line.strip_prefix("pub(crate) ").or_else(|| line.strip_prefix("pub ")).unwrap_or(line);
+                if let Some(rest) = line.strip_prefix("const ")
+                    && let Some((name, ty)) = rest.split_once(':')
+                    && ty.trim_start().starts_with("usize")
+                    && name.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+                {
+                    out.push(format!("{module}::{name}"));
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn size_constants_are_switches_or_say_why_not() {
+        let switches: Vec<&str> = hist_size_switches().iter().flat_map(|s| s.constants.iter().copied()).collect();
+        let not: Vec<&str> = NOT_SWITCHES.iter().map(|(name, _)| *name).collect();
+        let declared = declared();
+        assert!(declared.len() > 20, "the scan found too few constants: {declared:?}");
+        for name in &declared {
+            assert!(
+                switches.contains(&name.as_str()) || not.contains(&name.as_str()),
+                "{name}: a size constant of the histogram code that is neither a switch that `check` \
+                 crosses (sizes::hist_size_switches) nor listed in sizes::NOT_SWITCHES with why"
+            );
+        }
+        // And every listed name still exists.
+        for name in switches.iter().chain(&not) {
+            assert!(declared.iter().any(|d| d == name), "{name} is listed but not declared");
+        }
+    }
+
+    #[test]
+    fn each_switch_has_its_sides_in_order_and_small_enough_for_check() {
+        for s in hist_size_switches() {
+            assert_ne!(s.before, s.past, "{}", s.path);
+            assert!(s.past.0 <= 1 << 17 && s.past.1 <= 1 << 18 && s.before.0 <= 1 << 17, "{}: {s:?}", s.path);
+        }
+        // The CPU's choices on each side (the device's own predicates, not the list's numbers).
+        let cpu = crate::Cpu::new(Some(1)).unwrap();
+        use crate::ops::HistOps;
+        let auto = hist_size_switches().into_iter().find(|s| s.op == Some(HistOp::Mul)).unwrap();
+        assert_eq!(cpu.auto_hist_rule(HistOp::Mul, auto.before.0, auto.before.1), None);
+        assert!(cpu.auto_hist_rule(HistOp::Mul, auto.past.0, auto.past.1).is_some());
+        let plan = |(n, k)| crate::cpu::hist_sizes::Plan::new(n, k);
+        let par = &hist_size_switches()[0];
+        assert_eq!(plan(par.before).chunks, 1);
+        assert!(plan(par.past).chunks > 1);
+        let small = &hist_size_switches()[1];
+        assert_eq!((plan(small.before).subs, plan(small.past).subs), (1, crate::cpu::hist_sizes::SUBS));
+        let win = |(n, k): (usize, usize), f64: bool| {
+            if f64 {
+                crate::cpu::hist_sizes::adjoint_window_bins::<f64>(k, n)
+            } else {
+                crate::cpu::hist_sizes::adjoint_window_bins::<f32>(k, n)
+            }
+        };
+        let part = &hist_size_switches()[2];
+        for f64 in [true, false] {
+            assert_eq!(win(part.before, f64), 0);
+            assert!(win(part.past, f64) > 0);
+        }
+    }
+}
