@@ -309,7 +309,7 @@ fn one<T: Float>(_: T, _: T) -> T {
 }
 /// `*` of the histograms, for `HistOp::Mul` and the general `MUL` alike: zeros absorb (0 times
 /// an overflowed inf is 0, not NaN), so that a bin with a zero factor is 0 in every association
-/// of its product (README, Rules). The kernels' C expression says the same.
+/// of its product (docs/guide.md, Histogram rules). The kernels' C expression says the same.
 #[inline(always)]
 pub(crate) fn mul_absorbing<T: Float>(a: T, b: T) -> T {
     if a == T::zero() || b == T::zero() { T::zero() } else { a * b }
