@@ -87,7 +87,7 @@ def hist_cases(tiny):
             vals = [rng.choice(value_set) for _ in range(n)]
             dest = [rng.choice(value_set) for _ in range(k)]
         else:
-            # Near 1 in magnitude: products of hundreds stay in range (README: keep products
+            # Near 1 in magnitude: products of hundreds stay in range (guide, Histogram rules: keep products
             # in range, or association decides), with a few zeros for `*`.
             vals = [0.0 if rng.random() < 0.001 else grid(rng, 0.75, 1.25) * rng.choice((-1, 1)) for _ in range(n)]
             dest = [grid(rng, -1, 1) for _ in range(k)]

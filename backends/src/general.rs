@@ -13,7 +13,7 @@
 //! * Partials are defined everywhere the rules evaluate them, in particular at neutral points
 //!   (`logaddexp(-inf, -inf)` and `hypot(0, 0)` occur in empty bins and running arrays): there
 //!   they are 0, never NaN.
-//! * A NaN operand makes combine NaN (a histogram's NaN propagates, README, Rules), and the
+//! * A NaN operand makes combine NaN (a histogram's NaN propagates, guide, Histogram rules), and the
 //!   partials of an operator that reads its operands NaN too; min/max rank NaN beyond every
 //!   number ([`right_wins`]).
 //! * Non-smooth operators have asymmetric partials so that the LEFT operand wins ties (min:
@@ -192,7 +192,7 @@ fn lae_with<T: Float>(a: T, b: T, e: T) -> T {
 
 /// d/da logaddexp(a, b) = sigmoid(a - b), computed without overflow; 0 when a is -inf (the
 /// neutral contributes nothing, and logaddexp(-inf, -inf) has partials 0, not NaN); NaN when
-/// either operand is NaN (README, Rules: NaN propagates).
+/// either operand is NaN (guide, Histogram rules: NaN propagates).
 #[inline]
 pub(crate) fn lae_d1<T: Float>(a: T, b: T) -> T {
     // No exponential where an operand is -inf: `lae_d1_with` does not read it there.
@@ -266,7 +266,7 @@ general_op! {
 /// hypot(0, x) = |x| exactly, so 0 is neutral on magnitudes; NaN when either operand is NaN.
 #[inline]
 pub(crate) fn hypot_combine<T: Float>(a: T, b: T) -> T {
-    // libm's hypot(inf, NaN) is inf; a histogram's NaN propagates (README, Rules).
+    // libm's hypot(inf, NaN) is inf; a histogram's NaN propagates (guide, Histogram rules).
     if a.is_nan() || b.is_nan() { a + b } else { a.hypot(b) }
 }
 
@@ -320,7 +320,7 @@ fn one<T: Float>(_: T, _: T) -> T {
 }
 /// `*` of the histograms, for `HistOp::Mul` and the general `MUL` alike: zeros absorb (0 times
 /// an overflowed inf is 0, not NaN), so that a bin with a zero factor is 0 in every association
-/// of its product (README, Rules). The kernels' C expression says the same.
+/// of its product (docs/guide.md, Histogram rules). The kernels' C expression says the same.
 ///
 /// NaN is not absorbed: 0 times NaN is NaN (a bin with a NaN input is NaN).
 #[inline(always)]
@@ -338,7 +338,7 @@ pub(crate) fn mul_d2<T: Float>(a: T, b: T) -> T {
     mul_d1(b, a)
 }
 /// Whether `b` beats `a` as the extremum `ext` of a left fold: NaN ranks beyond every number
-/// (a bin with a NaN is NaN, README, Rules), and among equals (NaN among NaN included) the left
+/// (a bin with a NaN is NaN, guide, Histogram rules), and among equals (NaN among NaN included) the left
 /// operand, the earlier position, wins. The one definition of min/max's winner: the combines,
 /// partials, arg-histograms ([`Extremum::beats`]) and the kernels' C expressions follow it.
 #[inline(always)]

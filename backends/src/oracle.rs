@@ -44,7 +44,7 @@ pub fn hist(op: HistOp, dest: &[f64], inds: &[i64], vals: &[f64]) -> Vec<f64> {
 /// For min/max: per bin the winning position, -1 when dest wins.
 pub fn winners(op: HistOp, dest: &[f64], inds: &[i64], vals: &[f64]) -> Vec<i64> {
     // A later element wins only if strictly better; NaN is better than every number, and a
-    // NaN winner keeps its bin (README, Rules).
+    // NaN winner keeps its bin (guide, Histogram rules).
     let better = |a: f64, best: f64| {
         !best.is_nan()
             && (a.is_nan()
@@ -162,7 +162,7 @@ pub fn hist_vjp(
     (h, dest_bar, vals_bar)
 }
 
-/// A bin's inputs (dest first) in the form its derivatives are defined in (README, Rules):
+/// A bin's inputs (dest first) in the form its derivatives are defined in (guide, Histogram rules):
 /// logaddexp's relative to the bin's maximum m (x - m, or 0 where x equals m: the +inf inputs
 /// of a +inf bin), hypot's relative to its largest magnitude m (x / m, or the sign of x where
 /// |x| equals m); a bin of logaddexp's -inf only, or of hypot's zeros only, as it is; NaN where

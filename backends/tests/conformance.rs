@@ -177,7 +177,7 @@ fn cases() -> Vec<Case> {
     out
 }
 
-/// The extreme-value case, one bin per situation README's Rules paragraph defines (elements of
+/// The extreme-value case, one bin per situation the guide's Histogram rules section defines (elements of
 /// the bins interleaved, so chunks and sorts move them; an out-of-range NaN and inf ignored):
 /// [`EXTREME_BINS`] in order.
 fn extreme_case() -> Case {
@@ -237,7 +237,7 @@ fn for_op(c: &Case, op: HistOp) -> Case {
     let mut c = c.clone();
     if op == HistOp::Mul && c.name == "extremes" {
         // `*` with an infinite factor, or products out of range (1e16 cubed in f32), is outside
-        // what its rules agree on (README, Rules: keep products in range); its NaN bins stay.
+        // what its rules agree on (guide, Histogram rules: keep products in range); its NaN bins stay.
         let finite = |x: &f64| if x.abs() >= X16 { 2.0 } else { *x };
         c.dest = c.dest.iter().map(finite).collect();
         c.vals = c.vals.iter().map(finite).collect();
@@ -659,7 +659,7 @@ fn rules<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
     }
 }
 
-/// The extreme-value semantics of README's Rules paragraph, derived by hand (not from the
+/// The extreme-value semantics of the guide's Histogram rules section, derived by hand (not from the
 /// oracle or a device), for every operator, every reverse rule and the forward rule on `d`:
 /// three-way ties split logaddexp's adjoint 1/3 each (hypot's 1/sqrt 3) at 1e16 and 1e308;
 /// +inf inputs share logaddexp's adjoint evenly (hypot's: 1/sqrt of their number each); a bin with a NaN input is NaN in every mode,

@@ -18,9 +18,10 @@ use adgauge_workloads::Validation;
 pub use adgauge_workloads::{CheckKind, FlatFn};
 use rand::RngExt;
 
-/// The one tolerance table (README.md repeats it): the largest accepted metric per check and
-/// dtype. Finite differences carry O(h^2) truncation error and, in f32, the f32 rounding of the
-/// derivative under test; everything else compares two computations of the same quantity.
+/// The one tolerance table (docs/guide.md, Validation, repeats it): the largest accepted metric
+/// per check and dtype. Finite differences carry O(h^2) truncation error and, in f32, the f32
+/// rounding of the derivative under test; everything else compares two computations of the same
+/// quantity.
 pub fn tolerance(check: CheckKind, dtype: DType) -> f64 {
     match (check, dtype) {
         (CheckKind::DotProduct, DType::F64) => 1e-12,
@@ -265,7 +266,7 @@ pub fn full_jacobian_test(f: &dyn FlatFn, dtype: DType) -> anyhow::Result<Outcom
 }
 
 /// Compares two results of the same quantity. In the `extremes` check a NaN where the
-/// reference has NaN is right (README, Rules: NaN propagates), so such pairs count as equal;
+/// reference has NaN is right (guide, Histogram rules: NaN propagates), so such pairs count as equal;
 /// everywhere else NaN is infinitely wrong.
 pub fn compare(kind: CheckKind, dtype: DType, got: &[f64], want: &[f64]) -> Outcome {
     if kind == CheckKind::Extremes && got.len() == want.len() {

@@ -1,4 +1,5 @@
-//! The README's Python snippet (between `<!-- python-trend -->` and the end of its code block)
+//! The user guide's Python snippet (docs/guide.md, between `<!-- python-trend -->` and the end of
+//! its code block)
 //! runs as written on a history that adgauge wrote: it reads the Parquet files with polars and
 //! plots one case's trend into trend.png. It needs Python with polars and matplotlib, which CI
 //! does not install: without them the test says why and passes. The same query through
@@ -15,15 +16,15 @@ use adgauge_reports::{ResultRow, RunInfo, Timing};
 const CASE: &str = "hist-add[dist=uniform,k=10,n=1000000,oob=0.05]/cpu/f32/special";
 
 fn snippet() -> String {
-    let readme = include_str!("../../README.md");
-    let start = readme.find("<!-- python-trend -->").expect("the README marks its Python snippet");
-    let block = &readme[start..];
+    let guide = include_str!("../../docs/guide.md");
+    let start = guide.find("<!-- python-trend -->").expect("the guide marks its Python snippet");
+    let block = &guide[start..];
     let code = &block[block.find("```python\n").expect("a python code block") + 10..];
     code[..code.find("```").expect("the end of the code block")].to_string()
 }
 
 #[test]
-fn the_readme_python_snippet_plots_a_trend_from_the_parquet_history() {
+fn the_guide_python_snippet_plots_a_trend_from_the_parquet_history() {
     let python = std::env::var("ADGAUGE_PYTHON").unwrap_or_else(|_| "python3".into());
     let probe = Command::new(&python).args(["-c", "import polars, matplotlib"]).output();
     match probe {

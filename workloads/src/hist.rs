@@ -874,7 +874,7 @@ pub fn stress_case(op: HistOp, seed: u64) -> Option<HistData> {
     Some(HistData { k, inds, vals, dest })
 }
 
-/// The bins of the `extremes` check, one per situation README's Rules paragraph defines:
+/// The bins of the `extremes` check, one per situation the guide's Histogram rules section defines:
 /// (dest, values in index order, hist_bar).
 const EXTREME_BINS: [(f64, &[f64], f64); 12] = [
     (1e16, &[1e16, 1e16], 1.5),                        // three-way tie with dest at 1e16
@@ -899,7 +899,7 @@ pub fn extremes_case(op: HistOp) -> HistData {
     let magnitude = |x: f64| match op {
         HistOp::General(g) if std::ptr::eq(g, &adgauge_backends::general::HYPOT) => x.abs(),
         // `*` with an infinite factor, or products out of range (1e16 cubed in f32), is outside
-        // what its rules agree on (README, Rules: keep products in range); its NaN bins stay.
+        // what its rules agree on (guide, Histogram rules: keep products in range); its NaN bins stay.
         _ if std::ptr::eq(adgauge_backends::general::as_general(op), &adgauge_backends::general::MUL)
             && x.abs() >= 1e16 =>
         {

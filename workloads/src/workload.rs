@@ -275,7 +275,7 @@ pub enum CheckKind {
     /// the parallel threshold, so that several chunks and interleaved sub-histograms are merged.
     /// Compared elementwise with the sequential oracle, never with finite differences.
     Stress,
-    /// Histograms at the extreme values README's Rules paragraph defines (three-way ties at 1e16
+    /// Histograms at the extreme values the guide's Histogram rules section defines (three-way ties at 1e16
     /// and 1e308, +inf, NaN in the values and in dest, a NaN bin with a zero adjoint): the
     /// tool's rule, every other rule and the forward rule against the sequential oracle, where
     /// NaN must stand where the oracle's NaN stands (and counts as equal there).

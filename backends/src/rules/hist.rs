@@ -33,7 +33,7 @@
 //!   (1e16 in f64) or that t overflows, so exact ties split evenly at any magnitude and infinite
 //!   inputs tie at the top.
 //!
-//! At the extremes (README, Rules): a NaN input makes its bin NaN in every rule and mode; the
+//! At the extremes (guide, Histogram rules): a NaN input makes its bin NaN in every rule and mode; the
 //! operators' partials are NaN at a NaN operand (except `+`'s, which are 1, and min/max's, which
 //! rank NaN beyond every number: `general::right_wins`), so the general rules give a NaN bin's
 //! inputs NaN adjoints as `*`'s own rule and the total forms do; a bin whose adjoint is 0 gives
@@ -152,7 +152,7 @@ pub fn reduce_by_index_vjp<B: Ops>(
 /// partials are invariant, so every rule and the forward rule give the same derivatives on the
 /// relative inputs, where no fold value is large: a running fold at 1e16 rounds 1e16 + log 2 to
 /// 1e16 and would weigh three tied logaddexp inputs 1/4, 1/2, 1/2 instead of 1/3 each, and
-/// hypot's a / t at an infinite t is inf / inf. The definition at the extremes (README, Rules):
+/// hypot's a / t at an infinite t is inf / inf. The definition at the extremes (guide, Histogram rules):
 /// the inputs equal to m relative to +inf are 0 (logaddexp) or +-1 (hypot) and the rest -inf or
 /// 0, so infinite inputs tie at the top and split the adjoint, and finite ones get 0; a
 /// logaddexp bin of -inf only keeps its inputs (it stays -inf, with zero adjoints), a hypot bin
