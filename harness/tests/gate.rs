@@ -355,6 +355,37 @@ fn a_partial_run_is_never_a_selected_baseline() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A case whose median moved 1.5x between the baseline's own runs is not called 1.5x slower
+/// now (not judged, with the reason), while a 2.4x slowdown clears that noise and regresses.
+#[test]
+fn run_to_run_noise_in_the_window_is_not_a_regression() {
+    let dir = temp("run-to-run");
+    let h = dir.to_str().unwrap();
+    for (k, ms) in [5.0, 7.5, 5.0].into_iter().enumerate() {
+        add(&dir, &info(k as u32), &[case("a", ms)]);
+    }
+    add(&dir, &info(3), &[case("a", 7.5)]);
+    let (code, out, _) = gate(&["--history", h, "--json"]);
+    assert_eq!(code, Some(0), "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let changes = v["changes"].as_array().expect("changes");
+    assert!(!changes.is_empty(), "{out}");
+    for c in changes {
+        assert_eq!(c["verdict"], "not judged", "{c}");
+        assert!(c["why"].as_str().unwrap().starts_with("too noisy between runs: 1.500x is within the 1.500x"), "{c}");
+    }
+    let dir2 = temp("run-to-run-slow");
+    let h2 = dir2.to_str().unwrap();
+    for (k, ms) in [5.0, 7.5, 5.0, 12.0].into_iter().enumerate() {
+        add(&dir2, &info(k as u32), &[case("a", ms)]);
+    }
+    let (code, out, _) = gate(&["--history", h2]);
+    assert_eq!(code, Some(3), "{out}");
+    assert!(out.contains("2.40x") && out.contains("beyond the baseline runs' run-to-run 1.500x"), "{out}");
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_dir_all(&dir2).unwrap();
+}
+
 /// Identical distributions are not flagged: the median moved 1.3x because the current run drew
 /// more samples from the slow mode of one bimodal distribution (see the unit test in gate.rs).
 #[test]

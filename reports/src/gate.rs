@@ -391,6 +391,43 @@ impl Baseline {
     }
 }
 
+impl Baseline {
+    /// For each current case and mode, the largest factor by which its median moved between
+    /// consecutive runs of the window that measured it on the current row's host (in runs where
+    /// it was `ok`); only where two or more such runs exist.
+    pub fn run_to_run(&self, current_run: &RunInfo, current: &[ResultRow]) -> RunToRun {
+        let default_host =
+            Host { cpu_model: current_run.cpu_model.clone(), cores: current_run.cores, ..Host::default() };
+        let mut out = RunToRun::new();
+        for c in current {
+            let want = c.host.as_ref().unwrap_or(&default_host);
+            for (slot, mode) in ["primal", "vjp", "jvp"].iter().enumerate() {
+                let medians: Vec<f64> = self
+                    .window
+                    .iter()
+                    .filter_map(|run| {
+                        run.iter().find(|r| {
+                            r.case_id == c.case_id
+                                && r.status == Status::Ok
+                                && r.host.clone().unwrap_or_default().differences(want).is_empty()
+                        })
+                    })
+                    .filter_map(|r| mode_timing(r, slot).map(|t| t.median_s))
+                    .filter(|m| m.is_finite() && *m > 0.0)
+                    .collect();
+                let widest = medians
+                    .windows(2)
+                    .map(|w| (w[1] / w[0]).ln().abs())
+                    .fold(None, |a: Option<f64>, x| Some(a.map_or(x, |a| a.max(x))));
+                if let Some(log) = widest {
+                    out.insert((c.case_id.clone(), mode.to_string()), log.exp());
+                }
+            }
+        }
+        out
+    }
+}
+
 fn spread(t: &Timing) -> f64 {
     if t.median_s > 0.0 { (t.max_s - t.min_s) / t.median_s } else { 0.0 }
 }
@@ -429,9 +466,16 @@ fn failed(r: &ResultRow) -> Option<String> {
 
 /// Judges one mode's timing: a [`Change`] with its verdict. Rows without samples (schema 1 and
 /// 2 files) are judged by the median against the spread of both sides, without an interval.
-fn judge_speed(case_id: &str, mode: &str, tb: &Timing, tc: &Timing, cfg: &SpeedConfig) -> Change {
+fn judge_speed(
+    case_id: &str,
+    mode: &str,
+    tb: &Timing,
+    tc: &Timing,
+    cfg: &SpeedConfig,
+    run_to_run: Option<f64>,
+) -> Change {
     if !tb.sample_s.is_empty() && !tc.sample_s.is_empty() {
-        return verdict::judge(case_id, mode, tb, tc, cfg);
+        return verdict::judge_between_runs(case_id, mode, tb, tc, cfg, run_to_run);
     }
     let ratio = tc.median_s / tb.median_s;
     let mut change = Change {
@@ -530,6 +574,21 @@ pub fn environment_changes(
 /// Compares `current` against `baseline` rows (no environment check: see [`gate_runs`]). Hosts
 /// are compared where both rows record one.
 pub fn gate(baseline: &[ResultRow], current: &[ResultRow], cfg: &GateConfig) -> GateReport {
+    gate_with_noise(baseline, current, cfg, &RunToRun::new())
+}
+
+/// Per case id and mode, the largest factor by which the median moved between consecutive runs
+/// of a baseline's window (see [`Baseline::run_to_run`]).
+pub type RunToRun = BTreeMap<(String, String), f64>;
+
+/// [`gate`] with the baseline window's run-to-run noise per case and mode, which raises the bar
+/// a speed verdict must clear ([`verdict::judge_between_runs`]).
+pub fn gate_with_noise(
+    baseline: &[ResultRow],
+    current: &[ResultRow],
+    cfg: &GateConfig,
+    noise: &RunToRun,
+) -> GateReport {
     let cur: BTreeMap<&str, &ResultRow> = current.iter().map(|r| (r.case_id.as_str(), r)).collect();
     let base: BTreeMap<&str, &ResultRow> = baseline.iter().map(|r| (r.case_id.as_str(), r)).collect();
     let mut report =
@@ -627,7 +686,8 @@ pub fn gate(baseline: &[ResultRow], current: &[ResultRow], cfg: &GateConfig) -> 
             let (Some(tb), Some(tc)) = (tb, tc) else {
                 continue;
             };
-            let change = judge_speed(&b.case_id, mode, tb, tc, &cfg.speed);
+            let run_to_run = noise.get(&(b.case_id.clone(), mode.to_string())).copied();
+            let change = judge_speed(&b.case_id, mode, tb, tc, &cfg.speed, run_to_run);
             if change.verdict == Verdict::Regressed {
                 report.findings.push(Finding::Slower {
                     case_id: b.case_id.clone(),
@@ -681,7 +741,7 @@ pub fn gate_runs(baseline: &Baseline, current_run: &RunInfo, current: &[ResultRo
     let current = with_hosts(current_run, current.to_vec());
     let rows = baseline.rows_for(current_run, &current);
     let env = environment_changes(&baseline.runs, &rows, current_run, &current);
-    let mut report = gate(&rows, &current, cfg);
+    let mut report = gate_with_noise(&rows, &current, cfg, &baseline.run_to_run(current_run, &current));
     if cfg.allow_env_change {
         report.notes.extend(env);
     } else if !env.is_empty() {

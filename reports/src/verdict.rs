@@ -333,9 +333,28 @@ fn p_text(p: f64) -> String {
     if p < 1e-12 { "< 1e-12".to_string() } else { format!("= {p:.2e}") }
 }
 
+/// [`judge_between_runs`] without an estimate of the run-to-run noise.
+pub fn judge(case_id: &str, mode: &str, tb: &Timing, tc: &Timing, cfg: &SpeedConfig) -> Change {
+    judge_between_runs(case_id, mode, tb, tc, cfg, None)
+}
+
 /// Judges one mode: the baseline's timing `tb` against the current `tc` (both with samples;
 /// see [`crate::gate`] for files without).
-pub fn judge(case_id: &str, mode: &str, tb: &Timing, tc: &Timing, cfg: &SpeedConfig) -> Change {
+///
+/// `run_to_run`: how far the case's median moved between consecutive runs of the baseline's
+/// window (the largest factor, >= 1), where the window holds two or more. The samples of one
+/// run cannot see what changes between runs (the machine's load, the process's memory layout):
+/// two runs of the quick suite with no change between them, on an otherwise idle 2-core VM,
+/// differed by up to 2x with intervals that excluded 1. A regression (or an improvement) must
+/// then clear the thresholds times that factor; what falls within it is not judged.
+pub fn judge_between_runs(
+    case_id: &str,
+    mode: &str,
+    tb: &Timing,
+    tc: &Timing,
+    cfg: &SpeedConfig,
+    run_to_run: Option<f64>,
+) -> Change {
     let (nb, nc) = (tb.sample_s.len(), tc.sample_s.len());
     let mut change = Change {
         case_id: case_id.to_string(),
@@ -381,8 +400,8 @@ pub fn judge(case_id: &str, mode: &str, tb: &Timing, tc: &Timing, cfg: &SpeedCon
     change.ci = Some((lo, hi));
     change.p_slower = Some(p_slower);
     change.p_faster = Some(p_faster);
-    let t = cfg.max_slowdown;
-    let e = 1.0 + cfg.noise_threshold;
+    let f = run_to_run.filter(|f| f.is_finite()).unwrap_or(1.0).max(1.0);
+    let (t, e) = (cfg.max_slowdown, 1.0 + cfg.noise_threshold);
     let level = format!("{:.0}%", cfg.confidence * 100.0);
     let evidence = |p: f64| {
         format!(
@@ -391,12 +410,19 @@ pub fn judge(case_id: &str, mode: &str, tb: &Timing, tc: &Timing, cfg: &SpeedCon
             p_text(p)
         )
     };
-    if change.ratio > t && lo > e && p_slower < cfg.alpha {
+    let beyond_noise =
+        |why: String| if f > 1.0 { format!("{why}; beyond the baseline runs' run-to-run {f:.3}x") } else { why };
+    if change.ratio > t * f && lo > e * f && p_slower < cfg.alpha {
         change.verdict = Verdict::Regressed;
-        change.why = evidence(p_slower);
-    } else if change.ratio < 1.0 / t && hi < 1.0 / e && p_faster < cfg.alpha {
+        change.why = beyond_noise(evidence(p_slower));
+    } else if change.ratio < 1.0 / (t * f) && hi < 1.0 / (e * f) && p_faster < cfg.alpha {
         change.verdict = Verdict::Improved;
-        change.why = evidence(p_faster);
+        change.why = beyond_noise(evidence(p_faster));
+    } else if f > 1.0 && (change.ratio > t || change.ratio < 1.0 / t) {
+        change.why = format!(
+            "too noisy between runs: {:.3}x is within the {f:.3}x the case moved between consecutive baseline runs ({level} CI [{lo:.3}, {hi:.3}])",
+            change.ratio
+        );
     } else if hi <= t {
         change.verdict = Verdict::NoChange;
         change.why = format!("{level} CI [{lo:.3}, {hi:.3}] rules out a slowdown beyond {t}x");
@@ -603,5 +629,29 @@ mod tests {
         assert!(many.1 - many.0 < (one.1 - one.0) / 3.0, "{one:?} {many:?}");
         // Both contain the true ratio of the medians, 1.2 x 1.05 / 1.05.
         assert!(many.0 < 1.2 && many.1 > 1.2, "{many:?}");
+    }
+
+    /// A 1.3x slowdown with a tight interval is a regression by the samples alone, and not
+    /// judged when the baseline's runs moved 1.5x between each other; a 2x one clears that too.
+    #[test]
+    fn run_to_run_noise_raises_the_bar_and_says_so() {
+        let base: Vec<f64> = (0..10).map(|i| 1e-2 * (1.0 + 0.001 * i as f64)).collect();
+        let slow: Vec<f64> = base.iter().map(|x| x * 1.3).collect();
+        let cfg = SpeedConfig::default();
+        let alone = judge_between_runs("a", "vjp", &timing(&base), &timing(&slow), &cfg, None);
+        assert_eq!(alone.verdict, Verdict::Regressed, "{alone:?}");
+        let noisy = judge_between_runs("a", "vjp", &timing(&base), &timing(&slow), &cfg, Some(1.5));
+        assert_eq!(noisy.verdict, Verdict::NotJudged, "{noisy:?}");
+        assert!(noisy.why.starts_with("too noisy between runs: 1.300x is within the 1.500x"), "{}", noisy.why);
+        let faster: Vec<f64> = base.iter().map(|x| x / 1.3).collect();
+        let noisy = judge_between_runs("a", "vjp", &timing(&base), &timing(&faster), &cfg, Some(1.5));
+        assert_eq!(noisy.verdict, Verdict::NotJudged, "{noisy:?}");
+        let twice: Vec<f64> = base.iter().map(|x| x * 2.0).collect();
+        let clear = judge_between_runs("a", "vjp", &timing(&base), &timing(&twice), &cfg, Some(1.5));
+        assert_eq!(clear.verdict, Verdict::Regressed, "{clear:?}");
+        assert!(clear.why.ends_with("beyond the baseline runs' run-to-run 1.500x"), "{}", clear.why);
+        // Quiet baseline runs (a factor of 1) change nothing.
+        let quiet = judge_between_runs("a", "vjp", &timing(&base), &timing(&slow), &cfg, Some(1.0));
+        assert_eq!((quiet.verdict, quiet.why.clone()), (alone.verdict, alone.why.clone()));
     }
 }
