@@ -138,4 +138,49 @@ mod tests {
         lstm.sequence = vec![1.0, 0.0];
         assert!(validate(&lstm, "s", DType::F32).is_ok());
     }
+
+    use proptest::prelude::*;
+
+    /// The least magnitude that rounds to infinity in f32: halfway between f32::MAX (2^128 -
+    /// 2^104) and the next power of two, 2^128 - 2^103 (round to nearest, ties to even go up).
+    const F32_OVERFLOW: f64 = 340282356779733661637539395458142568448.0;
+
+    /// Values around the f32 boundary, ordinary ones, and non-finite ones (which the
+    /// representability rule leaves to the workloads' own NaN handling).
+    fn value() -> impl Strategy<Value = f64> {
+        prop_oneof![
+            -1e6..1e6f64,
+            (0.999..1.001f64).prop_map(|s| s * F32_OVERFLOW),
+            (0.999..1.001f64).prop_map(|s| -s * F32_OVERFLOW),
+            Just(F32_OVERFLOW),
+            Just(f32::MAX as f64),
+            Just(f64::INFINITY),
+            Just(f64::NAN),
+            Just(1e300),
+        ]
+    }
+
+    proptest! {
+        /// A k-means input is refused in f32 exactly when a finite value reaches the overflow
+        /// threshold, naming the first such value's field and index; f64 holds every one.
+        #[test]
+        fn f32_refuses_exactly_the_finite_values_beyond_its_range(
+            points in proptest::collection::vec(value(), 2..12),
+            centres in proptest::collection::vec(value(), 2..6),
+        ) {
+            let input = KmeansData { n: points.len() / 2, k: centres.len() / 2, d: 2, points, centres };
+            let overflows = |xs: &[f64]| xs.iter().position(|x| x.is_finite() && x.abs() >= F32_OVERFLOW);
+            let first = overflows(&input.points).map(|i| ("points", i))
+                .or_else(|| overflows(&input.centres).map(|i| ("centres", i)));
+            prop_assert!(validate(&input, "p", DType::F64).is_ok());
+            match (first, validate(&input, "p", DType::F32)) {
+                (None, Ok(())) => {}
+                (Some((field, i)), Err(e)) => {
+                    let e = e.to_string();
+                    prop_assert!(e.contains(&format!("p: field {field}[{i}]: ")) && e.contains("overflows f32"), "{}", e);
+                }
+                (want, got) => prop_assert!(false, "expected {:?}, got {:?}", want, got.map_err(|e| e.to_string())),
+            }
+        }
+    }
 }
