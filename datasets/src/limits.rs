@@ -119,10 +119,19 @@ pub fn cgroup_limit(cgroup: &str, mountinfo: &str, read: impl Fn(&Path) -> Optio
     least
 }
 
-/// The limit in force.
+/// The limit in force: `--max-memory`'s, or the default, read from the system once (the first
+/// check) and kept, so commands that never check a size never read it and those that check many
+/// read /proc and the cgroup files once.
 pub fn max_bytes() -> u64 {
     match MAX_BYTES.load(Ordering::Relaxed) {
-        0 => default_max_bytes(),
+        0 => {
+            let default = default_max_bytes().max(1);
+            // A limit set meanwhile (`set_max_bytes`) wins over the default.
+            match MAX_BYTES.compare_exchange(0, default, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => default,
+                Err(set) => set,
+            }
+        }
         b => b,
     }
 }

@@ -199,9 +199,11 @@ fn main() -> ExitCode {
     if let (Some(Command::Eval(args)), Some(("eval", eval))) = (cli.command.as_mut(), matches.subcommand()) {
         args.options = workload_options(eval);
     }
-    // Set once, default included: the default is read from the system, which costs more than
-    // a small `adgauge tool` message (30 us of /proc reading each time it is asked).
-    adgauge_datasets::limits::set_max_bytes(cli.max_memory.unwrap_or_else(adgauge_datasets::limits::default_max_bytes));
+    // Without --max-memory the default is read from the system at the first size check and kept
+    // (`limits::max_bytes`), not at start-up: gate, report and history never need it.
+    if let Some(bytes) = cli.max_memory {
+        adgauge_datasets::limits::set_max_bytes(bytes);
+    }
     let command = cli.command.unwrap_or(Command::Run(run::RunArgs::default()));
     // The commands that start tools stop them, and keep what they measured, when interrupted.
     if matches!(command, Command::Run(_) | Command::Check(_)) {

@@ -153,8 +153,10 @@ mod tests {
             v.iter().map(|&x| x as u64).sum::<u64>()
         });
         assert_eq!(sum, 64 << 20);
-        // Other tests may allocate concurrently, which can only raise the peak.
-        assert!(seen.peak >= 64 << 20, "{seen:?}");
+        // Other tests allocate concurrently (raising the peak) and free what they allocated
+        // before (lowering it: a free of 2064 bytes just before the buffer was seen here), so
+        // the same slack as above.
+        assert!(seen.peak >= (64 << 20) - (64 << 10), "{seen:?}");
         assert!(seen.net < 64 << 20, "{seen:?}");
     }
 }

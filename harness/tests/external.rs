@@ -7,29 +7,10 @@ mod common;
 
 use std::process::Command;
 
-use common::{adgauge, close, json, numbers, stderr, stdout, temp_file};
+use common::{adgauge, close, json, numbers, planted, python_available, stderr, stdout, temp_file};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_adgauge");
-
-fn planted() -> String {
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools/planted/run.py");
-    script.canonicalize().unwrap().display().to_string()
-}
-
-/// Whether python3 runs; when it does not, prints why (a skip) or, with `python` in
-/// `ADGAUGE_REQUIRE`, fails the test.
-fn python_available() -> bool {
-    let ok = Command::new("python3").arg("--version").output().is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(
-            !adgauge_datasets::adbench::is_required("python"),
-            "ADGAUGE_REQUIRE has python, but python3 does not run"
-        );
-        eprintln!("skipped: python3 is not installed (the planted-bug tool is a Python script)");
-    }
-    ok
-}
 
 fn rows(suite: &str, name: &str) -> (Option<i32>, Vec<Value>) {
     let path = temp_file("external", name, suite);

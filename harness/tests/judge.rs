@@ -7,33 +7,14 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{adgauge, temp_file};
+use common::{adgauge, planted, python_available, temp_file};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_adgauge");
-
-fn planted() -> String {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools/planted/run.py");
-    script.canonicalize().unwrap().display().to_string()
-}
-
-/// Whether python3 runs (the planted tool is a Python script); without it the test is skipped,
-/// or fails when `ADGAUGE_REQUIRE` lists python.
-fn python_available() -> bool {
-    let ok = Command::new("python3").arg("--version").output().is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(
-            !adgauge_datasets::adbench::is_required("python"),
-            "ADGAUGE_REQUIRE has python, but python3 does not run"
-        );
-        eprintln!("skipped: python3 is not installed (the planted tool is a Python script)");
-    }
-    ok
-}
 
 /// A unique tag for one test's tool processes (the planted tool ignores `--tag`).
 fn tag(test: &str) -> String {

@@ -478,18 +478,11 @@ fn judge_speed(
         return verdict::judge_between_runs(case_id, mode, tb, tc, cfg, run_to_run);
     }
     let ratio = tc.median_s / tb.median_s;
+    // No stored samples: the counts are the timings' own.
     let mut change = Change {
-        case_id: case_id.to_string(),
-        mode: mode.to_string(),
-        baseline_s: tb.median_s,
-        current_s: tc.median_s,
-        ratio,
-        ci: None,
-        p_slower: None,
-        p_faster: None,
         samples: (tb.samples, tc.samples),
         verdict: Verdict::NoChange,
-        why: String::new(),
+        ..Change::unjudged(case_id, mode, tb, tc, String::new())
     };
     // As with samples: a baseline sample (median x calls per sample) too short to time.
     let sample = tb.median_s * tb.batch.max(1) as f64;
@@ -666,19 +659,8 @@ pub fn gate_with_noise(
             *unlike.entry((hb.describe(), hc.describe())).or_default() += 1;
             for (mode, tb, tc) in timings {
                 let (Some(tb), Some(tc)) = (tb, tc) else { continue };
-                report.changes.push(Change {
-                    case_id: b.case_id.clone(),
-                    mode: mode.into(),
-                    baseline_s: tb.median_s,
-                    current_s: tc.median_s,
-                    ratio: tc.median_s / tb.median_s,
-                    ci: None,
-                    p_slower: None,
-                    p_faster: None,
-                    samples: (tb.sample_s.len(), tc.sample_s.len()),
-                    verdict: Verdict::NotJudged,
-                    why: format!("no baseline measured on this host ({})", what.join("; ")),
-                });
+                let why = format!("no baseline measured on this host ({})", what.join("; "));
+                report.changes.push(Change::unjudged(&b.case_id, mode, tb, tc, why));
             }
             continue;
         }

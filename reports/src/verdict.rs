@@ -104,6 +104,23 @@ pub struct Change {
 }
 
 impl Change {
+    /// A change not judged (yet): the medians' ratio and the sample counts, `why` the reason.
+    pub fn unjudged(case_id: &str, mode: &str, tb: &Timing, tc: &Timing, why: String) -> Change {
+        Change {
+            case_id: case_id.to_string(),
+            mode: mode.to_string(),
+            baseline_s: tb.median_s,
+            current_s: tc.median_s,
+            ratio: tc.median_s / tb.median_s,
+            ci: None,
+            p_slower: None,
+            p_faster: None,
+            samples: (tb.sample_s.len(), tc.sample_s.len()),
+            verdict: Verdict::NotJudged,
+            why,
+        }
+    }
+
     /// `1.32x [1.20, 1.45]`: the ratio and its interval.
     pub fn ratio_text(&self) -> String {
         match self.ci {
@@ -356,19 +373,7 @@ pub fn judge_between_runs(
     run_to_run: Option<f64>,
 ) -> Change {
     let (nb, nc) = (tb.sample_s.len(), tc.sample_s.len());
-    let mut change = Change {
-        case_id: case_id.to_string(),
-        mode: mode.to_string(),
-        baseline_s: tb.median_s,
-        current_s: tc.median_s,
-        ratio: tc.median_s / tb.median_s,
-        ci: None,
-        p_slower: None,
-        p_faster: None,
-        samples: (nb, nc),
-        verdict: Verdict::NotJudged,
-        why: String::new(),
-    };
+    let mut change = Change::unjudged(case_id, mode, tb, tc, String::new());
     if !(tb.median_s > 0.0 && tb.median_s.is_finite()) {
         change.why = format!("the baseline median {} s is not a positive time", tb.median_s);
         return change;

@@ -114,3 +114,23 @@ pub fn cuda_available() -> bool {
         }
     }
 }
+
+/// The planted-bug GradBench tool (`tools/planted/run.py`), as an absolute path.
+pub fn planted() -> String {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools/planted/run.py");
+    script.canonicalize().unwrap().display().to_string()
+}
+
+/// Whether python3 runs (the planted tool is a Python script); when it does not, prints why (a
+/// skip) or, with `python` in `ADGAUGE_REQUIRE`, fails the test.
+pub fn python_available() -> bool {
+    let ok = Command::new("python3").arg("--version").output().is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(
+            !adgauge_datasets::adbench::is_required("python"),
+            "ADGAUGE_REQUIRE has python, but python3 does not run"
+        );
+        eprintln!("skipped: python3 is not installed (the planted-bug tool is a Python script)");
+    }
+    ok
+}
