@@ -219,7 +219,7 @@ pub fn run(args: &RunArgs, threads: Option<usize>) -> anyhow::Result<Code> {
         seed: suite.seed,
     })?;
     let mut code = Code::Success;
-    let mut finished = 0;
+    let (mut finished, mut measured) = (0, 0);
     for c in &cases {
         if crate::interrupt::signal().is_some() {
             break;
@@ -237,8 +237,23 @@ pub fn run(args: &RunArgs, threads: Option<usize>) -> anyhow::Result<Code> {
         // The host that measured the row: a merge of shards keeps each row's (docs/gate.md).
         row.host.get_or_insert_with(crate::environment::host);
         code = code.combine(code_for(&row));
+        measured += usize::from(row.status != Status::Skipped);
         sink.case_finished(&row)?;
         finished += 1;
+    }
+    if finished > 0 && measured == 0 && crate::interrupt::signal().is_none() {
+        // A run that measured nothing must not read as a pass (a nightly on a machine that
+        // lost its device would): 4 when a tool of the run cannot start, else 2 (the suite
+        // asks only for what its tools do not support).
+        let down: Vec<&str> =
+            named.iter().copied().filter(|n| tools.get(n).is_some_and(|t| t.availability().is_err())).collect();
+        let (why, all_skipped) = if down.is_empty() {
+            (Code::BadInput, "every case was skipped as unsupported by its tool".to_string())
+        } else {
+            (Code::Unavailable, format!("every case was skipped: unavailable: {}", down.join(", ")))
+        };
+        eprintln!("adgauge: nothing was measured: {all_skipped}");
+        code = code.combine(why);
     }
     // The tools' processes end before the run's files are written.
     drop(tools);

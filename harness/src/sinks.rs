@@ -387,14 +387,20 @@ fn wrap(text: &str, indent: usize, width: usize) -> Vec<String> {
     lines.into_iter().map(|l| format!("{:indent$}{l}", "")).collect()
 }
 
-/// Milliseconds to four significant digits.
+/// Milliseconds to four significant digits from 1 ms up, three below (never a rounded 0.000
+/// for a sub-microsecond median), in at most 7 characters.
 fn short_ms(seconds: f64) -> String {
     let ms = seconds * 1e3;
     match ms {
         m if m >= 1000.0 => format!("{m:.0}"),
         m if m >= 100.0 => format!("{m:.1}"),
         m if m >= 10.0 => format!("{m:.2}"),
-        m => format!("{m:.3}"),
+        m if m >= 1.0 || m == 0.0 => format!("{m:.3}"),
+        m if m >= 1e-4 => {
+            let decimals = (2 - m.log10().floor() as i32).clamp(3, 5) as usize;
+            format!("{m:.decimals$}")
+        }
+        m => format!("{m:.1e}"),
     }
 }
 
@@ -617,6 +623,26 @@ mod tests {
         r.message = message.map(str::to_string);
         r.checks.push(Check { name: "fd-vjp".into(), worst: 0.5, tolerance: 1e-3, passed: status == Status::Ok });
         r
+    }
+
+    #[test]
+    fn medians_below_a_millisecond_keep_three_significant_digits_in_seven_characters() {
+        let cases = [
+            (2.5, "2500"),
+            (0.0123456, "12.35"),
+            (0.0012346, "1.235"),
+            (0.0005, "0.500"),
+            (0.000_051_23, "0.0512"),
+            (0.000_005_123, "0.00512"),
+            (0.000_000_412, "0.00041"),
+            (0.000_000_004_2, "4.2e-6"),
+            (0.0, "0.000"),
+        ];
+        for (seconds, want) in cases {
+            let got = short_ms(seconds);
+            assert_eq!(got, want, "{seconds} s");
+            assert!(got.len() <= 7, "{got}");
+        }
     }
 
     #[test]

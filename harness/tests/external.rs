@@ -244,6 +244,32 @@ fn a_single_unavailable_tool_exits_4_with_the_reason() {
     assert!(stdout(&out).contains("f32 is not among its dtypes"), "{}", stdout(&out));
 }
 
+/// A run that measured nothing is not a pass: every case skipped because its tool cannot start
+/// exits 4, every case skipped as unsupported exits 2, and one measured case beside skipped ones
+/// is a success.
+#[test]
+fn a_run_where_every_case_was_skipped_does_not_exit_0() {
+    let suite = |tools: &str, dtype: &str| {
+        format!(
+            "name: skipped\ntiming: {{samples: 2, min_sample_ms: 1, time_limit_s: 0.05}}\ncases:\n  - workload: llsq\n    n: [64]\n    m: [4]\n    dtypes: [{dtype}]\n    tools: [{tools}]\n"
+        )
+    };
+    let run = |name: &str, text: &str| {
+        let path = temp_file("external", name, text);
+        adgauge(&["run", "--suite", path.to_str().unwrap(), "--no-save", "--quiet"])
+    };
+    let ghost = "{name: ghost, command: /nonexistent/tool}";
+    let out = run("ghost.yaml", &suite(ghost, "f64"));
+    assert_eq!(out.status.code(), Some(4), "{}{}", stdout(&out), stderr(&out));
+    assert!(stderr(&out).contains("nothing was measured") && stderr(&out).contains("ghost"), "{}", stderr(&out));
+    let served = format!("{{name: self, command: \"{BIN} tool\"}}");
+    let out = run("unsupported.yaml", &suite(&served, "f32"));
+    assert_eq!(out.status.code(), Some(2), "{}{}", stdout(&out), stderr(&out));
+    assert!(stderr(&out).contains("skipped as unsupported"), "{}", stderr(&out));
+    let out = run("mixed.yaml", &suite(&format!("cpu, {ghost}"), "f64"));
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
+}
+
 /// At a tie, a tool that splits the adjoint (and says so) gives a valid subgradient: a
 /// convention; one that hands the whole adjoint to every tied entry is wrong. adgauge's engine
 /// gives it to one winner.
