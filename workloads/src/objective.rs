@@ -11,8 +11,8 @@ use adgauge_backends::{AnyDevice, Cpu, DType, Device, OpError, Result, with_devi
 use serde_json::Value as Json;
 
 use crate::workload::{
-    CheckKind, CheckSettings, Comparison, FlatFn, Mode, ModeTraces, Prepared, Problem, Remote, RemoteCall, Validation,
-    WResult,
+    CheckKind, CheckSettings, Comparison, FlatFn, FullJacobian, Mode, ModeTraces, Prepared, Problem, Remote,
+    RemoteCall, Validation, WResult,
 };
 
 /// A workload with one scalar output of a flat parameter vector.
@@ -45,6 +45,12 @@ pub trait ScalarObjective: 'static {
     /// The gradient in the module's output, flat in [`ScalarObjective::params`]' layout.
     fn remote_gradient(output: &Json, input: &Self::Input) -> Result<Vec<f64>> {
         flat_gradient(output, Self::params(input).len())
+    }
+    /// Whether validation also compares the whole gradient by one-hot forward sweeps with the
+    /// reverse-mode one (the full-Jacobian check): for objectives whose check case has few
+    /// parameters.
+    fn full_jacobian() -> bool {
+        false
     }
 }
 
@@ -190,7 +196,11 @@ impl<W: ScalarObjective, D: Device> ObjectiveFlat<W, D> {
         let f = ObjectiveFlat::<W, D>::new(cpu.clone(), device.clone(), dtype, input);
         let manual =
             Comparison { check: CheckKind::Manual, got: f.vjp(&[1.0])?, want: f.manual_gradient(), convention: None };
-        Ok(Validation { flat: Box::new(f), full_jacobian: None, comparisons: vec![manual] })
+        let full_jacobian = W::full_jacobian().then(|| FullJacobian {
+            flat: Box::new(ObjectiveFlat::<W, D>::new(cpu.clone(), device.clone(), dtype, input)) as Box<dyn FlatFn>,
+            tolerance_of: CheckKind::FullJacobian,
+        });
+        Ok(Validation { flat: Box::new(f), full_jacobian, comparisons: vec![manual] })
     }
 }
 
