@@ -286,6 +286,12 @@ impl Workload for Det {
             })
         })
     }
+    fn table_label(&self, name: &str, row: &std::collections::BTreeMap<String, String>) -> String {
+        match row.get("ell") {
+            Some(v) => format!("{name} ell={v}"),
+            None => name.to_string(),
+        }
+    }
     fn gradbench_module(&self) -> Option<&'static str> {
         Some("det")
     }

@@ -303,6 +303,12 @@ impl Workload for Ode {
             })
         })
     }
+    fn table_label(&self, name: &str, row: &std::collections::BTreeMap<String, String>) -> String {
+        match row.get("s") {
+            Some(v) => format!("{name} s={v}"),
+            None => name.to_string(),
+        }
+    }
     fn gradbench_module(&self) -> Option<&'static str> {
         Some("ode")
     }
