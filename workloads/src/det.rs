@@ -25,12 +25,12 @@ use adgauge_backends::{AnyDevice, BinaryOp, DType, Device, Forward, Ops, OutOfRa
 use rand::RngExt;
 use serde_json::Value as Json;
 
-use crate::json::{format_array, format_number, objective_json};
+use crate::json::{format_array, objective_json};
 use crate::lse::{finite_array, input_object};
-use crate::objective::{ObjectiveProblem, RemoteModule, ScalarObjective};
+use crate::objective::{ObjectiveCall, ObjectiveProblem, OutputFormat, RemoteModule, ScalarObjective, first_number};
 use crate::validate::CheckedInput;
 use crate::workload::{
-    EvalRequest, Mode, ParamSpec, Params, Problem, WResult, Workload, WorkloadError, rounded, sizes,
+    EvalRequest, GradbenchCall, Mode, ParamSpec, Params, Problem, WResult, Workload, WorkloadError, rounded, sizes,
 };
 
 /// The largest edge: level l/2 then has C(18, 9) = 48620 minors, and the levels together
@@ -295,19 +295,31 @@ impl Workload for Det {
     fn gradbench_module(&self) -> Option<&'static str> {
         Some("det")
     }
-    /// GradBench's `det` functions: `primal` returns det A, `gradient` its gradient, row-major.
+    /// GradBench's `det` functions: `primal` returns the objective, `gradient` the gradient.
     fn gradbench_evaluate(&self, function: &str, input: &Json, device: &AnyDevice, dtype: DType) -> WResult<String> {
+        self.gradbench_prepare(function, input, device, dtype)?.output()
+    }
+    /// The input parsed, validated and put on the device once, before the timed runs.
+    fn gradbench_prepare<'a>(
+        &'a self,
+        function: &'a str,
+        input: &'a Json,
+        device: &'a AnyDevice,
+        dtype: DType,
+    ) -> WResult<Box<dyn GradbenchCall + 'a>> {
         let source = format!("det.{function} input");
         let input = parse_input(input, &source)?;
         crate::validate::validate(&input, &source, dtype)?;
-        let bad = WorkloadError::from_input;
-        with_device!(device, |d| {
-            let x = upload(d, &input, dtype).map_err(bad)?;
-            match function {
-                "primal" => Ok(format_number(d.to_vec(&objective(d, &x).map_err(bad)?)?[0], dtype)),
-                "gradient" => Ok(format_array(&gradient(d, &x).map_err(bad)?.1, dtype)),
-                other => Err(WorkloadError::BadInput(format!("det: no function '{other}' (known: primal, gradient)"))),
+        let (gradient, format): (bool, OutputFormat) = match function {
+            "primal" => (false, first_number),
+            "gradient" => (true, format_array),
+            other => {
+                return Err(WorkloadError::BadInput(format!("det: no function '{other}' (known: primal, gradient)")));
             }
+        };
+        with_device!(device, |d| {
+            let call = ObjectiveCall::<DetObjective, _>::new(d.clone(), &input, gradient, dtype, format)?;
+            Ok(Box::new(call) as Box<dyn GradbenchCall + 'a>)
         })
     }
 }

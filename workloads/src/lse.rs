@@ -21,11 +21,12 @@ use adgauge_backends::{
 use rand::RngExt;
 use serde_json::Value as Json;
 
-use crate::json::{format_array, format_number, kind, objective_json, parse_number};
-use crate::objective::{ObjectiveProblem, RemoteModule, ScalarObjective};
+use crate::json::{format_array, kind, objective_json, parse_number};
+use crate::objective::{ObjectiveCall, ObjectiveProblem, OutputFormat, RemoteModule, ScalarObjective, first_number};
 use crate::validate::CheckedInput;
 use crate::workload::{
-    EvalRequest, Footprint, Mode, ParamSpec, Params, Problem, WResult, Workload, WorkloadError, rounded, sizes,
+    EvalRequest, Footprint, GradbenchCall, Mode, ParamSpec, Params, Problem, WResult, Workload, WorkloadError, rounded,
+    sizes,
 };
 
 /// Most elements a case may have.
@@ -207,19 +208,31 @@ impl Workload for Lse {
     fn gradbench_module(&self) -> Option<&'static str> {
         Some("lse")
     }
-    /// GradBench's `lse` functions: `primal` returns y, `gradient` returns dy/dx.
+    /// GradBench's `lse` functions: `primal` returns the objective, `gradient` the gradient.
     fn gradbench_evaluate(&self, function: &str, input: &Json, device: &AnyDevice, dtype: DType) -> WResult<String> {
+        self.gradbench_prepare(function, input, device, dtype)?.output()
+    }
+    /// The input parsed, validated and put on the device once, before the timed runs.
+    fn gradbench_prepare<'a>(
+        &'a self,
+        function: &'a str,
+        input: &'a Json,
+        device: &'a AnyDevice,
+        dtype: DType,
+    ) -> WResult<Box<dyn GradbenchCall + 'a>> {
         let source = format!("lse.{function} input");
         let input = parse_input(input, &source)?;
         crate::validate::validate(&input, &source, dtype)?;
-        let bad = WorkloadError::from_input;
-        with_device!(device, |d| {
-            let x = d.tensor(&input.x, &[input.x.len()], dtype).map_err(bad)?;
-            match function {
-                "primal" => Ok(format_number(d.to_vec(&objective(d, &x).map_err(bad)?)?[0], dtype)),
-                "gradient" => Ok(format_array(&gradient(d, &x).map_err(bad)?.1, dtype)),
-                other => Err(WorkloadError::BadInput(format!("lse: no function '{other}' (known: primal, gradient)"))),
+        let (gradient, format): (bool, OutputFormat) = match function {
+            "primal" => (false, first_number),
+            "gradient" => (true, format_array),
+            other => {
+                return Err(WorkloadError::BadInput(format!("lse: no function '{other}' (known: primal, gradient)")));
             }
+        };
+        with_device!(device, |d| {
+            let call = ObjectiveCall::<LseObjective, _>::new(d.clone(), &input, gradient, dtype, format)?;
+            Ok(Box::new(call) as Box<dyn GradbenchCall + 'a>)
         })
     }
 }

@@ -114,6 +114,48 @@ impl<W: ScalarObjective> Problem for ObjectiveProblem<W> {
     }
 }
 
+/// How a module's output is printed from its numbers.
+pub type OutputFormat = fn(&[f64], DType) -> String;
+
+/// A module's scalar output: the first of `values`.
+pub fn first_number(values: &[f64], dtype: DType) -> String {
+    crate::json::format_number(values.first().copied().unwrap_or(f64::NAN), dtype)
+}
+
+/// One GradBench `evaluate` of a scalar objective's module, prepared for `adgauge tool`'s timed
+/// runs: the input is put on the device once; each run computes the objective or the gradient
+/// and reads it back, and `format` prints the last run's numbers once, after the runs.
+pub struct ObjectiveCall<W: ScalarObjective, D: Device> {
+    device: D,
+    x: W::Resident<D>,
+    gradient: bool,
+    dtype: DType,
+    format: OutputFormat,
+    last: Option<Vec<f64>>,
+}
+
+impl<W: ScalarObjective, D: Device> ObjectiveCall<W, D> {
+    /// `gradient`: the module's gradient function (else its primal), printed by `format`.
+    pub fn new(device: D, input: &W::Input, gradient: bool, dtype: DType, format: OutputFormat) -> WResult<Self> {
+        let x = W::upload(&device, input, dtype).map_err(crate::workload::WorkloadError::from_input)?;
+        Ok(ObjectiveCall { device, x, gradient, dtype, format, last: None })
+    }
+}
+
+impl<W: ScalarObjective, D: Device> crate::workload::GradbenchCall for ObjectiveCall<W, D> {
+    fn run(&mut self) -> WResult<()> {
+        let d = &self.device;
+        self.last = Some(if self.gradient { W::gradient(d, &self.x)? } else { d.to_vec(&W::objective(d, &self.x)?)? });
+        Ok(())
+    }
+    fn output(&mut self) -> WResult<String> {
+        if self.last.is_none() {
+            self.run()?;
+        }
+        Ok((self.format)(self.last.as_deref().unwrap_or_default(), self.dtype))
+    }
+}
+
 /// A scalar function whose gradient was given (a tool's): J^T w = w gradient, J v = gradient . v;
 /// the values (for finite differences) and the point come from `f`.
 pub struct GivenGradient<F: FlatFn> {

@@ -38,8 +38,9 @@ use crate::lse::{finite_array, input_object};
 use crate::objective::{GivenGradient, flat_gradient};
 use crate::validate::CheckedInput;
 use crate::workload::{
-    CheckKind, CheckSettings, Comparison, EvalRequest, FlatFn, Footprint, FullJacobian, Mode, ModeTraces, ParamSpec,
-    Params, Prepared, Problem, Remote, RemoteCall, Validation, WResult, Workload, WorkloadError, rounded, sizes,
+    CheckKind, CheckSettings, Comparison, EvalRequest, FlatFn, Footprint, FullJacobian, GradbenchCall, Mode,
+    ModeTraces, ParamSpec, Params, Prepared, Problem, Remote, RemoteCall, Validation, WResult, Workload, WorkloadError,
+    rounded, sizes,
 };
 
 /// The end of the integration interval (cmpad's and GradBench's t_f).
@@ -315,18 +316,54 @@ impl Workload for Ode {
     /// GradBench's `ode` functions: `primal` returns y(2), `gradient` the gradient of its last
     /// element.
     fn gradbench_evaluate(&self, function: &str, input: &Json, device: &AnyDevice, dtype: DType) -> WResult<String> {
+        self.gradbench_prepare(function, input, device, dtype)?.output()
+    }
+    /// The input parsed, validated and put on the device once, before the timed runs.
+    fn gradbench_prepare<'a>(
+        &'a self,
+        function: &'a str,
+        input: &'a Json,
+        device: &'a AnyDevice,
+        dtype: DType,
+    ) -> WResult<Box<dyn GradbenchCall + 'a>> {
         let source = format!("ode.{function} input");
         let input = parse_input(input, &source)?;
         crate::validate::validate(&input, &source, dtype)?;
-        let bad = WorkloadError::from_input;
-        with_device!(device, |d| {
-            let r = upload(d, &input, dtype).map_err(bad)?;
-            match function {
-                "primal" => Ok(format_array(&d.to_vec(&solve(d, &r).map_err(bad)?)?, dtype)),
-                "gradient" => Ok(format_array(&vjp(d, &r, None).map_err(bad)?.1, dtype)),
-                other => Err(WorkloadError::BadInput(format!("ode: no function '{other}' (known: primal, gradient)"))),
+        let gradient = match function {
+            "primal" => false,
+            "gradient" => true,
+            other => {
+                return Err(WorkloadError::BadInput(format!("ode: no function '{other}' (known: primal, gradient)")));
             }
+        };
+        with_device!(device, |d| {
+            let r = upload(d, &input, dtype).map_err(WorkloadError::from_input)?;
+            Ok(Box::new(OdeCall { device: d.clone(), r, gradient, dtype, last: None }) as Box<dyn GradbenchCall + 'a>)
         })
+    }
+}
+
+/// One `adgauge tool` evaluation of an ode function: the input on the device before the timed
+/// runs; each run solves (and differentiates) and reads the result back.
+struct OdeCall<D: Device> {
+    device: D,
+    r: OdeResident<D>,
+    gradient: bool,
+    dtype: DType,
+    last: Option<Vec<f64>>,
+}
+
+impl<D: Device> GradbenchCall for OdeCall<D> {
+    fn run(&mut self) -> WResult<()> {
+        let (d, r) = (&self.device, &self.r);
+        self.last = Some(if self.gradient { vjp(d, r, None)?.1 } else { d.to_vec(&solve(d, r)?)? });
+        Ok(())
+    }
+    fn output(&mut self) -> WResult<String> {
+        if self.last.is_none() {
+            self.run()?;
+        }
+        Ok(format_array(self.last.as_deref().unwrap_or_default(), self.dtype))
     }
 }
 
