@@ -619,6 +619,7 @@ mod tests {
             ("tools", include_str!("../../suites/tools.yaml")),
             ("tools-quick", include_str!("../../suites/tools-quick.yaml")),
             ("opencl-classic", include_str!("../../suites/opencl-classic.yaml")),
+            ("gradbench", include_str!("../../suites/gradbench.yaml")),
         ] {
             let s = parse_suite(text, name).unwrap();
             assert!(!s.cases.is_empty(), "{name}");

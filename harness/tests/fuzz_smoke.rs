@@ -95,6 +95,8 @@ fn eval_json_inputs_never_panic() {
         .into_iter()
         .map(|w| (w, hist))
         .chain([("kmeans", kmeans)])
+        .chain([("hello", "1.5"), ("lse", r#"{"x": [0.5, 1, -2]}"#), ("det", r#"{"A": [1, 2, 3, 4], "ell": 2}"#)])
+        .chain([("ode", r#"{"x": [0.5, 0.25], "s": 1}"#)])
         .collect();
     for (i, (name, seed)) in cases.into_iter().enumerate() {
         let w = adgauge_workloads::find(name).unwrap();

@@ -105,13 +105,13 @@ fn assert_classifications(tool: &str, rows: &[Value]) {
             "hist-mul" => {
                 // Reverse mode validated, forward mode unsupported (and so not timed).
                 assert!(message.contains("jvp not timed: unsupported"), "{tool} {w}: {message}");
-                assert_eq!(check_names(r), ["fd-vjp", "oracle-vjp"], "{tool} {w}");
+                assert_eq!(check_names(r), ["fd-vjp", "oracle-vjp", "timing"], "{tool} {w}");
                 assert!(r["jvp"].is_null() && r["vjp"]["median_s"].as_f64().unwrap() > 0.0, "{tool} {w}: {r}");
             }
             "ba" => {
                 // Validated on distinct values (adgauge's `full` extension), no replicated fallback.
                 assert!(message.is_empty(), "{tool} {w}: {message}");
-                assert_eq!(check_names(r), ["dot-product", "fd-jvp", "fd-vjp", "manual"], "{tool} {w}");
+                assert_eq!(check_names(r), ["dot-product", "fd-jvp", "fd-vjp", "manual", "timing"], "{tool} {w}");
             }
             _ => {
                 assert!(message.is_empty(), "{tool} {w}: {message}");

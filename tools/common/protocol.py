@@ -45,9 +45,14 @@ def serve(tool, config, modules):
             if not response["success"]:
                 response["error"] = f"{tool} has no module {message['module']}"
         elif kind == "evaluate":
-            x = dict(message.get("input") or {})
-            runs = max(1, int(x.pop("min_runs", 1)))
-            min_seconds = float(x.pop("min_seconds", 0))
+            x = message.get("input")
+            # An input that is not an object (GradBench's hello: a bare number) has no run
+            # settings: one run.
+            runs, min_seconds = 1, 0.0
+            if isinstance(x, dict):
+                x = dict(x)
+                runs = max(1, int(x.pop("min_runs", 1)))
+                min_seconds = float(x.pop("min_seconds", 0))
             timings = []
             try:
                 run, output = modules[message["module"]](message["function"], x)

@@ -6,13 +6,17 @@
 //! line in [`registry`]: the harness finds workloads only through it.
 
 pub mod ba;
+pub mod det;
 pub mod gmm;
+pub mod hello;
 pub mod hist;
 pub mod json;
 pub mod kmeans;
 pub mod llsq;
+pub mod lse;
 pub mod lstm;
 pub mod objective;
+pub mod ode;
 pub mod validate;
 pub mod workload;
 
@@ -26,7 +30,18 @@ pub use workload::{
 /// Every workload, in the order listings, `adgauge check` and the docs use. Adding a workload is
 /// one file and one line here.
 pub fn registry() -> &'static [&'static dyn Workload] {
-    &[&hist::HistFamily, &kmeans::Kmeans, &gmm::Gmm, &lstm::Lstm, &ba::Ba, &llsq::Llsq]
+    &[
+        &hist::HistFamily,
+        &kmeans::Kmeans,
+        &gmm::Gmm,
+        &lstm::Lstm,
+        &ba::Ba,
+        &llsq::Llsq,
+        &hello::Hello,
+        &lse::Lse,
+        &det::Det,
+        &ode::Ode,
+    ]
 }
 
 /// The workload that answers to `name` (a family's suite tag, or one of its workload names).

@@ -11,8 +11,8 @@ use adgauge_backends::{AnyDevice, Cpu, DType, Device, OpError, Result, with_devi
 use serde_json::Value as Json;
 
 use crate::workload::{
-    CheckKind, CheckSettings, Comparison, FlatFn, Mode, ModeTraces, Prepared, Problem, Remote, RemoteCall, Validation,
-    WResult,
+    CheckKind, CheckSettings, Comparison, FlatFn, FullJacobian, Mode, ModeTraces, Prepared, Problem, Remote,
+    RemoteCall, Validation, WResult,
 };
 
 /// A workload with one scalar output of a flat parameter vector.
@@ -45,6 +45,12 @@ pub trait ScalarObjective: 'static {
     /// The gradient in the module's output, flat in [`ScalarObjective::params`]' layout.
     fn remote_gradient(output: &Json, input: &Self::Input) -> Result<Vec<f64>> {
         flat_gradient(output, Self::params(input).len())
+    }
+    /// Whether validation also compares the whole gradient by one-hot forward sweeps with the
+    /// reverse-mode one (the full-Jacobian check): for objectives whose check case has few
+    /// parameters.
+    fn full_jacobian() -> bool {
+        false
     }
 }
 
@@ -105,6 +111,48 @@ impl<W: ScalarObjective> Problem for ObjectiveProblem<W> {
         let manual =
             Comparison { check: CheckKind::Manual, got: gradient.clone(), want: f.manual_gradient(), convention: None };
         Ok(Validation { flat: Box::new(GivenGradient { f, gradient }), full_jacobian: None, comparisons: vec![manual] })
+    }
+}
+
+/// How a module's output is printed from its numbers.
+pub type OutputFormat = fn(&[f64], DType) -> String;
+
+/// A module's scalar output: the first of `values`.
+pub fn first_number(values: &[f64], dtype: DType) -> String {
+    crate::json::format_number(values.first().copied().unwrap_or(f64::NAN), dtype)
+}
+
+/// One GradBench `evaluate` of a scalar objective's module, prepared for `adgauge tool`'s timed
+/// runs: the input is put on the device once; each run computes the objective or the gradient
+/// and reads it back, and `format` prints the last run's numbers once, after the runs.
+pub struct ObjectiveCall<W: ScalarObjective, D: Device> {
+    device: D,
+    x: W::Resident<D>,
+    gradient: bool,
+    dtype: DType,
+    format: OutputFormat,
+    last: Option<Vec<f64>>,
+}
+
+impl<W: ScalarObjective, D: Device> ObjectiveCall<W, D> {
+    /// `gradient`: the module's gradient function (else its primal), printed by `format`.
+    pub fn new(device: D, input: &W::Input, gradient: bool, dtype: DType, format: OutputFormat) -> WResult<Self> {
+        let x = W::upload(&device, input, dtype).map_err(crate::workload::WorkloadError::from_input)?;
+        Ok(ObjectiveCall { device, x, gradient, dtype, format, last: None })
+    }
+}
+
+impl<W: ScalarObjective, D: Device> crate::workload::GradbenchCall for ObjectiveCall<W, D> {
+    fn run(&mut self) -> WResult<()> {
+        let d = &self.device;
+        self.last = Some(if self.gradient { W::gradient(d, &self.x)? } else { d.to_vec(&W::objective(d, &self.x)?)? });
+        Ok(())
+    }
+    fn output(&mut self) -> WResult<String> {
+        if self.last.is_none() {
+            self.run()?;
+        }
+        Ok((self.format)(self.last.as_deref().unwrap_or_default(), self.dtype))
     }
 }
 
@@ -190,7 +238,11 @@ impl<W: ScalarObjective, D: Device> ObjectiveFlat<W, D> {
         let f = ObjectiveFlat::<W, D>::new(cpu.clone(), device.clone(), dtype, input);
         let manual =
             Comparison { check: CheckKind::Manual, got: f.vjp(&[1.0])?, want: f.manual_gradient(), convention: None };
-        Ok(Validation { flat: Box::new(f), full_jacobian: None, comparisons: vec![manual] })
+        let full_jacobian = W::full_jacobian().then(|| FullJacobian {
+            flat: Box::new(ObjectiveFlat::<W, D>::new(cpu.clone(), device.clone(), dtype, input)) as Box<dyn FlatFn>,
+            tolerance_of: CheckKind::FullJacobian,
+        });
+        Ok(Validation { flat: Box::new(f), full_jacobian, comparisons: vec![manual] })
     }
 }
 
