@@ -8,6 +8,7 @@
 pub mod ba;
 pub mod gmm;
 pub mod hist;
+pub mod ht;
 pub mod json;
 pub mod kmeans;
 pub mod llsq;
@@ -26,7 +27,7 @@ pub use workload::{
 /// Every workload, in the order listings, `adgauge check` and the docs use. Adding a workload is
 /// one file and one line here.
 pub fn registry() -> &'static [&'static dyn Workload] {
-    &[&hist::HistFamily, &kmeans::Kmeans, &gmm::Gmm, &lstm::Lstm, &ba::Ba, &llsq::Llsq]
+    &[&hist::HistFamily, &kmeans::Kmeans, &gmm::Gmm, &lstm::Lstm, &ba::Ba, &llsq::Llsq, &ht::Ht]
 }
 
 /// The workload that answers to `name` (a family's suite tag, or one of its workload names).
