@@ -1005,6 +1005,15 @@ impl Workload for Ht {
             HandInput::parse(&req.text, &req.source, model).map_err(|e| WorkloadError::BadInput(e.to_string()))?
         };
         crate::validate::validate(&h, &req.source, req.dtype)?;
+        let variant = if h.complicated() { "complicated" } else { "simple" };
+        if req.name != format!("ht-{variant}") {
+            return Err(WorkloadError::BadInput(format!(
+                "{}: the input is ht-{variant} ({} us), not {}",
+                req.source,
+                if h.complicated() { "with" } else { "without" },
+                req.name
+            )));
+        }
         let (dt, mode) = (req.dtype, req.mode.unwrap_or(Mode::Primal));
         let input = WorkloadError::from_input;
         with_device!(device, |d| {
