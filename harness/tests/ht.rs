@@ -22,7 +22,9 @@ fn tiny_input(theta: &[f64], us: Option<[f64; 2]>) -> Value {
     weights[2][3] = 0.5;
     weights[2][0] = 0.5;
     let (correspondences, points, us) = match us {
-        None => (serde_json::json!([0, 1, 2]), serde_json::json!([[0, 0, 0], [0, 0, 0], [0, 0, 0]]), serde_json::json!([])),
+        None => {
+            (serde_json::json!([0, 1, 2]), serde_json::json!([[0, 0, 0], [0, 0, 0], [0, 0, 0]]), serde_json::json!([]))
+        }
         Some(u) => (serde_json::json!([0]), serde_json::json!([[0, 0, 0]]), serde_json::json!([u])),
     };
     serde_json::json!({
@@ -66,7 +68,11 @@ fn adgauge_tool_answers_gradbench_ht_messages_with_the_hand_computed_values() {
     theta[3..6].copy_from_slice(&t);
     (theta[6], theta[7], theta[8]) = (a, g, b);
     let rot = |v: [f64; 3]| [-v[1], v[0], v[2]];
-    let local = [[1.0, 0.0, 0.0], [-g.sin() * a.cos(), g.cos() * a.cos(), a.sin()], [0.0, -0.5 * b.sin(), 0.5 * (b.cos() + 1.0)]];
+    let local = [
+        [1.0, 0.0, 0.0],
+        [-g.sin() * a.cos(), g.cos() * a.cos(), a.sin()],
+        [0.0, -0.5 * b.sin(), 0.5 * (b.cos() + 1.0)],
+    ];
     let posed: Vec<[f64; 3]> = local.iter().map(|&v| rot(v)).map(|v| [v[0] + t[0], v[1] + t[1], v[2] + t[2]]).collect();
     let d_a = rot([g.sin() * a.sin(), -g.cos() * a.sin(), a.cos()]);
     let d_b = rot([0.0, -0.5 * b.cos(), -0.5 * b.sin()]);
@@ -131,7 +137,9 @@ fn adgauge_tool_answers_gradbench_ht_messages_with_the_hand_computed_values() {
 #[test]
 fn eval_reads_adbench_hand_files_and_agrees_with_the_tool() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../datasets/data/ht");
-    for (name, file) in [("ht-simple", "simple_hand1_t26_c100.txt"), ("ht-complicated", "complicated_hand1_t26_c100.txt")] {
+    for (name, file) in
+        [("ht-simple", "simple_hand1_t26_c100.txt"), ("ht-complicated", "complicated_hand1_t26_c100.txt")]
+    {
         let path = format!("{dir}/{file}");
         let local = json(&adgauge(&["eval", name, "--input", &path, "--mode", "jvp"]));
         let h = adgauge_datasets::ht::HandInput::read(std::path::Path::new(&path), None).unwrap();
