@@ -294,6 +294,7 @@ def ba(function, x):
 
 
 MODULES = {"hist": hist, "llsq": llsq, "kmeans": kmeans, "lstm": lstm, "gmm": gmm, "ba": ba}
+MODULES["ht"] = __import__("ht").ht  # tools/jax/ht.py
 
 
 def main():
