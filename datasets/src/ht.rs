@@ -148,7 +148,7 @@ impl HandModel {
         let r = TextReader::new(text, file);
         for (line, fields) in records(text) {
             let count = fields.get(8).and_then(|t| t.trim().parse::<usize>().ok());
-            if !count.is_some_and(|c| fields.len() == 9 + 2 * c) {
+            if count.is_none_or(|c| fields.len() != 9 + 2 * c) {
                 return Err(r.error(
                     line,
                     "x:y:z, 5 numbers, a weight count and that many bone:weight pairs",
@@ -207,7 +207,7 @@ impl HandModel {
         count("model.parents", self.parents.len(), nb, "bones")?;
         count("model.base_relatives", self.base_relatives.len(), 16 * nb, "16 x bones")?;
         count("model.inverse_base_absolutes", self.inverse_base_absolutes.len(), 16 * nb, "16 x bones")?;
-        if self.base_positions.is_empty() || self.base_positions.len() % 4 != 0 {
+        if self.base_positions.is_empty() || !self.base_positions.len().is_multiple_of(4) {
             return Err(format!(
                 "field model.base_positions: {} numbers, expected rows of 4 (homogeneous positions), at least one",
                 self.base_positions.len()

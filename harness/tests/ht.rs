@@ -203,3 +203,53 @@ fn a_served_adgauge_tool_passes_the_ht_checks_in_a_suite() {
         assert!(ext["jvp"]["median_s"].as_f64().unwrap() > 0.0, "{ext}");
     }
 }
+
+/// The tools' Python (as `python_tools.rs` finds it) when it imports `module`; otherwise why
+/// the test skips (or fails, with `word` in `ADGAUGE_REQUIRE`).
+fn python_with(module: &str, word: &str) -> Option<std::path::PathBuf> {
+    let python = match std::env::var_os("ADGAUGE_TOOLS_PYTHON").filter(|p| !p.is_empty()) {
+        Some(p) => std::path::PathBuf::from(p),
+        None => std::env::var_os("ADGAUGE_TOOLS_VENV")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| {
+                std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/adgauge-tools-venv")
+            })
+            .join("bin/python"),
+    };
+    match std::process::Command::new(&python).args(["-c", &format!("import {module}")]).output() {
+        Ok(o) if o.status.success() => Some(python),
+        other => {
+            let why = format!("{} cannot import {module}: {other:?}", python.display());
+            assert!(!adgauge_datasets::adbench::is_required(word), "ADGAUGE_REQUIRE has {word}, but {why}");
+            eprintln!("skipped: {why}");
+            None
+        }
+    }
+}
+
+/// The JAX and PyTorch adapters' `ht` (`tools/*/ht.py`) pass every check in both variants.
+#[test]
+fn the_adapters_pass_the_ht_checks() {
+    for (tool, module) in [("jax", "jax"), ("pytorch", "torch")] {
+        let Some(python) = python_with(module, tool) else { continue };
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../tools/{tool}/run.py"));
+        let suite = format!(
+            "name: {tool}-ht\ntiming: {{samples: 2, min_sample_ms: 1, time_limit_s: 0.05}}\ncases:\n  - workload: ht\n    variant: [simple, complicated]\n    c: [10]\n    dtypes: [f64]\n    modes: [primal, jvp]\n    tools: [{{name: {tool}, command: \"{} {}\", timeout_s: 300}}]\n",
+            python.display(),
+            script.canonicalize().unwrap().display()
+        );
+        let path = temp_file("ht", &format!("{tool}.yaml"), &suite);
+        let out = adgauge(&["run", "--suite", path.to_str().unwrap(), "--json", "--no-save", "--quiet"]);
+        let rows = common::case_rows(&out);
+        assert_eq!(out.status.code(), Some(0), "{tool}: {rows:#?}");
+        assert_eq!(rows.len(), 2, "{tool}: {rows:#?}");
+        for r in &rows {
+            assert_eq!(r["status"], "ok", "{tool}: {r}");
+            let checks = r["checks"].as_array().unwrap();
+            assert!(checks.iter().all(|c| c["passed"] == true), "{tool}: {r}");
+            for want in ["dot-product", "fd-jvp", "fd-vjp", "manual"] {
+                assert!(checks.iter().any(|c| c["name"] == want), "{tool}: {want}: {r}");
+            }
+        }
+    }
+}

@@ -582,6 +582,7 @@ fn mul4<S: Scalar>(a: &M4<S>, b: &M4<S>) -> M4<S> {
 /// ADBench's hand objective in plain `S`, in ADBench's order of operations (`ht.hpp`): the
 /// pose parameters, per bone Rz Ry Rx and the chain of 4x4 products, every bone's transform
 /// applied to every vertex and accumulated with its weight, the global transform, the residuals.
+#[allow(clippy::needless_range_loop)] // index loops mirror ADBench's
 pub fn host_objective<S: Scalar>(h: &HandInput, theta: &[S], us: &[S]) -> Vec<S> {
     let m = &h.model;
     let (nb, nv) = (m.bones(), m.vertices());
