@@ -1494,7 +1494,7 @@ mod tests {
         let e = err(&|j| j["theta"] = serde_json::json!([1.0, 2.0]));
         assert!(e.contains("field theta: 2 elements, expected 26"), "{e}");
         let e = err(&|j| j["data"]["model"]["parents"][3] = Json::from(7));
-        assert!(e.contains("field model.parents[3]: 7; a parent is -1 or an earlier bone"), "{e}");
+        assert!(e.contains("field data.model.parents[3]: 7; a parent is -1 or an earlier bone"), "{e}");
         let e = err(&|j| j["us"][1] = serde_json::json!([0.5]));
         assert!(e.contains("field us[1]: 1 elements, expected 2"), "{e}");
         let e = err(&|j| j["data"]["points"][0][2] = Json::from("nan"));
@@ -1518,6 +1518,29 @@ mod tests {
         assert!(remote_jacobian(&jac, 9, 26).unwrap_err().to_string().contains("row 0: expected 26 numbers"));
         let e = Ht.gradbench_evaluate("gradient", &input, &device, DType::F64).unwrap_err().to_string();
         assert!(e.contains("ht: no function 'gradient'"), "{e}");
+    }
+
+    #[test]
+    fn the_validator_names_the_field_of_a_bad_value_or_size() {
+        let h = HandInput::generate(&HandModel::adbench_small(), 3, false, 1);
+        let err = |edit: &dyn Fn(&mut HandInput), dtype: DType| {
+            let mut bad = h.clone();
+            edit(&mut bad);
+            crate::validate::validate(&bad, "in", dtype).unwrap_err().to_string()
+        };
+        assert!(crate::validate::validate(&h, "in", DType::F32).is_ok());
+        let e = err(&|b| b.model.weights[5] = 1e39, DType::F32);
+        assert!(e.contains("in: field data.model.weights[5]: 1e39 overflows f32"), "{e}");
+        let e = err(&|b| b.correspondences[1] = 544, DType::F64);
+        assert!(e.contains("in: field data.correspondences[1]: 544, but there are 544 vertices"), "{e}");
+        let e = err(&|b| b.us = vec![0.5; 4], DType::F64);
+        assert!(e.contains("field us: 4 numbers, expected none (simple) or 2 per point = 6"), "{e}");
+        let e = err(&|b| b.theta.truncate(25), DType::F64);
+        assert!(e.contains("field theta: 25 numbers, expected 26"), "{e}");
+        let e = err(&|b| b.points[2] = f64::NAN, DType::F64);
+        assert!(e.contains("field data.points[2]: must be finite"), "{e}");
+        let e = err(&|b| b.model.parents[0] = 3, DType::F64);
+        assert!(e.contains("field data.model.parents[0]: 3; a parent is -1 or an earlier bone"), "{e}");
     }
 
     #[test]

@@ -135,7 +135,7 @@ impl CheckedInput for HandInput {
 /// point, correspondences within the vertices (simple) or triangles (complicated), and every
 /// number finite.
 pub fn check_ht(h: &HandInput) -> Result<(), String> {
-    h.model.check_sizes()?;
+    h.model.check_sizes().map_err(|e| e.replacen("field model.", "field data.model.", 1))?;
     let c = h.points();
     if h.theta.len() != N_THETA {
         return Err(format!("field theta: {} numbers, expected {N_THETA}", h.theta.len()));
