@@ -3,7 +3,7 @@
 //! Every random input comes from a generator seeded explicitly ([`rng`]), so a run can record its
 //! seeds and be reproduced. This crate depends on no other adgauge crate.
 //!
-//! The ADBench formats ([`gmm`], [`ba`], [`lstm`]) are read line by line with these rules:
+//! The ADBench formats ([`gmm`], [`ba`], [`lstm`]; [`ht`]'s model files are `:`-separated) are read line by line with these rules:
 //! numbers are whitespace-separated (trailing spaces and `\r\n` are fine), blank lines are
 //! skipped, every non-blank line must hold exactly its count of numbers, numbers must be finite,
 //! and nothing may follow the last expected line. Errors ([`DatasetError`]) name the file, the
@@ -21,6 +21,7 @@ pub mod ba;
 mod error;
 pub mod gmm;
 pub mod hist;
+pub mod ht;
 pub mod kmeans;
 pub mod limits;
 pub mod lstm;

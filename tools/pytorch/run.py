@@ -288,6 +288,7 @@ MODULES["hello"] = importlib.import_module("hello").module
 MODULES["lse"] = importlib.import_module("lse").module
 MODULES["det"] = importlib.import_module("det").module
 MODULES["ode"] = importlib.import_module("ode").module
+MODULES["ht"] = __import__("ht").ht  # tools/pytorch/ht.py
 
 
 def main():

@@ -10,6 +10,7 @@ pub mod det;
 pub mod gmm;
 pub mod hello;
 pub mod hist;
+pub mod ht;
 pub mod json;
 pub mod kmeans;
 pub mod llsq;
@@ -37,6 +38,7 @@ pub fn registry() -> &'static [&'static dyn Workload] {
         &lstm::Lstm,
         &ba::Ba,
         &llsq::Llsq,
+        &ht::Ht,
         &hello::Hello,
         &lse::Lse,
         &det::Det,

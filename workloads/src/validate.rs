@@ -9,6 +9,7 @@
 use adgauge_backends::DType;
 use adgauge_datasets::ba::BaInput;
 use adgauge_datasets::gmm::GmmInput;
+use adgauge_datasets::ht::{HandInput, N_THETA};
 use adgauge_datasets::kmeans::KmeansData;
 use adgauge_datasets::lstm::LstmInput;
 
@@ -106,6 +107,60 @@ impl CheckedInput for BaInput {
         let fields = format!("sizes n m p = {} {} {}", self.n, self.m, self.p);
         Some((fields, crate::ba::ba_footprint(self.n, self.m, self.p)))
     }
+}
+
+impl CheckedInput for HandInput {
+    fn float_fields(&self) -> Vec<(&'static str, &[f64])> {
+        let m = &self.model;
+        vec![
+            ("theta", &self.theta),
+            ("us", &self.us),
+            ("data.points", &self.points),
+            ("data.model.base_relatives", &m.base_relatives),
+            ("data.model.inverse_base_absolutes", &m.inverse_base_absolutes),
+            ("data.model.base_positions", &m.base_positions),
+            ("data.model.weights", &m.weights),
+        ]
+    }
+    fn sizes(&self) -> Result<(), String> {
+        check_ht(self)
+    }
+    fn footprint(&self) -> Option<(String, Footprint)> {
+        Some((format!("field data.correspondences: c = {}", self.points()), crate::ht::ht_footprint(self.points())))
+    }
+}
+
+/// HT's rule (GradBench's field names): the model's sizes ([`HandInput::model`]'s
+/// `check_sizes`), 26 pose parameters, 3 coordinates per point, us empty (simple) or 2 per
+/// point, correspondences within the vertices (simple) or triangles (complicated), and every
+/// number finite.
+pub fn check_ht(h: &HandInput) -> Result<(), String> {
+    h.model.check_sizes().map_err(|e| e.replacen("field model.", "field data.model.", 1))?;
+    let c = h.points();
+    if h.theta.len() != N_THETA {
+        return Err(format!("field theta: {} numbers, expected {N_THETA}", h.theta.len()));
+    }
+    if h.points.len() != 3 * c {
+        return Err(format!(
+            "field data.points: {} numbers, expected 3 per correspondence = {}",
+            h.points.len(),
+            3 * c
+        ));
+    }
+    if !h.us.is_empty() && h.us.len() != 2 * c {
+        return Err(format!("field us: {} numbers, expected none (simple) or 2 per point = {}", h.us.len(), 2 * c));
+    }
+    let (limit, what) =
+        if h.complicated() { (h.model.triangles.len(), "triangles") } else { (h.model.vertices(), "vertices") };
+    if let Some(i) = h.correspondences.iter().position(|&k| k >= limit) {
+        return Err(format!("field data.correspondences[{i}]: {}, but there are {limit} {what}", h.correspondences[i]));
+    }
+    for (field, xs) in h.float_fields() {
+        if let Some(i) = xs.iter().position(|x| !x.is_finite()) {
+            return Err(format!("field {field}[{i}]: must be finite, got {}", xs[i]));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
