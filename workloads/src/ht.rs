@@ -21,8 +21,8 @@
 //! ```
 //!
 //! The outputs are 3 per point (x, y, z of each point in turn). On the engine the bones are
-//! vectors (the Euler angles are a constant selection matrix times theta), the chain is one
-//! 4x4 product per bone, and the skinning blends the transforms per vertex first (weights x
+//! vectors (the Euler angles are a constant selection matrix times theta), the chain is pointer
+//! doubling (3 batched products for ADBench's hand instead of one per bone), and the skinning blends the transforms per vertex first (weights x
 //! transforms, one matrix product) and applies each blend to its vertex (a batched product):
 //! the same sums in another order than ADBench's loop over bones.
 //!
@@ -77,6 +77,9 @@ struct Consts<T> {
     mirror: Option<T>,
     /// Points x 3, flat.
     points: T,
+    /// Per round of the chain's pointer doubling (bones x 4 x 4): 1 where a bone's transform is
+    /// already its absolute one (it keeps it), else 0.
+    chain_done: Vec<T>,
 }
 
 impl<T> Consts<T> {
@@ -94,6 +97,7 @@ impl<T> Consts<T> {
             one: f(&self.one),
             mirror: self.mirror.as_ref().map(&f),
             points: f(&self.points),
+            chain_done: self.chain_done.iter().map(&f).collect(),
         }
     }
 }
@@ -112,6 +116,9 @@ struct Indices<I> {
     corners: Vec<I>,
     /// Per point and coordinate (3c): the point's u0 and u1 (complicated).
     us: Option<[I; 2]>,
+    /// Per round of the chain's pointer doubling (16 x bones): each bone's current ancestor's
+    /// transform, read entry by entry (a bone already done reads its own).
+    chain_up: Vec<I>,
 }
 
 /// An HT problem on an engine's device.
@@ -123,7 +130,7 @@ pub struct HtInputs<O: Ops> {
     pub us: Option<O::T>,
     consts: Consts<O::T>,
     index: Indices<O::I>,
-    parents: Arc<[i64]>,
+    bones: usize,
 }
 
 /// The posed rotation's 16 entries per bone as the stacked rows are built: `[R 0; 0 1]`.
@@ -156,6 +163,19 @@ pub fn upload<O: Ops>(o: &O, h: &HandInput, dtype: DType) -> Result<HtInputs<O>>
         let signs: Vec<f64> = (0..4 * nv).map(|k| if k % 4 == 0 { -1.0 } else { 1.0 }).collect();
         mirror = Some(o.tensor(&signs, &[4 * nv], dtype)?);
     }
+    // Relative to absolute transforms by pointer doubling: each round multiplies every bone's
+    // transform by its current ancestor's from the left and doubles the distance to the next
+    // ancestor, so ceil(log2(depth + 1)) rounds (3 for ADBench's hand) replace the sequential
+    // chain of one product per bone.
+    let mut ancestor: Vec<Option<usize>> = m.parents.iter().map(|&p| usize::try_from(p).ok()).collect();
+    let (mut chain_up, mut chain_done) = (Vec::new(), Vec::new());
+    while ancestor.iter().any(Option::is_some) {
+        let up: Vec<i64> = (0..16 * nb).map(|k| (16 * ancestor[k / 16].unwrap_or(k / 16) + k % 16) as i64).collect();
+        let done: Vec<f64> = (0..16 * nb).map(|k| if ancestor[k / 16].is_none() { 1.0 } else { 0.0 }).collect();
+        chain_up.push(o.index(&up)?);
+        chain_done.push(o.tensor(&done, &[nb, 4, 4], dtype)?);
+        ancestor = ancestor.iter().map(|a| a.and_then(|q| ancestor[q])).collect();
+    }
     let consts = Consts {
         select_x: o.tensor(&select_x, &[nb, N_THETA], dtype)?,
         select_z: o.tensor(&select_z, &[nb, N_THETA], dtype)?,
@@ -169,6 +189,7 @@ pub fn upload<O: Ops>(o: &O, h: &HandInput, dtype: DType) -> Result<HtInputs<O>>
         one: o.scalar(1.0, dtype)?,
         mirror,
         points: o.tensor(&h.points, &[3 * c], dtype)?,
+        chain_done,
     };
     let per_point =
         |f: &dyn Fn(usize, usize) -> usize| -> Vec<i64> { (0..3 * c).map(|k| f(k / 3, k % 3) as i64).collect() };
@@ -196,6 +217,7 @@ pub fn upload<O: Ops>(o: &O, h: &HandInput, dtype: DType) -> Result<HtInputs<O>>
         xyz: o.index(&(0..3 * nv).map(|k| (4 * (k / 3) + k % 3) as i64).collect::<Vec<_>>())?,
         corners,
         us,
+        chain_up,
     };
     Ok(HtInputs {
         npts: c,
@@ -204,7 +226,7 @@ pub fn upload<O: Ops>(o: &O, h: &HandInput, dtype: DType) -> Result<HtInputs<O>>
         us: if complicated { Some(o.tensor(&h.us, &[2 * c], dtype)?) } else { None },
         consts,
         index,
-        parents: m.parents.clone().into(),
+        bones: nb,
     })
 }
 
@@ -229,11 +251,10 @@ fn residuals_on<P: Ops>(
     p: &P,
     c: &Consts<P::T>,
     ix: &Indices<P::I>,
-    parents: &[i64],
+    nb: usize,
     theta: &P::T,
     us: Option<&P::T>,
 ) -> Result<P::T> {
-    let nb = parents.len();
     let un = |op: UnaryOp, x: &P::T| p.unary(op, x);
     // Per-bone Euler angles and the posed rotations [Rz Rx 0; 0 1].
     let column = p.reshape(theta, &[N_THETA, 1])?;
@@ -262,17 +283,13 @@ fn residuals_on<P: Ops>(
     ];
     let stacked = p.reshape(&p.stack(&rows)?, &[POSED * nb])?;
     let posed = p.reshape(&p.gather(&stacked, &ix.transpose, OutOfRange::Error)?, &[nb, 4, 4])?;
-    let relatives = p.unstack(&p.matmul(&c.base_relatives, false, &posed, false)?)?;
-    // Relative to absolute along the chain (a parent comes before its children).
-    let mut absolutes: Vec<P::T> = Vec::with_capacity(nb);
-    for (i, rel) in relatives.into_iter().enumerate() {
-        let a = match usize::try_from(parents[i]) {
-            Ok(parent) => p.matmul(&absolutes[parent], false, &rel, false)?,
-            Err(_) => rel,
-        };
-        absolutes.push(a);
+    let mut absolutes = p.matmul(&c.base_relatives, false, &posed, false)?;
+    for (up, done) in ix.chain_up.iter().zip(&c.chain_done) {
+        let ancestors =
+            p.reshape(&p.gather(&p.reshape(&absolutes, &[16 * nb])?, up, OutOfRange::Error)?, &[nb, 4, 4])?;
+        absolutes = p.select(done, &absolutes, &p.matmul(&ancestors, false, &absolutes, false)?)?;
     }
-    let transforms = p.matmul(&p.stack(&absolutes)?, false, &c.inverse_base_absolutes, false)?;
+    let transforms = p.matmul(&absolutes, false, &c.inverse_base_absolutes, false)?;
     // Linear blend skinning: per vertex the weighted transform, applied to the vertex.
     let nv = c.weights.shape()[0];
     let blended = p.matmul(&c.weights, false, &p.reshape(&transforms, &[nb, 16])?, false)?;
@@ -360,13 +377,13 @@ impl<O: Ops> HtInputs<O> {
         theta: &P::T,
         us: Option<&P::T>,
     ) -> Result<P::T> {
-        residuals_on(p, &self.consts.map(lift), &self.index, &self.parents, theta, us)
+        residuals_on(p, &self.consts.map(lift), &self.index, self.bones, theta, us)
     }
 }
 
 /// The residuals on the device (3c).
 pub fn objective<B: Ops>(b: &B, x: &HtInputs<B>) -> Result<Vec<f64>> {
-    b.to_vec(&residuals_on(b, &x.consts, &x.index, &x.parents, &x.theta, x.us.as_ref())?)
+    b.to_vec(&residuals_on(b, &x.consts, &x.index, x.bones, &x.theta, x.us.as_ref())?)
 }
 
 /// The residuals and GradBench's Jacobian (3c rows of [d/du0, d/du1 (complicated),] d/dtheta,
