@@ -1003,6 +1003,17 @@ impl<D: Traceable> HistOps for Traced<D> {
             d.prod_vals_adjoint(i, v, c0, c1).map(T)
         })
     }
+    fn relative_inputs(
+        &self,
+        kind: crate::rules::hist::Relative,
+        dest: &TT<D>,
+        inds: &TI<D>,
+        vals: &TT<D>,
+    ) -> Result<Option<(TT<D>, TT<D>, TT<D>)>> {
+        self.op("relative_inputs", [dest, vals], [inds], move |d, [dest, v], [i]| {
+            d.relative_inputs(kind, dest, i, v).map(|fused| fused.map(|(a, r, w)| (T(a), T(r), T(w))))
+        })
+    }
 }
 
 impl<D: Traceable> ScanOps for Traced<D> {

@@ -11,7 +11,9 @@ use std::sync::Arc;
 
 use super::fold::MaxF;
 use super::hist;
-use super::kernels::fill_with;
+use rayon::prelude::*;
+
+use super::kernels::{BLOCK, PAR_MIN, fill_with};
 use super::pool::{Buf, Pool};
 use super::vmath;
 use crate::Elem;
@@ -29,17 +31,46 @@ fn shifts<T: Elem>(pool: &Arc<Pool>, d: &[T], ix: &[i64], v: &[T]) -> Option<Buf
     if shift.iter().any(|&s| s == T::infinity()) { None } else { Some(shift) }
 }
 
+/// `out[i] = then(i, e^x(i))`, block by block: `x` fills a block (its gathers are scalar),
+/// the block's exponentials run in the vector loop (`vmath::map_exp_in_place`, the same
+/// function as the scalar `vmath::exp`, so the same values), and `then` finishes the block while
+/// it is in cache. An exponential inside a histogram's or a gather's loop runs one lane at a
+/// time: 2-3x the cost of the whole pass.
+pub(crate) fn exp_of<T: Elem>(out: &mut [T], x: impl Fn(usize) -> T + Sync, then: impl Fn(usize, T) -> T + Sync) {
+    let run = |base: usize, block: &mut [T]| {
+        for (j, o) in block.iter_mut().enumerate() {
+            *o = x(base + j);
+        }
+        vmath::map_exp_in_place(block);
+        for (j, o) in block.iter_mut().enumerate() {
+            *o = then(base + j, *o);
+        }
+    };
+    if out.len() < PAR_MIN {
+        run(0, out);
+    } else {
+        out.par_chunks_mut(BLOCK).enumerate().for_each(|(c, block)| run(c * BLOCK, block));
+    }
+}
+
+/// Each value's weight `e^(v - shift[bin])` (`exp_of`); out-of-range elements get some value
+/// that no histogram reads.
+fn weights<T: Elem>(pool: &Arc<Pool>, ix: &[i64], v: &[T], shift: &[T]) -> Buf<T> {
+    let k = shift.len() as u64;
+    let mut w = pool.take::<T>(v.len());
+    if k == 0 {
+        return w;
+    }
+    // Out-of-range elements read bin 0 (a select, not a branch on indices that come at random).
+    exp_of(&mut w, |i| v[i] - shift[if (ix[i] as u64) < k { ix[i] as usize } else { 0 }], |_, e| e);
+    w
+}
+
 /// The histogram `dest[b] logaddexp (every value of bin b)`.
 pub fn hist<T: Elem>(pool: &Arc<Pool>, d: &[T], ix: &[i64], v: &[T]) -> Option<Buf<T>> {
     let shift = shifts(pool, d, ix, v)?;
-    let sums = hist::bin_totals(
-        pool,
-        ix,
-        d.len(),
-        T::zero(),
-        |a, i| *a = *a + vmath::exp(v[i] - shift[ix[i] as usize]),
-        |a, b| *a = *a + b,
-    );
+    let w = weights(pool, ix, v, &shift);
+    let sums = hist::bin_totals(pool, ix, d.len(), T::zero(), |a, i| *a = *a + w[i], |a, b| *a = *a + b);
     let mut out = pool.take::<T>(d.len());
     fill_with(&mut out, |b| shift[b] + (vmath::exp(d[b] - shift[b]) + sums[b]).ln());
     Some(out)
@@ -56,15 +87,13 @@ pub fn hist_dual<T: Elem>(
     vd: &[T],
 ) -> Option<(Buf<T>, Buf<T>)> {
     let shift = shifts(pool, d, ix, v)?;
+    let w = weights(pool, ix, v, &shift);
     let sums = hist::bin_totals(
         pool,
         ix,
         d.len(),
         (T::zero(), T::zero()),
-        |a, i| {
-            let e = vmath::exp(v[i] - shift[ix[i] as usize]);
-            *a = (a.0 + e, a.1 + e * vd[i]);
-        },
+        |a, i| *a = (a.0 + w[i], a.1 + w[i] * vd[i]),
         |a, b| *a = (a.0 + b.0, a.1 + b.1),
     );
     let weight = |b: usize| vmath::exp(d[b] - shift[b]);

@@ -8,6 +8,7 @@ pub(crate) mod kernels;
 mod lae;
 mod lstm;
 mod pool;
+pub mod roofline;
 mod scan;
 mod segments;
 mod simd;
@@ -29,6 +30,7 @@ use rayon::prelude::*;
 use crate::checks::{broadcast_shape, same_dtype, same_len};
 use crate::ops::{ChunkedHist, Extremum, IndexMeta, Operand, OutOfRange, ScanSpec, TensorMeta};
 use crate::ops::{DenseOps, ElementwiseOps, HistOps, IndexOps, ReduceOps, RuleKernels, ScanOps, TensorOps};
+use crate::rules::hist::Relative;
 use crate::{BinaryOp, DType, Elem, HistOp, OpError, Result, UnaryOp};
 use fold::{Fold, with_fold};
 use kernels::{fill_with, par_copy, par_fill};
@@ -643,21 +645,103 @@ impl Cpu {
         let ix = &inds.data[..];
         same_len("prod_vals_adjoint", "indices vs values", ix.len(), v.len())?;
         same_len("prod_vals_adjoint", "c0 vs c1", z0.len(), z1.len())?;
-        let k = z0.len() as u64;
+        let k = z0.len();
         let mut out = self.pool().take::<T>(v.len());
+        if k == 0 {
+            fill_with(&mut out, |_| T::zero());
+            return Ok(self.wrap(out, vals.shape.clone()));
+        }
+        // Selects, not branches: c0 is 0 in every bin with a zero (about two bins in three of
+        // the benchmark's data), so a branch on it mispredicted at random (2.5x the loop's time).
+        // An out-of-range element reads bin 0 and is then set to 0.
         fill_with(&mut out, |i| {
             let b = ix[i];
-            if (b as u64) >= k {
+            let inside = (b as u64) < k as u64;
+            let at = if inside { b as usize } else { 0 };
+            let (x, c0, c1) = (v[i], z0[at], z1[at]);
+            let q = c0 / x;
+            // A zero c0 gives 0 even at a NaN value (a bin whose adjoint is 0).
+            let r = if x == T::zero() {
+                c1
+            } else if c0 == T::zero() {
                 T::zero()
-            } else if v[i] == T::zero() {
-                z1[b as usize]
             } else {
-                // A zero c0 gives 0 even at a NaN value (a bin whose adjoint is 0).
-                let c0 = z0[b as usize];
-                if c0 == T::zero() { T::zero() } else { c0 / v[i] }
-            }
+                q
+            };
+            if inside { r } else { T::zero() }
         });
         Ok(self.wrap(out, vals.shape.clone()))
+    }
+
+    /// [`HistOps::relative_inputs`]: the bins' maxima in one histogram pass (the same fold and
+    /// order as `reduce_by_index` with max, so the same anchors), then each input relative to
+    /// its anchor in one pass (out-of-range elements relative to the neutral anchor, as the
+    /// composition's gather fills them).
+    #[allow(clippy::type_complexity)]
+    fn relative_inputs_t<T: CpuElem>(
+        &self,
+        kind: Relative,
+        dest: &CpuTensor,
+        inds: &CpuIndex,
+        vals: &CpuTensor,
+    ) -> Result<(CpuTensor, CpuTensor, CpuTensor)> {
+        let (d, v) = (dest.slice::<T>()?, vals.slice::<T>()?);
+        let ix = &inds.data[..];
+        same_len("relative_inputs", "indices vs values", ix.len(), v.len())?;
+        // One loop per kind (a kind read inside the loops kept its branches there).
+        let (anchor, dest_rel, vals_rel) = match kind {
+            Relative::Shift => self.relative_of::<T, false>(d, ix, v),
+            Relative::Scale => self.relative_of::<T, true>(d, ix, v),
+        };
+        let k = d.len();
+        Ok((
+            self.wrap(anchor, vec![k]),
+            self.wrap(dest_rel, dest.shape.clone()),
+            self.wrap(vals_rel, vals.shape.clone()),
+        ))
+    }
+
+    /// [`Cpu::relative_inputs_t`] for one kind: `SCALE` (hypot: magnitudes, x / m) or not
+    /// (logaddexp: x - m).
+    fn relative_of<T: CpuElem, const SCALE: bool>(&self, d: &[T], ix: &[i64], v: &[T]) -> (Buf<T>, Buf<T>, Buf<T>) {
+        let (k, pool) = (d.len(), self.pool());
+        let max = fold::MaxF;
+        let (empty, neutral) = if SCALE { (T::zero(), T::one()) } else { (T::neg_infinity(), T::zero()) };
+        let magnitude = |x: T| if SCALE { x.abs() } else { x };
+        let totals = hist::bin_totals(
+            pool,
+            ix,
+            k,
+            T::neg_infinity(),
+            |a, i| *a = max.combine(*a, magnitude(v[i])),
+            |a, b| *a = max.combine(*a, b),
+        );
+        let mut anchor = pool.take::<T>(k);
+        fill_with(&mut anchor, |b| {
+            let m = kernels::combine(HistOp::Max, magnitude(d[b]), totals[b]);
+            if m == empty { neutral } else { m }
+        });
+        let relative = |x: T, a: T| {
+            if SCALE {
+                if x.abs() == a { kernels::unary(UnaryOp::Sign, x) } else { x / a }
+            } else if x == a {
+                T::zero()
+            } else {
+                x - a
+            }
+        };
+        let mut dest_rel = pool.take::<T>(k);
+        fill_with(&mut dest_rel, |b| relative(d[b], anchor[b]));
+        let mut vals_rel = pool.take::<T>(v.len());
+        fill_with(&mut vals_rel, |i| {
+            let b = ix[i];
+            let inside = (b as u64) < k as u64;
+            // A select (bin 0 read, then not used), not a branch: out-of-range indices come at
+            // random.
+            let a = if k == 0 { neutral } else { anchor[if inside { b as usize } else { 0 }] };
+            relative(v[i], if inside { a } else { neutral })
+        });
+        (anchor, dest_rel, vals_rel)
     }
 
     fn fold_adjoint_t<T: CpuElem>(
@@ -728,21 +812,38 @@ impl Cpu {
         same_len("total_form_adjoint", "hist vs hist_bar", h.len(), g.len())?;
         let k = h.len() as u64;
         let mut out = self.pool().take::<T>(v.len());
-        // logaddexp's e^(v - t) with the vectorisable exp of the CPU's unary op (a libm exp
-        // through the operator's fn pointer costs several times as much); the same value as
-        // `lae_total` to an ulp.
-        let lae = matches!(fold::kind(op), fold::Kind::LogAddExp);
-        fill_with(&mut out, |i| {
-            let b = ix[i];
-            if (b as u64) >= k || g[b as usize] == T::zero() {
-                T::zero()
-            } else if lae {
-                let t = h[b as usize];
-                if t == T::neg_infinity() { T::zero() } else { vmath::exp(v[i] - t) * g[b as usize] }
-            } else {
-                total(v[i], h[b as usize]) * g[b as usize]
-            }
-        });
+        let zero = |b: i64| (b as u64) >= k || g[b as usize] == T::zero();
+        if let fold::Kind::LogAddExp = fold::kind(op)
+            && k > 0
+        {
+            // logaddexp's e^(v - t) with the CPU's vector exp (`lae::exp_of`; a libm exp
+            // through the operator's fn pointer costs several times as much, the same exp one
+            // lane at a time 2x); the same value as `lae_total` to an ulp. Selects, not
+            // branches (out-of-range elements read bin 0, then give 0): the branch on 5%
+            // out-of-range indices at random mispredicted.
+            let bin = |i: usize| {
+                let b = ix[i];
+                let inside = (b as u64) < k;
+                (inside, if inside { b as usize } else { 0 })
+            };
+            lae::exp_of(
+                &mut out,
+                |i| {
+                    let (_, b) = bin(i);
+                    v[i] - h[b]
+                },
+                |i, e| {
+                    let (inside, b) = bin(i);
+                    let (gb, t) = (g[b], h[b]);
+                    if inside & (gb != T::zero()) & (t != T::neg_infinity()) { e * gb } else { T::zero() }
+                },
+            );
+        } else {
+            fill_with(&mut out, |i| {
+                let b = ix[i];
+                if zero(b) { T::zero() } else { total(v[i], h[b as usize]) * g[b as usize] }
+            });
+        }
         Ok(self.wrap(out, vals.shape.clone()))
     }
 
@@ -1171,6 +1272,18 @@ impl HistOps for Cpu {
         same_dtype("prod_vals_adjoint", vals, c0)?;
         let dt = same_dtype("prod_vals_adjoint", c0, c1)?;
         self.run(inds.len(), || by_dtype!(dt, self.prod_vals_adjoint_t(inds, vals, c0, c1)))
+    }
+
+    fn relative_inputs(
+        &self,
+        kind: Relative,
+        dest: &CpuTensor,
+        inds: &CpuIndex,
+        vals: &CpuTensor,
+    ) -> Result<Option<(CpuTensor, CpuTensor, CpuTensor)>> {
+        let dt = same_dtype("relative_inputs", dest, vals)?;
+        self.run(inds.len().max(dest.numel()), || by_dtype!(dt, self.relative_inputs_t(kind, dest, inds, vals)))
+            .map(Some)
     }
 }
 

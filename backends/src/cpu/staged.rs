@@ -791,6 +791,16 @@ impl HistOps for CpuStaged {
         let (v, c0, c1) = (self.value(vals)?, self.value(c0)?, self.value(c1)?);
         Ok(Self::done(self.cpu.prod_vals_adjoint(inds, v, c0, c1)?))
     }
+    fn relative_inputs(
+        &self,
+        kind: crate::rules::hist::Relative,
+        dest: &StagedTensor,
+        inds: &CpuIndex,
+        vals: &StagedTensor,
+    ) -> Result<Option<(StagedTensor, StagedTensor, StagedTensor)>> {
+        let fused = self.cpu.relative_inputs(kind, self.value(dest)?, inds, self.value(vals)?)?;
+        Ok(fused.map(|(a, d, v)| (Self::done(a), Self::done(d), Self::done(v))))
+    }
 }
 
 impl ScanOps for CpuStaged {
