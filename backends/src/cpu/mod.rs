@@ -9,7 +9,7 @@ mod lae;
 mod lstm;
 mod pool;
 pub mod roofline;
-mod scan;
+pub(crate) mod scan;
 mod segments;
 mod simd;
 mod sort;

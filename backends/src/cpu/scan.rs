@@ -16,6 +16,9 @@ use crate::ScanSpec;
 
 /// Block length of the parallel sweeps.
 const SCAN_BLOCK: usize = 1 << 16;
+/// Elements from which a scan runs in parallel blocks with carries (`crate::sizes` lists it:
+/// `check` runs the histograms, general-sort's segmented scans included, on both sides).
+pub(crate) const PARALLEL_SCAN_MIN: usize = 2 * PAR_MIN;
 
 /// Does a segment start at position j when sweeping in `spec`'s direction? (The first position
 /// of the sweep, or a key change with respect to the previous position of the sweep.)
@@ -142,7 +145,7 @@ pub fn scan<T: Copy + Send + Sync>(
     keys: Option<&[i64]>,
 ) {
     let n = out.len();
-    if n < 2 * PAR_MIN {
+    if n < PARALLEL_SCAN_MIN {
         sweep(out, spec, keys, neutral, |acc, j| combine(acc, x[j]), |acc| acc);
         return;
     }
@@ -192,7 +195,7 @@ pub fn linear_recurrence<T: num_traits::Float + Send + Sync>(
     // A zero multiplier cuts the dependence (no 0 * inf = NaN from an unrelated state).
     let step = |y: T, j: usize| if b[j] == T::zero() { a[j] } else { a[j] + b[j] * y };
     let n = out.len();
-    if n < 2 * PAR_MIN {
+    if n < PARALLEL_SCAN_MIN {
         sweep(out, spec, keys, T::zero(), step, |y| y);
         return;
     }
