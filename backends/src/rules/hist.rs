@@ -188,8 +188,9 @@ impl Relative {
         self.composed_inputs(b, dest, inds, vals)
     }
 
-    /// [`Relative::inputs`] composed of elementwise ops: the definition, and the path of every
-    /// device without a fused kernel (`HistOps::relative_inputs`).
+    /// The relative inputs `(anchor, dest_rel, vals_rel)` composed of elementwise ops: the
+    /// definition, and the path of every device without a fused kernel
+    /// (`HistOps::relative_inputs`).
     #[allow(clippy::type_complexity)]
     pub fn composed_inputs<B: Ops>(self, b: &B, dest: &B::T, inds: &B::I, vals: &B::T) -> Result<(B::T, B::T, B::T)> {
         let (dt, k) = (dest.dtype(), dest.numel());
