@@ -14,11 +14,11 @@ use super::hist;
 use super::kernels::fill_with;
 use super::pool::{Buf, Pool};
 use super::vmath;
-use crate::Elem;
+use crate::{Elem, IndexElem};
 
 /// Per-bin shifts: the maximum of dest and the bin's values, 0 where that is -inf (a bin of
 /// -inf only: its sum is 0 and its log -inf). `None` when a maximum is +inf.
-fn shifts<T: Elem>(pool: &Arc<Pool>, d: &[T], ix: &[i64], v: &[T]) -> Option<Buf<T>> {
+fn shifts<T: Elem, X: IndexElem>(pool: &Arc<Pool>, d: &[T], ix: &[X], v: &[T]) -> Option<Buf<T>> {
     let k = d.len();
     let maxima = super::scalar_totals(pool, ix, k, T::neg_infinity(), v, MaxF);
     let mut shift = pool.take::<T>(k);
@@ -30,14 +30,14 @@ fn shifts<T: Elem>(pool: &Arc<Pool>, d: &[T], ix: &[i64], v: &[T]) -> Option<Buf
 }
 
 /// The histogram `dest[b] logaddexp (every value of bin b)`.
-pub fn hist<T: Elem>(pool: &Arc<Pool>, d: &[T], ix: &[i64], v: &[T]) -> Option<Buf<T>> {
+pub fn hist<T: Elem, X: IndexElem>(pool: &Arc<Pool>, d: &[T], ix: &[X], v: &[T]) -> Option<Buf<T>> {
     let shift = shifts(pool, d, ix, v)?;
     let sums = hist::bin_totals(
         pool,
         ix,
         d.len(),
         T::zero(),
-        |a, i| *a = *a + vmath::exp(v[i] - shift[ix[i] as usize]),
+        |a, i| *a = *a + vmath::exp(v[i] - shift[ix[i].idx() as usize]),
         |a, b| *a = *a + b,
     );
     let mut out = pool.take::<T>(d.len());
@@ -47,11 +47,11 @@ pub fn hist<T: Elem>(pool: &Arc<Pool>, d: &[T], ix: &[i64], v: &[T]) -> Option<B
 
 /// The histogram and its tangent: `dot = (e^(dest - m) dest_dot + sum of e^(v - m) dv) /
 /// (e^(dest - m) + s)`, 0 for a bin of -inf only (the pairwise fold's partials are 0 there).
-pub fn hist_dual<T: Elem>(
+pub fn hist_dual<T: Elem, X: IndexElem>(
     pool: &Arc<Pool>,
     d: &[T],
     dd: &[T],
-    ix: &[i64],
+    ix: &[X],
     v: &[T],
     vd: &[T],
 ) -> Option<(Buf<T>, Buf<T>)> {
@@ -62,7 +62,7 @@ pub fn hist_dual<T: Elem>(
         d.len(),
         (T::zero(), T::zero()),
         |a, i| {
-            let e = vmath::exp(v[i] - shift[ix[i] as usize]);
+            let e = vmath::exp(v[i] - shift[ix[i].idx() as usize]);
             *a = (a.0 + e, a.1 + e * vd[i]);
         },
         |a, b| *a = (a.0 + b.0, a.1 + b.1),
