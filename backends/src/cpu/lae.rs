@@ -16,11 +16,11 @@ use rayon::prelude::*;
 use super::kernels::{BLOCK, PAR_MIN, fill_with};
 use super::pool::{Buf, Pool};
 use super::vmath;
-use crate::Elem;
+use crate::{Elem, IndexElem};
 
 /// Per-bin shifts: the maximum of dest and the bin's values, 0 where that is -inf (a bin of
 /// -inf only: its sum is 0 and its log -inf). `None` when a maximum is +inf.
-fn shifts<T: Elem>(pool: &Arc<Pool>, d: &[T], ix: &[i64], v: &[T]) -> Option<Buf<T>> {
+fn shifts<T: Elem, X: IndexElem>(pool: &Arc<Pool>, d: &[T], ix: &[X], v: &[T]) -> Option<Buf<T>> {
     let k = d.len();
     let maxima = super::scalar_totals(pool, ix, k, T::neg_infinity(), v, MaxF);
     let mut shift = pool.take::<T>(k);
@@ -55,19 +55,26 @@ pub(crate) fn exp_of<T: Elem>(out: &mut [T], x: impl Fn(usize) -> T + Sync, then
 
 /// Each value's weight `e^(v - shift[bin])` (`exp_of`); out-of-range elements get some value
 /// that no histogram reads.
-fn weights<T: Elem>(pool: &Arc<Pool>, ix: &[i64], v: &[T], shift: &[T]) -> Buf<T> {
+fn weights<T: Elem, X: IndexElem>(pool: &Arc<Pool>, ix: &[X], v: &[T], shift: &[T]) -> Buf<T> {
     let k = shift.len() as u64;
     let mut w = pool.take::<T>(v.len());
     if k == 0 {
         return w;
     }
     // Out-of-range elements read bin 0 (a select, not a branch on indices that come at random).
-    exp_of(&mut w, |i| v[i] - shift[if (ix[i] as u64) < k { ix[i] as usize } else { 0 }], |_, e| e);
+    exp_of(
+        &mut w,
+        |i| {
+            let b = ix[i].idx();
+            v[i] - shift[if (b as u64) < k { b as usize } else { 0 }]
+        },
+        |_, e| e,
+    );
     w
 }
 
 /// The histogram `dest[b] logaddexp (every value of bin b)`.
-pub fn hist<T: Elem>(pool: &Arc<Pool>, d: &[T], ix: &[i64], v: &[T]) -> Option<Buf<T>> {
+pub fn hist<T: Elem, X: IndexElem>(pool: &Arc<Pool>, d: &[T], ix: &[X], v: &[T]) -> Option<Buf<T>> {
     let shift = shifts(pool, d, ix, v)?;
     let w = weights(pool, ix, v, &shift);
     let sums = hist::bin_totals(pool, ix, d.len(), T::zero(), |a, i| *a = *a + w[i], |a, b| *a = *a + b);
@@ -78,11 +85,11 @@ pub fn hist<T: Elem>(pool: &Arc<Pool>, d: &[T], ix: &[i64], v: &[T]) -> Option<B
 
 /// The histogram and its tangent: `dot = (e^(dest - m) dest_dot + sum of e^(v - m) dv) /
 /// (e^(dest - m) + s)`, 0 for a bin of -inf only (the pairwise fold's partials are 0 there).
-pub fn hist_dual<T: Elem>(
+pub fn hist_dual<T: Elem, X: IndexElem>(
     pool: &Arc<Pool>,
     d: &[T],
     dd: &[T],
-    ix: &[i64],
+    ix: &[X],
     v: &[T],
     vd: &[T],
 ) -> Option<(Buf<T>, Buf<T>)> {

@@ -579,7 +579,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::{Cpu, DType, OpError, Reverse, oracle};
+    use crate::{Cpu, DType, IndexDType, OpError, Reverse, oracle};
 
     struct Out {
         hist: Vec<f64>,
@@ -1263,8 +1263,8 @@ mod tests {
 
     /// The CPU's fused relative inputs (`HistOps::relative_inputs`) are the composition's
     /// values bit for bit, for both kinds and dtypes, at ties, infinities, NaN (in values and
-    /// dest), zeros of both signs, empty bins, out-of-range indices, no bins at all, and on both
-    /// sides of the parallel threshold.
+    /// dest), zeros of both signs, empty bins, out-of-range indices, no bins at all, i32 and
+    /// i64 indices, and on both sides of the parallel threshold.
     #[test]
     fn the_cpu_fused_relative_inputs_are_the_composition_bit_for_bit() {
         let c = Cpu::new(Some(2)).unwrap();
@@ -1274,11 +1274,11 @@ mod tests {
             let inds: Vec<i64> = (0..n).map(|i| ((i * 2654435761) % (k + 3)) as i64 - 1).collect();
             let vals: Vec<f64> = (0..n).map(|i| specials[(i * 7919) % specials.len()]).collect();
             let dest: Vec<f64> = (0..k).map(|b| specials[(b * 31) % specials.len()]).collect();
-            for kind in [Relative::Shift, Relative::Scale] {
+            for (kind, it) in [(Relative::Shift, IndexDType::I64), (Relative::Scale, IndexDType::I32)] {
                 for dt in DType::ALL {
                     let d = c.tensor(&dest, &[k], dt).unwrap();
                     let v = c.tensor(&vals, &[n], dt).unwrap();
-                    let ix = c.index(&inds).unwrap();
+                    let ix = c.index_as(&inds, it).unwrap();
                     let fused = c.relative_inputs(kind, &d, &ix, &v).unwrap().expect("the CPU has the kernel");
                     let composed = kind.composed_inputs(&c, &d, &ix, &v).unwrap();
                     let bits = |t: &<Cpu as TensorOps>::T| {
@@ -1296,7 +1296,7 @@ mod tests {
                         ("dest", &fused.1, &composed.1),
                         ("vals", &fused.2, &composed.2),
                     ] {
-                        assert_eq!(bits(f), bits(w), "{kind:?} {dt} n={n} k={k}: {what}");
+                        assert_eq!(bits(f), bits(w), "{kind:?} {dt} {it:?} n={n} k={k}: {what}");
                     }
                 }
             }
