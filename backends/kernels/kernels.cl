@@ -1,7 +1,10 @@
 /* adgauge's device kernels, written once in the OpenCL C dialect and compiled for OpenCL
  * (prelude_opencl.h) and CUDA (prelude_cuda.h). The host concatenates
- *   defines (T, USE_F64, the operator's expressions) + prelude + atomics.h + this file
- * and builds one program per (dtype, operator). Every kernel is one-dimensional, takes its
+ *   defines (T, IDX_T, USE_F64, the operator's expressions) + prelude + atomics.h + this file
+ * and builds one program per (dtype, index dtype, operator). IDX_T (int or long) is the type of
+ * the indices a kernel is given (histogram bins, gather/scatter indices, sort keys, scan
+ * segments), so i32 indices are read as 4 bytes; positions the device produces (permutations,
+ * ranks, arg positions, zero counts) are always i64. Every kernel is one-dimensional, takes its
  * element count and returns early past it (CUDA launches round the grid up).
  *
  * Semantics follow the CPU device (backends/src/cpu): indices outside [0, k) are ignored,
@@ -79,7 +82,7 @@ KERNEL void select_t(GLOBAL T *out, GLOBAL const T *m, GLOBAL const T *a, GLOBAL
     if (i < n) out[i] = m[i] != (T)0 ? a[i * sa] : b[i * sb];
 }
 
-KERNEL void index_eq(GLOBAL T *out, GLOBAL const i64 *ix, i64 n, i64 value) {
+KERNEL void index_eq(GLOBAL T *out, GLOBAL const IDX_T *ix, i64 n, i64 value) {
     i64 i = GID0;
     if (i < n) out[i] = ix[i] == value ? (T)1 : (T)0;
 }
@@ -107,7 +110,7 @@ KERNEL void fold_adjoint(GLOBAL T *out, GLOBAL const T *l, GLOBAL const T *a, GL
 }
 
 /* total(vals[i], hist[b]) * hist_bar[b], 0 out of range or where the adjoint is 0. */
-KERNEL void total_form_adjoint(GLOBAL T *out, GLOBAL const i64 *ix, GLOBAL const T *vals, GLOBAL const T *hist,
+KERNEL void total_form_adjoint(GLOBAL T *out, GLOBAL const IDX_T *ix, GLOBAL const T *vals, GLOBAL const T *hist,
                                GLOBAL const T *g, i64 n, i64 k) {
     i64 i = GID0;
     if (i >= n) return;
@@ -116,7 +119,7 @@ KERNEL void total_form_adjoint(GLOBAL T *out, GLOBAL const i64 *ix, GLOBAL const
 }
 
 /* vals[i] == 0 ? c1[b] : (c0[b] == 0 ? 0 : c0[b] / vals[i]), 0 out of range. */
-KERNEL void prod_vals_adjoint(GLOBAL T *out, GLOBAL const i64 *ix, GLOBAL const T *vals, GLOBAL const T *c0,
+KERNEL void prod_vals_adjoint(GLOBAL T *out, GLOBAL const IDX_T *ix, GLOBAL const T *vals, GLOBAL const T *c0,
                               GLOBAL const T *c1, i64 n, i64 k) {
     i64 i = GID0;
     if (i >= n) return;
@@ -140,7 +143,7 @@ KERNEL void reduce_chunks(GLOBAL T *out, GLOBAL const T *x, i64 n, i64 chunk, i6
 
 /* Out-of-range indices read `fill`; with `record` they also record the first offending
  * position in *bad (unread otherwise). */
-KERNEL void gather(GLOBAL T *out, GLOBAL const T *src, GLOBAL const i64 *ix, i64 n, i64 len, T fill,
+KERNEL void gather(GLOBAL T *out, GLOBAL const T *src, GLOBAL const IDX_T *ix, i64 n, i64 len, T fill,
                    GLOBAL i64 *bad, int record) {
     i64 i = GID0;
     if (i >= n) return;
@@ -153,7 +156,7 @@ KERNEL void gather(GLOBAL T *out, GLOBAL const T *src, GLOBAL const i64 *ix, i64
     }
 }
 
-KERNEL void gather_index(GLOBAL i64 *out, GLOBAL const i64 *src, GLOBAL const i64 *ix, i64 n, i64 len) {
+KERNEL void gather_index(GLOBAL IDX_T *out, GLOBAL const IDX_T *src, GLOBAL const IDX_T *ix, i64 n, i64 len) {
     i64 i = GID0;
     if (i >= n) return;
     i64 b = ix[i];
@@ -161,7 +164,21 @@ KERNEL void gather_index(GLOBAL i64 *out, GLOBAL const i64 *src, GLOBAL const i6
 }
 
 /* Scatter, last write wins: the highest position per bin, then one write per bin. */
-KERNEL void scatter_winner(GLOBAL i64 *win, GLOBAL const i64 *ix, i64 n, i64 k) {
+/* Index dtype conversions, for gather_index between tensors of different index dtypes. */
+KERNEL void widen_index(GLOBAL i64 *out, GLOBAL const IDX_T *ix, i64 n) {
+    i64 i = GID0;
+    if (i < n) out[i] = ix[i];
+}
+
+/* Entries outside IDX_T become -1 (out of range for any source of fewer than 2^31 entries). */
+KERNEL void narrow_index(GLOBAL IDX_T *out, GLOBAL const i64 *ix, i64 n) {
+    i64 i = GID0;
+    if (i >= n) return;
+    i64 b = ix[i];
+    out[i] = (b >= -2147483648L && b <= 2147483647L) ? (IDX_T)b : (IDX_T)-1;
+}
+
+KERNEL void scatter_winner(GLOBAL i64 *win, GLOBAL const IDX_T *ix, i64 n, i64 k) {
     i64 i = GID0;
     if (i >= n) return;
     i64 b = ix[i];
@@ -176,7 +193,7 @@ KERNEL void scatter_apply(GLOBAL T *out, GLOBAL const T *vals, GLOBAL const i64 
 /* ---- generalised histograms ---- */
 
 /* hist starts as a copy of dest; every in-range element is combined in atomically. */
-KERNEL void hist_atomic(GLOBAL T *hist, GLOBAL const i64 *ix, GLOBAL const T *vals, i64 n, i64 k) {
+KERNEL void hist_atomic(GLOBAL T *hist, GLOBAL const IDX_T *ix, GLOBAL const T *vals, i64 n, i64 k) {
     i64 i = GID0;
     if (i >= n) return;
     i64 b = ix[i];
@@ -186,7 +203,7 @@ KERNEL void hist_atomic(GLOBAL T *hist, GLOBAL const i64 *ix, GLOBAL const T *va
 /* Small k: one private sub-histogram per work-group in local memory (local atomics), merged
  * into the global histogram at the end. `sub` holds k elements: a local-memory argument on
  * OpenCL, dynamic shared memory on CUDA (see LOCAL_ARG / LOCAL_BIND in the preludes). */
-KERNEL void hist_local(GLOBAL T *hist, GLOBAL const i64 *ix, GLOBAL const T *vals, i64 n, i64 k,
+KERNEL void hist_local(GLOBAL T *hist, GLOBAL const IDX_T *ix, GLOBAL const T *vals, i64 n, i64 k,
                        LOCAL_ARG(T, sub), i64 per_group) {
     LOCAL_BIND(T, sub);
     for (i64 b = LID0; b < k; b += LSIZE0) sub[b] = (T)OP_NEUTRAL;
@@ -226,7 +243,7 @@ KERNEL void hist_local(GLOBAL T *hist, GLOBAL const i64 *ix, GLOBAL const T *val
 }
 
 /* Per bin: the product of the non-zero values and the number of zeros. */
-KERNEL void prod_nonzero(GLOBAL T *p, GLOBAL i64 *z, GLOBAL const i64 *ix, GLOBAL const T *vals, i64 n, i64 k) {
+KERNEL void prod_nonzero(GLOBAL T *p, GLOBAL i64 *z, GLOBAL const IDX_T *ix, GLOBAL const T *vals, i64 n, i64 k) {
     i64 i = GID0;
     if (i >= n) return;
     i64 b = ix[i];
@@ -252,7 +269,7 @@ KERNEL void arg_packed_init(GLOBAL u64 *keys, GLOBAL const T *dest, i64 k, int i
     if (b < k) keys[b] = arg_key_packed(dest[b], -1, is_max);
 }
 
-KERNEL void arg_packed(GLOBAL u64 *keys, GLOBAL const i64 *ix, GLOBAL const T *vals, i64 n, i64 k, int is_max) {
+KERNEL void arg_packed(GLOBAL u64 *keys, GLOBAL const IDX_T *ix, GLOBAL const T *vals, i64 n, i64 k, int is_max) {
     i64 i = GID0;
     if (i >= n) return;
     i64 b = ix[i];
@@ -286,7 +303,7 @@ KERNEL void arg_value_init(GLOBAL u64 *wv, GLOBAL i64 *pos, GLOBAL const T *dest
     pos[b] = 0x7fffffffffffffffl;
 }
 
-KERNEL void arg_value(GLOBAL u64 *wv, GLOBAL const i64 *ix, GLOBAL const T *vals, i64 n, i64 k, int is_max) {
+KERNEL void arg_value(GLOBAL u64 *wv, GLOBAL const IDX_T *ix, GLOBAL const T *vals, i64 n, i64 k, int is_max) {
     i64 i = GID0;
     if (i >= n) return;
     i64 b = ix[i];
@@ -295,7 +312,7 @@ KERNEL void arg_value(GLOBAL u64 *wv, GLOBAL const i64 *ix, GLOBAL const T *vals
     if (key < wv[b]) ATOMIC_MIN_U64(&wv[b], key);
 }
 
-KERNEL void arg_position(GLOBAL i64 *pos, GLOBAL const u64 *wv, GLOBAL const i64 *ix, GLOBAL const T *vals, i64 n,
+KERNEL void arg_position(GLOBAL i64 *pos, GLOBAL const u64 *wv, GLOBAL const IDX_T *ix, GLOBAL const T *vals, i64 n,
                          i64 k, int is_max) {
     i64 i = GID0;
     if (i >= n) return;
@@ -321,7 +338,7 @@ KERNEL void arg_two_pass_final(GLOBAL T *out_v, GLOBAL i64 *out_p, GLOBAL const 
 /* ---- chunked histograms (deterministic): work-item c folds the elements of chunk c, in
  * order, into its own row of k accumulators; rows are merged per bin in chunk order. ---- */
 
-KERNEL void chunk_rows(GLOBAL T *rows, GLOBAL const i64 *ix, GLOBAL const T *vals, i64 n, i64 k, i64 chunk,
+KERNEL void chunk_rows(GLOBAL T *rows, GLOBAL const IDX_T *ix, GLOBAL const T *vals, i64 n, i64 k, i64 chunk,
                        i64 chunks) {
     i64 c = GID0;
     if (c >= chunks) return;
@@ -359,7 +376,7 @@ KERNEL void chunk_carries(GLOBAL T *pre, GLOBAL T *suf, GLOBAL T *elements, GLOB
 /* The chunked rule's value adjoint: work-item c re-runs its chunk's running array forwards
  * from its prefix row (l, and y1 = l op a) and backwards from its suffix row (r). `run` is
  * scratch of chunks * k, `y1` scratch of n. */
-KERNEL void chunked_adjoint(GLOBAL T *out, GLOBAL T *y1, GLOBAL T *run, GLOBAL const i64 *ix, GLOBAL const T *vals,
+KERNEL void chunked_adjoint(GLOBAL T *out, GLOBAL T *y1, GLOBAL T *run, GLOBAL const IDX_T *ix, GLOBAL const T *vals,
                             GLOBAL const T *pre, GLOBAL const T *suf, GLOBAL const T *g, i64 n, i64 k, i64 chunk,
                             i64 chunks) {
     i64 c = GID0;
@@ -402,7 +419,7 @@ KERNEL void chunked_adjoint(GLOBAL T *out, GLOBAL T *y1, GLOBAL T *run, GLOBAL c
  * adjoint) instead of O(chunk). The host sizes LSIZE0 from the device's work-group limit and
  * local memory (LSIZE0 * k elements) and runs the one-work-item kernels where it does not fit. */
 
-KERNEL void chunk_rows_group(GLOBAL T *rows, GLOBAL const i64 *ix, GLOBAL const T *vals, i64 n, i64 k, i64 chunk,
+KERNEL void chunk_rows_group(GLOBAL T *rows, GLOBAL const IDX_T *ix, GLOBAL const T *vals, i64 n, i64 k, i64 chunk,
                              LOCAL_ARG(T, part)) {
     LOCAL_BIND(T, part);
     i64 c = GRP0, lid = LID0, size = LSIZE0;
@@ -427,7 +444,7 @@ KERNEL void chunk_rows_group(GLOBAL T *rows, GLOBAL const i64 *ix, GLOBAL const 
     for (i64 b = lid; b < k; b += size) rows[c * k + b] = part[b];
 }
 
-KERNEL void chunked_adjoint_group(GLOBAL T *out, GLOBAL T *y1, GLOBAL const i64 *ix, GLOBAL const T *vals,
+KERNEL void chunked_adjoint_group(GLOBAL T *out, GLOBAL T *y1, GLOBAL const IDX_T *ix, GLOBAL const T *vals,
                                   GLOBAL const T *pre, GLOBAL const T *suf, GLOBAL const T *g, i64 n, i64 k,
                                   i64 chunk, LOCAL_ARG(T, part)) {
     LOCAL_BIND(T, part);
@@ -495,7 +512,7 @@ KERNEL void chunked_adjoint_group(GLOBAL T *out, GLOBAL T *y1, GLOBAL const i64 
 
 /* The histogram of dual numbers under the lifted operator
  * (a, da) op (b, db) = (a op b, d1(a, b) da + d2(a, b) db), chunked like chunk_rows. */
-KERNEL void dual_rows(GLOBAL T *rows, GLOBAL T *rows_dot, GLOBAL const i64 *ix, GLOBAL const T *vals,
+KERNEL void dual_rows(GLOBAL T *rows, GLOBAL T *rows_dot, GLOBAL const IDX_T *ix, GLOBAL const T *vals,
                       GLOBAL const T *vals_dot, i64 n, i64 k, i64 chunk, i64 chunks) {
     i64 c = GID0;
     if (c >= chunks) return;
@@ -519,7 +536,7 @@ KERNEL void dual_rows(GLOBAL T *rows, GLOBAL T *rows_dot, GLOBAL const i64 *ix, 
 /* dual_rows with a work-group per chunk, like chunk_rows_group: values in part[0, LSIZE0 * k),
  * tangents in part[LSIZE0 * k, 2 * LSIZE0 * k); the tree merges dual rows under the lifted
  * operator. */
-KERNEL void dual_rows_group(GLOBAL T *rows, GLOBAL T *rows_dot, GLOBAL const i64 *ix, GLOBAL const T *vals,
+KERNEL void dual_rows_group(GLOBAL T *rows, GLOBAL T *rows_dot, GLOBAL const IDX_T *ix, GLOBAL const T *vals,
                             GLOBAL const T *vals_dot, i64 n, i64 k, i64 chunk, LOCAL_ARG(T, part)) {
     LOCAL_BIND(T, part);
     i64 c = GRP0, lid = LID0, size = LSIZE0;
@@ -583,7 +600,7 @@ KERNEL void dual_merge(GLOBAL T *hist, GLOBAL T *hist_dot, GLOBAL const T *dest,
 FUNC u64 sort_bucket(i64 key, u64 num_keys) { return (u64)key < num_keys ? (u64)key : num_keys; }
 
 /* `first`: the input permutation is the identity (perm is not read), which saves an iota pass. */
-KERNEL void radix_counts(GLOBAL i64 *counts, GLOBAL const i64 *keys, GLOBAL const i64 *perm, i64 n, i64 num_keys,
+KERNEL void radix_counts(GLOBAL i64 *counts, GLOBAL const IDX_T *keys, GLOBAL const i64 *perm, i64 n, i64 num_keys,
                          i64 chunk, i64 chunks, int shift, i64 radix, int first) {
     i64 c = GID0;
     if (c >= chunks) return;
@@ -630,7 +647,7 @@ KERNEL void radix_offsets(GLOBAL i64 *counts, GLOBAL const i64 *totals, i64 chun
 
 /* `ranks_out` (written on the last pass when `want_ranks`, else unread): where each element lands,
  * the inverse permutation, for free where the slot is known. */
-KERNEL void radix_scatter(GLOBAL i64 *perm_out, GLOBAL i64 *ranks_out, GLOBAL i64 *counts, GLOBAL const i64 *keys,
+KERNEL void radix_scatter(GLOBAL i64 *perm_out, GLOBAL i64 *ranks_out, GLOBAL i64 *counts, GLOBAL const IDX_T *keys,
                           GLOBAL const i64 *perm, i64 n, i64 num_keys, i64 chunk, i64 chunks, int shift, i64 radix,
                           int first, int want_ranks) {
     i64 c = GID0;
@@ -654,12 +671,12 @@ KERNEL void radix_scatter(GLOBAL i64 *perm_out, GLOBAL i64 *ranks_out, GLOBAL i6
  * combined with its chunk's carry. Chunk boundaries depend on n only: results are deterministic.
  * Segments are maximal runs of equal keys; without keys (has_keys 0, keys unread) there is one. */
 
-FUNC int scan_starts(GLOBAL const i64 *keys, int has_keys, i64 j, i64 n, int reverse) {
+FUNC int scan_starts(GLOBAL const IDX_T *keys, int has_keys, i64 j, i64 n, int reverse) {
     if (reverse) return j + 1 == n || (has_keys && keys[j] != keys[j + 1]);
     return j == 0 || (has_keys && keys[j] != keys[j - 1]);
 }
 
-KERNEL void scan_chunks(GLOBAL T *out, GLOBAL T *ends, GLOBAL i64 *heads, GLOBAL const T *x, GLOBAL const i64 *keys,
+KERNEL void scan_chunks(GLOBAL T *out, GLOBAL T *ends, GLOBAL i64 *heads, GLOBAL const T *x, GLOBAL const IDX_T *keys,
                         i64 n, i64 chunk, i64 chunks, int has_keys, int exclusive, int reverse) {
     i64 c = GID0;
     if (c >= chunks) return;
@@ -726,7 +743,7 @@ FUNC T linrec_apply(T part, T product, T carry) {
  * its head (positions before its first real segment start) and the product of the multipliers
  * over the head. */
 KERNEL void linrec_chunks(GLOBAL T *out, GLOBAL T *ends, GLOBAL T *prods, GLOBAL i64 *heads, GLOBAL const T *a,
-                          GLOBAL const T *b, GLOBAL const i64 *keys, i64 n, i64 chunk, i64 chunks, int has_keys,
+                          GLOBAL const T *b, GLOBAL const IDX_T *keys, i64 n, i64 chunk, i64 chunks, int has_keys,
                           int exclusive, int reverse) {
     i64 c = GID0;
     if (c >= chunks) return;

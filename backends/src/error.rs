@@ -2,7 +2,7 @@
 //! out-of-range gather index, mismatched lengths, a dtype mix) and device failures are values,
 //! never panics.
 
-use crate::DType;
+use crate::{DType, IndexDType};
 
 /// What can go wrong when an op runs.
 #[derive(Debug, Clone, thiserror::Error, PartialEq)]
@@ -16,6 +16,10 @@ pub enum OpError {
     /// A gather that requires in-range indices met one outside `[0, len)`.
     #[error("{op}: index {index} at position {position} is outside [0, {len})")]
     IndexOutOfRange { op: &'static str, index: i64, position: usize, len: usize },
+    /// An index tensor of `dtype` was asked to hold a value it cannot (i32: outside
+    /// `[-2^31, 2^31)`).
+    #[error("index {value} at position {position} does not fit {dtype} (use i64 indices)")]
+    IndexOverflow { position: usize, value: i64, dtype: IndexDType },
     /// The op exists but not with these arguments (an unsupported rule, dtype or operator).
     #[error("unsupported: {0}")]
     Unsupported(String),

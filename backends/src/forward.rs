@@ -18,7 +18,7 @@ use crate::ops::{
     ScanSpec, TensorMeta, TensorOps,
 };
 use crate::rules;
-use crate::{BinaryOp, DType, HistOp, OpError, Ops, Result, UnaryOp};
+use crate::{BinaryOp, DType, HistOp, IndexDType, OpError, Ops, Result, UnaryOp};
 
 static NEXT_ENGINE: AtomicUsize = AtomicUsize::new(1);
 
@@ -166,8 +166,8 @@ impl<B: Ops> TensorOps for Forward<B> {
         Ok(self.lift(self.inner.full(shape, value, dtype)?))
     }
 
-    fn index(&self, data: &[i64]) -> Result<B::I> {
-        self.inner.index(data)
+    fn index_as(&self, data: &[i64], dtype: IndexDType) -> Result<B::I> {
+        self.inner.index_as(data, dtype)
     }
 
     fn to_vec(&self, t: &Dual<B>) -> Result<Vec<f64>> {

@@ -325,7 +325,12 @@ fn one<T: Float>(_: T, _: T) -> T {
 /// NaN is not absorbed: 0 times NaN is NaN (a bin with a NaN input is NaN).
 #[inline(always)]
 pub(crate) fn mul_absorbing<T: Float>(a: T, b: T) -> T {
-    if a == T::zero() || b == T::zero() { if a.is_nan() || b.is_nan() { a + b } else { T::zero() } } else { a * b }
+    // One select of the hardware product, no branches: on data with zeros (a running product
+    // becomes 0 at a bin's first zero) the nested branches mispredicted on every other
+    // element and cost the `*` folds 2-3x. Where a zero meets a NaN the product is NaN too.
+    let absorbs = (a == T::zero()) | (b == T::zero());
+    let nan = a.is_nan() | b.is_nan();
+    if absorbs & !nan { T::zero() } else { a * b }
 }
 /// d(a * b)/da = b, NaN when a is NaN (so that the general rule gives every input of a NaN bin
 /// a NaN adjoint, as `*`'s own rule does).

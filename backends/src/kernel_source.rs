@@ -1,10 +1,10 @@
 //! The one kernel source shared by the OpenCL and CUDA devices: `backends/kernels/kernels.cl`
 //! (OpenCL C dialect) behind a small prelude per platform and `atomics.h`. Sources are embedded
-//! and concatenated (NVRTC cannot see embedded include files): defines for the element type and
+//! and concatenated (NVRTC cannot see embedded include files): defines for the element type, the index type and
 //! the operator, then the prelude, the atomics and the kernels.
 
 use crate::general::{self, GeneralOp};
-use crate::{DType, HistOp};
+use crate::{DType, HistOp, IndexDType};
 
 pub const PRELUDE_OPENCL: &str = include_str!("../kernels/prelude_opencl.h");
 pub const PRELUDE_CUDA: &str = include_str!("../kernels/prelude_cuda.h");
@@ -34,6 +34,8 @@ pub const COMMON_KERNELS: &[&str] = &[
     "reduce_chunks",
     "gather",
     "gather_index",
+    "widen_index",
+    "narrow_index",
     "scatter_winner",
     "scatter_apply",
     "hist_atomic",
@@ -100,18 +102,22 @@ fn literal(x: f64, dtype: DType) -> String {
     }
 }
 
-/// The complete source of the program for (dtype, operator) in a dialect.
-pub fn program_source(dialect: Dialect, dtype: DType, op: &GeneralOp) -> String {
+/// The complete source of the program for (dtype, index dtype, operator) in a dialect.
+pub fn program_source(dialect: Dialect, dtype: DType, index: IndexDType, op: &GeneralOp) -> String {
     let (t, f64_flag) = match dtype {
         DType::F32 => ("float", 0),
         DType::F64 => ("double", 1),
+    };
+    let idx_t = match index {
+        IndexDType::I32 => "int",
+        IndexDType::I64 => "i64",
     };
     let prelude = match dialect {
         Dialect::OpenCl => PRELUDE_OPENCL,
         Dialect::Cuda => PRELUDE_CUDA,
     };
     format!(
-        "#define T {t}\n#define USE_F64 {f64_flag}\n\
+        "#define T {t}\n#define IDX_T {idx_t}\n#define USE_F64 {f64_flag}\n\
          #define OP_COMBINE_EXPR {}\n#define OP_D1_EXPR {}\n#define OP_D2_EXPR {}\n#define OP_TOTAL_EXPR {}\n\
          #define OP_NEUTRAL {}\n/* operator: {} */\n{prelude}\n{ATOMICS}\n{KERNELS}\n",
         op.c.combine.replace('\n', " "),

@@ -45,7 +45,7 @@ pub use cpu::Cpu;
 pub use cpu::staged::CpuStaged;
 pub use cuda::Cuda;
 pub use device::{Device, DeviceMemory, DeviceStatus, TraceCell, Transfers, probe_devices};
-pub use dtype::{DType, Elem};
+pub use dtype::{DType, Elem, IndexDType, IndexElem};
 pub use error::{OpError, Result};
 pub use forward::{Dual, Forward};
 pub use general::GeneralOp;

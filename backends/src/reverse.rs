@@ -17,7 +17,7 @@ use crate::ops::{
     ScanOps, ScanSpec, TensorMeta, TensorOps,
 };
 use crate::rules::{self, hist::HistRule};
-use crate::{BinaryOp, DType, HistOp, OpError, Ops, Result, UnaryOp};
+use crate::{BinaryOp, DType, HistOp, IndexDType, OpError, Ops, Result, UnaryOp};
 
 /// A pullback: given the adjoint of the node's output, the adjoint of each input (None where the
 /// input needs none).
@@ -254,8 +254,8 @@ impl<B: Ops> TensorOps for Reverse<B> {
         Ok(self.constant(self.inner.full(shape, value, dtype)?))
     }
 
-    fn index(&self, data: &[i64]) -> Result<B::I> {
-        self.inner.index(data)
+    fn index_as(&self, data: &[i64], dtype: IndexDType) -> Result<B::I> {
+        self.inner.index_as(data, dtype)
     }
 
     fn to_vec(&self, t: &Var<B>) -> Result<Vec<f64>> {

@@ -9,6 +9,7 @@
 use crate::HistOp;
 use crate::cpu::hist_sizes::{MIN_CHUNK, PARTITION_MIN_BINS_BYTES, SMALL_K};
 use crate::cpu::kernels::PAR_MIN;
+use crate::cpu::scan::PARALLEL_SCAN_MIN;
 use crate::cpu::staged::STAGE_MIN;
 
 /// One size switch: a histogram just before it and one just past it (with f32 and f64 values).
@@ -104,6 +105,13 @@ pub fn hist_size_switches() -> Vec<SizeSwitch> {
             past: (2 * GPU_MIN_CHUNK, 16),
             op: None,
         },
+        SizeSwitch {
+            constants: &["cpu::scan::PARALLEL_SCAN_MIN"],
+            path: "CPU: scans (general-sort's segmented ones) in parallel blocks with carries",
+            before: (PARALLEL_SCAN_MIN - 1, 256),
+            past: (PARALLEL_SCAN_MIN, 256),
+            op: None,
+        },
     ]
 }
 
@@ -116,6 +124,7 @@ pub const NOT_SWITCHES: &[(&str, &str)] = &[
     ("cpu::hist::MERGE_BLOCK", "bins per merge task"),
     ("cpu::hist::WINDOW_BYTES", "the window size of the partitioned path PARTITION_MIN_BINS_BYTES selects"),
     ("cpu::kernels::BLOCK", "the block of the parallel reductions PAR_MIN selects"),
+    ("cpu::scan::SCAN_BLOCK", "the block of the parallel scans PARALLEL_SCAN_MIN selects"),
     ("cpu::kernels::PAR_MIN_WORK", "matrix products (PAR_MIN times 8), not histograms"),
     ("cpu::sort::MAX_SORT_CHUNKS", "a cap on the counting pass's chunks"),
     ("cpu::sort::MIN_SORT_CHUNK", "the counting pass's chunks: parallel past PAR_MIN's size, as the histograms"),
@@ -150,6 +159,8 @@ mod tests {
     const FILES: &[(&str, &str)] = &[
         ("cpu::hist", include_str!("cpu/hist.rs")),
         ("cpu::kernels", include_str!("cpu/kernels.rs")),
+        ("cpu::lae", include_str!("cpu/lae.rs")),
+        ("cpu::scan", include_str!("cpu/scan.rs")),
         ("cpu::sort", include_str!("cpu/sort.rs")),
         ("cpu::segments", include_str!("cpu/segments.rs")),
         ("cpu::staged", include_str!("cpu/staged.rs")),

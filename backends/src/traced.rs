@@ -34,7 +34,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::device::{Device, TraceCell};
 use crate::ops::{ChunkedHist, Extremum, IndexMeta, Operand, OutOfRange, ScanSpec, TensorMeta};
 use crate::ops::{DenseOps, ElementwiseOps, HistOps, IndexOps, ReduceOps, RuleKernels, ScanOps, TensorOps};
-use crate::{BinaryOp, DType, HistOp, OpError, Result, UnaryOp};
+use crate::{BinaryOp, DType, HistOp, IndexDType, OpError, Result, UnaryOp};
 
 /// An inner device a trace can wrap: its tensors are shared across threads (a trace lives in a
 /// prepared case).
@@ -144,6 +144,9 @@ impl<D: TensorOps> TensorMeta for TracedTensor<D> {
 impl<D: TensorOps> IndexMeta for TracedIndex<D> {
     fn len(&self) -> usize {
         self.value.len()
+    }
+    fn index_dtype(&self) -> IndexDType {
+        self.value.index_dtype()
     }
 }
 
@@ -860,12 +863,12 @@ impl<D: Traceable> TensorOps for Traced<D> {
         let shape = shape.to_vec();
         self.op("full", [], [], move |d, [], []| d.full(&shape, value, dtype).map(T))
     }
-    fn index(&self, data: &[i64]) -> Result<TI<D>> {
+    fn index_as(&self, data: &[i64], dtype: IndexDType) -> Result<TI<D>> {
         if !self.is_recording() {
-            return Ok(I(self.inner.index(data)?).plain());
+            return Ok(I(self.inner.index_as(data, dtype)?).plain());
         }
         let data = data.to_vec();
-        self.op("index", [], [], move |d, [], []| d.index(&data).map(I))
+        self.op("index", [], [], move |d, [], []| d.index_as(&data, dtype).map(I))
     }
     fn to_vec(&self, t: &TT<D>) -> Result<Vec<f64>> {
         self.op("to_vec", [t], [], |d, [t], []| d.to_vec(t).map(HostF))
@@ -1001,6 +1004,17 @@ impl<D: Traceable> HistOps for Traced<D> {
     fn prod_vals_adjoint(&self, inds: &TI<D>, vals: &TT<D>, c0: &TT<D>, c1: &TT<D>) -> Result<TT<D>> {
         self.op("prod_vals_adjoint", [vals, c0, c1], [inds], |d, [v, c0, c1], [i]| {
             d.prod_vals_adjoint(i, v, c0, c1).map(T)
+        })
+    }
+    fn relative_inputs(
+        &self,
+        kind: crate::rules::hist::Relative,
+        dest: &TT<D>,
+        inds: &TI<D>,
+        vals: &TT<D>,
+    ) -> Result<Option<(TT<D>, TT<D>, TT<D>)>> {
+        self.op("relative_inputs", [dest, vals], [inds], move |d, [dest, v], [i]| {
+            d.relative_inputs(kind, dest, i, v).map(|fused| fused.map(|(a, r, w)| (T(a), T(r), T(w))))
         })
     }
 }

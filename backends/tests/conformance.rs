@@ -16,8 +16,8 @@ use adgauge_backends::gpu::{KernelDevice, KernelRuntime};
 use adgauge_backends::prelude::*;
 use adgauge_backends::traced::Traceable;
 use adgauge_backends::{
-    BinaryOp, Cpu, CpuStaged, DType, Device, DeviceMemory, Extremum, Forward, HistOp, HistRule, OpError, Operand, Ops,
-    OutOfRange, Result, Reverse, ScanSpec, TensorMeta, TraceCell, Traced, Transfers, UnaryOp, oracle,
+    BinaryOp, Cpu, CpuStaged, DType, Device, DeviceMemory, Extremum, Forward, HistOp, HistRule, IndexDType, OpError,
+    Operand, Ops, OutOfRange, Result, Reverse, ScanSpec, TensorMeta, TraceCell, Traced, Transfers, UnaryOp, oracle,
 };
 
 fn required(what: &str) -> bool {
@@ -261,7 +261,7 @@ fn hist_ops() -> Vec<HistOp> {
 }
 
 /// Every primitive the device implements, against the CPU device.
-fn primitives<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
+fn primitives<D: Ops>(d: &D, dt: DType, it: IndexDType, f: &mut Fails) {
     let c = &cpu();
     let tag = |s: &str| format!("{} {dt} {s}", d.engine_name());
     let xs = round(dt, &[0.5, -1.25, 2.0, 0.0, -0.0, 3.5, -7.0, 1e-3, 10.0, -0.5]);
@@ -343,7 +343,7 @@ fn primitives<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
     cmp(f, &tag("select"), d, d.select(&m, &x, &y), c, c.select(&cm, &cx, &cy), 0.0);
     cmp(f, &tag("select bcast"), d, d.select(&m, &one, &y), c, c.select(&cm, &cone, &cy), 0.0);
     let idx = [3i64, -1, 0, 9, 10, 3, 2, -5, 1, 0];
-    let (di, ci) = (d.index(&idx).unwrap(), c.index(&idx).unwrap());
+    let (di, ci) = (d.index_as(&idx, it).unwrap(), c.index(&idx).unwrap());
     cmp_index(f, &tag("index"), d, Ok(di.clone()), c, Ok(ci.clone()));
     cmp(f, &tag("index_eq"), d, d.index_eq(&di, 3, dt), c, c.index_eq(&ci, 3, dt), 0.0);
     cmp(f, &tag("index_eq -1"), d, d.index_eq(&di, -1, dt), c, c.index_eq(&ci, -1, dt), 0.0);
@@ -394,7 +394,7 @@ fn primitives<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
             [ScanSpec::INCLUSIVE, ScanSpec::EXCLUSIVE, ScanSpec::INCLUSIVE.flipped(), ScanSpec::EXCLUSIVE.flipped()]
         {
             let segs = [0i64, 0, 1, 1, 1, 2, 3, 3, 3, 3];
-            let (ds, cs) = (d.index(&segs).unwrap(), c.index(&segs).unwrap());
+            let (ds, cs) = (d.index_as(&segs, it).unwrap(), c.index(&segs).unwrap());
             cmp(
                 f,
                 &tag(&format!("scan {op} {spec:?}")),
@@ -430,7 +430,7 @@ fn primitives<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
     // Indexing.
     let (src, csrc) = t(&round(dt, &[10.0, 20.0, 30.0, 40.0]));
     let gi = [3i64, 0, -1, 4, 2, 2, 100];
-    let (dg, cg) = (d.index(&gi).unwrap(), c.index(&gi).unwrap());
+    let (dg, cg) = (d.index_as(&gi, it).unwrap(), c.index(&gi).unwrap());
     cmp(
         f,
         &tag("gather fill"),
@@ -445,7 +445,7 @@ fn primitives<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
         other => f.0.push(format!("{}: gather error: {:?}", tag(""), other.map(|_| ()))),
     }
     let ok = [3i64, 0, 1];
-    let (dok, cok) = (d.index(&ok).unwrap(), c.index(&ok).unwrap());
+    let (dok, cok) = (d.index_as(&ok, it).unwrap(), c.index(&ok).unwrap());
     cmp(
         f,
         &tag("gather in range"),
@@ -459,14 +459,14 @@ fn primitives<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
     let (ga, _) = t(&round(dt, &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]));
     let (_, want) = t(&[2.0, 0.0, 11.0, 1.0]);
     cmp(f, &tag("gather_adjoint"), d, d.gather_adjoint(&src, &dg, &ga), c, Ok(want), 0.0);
-    let (s_src, cs_src) = (d.index(&[5, 6, 7, 8]).unwrap(), c.index(&[5, 6, 7, 8]).unwrap());
+    let (s_src, cs_src) = (d.index_as(&[5, 6, 7, 8], it).unwrap(), c.index(&[5, 6, 7, 8]).unwrap());
     cmp_index(f, &tag("gather_index"), d, d.gather_index(&s_src, &dg), c, c.gather_index(&cs_src, &cg));
     let si = [1i64, 3, 1, -1, 4, 0, 3];
-    let (dsi, csi) = (d.index(&si).unwrap(), c.index(&si).unwrap());
+    let (dsi, csi) = (d.index_as(&si, it).unwrap(), c.index(&si).unwrap());
     let (sv, csv) = t(&round(dt, &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]));
     cmp(f, &tag("scatter last wins"), d, d.scatter(&src, &dsi, &sv), c, c.scatter(&csrc, &csi, &csv), 0.0);
     let keys = [2i64, 0, 1, 2, -1, 0, 5, 1, 1];
-    let (dk, ck) = (d.index(&keys).unwrap(), c.index(&keys).unwrap());
+    let (dk, ck) = (d.index_as(&keys, it).unwrap(), c.index(&keys).unwrap());
     cmp_index(f, &tag("sort_by_key"), d, d.sort_by_key(&dk, 3), c, c.sort_by_key(&ck, 3));
     let (dp, dr) = d.sort_by_key_ranked(&dk, 3).unwrap();
     let (cpm, cr) = c.sort_by_key_ranked(&ck, 3).unwrap();
@@ -475,7 +475,7 @@ fn primitives<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
 }
 
 /// Histogram primitives (raw, not through the rules) against the CPU device.
-fn hist_primitives<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
+fn hist_primitives<D: Ops>(d: &D, dt: DType, it: IndexDType, f: &mut Fails) {
     let c = &cpu();
     for case in cases() {
         for op in hist_ops() {
@@ -487,7 +487,7 @@ fn hist_primitives<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
             let cd = c.tensor(&dest, &[k], dt).unwrap();
             let dv = d.tensor(&vals, &[vals.len()], dt).unwrap();
             let cv = c.tensor(&vals, &[vals.len()], dt).unwrap();
-            let (di, ci) = (d.index(&case.inds).unwrap(), c.index(&case.inds).unwrap());
+            let (di, ci) = (d.index_as(&case.inds, it).unwrap(), c.index(&case.inds).unwrap());
             let t = tol(Some(op), dt);
             cmp(
                 f,
@@ -563,11 +563,11 @@ struct RuleOut {
     vals_bar: Vec<f64>,
 }
 
-fn run_rule<D: Ops>(d: &D, rule: HistRule, op: HistOp, dt: DType, c: &Case) -> Result<RuleOut> {
+fn run_rule<D: Ops>(d: &D, rule: HistRule, op: HistOp, dt: DType, it: IndexDType, c: &Case) -> Result<RuleOut> {
     let r = Reverse::new(d.clone()).with_hist_rule(rule);
     let dest = r.var(d.tensor(&c.dest, &[c.dest.len()], dt)?);
     let vals = r.var(d.tensor(&c.vals, &[c.vals.len()], dt)?);
-    let ix = d.index(&c.inds)?;
+    let ix = d.index_as(&c.inds, it)?;
     let h = r.reduce_by_index(&dest, op, &ix, &vals)?;
     let g = r.backward(&h, d.tensor(&c.hist_bar, &[c.hist_bar.len()], dt)?)?;
     Ok(RuleOut {
@@ -578,7 +578,7 @@ fn run_rule<D: Ops>(d: &D, rule: HistRule, op: HistOp, dt: DType, c: &Case) -> R
 }
 
 /// Every reverse rule and the forward rule, against the CPU device and the oracle.
-fn rules<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
+fn rules<D: Ops>(d: &D, dt: DType, it: IndexDType, f: &mut Fails) {
     let c = cpu();
     for case in rule_cases() {
         for op in hist_ops() {
@@ -599,14 +599,14 @@ fn rules<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
             };
             for rule in HistRule::ALL {
                 let tag = format!("{} {dt} {} {op} {rule}", d.engine_name(), case.name);
-                let got = match run_rule(d, rule, op, dt, &case) {
+                let got = match run_rule(d, rule, op, dt, it, &case) {
                     Ok(g) => g,
                     Err(e) => {
                         f.0.push(format!("{tag}: {e}"));
                         continue;
                     }
                 };
-                let want = run_rule(&c, rule, op, dt, &case).unwrap();
+                let want = run_rule(&c, rule, op, dt, IndexDType::I64, &case).unwrap();
                 f.check(&format!("{tag} hist vs cpu"), &got.hist, &want.hist, t);
                 f.check(&format!("{tag} dest_bar vs cpu"), &got.dest_bar, &want.dest_bar, t);
                 f.check(&format!("{tag} vals_bar vs cpu"), &got.vals_bar, &want.vals_bar, t);
@@ -630,7 +630,7 @@ fn rules<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
             let va = fw
                 .dual(d.tensor(&case.vals, &[dv.len()], dt).unwrap(), d.tensor(&dv, &[dv.len()], dt).unwrap())
                 .unwrap();
-            let ix = d.index(&case.inds).unwrap();
+            let ix = d.index_as(&case.inds, it).unwrap();
             match fw.reduce_by_index(&de, op, &ix, &va) {
                 Ok(h) => {
                     let (wh, wdot) = if use_oracle {
@@ -665,7 +665,7 @@ fn rules<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
 /// +inf inputs share logaddexp's adjoint evenly (hypot's: 1/sqrt of their number each); a bin with a NaN input is NaN in every mode,
 /// its inputs' adjoints NaN under `*`, logaddexp and hypot, hist_bar under `+`, and min/max's
 /// adjoint goes to the first NaN (dest first); a bin whose adjoint is 0 gives 0.
-fn extremes<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
+fn extremes<D: Ops>(d: &D, dt: DType, it: IndexDType, f: &mut Fails) {
     let case = extreme_case();
     let members: Vec<Vec<usize>> =
         (0..EXTREME_BINS.len()).map(|b| (0..case.inds.len()).filter(|&i| case.inds[i] == b as i64).collect()).collect();
@@ -710,12 +710,12 @@ fn extremes<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
             // A zero adjoint gives 0, NaN partials or not.
             let bar = |w: f64| if g == 0.0 { 0.0 } else { w * g };
             let vals_bar: Vec<f64> = vals_w.iter().map(|&w| bar(w)).collect();
-            expect_bin(d, dt, f, &case, &members, op, i, Some(NAN), bar(dest_w), &vals_bar);
+            expect_bin(d, dt, it, f, &case, &members, op, i, Some(NAN), bar(dest_w), &vals_bar);
         }
     }
     for (op, bin, dw, vw) in weights {
         let g = EXTREME_BINS[bin].3;
-        expect_bin(d, dt, f, &case, &members, op, bin, None, dw * g, &vw.iter().map(|w| w * g).collect::<Vec<_>>());
+        expect_bin(d, dt, it, f, &case, &members, op, bin, None, dw * g, &vw.iter().map(|w| w * g).collect::<Vec<_>>());
     }
 }
 
@@ -727,6 +727,7 @@ fn extremes<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
 fn expect_bin<D: Ops>(
     d: &D,
     dt: DType,
+    it: IndexDType,
     f: &mut Fails,
     case: &Case,
     members: &[Vec<usize>],
@@ -747,7 +748,7 @@ fn expect_bin<D: Ops>(
         if !rule.applies_to(op) {
             continue;
         }
-        match run_rule(d, rule, op, dt, &case) {
+        match run_rule(d, rule, op, dt, it, &case) {
             Ok(got) => {
                 if let Some(h) = hist {
                     f.check(&tag(&format!("{rule} hist")), &got.hist[bin..=bin], &[h], 0.0);
@@ -776,7 +777,7 @@ fn expect_bin<D: Ops>(
     let jvp = || -> Result<(Vec<f64>, Vec<f64>)> {
         let de = fw.dual(d.tensor(&case.dest, &[k], dt)?, d.tensor(&dd, &[k], dt)?)?;
         let va = fw.dual(d.tensor(&case.vals, &[dv.len()], dt)?, d.tensor(&dv, &[dv.len()], dt)?)?;
-        let h = fw.reduce_by_index(&de, op, &d.index(&case.inds)?, &va)?;
+        let h = fw.reduce_by_index(&de, op, &d.index_as(&case.inds, it)?, &va)?;
         Ok((d.to_vec(h.value())?, d.to_vec(&fw.tangent(&h)?)?))
     };
     match jvp() {
@@ -793,7 +794,7 @@ fn expect_bin<D: Ops>(
 /// The rules that run the chunked kernels against the CPU device, every case and operator: the
 /// `general-chunked` reverse rule and the forward rule (the dual-number histogram). Run on a
 /// kernel device with and without a work-group per chunk (`KernelDevice::with_group_chunks`).
-fn chunked_rule<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
+fn chunked_rule<D: Ops>(d: &D, dt: DType, it: IndexDType, f: &mut Fails) {
     let c = cpu();
     for case in rule_cases() {
         for op in hist_ops() {
@@ -806,9 +807,9 @@ fn chunked_rule<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
             };
             let (t, rule) = (tol(Some(op), dt), HistRule::GeneralChunked);
             let tag = format!("{} {dt} {} {op} {rule}", d.engine_name(), case.name);
-            match run_rule(d, rule, op, dt, &case) {
+            match run_rule(d, rule, op, dt, it, &case) {
                 Ok(got) => {
-                    let want = run_rule(&c, rule, op, dt, &case).unwrap();
+                    let want = run_rule(&c, rule, op, dt, IndexDType::I64, &case).unwrap();
                     f.check(&format!("{tag} hist vs cpu"), &got.hist, &want.hist, t);
                     f.check(&format!("{tag} dest_bar vs cpu"), &got.dest_bar, &want.dest_bar, t);
                     f.check(&format!("{tag} vals_bar vs cpu"), &got.vals_bar, &want.vals_bar, t);
@@ -823,7 +824,7 @@ fn chunked_rule<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
                 let fw = Forward::new(d.clone());
                 let de = fw.dual(d.tensor(&case.dest, &[k], dt)?, d.tensor(&dd, &[k], dt)?)?;
                 let va = fw.dual(d.tensor(&case.vals, &[dv.len()], dt)?, d.tensor(&dv, &[dv.len()], dt)?)?;
-                let h = fw.reduce_by_index(&de, op, &d.index(&case.inds)?, &va)?;
+                let h = fw.reduce_by_index(&de, op, &d.index_as(&case.inds, it)?, &va)?;
                 Ok((d.to_vec(h.value())?, d.to_vec(&fw.tangent(&h)?)?))
             };
             let cpu_jvp = || -> Result<(Vec<f64>, Vec<f64>)> {
@@ -851,7 +852,7 @@ fn chunked_rule<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
 /// exactly), scans in all four directions/kinds, plain and segmented, with segments crossing
 /// chunk boundaries (short runs, then one run over many chunks). Scan values are small
 /// integers (and +-1 for mul), so add and mul are exact in any order.
-fn large_sorts_and_scans<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
+fn large_sorts_and_scans<D: Ops>(d: &D, dt: DType, it: IndexDType, f: &mut Fails) {
     let c = &cpu();
     let tag = |s: &str| format!("{} {dt} {s}", d.engine_name());
     let n = 100_003usize;
@@ -860,9 +861,14 @@ fn large_sorts_and_scans<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
     if dt == DType::F32 {
         for k in [0usize, 1, 7, 1000, 70_000, 3_000_000] {
             let mut keys: Vec<i64> = (0..n).map(|i| hash(i, k as u64 + 2) as i64 - 1).collect();
-            keys[17] = i64::MIN;
-            keys[50_001] = i64::MAX;
-            let (dk, ck) = (d.index(&keys).unwrap(), c.index(&keys).unwrap());
+            // The extreme keys of the index dtype (out of range, sorted last).
+            let (lo, hi) = match it {
+                IndexDType::I32 => (i32::MIN as i64, i32::MAX as i64),
+                IndexDType::I64 => (i64::MIN, i64::MAX),
+            };
+            keys[17] = lo;
+            keys[50_001] = hi;
+            let (dk, ck) = (d.index_as(&keys, it).unwrap(), c.index(&keys).unwrap());
             cmp_index(f, &tag(&format!("large sort_by_key k={k}")), d, d.sort_by_key(&dk, k), c, c.sort_by_key(&ck, k));
             let (dp, dr) = d.sort_by_key_ranked(&dk, k).unwrap();
             let (cpm, cr) = c.sort_by_key_ranked(&ck, k).unwrap();
@@ -871,13 +877,13 @@ fn large_sorts_and_scans<D: Ops>(d: &D, dt: DType, f: &mut Fails) {
         }
         // Every key equal: the identity, from a single pass.
         let same = vec![3i64; n];
-        let (dk, ck) = (d.index(&same).unwrap(), c.index(&same).unwrap());
+        let (dk, ck) = (d.index_as(&same, it).unwrap(), c.index(&same).unwrap());
         cmp_index(f, &tag("large sort_by_key equal keys"), d, d.sort_by_key(&dk, 5), c, c.sort_by_key(&ck, 5));
     }
     let ints: Vec<f64> = (0..n).map(|i| hash(i * 7 + 3, 7) as f64 - 3.0).collect();
     let signs: Vec<f64> = (0..n).map(|i| if hash(i + 11, 2) == 0 { 1.0 } else { -1.0 }).collect();
     let segs: Vec<i64> = (0..n).map(|i| if i < n / 2 { (i / 3001) as i64 } else { -7 }).collect();
-    let (ds, cs) = (d.index(&segs).unwrap(), c.index(&segs).unwrap());
+    let (ds, cs) = (d.index_as(&segs, it).unwrap(), c.index(&segs).unwrap());
     let ops = [HistOp::Add, HistOp::Mul, HistOp::Min, HistOp::Max, HistOp::General(&LOGADDEXP)];
     for op in ops {
         let xs = if op == HistOp::Mul { &signs } else { &ints };
@@ -1342,8 +1348,23 @@ fn transfers_and_memory<R: KernelRuntime>(d: &KernelDevice<R>) {
     assert_eq!(twin.device_memory().unwrap().in_use, 0);
 }
 
+/// An index-taking check run for both index dtypes (the device's indices; the CPU reference keeps
+/// i64, so the CPU device's i32 kernels are held to its i64 ones), each mismatch tagged with its
+/// index dtype.
+fn both_index<D: Ops>(check: fn(&D, DType, IndexDType, &mut Fails)) -> impl Fn(&D, DType, &mut Fails) + Copy {
+    move |d, dt, f| {
+        for it in IndexDType::ALL {
+            let before = f.0.len();
+            check(d, dt, it, f);
+            for m in &mut f.0[before..] {
+                *m = format!("[{it} indices] {m}");
+            }
+        }
+    }
+}
+
 /// Runs `check` for both dtypes; f64 on a device without it must be reported as unsupported.
-fn each_dtype<D: Ops>(d: &D, f64_ok: bool, label: &str, check: fn(&D, DType, &mut Fails)) {
+fn each_dtype<D: Ops>(d: &D, f64_ok: bool, label: &str, check: impl Fn(&D, DType, &mut Fails)) {
     let mut f = Fails::default();
     for dt in DType::ALL {
         if dt == DType::F64 && !f64_ok {
@@ -1358,6 +1379,57 @@ fn each_dtype<D: Ops>(d: &D, f64_ok: bool, label: &str, check: fn(&D, DType, &mu
         check(d, dt, &mut f);
     }
     f.finish(label);
+}
+
+/// i32 index tensors refuse entries outside `[-2^31, 2^31)` with an error naming the first
+/// such entry's position and value; the bounds themselves are held exactly, and i64 holds all.
+fn index_overflow_is_refused<D: Ops>(d: &D) {
+    let label = d.engine_name();
+    let big = 1i64 << 31;
+    for (data, position, value) in [(vec![0, 5, big, big + 1], 2, big), (vec![-big - 1], 0, -big - 1)] {
+        match d.index_as(&data, IndexDType::I32) {
+            Err(e @ OpError::IndexOverflow { .. }) => {
+                assert_eq!(e, OpError::IndexOverflow { position, value, dtype: IndexDType::I32 }, "{label}");
+                let shown = e.to_string();
+                assert!(shown.contains(&value.to_string()) && shown.contains("i32"), "{label}: {shown}");
+            }
+            other => panic!("{label}: {data:?} as i32 should be refused, got {:?}", other.map(|i| i.len())),
+        }
+        let wide = d.index_as(&data, IndexDType::I64).unwrap();
+        assert_eq!(wide.index_dtype(), IndexDType::I64);
+        assert_eq!(d.index_to_vec(&wide).unwrap(), data, "{label}");
+    }
+    let edges = [i32::MIN as i64, -1, 0, i32::MAX as i64];
+    let narrow = d.index_as(&edges, IndexDType::I32).unwrap();
+    assert_eq!((narrow.index_dtype(), narrow.len()), (IndexDType::I32, 4), "{label}");
+    assert_eq!(d.index_to_vec(&narrow).unwrap(), edges, "{label}");
+    // An i32 histogram drops the extreme entries as out of range, as an i64 one does.
+    let dest = d.tensor(&[0.0, 0.0], &[2], DType::F32).unwrap();
+    let vals = d.tensor(&[1.0, 2.0, 4.0, 8.0], &[4], DType::F32).unwrap();
+    let h = d.reduce_by_index(&dest, HistOp::Add, &narrow, &vals).unwrap();
+    assert_eq!(d.to_vec(&h).unwrap(), [4.0, 0.0], "{label}");
+}
+
+#[test]
+fn i32_indices_beyond_2_pow_31_are_refused_with_the_position_and_value() {
+    let c = cpu();
+    index_overflow_is_refused(&c);
+    for d in staged_devices() {
+        index_overflow_is_refused(&d);
+    }
+    index_overflow_is_refused(&Reverse::new(c.clone()));
+    index_overflow_is_refused(&Forward::new(c.clone()));
+    let traced = Traced::new(c);
+    index_overflow_is_refused(&traced);
+    let cell = TraceCell::default();
+    for _ in 0..2 {
+        traced
+            .run_traced(&cell, &mut || -> Result<()> {
+                index_overflow_is_refused(&traced);
+                Ok(())
+            })
+            .unwrap();
+    }
 }
 
 #[test]
@@ -1466,14 +1538,14 @@ fn cpu_donated_elementwise_ops_equal_the_plain_ones_bit_for_bit_at_every_size() 
 
 #[test]
 fn cpu_follows_the_extreme_value_semantics() {
-    each_dtype(&cpu(), true, "cpu extremes", extremes::<Cpu>);
+    each_dtype(&cpu(), true, "cpu extremes", both_index(extremes::<Cpu>));
 }
 
 #[test]
 fn cpu_conforms_to_itself_and_the_oracle() {
     // The suite's own sanity check: the reference device against the oracle.
     let c = cpu();
-    each_dtype(&c, true, "cpu rules", rules::<Cpu>);
+    each_dtype(&c, true, "cpu rules", both_index(rules::<Cpu>));
 }
 
 /// The staged CPU device with every elementwise op deferred (threshold 0), so each case runs
@@ -1486,8 +1558,8 @@ fn staged_devices() -> [CpuStaged; 2] {
 #[test]
 fn staged_primitives_match_the_cpu() {
     for d in staged_devices() {
-        each_dtype(&d, true, "cpu-staged primitives", primitives::<CpuStaged>);
-        each_dtype(&d, true, "cpu-staged histogram primitives", hist_primitives::<CpuStaged>);
+        each_dtype(&d, true, "cpu-staged primitives", both_index(primitives::<CpuStaged>));
+        each_dtype(&d, true, "cpu-staged histogram primitives", both_index(hist_primitives::<CpuStaged>));
         each_dtype(&d, true, "cpu-staged dense ops", dense_ops::<CpuStaged>);
         each_dtype(&d, true, "cpu-staged nested dense AD", nested_dense_ad::<CpuStaged>);
     }
@@ -1496,30 +1568,30 @@ fn staged_primitives_match_the_cpu() {
 #[test]
 fn staged_rules_match_the_cpu_and_the_oracle() {
     for d in staged_devices() {
-        each_dtype(&d, true, "cpu-staged rules", rules::<CpuStaged>);
-        each_dtype(&d, true, "cpu-staged extremes", extremes::<CpuStaged>);
-        each_dtype(&d, true, "cpu-staged chunked rule", chunked_rule::<CpuStaged>);
-        each_dtype(&d, true, "cpu-staged large sorts and scans", large_sorts_and_scans::<CpuStaged>);
+        each_dtype(&d, true, "cpu-staged rules", both_index(rules::<CpuStaged>));
+        each_dtype(&d, true, "cpu-staged extremes", both_index(extremes::<CpuStaged>));
+        each_dtype(&d, true, "cpu-staged chunked rule", both_index(chunked_rule::<CpuStaged>));
+        each_dtype(&d, true, "cpu-staged large sorts and scans", both_index(large_sorts_and_scans::<CpuStaged>));
     }
 }
 
 /// A conformance check on a traced device, twice: outside any recording (where the device is its
 /// inner one), then as the body of a recording, which checks its first replay bit for bit
 /// against that eager run (`Device::run_traced`); the trace is replayed once more.
-fn traced_check<D: Traceable>(d: &Traced<D>, label: &str, check: fn(&Traced<D>, DType, &mut Fails)) {
+fn traced_check<D: Traceable>(d: &Traced<D>, label: &str, check: impl Fn(&Traced<D>, DType, &mut Fails) + Copy) {
     each_dtype(d, true, label, check);
     recorded_check(d, label, check);
 }
 
 /// A conformance check as the body of a recording only (see [`traced_check`]).
-fn recorded_check<D: Traceable>(d: &Traced<D>, label: &str, check: fn(&Traced<D>, DType, &mut Fails)) {
+fn recorded_check<D: Traceable>(d: &Traced<D>, label: &str, check: impl Fn(&Traced<D>, DType, &mut Fails)) {
     let cell = TraceCell::default();
     let recorded = format!("{label}, recorded");
     let mut bodies = 0;
     for _ in 0..2 {
         let r = d.run_traced(&cell, &mut || -> Result<()> {
             bodies += 1;
-            each_dtype(d, true, &recorded, check);
+            each_dtype(d, true, &recorded, &check);
             Ok(())
         });
         assert!(r.is_ok(), "{label}: {r:?}");
@@ -1537,19 +1609,19 @@ fn recorded_check<D: Traceable>(d: &Traced<D>, label: &str, check: fn(&Traced<D>
 #[test]
 fn traced_devices_match_the_cpu_eagerly_and_in_replays() {
     let on_cpu = Traced::new(Cpu::new(Some(2)).unwrap());
-    traced_check(&on_cpu, "cpu-traced primitives", primitives::<Traced<Cpu>>);
-    traced_check(&on_cpu, "cpu-traced histogram primitives", hist_primitives::<Traced<Cpu>>);
+    traced_check(&on_cpu, "cpu-traced primitives", both_index(primitives::<Traced<Cpu>>));
+    traced_check(&on_cpu, "cpu-traced histogram primitives", both_index(hist_primitives::<Traced<Cpu>>));
     traced_check(&on_cpu, "cpu-traced dense ops", dense_ops::<Traced<Cpu>>);
     traced_check(&on_cpu, "cpu-traced nested dense AD", nested_dense_ad::<Traced<Cpu>>);
     let [staged, _] = staged_devices();
     let jit = Traced::new(staged);
-    traced_check(&jit, "cpu-jit primitives", primitives::<Traced<CpuStaged>>);
+    traced_check(&jit, "cpu-jit primitives", both_index(primitives::<Traced<CpuStaged>>));
     traced_check(&jit, "cpu-jit dense ops", dense_ops::<Traced<CpuStaged>>);
     traced_check(&jit, "cpu-jit nested dense AD", nested_dense_ad::<Traced<CpuStaged>>);
     // Every histogram rule, recorded and replayed (eagerly it is the staged suite's).
-    recorded_check(&jit, "cpu-jit rules", rules::<Traced<CpuStaged>>);
-    traced_check(&on_cpu, "cpu-traced extremes", extremes::<Traced<Cpu>>);
-    recorded_check(&jit, "cpu-jit extremes", extremes::<Traced<CpuStaged>>);
+    recorded_check(&jit, "cpu-jit rules", both_index(rules::<Traced<CpuStaged>>));
+    traced_check(&on_cpu, "cpu-traced extremes", both_index(extremes::<Traced<Cpu>>));
+    recorded_check(&jit, "cpu-jit extremes", both_index(extremes::<Traced<CpuStaged>>));
 }
 
 #[test]
@@ -1579,35 +1651,60 @@ macro_rules! device_suite {
             fn primitives_match_the_cpu() {
                 let Some(d) = open::<$runtime>() else { return };
                 let f64_ok = d.has_f64();
-                each_dtype(&d, f64_ok, concat!(stringify!($module), " primitives"), primitives::<D>);
+                each_dtype(&d, f64_ok, concat!(stringify!($module), " primitives"), both_index(primitives::<D>));
             }
 
             #[test]
             fn histogram_primitives_match_the_cpu() {
                 let Some(d) = open::<$runtime>() else { return };
                 let f64_ok = d.has_f64();
-                each_dtype(&d, f64_ok, concat!(stringify!($module), " histogram primitives"), hist_primitives::<D>);
+                each_dtype(
+                    &d,
+                    f64_ok,
+                    concat!(stringify!($module), " histogram primitives"),
+                    both_index(hist_primitives::<D>),
+                );
             }
 
             #[test]
             fn histogram_rules_match_the_cpu_and_the_oracle() {
                 let Some(d) = open::<$runtime>() else { return };
                 let f64_ok = d.has_f64();
-                each_dtype(&d, f64_ok, concat!(stringify!($module), " rules"), rules::<D>);
+                each_dtype(&d, f64_ok, concat!(stringify!($module), " rules"), both_index(rules::<D>));
                 // The chunked rule's kernels both ways: a work-group per chunk, one work-item per chunk.
                 let (groups, single) = (d.clone().with_group_chunks(true), d.with_group_chunks(false));
-                each_dtype(&groups, f64_ok, concat!(stringify!($module), " rules, chunk groups"), chunked_rule::<D>);
-                each_dtype(&single, f64_ok, concat!(stringify!($module), " rules, no chunk groups"), chunked_rule::<D>);
+                each_dtype(
+                    &groups,
+                    f64_ok,
+                    concat!(stringify!($module), " rules, chunk groups"),
+                    both_index(chunked_rule::<D>),
+                );
+                each_dtype(
+                    &single,
+                    f64_ok,
+                    concat!(stringify!($module), " rules, no chunk groups"),
+                    both_index(chunked_rule::<D>),
+                );
             }
 
             #[test]
             fn extreme_values_follow_the_stated_semantics() {
                 let Some(d) = open::<$runtime>() else { return };
                 let f64_ok = d.has_f64();
-                each_dtype(&d, f64_ok, concat!(stringify!($module), " extremes"), extremes::<D>);
+                each_dtype(&d, f64_ok, concat!(stringify!($module), " extremes"), both_index(extremes::<D>));
                 let (groups, single) = (d.clone().with_group_chunks(true), d.with_group_chunks(false));
-                each_dtype(&groups, f64_ok, concat!(stringify!($module), " extremes, chunk groups"), extremes::<D>);
-                each_dtype(&single, f64_ok, concat!(stringify!($module), " extremes, no chunk groups"), extremes::<D>);
+                each_dtype(
+                    &groups,
+                    f64_ok,
+                    concat!(stringify!($module), " extremes, chunk groups"),
+                    both_index(extremes::<D>),
+                );
+                each_dtype(
+                    &single,
+                    f64_ok,
+                    concat!(stringify!($module), " extremes, no chunk groups"),
+                    both_index(extremes::<D>),
+                );
             }
 
             #[test]
@@ -1618,7 +1715,7 @@ macro_rules! device_suite {
                     &d,
                     f64_ok,
                     concat!(stringify!($module), " large sorts and scans"),
-                    large_sorts_and_scans::<D>,
+                    both_index(large_sorts_and_scans::<D>),
                 );
             }
 
@@ -1637,6 +1734,12 @@ macro_rules! device_suite {
             }
 
             #[test]
+            fn i32_indices_beyond_2_pow_31_are_refused() {
+                let Some(d) = open::<$runtime>() else { return };
+                index_overflow_is_refused(&d);
+            }
+
+            #[test]
             fn counts_transfers_and_device_memory() {
                 let Some(d) = open::<$runtime>() else { return };
                 transfers_and_memory(&d);
@@ -1650,8 +1753,8 @@ macro_rules! device_suite {
                     if dt == DType::F64 && !d.has_f64() {
                         continue;
                     }
-                    for op in HistOp::named() {
-                        let names = d.build_program(dt, op).unwrap_or_else(|e| panic!("{dt} {op}: {e}"));
+                    for (op, it) in HistOp::named().into_iter().flat_map(|op| IndexDType::ALL.map(|it| (op, it))) {
+                        let names = d.build_program(dt, op, it).unwrap_or_else(|e| panic!("{dt} {op} {it}: {e}"));
                         assert_eq!(names, adgauge_backends::kernel_source::kernel_names(dt));
                     }
                 }

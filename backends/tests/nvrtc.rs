@@ -1,5 +1,5 @@
 //! NVRTC compile test: every CUDA program (the shared kernel source behind `prelude_cuda.h`, one
-//! per dtype and operator) compiles to PTX for sm_80, and the PTX holds exactly the kernels
+//! per dtype, index dtype and operator) compiles to PTX for sm_80, and the PTX holds exactly the kernels
 //! the kernel device launches. This needs only libnvrtc (in CI: the pinned
 //! nvidia-cuda-nvrtc-cu12 wheel, see scripts/setup-nvrtc.sh), never libcuda or a GPU: it is
 //! how CUDA code is kept compiling on machines that cannot run it.
@@ -9,10 +9,10 @@
 
 use std::time::Instant;
 
-use adgauge_backends::DType;
 use adgauge_backends::cuda::{compile_ptx, nvrtc_available};
 use adgauge_backends::general;
 use adgauge_backends::kernel_source::kernel_names;
+use adgauge_backends::{DType, IndexDType};
 
 /// An Ampere target: any recent architecture would do; this one is fixed so results do not
 /// depend on the NVRTC version's default.
@@ -68,29 +68,29 @@ fn every_cuda_program_compiles_to_ptx_with_every_kernel() {
         want.sort_unstable();
         // The programs the kernel devices build: kernel_source::program_op maps every operator,
         // special or general, to one of these.
-        for op in general::ALL {
+        for (it, op) in IndexDType::ALL.into_iter().flat_map(|it| general::ALL.iter().map(move |op| (it, op))) {
             let started = Instant::now();
-            match compile_ptx(dt, op, ARCH) {
+            match compile_ptx(dt, it, op, ARCH) {
                 Ok(ptx) => {
                     programs += 1;
                     eprintln!(
-                        "{dt} {:<12} {:>7.0} ms, {} bytes of PTX",
+                        "{dt} {it} {:<12} {:>7.0} ms, {} bytes of PTX",
                         op.name,
                         started.elapsed().as_secs_f64() * 1e3,
                         ptx.len()
                     );
                     if !ptx.contains(&format!(".target {ARCH}")) {
-                        failures.push(format!("{dt} {}: the PTX does not target {ARCH}", op.name));
+                        failures.push(format!("{dt} {it} {}: the PTX does not target {ARCH}", op.name));
                     }
                     // Local memory: OpenCL's `LOCAL T *sub` argument is, on CUDA, the launch's
                     // dynamic shared memory plus an int placeholder at the same position (the
                     // launcher passes Arg::Local as a 4-byte 0), so host argument lists serve both.
                     if !ptx.contains(".extern .shared .align 16 .b8 adgauge_shared_[]") {
-                        failures.push(format!("{dt} {}: no dynamic shared memory declared", op.name));
+                        failures.push(format!("{dt} {it} {}: no dynamic shared memory declared", op.name));
                     }
                     let hist_local = params(&ptx, "hist_local");
                     if hist_local != [".u64", ".u64", ".u64", ".u64", ".u64", ".u32", ".u64"] {
-                        failures.push(format!("{dt} {}: hist_local parameters {hist_local:?}", op.name));
+                        failures.push(format!("{dt} {it} {}: hist_local parameters {hist_local:?}", op.name));
                     }
                     // The tiled matrix product stages both tiles in the one dynamic block.
                     let matmul = params(&ptx, "matmul_tiled");
@@ -99,15 +99,15 @@ fn every_cuda_program_compiles_to_ptx_with_every_kernel() {
                         ".u64", ".u64", ".u64", ".u32",
                     ];
                     if matmul != want_mm {
-                        failures.push(format!("{dt} {}: matmul_tiled parameters {matmul:?}", op.name));
+                        failures.push(format!("{dt} {it} {}: matmul_tiled parameters {matmul:?}", op.name));
                     }
                     let mut got = entries(&ptx);
                     got.sort_unstable();
                     if got != want {
-                        failures.push(format!("{dt} {}: PTX entries {got:?}, kernel_names {want:?}", op.name));
+                        failures.push(format!("{dt} {it} {}: PTX entries {got:?}, kernel_names {want:?}", op.name));
                     }
                 }
-                Err(log) => failures.push(format!("{dt} {}: {log}", op.name)),
+                Err(log) => failures.push(format!("{dt} {it} {}: {log}", op.name)),
             }
         }
     }
@@ -115,8 +115,8 @@ fn every_cuda_program_compiles_to_ptx_with_every_kernel() {
         failures.is_empty(),
         "{} of {} programs failed:\n{}",
         failures.len(),
-        2 * general::ALL.len(),
+        4 * general::ALL.len(),
         failures.join("\n")
     );
-    assert_eq!(programs, 2 * general::ALL.len());
+    assert_eq!(programs, 4 * general::ALL.len());
 }

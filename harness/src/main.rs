@@ -57,6 +57,11 @@ enum Command {
         #[arg(long, value_name = "BYTES", num_args = 0..=1, default_missing_value = "1G",
               value_parser = adgauge_datasets::limits::parse_bytes)]
         bandwidth: Option<u64>,
+        /// Also measure the CPU's roofline for histograms on its threads (`--threads`): the
+        /// sequential read rate and the random 4-byte read and update rates in working sets of
+        /// 10 to 10^6 bins (seeded, well under a second).
+        #[arg(long)]
+        roofline: bool,
     },
 }
 
@@ -130,15 +135,21 @@ fn bounded(message: &str) -> String {
 /// Timed copies per device for `backends --bandwidth` (after one warm-up copy).
 const BANDWIDTH_COPIES: usize = 20;
 
+/// The seed of `backends --roofline`'s random index stream.
+const ROOFLINE_SEED: u64 = 20_261_127;
+
 /// `adgauge backends`: every device's availability; with `--bandwidth BYTES`, the copy rate of
-/// every available GPU device too (a copy that fails or reads back wrong makes the exit code 1).
-fn backends(json: bool, bandwidth: Option<u64>, threads: Option<usize>) -> anyhow::Result<Code> {
+/// every available GPU device too (a copy that fails or reads back wrong makes the exit code 1);
+/// with `--roofline`, the CPU's roofline on the cpu line.
+fn backends(json: bool, bandwidth: Option<u64>, roofline: bool, threads: Option<usize>) -> anyhow::Result<Code> {
     if let Some(bytes) = bandwidth {
         // The host holds the uploaded pattern and the copy read back.
         adgauge_datasets::limits::check("backends --bandwidth", 2 * u128::from(bytes)).map_err(bad_input)?;
     }
     // Tools open their devices on first use: listing versions opens nothing.
-    let tools = tool::Tools::builtin(threads, adgauge_backends::Cpu::new(threads)?);
+    let cpu = adgauge_backends::Cpu::new(threads)?;
+    let roofline = roofline.then(|| cpu.roofline(&adgauge_backends::cpu::roofline::DEFAULT_BINS, ROOFLINE_SEED));
+    let tools = tool::Tools::builtin(threads, cpu);
     let console = sinks::Console::new(0, true);
     let width = adgauge_backends::DEVICES.iter().map(|d| d.name.len()).max().unwrap_or(0);
     let mut code = Code::Success;
@@ -154,6 +165,10 @@ fn backends(json: bool, bandwidth: Option<u64>, threads: Option<usize>) -> anyho
         if matches!(copy, Some(Err(_))) {
             code = code.combine(Code::Failed);
         }
+        let roof = roofline.as_ref().filter(|_| d.name == "cpu");
+        if matches!(roof, Some(Err(_))) {
+            code = code.combine(Code::Failed);
+        }
         if json {
             let version = tools.get(d.name).map(|t| t.version());
             let mut v =
@@ -165,6 +180,23 @@ fn backends(json: bool, bandwidth: Option<u64>, threads: Option<usize>) -> anyho
                         "median_bytes_per_s": c.median_bytes_per_s()});
                 }
                 Some(Err(e)) => v["copy_bandwidth_error"] = serde_json::json!(e.to_string()),
+                None => {}
+            }
+            match roof {
+                Some(Ok(r)) => {
+                    let random: Vec<_> = r
+                        .random
+                        .iter()
+                        .map(|x| {
+                            serde_json::json!({"bins": x.bins, "reads_per_s": x.reads_per_s,
+                            "updates_per_s": x.updates_per_s})
+                        })
+                        .collect();
+                    v["roofline"] = serde_json::json!({"threads": r.threads, "seq_bytes": r.seq_bytes,
+                        "seq_read_bytes_per_s": r.seq_read_bytes_per_s, "random_4_byte": random,
+                        "seed": ROOFLINE_SEED, "elapsed_s": r.elapsed_s});
+                }
+                Some(Err(e)) => v["roofline_error"] = serde_json::json!(e.to_string()),
                 None => {}
             }
             console.line(&v.to_string());
@@ -185,6 +217,31 @@ fn backends(json: bool, bandwidth: Option<u64>, threads: Option<usize>) -> anyho
                     c.median_bytes_per_s() / 1e9
                 )),
                 Some(Err(e)) => console.line(&format!("{:<width$} {:<12} FAILED: {e}", d.name, "bandwidth")),
+                None => {}
+            }
+            match roof {
+                Some(Ok(r)) => {
+                    console.line(&format!(
+                        "{:<width$} {:<12} {} threads: sequential read {:.1} GB/s ({} MiB, best pass); random 4-byte \
+                         reads / updates per second (M), each thread its own bins:",
+                        d.name,
+                        "roofline",
+                        r.threads,
+                        r.seq_read_bytes_per_s / 1e9,
+                        r.seq_bytes >> 20
+                    ));
+                    for x in &r.random {
+                        console.line(&format!(
+                            "{:<width$} {:<12}   k = {:<9} {:>8.1} / {:>8.1}",
+                            "",
+                            "",
+                            x.bins,
+                            x.reads_per_s / 1e6,
+                            x.updates_per_s / 1e6
+                        ));
+                    }
+                }
+                Some(Err(e)) => console.line(&format!("{:<width$} {:<12} FAILED: {e}", d.name, "roofline")),
                 None => {}
             }
         }
@@ -221,7 +278,7 @@ fn main() -> ExitCode {
         Command::Merge(args) => history::merge_command(&args),
         Command::Report(args) => history::report_command(&args),
         Command::History(args) => history::history_command(&args),
-        Command::Backends { json, bandwidth } => backends(json, bandwidth, cli.threads),
+        Command::Backends { json, bandwidth, roofline } => backends(json, bandwidth, roofline, cli.threads),
     };
     if let Some(signal) = interrupt::signal() {
         if let Err(e) = &result {

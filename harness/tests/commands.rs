@@ -184,6 +184,33 @@ fn backends_lists_every_device_with_a_reason() {
     }
 }
 
+/// `backends --roofline` puts the CPU's roofline on the cpu line only: the sequential read
+/// rate, and random read and update rates at each default bin count, in order, on the threads
+/// asked for, with its seed.
+#[test]
+fn backends_roofline_measures_the_cpu_on_its_threads() {
+    let out = adgauge(&["--threads", "2", "backends", "--json", "--roofline"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let devices: Vec<Value> = stdout(&out).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let with: Vec<&str> =
+        devices.iter().filter(|d| d.get("roofline").is_some()).map(|d| d["name"].as_str().unwrap()).collect();
+    assert_eq!(with, ["cpu"]);
+    let r = &devices[0]["roofline"];
+    assert_eq!(r["threads"], 2, "{r}");
+    assert!(r["seq_read_bytes_per_s"].as_f64().unwrap() > 0.0, "{r}");
+    assert!(r["seed"].as_u64().is_some(), "{r}");
+    let random = r["random_4_byte"].as_array().unwrap();
+    let bins: Vec<u64> = random.iter().map(|x| x["bins"].as_u64().unwrap()).collect();
+    assert_eq!(bins, [10, 1_000, 10_000, 100_000, 1_000_000]);
+    for x in random {
+        assert!(x["reads_per_s"].as_f64().unwrap() > 0.0 && x["updates_per_s"].as_f64().unwrap() > 0.0, "{x}");
+    }
+    let text = adgauge(&["backends", "--roofline"]);
+    assert_eq!(text.status.code(), Some(0));
+    let text = stdout(&text);
+    assert!(text.lines().any(|l| l.starts_with("cpu") && l.contains("roofline") && l.contains("GB/s")), "{text}");
+}
+
 /// A libcuda that loads but is not a CUDA driver (here: a copy of the C library this test runs
 /// on, which has no `cuInit`) makes cudarc panic inside; adgauge catches that and reports CUDA
 /// unavailable with the reason, with no panic message on the terminal, and `--backend cuda`

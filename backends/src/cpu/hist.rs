@@ -13,6 +13,7 @@ use rayon::prelude::*;
 
 use super::kernels::PAR_MIN;
 use super::pool::{Buf, Pool};
+use crate::IndexElem;
 
 /// Most chunks (private histograms) one call uses.
 const MAX_CHUNKS: usize = 64;
@@ -55,16 +56,16 @@ impl Plan {
 }
 
 #[inline(always)]
-fn bin_of(inds: &[i64], i: usize, k: usize) -> Option<usize> {
-    let b = inds[i];
-    if (b as u64) < k as u64 { Some(b as usize) } else { None }
+fn bin_of<X: IndexElem>(inds: &[X], i: usize, k: usize) -> Option<usize> {
+    inds[i].bin(k)
 }
 
 /// Folds element i into the accumulator of its bin, for every i with an in-range index.
 /// `fold(acc, i)` adds element i; `merge(acc, later)` appends a later row's partial result.
 /// Returns the k per-bin totals (neutral for empty bins).
-pub fn bin_totals<A, F, M>(pool: &Arc<Pool>, inds: &[i64], k: usize, neutral: A, fold: F, merge: M) -> Buf<A>
+pub fn bin_totals<A, X, F, M>(pool: &Arc<Pool>, inds: &[X], k: usize, neutral: A, fold: F, merge: M) -> Buf<A>
 where
+    X: IndexElem,
     A: Copy + Default + Send + Sync + 'static,
     F: Fn(&mut A, usize) + Sync,
     M: Fn(&mut A, A) + Sync,
@@ -124,8 +125,9 @@ where
 /// Like [`bin_totals`] but keeps one row of k totals per chunk (sub-histograms merged into
 /// their chunk's row, in order): the chunk totals of the chunked general rule. Returns the plan
 /// (its chunk boundaries) and the `plan.chunks * k` rows.
-pub fn chunk_totals<A, F, M>(pool: &Arc<Pool>, inds: &[i64], k: usize, neutral: A, fold: F, merge: M) -> (Plan, Buf<A>)
+pub fn chunk_totals<A, X, F, M>(pool: &Arc<Pool>, inds: &[X], k: usize, neutral: A, fold: F, merge: M) -> (Plan, Buf<A>)
 where
+    X: IndexElem,
     A: Copy + Default + Send + Sync + 'static,
     F: Fn(&mut A, usize) + Sync,
     M: Fn(&mut A, A) + Sync,
@@ -202,10 +204,10 @@ pub fn adjoint_window_bins<T>(k: usize, chunk_len: usize) -> usize {
 /// array alone is 4-8 MB). Each bin's elements stay in index order, so every bin folds the
 /// same values in the same order and the results are the same, bit for bit.
 #[allow(clippy::too_many_arguments, clippy::needless_range_loop)] // positions index ix, v and o alike
-pub fn adjoint_chunk<T, F>(
+pub fn adjoint_chunk<T, X, F>(
     f: F,
     pool: &Arc<Pool>,
-    ix: &[i64],
+    ix: &[X],
     v: &[T],
     pre: &[T],
     suf: &[T],
@@ -214,6 +216,7 @@ pub fn adjoint_chunk<T, F>(
     window_bins: usize,
 ) where
     T: super::CpuElem,
+    X: IndexElem,
     F: super::fold::Fold<T>,
 {
     let k = g.len();

@@ -11,14 +11,16 @@ use std::sync::Arc;
 
 use super::fold::MaxF;
 use super::hist;
-use super::kernels::fill_with;
+use rayon::prelude::*;
+
+use super::kernels::{BLOCK, PAR_MIN, fill_with};
 use super::pool::{Buf, Pool};
 use super::vmath;
-use crate::Elem;
+use crate::{Elem, IndexElem};
 
 /// Per-bin shifts: the maximum of dest and the bin's values, 0 where that is -inf (a bin of
 /// -inf only: its sum is 0 and its log -inf). `None` when a maximum is +inf.
-fn shifts<T: Elem>(pool: &Arc<Pool>, d: &[T], ix: &[i64], v: &[T]) -> Option<Buf<T>> {
+fn shifts<T: Elem, X: IndexElem>(pool: &Arc<Pool>, d: &[T], ix: &[X], v: &[T]) -> Option<Buf<T>> {
     let k = d.len();
     let maxima = super::scalar_totals(pool, ix, k, T::neg_infinity(), v, MaxF);
     let mut shift = pool.take::<T>(k);
@@ -29,17 +31,53 @@ fn shifts<T: Elem>(pool: &Arc<Pool>, d: &[T], ix: &[i64], v: &[T]) -> Option<Buf
     if shift.iter().any(|&s| s == T::infinity()) { None } else { Some(shift) }
 }
 
-/// The histogram `dest[b] logaddexp (every value of bin b)`.
-pub fn hist<T: Elem>(pool: &Arc<Pool>, d: &[T], ix: &[i64], v: &[T]) -> Option<Buf<T>> {
-    let shift = shifts(pool, d, ix, v)?;
-    let sums = hist::bin_totals(
-        pool,
-        ix,
-        d.len(),
-        T::zero(),
-        |a, i| *a = *a + vmath::exp(v[i] - shift[ix[i] as usize]),
-        |a, b| *a = *a + b,
+/// `out[i] = then(i, e^x(i))`, block by block: `x` fills a block (its gathers are scalar),
+/// the block's exponentials run in the vector loop (`vmath::map_exp_in_place`, the same
+/// function as the scalar `vmath::exp`, so the same values), and `then` finishes the block while
+/// it is in cache. An exponential inside a histogram's or a gather's loop runs one lane at a
+/// time: 2-3x the cost of the whole pass.
+pub(crate) fn exp_of<T: Elem>(out: &mut [T], x: impl Fn(usize) -> T + Sync, then: impl Fn(usize, T) -> T + Sync) {
+    let run = |base: usize, block: &mut [T]| {
+        for (j, o) in block.iter_mut().enumerate() {
+            *o = x(base + j);
+        }
+        vmath::map_exp_in_place(block);
+        for (j, o) in block.iter_mut().enumerate() {
+            *o = then(base + j, *o);
+        }
+    };
+    if out.len() < PAR_MIN {
+        run(0, out);
+    } else {
+        out.par_chunks_mut(BLOCK).enumerate().for_each(|(c, block)| run(c * BLOCK, block));
+    }
+}
+
+/// Each value's weight `e^(v - shift[bin])` (`exp_of`); out-of-range elements get some value
+/// that no histogram reads.
+fn weights<T: Elem, X: IndexElem>(pool: &Arc<Pool>, ix: &[X], v: &[T], shift: &[T]) -> Buf<T> {
+    let k = shift.len() as u64;
+    let mut w = pool.take::<T>(v.len());
+    if k == 0 {
+        return w;
+    }
+    // Out-of-range elements read bin 0 (a select, not a branch on indices that come at random).
+    exp_of(
+        &mut w,
+        |i| {
+            let b = ix[i].idx();
+            v[i] - shift[if (b as u64) < k { b as usize } else { 0 }]
+        },
+        |_, e| e,
     );
+    w
+}
+
+/// The histogram `dest[b] logaddexp (every value of bin b)`.
+pub fn hist<T: Elem, X: IndexElem>(pool: &Arc<Pool>, d: &[T], ix: &[X], v: &[T]) -> Option<Buf<T>> {
+    let shift = shifts(pool, d, ix, v)?;
+    let w = weights(pool, ix, v, &shift);
+    let sums = hist::bin_totals(pool, ix, d.len(), T::zero(), |a, i| *a = *a + w[i], |a, b| *a = *a + b);
     let mut out = pool.take::<T>(d.len());
     fill_with(&mut out, |b| shift[b] + (vmath::exp(d[b] - shift[b]) + sums[b]).ln());
     Some(out)
@@ -47,24 +85,22 @@ pub fn hist<T: Elem>(pool: &Arc<Pool>, d: &[T], ix: &[i64], v: &[T]) -> Option<B
 
 /// The histogram and its tangent: `dot = (e^(dest - m) dest_dot + sum of e^(v - m) dv) /
 /// (e^(dest - m) + s)`, 0 for a bin of -inf only (the pairwise fold's partials are 0 there).
-pub fn hist_dual<T: Elem>(
+pub fn hist_dual<T: Elem, X: IndexElem>(
     pool: &Arc<Pool>,
     d: &[T],
     dd: &[T],
-    ix: &[i64],
+    ix: &[X],
     v: &[T],
     vd: &[T],
 ) -> Option<(Buf<T>, Buf<T>)> {
     let shift = shifts(pool, d, ix, v)?;
+    let w = weights(pool, ix, v, &shift);
     let sums = hist::bin_totals(
         pool,
         ix,
         d.len(),
         (T::zero(), T::zero()),
-        |a, i| {
-            let e = vmath::exp(v[i] - shift[ix[i] as usize]);
-            *a = (a.0 + e, a.1 + e * vd[i]);
-        },
+        |a, i| *a = (a.0 + w[i], a.1 + w[i] * vd[i]),
         |a, b| *a = (a.0 + b.0, a.1 + b.1),
     );
     let weight = |b: usize| vmath::exp(d[b] - shift[b]);

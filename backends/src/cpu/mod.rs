@@ -8,7 +8,8 @@ pub(crate) mod kernels;
 mod lae;
 mod lstm;
 mod pool;
-mod scan;
+pub mod roofline;
+pub(crate) mod scan;
 mod segments;
 mod simd;
 mod sort;
@@ -29,7 +30,8 @@ use rayon::prelude::*;
 use crate::checks::{broadcast_shape, same_dtype, same_len};
 use crate::ops::{ChunkedHist, Extremum, IndexMeta, Operand, OutOfRange, ScanSpec, TensorMeta};
 use crate::ops::{DenseOps, ElementwiseOps, HistOps, IndexOps, ReduceOps, RuleKernels, ScanOps, TensorOps};
-use crate::{BinaryOp, DType, Elem, HistOp, OpError, Result, UnaryOp};
+use crate::rules::hist::Relative;
+use crate::{BinaryOp, DType, Elem, HistOp, IndexDType, IndexElem, OpError, Result, UnaryOp};
 use fold::{Fold, with_fold};
 use kernels::{fill_with, par_copy, par_fill};
 pub use pool::{Buf, Pool};
@@ -66,6 +68,43 @@ impl CpuElem for f64 {
         match v {
             Values::F64(b) => Some(b),
             Values::F32(_) => None,
+        }
+    }
+}
+
+/// Entries of a CPU index tensor.
+enum IndexVals {
+    I32(Buf<i32>),
+    I64(Buf<i64>),
+}
+
+/// Index element types the CPU device stores: the kernels are generic over them, so an i32
+/// histogram reads 4-byte indices in its hot loop.
+trait CpuIndexElem: IndexElem {
+    fn wrap(b: Buf<Self>) -> IndexVals;
+    fn view(v: &IndexVals) -> Option<&[Self]>;
+}
+
+impl CpuIndexElem for i32 {
+    fn wrap(b: Buf<Self>) -> IndexVals {
+        IndexVals::I32(b)
+    }
+    fn view(v: &IndexVals) -> Option<&[Self]> {
+        match v {
+            IndexVals::I32(b) => Some(b),
+            IndexVals::I64(_) => None,
+        }
+    }
+}
+
+impl CpuIndexElem for i64 {
+    fn wrap(b: Buf<Self>) -> IndexVals {
+        IndexVals::I64(b)
+    }
+    fn view(v: &IndexVals) -> Option<&[Self]> {
+        match v {
+            IndexVals::I64(b) => Some(b),
+            IndexVals::I32(_) => None,
         }
     }
 }
@@ -138,18 +177,43 @@ impl std::fmt::Debug for CpuTensor {
 /// An index tensor on the CPU.
 #[derive(Clone)]
 pub struct CpuIndex {
-    data: Arc<Buf<i64>>,
+    data: Arc<IndexVals>,
 }
 
 impl IndexMeta for CpuIndex {
     fn len(&self) -> usize {
-        self.data.len()
+        match &*self.data {
+            IndexVals::I32(b) => b.len(),
+            IndexVals::I64(b) => b.len(),
+        }
+    }
+    fn index_dtype(&self) -> IndexDType {
+        match &*self.data {
+            IndexVals::I32(_) => IndexDType::I32,
+            IndexVals::I64(_) => IndexDType::I64,
+        }
+    }
+}
+
+impl CpuIndex {
+    fn slice<X: CpuIndexElem>(&self) -> Result<&[X]> {
+        X::view(&self.data).ok_or_else(|| {
+            OpError::Device(format!("internal: index is {} but {} was expected", self.index_dtype(), X::DTYPE))
+        })
+    }
+
+    /// The entries widened to i64.
+    fn to_i64(&self) -> Vec<i64> {
+        match &*self.data {
+            IndexVals::I32(b) => b.iter().map(|&v| v as i64).collect(),
+            IndexVals::I64(b) => b.to_vec(),
+        }
     }
 }
 
 impl std::fmt::Debug for CpuIndex {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "CpuIndex({})", self.data.len())
+        write!(f, "CpuIndex({}, {})", self.index_dtype(), self.len())
     }
 }
 
@@ -170,6 +234,28 @@ macro_rules! by_dtype {
         match $dt {
             DType::F32 => $s.$m::<f32>($($a),*),
             DType::F64 => $s.$m::<f64>($($a),*),
+        }
+    };
+}
+
+/// [`by_dtype!`] over the value dtype and the index dtype: `$m::<T, X>`.
+macro_rules! by_dtypes {
+    ($dt:expr, $it:expr, $s:ident . $m:ident ( $($a:expr),* $(,)? )) => {
+        match ($dt, $it) {
+            (DType::F32, IndexDType::I32) => $s.$m::<f32, i32>($($a),*),
+            (DType::F32, IndexDType::I64) => $s.$m::<f32, i64>($($a),*),
+            (DType::F64, IndexDType::I32) => $s.$m::<f64, i32>($($a),*),
+            (DType::F64, IndexDType::I64) => $s.$m::<f64, i64>($($a),*),
+        }
+    };
+}
+
+/// [`by_dtype!`] over the index dtype alone: `$m::<X>`.
+macro_rules! by_index_dtype {
+    ($it:expr, $s:ident . $m:ident ( $($a:expr),* $(,)? )) => {
+        match $it {
+            IndexDType::I32 => $s.$m::<i32>($($a),*),
+            IndexDType::I64 => $s.$m::<i64>($($a),*),
         }
     };
 }
@@ -239,9 +325,9 @@ fn binary_in_place<T: CpuElem>(op: BinaryOp, d: &mut [T], o: &[T], donor_is_a: b
 }
 
 /// Per-bin totals of the operator `f` over `v`.
-fn scalar_totals<T: Elem, F: fold::Fold<T>>(
+fn scalar_totals<T: Elem, X: IndexElem, F: fold::Fold<T>>(
     pool: &Arc<Pool>,
-    ix: &[i64],
+    ix: &[X],
     k: usize,
     neutral: T,
     v: &[T],
@@ -251,9 +337,9 @@ fn scalar_totals<T: Elem, F: fold::Fold<T>>(
 }
 
 /// Per-bin totals of the lifted (dual-number) operator `f` over `(v, vd)`.
-fn dual_totals<T: CpuElem, F: fold::Fold<T>>(
+fn dual_totals<T: CpuElem, X: IndexElem, F: fold::Fold<T>>(
     pool: &Arc<Pool>,
-    ix: &[i64],
+    ix: &[X],
     k: usize,
     neutral: (T, T),
     v: &[T],
@@ -300,18 +386,40 @@ impl Cpu {
         CpuTensor { values: Arc::new(T::wrap(b)), shape }
     }
 
-    fn wrap_index(&self, b: Buf<i64>) -> CpuIndex {
-        CpuIndex { data: Arc::new(b) }
+    fn wrap_index<X: CpuIndexElem>(&self, b: Buf<X>) -> CpuIndex {
+        CpuIndex { data: Arc::new(X::wrap(b)) }
     }
 
-    fn gather_adjoint_t<T: CpuElem>(&self, src: &CpuTensor, idx: &CpuIndex, g: &CpuTensor) -> Result<CpuTensor> {
-        let (g, k) = (g.slice::<T>()?, src.numel());
+    /// An index tensor of `X` from entries already checked to fit.
+    fn index_t<X: CpuIndexElem>(&self, data: &[i64]) -> CpuIndex {
+        let mut out = self.pool().take::<X>(data.len());
+        self.run(data.len(), || fill_with(&mut out, |i| X::of_idx(data[i])));
+        self.wrap_index(out)
+    }
+
+    fn sort_t<X: CpuIndexElem>(&self, keys: &CpuIndex, num_keys: usize) -> Result<(Vec<i64>, Vec<i64>)> {
+        let ks = keys.slice::<X>()?;
+        Ok(self.run(keys.len(), || sort::sort_with_ranks(ks, num_keys)))
+    }
+
+    fn gather_index_t<S: CpuIndexElem, X: CpuIndexElem>(&self, src: &CpuIndex, idx: &CpuIndex) -> Result<CpuIndex> {
+        let (s, ix) = (src.slice::<S>()?, idx.slice::<X>()?);
+        let mut out = self.pool().take::<S>(ix.len());
+        self.run(idx.len(), || fill_with(&mut out, |i| ix[i].bin(s.len()).map_or(S::of_idx(-1), |b| s[b])));
+        Ok(self.wrap_index(out))
+    }
+
+    fn gather_adjoint_t<T: CpuElem, X: CpuIndexElem>(
+        &self,
+        src: &CpuTensor,
+        idx: &CpuIndex,
+        g: &CpuTensor,
+    ) -> Result<CpuTensor> {
+        let (g, k, ix) = (g.slice::<T>()?, src.numel(), idx.slice::<X>()?);
         let mut out = self.pool().take::<T>(k);
         out.fill(T::of_f64(HistOp::Add.neutral()));
         for (i, &v) in g.iter().enumerate() {
-            if let Ok(b) = usize::try_from(idx.data[i])
-                && b < k
-            {
+            if let Some(b) = ix[i].bin(k) {
                 out[b] = out[b] + v;
             }
         }
@@ -421,10 +529,10 @@ impl Cpu {
         Ok(self.wrap(out, mask.shape.clone()))
     }
 
-    fn index_eq_t<T: CpuElem>(&self, i: &CpuIndex, value: i64) -> Result<CpuTensor> {
-        let ix = &i.data;
+    fn index_eq_t<T: CpuElem, X: CpuIndexElem>(&self, i: &CpuIndex, value: i64) -> Result<CpuTensor> {
+        let ix = i.slice::<X>()?;
         let mut out = self.pool().take::<T>(ix.len());
-        fill_with(&mut out, |j| if ix[j] == value { T::one() } else { T::zero() });
+        fill_with(&mut out, |j| if ix[j].idx() == value { T::one() } else { T::zero() });
         Ok(self.wrap(out, vec![ix.len()]))
     }
 
@@ -435,24 +543,26 @@ impl Cpu {
         Ok(self.wrap(out, vec![1]))
     }
 
-    fn gather_t<T: CpuElem>(&self, src: &CpuTensor, idx: &CpuIndex, oob: OutOfRange) -> Result<CpuTensor> {
+    fn gather_t<T: CpuElem, X: CpuIndexElem>(
+        &self,
+        src: &CpuTensor,
+        idx: &CpuIndex,
+        oob: OutOfRange,
+    ) -> Result<CpuTensor> {
         let s = src.slice::<T>()?;
-        let ix = &idx.data[..];
+        let ix = idx.slice::<X>()?;
         let len = s.len();
         let fill = match oob {
             OutOfRange::Fill(v) => T::of_f64(v),
             OutOfRange::Error => {
-                if let Some(position) = ix.iter().position(|&b| (b as u64) >= len as u64) {
-                    return Err(OpError::IndexOutOfRange { op: "gather", index: ix[position], position, len });
+                if let Some(position) = ix.iter().position(|&b| b.bin(len).is_none()) {
+                    return Err(OpError::IndexOutOfRange { op: "gather", index: ix[position].idx(), position, len });
                 }
                 T::zero()
             }
         };
         let mut out = self.pool().take::<T>(ix.len());
-        fill_with(&mut out, |i| {
-            let b = ix[i];
-            if (b as u64) < len as u64 { s[b as usize] } else { fill }
-        });
+        fill_with(&mut out, |i| ix[i].bin(len).map_or(fill, |b| s[b]));
         Ok(self.wrap(out, vec![ix.len()]))
     }
 
@@ -477,22 +587,27 @@ impl Cpu {
             .collect()
     }
 
-    fn scatter_t<T: CpuElem>(&self, dest: &CpuTensor, idx: &CpuIndex, vals: &CpuTensor) -> Result<CpuTensor> {
+    fn scatter_t<T: CpuElem, X: CpuIndexElem>(
+        &self,
+        dest: &CpuTensor,
+        idx: &CpuIndex,
+        vals: &CpuTensor,
+    ) -> Result<CpuTensor> {
         let (d, v) = (dest.slice::<T>()?, vals.slice::<T>()?);
-        let ix = &idx.data[..];
+        let ix = idx.slice::<X>()?;
         same_len("scatter", "indices vs values", ix.len(), v.len())?;
         let mut out = self.pool().take::<T>(d.len());
         par_copy(&mut out, d);
-        let k = d.len() as u64;
+        let k = d.len();
         for (j, &b) in ix.iter().enumerate() {
-            if (b as u64) < k {
-                out[b as usize] = v[j];
+            if let Some(b) = b.bin(k) {
+                out[b] = v[j];
             }
         }
         Ok(self.wrap(out, dest.shape.clone()))
     }
 
-    fn reduce_by_index_t<T: CpuElem>(
+    fn reduce_by_index_t<T: CpuElem, X: CpuIndexElem>(
         &self,
         dest: &CpuTensor,
         op: HistOp,
@@ -500,7 +615,7 @@ impl Cpu {
         vals: &CpuTensor,
     ) -> Result<CpuTensor> {
         let (d, v) = (dest.slice::<T>()?, vals.slice::<T>()?);
-        let ix = &inds.data[..];
+        let ix = inds.slice::<X>()?;
         same_len("reduce_by_index", "indices vs values", ix.len(), v.len())?;
         let (k, pool) = (d.len(), self.pool());
         if let fold::Kind::LogAddExp = fold::kind(op)
@@ -530,7 +645,7 @@ impl Cpu {
         Ok(self.wrap(out, dest.shape.clone()))
     }
 
-    fn arg_reduce_by_index_t<T: CpuElem>(
+    fn arg_reduce_by_index_t<T: CpuElem, X: CpuIndexElem>(
         &self,
         dest: &CpuTensor,
         ext: Extremum,
@@ -538,7 +653,7 @@ impl Cpu {
         vals: &CpuTensor,
     ) -> Result<(CpuTensor, CpuIndex)> {
         let (d, v) = (dest.slice::<T>()?, vals.slice::<T>()?);
-        let ix = &inds.data[..];
+        let ix = inds.slice::<X>()?;
         same_len("arg_reduce_by_index", "indices vs values", ix.len(), v.len())?;
         let (k, pool) = (d.len(), self.pool());
         let mut vals_out = pool.take::<T>(k);
@@ -547,8 +662,8 @@ impl Cpu {
         macro_rules! finish {
             ($p:ty) => {{
                 let totals = match ext {
-                    Extremum::Min => self.arg_totals::<T, $p, false>(ix, v, k),
-                    Extremum::Max => self.arg_totals::<T, $p, true>(ix, v, k),
+                    Extremum::Min => self.arg_totals::<T, X, $p, false>(ix, v, k),
+                    Extremum::Max => self.arg_totals::<T, X, $p, true>(ix, v, k),
                 };
                 // dest sits at position -1: it wins every tie.
                 fill_with(&mut vals_out, |b| {
@@ -571,7 +686,12 @@ impl Cpu {
 
     /// Per-bin (winning value, position) of the elements alone; empty bins hold
     /// (neutral, P::NONE), which any element beats.
-    fn arg_totals<T: CpuElem, P: ArgPos, const MAX: bool>(&self, ix: &[i64], v: &[T], k: usize) -> Buf<(T, P)> {
+    fn arg_totals<T: CpuElem, X: IndexElem, P: ArgPos, const MAX: bool>(
+        &self,
+        ix: &[X],
+        v: &[T],
+        k: usize,
+    ) -> Buf<(T, P)> {
         let ext = if MAX { Extremum::Max } else { Extremum::Min };
         let neutral = if MAX { T::neg_infinity() } else { T::infinity() };
         // `beats` with positions compared as P (the order of P matches that of i64 here).
@@ -595,14 +715,14 @@ impl Cpu {
         )
     }
 
-    fn prod_nonzero_by_index_t<T: CpuElem>(
+    fn prod_nonzero_by_index_t<T: CpuElem, X: CpuIndexElem>(
         &self,
         inds: &CpuIndex,
         vals: &CpuTensor,
         k: usize,
     ) -> Result<(CpuTensor, CpuIndex)> {
         let v = vals.slice::<T>()?;
-        let ix = &inds.data[..];
+        let ix = inds.slice::<X>()?;
         same_len("prod_nonzero_by_index", "indices vs values", ix.len(), v.len())?;
         let pool = self.pool();
         let mut p = pool.take::<T>(k);
@@ -632,7 +752,7 @@ impl Cpu {
         Ok((self.wrap(p, vec![k]), self.wrap_index(z)))
     }
 
-    fn prod_vals_adjoint_t<T: CpuElem>(
+    fn prod_vals_adjoint_t<T: CpuElem, X: CpuIndexElem>(
         &self,
         inds: &CpuIndex,
         vals: &CpuTensor,
@@ -640,24 +760,111 @@ impl Cpu {
         c1: &CpuTensor,
     ) -> Result<CpuTensor> {
         let (v, z0, z1) = (vals.slice::<T>()?, c0.slice::<T>()?, c1.slice::<T>()?);
-        let ix = &inds.data[..];
+        let ix = inds.slice::<X>()?;
         same_len("prod_vals_adjoint", "indices vs values", ix.len(), v.len())?;
         same_len("prod_vals_adjoint", "c0 vs c1", z0.len(), z1.len())?;
-        let k = z0.len() as u64;
+        let k = z0.len();
         let mut out = self.pool().take::<T>(v.len());
+        if k == 0 {
+            fill_with(&mut out, |_| T::zero());
+            return Ok(self.wrap(out, vals.shape.clone()));
+        }
+        // Selects, not branches: c0 is 0 in every bin with a zero (about two bins in three of
+        // the benchmark's data), so a branch on it mispredicted at random. An out-of-range
+        // element reads bin 0 and is then set to 0.
         fill_with(&mut out, |i| {
-            let b = ix[i];
-            if (b as u64) >= k {
+            let b = ix[i].idx();
+            let inside = (b as u64) < k as u64;
+            let at = if inside { b as usize } else { 0 };
+            let (x, c0, c1) = (v[i], z0[at], z1[at]);
+            let q = c0 / x;
+            // A zero c0 gives 0 even at a NaN value (a bin whose adjoint is 0).
+            let r = if x == T::zero() {
+                c1
+            } else if c0 == T::zero() {
                 T::zero()
-            } else if v[i] == T::zero() {
-                z1[b as usize]
             } else {
-                // A zero c0 gives 0 even at a NaN value (a bin whose adjoint is 0).
-                let c0 = z0[b as usize];
-                if c0 == T::zero() { T::zero() } else { c0 / v[i] }
-            }
+                q
+            };
+            if inside { r } else { T::zero() }
         });
         Ok(self.wrap(out, vals.shape.clone()))
+    }
+
+    /// [`HistOps::relative_inputs`]: the bins' maxima in one histogram pass (the same fold and
+    /// order as `reduce_by_index` with max, so the same anchors), then each input relative to
+    /// its anchor in one pass (out-of-range elements relative to the neutral anchor, as the
+    /// composition's gather fills them).
+    #[allow(clippy::type_complexity)]
+    fn relative_inputs_t<T: CpuElem, X: CpuIndexElem>(
+        &self,
+        kind: Relative,
+        dest: &CpuTensor,
+        inds: &CpuIndex,
+        vals: &CpuTensor,
+    ) -> Result<(CpuTensor, CpuTensor, CpuTensor)> {
+        let (d, v) = (dest.slice::<T>()?, vals.slice::<T>()?);
+        let ix = inds.slice::<X>()?;
+        same_len("relative_inputs", "indices vs values", ix.len(), v.len())?;
+        // One loop per kind (a kind read inside the loops kept its branches there).
+        let (anchor, dest_rel, vals_rel) = match kind {
+            Relative::Shift => self.relative_of::<T, X, false>(d, ix, v),
+            Relative::Scale => self.relative_of::<T, X, true>(d, ix, v),
+        };
+        let k = d.len();
+        Ok((
+            self.wrap(anchor, vec![k]),
+            self.wrap(dest_rel, dest.shape.clone()),
+            self.wrap(vals_rel, vals.shape.clone()),
+        ))
+    }
+
+    /// [`Cpu::relative_inputs_t`] for one kind: `SCALE` (hypot: magnitudes, x / m) or not
+    /// (logaddexp: x - m).
+    fn relative_of<T: CpuElem, X: CpuIndexElem, const SCALE: bool>(
+        &self,
+        d: &[T],
+        ix: &[X],
+        v: &[T],
+    ) -> (Buf<T>, Buf<T>, Buf<T>) {
+        let (k, pool) = (d.len(), self.pool());
+        let max = fold::MaxF;
+        let (empty, neutral) = if SCALE { (T::zero(), T::one()) } else { (T::neg_infinity(), T::zero()) };
+        let magnitude = |x: T| if SCALE { x.abs() } else { x };
+        let totals = hist::bin_totals(
+            pool,
+            ix,
+            k,
+            T::neg_infinity(),
+            |a, i| *a = max.combine(*a, magnitude(v[i])),
+            |a, b| *a = max.combine(*a, b),
+        );
+        let mut anchor = pool.take::<T>(k);
+        fill_with(&mut anchor, |b| {
+            let m = kernels::combine(HistOp::Max, magnitude(d[b]), totals[b]);
+            if m == empty { neutral } else { m }
+        });
+        let relative = |x: T, a: T| {
+            if SCALE {
+                if x.abs() == a { kernels::unary(UnaryOp::Sign, x) } else { x / a }
+            } else if x == a {
+                T::zero()
+            } else {
+                x - a
+            }
+        };
+        let mut dest_rel = pool.take::<T>(k);
+        fill_with(&mut dest_rel, |b| relative(d[b], anchor[b]));
+        let mut vals_rel = pool.take::<T>(v.len());
+        fill_with(&mut vals_rel, |i| {
+            let b = ix[i].idx();
+            let inside = (b as u64) < k as u64;
+            // A select (bin 0 read, then not used), not a branch: out-of-range indices come at
+            // random.
+            let a = if k == 0 { neutral } else { anchor[if inside { b as usize } else { 0 }] };
+            relative(v[i], if inside { a } else { neutral })
+        });
+        (anchor, dest_rel, vals_rel)
     }
 
     fn fold_adjoint_t<T: CpuElem>(
@@ -688,7 +895,7 @@ impl Cpu {
         Ok(self.wrap(out, a.shape.clone()))
     }
 
-    fn sorted_vals_adjoint_t<T: CpuElem>(
+    fn sorted_vals_adjoint_t<T: CpuElem, X: CpuIndexElem>(
         &self,
         op: HistOp,
         inds: &CpuIndex,
@@ -697,20 +904,20 @@ impl Cpu {
         hist_bar: &CpuTensor,
     ) -> Result<CpuTensor> {
         let (v, d, g) = (vals.slice::<T>()?, dest.slice::<T>()?, hist_bar.slice::<T>()?);
-        let ix = &inds.data[..];
+        let ix = inds.slice::<X>()?;
         same_len("sorted_vals_adjoint", "indices vs values", ix.len(), v.len())?;
         same_len("sorted_vals_adjoint", "dest vs hist_bar", d.len(), g.len())?;
         let (pool, neutral) = (self.pool(), T::of_f64(op.neutral()));
         let mut out = pool.take::<T>(v.len());
         with_fold!(op, T, f => if v.len() <= u32::MAX as usize {
-            segments::sorted_adjoint::<u32, _, _>(pool, f, neutral, ix, v, d, g, &mut out)
+            segments::sorted_adjoint::<u32, _, _, _>(pool, f, neutral, ix, v, d, g, &mut out)
         } else {
-            segments::sorted_adjoint::<usize, _, _>(pool, f, neutral, ix, v, d, g, &mut out)
+            segments::sorted_adjoint::<usize, _, _, _>(pool, f, neutral, ix, v, d, g, &mut out)
         });
         Ok(self.wrap(out, vals.shape.clone()))
     }
 
-    fn total_form_adjoint_t<T: CpuElem>(
+    fn total_form_adjoint_t<T: CpuElem, X: CpuIndexElem>(
         &self,
         op: HistOp,
         inds: &CpuIndex,
@@ -723,30 +930,46 @@ impl Cpu {
             .and_then(|g| g.fns::<T>().total)
             .ok_or_else(|| OpError::Unsupported(format!("the operator {op} has no total form")))?;
         let (v, h, g) = (vals.slice::<T>()?, hist.slice::<T>()?, hist_bar.slice::<T>()?);
-        let ix = &inds.data[..];
+        let ix = inds.slice::<X>()?;
         same_len("total_form_adjoint", "indices vs values", ix.len(), v.len())?;
         same_len("total_form_adjoint", "hist vs hist_bar", h.len(), g.len())?;
-        let k = h.len() as u64;
+        let k = h.len();
         let mut out = self.pool().take::<T>(v.len());
-        // logaddexp's e^(v - t) with the vectorisable exp of the CPU's unary op (a libm exp
-        // through the operator's fn pointer costs several times as much); the same value as
-        // `lae_total` to an ulp.
-        let lae = matches!(fold::kind(op), fold::Kind::LogAddExp);
-        fill_with(&mut out, |i| {
-            let b = ix[i];
-            if (b as u64) >= k || g[b as usize] == T::zero() {
-                T::zero()
-            } else if lae {
-                let t = h[b as usize];
-                if t == T::neg_infinity() { T::zero() } else { vmath::exp(v[i] - t) * g[b as usize] }
-            } else {
-                total(v[i], h[b as usize]) * g[b as usize]
-            }
-        });
+        if let fold::Kind::LogAddExp = fold::kind(op)
+            && k > 0
+        {
+            // logaddexp's e^(v - t) with the CPU's vector exp (`lae::exp_of`; a libm exp
+            // through the operator's fn pointer costs several times as much, the same exp one
+            // lane at a time 2x); the same value as `lae_total` to an ulp. Selects, not
+            // branches (out-of-range elements read bin 0, then give 0): the branch on 5%
+            // out-of-range indices at random mispredicted.
+            let bin = |i: usize| {
+                let b = ix[i].idx();
+                let inside = (b as u64) < k as u64;
+                (inside, if inside { b as usize } else { 0 })
+            };
+            lae::exp_of(
+                &mut out,
+                |i| {
+                    let (_, b) = bin(i);
+                    v[i] - h[b]
+                },
+                |i, e| {
+                    let (inside, b) = bin(i);
+                    let (gb, t) = (g[b], h[b]);
+                    if inside & (gb != T::zero()) & (t != T::neg_infinity()) { e * gb } else { T::zero() }
+                },
+            );
+        } else {
+            fill_with(&mut out, |i| match ix[i].bin(k) {
+                Some(b) if g[b] != T::zero() => total(v[i], h[b]) * g[b],
+                _ => T::zero(),
+            });
+        }
         Ok(self.wrap(out, vals.shape.clone()))
     }
 
-    fn scan_t<T: CpuElem>(
+    fn scan_t<T: CpuElem, X: CpuIndexElem>(
         &self,
         op: HistOp,
         x: &CpuTensor,
@@ -754,7 +977,7 @@ impl Cpu {
         segments: Option<&CpuIndex>,
     ) -> Result<CpuTensor> {
         let xs = x.slice::<T>()?;
-        let keys = segments.map(|s| &s.data[..]);
+        let keys = segments.map(|s| s.slice::<X>()).transpose()?;
         if let Some(k) = keys {
             same_len("scan", "segments vs values", k.len(), xs.len())?;
         }
@@ -764,7 +987,7 @@ impl Cpu {
         Ok(self.wrap(out, x.shape.clone()))
     }
 
-    fn linear_recurrence_t<T: CpuElem>(
+    fn linear_recurrence_t<T: CpuElem, X: CpuIndexElem>(
         &self,
         a: &CpuTensor,
         b: &CpuTensor,
@@ -773,7 +996,7 @@ impl Cpu {
     ) -> Result<CpuTensor> {
         let (xa, xb) = (a.slice::<T>()?, b.slice::<T>()?);
         same_len("linear_recurrence", "a vs b", xa.len(), xb.len())?;
-        let keys = segments.map(|s| &s.data[..]);
+        let keys = segments.map(|s| s.slice::<X>()).transpose()?;
         if let Some(k) = keys {
             same_len("linear_recurrence", "segments vs values", k.len(), xa.len())?;
         }
@@ -783,7 +1006,7 @@ impl Cpu {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn reduce_by_index_dual_t<T: CpuElem>(
+    fn reduce_by_index_dual_t<T: CpuElem, X: CpuIndexElem>(
         &self,
         dest: &CpuTensor,
         dest_dot: &CpuTensor,
@@ -794,7 +1017,7 @@ impl Cpu {
     ) -> Result<(CpuTensor, CpuTensor)> {
         let (d, dd) = (dest.slice::<T>()?, dest_dot.slice::<T>()?);
         let (v, vd) = (vals.slice::<T>()?, vals_dot.slice::<T>()?);
-        let ix = &inds.data[..];
+        let ix = inds.slice::<X>()?;
         same_len("reduce_by_index_dual", "indices vs values", ix.len(), v.len())?;
         same_len("reduce_by_index_dual", "values vs tangents", v.len(), vd.len())?;
         same_len("reduce_by_index_dual", "dest vs tangents", d.len(), dd.len())?;
@@ -827,7 +1050,7 @@ impl Cpu {
         Ok((self.wrap(h, dest.shape.clone()), self.wrap(hd, dest.shape.clone())))
     }
 
-    fn reduce_by_index_chunked_t<T: CpuElem>(
+    fn reduce_by_index_chunked_t<T: CpuElem, X: CpuIndexElem>(
         &self,
         dest: &CpuTensor,
         op: HistOp,
@@ -835,7 +1058,7 @@ impl Cpu {
         vals: &CpuTensor,
     ) -> Result<ChunkedHist<CpuTensor>> {
         let (d, v) = (dest.slice::<T>()?, vals.slice::<T>()?);
-        let ix = &inds.data[..];
+        let ix = inds.slice::<X>()?;
         same_len("reduce_by_index_chunked", "indices vs values", ix.len(), v.len())?;
         let k = d.len();
         let neutral = T::of_f64(op.neutral());
@@ -843,13 +1066,13 @@ impl Cpu {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn chunked_forward<T: CpuElem, F: Fold<T>>(
+    fn chunked_forward<T: CpuElem, X: IndexElem, F: Fold<T>>(
         &self,
         f: F,
         dest: &CpuTensor,
         d: &[T],
         v: &[T],
-        ix: &[i64],
+        ix: &[X],
         k: usize,
         neutral: T,
     ) -> Result<ChunkedHist<CpuTensor>> {
@@ -889,7 +1112,7 @@ impl Cpu {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn chunked_vals_adjoint_t<T: CpuElem>(
+    fn chunked_vals_adjoint_t<T: CpuElem, X: CpuIndexElem>(
         &self,
         op: HistOp,
         inds: &CpuIndex,
@@ -900,7 +1123,7 @@ impl Cpu {
     ) -> Result<CpuTensor> {
         let (v, pre, suf, g) =
             (vals.slice::<T>()?, chunk_prefix.slice::<T>()?, chunk_suffix.slice::<T>()?, hist_bar.slice::<T>()?);
-        let ix = &inds.data[..];
+        let ix = inds.slice::<X>()?;
         let (n, k) = (v.len(), g.len());
         same_len("chunked_vals_adjoint", "indices vs values", ix.len(), n)?;
         let plan = hist::Plan::new(n, k);
@@ -922,11 +1145,11 @@ impl Cpu {
     /// a forward pass from the chunk's prefix row, a backward pass from its suffix row, by bin
     /// windows when k bins outgrow L2).
     #[allow(clippy::too_many_arguments)]
-    fn chunked_adjoint<T: CpuElem, F: Fold<T>>(
+    fn chunked_adjoint<T: CpuElem, X: IndexElem, F: Fold<T>>(
         &self,
         f: F,
         plan: hist::Plan,
-        ix: &[i64],
+        ix: &[X],
         v: &[T],
         pre: &[T],
         suf: &[T],
@@ -949,6 +1172,11 @@ impl Cpu {
     }
 }
 
+/// The index dtype of optional scan segments (any, when there are none).
+fn seg_dtype(segments: Option<&CpuIndex>) -> IndexDType {
+    segments.map_or(IndexDType::I64, |s| s.index_dtype())
+}
+
 impl TensorOps for Cpu {
     type T = CpuTensor;
     type I = CpuIndex;
@@ -967,10 +1195,9 @@ impl TensorOps for Cpu {
         self.run(shape.iter().product::<usize>(), || by_dtype!(dtype, self.full_t(shape, value)))
     }
 
-    fn index(&self, data: &[i64]) -> Result<CpuIndex> {
-        let mut out = self.pool().take::<i64>(data.len());
-        self.run(data.len(), || par_copy(&mut out, data));
-        Ok(self.wrap_index(out))
+    fn index_as(&self, data: &[i64], dtype: IndexDType) -> Result<CpuIndex> {
+        dtype.check(data)?;
+        Ok(by_index_dtype!(dtype, self.index_t(data)))
     }
 
     fn to_vec(&self, t: &CpuTensor) -> Result<Vec<f64>> {
@@ -978,7 +1205,7 @@ impl TensorOps for Cpu {
     }
 
     fn index_to_vec(&self, i: &CpuIndex) -> Result<Vec<i64>> {
-        Ok(i.data.to_vec())
+        Ok(i.to_i64())
     }
 
     fn reshape(&self, t: &CpuTensor, shape: &[usize]) -> Result<CpuTensor> {
@@ -1056,7 +1283,7 @@ impl ElementwiseOps for Cpu {
     }
 
     fn index_eq(&self, i: &CpuIndex, value: i64, dtype: DType) -> Result<CpuTensor> {
-        self.run(i.len(), || by_dtype!(dtype, self.index_eq_t(i, value)))
+        self.run(i.len(), || by_dtypes!(dtype, i.index_dtype(), self.index_eq_t(i, value)))
     }
 
     fn combine(&self, op: HistOp, a: &CpuTensor, b: &CpuTensor) -> Result<CpuTensor> {
@@ -1084,21 +1311,23 @@ impl ReduceOps for Cpu {
 
 impl IndexOps for Cpu {
     fn gather(&self, src: &CpuTensor, idx: &CpuIndex, oob: OutOfRange) -> Result<CpuTensor> {
-        self.run(idx.len().max(src.numel()), || by_dtype!(src.dtype(), self.gather_t(src, idx, oob)))
+        self.run(idx.len().max(src.numel()), || {
+            by_dtypes!(src.dtype(), idx.index_dtype(), self.gather_t(src, idx, oob))
+        })
     }
 
     fn scatter(&self, dest: &CpuTensor, idx: &CpuIndex, vals: &CpuTensor) -> Result<CpuTensor> {
         let dt = same_dtype("scatter", dest, vals)?;
-        self.run(dest.numel().max(idx.len()), || by_dtype!(dt, self.scatter_t(dest, idx, vals)))
+        self.run(dest.numel().max(idx.len()), || by_dtypes!(dt, idx.index_dtype(), self.scatter_t(dest, idx, vals)))
     }
 
     fn sort_by_key(&self, keys: &CpuIndex, num_keys: usize) -> Result<CpuIndex> {
-        let (perm, _) = self.run(keys.len(), || sort::sort_with_ranks(&keys.data, num_keys));
+        let (perm, _) = by_index_dtype!(keys.index_dtype(), self.sort_t(keys, num_keys))?;
         Ok(self.wrap_index(Buf::from_vec(perm, self.pool())))
     }
 
     fn sort_by_key_ranked(&self, keys: &CpuIndex, num_keys: usize) -> Result<(CpuIndex, CpuIndex)> {
-        let (perm, ranks) = self.run(keys.len(), || sort::sort_with_ranks(&keys.data, num_keys));
+        let (perm, ranks) = by_index_dtype!(keys.index_dtype(), self.sort_t(keys, num_keys))?;
         Ok((self.wrap_index(Buf::from_vec(perm, self.pool())), self.wrap_index(Buf::from_vec(ranks, self.pool()))))
     }
 
@@ -1115,16 +1344,14 @@ impl IndexOps for Cpu {
         by_dtype!(x.dtype(), self.unstack_t(x, n, row))
     }
 
+    /// The result has `src`'s index dtype (its entries are `src`'s, or -1).
     fn gather_index(&self, src: &CpuIndex, idx: &CpuIndex) -> Result<CpuIndex> {
-        let (s, ix) = (&src.data[..], &idx.data[..]);
-        let mut out = self.pool().take::<i64>(ix.len());
-        self.run(idx.len(), || {
-            fill_with(&mut out, |i| {
-                let b = ix[i];
-                if (b as u64) < s.len() as u64 { s[b as usize] } else { -1 }
-            })
-        });
-        Ok(self.wrap_index(out))
+        match (src.index_dtype(), idx.index_dtype()) {
+            (IndexDType::I32, IndexDType::I32) => self.gather_index_t::<i32, i32>(src, idx),
+            (IndexDType::I32, IndexDType::I64) => self.gather_index_t::<i32, i64>(src, idx),
+            (IndexDType::I64, IndexDType::I32) => self.gather_index_t::<i64, i32>(src, idx),
+            (IndexDType::I64, IndexDType::I64) => self.gather_index_t::<i64, i64>(src, idx),
+        }
     }
 }
 
@@ -1143,7 +1370,9 @@ impl HistOps for Cpu {
 
     fn reduce_by_index(&self, dest: &CpuTensor, op: HistOp, inds: &CpuIndex, vals: &CpuTensor) -> Result<CpuTensor> {
         let dt = same_dtype("reduce_by_index", dest, vals)?;
-        self.run(inds.len().max(dest.numel()), || by_dtype!(dt, self.reduce_by_index_t(dest, op, inds, vals)))
+        self.run(inds.len().max(dest.numel()), || {
+            by_dtypes!(dt, inds.index_dtype(), self.reduce_by_index_t(dest, op, inds, vals))
+        })
     }
 
     fn arg_reduce_by_index(
@@ -1154,11 +1383,15 @@ impl HistOps for Cpu {
         vals: &CpuTensor,
     ) -> Result<(CpuTensor, CpuIndex)> {
         let dt = same_dtype("arg_reduce_by_index", dest, vals)?;
-        self.run(inds.len().max(dest.numel()), || by_dtype!(dt, self.arg_reduce_by_index_t(dest, ext, inds, vals)))
+        self.run(inds.len().max(dest.numel()), || {
+            by_dtypes!(dt, inds.index_dtype(), self.arg_reduce_by_index_t(dest, ext, inds, vals))
+        })
     }
 
     fn prod_nonzero_by_index(&self, inds: &CpuIndex, vals: &CpuTensor, k: usize) -> Result<(CpuTensor, CpuIndex)> {
-        self.run(inds.len().max(k), || by_dtype!(vals.dtype(), self.prod_nonzero_by_index_t(inds, vals, k)))
+        self.run(inds.len().max(k), || {
+            by_dtypes!(vals.dtype(), inds.index_dtype(), self.prod_nonzero_by_index_t(inds, vals, k))
+        })
     }
 
     fn prod_vals_adjoint(
@@ -1170,13 +1403,27 @@ impl HistOps for Cpu {
     ) -> Result<CpuTensor> {
         same_dtype("prod_vals_adjoint", vals, c0)?;
         let dt = same_dtype("prod_vals_adjoint", c0, c1)?;
-        self.run(inds.len(), || by_dtype!(dt, self.prod_vals_adjoint_t(inds, vals, c0, c1)))
+        self.run(inds.len(), || by_dtypes!(dt, inds.index_dtype(), self.prod_vals_adjoint_t(inds, vals, c0, c1)))
+    }
+
+    fn relative_inputs(
+        &self,
+        kind: Relative,
+        dest: &CpuTensor,
+        inds: &CpuIndex,
+        vals: &CpuTensor,
+    ) -> Result<Option<(CpuTensor, CpuTensor, CpuTensor)>> {
+        let dt = same_dtype("relative_inputs", dest, vals)?;
+        self.run(inds.len().max(dest.numel()), || {
+            by_dtypes!(dt, inds.index_dtype(), self.relative_inputs_t(kind, dest, inds, vals))
+        })
+        .map(Some)
     }
 }
 
 impl ScanOps for Cpu {
     fn scan(&self, op: HistOp, x: &CpuTensor, spec: ScanSpec, segments: Option<&CpuIndex>) -> Result<CpuTensor> {
-        self.run(x.numel(), || by_dtype!(x.dtype(), self.scan_t(op, x, spec, segments)))
+        self.run(x.numel(), || by_dtypes!(x.dtype(), seg_dtype(segments), self.scan_t(op, x, spec, segments)))
     }
 
     fn linear_recurrence(
@@ -1187,7 +1434,7 @@ impl ScanOps for Cpu {
         segments: Option<&CpuIndex>,
     ) -> Result<CpuTensor> {
         let dt = same_dtype("linear_recurrence", a, b)?;
-        self.run(a.numel(), || by_dtype!(dt, self.linear_recurrence_t(a, b, spec, segments)))
+        self.run(a.numel(), || by_dtypes!(dt, seg_dtype(segments), self.linear_recurrence_t(a, b, spec, segments)))
     }
 }
 
@@ -1239,7 +1486,7 @@ impl RuleKernels for Cpu {
             return crate::rules::indexing::gather_adjoint_composed(self, src, idx, g);
         }
         same_len("reduce_by_index", "indices vs values", idx.len(), n)?;
-        by_dtype!(g.dtype(), self.gather_adjoint_t(src, idx, g))
+        by_dtypes!(g.dtype(), idx.index_dtype(), self.gather_adjoint_t(src, idx, g))
     }
 
     fn sum_sq_diff_adjoint(&self, a: &CpuTensor, c: &CpuTensor, g: &CpuTensor) -> Result<CpuTensor> {
@@ -1341,7 +1588,9 @@ impl RuleKernels for Cpu {
     ) -> Result<CpuTensor> {
         same_dtype("total_form_adjoint", vals, hist)?;
         let dt = same_dtype("total_form_adjoint", hist, hist_bar)?;
-        self.run(inds.len(), || by_dtype!(dt, self.total_form_adjoint_t(op, inds, vals, hist, hist_bar)))
+        self.run(inds.len(), || {
+            by_dtypes!(dt, inds.index_dtype(), self.total_form_adjoint_t(op, inds, vals, hist, hist_bar))
+        })
     }
 
     fn sorted_vals_adjoint(
@@ -1354,7 +1603,9 @@ impl RuleKernels for Cpu {
     ) -> Result<CpuTensor> {
         same_dtype("sorted_vals_adjoint", vals, dest)?;
         let dt = same_dtype("sorted_vals_adjoint", dest, hist_bar)?;
-        self.run(inds.len(), || by_dtype!(dt, self.sorted_vals_adjoint_t(op, inds, vals, dest, hist_bar)))
+        self.run(inds.len(), || {
+            by_dtypes!(dt, inds.index_dtype(), self.sorted_vals_adjoint_t(op, inds, vals, dest, hist_bar))
+        })
     }
 
     fn reduce_by_index_dual(
@@ -1369,7 +1620,9 @@ impl RuleKernels for Cpu {
         same_dtype("reduce_by_index_dual", dest, dest_dot)?;
         same_dtype("reduce_by_index_dual", vals, vals_dot)?;
         let dt = same_dtype("reduce_by_index_dual", dest, vals)?;
-        self.run(inds.len(), || by_dtype!(dt, self.reduce_by_index_dual_t(dest, dest_dot, op, inds, vals, vals_dot)))
+        self.run(inds.len(), || {
+            by_dtypes!(dt, inds.index_dtype(), self.reduce_by_index_dual_t(dest, dest_dot, op, inds, vals, vals_dot))
+        })
     }
 
     fn reduce_by_index_chunked(
@@ -1380,7 +1633,9 @@ impl RuleKernels for Cpu {
         vals: &CpuTensor,
     ) -> Result<ChunkedHist<CpuTensor>> {
         let dt = same_dtype("reduce_by_index_chunked", dest, vals)?;
-        self.run(inds.len(), || by_dtype!(dt, self.reduce_by_index_chunked_t(dest, op, inds, vals)))
+        self.run(inds.len(), || {
+            by_dtypes!(dt, inds.index_dtype(), self.reduce_by_index_chunked_t(dest, op, inds, vals))
+        })
     }
 
     fn chunked_vals_adjoint(
@@ -1396,7 +1651,11 @@ impl RuleKernels for Cpu {
         same_dtype("chunked_vals_adjoint", vals, chunk_suffix)?;
         let dt = same_dtype("chunked_vals_adjoint", vals, hist_bar)?;
         self.run(inds.len(), || {
-            by_dtype!(dt, self.chunked_vals_adjoint_t(op, inds, vals, chunk_prefix, chunk_suffix, hist_bar))
+            by_dtypes!(
+                dt,
+                inds.index_dtype(),
+                self.chunked_vals_adjoint_t(op, inds, vals, chunk_prefix, chunk_suffix, hist_bar)
+            )
         })
     }
 }

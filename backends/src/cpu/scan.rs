@@ -12,15 +12,18 @@
 use rayon::prelude::*;
 
 use super::kernels::PAR_MIN;
-use crate::ScanSpec;
+use crate::{IndexElem, ScanSpec};
 
 /// Block length of the parallel sweeps.
 const SCAN_BLOCK: usize = 1 << 16;
+/// Elements from which a scan runs in parallel blocks with carries (`crate::sizes` lists it:
+/// `check` runs the histograms, general-sort's segmented scans included, on both sides).
+pub(crate) const PARALLEL_SCAN_MIN: usize = 2 * PAR_MIN;
 
 /// Does a segment start at position j when sweeping in `spec`'s direction? (The first position
 /// of the sweep, or a key change with respect to the previous position of the sweep.)
 #[inline(always)]
-fn starts_segment(keys: Option<&[i64]>, j: usize, n: usize, reverse: bool) -> bool {
+fn starts_segment<X: IndexElem>(keys: Option<&[X]>, j: usize, n: usize, reverse: bool) -> bool {
     match keys {
         None => {
             if reverse {
@@ -43,10 +46,10 @@ fn starts_segment(keys: Option<&[i64]>, j: usize, n: usize, reverse: bool) -> bo
 /// takes element j in, and `out[j]` is `emit(state)` after (inclusive) or before (exclusive)
 /// element j.
 #[inline(always)]
-fn sweep<S: Copy, T>(
+fn sweep<S: Copy, T, X: IndexElem>(
     out: &mut [T],
     spec: ScanSpec,
-    keys: Option<&[i64]>,
+    keys: Option<&[X]>,
     init: S,
     step: impl Fn(S, usize) -> S,
     emit: impl Fn(S) -> T,
@@ -94,12 +97,12 @@ fn position(base: usize, len: usize, t: usize, reverse: bool) -> usize {
 /// Phase 1 for one block: sweep it as if a segment started at its first position.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn sweep_block<S: Copy, T>(
+fn sweep_block<S: Copy, T, X: IndexElem>(
     out: &mut [T],
     base: usize,
     n: usize,
     spec: ScanSpec,
-    keys: Option<&[i64]>,
+    keys: Option<&[X]>,
     init: S,
     one: S,
     step: &impl Fn(S, usize) -> S,
@@ -133,16 +136,16 @@ fn sweep_block<S: Copy, T>(
 }
 
 /// `out = scan(combine, x)` from `neutral`.
-pub fn scan<T: Copy + Send + Sync>(
+pub fn scan<T: Copy + Send + Sync, X: IndexElem>(
     out: &mut [T],
     x: &[T],
     neutral: T,
     combine: impl Fn(T, T) -> T + Sync,
     spec: ScanSpec,
-    keys: Option<&[i64]>,
+    keys: Option<&[X]>,
 ) {
     let n = out.len();
-    if n < 2 * PAR_MIN {
+    if n < PARALLEL_SCAN_MIN {
         sweep(out, spec, keys, neutral, |acc, j| combine(acc, x[j]), |acc| acc);
         return;
     }
@@ -182,17 +185,17 @@ fn block_carries<S: Copy>(blocks: &[Block<S>], reverse: bool, init: S, extend: i
 }
 
 /// `out` = the linear recurrence `y = a[j] + b[j] * y` from 0.
-pub fn linear_recurrence<T: num_traits::Float + Send + Sync>(
+pub fn linear_recurrence<T: num_traits::Float + Send + Sync, X: IndexElem>(
     out: &mut [T],
     a: &[T],
     b: &[T],
     spec: ScanSpec,
-    keys: Option<&[i64]>,
+    keys: Option<&[X]>,
 ) {
     // A zero multiplier cuts the dependence (no 0 * inf = NaN from an unrelated state).
     let step = |y: T, j: usize| if b[j] == T::zero() { a[j] } else { a[j] + b[j] * y };
     let n = out.len();
-    if n < 2 * PAR_MIN {
+    if n < PARALLEL_SCAN_MIN {
         sweep(out, spec, keys, T::zero(), step, |y| y);
         return;
     }
@@ -242,7 +245,7 @@ mod tests {
         let rev_ex = ScanSpec { exclusive: true, reverse: true };
         scan(&mut out, &x, 0.0, add, rev_ex, Some(&keys));
         assert_eq!(out, [2.0, 0.0, 9.0, 5.0, 0.0]);
-        scan(&mut out, &x, 0.0, add, ScanSpec::INCLUSIVE.flipped(), None);
+        scan(&mut out, &x, 0.0, add, ScanSpec::INCLUSIVE.flipped(), None::<&[i64]>);
         assert_eq!(out, [15.0, 14.0, 12.0, 9.0, 5.0]);
     }
 
@@ -280,9 +283,9 @@ mod tests {
         let a = [1.0, 2.0, 3.0];
         let b = [5.0, 10.0, 0.5];
         let mut out = [0.0; 3];
-        linear_recurrence(&mut out, &a, &b, ScanSpec::INCLUSIVE, None);
+        linear_recurrence(&mut out, &a, &b, ScanSpec::INCLUSIVE, None::<&[i64]>);
         assert_eq!(out, [1.0, 12.0, 9.0]);
-        linear_recurrence(&mut out, &a, &b, ScanSpec::EXCLUSIVE.flipped(), None);
+        linear_recurrence(&mut out, &a, &b, ScanSpec::EXCLUSIVE.flipped(), None::<&[i64]>);
         // reverse: y2 = 3, y1 = 2 + 10*3 = 32; exclusive shifts by one.
         assert_eq!(out, [32.0, 3.0, 0.0]);
     }

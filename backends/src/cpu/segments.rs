@@ -17,7 +17,7 @@ use rayon::prelude::*;
 use super::fold::Fold;
 use super::kernels::SyncPtr;
 use super::pool::Pool;
-use crate::Elem;
+use crate::{Elem, IndexElem};
 
 /// Most chunks of the counting pass.
 const MAX_CHUNKS: usize = 64;
@@ -58,11 +58,11 @@ impl Pos for usize {
 /// bin's adjoint is 0), with l the fold of dest and the bin's earlier elements and r the fold of
 /// its later ones. `P` must hold any index below `inds.len()`.
 #[allow(clippy::too_many_arguments)]
-pub fn sorted_adjoint<P: Pos, T: Elem, F: Fold<T>>(
+pub fn sorted_adjoint<P: Pos, T: Elem, X: IndexElem, F: Fold<T>>(
     pool: &Arc<Pool>,
     f: F,
     neutral: T,
-    inds: &[i64],
+    inds: &[X],
     v: &[T],
     d: &[T],
     g: &[T],
@@ -80,11 +80,11 @@ pub fn sorted_adjoint<P: Pos, T: Elem, F: Fold<T>>(
     let chunk_len = n.div_ceil(chunks);
     // Counting pass: per-chunk bin counts; out-of-range elements get their zero adjoint here.
     let mut counts = pool.take::<P>(chunks * k);
-    let count_chunk = |row: &mut [P], ks: &[i64], o: &mut [T]| {
+    let count_chunk = |row: &mut [P], ks: &[X], o: &mut [T]| {
         row.fill(P::of(0));
         for (&b, o) in ks.iter().zip(o) {
-            if (b as u64) < k as u64 {
-                let c = &mut row[b as usize];
+            if let Some(b) = b.bin(k) {
+                let c = &mut row[b];
                 *c = P::of(c.at() + 1);
             } else {
                 *o = T::zero();
@@ -121,9 +121,8 @@ pub fn sorted_adjoint<P: Pos, T: Elem, F: Fold<T>>(
     let scatter_chunk = |c: usize, slots: &mut [P], ranks: &mut [P]| {
         let start = c * chunk_len;
         for (j, r) in ranks.iter_mut().enumerate() {
-            let b = inds[start + j];
-            if (b as u64) < k as u64 {
-                let s = &mut slots[b as usize];
+            if let Some(b) = inds[start + j].bin(k) {
+                let s = &mut slots[b];
                 let slot = s.at();
                 *s = P::of(slot + 1);
                 *r = P::of(slot);
@@ -190,7 +189,7 @@ pub fn sorted_adjoint<P: Pos, T: Elem, F: Fold<T>>(
     let adjoint = &t1[..m];
     let gather_chunk = |start: usize, o: &mut [T], ranks: &[P]| {
         for (j, (o, r)) in o.iter_mut().zip(ranks).enumerate() {
-            if (inds[start + j] as u64) < k as u64 {
+            if inds[start + j].bin(k).is_some() {
                 *o = adjoint[r.at()];
             }
         }
@@ -271,8 +270,8 @@ mod tests {
                 let mut got64 = vec![T::nan(); n];
                 tp.install(|| {
                     with_fold!(op, T, f => {
-                        sorted_adjoint::<u32, _, _>(&pool, f, neutral, &inds, &v, &d, &g, &mut got32);
-                        sorted_adjoint::<usize, _, _>(&pool, f, neutral, &inds, &v, &d, &g, &mut got64);
+                        sorted_adjoint::<u32, _, _, _>(&pool, f, neutral, &inds, &v, &d, &g, &mut got32);
+                        sorted_adjoint::<usize, _, _, _>(&pool, f, neutral, &inds, &v, &d, &g, &mut got64);
                     })
                 });
                 for (i, ((a, b), w)) in got32.iter().zip(&got64).zip(&want).enumerate() {

@@ -10,6 +10,7 @@
 //! bucket counts, their exclusive prefix in (bucket, chunk) order, then every chunk ranks its
 //! elements in order.
 
+use crate::IndexElem;
 use rayon::prelude::*;
 
 use super::kernels::{BLOCK, SyncPtr};
@@ -24,12 +25,12 @@ const RADIX_BITS: u32 = 11;
 use crate::sizes::COUNTING_MAX;
 
 #[inline]
-fn bucket(key: i64, num_keys: usize) -> usize {
-    if (key as u64) < num_keys as u64 { key as usize } else { num_keys }
+fn bucket<X: IndexElem>(key: X, num_keys: usize) -> usize {
+    key.bin(num_keys).unwrap_or(num_keys)
 }
 
 /// Positions `0..keys.len()` ordered stably by key.
-pub fn sort_by_key(keys: &[i64], num_keys: usize) -> Vec<i64> {
+pub fn sort_by_key<X: IndexElem>(keys: &[X], num_keys: usize) -> Vec<i64> {
     let n = keys.len();
     let buckets = num_keys + 1;
     if buckets <= COUNTING_MAX || buckets <= n / 4 {
@@ -46,7 +47,7 @@ pub fn sort_by_key(keys: &[i64], num_keys: usize) -> Vec<i64> {
 }
 
 /// Stable sort by key: `(perm, ranks)` with `perm[ranks[i]] == i`.
-pub fn sort_with_ranks(keys: &[i64], num_keys: usize) -> (Vec<i64>, Vec<i64>) {
+pub fn sort_with_ranks<X: IndexElem>(keys: &[X], num_keys: usize) -> (Vec<i64>, Vec<i64>) {
     let n = keys.len();
     let buckets = num_keys + 1;
     if !(buckets <= COUNTING_MAX || buckets <= n / 4) {
@@ -102,7 +103,7 @@ pub fn sort_with_ranks(keys: &[i64], num_keys: usize) -> (Vec<i64>, Vec<i64>) {
 }
 
 /// One stable counting pass over the digit `(bucket >> shift) & mask` of the keys at `perm`.
-fn counting_pass(keys: &[i64], num_keys: usize, perm: Vec<i64>, shift: u32, width: u32) -> Vec<i64> {
+fn counting_pass<X: IndexElem>(keys: &[X], num_keys: usize, perm: Vec<i64>, shift: u32, width: u32) -> Vec<i64> {
     let digit = |p: i64| -> usize {
         let b = bucket(keys[p as usize], num_keys);
         if width >= usize::BITS { b } else { (b >> shift) & ((1usize << width) - 1) }

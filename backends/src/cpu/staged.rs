@@ -34,7 +34,7 @@ use crate::checks::{broadcast_shape, same_dtype, same_len};
 use crate::device::Device;
 use crate::ops::{ChunkedHist, Extremum, Operand, OutOfRange, ScanSpec, TensorMeta};
 use crate::ops::{DenseOps, ElementwiseOps, HistOps, IndexOps, ReduceOps, RuleKernels, ScanOps, TensorOps};
-use crate::{BinaryOp, DType, HistOp, OpError, Result, UnaryOp};
+use crate::{BinaryOp, DType, HistOp, IndexDType, OpError, Result, UnaryOp};
 
 /// Hashes node addresses (Fx's multiplier): SipHash was a fifth of a staged LSTM.
 #[derive(Default, Clone, Copy)]
@@ -655,8 +655,8 @@ impl TensorOps for CpuStaged {
     fn full(&self, shape: &[usize], value: f64, dtype: DType) -> Result<StagedTensor> {
         Ok(Self::done(self.cpu.full(shape, value, dtype)?))
     }
-    fn index(&self, data: &[i64]) -> Result<CpuIndex> {
-        self.cpu.index(data)
+    fn index_as(&self, data: &[i64], dtype: IndexDType) -> Result<CpuIndex> {
+        self.cpu.index_as(data, dtype)
     }
     fn to_vec(&self, t: &StagedTensor) -> Result<Vec<f64>> {
         self.cpu.to_vec(self.value(t)?)
@@ -790,6 +790,16 @@ impl HistOps for CpuStaged {
     ) -> Result<StagedTensor> {
         let (v, c0, c1) = (self.value(vals)?, self.value(c0)?, self.value(c1)?);
         Ok(Self::done(self.cpu.prod_vals_adjoint(inds, v, c0, c1)?))
+    }
+    fn relative_inputs(
+        &self,
+        kind: crate::rules::hist::Relative,
+        dest: &StagedTensor,
+        inds: &CpuIndex,
+        vals: &StagedTensor,
+    ) -> Result<Option<(StagedTensor, StagedTensor, StagedTensor)>> {
+        let fused = self.cpu.relative_inputs(kind, self.value(dest)?, inds, self.value(vals)?)?;
+        Ok(fused.map(|(a, d, v)| (Self::done(a), Self::done(d), Self::done(v))))
     }
 }
 

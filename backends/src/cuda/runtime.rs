@@ -20,7 +20,7 @@ use cudarc::nvrtc::{CompileError, CompileOptions, Ptx};
 use crate::general::GeneralOp;
 use crate::gpu::{Arg, KernelRuntime};
 use crate::kernel_source::{self, Dialect};
-use crate::{DType, HistOp, OpError, Result};
+use crate::{DType, HistOp, IndexDType, OpError, Result};
 
 /// The environment variable that picks the CUDA device by ordinal (default 0).
 pub const DEVICE_ENV: &str = "ADGAUGE_CUDA_DEVICE";
@@ -87,12 +87,12 @@ fn compile(src: &str, name: String, arch: &str) -> std::result::Result<Ptx, Stri
     quietly(AssertUnwindSafe(|| cudarc::nvrtc::compile_ptx_with_opts(src, opts)))?.map_err(compile_error_text)
 }
 
-/// Compiles the CUDA program of (dtype, operator) to PTX for `arch` (e.g. `sm_80`) with NVRTC and
+/// Compiles the CUDA program of (dtype, index dtype, operator) to PTX for `arch` (e.g. `sm_80`) with NVRTC and
 /// returns the PTX text. Needs only libnvrtc, never libcuda or a GPU: this is how machines
 /// without a GPU check that every CUDA kernel compiles.
-pub fn compile_ptx(dtype: DType, op: &GeneralOp, arch: &str) -> std::result::Result<String, String> {
-    let src = kernel_source::program_source(Dialect::Cuda, dtype, op);
-    let ptx = compile(&src, format!("adgauge_{dtype}_{}.cu", op.name), arch)?;
+pub fn compile_ptx(dtype: DType, index: IndexDType, op: &GeneralOp, arch: &str) -> std::result::Result<String, String> {
+    let src = kernel_source::program_source(Dialect::Cuda, dtype, index, op);
+    let ptx = compile(&src, format!("adgauge_{dtype}_{index}_{}.cu", op.name), arch)?;
     quietly(AssertUnwindSafe(|| ptx.to_src()))
 }
 
@@ -115,7 +115,7 @@ pub struct CudaRuntime {
     /// Every command goes to this one stream, in order.
     stream: Arc<CudaStream>,
     /// Programs by (dtype, operator name); also serialises launches.
-    programs: Mutex<HashMap<(DType, &'static str), Prog>>,
+    programs: Mutex<HashMap<(DType, IndexDType, &'static str), Prog>>,
     compile_time: Mutex<Duration>,
 }
 
@@ -180,27 +180,28 @@ impl CudaRuntime {
         })
     }
 
-    /// The (dtype, op) program from the cache, compiled (for this device's compute capability)
+    /// The (dtype, index dtype, op) program from the cache, compiled (for this device's compute capability)
     /// and loaded on first use.
     fn program<'p>(
         &self,
-        programs: &'p mut HashMap<(DType, &'static str), Prog>,
+        programs: &'p mut HashMap<(DType, IndexDType, &'static str), Prog>,
         dtype: DType,
+        index: IndexDType,
         op: HistOp,
     ) -> Result<&'p mut Prog> {
         let gop = kernel_source::program_op(op);
-        match programs.entry((dtype, gop.name)) {
+        match programs.entry((dtype, index, gop.name)) {
             std::collections::hash_map::Entry::Occupied(e) => Ok(e.into_mut()),
             std::collections::hash_map::Entry::Vacant(e) => {
-                let src = kernel_source::program_source(Dialect::Cuda, dtype, gop);
+                let src = kernel_source::program_source(Dialect::Cuda, dtype, index, gop);
                 let arch = format!("compute_{}{}", self.capability.0, self.capability.1);
                 let started = Instant::now();
-                let ptx = compile(&src, format!("adgauge_{dtype}_{}.cu", gop.name), &arch)
-                    .map_err(|log| OpError::Device(format!("NVRTC build of ({dtype}, {}) failed: {log}", gop.name)))?;
-                let module = self
-                    .ctx
-                    .load_module(ptx)
-                    .map_err(|err| OpError::Device(format!("CUDA module load of ({dtype}, {}): {err}", gop.name)))?;
+                let ptx = compile(&src, format!("adgauge_{dtype}_{index}_{}.cu", gop.name), &arch).map_err(|log| {
+                    OpError::Device(format!("NVRTC build of ({dtype}, {index}, {}) failed: {log}", gop.name))
+                })?;
+                let module = self.ctx.load_module(ptx).map_err(|err| {
+                    OpError::Device(format!("CUDA module load of ({dtype}, {index}, {}): {err}", gop.name))
+                })?;
                 *self.compile_time.lock().unwrap_or_else(|e| e.into_inner()) += started.elapsed();
                 Ok(e.insert(Prog { module, functions: HashMap::new() }))
             }
@@ -305,6 +306,7 @@ impl KernelRuntime for CudaRuntime {
         &self,
         dtype: DType,
         op: HistOp,
+        index: IndexDType,
         name: &'static str,
         global: usize,
         local: Option<usize>,
@@ -336,7 +338,7 @@ impl KernelRuntime for CudaRuntime {
             )));
         }
         let mut programs = self.programs.lock().unwrap_or_else(|e| e.into_inner());
-        let prog = self.program(&mut programs, dtype, op)?;
+        let prog = self.program(&mut programs, dtype, index, op)?;
         let func = Self::function(prog, name)?;
         let mut builder = self.stream.launch_builder(func);
         for (a, s) in args.iter().zip(&scalars) {
@@ -362,11 +364,11 @@ impl KernelRuntime for CudaRuntime {
         Ok(())
     }
 
-    fn build(&self, dtype: DType, op: HistOp) -> Result<Vec<&'static str>> {
+    fn build(&self, dtype: DType, op: HistOp, index: IndexDType) -> Result<Vec<&'static str>> {
         self.check_dtype(dtype)?;
         let names = kernel_source::kernel_names(dtype);
         let mut programs = self.programs.lock().unwrap_or_else(|e| e.into_inner());
-        let prog = self.program(&mut programs, dtype, op)?;
+        let prog = self.program(&mut programs, dtype, index, op)?;
         for n in &names {
             Self::function(prog, n)?;
         }

@@ -34,12 +34,12 @@ use crate::device::{Device, DeviceMemory, Transfers};
 use crate::ops::{ChunkedHist, Extremum, IndexMeta, Operand, OutOfRange, ScanSpec, TensorMeta};
 use crate::ops::{DenseOps, ElementwiseOps, HistOps, IndexOps, ReduceOps, RuleKernels, ScanOps, TensorOps};
 use crate::shape;
-use crate::{BinaryOp, DType, HistOp, OpError, Result, UnaryOp};
+use crate::{BinaryOp, DType, HistOp, IndexDType, OpError, Result, UnaryOp};
 
 mod bandwidth;
 pub use bandwidth::{CopyBandwidth, copy_bandwidth};
 
-/// A device buffer of raw bytes (values or i64 indices) with its element count.
+/// A device buffer of raw bytes (values or indices) with its element count.
 pub struct RawBuf<B> {
     pub buf: B,
     pub len: usize,
@@ -105,6 +105,8 @@ unsafe impl Pod for f64 {}
 // SAFETY: as above.
 unsafe impl Pod for i64 {}
 // SAFETY: as above.
+unsafe impl Pod for i32 {}
+// SAFETY: as above.
 unsafe impl Pod for u8 {}
 
 /// What a platform (OpenCL, CUDA) provides to the kernel device. One runtime per process,
@@ -148,22 +150,24 @@ pub trait KernelRuntime: Send + Sync + Sized + 'static {
     fn copy_bytes(&self, src: &Self::Raw, dst: &mut Self::Raw, bytes: usize) -> Result<()>;
     /// Waits for every queued command.
     fn finish(&self) -> Result<()>;
-    /// Launches kernel `name` of the (dtype, op) program over `global` work-items in groups of
+    /// Launches kernel `name` of the (dtype, op, index dtype) program over `global` work-items in groups of
     /// `local` (the runtime's choice when `None`); work-items past `global` may run and must
     /// return early (every kernel checks its count). Nothing runs when `global` is 0. The
     /// program is compiled on first use and cached.
+    #[allow(clippy::too_many_arguments)] // the program's three keys, the kernel and its launch
     fn launch(
         &self,
         dtype: DType,
         op: HistOp,
+        index: IndexDType,
         name: &'static str,
         global: usize,
         local: Option<usize>,
         args: &[Arg<'_, Self::Raw>],
     ) -> Result<()>;
-    /// Compiles the (dtype, op) program (through the cache) and looks up every kernel in it;
-    /// returns the kernel names.
-    fn build(&self, dtype: DType, op: HistOp) -> Result<Vec<&'static str>>;
+    /// Compiles the (dtype, op, index dtype) program (through the cache) and looks up every
+    /// kernel in it; returns the kernel names.
+    fn build(&self, dtype: DType, op: HistOp, index: IndexDType) -> Result<Vec<&'static str>>;
 
     fn check_dtype(&self, dtype: DType) -> Result<()> {
         if dtype == DType::F64 && !self.has_f64() {
@@ -241,9 +245,10 @@ impl<R: KernelRuntime> std::fmt::Debug for GpuTensor<R> {
     }
 }
 
-/// An index tensor (i64) in a device buffer.
+/// An index tensor (i32 or i64) in a device buffer.
 pub struct GpuIndex<R: KernelRuntime> {
     buf: Arc<Buf<R>>,
+    dtype: IndexDType,
     /// Every entry lies in `lo..=hi`, when known (uploads, sort permutations, winners' positions):
     /// a gather that must reject out-of-range indices then needs no device-side check, whose
     /// verdict would have to be read back.
@@ -252,7 +257,7 @@ pub struct GpuIndex<R: KernelRuntime> {
 
 impl<R: KernelRuntime> Clone for GpuIndex<R> {
     fn clone(&self) -> Self {
-        GpuIndex { buf: self.buf.clone(), bounds: self.bounds }
+        GpuIndex { buf: self.buf.clone(), dtype: self.dtype, bounds: self.bounds }
     }
 }
 
@@ -260,11 +265,31 @@ impl<R: KernelRuntime> IndexMeta for GpuIndex<R> {
     fn len(&self) -> usize {
         self.buf.len
     }
+    fn index_dtype(&self) -> IndexDType {
+        self.dtype
+    }
 }
 
 impl<R: KernelRuntime> std::fmt::Debug for GpuIndex<R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}Index({})", R::ENGINE, self.buf.len)
+        write!(f, "{}Index({}, {})", R::ENGINE, self.dtype, self.buf.len)
+    }
+}
+
+/// Which program a kernel runs in: the value dtype and the index dtype (`IDX_T`), i64 unless
+/// the kernel reads an index tensor of the caller's.
+#[derive(Clone, Copy)]
+struct Prog(DType, IndexDType);
+
+impl From<DType> for Prog {
+    fn from(dtype: DType) -> Prog {
+        Prog(dtype, IndexDType::I64)
+    }
+}
+
+impl From<(DType, IndexDType)> for Prog {
+    fn from((dtype, index): (DType, IndexDType)) -> Prog {
+        Prog(dtype, index)
     }
 }
 
@@ -473,10 +498,10 @@ impl<R: KernelRuntime> KernelDevice<R> {
         self.rt.compile_time()
     }
 
-    /// Builds the program of (dtype, op) and looks up every kernel in it; returns the kernel
-    /// names (a compile check of the whole source).
-    pub fn build_program(&self, dtype: DType, op: HistOp) -> Result<Vec<&'static str>> {
-        self.rt.build(dtype, op)
+    /// Builds the program of (dtype, op, index dtype) and looks up every kernel in it; returns
+    /// the kernel names (a compile check of the whole source).
+    pub fn build_program(&self, dtype: DType, op: HistOp, index: IndexDType) -> Result<Vec<&'static str>> {
+        self.rt.build(dtype, op, index)
     }
 
     fn new_tensor(&self, shape: Vec<usize>, dtype: DType) -> Result<(Buf<R>, Vec<usize>)> {
@@ -489,24 +514,39 @@ impl<R: KernelRuntime> KernelDevice<R> {
         GpuTensor { buf: Arc::new(b), shape, dtype }
     }
 
-    fn wrap_index(&self, b: Buf<R>) -> GpuIndex<R> {
-        GpuIndex { buf: Arc::new(b), bounds: None }
-    }
-
-    /// An index tensor whose entries are known to lie in `lo..=hi`.
+    /// An i64 index tensor whose entries are known to lie in `lo..=hi`.
     fn wrap_index_within(&self, b: Buf<R>, lo: i64, hi: i64) -> GpuIndex<R> {
-        GpuIndex { buf: Arc::new(b), bounds: Some((lo, hi)) }
+        GpuIndex { buf: Arc::new(b), dtype: IndexDType::I64, bounds: Some((lo, hi)) }
     }
 
+    /// `ix` as a buffer of `dtype` entries: itself, or converted on the device (`widen_index`,
+    /// `narrow_index`: entries outside i32 become -1).
+    fn index_buf_as(&self, ix: &GpuIndex<R>, dtype: IndexDType) -> Result<Arc<Buf<R>>> {
+        if ix.dtype == dtype {
+            return Ok(ix.buf.clone());
+        }
+        let n = ix.buf.len;
+        let out = self.alloc(n, dtype.size_bytes())?;
+        let (name, prog) = match dtype {
+            IndexDType::I64 => ("widen_index", ix.dtype),
+            IndexDType::I32 => ("narrow_index", dtype),
+        };
+        self.launch((DType::F32, prog), ADD, name, n, &[Arg::Buf(&out), Arg::Buf(&ix.buf), Arg::I64(n as i64)])?;
+        Ok(Arc::new(out))
+    }
+
+    /// Launches `name` in the program of `prog` (a dtype: its i64-index program; or a dtype and
+    /// the index dtype of the index tensor the kernel reads).
     fn launch(
         &self,
-        dtype: DType,
+        prog: impl Into<Prog>,
         op: HistOp,
         name: &'static str,
         global: usize,
         args: &[Arg<'_, R::Raw>],
     ) -> Result<()> {
-        self.rt.launch(dtype, op, name, global, None, args)
+        let Prog(dtype, index) = prog.into();
+        self.rt.launch(dtype, op, index, name, global, None, args)
     }
 
     /// Launches a kernel with one work-item per chunk (each runs a sequential loop) in small
@@ -515,13 +555,14 @@ impl<R: KernelRuntime> KernelDevice<R> {
     /// blocks spread the chunks over more multiprocessors.
     fn launch_chunks(
         &self,
-        dtype: DType,
+        prog: impl Into<Prog>,
         op: HistOp,
         name: &'static str,
         chunks: usize,
         args: &[Arg<'_, R::Raw>],
     ) -> Result<()> {
-        self.rt.launch(dtype, op, name, chunks, Some(CHUNK_GROUP), args)
+        let Prog(dtype, index) = prog.into();
+        self.rt.launch(dtype, op, index, name, chunks, Some(CHUNK_GROUP), args)
     }
 
     /// What the three-phase sweeps (scan, linear recurrence) share: the checks, the output
@@ -641,14 +682,14 @@ impl<R: KernelRuntime> KernelDevice<R> {
         if dt == DType::F32 && n < u32::MAX as usize - 1 {
             let keys = self.alloc(k, 8)?;
             self.launch(
-                dt,
+                (dt, inds.dtype),
                 ADD,
                 "arg_packed_init",
                 k,
                 &[Arg::Buf(&keys), Arg::Buf(&dest.buf), Arg::I64(kk), Arg::I32(is_max)],
             )?;
             self.launch(
-                dt,
+                (dt, inds.dtype),
                 ADD,
                 "arg_packed",
                 n,
@@ -662,7 +703,7 @@ impl<R: KernelRuntime> KernelDevice<R> {
                 ],
             )?;
             self.launch(
-                dt,
+                (dt, inds.dtype),
                 ADD,
                 "arg_packed_final",
                 k,
@@ -679,14 +720,14 @@ impl<R: KernelRuntime> KernelDevice<R> {
             let wv = self.alloc(k, 8)?;
             let pos = self.alloc(k, 8)?;
             self.launch(
-                dt,
+                (dt, inds.dtype),
                 ADD,
                 "arg_value_init",
                 k,
                 &[Arg::Buf(&wv), Arg::Buf(&pos), Arg::Buf(&dest.buf), Arg::I64(kk), Arg::I32(is_max)],
             )?;
             self.launch(
-                dt,
+                (dt, inds.dtype),
                 ADD,
                 "arg_value",
                 n,
@@ -700,7 +741,7 @@ impl<R: KernelRuntime> KernelDevice<R> {
                 ],
             )?;
             self.launch(
-                dt,
+                (dt, inds.dtype),
                 ADD,
                 "arg_position",
                 n,
@@ -715,7 +756,7 @@ impl<R: KernelRuntime> KernelDevice<R> {
                 ],
             )?;
             self.launch(
-                dt,
+                (dt, inds.dtype),
                 ADD,
                 "arg_two_pass_final",
                 k,
@@ -764,12 +805,30 @@ impl<R: KernelRuntime> KernelDevice<R> {
             };
             let mut args = vec![Arg::Buf(&counts), Arg::Buf(&keys.buf), Arg::Buf(input)];
             args.extend(common());
-            self.launch_chunks(DType::F32, ADD, "radix_counts", plan.chunks, &args)?;
+            self.launch_chunks((DType::F32, keys.dtype), ADD, "radix_counts", plan.chunks, &args)?;
             let (cs, rx) = (Arg::I64(plan.chunks as i64), Arg::I64(plan.radix as i64));
-            self.launch(DType::F32, ADD, "radix_totals", plan.radix, &[Arg::Buf(&totals), Arg::Buf(&counts), cs, rx])?;
-            self.launch(DType::F32, ADD, "radix_totals_scan", 1, &[Arg::Buf(&totals), Arg::I64(plan.radix as i64)])?;
+            self.launch(
+                (DType::F32, keys.dtype),
+                ADD,
+                "radix_totals",
+                plan.radix,
+                &[Arg::Buf(&totals), Arg::Buf(&counts), cs, rx],
+            )?;
+            self.launch(
+                (DType::F32, keys.dtype),
+                ADD,
+                "radix_totals_scan",
+                1,
+                &[Arg::Buf(&totals), Arg::I64(plan.radix as i64)],
+            )?;
             let (cs, rx) = (Arg::I64(plan.chunks as i64), Arg::I64(plan.radix as i64));
-            self.launch(DType::F32, ADD, "radix_offsets", plan.radix, &[Arg::Buf(&counts), Arg::Buf(&totals), cs, rx])?;
+            self.launch(
+                (DType::F32, keys.dtype),
+                ADD,
+                "radix_offsets",
+                plan.radix,
+                &[Arg::Buf(&counts), Arg::Buf(&totals), cs, rx],
+            )?;
             let last = pass + 1 == plan.passes;
             // Unread unless wanted on the last pass: the counts stand in.
             let ranks_out = ranks.as_ref().filter(|_| last).unwrap_or(&counts);
@@ -777,7 +836,7 @@ impl<R: KernelRuntime> KernelDevice<R> {
                 vec![Arg::Buf(out), Arg::Buf(ranks_out), Arg::Buf(&counts), Arg::Buf(&keys.buf), Arg::Buf(input)];
             args.extend(common());
             args.push(Arg::I32(i32::from(last && want_ranks)));
-            self.launch_chunks(DType::F32, ADD, "radix_scatter", plan.chunks, &args)?;
+            self.launch_chunks((DType::F32, keys.dtype), ADD, "radix_scatter", plan.chunks, &args)?;
         }
         let [even, odd] = bufs;
         // The last pass, passes - 1, wrote bufs[(passes - 1) % 2].
@@ -810,11 +869,16 @@ impl<R: KernelRuntime> TensorOps for KernelDevice<R> {
         Ok(self.wrap(out, shape, dtype))
     }
 
-    fn index(&self, data: &[i64]) -> Result<GpuIndex<R>> {
+    fn index_as(&self, data: &[i64], dtype: IndexDType) -> Result<GpuIndex<R>> {
+        dtype.check(data)?;
         // The data is on the host here, so its range costs one pass and saves gathers their
         // read-back check (an empty index is within any range).
         let (lo, hi) = data.iter().fold((i64::MAX, i64::MIN), |(lo, hi), &v| (lo.min(v), hi.max(v)));
-        Ok(self.wrap_index_within(self.upload(data)?, lo, hi))
+        let buf = match dtype {
+            IndexDType::I32 => self.upload(&data.iter().map(|&v| v as i32).collect::<Vec<i32>>())?,
+            IndexDType::I64 => self.upload(data)?,
+        };
+        Ok(GpuIndex { buf: Arc::new(buf), dtype, bounds: Some((lo, hi)) })
     }
 
     fn to_vec(&self, t: &GpuTensor<R>) -> Result<Vec<f64>> {
@@ -825,7 +889,10 @@ impl<R: KernelRuntime> TensorOps for KernelDevice<R> {
     }
 
     fn index_to_vec(&self, i: &GpuIndex<R>) -> Result<Vec<i64>> {
-        self.download::<i64>(&i.buf)
+        match i.dtype {
+            IndexDType::I32 => Ok(self.download::<i32>(&i.buf)?.into_iter().map(i64::from).collect()),
+            IndexDType::I64 => self.download::<i64>(&i.buf),
+        }
     }
 
     fn reshape(&self, t: &GpuTensor<R>, shape: &[usize]) -> Result<GpuTensor<R>> {
@@ -903,7 +970,7 @@ impl<R: KernelRuntime> ElementwiseOps for KernelDevice<R> {
         let n = i.buf.len;
         let (out, shape) = self.new_tensor(vec![n], dtype)?;
         self.launch(
-            dtype,
+            (dtype, i.dtype),
             ADD,
             "index_eq",
             n,
@@ -1004,7 +1071,7 @@ impl<R: KernelRuntime> IndexOps for KernelDevice<R> {
             None
         };
         self.launch(
-            dt,
+            (dt, idx.dtype),
             ADD,
             "gather",
             n,
@@ -1023,7 +1090,10 @@ impl<R: KernelRuntime> IndexOps for KernelDevice<R> {
         if let Some(bad) = bad {
             let position = self.download::<i64>(&bad)?[0];
             if position != i64::MAX {
-                let index = self.download::<i64>(&idx.buf)?[position as usize];
+                let index = match idx.dtype {
+                    IndexDType::I32 => i64::from(self.download::<i32>(&idx.buf)?[position as usize]),
+                    IndexDType::I64 => self.download::<i64>(&idx.buf)?[position as usize],
+                };
                 return Err(OpError::IndexOutOfRange { op: "gather", index, position: position as usize, len });
             }
         }
@@ -1038,14 +1108,14 @@ impl<R: KernelRuntime> IndexOps for KernelDevice<R> {
         let win = self.alloc(k, 8)?;
         self.fill_index_raw(&win, -1, dt)?;
         self.launch(
-            dt,
+            (dt, idx.dtype),
             ADD,
             "scatter_winner",
             n,
             &[Arg::Buf(&win), Arg::Buf(&idx.buf), Arg::I64(n as i64), Arg::I64(k as i64)],
         )?;
         self.launch(
-            dt,
+            (dt, idx.dtype),
             ADD,
             "scatter_apply",
             k,
@@ -1067,21 +1137,23 @@ impl<R: KernelRuntime> IndexOps for KernelDevice<R> {
         }
     }
 
+    /// The result has `src`'s index dtype; the kernel reads both in one type, so an `idx` of
+    /// the other dtype is converted first.
     fn gather_index(&self, src: &GpuIndex<R>, idx: &GpuIndex<R>) -> Result<GpuIndex<R>> {
         let n = idx.buf.len;
-        let out = self.alloc(n, 8)?;
+        let dtype = src.dtype;
+        let ix = self.index_buf_as(idx, dtype)?;
+        let out = self.alloc(n, dtype.size_bytes())?;
         self.launch(
-            DType::F32,
+            (DType::F32, dtype),
             ADD,
             "gather_index",
             n,
-            &[Arg::Buf(&out), Arg::Buf(&src.buf), Arg::Buf(&idx.buf), Arg::I64(n as i64), Arg::I64(src.buf.len as i64)],
+            &[Arg::Buf(&out), Arg::Buf(&src.buf), Arg::Buf(&ix), Arg::I64(n as i64), Arg::I64(src.buf.len as i64)],
         )?;
         // Entries of src, or -1 for an index outside it.
-        Ok(match src.bounds {
-            Some((lo, hi)) => self.wrap_index_within(out, lo.min(-1), hi.max(-1)),
-            None => self.wrap_index(out),
-        })
+        let bounds = src.bounds.map(|(lo, hi)| (lo.min(-1), hi.max(-1)));
+        Ok(GpuIndex { buf: Arc::new(out), dtype, bounds })
     }
 }
 
@@ -1106,6 +1178,7 @@ impl<R: KernelRuntime> HistOps for KernelDevice<R> {
             self.rt.launch(
                 dt,
                 op,
+                inds.dtype,
                 "hist_local",
                 groups * group,
                 Some(group),
@@ -1121,7 +1194,7 @@ impl<R: KernelRuntime> HistOps for KernelDevice<R> {
             )?;
         } else if k > 0 {
             self.launch(
-                dt,
+                (dt, inds.dtype),
                 op,
                 "hist_atomic",
                 n,
@@ -1159,7 +1232,7 @@ impl<R: KernelRuntime> HistOps for KernelDevice<R> {
         self.fill_raw(&p, 1.0, dt)?;
         self.fill_index_raw(&z, 0, dt)?;
         self.launch(
-            dt,
+            (dt, inds.dtype),
             ADD,
             "prod_nonzero",
             n,
@@ -1189,7 +1262,7 @@ impl<R: KernelRuntime> HistOps for KernelDevice<R> {
         let (n, k) = (vals.buf.len, c0.buf.len);
         let (out, shape) = self.new_tensor(vals.shape.clone(), dt)?;
         self.launch(
-            dt,
+            (dt, inds.dtype),
             ADD,
             "prod_vals_adjoint",
             n,
@@ -1205,6 +1278,11 @@ impl<R: KernelRuntime> HistOps for KernelDevice<R> {
         )?;
         Ok(self.wrap(out, shape, dt))
     }
+}
+
+/// The index dtype of optional scan segments (any, when there are none).
+fn seg_dtype<R: KernelRuntime>(segments: Option<&GpuIndex<R>>) -> IndexDType {
+    segments.map_or(IndexDType::I64, |s| s.dtype)
 }
 
 impl<R: KernelRuntime> ScanOps for KernelDevice<R> {
@@ -1226,7 +1304,7 @@ impl<R: KernelRuntime> ScanOps for KernelDevice<R> {
         let keys = segments.map_or(&*x.buf, |s| &*s.buf);
         let reverse = i32::from(spec.reverse);
         self.launch_chunks(
-            dt,
+            (dt, seg_dtype(segments)),
             op,
             "scan_chunks",
             chunks,
@@ -1246,7 +1324,7 @@ impl<R: KernelRuntime> ScanOps for KernelDevice<R> {
         )?;
         if chunks > 1 {
             self.launch(
-                dt,
+                (dt, seg_dtype(segments)),
                 op,
                 "scan_carries",
                 1,
@@ -1261,7 +1339,7 @@ impl<R: KernelRuntime> ScanOps for KernelDevice<R> {
                 ],
             )?;
             self.launch(
-                dt,
+                (dt, seg_dtype(segments)),
                 op,
                 "scan_fixup",
                 n,
@@ -1290,7 +1368,7 @@ impl<R: KernelRuntime> ScanOps for KernelDevice<R> {
         let keys = segments.map_or(&*a.buf, |s| &*s.buf);
         let (exclusive, reverse) = (i32::from(spec.exclusive), i32::from(spec.reverse));
         self.launch_chunks(
-            dt,
+            (dt, seg_dtype(segments)),
             ADD,
             "linrec_chunks",
             chunks,
@@ -1312,7 +1390,7 @@ impl<R: KernelRuntime> ScanOps for KernelDevice<R> {
         )?;
         if chunks > 1 {
             self.launch(
-                dt,
+                (dt, seg_dtype(segments)),
                 ADD,
                 "linrec_carries",
                 1,
@@ -1328,7 +1406,7 @@ impl<R: KernelRuntime> ScanOps for KernelDevice<R> {
                 ],
             )?;
             self.launch_chunks(
-                dt,
+                (dt, seg_dtype(segments)),
                 ADD,
                 "linrec_fixup",
                 chunks,
@@ -1452,6 +1530,7 @@ impl<R: KernelRuntime> DenseOps for KernelDevice<R> {
         self.rt.launch(
             dt,
             ADD,
+            IndexDType::I64,
             "matmul_tiled",
             splits * p.batch * per_batch * ts * ts,
             Some(ts * ts),
@@ -1639,7 +1718,7 @@ impl<R: KernelRuntime> RuleKernels for KernelDevice<R> {
         let (n, k) = (vals.buf.len, hist.buf.len);
         let (out, shape) = self.new_tensor(vals.shape.clone(), dt)?;
         self.launch(
-            dt,
+            (dt, inds.dtype),
             op,
             "total_form_adjoint",
             n,
@@ -1683,6 +1762,7 @@ impl<R: KernelRuntime> RuleKernels for KernelDevice<R> {
             self.rt.launch(
                 dt,
                 op,
+                inds.dtype,
                 "dual_rows_group",
                 chunks * group,
                 Some(group),
@@ -1700,7 +1780,7 @@ impl<R: KernelRuntime> RuleKernels for KernelDevice<R> {
             )?;
         } else if k > 0 {
             self.launch(
-                dt,
+                (dt, inds.dtype),
                 op,
                 "dual_rows",
                 chunks,
@@ -1719,7 +1799,7 @@ impl<R: KernelRuntime> RuleKernels for KernelDevice<R> {
         }
         if k > 0 {
             self.launch(
-                dt,
+                (dt, inds.dtype),
                 op,
                 "dual_merge",
                 k,
@@ -1761,6 +1841,7 @@ impl<R: KernelRuntime> RuleKernels for KernelDevice<R> {
             self.rt.launch(
                 dt,
                 op,
+                inds.dtype,
                 "chunk_rows_group",
                 chunks * group,
                 Some(group),
@@ -1776,7 +1857,7 @@ impl<R: KernelRuntime> RuleKernels for KernelDevice<R> {
             )?;
         } else if k > 0 {
             self.launch(
-                dt,
+                (dt, inds.dtype),
                 op,
                 "chunk_rows",
                 chunks,
@@ -1793,7 +1874,7 @@ impl<R: KernelRuntime> RuleKernels for KernelDevice<R> {
         }
         if k > 0 {
             self.launch(
-                dt,
+                (dt, inds.dtype),
                 op,
                 "chunk_carries",
                 k,
@@ -1847,6 +1928,7 @@ impl<R: KernelRuntime> RuleKernels for KernelDevice<R> {
             self.rt.launch(
                 dt,
                 op,
+                inds.dtype,
                 "chunked_adjoint_group",
                 if n == 0 { 0 } else { chunks * group },
                 Some(group),
@@ -1868,7 +1950,7 @@ impl<R: KernelRuntime> RuleKernels for KernelDevice<R> {
         }
         let run = self.alloc(chunks * k, dt.size_bytes())?;
         self.launch(
-            dt,
+            (dt, inds.dtype),
             op,
             "chunked_adjoint",
             if n == 0 { 0 } else { chunks },

@@ -19,7 +19,7 @@ use opencl3::types::cl_mem;
 
 use crate::gpu::{Arg, KernelRuntime};
 use crate::kernel_source::{self, Dialect};
-use crate::{DType, HistOp, OpError, Result};
+use crate::{DType, HistOp, IndexDType, OpError, Result};
 
 /// The environment variable that picks the OpenCL device: an index into the list of all
 /// devices of all platforms, or a substring of "platform device" (case-insensitive).
@@ -46,7 +46,7 @@ pub struct ClRuntime {
     context: Context,
     queue: CommandQueue,
     /// Programs by (dtype, operator name); also serialises kernel argument setting and launches.
-    programs: Mutex<HashMap<(DType, &'static str), Prog>>,
+    programs: Mutex<HashMap<(DType, IndexDType, &'static str), Prog>>,
     compile_time: Mutex<Duration>,
 }
 
@@ -127,22 +127,25 @@ impl ClRuntime {
         })
     }
 
-    /// The (dtype, op) program from the cache, built on first use.
+    /// The (dtype, index dtype, op) program from the cache, built on first use.
     fn program<'p>(
         &self,
-        programs: &'p mut HashMap<(DType, &'static str), Prog>,
+        programs: &'p mut HashMap<(DType, IndexDType, &'static str), Prog>,
         dtype: DType,
+        index: IndexDType,
         op: HistOp,
     ) -> Result<&'p mut Prog> {
         let gop = kernel_source::program_op(op);
-        let key = (dtype, gop.name);
+        let key = (dtype, index, gop.name);
         match programs.entry(key) {
             std::collections::hash_map::Entry::Occupied(e) => Ok(e.into_mut()),
             std::collections::hash_map::Entry::Vacant(e) => {
-                let src = kernel_source::program_source(Dialect::OpenCl, dtype, gop);
+                let src = kernel_source::program_source(Dialect::OpenCl, dtype, index, gop);
                 let started = Instant::now();
-                let program = Program::create_and_build_from_source(&self.context, &src, "-cl-std=CL1.2")
-                    .map_err(|log| OpError::Device(format!("OpenCL build of ({dtype}, {}) failed: {log}", gop.name)))?;
+                let program =
+                    Program::create_and_build_from_source(&self.context, &src, "-cl-std=CL1.2").map_err(|log| {
+                        OpError::Device(format!("OpenCL build of ({dtype}, {index}, {}) failed: {log}", gop.name))
+                    })?;
                 *self.compile_time.lock().unwrap_or_else(|e| e.into_inner()) += started.elapsed();
                 Ok(e.insert(Prog { program, kernels: HashMap::new() }))
             }
@@ -234,6 +237,7 @@ impl KernelRuntime for ClRuntime {
         &self,
         dtype: DType,
         op: HistOp,
+        index: IndexDType,
         name: &'static str,
         global: usize,
         local: Option<usize>,
@@ -244,7 +248,7 @@ impl KernelRuntime for ClRuntime {
         }
         self.check_dtype(dtype)?;
         let mut programs = self.programs.lock().unwrap_or_else(|e| e.into_inner());
-        let prog = self.program(&mut programs, dtype, op)?;
+        let prog = self.program(&mut programs, dtype, index, op)?;
         if !prog.kernels.contains_key(name) {
             let k = Kernel::create(&prog.program, name).map_err(cl_err(name))?;
             prog.kernels.insert(name, k);
@@ -283,11 +287,11 @@ impl KernelRuntime for ClRuntime {
         Ok(())
     }
 
-    fn build(&self, dtype: DType, op: HistOp) -> Result<Vec<&'static str>> {
+    fn build(&self, dtype: DType, op: HistOp, index: IndexDType) -> Result<Vec<&'static str>> {
         self.check_dtype(dtype)?;
         let names = kernel_source::kernel_names(dtype);
         let mut programs = self.programs.lock().unwrap_or_else(|e| e.into_inner());
-        let prog = self.program(&mut programs, dtype, op)?;
+        let prog = self.program(&mut programs, dtype, index, op)?;
         for n in &names {
             if !prog.kernels.contains_key(n) {
                 let k = Kernel::create(&prog.program, n).map_err(cl_err(n))?;

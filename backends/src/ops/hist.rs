@@ -160,6 +160,24 @@ pub trait HistOps: TensorOps {
     /// without ever dividing by zero.
     fn prod_vals_adjoint(&self, inds: &Self::I, vals: &Self::T, c0: &Self::T, c1: &Self::T) -> Result<Self::T>;
 
+    /// The histogram's inputs relative to their bin's largest ([`crate::rules::hist::Relative`],
+    /// how logaddexp and hypot are differentiated) in one fused kernel: `(anchor, dest_rel,
+    /// vals_rel)`, the anchor of shape `[k]`, bit for bit the values of the rules' composition of
+    /// elementwise ops (every step of it is exact: a maximum, comparisons, selects and one
+    /// subtraction or division). `None` (the default): the device has no such kernel and the
+    /// rules compose it (the composition's five passes over the values and four n-element
+    /// temporaries cost the CPU's logaddexp VJP more than its histogram).
+    #[allow(clippy::type_complexity)]
+    fn relative_inputs(
+        &self,
+        _kind: crate::rules::hist::Relative,
+        _dest: &Self::T,
+        _inds: &Self::I,
+        _vals: &Self::T,
+    ) -> Result<Option<(Self::T, Self::T, Self::T)>> {
+        Ok(None)
+    }
+
     /// The reverse rule that `auto` takes for a histogram of `n` values into `k` bins, where this
     /// device has measured that another rule beats the operator's own at these sizes; `None`
     /// (the default, for devices without such measurements): the operator's own rule

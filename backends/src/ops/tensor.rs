@@ -1,7 +1,7 @@
 //! The base of every op family: the engine's tensor types, creation, read-back and layout.
 //! Tensors made here are constants (no AD engine tracks them).
 
-use crate::{DType, Result};
+use crate::{DType, IndexDType, Result};
 
 /// Shape and dtype of a value tensor.
 pub trait TensorMeta {
@@ -12,9 +12,10 @@ pub trait TensorMeta {
     }
 }
 
-/// Length of an index tensor (always one-dimensional).
+/// Length and dtype of an index tensor (always one-dimensional).
 pub trait IndexMeta {
     fn len(&self) -> usize;
+    fn index_dtype(&self) -> IndexDType;
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -25,7 +26,7 @@ pub trait IndexMeta {
 pub trait TensorOps: Clone + 'static {
     /// A value tensor (f32 or f64).
     type T: Clone + TensorMeta + 'static;
-    /// An index tensor (i64, one-dimensional).
+    /// An index tensor (i32 or i64, one-dimensional).
     type I: Clone + IndexMeta + 'static;
 
     /// A short name for the engine stack, e.g. `reverse(cpu)`.
@@ -36,11 +37,16 @@ pub trait TensorOps: Clone + 'static {
     fn tensor(&self, data: &[f64], shape: &[usize], dtype: DType) -> Result<Self::T>;
     /// A tensor filled with one value.
     fn full(&self, shape: &[usize], value: f64, dtype: DType) -> Result<Self::T>;
-    /// An index tensor.
-    fn index(&self, data: &[i64]) -> Result<Self::I>;
+    /// An index tensor of `dtype`; an entry that `dtype` cannot hold (i32: outside
+    /// `[-2^31, 2^31)`) is an [`crate::OpError::IndexOverflow`] naming its position and value.
+    fn index_as(&self, data: &[i64], dtype: IndexDType) -> Result<Self::I>;
+    /// An i64 index tensor (what workloads that build positions internally use).
+    fn index(&self, data: &[i64]) -> Result<Self::I> {
+        self.index_as(data, IndexDType::I64)
+    }
     /// The values of a tensor (primal values, for AD engines), widened to f64.
     fn to_vec(&self, t: &Self::T) -> Result<Vec<f64>>;
-    /// The entries of an index tensor.
+    /// The entries of an index tensor, widened to i64.
     fn index_to_vec(&self, i: &Self::I) -> Result<Vec<i64>>;
 
     // ---- layout ----

@@ -182,6 +182,17 @@ impl Relative {
     /// where m is logaddexp's -inf or hypot's 0, and each input relative to its bin's anchor.
     #[allow(clippy::type_complexity)]
     fn inputs<B: Ops>(self, b: &B, dest: &B::T, inds: &B::I, vals: &B::T) -> Result<(B::T, B::T, B::T)> {
+        if let Some(fused) = b.relative_inputs(self, dest, inds, vals)? {
+            return Ok(fused);
+        }
+        self.composed_inputs(b, dest, inds, vals)
+    }
+
+    /// The relative inputs `(anchor, dest_rel, vals_rel)` composed of elementwise ops: the
+    /// definition, and the path of every device without a fused kernel
+    /// (`HistOps::relative_inputs`).
+    #[allow(clippy::type_complexity)]
+    pub fn composed_inputs<B: Ops>(self, b: &B, dest: &B::T, inds: &B::I, vals: &B::T) -> Result<(B::T, B::T, B::T)> {
         let (dt, k) = (dest.dtype(), dest.numel());
         let scalar = |x: f64| b.scalar(x, dt);
         let (dest_flat, vals_flat) = (b.reshape(dest, &[k])?, b.reshape(vals, &[vals.numel()])?);
@@ -568,7 +579,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::{Cpu, DType, OpError, Reverse, oracle};
+    use crate::{Cpu, DType, IndexDType, OpError, Reverse, oracle};
 
     struct Out {
         hist: Vec<f64>,
@@ -1246,6 +1257,48 @@ mod tests {
             for dt in DType::ALL {
                 check_jvp(op, dt, &dest, &inds, &vals);
                 check_jvp(op, dt, &[0.5], &[], &[]);
+            }
+        }
+    }
+
+    /// The CPU's fused relative inputs (`HistOps::relative_inputs`) are the composition's
+    /// values bit for bit, for both kinds and dtypes, at ties, infinities, NaN (in values and
+    /// dest), zeros of both signs, empty bins, out-of-range indices, no bins at all, i32 and
+    /// i64 indices, and on both sides of the parallel threshold.
+    #[test]
+    fn the_cpu_fused_relative_inputs_are_the_composition_bit_for_bit() {
+        let c = Cpu::new(Some(2)).unwrap();
+        let specials =
+            [0.0, -0.0, 1.0, -2.5, 1e16, 1e308, -1e308, f64::INFINITY, f64::NEG_INFINITY, f64::NAN, 3.0, 0.25];
+        for (n, k) in [(40usize, 9usize), (200_000, 1000), (30, 0)] {
+            let inds: Vec<i64> = (0..n).map(|i| ((i * 2654435761) % (k + 3)) as i64 - 1).collect();
+            let vals: Vec<f64> = (0..n).map(|i| specials[(i * 7919) % specials.len()]).collect();
+            let dest: Vec<f64> = (0..k).map(|b| specials[(b * 31) % specials.len()]).collect();
+            for (kind, it) in [(Relative::Shift, IndexDType::I64), (Relative::Scale, IndexDType::I32)] {
+                for dt in DType::ALL {
+                    let d = c.tensor(&dest, &[k], dt).unwrap();
+                    let v = c.tensor(&vals, &[n], dt).unwrap();
+                    let ix = c.index_as(&inds, it).unwrap();
+                    let fused = c.relative_inputs(kind, &d, &ix, &v).unwrap().expect("the CPU has the kernel");
+                    let composed = kind.composed_inputs(&c, &d, &ix, &v).unwrap();
+                    let bits = |t: &<Cpu as TensorOps>::T| {
+                        (
+                            c.to_vec(t)
+                                .unwrap()
+                                .iter()
+                                .map(|x| if x.is_nan() { u64::MAX } else { x.to_bits() })
+                                .collect::<Vec<_>>(),
+                            t.shape().to_vec(),
+                        )
+                    };
+                    for (what, f, w) in [
+                        ("anchor", &fused.0, &composed.0),
+                        ("dest", &fused.1, &composed.1),
+                        ("vals", &fused.2, &composed.2),
+                    ] {
+                        assert_eq!(bits(f), bits(w), "{kind:?} {dt} {it:?} n={n} k={k}: {what}");
+                    }
+                }
             }
         }
     }

@@ -1,0 +1,234 @@
+//! The CPU's roofline for histograms: how fast all the device's threads read memory in
+//! sequence, and how many random 4-byte reads and updates per second they make in a working set
+//! of k bins. A histogram's primal reads its indices and values in sequence and updates its bins
+//! at random: at small k its time is bounded by the first figure (bytes of indices, values and
+//! output over the sequential rate), at large k, bins beyond the caches, by the second. Behind
+//! `adgauge backends --roofline`; seeded, and well under a second on a 2-core VM.
+//!
+//! Each figure is the best of a few passes (the machine's capability, not a typical pass on a
+//! loaded machine), and every pass is checked: the sequential sum must equal the buffer's known
+//! sum and the updates must add up to the number made, so a pass the compiler dropped or a
+//! thread that did nothing is an error, not a figure.
+
+use std::time::Instant;
+
+use rayon::prelude::*;
+
+use super::Cpu;
+use crate::{OpError, Result};
+
+/// Bytes of the sequentially read buffer: beyond the last-level cache of the machines this runs
+/// on (this VM's EPYC read a 64 MiB buffer at 33 GB/s on one thread: from its L3) and beyond a
+/// histogram primal's inputs at n = 10^7 (120 MB with i64 indices), so the figure is memory's.
+pub const SEQ_BYTES: usize = 256 << 20;
+/// Timed passes over the buffer (after one that fills it).
+const SEQ_PASSES: usize = 3;
+/// Random indices read per pass of the random measurements: 2^21 in all, split over the threads.
+pub const RANDOM_ACCESSES: usize = 1 << 21;
+/// Timed passes per bin count and kind of access.
+const RANDOM_PASSES: usize = 3;
+/// Elements per task of the sequential read.
+const SEQ_TASK: usize = 1 << 16;
+
+/// The random access rates at one working set of `bins` 4-byte bins.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RandomRate {
+    pub bins: usize,
+    /// Random 4-byte reads per second (all threads, each reading its own table of `bins`).
+    pub reads_per_s: f64,
+    /// Random 4-byte read-modify-writes (`bin += 1`) per second, each thread on its own table
+    /// of `bins` (privatised histograms, as the CPU's histogram kernels keep).
+    pub updates_per_s: f64,
+}
+
+/// What [`Cpu::roofline`] measured.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Roofline {
+    /// Threads that ran the measurement (the device's).
+    pub threads: usize,
+    /// Bytes of the sequentially read buffer.
+    pub seq_bytes: usize,
+    /// Bytes read per second by the fastest sequential pass, all threads.
+    pub seq_read_bytes_per_s: f64,
+    /// Random access rates, one per bin count asked for, in the order asked.
+    pub random: Vec<RandomRate>,
+    /// Seconds the whole measurement took.
+    pub elapsed_s: f64,
+}
+
+/// The bin counts `adgauge backends --roofline` measures: the histogram suites' k = 10, 10^3
+/// and 10^6 and the sizes between (where the table leaves L1, L2 and the last-level cache).
+pub const DEFAULT_BINS: [usize; 5] = [10, 1_000, 10_000, 100_000, 1_000_000];
+
+/// splitmix64: the seeded index stream (one state per position, so any split of the stream over
+/// threads reads the same indices).
+#[inline]
+fn splitmix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The bin of random word `r` among `k`: multiply-shift, no division in the timed loops.
+#[inline(always)]
+fn bin_of(r: u32, k: usize) -> usize {
+    ((u64::from(r) * k as u64) >> 32) as usize
+}
+
+impl Cpu {
+    /// Measures the roofline on this device's threads for working sets of `bins` bins (each at
+    /// least 1), from `seed`. Errors: a bin count of 0, or a pass whose check fails.
+    pub fn roofline(&self, bins: &[usize], seed: u64) -> Result<Roofline> {
+        if let Some(&k) = bins.iter().find(|&&k| k == 0 || k > u32::MAX as usize) {
+            return Err(OpError::Unsupported(format!("roofline: {k} bins (expected 1 to 2^32 - 1)")));
+        }
+        let started = Instant::now();
+        self.install(|| {
+            let (seq_read_bytes_per_s, threads) = sequential_read()?;
+            let random = random_rates(bins, seed, threads)?;
+            Ok(Roofline {
+                threads,
+                seq_bytes: SEQ_BYTES,
+                seq_read_bytes_per_s,
+                random,
+                elapsed_s: started.elapsed().as_secs_f64(),
+            })
+        })
+    }
+}
+
+/// The best sequential read rate over `SEQ_PASSES` passes and the threads that ran them.
+fn sequential_read() -> Result<(f64, usize)> {
+    let words = SEQ_BYTES / 8;
+    let mut buf = vec![0u64; words];
+    buf.par_chunks_mut(SEQ_TASK).enumerate().for_each(|(c, block)| {
+        for (j, w) in block.iter_mut().enumerate() {
+            *w = (c * SEQ_TASK + j) as u64;
+        }
+    });
+    // The sum of 0..words.
+    let want = (words as u64) * (words as u64 - 1) / 2;
+    let mut best = f64::INFINITY;
+    for _ in 0..SEQ_PASSES {
+        let t = Instant::now();
+        // Four independent sums per task: one add chain would bound the pass by its latency.
+        let got: u64 = buf
+            .par_chunks(SEQ_TASK)
+            .map(|block| {
+                let mut s = [0u64; 4];
+                let mut quads = block.chunks_exact(4);
+                for q in &mut quads {
+                    for (acc, &w) in s.iter_mut().zip(q) {
+                        *acc = acc.wrapping_add(w);
+                    }
+                }
+                let tail: u64 = quads.remainder().iter().fold(0, |a, &w| a.wrapping_add(w));
+                s.iter().fold(tail, |a, &x| a.wrapping_add(x))
+            })
+            .reduce(|| 0, u64::wrapping_add);
+        let seconds = t.elapsed().as_secs_f64();
+        if std::hint::black_box(got) != want {
+            return Err(OpError::Device(format!("roofline: the sequential pass summed {got}, expected {want}")));
+        }
+        best = best.min(seconds);
+    }
+    Ok((SEQ_BYTES as f64 / best, rayon::current_num_threads()))
+}
+
+/// Random read and update rates at each bin count: every thread reads its share of one seeded
+/// stream of random words and reads or updates its own table of k 4-byte bins.
+fn random_rates(bins: &[usize], seed: u64, threads: usize) -> Result<Vec<RandomRate>> {
+    let stream: Vec<u32> = (0..RANDOM_ACCESSES as u64).map(|i| (splitmix(seed ^ i) >> 32) as u32).collect();
+    // One contiguous share per thread (the work is even, so a thread per share).
+    let share = RANDOM_ACCESSES.div_ceil(threads.max(1));
+    let mut out = Vec::with_capacity(bins.len());
+    for &k in bins {
+        let mut tables: Vec<Vec<u32>> = (0..stream.len().div_ceil(share)).map(|_| vec![0u32; k]).collect();
+        let (mut best_read, mut best_update) = (f64::INFINITY, f64::INFINITY);
+        for pass in 1..=RANDOM_PASSES as u64 {
+            let t = Instant::now();
+            let made: u64 = stream
+                .par_chunks(share)
+                .zip(tables.par_iter_mut())
+                .map(|(words, table)| {
+                    for &r in words {
+                        table[bin_of(r, k)] += 1;
+                    }
+                    words.len() as u64
+                })
+                .sum();
+            best_update = best_update.min(t.elapsed().as_secs_f64());
+            let counted: u64 = tables.iter().flatten().map(|&c| u64::from(c)).sum();
+            if made != RANDOM_ACCESSES as u64 || counted != pass * made {
+                return Err(OpError::Device(format!(
+                    "roofline: {made} updates made and {counted} counted after {pass} passes at k = {k}"
+                )));
+            }
+            let t = Instant::now();
+            let read: u64 = stream
+                .par_chunks(share)
+                .zip(tables.par_iter())
+                .map(|(words, table)| {
+                    // Four independent sums: the loads, not an add chain, bound the loop.
+                    let mut s = [0u64; 4];
+                    let mut quads = words.chunks_exact(4);
+                    for q in &mut quads {
+                        for (acc, &r) in s.iter_mut().zip(q) {
+                            *acc += u64::from(table[bin_of(r, k)]);
+                        }
+                    }
+                    let tail: u64 = quads.remainder().iter().map(|&r| u64::from(table[bin_of(r, k)])).sum();
+                    s.iter().sum::<u64>() + tail
+                })
+                .sum();
+            best_read = best_read.min(t.elapsed().as_secs_f64());
+            // Every bin read holds the passes' updates to it so far: at least one per read.
+            if std::hint::black_box(read) < RANDOM_ACCESSES as u64 {
+                return Err(OpError::Device(format!("roofline: random reads at k = {k} summed {read}")));
+            }
+        }
+        let accesses = RANDOM_ACCESSES as f64;
+        out.push(RandomRate { bins: k, reads_per_s: accesses / best_read, updates_per_s: accesses / best_update });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_multiply_shift_bin_covers_every_bin_and_stays_in_range() {
+        for k in [1usize, 7, 1000] {
+            let mut seen = vec![false; k];
+            for r in (0..=u32::MAX).step_by(65_537).chain([u32::MAX]) {
+                let b = bin_of(r, k);
+                assert!(b < k, "k = {k}: word {r} gave bin {b}");
+                seen[b] = true;
+            }
+            assert!(seen.iter().all(|&s| s), "k = {k}: some bin never hit");
+        }
+    }
+
+    #[test]
+    fn a_measurement_reports_every_bin_count_in_order_with_positive_rates() {
+        let cpu = Cpu::new(Some(2)).unwrap();
+        let r = cpu.roofline(&[3, 5000], 7).unwrap();
+        assert_eq!(r.threads, 2);
+        assert_eq!(r.seq_bytes, SEQ_BYTES);
+        assert_eq!(r.random.iter().map(|x| x.bins).collect::<Vec<_>>(), vec![3, 5000]);
+        assert!(r.seq_read_bytes_per_s.is_finite() && r.seq_read_bytes_per_s > 0.0, "{r:?}");
+        for x in &r.random {
+            assert!(x.reads_per_s.is_finite() && x.reads_per_s > 0.0, "{x:?}");
+            assert!(x.updates_per_s.is_finite() && x.updates_per_s > 0.0, "{x:?}");
+        }
+    }
+
+    #[test]
+    fn zero_bins_are_refused() {
+        let cpu = Cpu::new(Some(1)).unwrap();
+        let e = cpu.roofline(&[10, 0], 1).unwrap_err().to_string();
+        assert!(e.contains("0 bins"), "{e}");
+    }
+}
