@@ -5,12 +5,13 @@
 //! lives in the harness; this is a quick probe for rule development.
 //!
 //! `cargo run --release -p adgauge-backends --example hist_overhead -- [n] [k] [op...]`
-//! (`ADGAUGE_DTYPE=f64` for f64, `ADGAUGE_REPS=r` for the repetitions.)
+//! (`ADGAUGE_DTYPE=f64` for f64, `ADGAUGE_INDEX=i64` for i64 indices (default i32),
+//! `ADGAUGE_REPS=r` for the repetitions.)
 
 use std::time::Instant;
 
 use adgauge_backends::prelude::*;
-use adgauge_backends::{Cpu, DType, Forward, HistOp, HistRule, Reverse};
+use adgauge_backends::{Cpu, DType, Forward, HistOp, HistRule, IndexDType, Reverse};
 
 fn best(reps: usize, mut f: impl FnMut()) -> f64 {
     (0..reps)
@@ -29,6 +30,7 @@ fn main() {
     let ops: Vec<HistOp> =
         if args.len() > 2 { args[2..].iter().map(|s| s.parse().unwrap()).collect() } else { HistOp::named() };
     let dt: DType = std::env::var("ADGAUGE_DTYPE").ok().and_then(|s| s.parse().ok()).unwrap_or(DType::F32);
+    let it: IndexDType = std::env::var("ADGAUGE_INDEX").ok().and_then(|s| s.parse().ok()).unwrap_or(IndexDType::I32);
     let reps: usize = std::env::var("ADGAUGE_REPS").ok().and_then(|s| s.parse().ok()).unwrap_or(5);
     let cpu = Cpu::new(None).unwrap();
     let mut state = 0x9E37_79B9_7F4A_7C15u64;
@@ -51,12 +53,12 @@ fn main() {
         .collect();
     let vals: Vec<f64> = (0..n).map(|_| (next() % 1000) as f64 * 1e-3 + 0.5).collect();
     let tang: Vec<f64> = (0..n).map(|_| (next() % 1000) as f64 * 1e-3 - 0.5).collect();
-    let ix = cpu.index(&inds).unwrap();
+    let ix = cpu.index_as(&inds, it).unwrap();
     let v = cpu.tensor(&vals, &[n], dt).unwrap();
     let vd = cpu.tensor(&tang, &[n], dt).unwrap();
     let bar = cpu.full(&[k], 1.0, dt).unwrap();
     let dd = cpu.full(&[k], 0.25, dt).unwrap();
-    println!("n={n} k={k} dtype={dt} threads={} reps={reps}", rayon::current_num_threads());
+    println!("n={n} k={k} dtype={dt} index={it} threads={} reps={reps}", rayon::current_num_threads());
     println!(
         "{:<12} {:>9} {:<16} {:>9} {:>7} {:>9} {:>7}",
         "op", "primal ms", "rule", "vjp ms", "vjp/p", "jvp ms", "jvp/p"

@@ -21,7 +21,7 @@ fn hist(c: &mut Criterion) {
     for w in HistWorkload::all() {
         for k in [10usize, 1000, 1_000_000] {
             let data = generate(&w.spec(n, k, IndexDist::Uniform, 0.05, 1));
-            let x = w.upload(&cpu, &data, dt).expect("upload");
+            let x = w.upload(&cpu, &data, dt, adgauge_backends::IndexDType::I64).expect("upload");
             let bar = cpu.full(&[k], 1.0, dt).expect("adjoint");
             let mut group = c.benchmark_group(format!("cpu/{}", w.name()));
             group.sample_size(10);

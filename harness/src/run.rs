@@ -286,22 +286,23 @@ fn check_cases(args: &CheckArgs) -> anyhow::Result<Vec<Case>> {
     let mut out = Vec::new();
     for name in names {
         let Some(workload) = adgauge_workloads::find(&name) else { continue };
-        let params = workload.check_params(&name);
         let rules = workload.check_rules(&name);
         let rules = if rules.is_empty() { vec!["-".to_string()] } else { rules };
-        for &dtype in &dtypes {
-            for rule in &rules {
-                out.push(Case {
-                    workload,
-                    name: name.clone(),
-                    params: params.clone(),
-                    rule: rule.clone(),
-                    dtype,
-                    tool: args.backend.clone(),
-                    modes: Mode::TIMED.to_vec(),
-                    validate: true,
-                    seed: DEFAULT_SEED,
-                });
+        for params in workload.check_param_sets(&name) {
+            for &dtype in &dtypes {
+                for rule in &rules {
+                    out.push(Case {
+                        workload,
+                        name: name.clone(),
+                        params: params.clone(),
+                        rule: rule.clone(),
+                        dtype,
+                        tool: args.backend.clone(),
+                        modes: Mode::TIMED.to_vec(),
+                        validate: true,
+                        seed: DEFAULT_SEED,
+                    });
+                }
             }
         }
     }

@@ -609,7 +609,11 @@ mod tests {
     fn the_embedded_and_shipped_suites_parse_with_unique_ids() {
         let d = default_suite();
         assert!(d.cases.len() >= 16);
-        assert!(d.cases.iter().any(|c| c.id() == "hist-add[dist=uniform,k=10,n=1000000,oob=0.05]/cpu/f32/auto"));
+        assert!(
+            d.cases
+                .iter()
+                .any(|c| c.id() == "hist-add[dist=uniform,index_dtype=i32,k=10,n=1000000,oob=0.05]/cpu/f32/auto")
+        );
         for (name, text) in [
             ("quick", include_str!("../../suites/quick.yaml")),
             ("nightly", include_str!("../../suites/nightly.yaml")),
@@ -738,8 +742,8 @@ mod tests {
         assert_eq!(
             ids(&a),
             [
-                "hist-add[dist=uniform,k=2,n=10,oob=0.05]/cpu/f32/auto",
-                "hist-add[dist=uniform,k=2,n=10,oob=0.05]/opencl/f32/auto"
+                "hist-add[dist=uniform,index_dtype=i32,k=2,n=10,oob=0.05]/cpu/f32/auto",
+                "hist-add[dist=uniform,index_dtype=i32,k=2,n=10,oob=0.05]/opencl/f32/auto"
             ]
         );
     }

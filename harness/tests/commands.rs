@@ -127,7 +127,7 @@ fn run_lists_filters_and_prints_json_rows() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("no-such-case"));
 
-    let out = adgauge(&["run", "--json", "--no-save", "--filter", "hist-max[dist=uniform,k=10,"]);
+    let out = adgauge(&["run", "--json", "--no-save", "--filter", "hist-max[dist=uniform,index_dtype=i32,k=10,"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     // The same lines as the run file: one per case and mode, its columns, typed.
     let lines: Vec<Value> = stdout(&out).lines().map(|l| serde_json::from_str(l).unwrap()).collect();

@@ -180,6 +180,48 @@ fn malformed_inputs_exit_2_and_name_the_field() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/case.json"));
 }
 
+/// `--index-dtype` picks the indices' dtype on the device: i32 and i64 give the same histogram
+/// and adjoints (out-of-range indices dropped by both); without it an index beyond i32 makes
+/// them i64, and with `--index-dtype i32` it is refused naming its position and value.
+#[test]
+fn the_index_dtype_option_gives_the_same_results_and_i32_refuses_indices_beyond_it() {
+    let big = 1i64 << 31;
+    let fits = json!({"k": 3, "inds": [0, 2, -1, 2, 7, 0], "vals": [1.5, 2, 3, 4, 5, 0.25], "dest": [0, 0, 1],
+                      "hist_bar": [1, 2, 3]})
+    .to_string();
+    let wide = json!({"k": 3, "inds": [0, 2, -1, big, 2], "vals": [1.5, 2, 3, 4, 0.5], "dest": [0, 0, 1],
+                      "hist_bar": [1, 2, 3]})
+    .to_string();
+    let (fits, wide) = (write_case("index-fits.json", &fits), write_case("index-wide.json", &wide));
+    let run = |path: &PathBuf, extra: &[&str]| {
+        let mut args = vec!["eval", "hist-add", "--input", path.to_str().unwrap(), "--mode", "vjp"];
+        args.extend(extra);
+        adgauge(&args)
+    };
+    let json_of = |out: &std::process::Output| -> Vec<Vec<f64>> {
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        ["hist", "vals_bar", "dest_bar"].iter().map(|f| numbers(&v[*f])).collect()
+    };
+    let want = vec![vec![1.75, 0.0, 7.0], vec![1.0, 3.0, 0.0, 3.0, 0.0, 1.0], vec![1.0, 2.0, 3.0]];
+    for extra in [&[][..], &["--index-dtype", "i32"], &["--index-dtype", "i64"]] {
+        assert_eq!(json_of(&run(&fits, extra)), want, "{extra:?}");
+    }
+    // 2^31 is out of range (k = 3): dropped, as with i64 indices.
+    let want_wide = vec![vec![1.5, 0.0, 3.5], vec![1.0, 3.0, 0.0, 0.0, 3.0], vec![1.0, 2.0, 3.0]];
+    assert_eq!(json_of(&run(&wide, &[])), want_wide);
+    assert_eq!(json_of(&run(&wide, &["--index-dtype", "i64"])), want_wide);
+    for (extra, needle) in [
+        (["--index-dtype", "i32"], "field inds[3]: 2147483648 does not fit --index-dtype i32"),
+        (["--index-dtype", "i16"], "unknown index dtype 'i16'"),
+    ] {
+        let out = run(&wide, &extra);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(err.contains(needle) && !err.contains("panicked"), "{extra:?}: {err}");
+    }
+}
+
 #[test]
 fn usage_errors_exit_2_and_unavailable_backends_exit_4() {
     let path = write_case("ok.json", r#"{"k": 1, "inds": [0], "vals": [1], "dest": [0]}"#);

@@ -112,7 +112,8 @@ fn dry_run_on_opencl_checks_evaluates_and_times_and_records_a_failing_step() {
     for l in &check_lines {
         assert!(l.contains("/opencl/f32/") && l.ends_with(" ok"), "{l}");
     }
-    assert!(checks.contains("4 cases passed every check"), "{checks}");
+    // Four rules, each on i32 and on i64 indices.
+    assert!(checks.contains("8 cases passed every check"), "{checks}");
 
     // Every operator's evals matched the CPU's: min and max bit for bit.
     let evals = read(&out, "evals.txt");

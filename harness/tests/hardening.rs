@@ -129,14 +129,18 @@ fn absurd_suite_settings_are_refused_naming_the_field() {
 }
 
 /// `check` judges every histogram rule on the stress data (ties, neutral elements, several
-/// chunks) against the oracle: a line per case, all within the oracle's tolerance.
+/// chunks) against the oracle: a line per case (every rule, on i32 and on i64 indices), all
+/// within the oracle's tolerance.
 #[test]
 fn check_runs_the_stress_comparison_for_every_rule() {
     let out = adgauge(&["check", "--workload", "hist-max", "--workload", "hist-logaddexp", "--dtype", "f64"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let text = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = text.lines().filter(|l| l.contains(" stress ")).collect();
-    assert_eq!(lines.len(), 8, "{text}");
+    assert_eq!(lines.len(), 16, "{text}");
+    for index in ["index_dtype=i32", "index_dtype=i64"] {
+        assert_eq!(lines.iter().filter(|l| l.contains(index)).count(), 8, "{index}: {text}");
+    }
     assert!(lines.iter().all(|l| l.ends_with("ok") && l.contains("tol 1.0e-10")), "{text}");
 }
 

@@ -28,7 +28,7 @@ fn csvs(dir: &Path) -> Vec<PathBuf> {
     v
 }
 
-const ONE_CASE: &str = "hist-add[dist=uniform,k=10,n=1000000,oob=0.05]/cpu/f32/special";
+const ONE_CASE: &str = "hist-add[dist=uniform,index_dtype=i32,k=10,n=1000000,oob=0.05]/cpu/f32/special";
 
 #[test]
 fn runs_accumulate_and_gates_judge_fixtures() {
@@ -168,7 +168,7 @@ fn shards_cover_the_suite_once_and_merge_back() {
 #[test]
 fn an_isolated_run_survives_a_crashing_case_and_records_it() {
     let out_dir = temp("isolate");
-    let filter = "hist-add[dist=uniform,k=10,n=1000000,oob=0.05]/cpu/f32/";
+    let filter = "hist-add[dist=uniform,index_dtype=i32,k=10,n=1000000,oob=0.05]/cpu/f32/";
     let out = Command::new(env!("CARGO_BIN_EXE_adgauge"))
         .args(["run", "--isolate", "--filter", filter, "--out", out_dir.to_str().unwrap()])
         .env("ADGAUGE_INJECT_CRASH", "/cpu/f32/special")

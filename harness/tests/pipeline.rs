@@ -172,3 +172,51 @@ fn device_buffers_count_in_the_peak_memory_of_kernel_devices() {
         assert!(peak >= distances, "{mode}: {peak} bytes < the {distances} of the distance matrix");
     }
 }
+
+/// A histogram entry runs each of its index dtypes as a case of its own, the rows record it
+/// (`param.index_dtype` in the file, part of the case id), and an entry without the key runs
+/// i32.
+#[test]
+fn histogram_entries_run_and_record_each_index_dtype() {
+    let entry = |op: &str, extra: &str| {
+        format!(
+            "  - {{workload: hist, ops: [{op}], rules: [auto], n: [3000], k: [10], dtypes: [f64], validate: false{extra}}}\n"
+        )
+    };
+    let yaml =
+        format!("name: index-dtypes\ncases:\n{}{}", entry("add", ", index_dtypes: [i32, i64]"), entry("min", ""));
+    let path = temp_file("pipeline", "index-dtypes.yaml", &yaml);
+    let out_dir = std::env::temp_dir().join(format!("adgauge-pipeline-{}-index-out", std::process::id()));
+    let (code, rows) = rows(&[
+        "run",
+        "--suite",
+        path.to_str().unwrap(),
+        "--json",
+        "--no-save",
+        "--quiet",
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0));
+    let seen: Vec<(String, String)> = rows
+        .iter()
+        .map(|r| {
+            (r["workload"].as_str().unwrap().to_string(), r["params"]["index_dtype"].as_str().unwrap().to_string())
+        })
+        .collect();
+    let want: Vec<(String, String)> =
+        [("hist-add", "i32"), ("hist-add", "i64"), ("hist-min", "i32")].map(|(w, t)| (w.into(), t.into())).to_vec();
+    assert_eq!(seen, want);
+    assert_ne!(rows[0]["case_id"], rows[1]["case_id"]);
+    assert!(rows.iter().all(|r| r["status"] == "ok"), "{rows:?}");
+    let file = std::fs::read_dir(&out_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "csv"));
+    let file = file.expect("a CSV file");
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.lines().next().unwrap().split(',').any(|c| c == "param.index_dtype"), "{text}");
+    let (_, saved) = adgauge_reports::store::read_run(&file).unwrap();
+    let saved: Vec<&str> = saved.iter().map(|r| r.params["index_dtype"].as_str()).collect();
+    assert_eq!(saved, ["i32", "i64", "i32"]);
+}

@@ -13,7 +13,7 @@ use std::process::Command;
 use adgauge_reports::store::append_run;
 use adgauge_reports::{ResultRow, RunInfo, Timing};
 
-const CASE: &str = "hist-add[dist=uniform,k=10,n=1000000,oob=0.05]/cpu/f32/special";
+const CASE: &str = "hist-add[dist=uniform,index_dtype=i32,k=10,n=1000000,oob=0.05]/cpu/f32/special";
 
 fn snippet() -> String {
     let guide = include_str!("../../docs/guide.md");

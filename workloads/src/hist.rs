@@ -10,8 +10,8 @@
 
 use adgauge_backends::prelude::*;
 use adgauge_backends::{
-    AnyDevice, BinaryOp, Cpu, DType, Device, Dual, Extremum, Forward, HistOp, HistRule, Operand, Ops, Result, Reverse,
-    ScanSpec, oracle, with_device,
+    AnyDevice, BinaryOp, Cpu, DType, Device, Dual, Extremum, Forward, HistOp, HistRule, IndexDType, Operand, Ops,
+    Result, Reverse, ScanSpec, oracle, with_device,
 };
 use adgauge_datasets::hist::{HistData, HistSpec, IndexDist, Values, generate};
 
@@ -21,8 +21,8 @@ use serde_json::Value as Json;
 
 use crate::json::{format_object, number_json, parse_hist_case, parse_number};
 use crate::workload::{
-    CheckKind, CheckSettings, Comparison, FlatFn, FullJacobian, Mode, ModeTraces, ParamKind, ParamSpec, Params,
-    Prepared, Problem, Remote, RemoteCall, Validation, Value, WResult, Workload, WorkloadError, rounded,
+    CheckKind, CheckSettings, Comparison, EvalOption, FlatFn, FullJacobian, Mode, ModeTraces, ParamKind, ParamSpec,
+    Params, Prepared, Problem, Remote, RemoteCall, Validation, Value, WResult, Workload, WorkloadError, rounded,
 };
 
 /// One histogram workload: the operator fixes the name (`hist-<op>`) and the value shape.
@@ -82,11 +82,11 @@ impl HistWorkload {
         HistSpec { n, k, dist, out_of_range, values: self.values(), seed }
     }
 
-    /// Puts a case on the engine's device, rounded to `dtype`.
-    pub fn upload<O: Ops>(&self, o: &O, data: &HistData, dtype: DType) -> Result<HistInputs<O>> {
+    /// Puts a case on the engine's device, values rounded to `dtype`, indices of `index`.
+    pub fn upload<O: Ops>(&self, o: &O, data: &HistData, dtype: DType, index: IndexDType) -> Result<HistInputs<O>> {
         Ok(HistInputs {
             dest: o.tensor(&data.dest, &[data.dest.len()], dtype)?,
-            inds: o.index(&data.inds)?,
+            inds: o.index_as(&data.inds, index)?,
             vals: o.tensor(&data.vals, &[data.vals.len()], dtype)?,
         })
     }
@@ -135,6 +135,15 @@ const JACOBIAN_K: usize = 6;
 /// The histogram workloads as one registry entry.
 pub struct HistFamily;
 
+/// The index dtype of a case given as data (`adgauge tool`, `eval` without `--index-dtype`):
+/// i32 when every index fits it (JAX's and PyTorch's usual indices), else i64.
+pub fn index_dtype_for(inds: &[i64]) -> IndexDType {
+    if IndexDType::I32.check(inds).is_ok() { IndexDType::I32 } else { IndexDType::I64 }
+}
+
+/// The suite key of the index dtypes and its row column (`param.index_dtype`).
+const INDEX_KEY: &str = "index_dtypes";
+
 /// The rule a case names. Rows and history are keyed by the name, so a name that parses to a
 /// rule of another name (a parser mapping names wrongly) would label every result of that
 /// rule with the wrong one: refused here, and `check` fails on it.
@@ -151,6 +160,10 @@ impl HistFamily {
     fn workload(params: &Params) -> WResult<HistWorkload> {
         let op: HistOp = params.name("ops")?.parse().map_err(WorkloadError::BadInput)?;
         Ok(HistWorkload { op })
+    }
+
+    fn index_dtype(params: &Params) -> WResult<IndexDType> {
+        params.name(INDEX_KEY)?.parse().map_err(WorkloadError::BadInput)
     }
 
     fn workload_named(name: &str) -> WResult<HistWorkload> {
@@ -216,7 +229,29 @@ impl Workload for HistFamily {
                 column: Some("oob"),
                 doc: "fraction of indices outside [0, k) (half -1, half >= k)",
             },
+            ParamSpec {
+                key: INDEX_KEY,
+                kind: ParamKind::Names { choices: IndexDType::ALL.iter().map(|t| t.name().to_string()).collect() },
+                default: Some(r#"["i32"]"#),
+                column: Some("index_dtype"),
+                doc: "index dtypes (i32 reads 4 bytes per index, i64 8)",
+            },
         ]
+    }
+    /// `hist-add i32`: the index dtype, when the row has one (rows from before it was a
+    /// parameter have none), tells the two rows of a case apart.
+    fn table_label(&self, name: &str, row: &std::collections::BTreeMap<String, String>) -> String {
+        match row.get("index_dtype") {
+            Some(t) => format!("{name} {t}"),
+            None => name.to_string(),
+        }
+    }
+    fn eval_options(&self) -> Vec<EvalOption> {
+        vec![EvalOption {
+            flag: "index-dtype",
+            takes_value: true,
+            help: "hist: the indices' dtype, i32 or i64 (default: i32 when every index fits it, else i64)",
+        }]
     }
     fn rules(&self) -> Vec<String> {
         HistRule::ALL.iter().map(|r| r.name().to_string()).collect()
@@ -232,14 +267,24 @@ impl Workload for HistFamily {
         params.capped("n", CHECK_N).capped("k", CHECK_K)
     }
     fn check_params(&self, name: &str) -> Params {
+        self.check_param_sets(name).swap_remove(0)
+    }
+    /// One case per index dtype: every check runs on i32 and on i64 indices.
+    fn check_param_sets(&self, name: &str) -> Vec<Params> {
         let op = name.strip_prefix("hist-").unwrap_or(name);
-        Params::new(&[
-            ("ops", Value::Name(op.into())),
-            ("n", Value::Int(CHECK_N)),
-            ("k", Value::Int(CHECK_K)),
-            ("dist", Value::Name("uniform".into())),
-            ("out_of_range", Value::Float(0.05)),
-        ])
+        IndexDType::ALL
+            .iter()
+            .map(|t| {
+                Params::new(&[
+                    ("ops", Value::Name(op.into())),
+                    ("n", Value::Int(CHECK_N)),
+                    ("k", Value::Int(CHECK_K)),
+                    ("dist", Value::Name("uniform".into())),
+                    ("out_of_range", Value::Float(0.05)),
+                    (INDEX_KEY, Value::Name(t.name().into())),
+                ])
+            })
+            .collect()
     }
     fn footprint(&self, params: &Params) -> Option<crate::workload::Footprint> {
         let (n, k) = (params.int("n").ok()? as u128, params.int("k").ok()? as u128);
@@ -253,7 +298,8 @@ impl Workload for HistFamily {
         let w = HistFamily::workload(params)?;
         let dist: IndexDist = params.name("dist")?.parse().map_err(WorkloadError::BadInput)?;
         let spec = w.spec(params.int("n")?, params.int("k")?, dist, params.float("out_of_range")?, seed);
-        Ok(Box::new(HistProblem { w, data: generate(&spec), spec }))
+        let index_dtype = HistFamily::index_dtype(params)?;
+        Ok(Box::new(HistProblem { w, data: generate(&spec), spec, index_dtype }))
     }
     fn gradbench_module(&self) -> Option<&'static str> {
         Some("hist")
@@ -343,7 +389,16 @@ fn eval_on<D: Device>(
     let dt = req.dtype;
     let input = WorkloadError::from_input;
     let source = &req.source;
-    let x = w.upload(device, &case.data, dt).map_err(input)?;
+    let index = match req.options.get("index-dtype") {
+        Some(t) => t.parse().map_err(|e: String| WorkloadError::BadInput(format!("--index-dtype: {e}")))?,
+        None => index_dtype_for(&case.data.inds),
+    };
+    if let Err(adgauge_backends::OpError::IndexOverflow { position, value, dtype }) = index.check(&case.data.inds) {
+        return Err(WorkloadError::BadInput(format!(
+            "{source}: field inds[{position}]: {value} does not fit --index-dtype {dtype} (use i64)"
+        )));
+    }
+    let x = w.upload(device, &case.data, dt, index).map_err(input)?;
     Ok(match req.mode.unwrap_or(Mode::Primal) {
         Mode::Primal => {
             let hist = device.to_vec(&w.primal(device, &x).map_err(input)?)?;
@@ -396,7 +451,7 @@ impl<D: Device> HistCall<D> {
         dtype: DType,
     ) -> WResult<HistCall<D>> {
         let input = WorkloadError::from_input;
-        let x = w.upload(&device, &case.data, dtype).map_err(input)?;
+        let x = w.upload(&device, &case.data, dtype, index_dtype_for(&case.data.inds)).map_err(input)?;
         let field = |v: &Option<Vec<f64>>, name: &str| {
             v.clone().ok_or_else(|| WorkloadError::BadInput(format!("{source}: field {name}: required for {mode}")))
         };
@@ -448,6 +503,7 @@ struct HistProblem {
     w: HistWorkload,
     spec: HistSpec,
     data: HistData,
+    index_dtype: IndexDType,
 }
 
 impl Problem for HistProblem {
@@ -459,7 +515,7 @@ impl Problem for HistProblem {
                 device: d.clone(),
                 w: self.w,
                 rule,
-                x: self.w.upload(d, &self.data, dtype)?,
+                x: self.w.upload(d, &self.data, dtype, self.index_dtype)?,
                 bar: d.full(&[k], 1.0, dtype)?,
                 vals_dot: d.full(&[n], 1.0, dtype)?,
                 dest_dot: d.full(&[k], 1.0, dtype)?,
@@ -548,6 +604,7 @@ impl HistProblem {
         let drop_dest_adjoint = s.fault.as_deref() == Some("drop-dest-adjoint");
         let mut f = HistFlat::new(device.clone(), cpu.clone(), self.w, rule, dt, &self.data);
         f.drop_dest_adjoint = drop_dest_adjoint;
+        f.index_dtype = self.index_dtype;
         let mut rng = adgauge_datasets::rng(s.seed ^ 0x04ac1e);
         let mut random = |n: usize| -> Vec<f64> {
             (0..n).map(|_| dt.round(rand::RngExt::random_range(&mut rng, -1.0..1.0))).collect()
@@ -575,6 +632,7 @@ impl HistProblem {
         if let Some((tie, tie_bar)) = tie_case(self.w.op) {
             let mut t = HistFlat::new(device.clone(), cpu.clone(), self.w, rule, dt, &tie);
             t.drop_dest_adjoint = drop_dest_adjoint;
+            t.index_dtype = self.index_dtype;
             comparisons.push(judge_ties(self.w.op, &tie, &tie_bar, t.vjp(&tie_bar)?, &s.conventions));
         }
         comparisons.push(perturbation_probe(device, dt)?);
@@ -590,14 +648,17 @@ impl HistProblem {
         if let Some(stress) = stress_case(self.w.op, s.seed) {
             let mut t = HistFlat::new(device.clone(), cpu.clone(), self.w, rule, dt, &stress);
             t.drop_dest_adjoint = drop_dest_adjoint;
+            t.index_dtype = self.index_dtype;
             comparisons.extend(stress_comparisons(&t, s.seed)?);
         }
         let mut t = HistFlat::new(device.clone(), cpu.clone(), self.w, rule, dt, &extremes_case(self.w.op));
         t.drop_dest_adjoint = drop_dest_adjoint;
+        t.index_dtype = self.index_dtype;
         comparisons.extend(extremes_comparisons(&t)?);
         for data in size_sweep_cases(self.w, s.seed) {
             let mut t = HistFlat::new(device.clone(), cpu.clone(), self.w, rule, dt, &data);
             t.drop_dest_adjoint = drop_dest_adjoint;
+            t.index_dtype = self.index_dtype;
             comparisons.extend(size_sweep_comparisons(&t, rule == HistRule::Auto, s.seed)?);
         }
         let n_in = f.n_in();
@@ -614,6 +675,7 @@ impl HistProblem {
                 generate(&HistSpec { n: self.spec.n.min(JACOBIAN_N), k: self.spec.k.min(JACOBIAN_K), ..self.spec });
             let mut g = HistFlat::new(device.clone(), cpu.clone(), self.w, rule, dt, &tiny);
             g.drop_dest_adjoint = drop_dest_adjoint;
+            g.index_dtype = self.index_dtype;
             full_jacobian = Some(FullJacobian { flat: Box::new(g), tolerance_of: CheckKind::FullJacobian });
         }
         Ok(Validation { flat: Box::new(f), full_jacobian, comparisons })
@@ -659,6 +721,8 @@ pub struct HistFlat<D: Ops> {
     pub workload: HistWorkload,
     pub rule: HistRule,
     pub dtype: DType,
+    /// The indices' dtype on `device` (i64 unless set).
+    pub index_dtype: IndexDType,
     pub data: HistData,
     /// Fault injection for testing the validator: zero dest's adjoint (a broken `+` rule).
     pub drop_dest_adjoint: bool,
@@ -674,7 +738,17 @@ impl<D: Ops> HistFlat<D> {
             dest: rounded(&data.dest, dtype),
         };
         let x0 = data.vals.iter().chain(&data.dest).copied().collect();
-        HistFlat { device, cpu, workload, rule, dtype, data, drop_dest_adjoint: false, x0 }
+        HistFlat {
+            device,
+            cpu,
+            workload,
+            rule,
+            dtype,
+            index_dtype: IndexDType::I64,
+            data,
+            drop_dest_adjoint: false,
+            x0,
+        }
     }
 
     fn n(&self) -> usize {
@@ -693,7 +767,7 @@ impl<D: Ops> HistFlat<D> {
     /// (vals_bar, dest_bar) for the output adjoint `w`, under `rule`.
     pub fn vjp_parts(&self, rule: HistRule, w: &[f64]) -> Result<(Vec<f64>, Vec<f64>)> {
         let d = &self.device;
-        let x = self.workload.upload(d, &self.data, self.dtype)?;
+        let x = self.workload.upload(d, &self.data, self.dtype, self.index_dtype)?;
         let bar = d.tensor(w, &[w.len()], self.dtype)?;
         let r = self.workload.vjp(d, rule, &x, &bar)?;
         Ok((d.to_vec(&r.vals_bar)?, d.to_vec(&r.dest_bar)?))
@@ -724,7 +798,7 @@ impl<D: Ops> FlatFn for HistFlat<D> {
         &self.x0
     }
     fn eval_f64(&self, x: &[f64]) -> Result<Vec<f64>> {
-        let x = self.workload.upload(&self.cpu, &self.at(x), DType::F64)?;
+        let x = self.workload.upload(&self.cpu, &self.at(x), DType::F64, IndexDType::I64)?;
         self.cpu.to_vec(&self.workload.primal(&self.cpu, &x)?)
     }
     fn vjp(&self, w: &[f64]) -> Result<Vec<f64>> {
@@ -736,7 +810,7 @@ impl<D: Ops> FlatFn for HistFlat<D> {
     }
     fn jvp(&self, v: &[f64]) -> Result<Vec<f64>> {
         let d = &self.device;
-        let x = self.workload.upload(d, &self.data, self.dtype)?;
+        let x = self.workload.upload(d, &self.data, self.dtype, self.index_dtype)?;
         let (vals_dot, dest_dot) = v.split_at(self.n());
         let vd = d.tensor(vals_dot, &[vals_dot.len()], self.dtype)?;
         let dd = d.tensor(dest_dot, &[dest_dot.len()], self.dtype)?;
@@ -1753,12 +1827,28 @@ mod tests {
         assert_eq!(HistWorkload::parse("add"), None);
     }
 
+    /// `check` validates every histogram on both index dtypes; suites default to i32; a case
+    /// given as data takes i32 unless an index needs i64.
+    #[test]
+    fn index_dtypes_of_check_suites_and_given_cases() {
+        let sets = HistFamily.check_param_sets("hist-add");
+        let dtypes: Vec<IndexDType> = sets.iter().map(|p| HistFamily::index_dtype(p).unwrap()).collect();
+        assert_eq!(dtypes, IndexDType::ALL);
+        assert_eq!(HistFamily.check_params("hist-add"), sets[0]);
+        let spec = HistFamily.schema().into_iter().find(|s| s.key == INDEX_KEY).unwrap();
+        assert_eq!((spec.default, spec.column), (Some(r#"["i32"]"#), Some("index_dtype")));
+        assert_eq!(index_dtype_for(&[0, -1, i32::MAX as i64, i32::MIN as i64]), IndexDType::I32);
+        assert_eq!(index_dtype_for(&[0, 1 << 31]), IndexDType::I64);
+        assert_eq!(index_dtype_for(&[-(1 << 31) - 1]), IndexDType::I64);
+    }
+
     #[test]
     fn generated_cases_evaluate_to_the_oracle() {
         let cpu = Cpu::new(Some(2)).unwrap();
-        for w in HistWorkload::all() {
+        for (w, it) in HistWorkload::all().into_iter().flat_map(|w| IndexDType::ALL.map(|it| (w, it))) {
             let data = generate(&w.spec(3000, 17, IndexDist::Skewed, 0.05, 11));
-            let x = w.upload(&cpu, &data, DType::F64).unwrap();
+            let x = w.upload(&cpu, &data, DType::F64, it).unwrap();
+            assert_eq!(x.inds.index_dtype(), it);
             let bar: Vec<f64> = (0..17).map(|b| (b as f64 - 8.0) * 0.25).collect();
             let bar_t = cpu.tensor(&bar, &[17], DType::F64).unwrap();
             let out = w.vjp(&cpu, HistRule::Auto, &x, &bar_t).unwrap();

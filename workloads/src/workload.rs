@@ -547,6 +547,11 @@ pub trait Workload: Send + Sync {
     fn validation_params(&self, params: &Params) -> Params;
     /// The case `adgauge check` validates for `name` (at validation size).
     fn check_params(&self, name: &str) -> Params;
+    /// Every case `adgauge check` validates for `name`: [`Workload::check_params`] alone unless
+    /// the workload checks several parameter sets (the histograms: both index dtypes).
+    fn check_param_sets(&self, name: &str) -> Vec<Params> {
+        vec![self.check_params(name)]
+    }
     /// What a case of these parameters will allocate, estimated before anything is generated
     /// and checked against the memory limit (`--max-memory`): see [`Footprint`]. `None`: small
     /// by construction.
