@@ -12,7 +12,10 @@ pub mod json;
 pub mod kmeans;
 pub mod llsq;
 pub mod lstm;
+pub mod nested;
 pub mod objective;
+pub mod particle;
+pub mod saddle;
 pub mod validate;
 pub mod workload;
 
@@ -26,7 +29,16 @@ pub use workload::{
 /// Every workload, in the order listings, `adgauge check` and the docs use. Adding a workload is
 /// one file and one line here.
 pub fn registry() -> &'static [&'static dyn Workload] {
-    &[&hist::HistFamily, &kmeans::Kmeans, &gmm::Gmm, &lstm::Lstm, &ba::Ba, &llsq::Llsq]
+    &[
+        &hist::HistFamily,
+        &kmeans::Kmeans,
+        &gmm::Gmm,
+        &lstm::Lstm,
+        &ba::Ba,
+        &llsq::Llsq,
+        &particle::Particle,
+        &saddle::Saddle,
+    ]
 }
 
 /// The workload that answers to `name` (a family's suite tag, or one of its workload names).
