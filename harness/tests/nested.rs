@@ -136,3 +136,18 @@ fn eval_serves_the_variants_and_names_bad_fields() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("inner mode 'sideways' is not forward or reverse"), "{}", stderr(&out));
 }
+
+/// A GradBench tool is judged on the nested evals by its four functions' outputs against the
+/// closed-form reference's solution (`perturbation`); here adgauge's own engine over the
+/// protocol, which passes.
+#[test]
+fn check_judges_a_protocol_tool_s_four_functions() {
+    let tool = format!("self={} tool", env!("CARGO_BIN_EXE_adgauge"));
+    let out = adgauge(&["check", "--tool-cmd", &tool, "--backend", "self", "--workload", "saddle", "--dtype", "f64"]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
+    let perturbation = lines_of(&text, "perturbation");
+    assert_eq!(perturbation.len(), 1, "{text}");
+    assert!(perturbation[0].contains("worst    0.000e0") && perturbation[0].ends_with(" ok"), "{text}");
+    assert!(lines_of(&text, "fd-vjp")[0].contains("skipped (a tool returns the solution"), "{text}");
+}

@@ -294,6 +294,8 @@ def ba(function, x):
 
 
 MODULES = {"hist": hist, "llsq": llsq, "kmeans": kmeans, "lstm": lstm, "gmm": gmm, "ba": ba}
+MODULES["particle"] = __import__("particle").particle  # tools/jax/particle.py
+MODULES["saddle"] = __import__("saddle").saddle  # tools/jax/saddle.py
 
 
 def main():

@@ -281,6 +281,8 @@ def ba(function, x):
 
 
 MODULES = {"hist": hist, "llsq": llsq, "kmeans": kmeans, "lstm": lstm, "gmm": gmm, "ba": ba}
+MODULES["particle"] = __import__("particle").particle  # tools/pytorch/particle.py
+MODULES["saddle"] = __import__("saddle").saddle  # tools/pytorch/saddle.py
 
 
 def main():
