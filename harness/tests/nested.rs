@@ -61,7 +61,7 @@ fn confused_nesting_fails_perturbation_and_nothing_else() {
     let failed: Vec<&str> = text.lines().filter(|l| l.ends_with("FAILED")).collect();
     assert_eq!(failed.len(), 4, "{text}");
     assert!(failed.iter().all(|l| l.split_whitespace().nth(1) == Some("perturbation")), "{text}");
-    for case in ["particle[inner=forward,w=0.207]/cpu/f64/-", "saddle[inner=forward,start=1]/cpu/f32/-"] {
+    for case in ["particle[inner=forward,w=0.207]/cpu/f64/-", "saddle[inner=forward,start=0.001]/cpu/f32/-"] {
         assert!(err.contains(&format!("{case}: perturbation worst")), "{err}");
     }
     let out = adgauge(&["check", "--workload", "saddle", "--inject-fault", "confused"]);
