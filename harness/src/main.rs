@@ -75,10 +75,21 @@ fn parse_threads(s: &str) -> Result<usize, String> {
     }
 }
 
+/// Every workload's own `eval` flags, each once (workloads may share one: `--inner`).
+fn eval_options() -> Vec<adgauge_workloads::EvalOption> {
+    let mut out: Vec<adgauge_workloads::EvalOption> = Vec::new();
+    for o in adgauge_workloads::registry().iter().flat_map(|w| w.eval_options()) {
+        if !out.iter().any(|seen| seen.flag == o.flag) {
+            out.push(o);
+        }
+    }
+    out
+}
+
 /// The command line with every workload's own `eval` flags added.
 fn command() -> clap::Command {
     Cli::command().mut_subcommand("eval", |mut eval| {
-        for o in adgauge_workloads::registry().iter().flat_map(|w| w.eval_options()) {
+        for o in eval_options() {
             let arg = Arg::new(o.flag).long(o.flag).help(o.help);
             eval = eval.arg(if o.takes_value { arg.action(ArgAction::Set) } else { arg.action(ArgAction::SetTrue) });
         }
@@ -89,7 +100,7 @@ fn command() -> clap::Command {
 /// The workload flags given to `eval` (flag -> value, "" for a switch).
 fn workload_options(eval: &ArgMatches) -> std::collections::BTreeMap<String, String> {
     let mut out = std::collections::BTreeMap::new();
-    for o in adgauge_workloads::registry().iter().flat_map(|w| w.eval_options()) {
+    for o in eval_options() {
         if o.takes_value {
             if let Some(v) = eval.get_one::<String>(o.flag) {
                 out.insert(o.flag.to_string(), v.clone());

@@ -93,7 +93,8 @@ pub struct CheckArgs {
     #[arg(long = "tool-cmd", value_parser = parse_tool_cmd)]
     pub tool_cmd: Vec<ExternalSpec>,
     /// Fault injection to show the checks catch a broken rule: `drop-dest-adjoint` zeroes dest's
-    /// adjoint in every VJP.
+    /// adjoint in every VJP; `confused-nesting` takes the nested workloads' `ff` inner gradient
+    /// with one tag for both levels (perturbation confusion).
     #[arg(long, hide = true)]
     pub inject_fault: Option<String>,
 }
@@ -319,9 +320,12 @@ fn check_cases(args: &CheckArgs) -> anyhow::Result<Vec<Case>> {
 pub fn check(args: &CheckArgs, threads: Option<usize>) -> anyhow::Result<Code> {
     let fault = match args.inject_fault.as_deref() {
         None => None,
-        Some("drop-dest-adjoint") => Some("drop-dest-adjoint".to_string()),
+        Some(f @ ("drop-dest-adjoint" | adgauge_workloads::nested::CONFUSED_NESTING)) => Some(f.to_string()),
         Some(other) => {
-            return Err(bad_input(format!("unknown fault '{other}' (known: drop-dest-adjoint)")));
+            return Err(bad_input(format!(
+                "unknown fault '{other}' (known: drop-dest-adjoint, {})",
+                adgauge_workloads::nested::CONFUSED_NESTING
+            )));
         }
     };
     let cases = check_cases(args)?;

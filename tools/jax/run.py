@@ -302,6 +302,8 @@ MODULES["lse"] = importlib.import_module("lse").module
 MODULES["det"] = importlib.import_module("det").module
 MODULES["ode"] = importlib.import_module("ode").module
 MODULES["ht"] = __import__("ht").ht  # tools/jax/ht.py
+MODULES["particle"] = __import__("particle").particle  # tools/jax/particle.py
+MODULES["saddle"] = __import__("saddle").saddle  # tools/jax/saddle.py
 
 
 def main():

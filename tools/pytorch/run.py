@@ -289,6 +289,8 @@ MODULES["lse"] = importlib.import_module("lse").module
 MODULES["det"] = importlib.import_module("det").module
 MODULES["ode"] = importlib.import_module("ode").module
 MODULES["ht"] = __import__("ht").ht  # tools/pytorch/ht.py
+MODULES["particle"] = __import__("particle").particle  # tools/pytorch/particle.py
+MODULES["saddle"] = __import__("saddle").saddle  # tools/pytorch/saddle.py
 
 
 def main():

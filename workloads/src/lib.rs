@@ -16,8 +16,11 @@ pub mod kmeans;
 pub mod llsq;
 pub mod lse;
 pub mod lstm;
+pub mod nested;
 pub mod objective;
 pub mod ode;
+pub mod particle;
+pub mod saddle;
 pub mod validate;
 pub mod workload;
 
@@ -43,6 +46,8 @@ pub fn registry() -> &'static [&'static dyn Workload] {
         &lse::Lse,
         &det::Det,
         &ode::Ode,
+        &particle::Particle,
+        &saddle::Saddle,
     ]
 }
 

@@ -286,7 +286,9 @@ pub enum CheckKind {
     FdJacobian,
     /// Misuse of nested engines on the device under test: d/dx [x * d/dy (x + y)] by forward
     /// over forward must be 1 (perturbation confusion gives 2), and a tensor carrying another
-    /// forward engine's tangent, or another tape's variable, must be refused, not mixed in.
+    /// forward engine's tangent, or another tape's variable, must be refused, not mixed in. For
+    /// the nested workloads (`particle`, `saddle`): every variant's nested gradient and the value
+    /// computed under it against the inner gradient in closed form's ([`crate::nested`]).
     Perturbation,
     /// The histogram operator's scans (inclusive, exclusive, reversed, segmented), its
     /// reduction and its histogram with a constant dest, by the reverse and forward engines on
