@@ -25,9 +25,9 @@ use adgauge_backends::{AnyDevice, BinaryOp, DType, Device, Forward, Ops, OutOfRa
 use rand::RngExt;
 use serde_json::Value as Json;
 
-use crate::json::{format_array, objective_json};
+use crate::json::objective_json;
 use crate::lse::{finite_array, input_object};
-use crate::objective::{ObjectiveCall, ObjectiveProblem, OutputFormat, RemoteModule, ScalarObjective, first_number};
+use crate::objective::{ObjectiveProblem, RemoteModule, ScalarObjective};
 use crate::validate::CheckedInput;
 use crate::workload::{
     EvalRequest, GradbenchCall, Mode, ParamSpec, Params, Problem, WResult, Workload, WorkloadError, rounded, sizes,
@@ -310,17 +310,7 @@ impl Workload for Det {
         let source = format!("det.{function} input");
         let input = parse_input(input, &source)?;
         crate::validate::validate(&input, &source, dtype)?;
-        let (gradient, format): (bool, OutputFormat) = match function {
-            "primal" => (false, first_number),
-            "gradient" => (true, format_array),
-            other => {
-                return Err(WorkloadError::BadInput(format!("det: no function '{other}' (known: primal, gradient)")));
-            }
-        };
-        with_device!(device, |d| {
-            let call = ObjectiveCall::<DetObjective, _>::new(d.clone(), &input, gradient, dtype, format)?;
-            Ok(Box::new(call) as Box<dyn GradbenchCall + 'a>)
-        })
+        crate::objective::primal_or_gradient_call::<DetObjective>("det", function, &input, device, dtype)
     }
 }
 

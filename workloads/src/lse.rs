@@ -21,8 +21,8 @@ use adgauge_backends::{
 use rand::RngExt;
 use serde_json::Value as Json;
 
-use crate::json::{format_array, kind, objective_json, parse_number};
-use crate::objective::{ObjectiveCall, ObjectiveProblem, OutputFormat, RemoteModule, ScalarObjective, first_number};
+use crate::json::{kind, objective_json, parse_number};
+use crate::objective::{ObjectiveProblem, RemoteModule, ScalarObjective};
 use crate::validate::CheckedInput;
 use crate::workload::{
     EvalRequest, Footprint, GradbenchCall, Mode, ParamSpec, Params, Problem, WResult, Workload, WorkloadError, rounded,
@@ -223,17 +223,7 @@ impl Workload for Lse {
         let source = format!("lse.{function} input");
         let input = parse_input(input, &source)?;
         crate::validate::validate(&input, &source, dtype)?;
-        let (gradient, format): (bool, OutputFormat) = match function {
-            "primal" => (false, first_number),
-            "gradient" => (true, format_array),
-            other => {
-                return Err(WorkloadError::BadInput(format!("lse: no function '{other}' (known: primal, gradient)")));
-            }
-        };
-        with_device!(device, |d| {
-            let call = ObjectiveCall::<LseObjective, _>::new(d.clone(), &input, gradient, dtype, format)?;
-            Ok(Box::new(call) as Box<dyn GradbenchCall + 'a>)
-        })
+        crate::objective::primal_or_gradient_call::<LseObjective>("lse", function, &input, device, dtype)
     }
 }
 

@@ -142,6 +142,31 @@ impl<W: ScalarObjective, D: Device> ObjectiveCall<W, D> {
     }
 }
 
+/// The prepared call of a GradBench module whose functions are `primal` (the objective, one
+/// number) and `gradient` (the gradient, an array), as lse and det have: `input` already parsed
+/// and validated by the workload.
+pub fn primal_or_gradient_call<'a, W: ScalarObjective + 'a>(
+    module: &str,
+    function: &str,
+    input: &W::Input,
+    device: &'a AnyDevice,
+    dtype: DType,
+) -> WResult<Box<dyn crate::workload::GradbenchCall + 'a>> {
+    let (gradient, format): (bool, OutputFormat) = match function {
+        "primal" => (false, first_number),
+        "gradient" => (true, crate::json::format_array),
+        other => {
+            return Err(crate::workload::WorkloadError::BadInput(format!(
+                "{module}: no function '{other}' (known: primal, gradient)"
+            )));
+        }
+    };
+    with_device!(device, |d| {
+        let call = ObjectiveCall::<W, _>::new(d.clone(), input, gradient, dtype, format)?;
+        Ok(Box::new(call) as Box<dyn crate::workload::GradbenchCall + 'a>)
+    })
+}
+
 impl<W: ScalarObjective, D: Device> crate::workload::GradbenchCall for ObjectiveCall<W, D> {
     fn run(&mut self) -> WResult<()> {
         let d = &self.device;
