@@ -10,30 +10,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from protocol import number, plain
+from tables import det_tables
 
 jax.config.update("jax_enable_x64", True)
 
 
 @functools.cache
 def tables(ell):
-    """The bottom row's entries, then per level m = 2..ell: (entries, sub-minors, signs)."""
-    position = {}
-    for c in range(ell):
-        position[1 << c] = c
-    bottom = np.array([(ell - 1) * ell + c for c in range(ell)])
-    levels = []
-    for m in range(2, ell + 1):
-        row = ell - m
-        sets = [s for s in range(1 << ell) if bin(s).count("1") == m]
-        entries, subminors = [], []
-        for s in sets:
-            for c in (c for c in range(ell) if s >> c & 1):
-                entries.append(row * ell + c)
-                subminors.append(position[s & ~(1 << c)])
-        position = {s: p for p, s in enumerate(sets)}
-        signs = np.array([1.0 if j % 2 == 0 else -1.0 for j in range(m)])
-        levels.append((np.array(entries).reshape(len(sets), m), np.array(subminors).reshape(len(sets), m), signs))
-    return bottom, levels
+    """det_tables (tools/common/tables.py) as arrays."""
+    bottom, levels = det_tables(ell)
+    return np.array(bottom), [(np.array(e), np.array(s), np.array(g)) for e, s, g in levels]
 
 
 def _det(a, ell):

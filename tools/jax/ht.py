@@ -16,26 +16,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from protocol import number, plain  # tools/common, on the path run.py set
+from tables import N_THETA, ht_pose_indices
 
-N_THETA = 26
 
 _compiled = {}
 
 
 def pose_indices(bones):
-    """ADBench's to_pose_params as theta indices per bone (N_THETA: a zero angle)."""
-    ix, iz = [N_THETA] * bones, [N_THETA] * bones
-    t, bone = 6, 2
-    for _finger in range(5):
-        for joint in range(3):
-            ix[bone] = t
-            if joint == 0:
-                iz[bone] = t + 1
-                t += 2
-            else:
-                t += 1
-            bone += 1
-        bone += 1
+    """ht_pose_indices (tools/common/tables.py) as arrays."""
+    ix, iz = ht_pose_indices(bones)
     return np.asarray(ix), np.asarray(iz)
 
 

@@ -9,27 +9,16 @@ import functools
 
 import torch
 from protocol import number, plain
+from tables import det_tables
 
 
 @functools.cache
 def tables(ell):
-    """The bottom row's entries, then per level m = 2..ell: (entries, sub-minors, signs)."""
-    position = {1 << c: c for c in range(ell)}
-    bottom = torch.tensor([(ell - 1) * ell + c for c in range(ell)])
-    levels = []
-    for m in range(2, ell + 1):
-        row = ell - m
-        sets = [s for s in range(1 << ell) if bin(s).count("1") == m]
-        entries, subminors = [], []
-        for s in sets:
-            for c in (c for c in range(ell) if s >> c & 1):
-                entries.append(row * ell + c)
-                subminors.append(position[s & ~(1 << c)])
-        position = {s: p for p, s in enumerate(sets)}
-        signs = torch.tensor([1.0 if j % 2 == 0 else -1.0 for j in range(m)], dtype=torch.float64)
-        levels.append((torch.tensor(entries).reshape(len(sets), m), torch.tensor(subminors).reshape(len(sets), m),
-                       signs))
-    return bottom, levels
+    """det_tables (tools/common/tables.py) as tensors."""
+    bottom, levels = det_tables(ell)
+    return torch.tensor(bottom), [
+        (torch.tensor(e), torch.tensor(s), torch.tensor(g, dtype=torch.float64)) for e, s, g in levels
+    ]
 
 
 def _det(a, ell):
