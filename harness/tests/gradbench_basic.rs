@@ -7,10 +7,7 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::process::Command;
-
-use common::{adgauge, close, json, numbers, opencl_available, stderr, temp_file};
+use common::{adgauge, close, converse_program, json, numbers, opencl_available, python_with, stderr, temp_file};
 use serde_json::{Value, json};
 
 const BIN: &str = env!("CARGO_BIN_EXE_adgauge");
@@ -244,28 +241,6 @@ fn adgauge_as_an_external_tool_passes_the_checks_on_the_four_evals() {
     assert_judged_right("self", code, &rows);
 }
 
-/// The tools' Python (`ADGAUGE_TOOLS_PYTHON`, else the venv of `scripts/setup-tools.sh`) when it
-/// imports `module`; otherwise prints why the test skips (or fails, with `word` in
-/// `ADGAUGE_REQUIRE`).
-fn python_with(module: &str, word: &str) -> Option<PathBuf> {
-    let python =
-        std::env::var_os("ADGAUGE_TOOLS_PYTHON").filter(|p| !p.is_empty()).map(PathBuf::from).unwrap_or_else(|| {
-            let venv = std::env::var_os("ADGAUGE_TOOLS_VENV").map(PathBuf::from).unwrap_or_else(|| {
-                PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/adgauge-tools-venv")
-            });
-            venv.join("bin/python")
-        });
-    let why = match Command::new(&python).args(["-c", &format!("import {module}")]).output() {
-        Ok(o) if o.status.success() => return Some(python),
-        Ok(o) => String::from_utf8_lossy(&o.stderr).lines().last().unwrap_or("").to_string(),
-        Err(e) => e.to_string(),
-    };
-    let why = format!("{} cannot import {module}: {why}", python.display());
-    assert!(!adgauge_datasets::adbench::is_required(word), "ADGAUGE_REQUIRE has {word}, but {why}");
-    eprintln!("skipped: {why} (export ADGAUGE_TOOLS_PYTHON=\"$(scripts/setup-tools.sh)\")");
-    None
-}
-
 fn adapter(tool: &str, python: &std::path::Path) -> String {
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../tools/{tool}/run.py"));
     format!("{} {}", python.display(), script.canonicalize().unwrap().display())
@@ -299,7 +274,7 @@ fn assert_adapter_answers(tool: &str, python: &std::path::Path) {
             evaluate(id, module, function, input.clone(), "case")
         });
     }
-    let responses = converse_with(program, script, &lines);
+    let responses = converse_program(program, &[script], &lines);
     assert_eq!(responses.len(), lines.len(), "{tool}: {responses:#?}");
     let out = |i: usize| {
         assert_eq!(responses[i]["success"], true, "{tool}: {}", responses[i]);
@@ -316,24 +291,6 @@ fn assert_adapter_answers(tool: &str, python: &std::path::Path) {
     // And through the pipeline: the engine's checks pass on the adapter's derivatives.
     let (code, rows) = run_on(tool, &command, &format!("gradbench-basic-{tool}"));
     assert_judged_right(tool, code, &rows);
-}
-
-/// Sends protocol lines to `program script` and returns its responses.
-fn converse_with(program: &str, script: &str, lines: &[Value]) -> Vec<Value> {
-    use std::io::{BufRead, BufReader, Write};
-    use std::process::Stdio;
-    let mut child = Command::new(program).arg(script).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    for l in lines {
-        writeln!(stdin, "{l}").unwrap();
-    }
-    drop(stdin);
-    let out: Vec<Value> = BufReader::new(child.stdout.take().unwrap())
-        .lines()
-        .map(|l| serde_json::from_str(&l.unwrap()).unwrap())
-        .collect();
-    assert!(child.wait().unwrap().success());
-    out
 }
 
 #[test]

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{adgauge, close, json, numbers, stdout, temp_file};
+use common::{adgauge, close, json, numbers, python_with, stdout, temp_file};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_adgauge");
@@ -201,29 +201,6 @@ fn a_served_adgauge_tool_passes_the_ht_checks_in_a_suite() {
             assert!(checks.contains(&want), "{name}: {checks:?}");
         }
         assert!(ext["jvp"]["median_s"].as_f64().unwrap() > 0.0, "{ext}");
-    }
-}
-
-/// The tools' Python (as `python_tools.rs` finds it) when it imports `module`; otherwise why
-/// the test skips (or fails, with `word` in `ADGAUGE_REQUIRE`).
-fn python_with(module: &str, word: &str) -> Option<std::path::PathBuf> {
-    let python = match std::env::var_os("ADGAUGE_TOOLS_PYTHON").filter(|p| !p.is_empty()) {
-        Some(p) => std::path::PathBuf::from(p),
-        None => std::env::var_os("ADGAUGE_TOOLS_VENV")
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(|| {
-                std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/adgauge-tools-venv")
-            })
-            .join("bin/python"),
-    };
-    match std::process::Command::new(&python).args(["-c", &format!("import {module}")]).output() {
-        Ok(o) if o.status.success() => Some(python),
-        other => {
-            let why = format!("{} cannot import {module}: {other:?}", python.display());
-            assert!(!adgauge_datasets::adbench::is_required(word), "ADGAUGE_REQUIRE has {word}, but {why}");
-            eprintln!("skipped: {why}");
-            None
-        }
     }
 }
 

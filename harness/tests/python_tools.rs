@@ -10,38 +10,10 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
-use common::{adgauge, stderr, temp_file};
+use common::{adgauge, python_with, stderr, temp_file};
 use serde_json::Value;
-
-/// The tools' Python: `ADGAUGE_TOOLS_PYTHON`, else `python` in `ADGAUGE_TOOLS_VENV` or
-/// `~/.cache/adgauge-tools-venv` (where `scripts/setup-tools.sh` puts it).
-fn tools_python() -> PathBuf {
-    if let Some(p) = std::env::var_os("ADGAUGE_TOOLS_PYTHON").filter(|p| !p.is_empty()) {
-        return p.into();
-    }
-    let venv = std::env::var_os("ADGAUGE_TOOLS_VENV").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/adgauge-tools-venv")
-    });
-    venv.join("bin/python")
-}
-
-/// The tools' Python when it imports `module`; otherwise prints why the test skips (or fails,
-/// with `word` in `ADGAUGE_REQUIRE`).
-fn python_with(module: &str, word: &str) -> Option<PathBuf> {
-    let python = tools_python();
-    let why = match Command::new(&python).args(["-c", &format!("import {module}")]).output() {
-        Ok(o) if o.status.success() => return Some(python),
-        Ok(o) => String::from_utf8_lossy(&o.stderr).lines().last().unwrap_or("").to_string(),
-        Err(e) => e.to_string(),
-    };
-    let why = format!("{} cannot import {module}: {why}", python.display());
-    assert!(!adgauge_datasets::adbench::is_required(word), "ADGAUGE_REQUIRE has {word}, but {why}");
-    eprintln!("skipped: {why} (export ADGAUGE_TOOLS_PYTHON=\"$(scripts/setup-tools.sh)\")");
-    None
-}
 
 fn script(tool: &str) -> String {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../tools/{tool}/run.py"));

@@ -15,16 +15,16 @@ pub fn adgauge(args: &[&str]) -> Output {
 
 /// Sends protocol lines to `adgauge ARGS` (a `tool` command) on stdin and returns its responses,
 /// asserting a clean exit.
-#[allow(dead_code)]
 pub fn converse(args: &[&str], lines: &[Value]) -> Vec<Value> {
+    converse_program(env!("CARGO_BIN_EXE_adgauge"), args, lines)
+}
+
+/// Sends protocol lines to `program ARGS` on stdin and returns its responses, asserting a clean
+/// exit.
+pub fn converse_program(program: impl AsRef<std::ffi::OsStr>, args: &[&str], lines: &[Value]) -> Vec<Value> {
     use std::io::{BufRead, BufReader, Write};
     use std::process::Stdio;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_adgauge"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = Command::new(program).args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
     let mut stdin = child.stdin.take().unwrap();
     for l in lines {
         writeln!(stdin, "{l}").unwrap();
@@ -36,6 +36,33 @@ pub fn converse(args: &[&str], lines: &[Value]) -> Vec<Value> {
         .collect();
     assert!(child.wait().unwrap().success());
     out
+}
+
+/// The external tools' Python: `ADGAUGE_TOOLS_PYTHON`, else `python` in `ADGAUGE_TOOLS_VENV` or
+/// `~/.cache/adgauge-tools-venv` (where `scripts/setup-tools.sh` puts it).
+pub fn tools_python() -> PathBuf {
+    if let Some(p) = std::env::var_os("ADGAUGE_TOOLS_PYTHON").filter(|p| !p.is_empty()) {
+        return p.into();
+    }
+    let venv = std::env::var_os("ADGAUGE_TOOLS_VENV").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/adgauge-tools-venv")
+    });
+    venv.join("bin/python")
+}
+
+/// The tools' Python when it imports `module`; otherwise prints why the test skips (or fails,
+/// with `word` in `ADGAUGE_REQUIRE`).
+pub fn python_with(module: &str, word: &str) -> Option<PathBuf> {
+    let python = tools_python();
+    let why = match Command::new(&python).args(["-c", &format!("import {module}")]).output() {
+        Ok(o) if o.status.success() => return Some(python),
+        Ok(o) => String::from_utf8_lossy(&o.stderr).lines().last().unwrap_or("").to_string(),
+        Err(e) => e.to_string(),
+    };
+    let why = format!("{} cannot import {module}: {why}", python.display());
+    assert!(!adgauge_datasets::adbench::is_required(word), "ADGAUGE_REQUIRE has {word}, but {why}");
+    eprintln!("skipped: {why} (export ADGAUGE_TOOLS_PYTHON=\"$(scripts/setup-tools.sh)\")");
+    None
 }
 
 pub fn stdout(o: &Output) -> String {
