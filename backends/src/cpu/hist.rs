@@ -60,6 +60,41 @@ fn bin_of<X: IndexElem>(inds: &[X], i: usize, k: usize) -> Option<usize> {
     inds[i].bin(k)
 }
 
+/// Folds elements `start..end` into `block`: `subs` interleaved rows of k accumulators (1 or
+/// [`SUBS`]), element i into row `(i - start) % subs`.
+///
+/// A function of its own, never inlined, for its signature: `block` is a `&mut` parameter, so
+/// the compiler knows that the stores to it alias nothing else, and keeps k and the slices that
+/// `fold` reads in registers. Inlined into the chunk closure, the inner loop reloaded them from
+/// memory after every store.
+#[inline(never)]
+fn fold_range<A, X: IndexElem, F: Fn(&mut A, usize)>(
+    block: &mut [A],
+    inds: &[X],
+    start: usize,
+    end: usize,
+    k: usize,
+    subs: usize,
+    fold: &F,
+) {
+    let inds = &inds[start..end];
+    if subs == 1 {
+        let block = &mut block[..k];
+        for (j, x) in inds.iter().enumerate() {
+            if let Some(b) = x.bin(k) {
+                fold(&mut block[b], start + j);
+            }
+        }
+    } else {
+        let block = &mut block[..SUBS * k];
+        for (j, x) in inds.iter().enumerate() {
+            if let Some(b) = x.bin(k) {
+                fold(&mut block[(j % SUBS) * k + b], start + j);
+            }
+        }
+    }
+}
+
 /// Folds element i into the accumulator of its bin, for every i with an in-range index.
 /// `fold(acc, i)` adds element i; `merge(acc, later)` appends a later row's partial result.
 /// Returns the k per-bin totals (neutral for empty bins).
@@ -75,31 +110,14 @@ where
     // With no bins every index is out of range: nothing to fold, and no row to split by.
     if plan.rows() == 1 || k == 0 {
         let mut out = pool.filled(k, neutral);
-        for i in 0..n {
-            if let Some(b) = bin_of(inds, i, k) {
-                fold(&mut out[b], i);
-            }
-        }
+        fold_range(&mut out, inds, 0, n, k, 1, &fold);
         return out;
     }
     let mut rows = pool.take::<A>(plan.rows() * k);
     let fold_chunk = |c: usize, block: &mut [A]| {
         block.fill(neutral);
         let start = c * plan.chunk_len;
-        let end = n.min(start + plan.chunk_len);
-        if plan.subs == 1 {
-            for i in start..end {
-                if let Some(b) = bin_of(inds, i, k) {
-                    fold(&mut block[b], i);
-                }
-            }
-        } else {
-            for i in start..end {
-                if let Some(b) = bin_of(inds, i, k) {
-                    fold(&mut block[((i - start) % SUBS) * k + b], i);
-                }
-            }
-        }
+        fold_range(block, inds, start, n.min(start + plan.chunk_len), k, plan.subs, &fold);
     };
     rows.par_chunks_mut(k * plan.subs).enumerate().for_each(|(c, block)| fold_chunk(c, block));
     let mut out = pool.take::<A>(k);
@@ -140,21 +158,13 @@ where
         let start = c * plan.chunk_len;
         let end = n.min(start + plan.chunk_len);
         if plan.subs == 1 {
-            for i in start..end {
-                if let Some(b) = bin_of(inds, i, k) {
-                    fold(&mut row[b], i);
-                }
-            }
+            fold_range(row, inds, start, end, k, 1, &fold);
             return;
         }
         // Interleaved sub-histograms break the dependency chain on a hot bin (tiny k).
         scratch.clear();
         scratch.resize(SUBS * k, neutral);
-        for i in start..end {
-            if let Some(b) = bin_of(inds, i, k) {
-                fold(&mut scratch[((i - start) % SUBS) * k + b], i);
-            }
-        }
+        fold_range(scratch, inds, start, end, k, SUBS, &fold);
         row.copy_from_slice(&scratch[..k]);
         for s in 1..SUBS {
             for (acc, &x) in row.iter_mut().zip(&scratch[s * k..(s + 1) * k]) {
