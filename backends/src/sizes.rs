@@ -122,6 +122,10 @@ pub const NOT_SWITCHES: &[(&str, &str)] = &[
     ("cpu::hist::MAX_CHUNKS", "a cap on the chunk count: the chunked path is the same"),
     ("cpu::hist::SUBS", "how many sub-histograms SMALL_K selects"),
     ("cpu::hist::MERGE_BLOCK", "bins per merge task"),
+    (
+        "cpu::hist::STAGE_LEN",
+        "the staging block of staged_bin_totals: the same loop at any length; a partial last block is reached at every n it does not divide (check's n = 2000)",
+    ),
     ("cpu::hist::WINDOW_BYTES", "the window size of the partitioned path PARTITION_MIN_BINS_BYTES selects"),
     ("cpu::kernels::BLOCK", "the block of the parallel reductions PAR_MIN selects"),
     ("cpu::scan::SCAN_BLOCK", "the block of the parallel scans PARALLEL_SCAN_MIN selects"),

@@ -105,19 +105,69 @@ where
     F: Fn(&mut A, usize) + Sync,
     M: Fn(&mut A, A) + Sync,
 {
-    let n = inds.len();
+    totals_by_rows(
+        pool,
+        inds.len(),
+        k,
+        neutral,
+        |block, start, end, subs| fold_range(block, inds, start, end, k, subs, &fold),
+        merge,
+    )
+}
+
+/// Like [`bin_totals`], but the folded values are staged block by block first:
+/// `stage(base, buf)` fills `buf` with the values of elements `base..base + buf.len()` (a loop
+/// that can run vectorised, such as the exponentials of logaddexp's weights), and
+/// `fold(acc, value)` adds one. The n staged values are never stored whole, and the totals are
+/// bit for bit those of `bin_totals` over the staged values written out.
+pub fn staged_bin_totals<A, T, X, S, F, M>(
+    pool: &Arc<Pool>,
+    inds: &[X],
+    k: usize,
+    neutral: A,
+    stage: S,
+    fold: F,
+    merge: M,
+) -> Buf<A>
+where
+    X: IndexElem,
+    A: Copy + Default + Send + Sync + 'static,
+    T: Copy + Default,
+    S: Fn(usize, &mut [T]) + Sync,
+    F: Fn(&mut A, T) + Sync,
+    M: Fn(&mut A, A) + Sync,
+{
+    totals_by_rows(
+        pool,
+        inds.len(),
+        k,
+        neutral,
+        |block, start, end, subs| fold_range_staged(block, inds, start, end, k, subs, &stage, &fold),
+        merge,
+    )
+}
+
+/// The driver of [`bin_totals`]: `fold_rows(block, start, end, subs)` folds elements
+/// `start..end` into `block` (`subs` rows of k), chunk by chunk in parallel; the rows are then
+/// merged per bin in row order.
+fn totals_by_rows<A, R, M>(pool: &Arc<Pool>, n: usize, k: usize, neutral: A, fold_rows: R, merge: M) -> Buf<A>
+where
+    A: Copy + Default + Send + Sync + 'static,
+    R: Fn(&mut [A], usize, usize, usize) + Sync,
+    M: Fn(&mut A, A) + Sync,
+{
     let plan = Plan::new(n, k);
     // With no bins every index is out of range: nothing to fold, and no row to split by.
     if plan.rows() == 1 || k == 0 {
         let mut out = pool.filled(k, neutral);
-        fold_range(&mut out, inds, 0, n, k, 1, &fold);
+        fold_rows(&mut out, 0, n, 1);
         return out;
     }
     let mut rows = pool.take::<A>(plan.rows() * k);
     let fold_chunk = |c: usize, block: &mut [A]| {
         block.fill(neutral);
         let start = c * plan.chunk_len;
-        fold_range(block, inds, start, n.min(start + plan.chunk_len), k, plan.subs, &fold);
+        fold_rows(block, start, n.min(start + plan.chunk_len), plan.subs);
     };
     rows.par_chunks_mut(k * plan.subs).enumerate().for_each(|(c, block)| fold_chunk(c, block));
     let mut out = pool.take::<A>(k);
@@ -138,6 +188,43 @@ where
         out.par_chunks_mut(MERGE_BLOCK).enumerate().for_each(|(bb, o)| merge_block(bb, o));
     }
     out
+}
+
+/// Elements staged per step of [`fold_range_staged`]: the staging buffer stays in L1.
+pub(crate) const STAGE_LEN: usize = 1 << 10;
+
+/// [`fold_range`] over staged values (see [`staged_bin_totals`]).
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+fn fold_range_staged<A, T: Copy + Default, X: IndexElem, S: Fn(usize, &mut [T]), F: Fn(&mut A, T)>(
+    block: &mut [A],
+    inds: &[X],
+    start: usize,
+    end: usize,
+    k: usize,
+    subs: usize,
+    stage: &S,
+    fold: &F,
+) {
+    // With no bins nothing is folded (and nothing need be staged).
+    if k == 0 {
+        return;
+    }
+    let block = &mut block[..subs * k];
+    let mut buf = [T::default(); STAGE_LEN];
+    let mut base = start;
+    while base < end {
+        let len = STAGE_LEN.min(end - base);
+        let staged = &mut buf[..len];
+        stage(base, staged);
+        for (j, (x, &value)) in inds[base..base + len].iter().zip(staged.iter()).enumerate() {
+            if let Some(b) = x.bin(k) {
+                let row = if subs == 1 { 0 } else { (base - start + j) % SUBS };
+                fold(&mut block[row * k + b], value);
+            }
+        }
+        base += len;
+    }
 }
 
 /// Like [`bin_totals`] but keeps one row of k totals per chunk (sub-histograms merged into

@@ -1,6 +1,7 @@
 //! logaddexp histograms by max-shift, in two passes: per bin the maximum m of dest and the
 //! values, then `s = sum of e^(v - m)` (and, for a tangent, `sum of e^(v - m) dv`), so the bin is
-//! `m + log(e^(dest - m) + s)`, with the CPU's vectorisable exp (`vmath`). One `exp` per element
+//! `m + log(e^(dest - m) + s)`, with the CPU's vectorisable exp (`vmath`), the weights `e^(v - m)`
+//! computed block by block inside the second pass (`hist::staged_bin_totals`). One `exp` per element
 //! instead of the pairwise fold's `exp`, `log1p` and branches (and, for the dual fold, two more
 //! `exp`s for the partials); the shift
 //! also makes the sum more accurate than the running fold. A bin whose maximum is +inf has no
@@ -53,38 +54,65 @@ pub(crate) fn exp_of<T: Elem>(out: &mut [T], x: impl Fn(usize) -> T + Sync, then
     }
 }
 
-/// Each value's weight `e^(v - shift[bin])` (`exp_of`); out-of-range elements get some value
-/// that no histogram reads.
-fn weights<T: Elem, X: IndexElem>(pool: &Arc<Pool>, ix: &[X], v: &[T], shift: &[T]) -> Buf<T> {
+/// The staging step of each value's weight `e^(v - shift[bin])` for
+/// [`hist::staged_bin_totals`]: the gathers, then the vector exp (`vmath::map_exp_in_place`),
+/// block by block; the n weights are never stored whole.
+fn stage_weights<'a, T: Elem, X: IndexElem>(
+    ix: &'a [X],
+    v: &'a [T],
+    shift: &'a [T],
+) -> impl Fn(usize, &mut [T]) + Sync + 'a {
     let k = shift.len() as u64;
-    let mut w = pool.take::<T>(v.len());
-    if k == 0 {
-        return w;
-    }
-    // Out-of-range elements read bin 0 (a select, not a branch on indices that come at random).
-    exp_of(
-        &mut w,
-        |i| {
+    move |base, buf| {
+        for (j, o) in buf.iter_mut().enumerate() {
+            let i = base + j;
             let b = ix[i].idx();
-            v[i] - shift[if (b as u64) < k { b as usize } else { 0 }]
-        },
-        |_, e| e,
-    );
-    w
+            // Out-of-range elements read bin 0 (a select, not a branch); no total reads them.
+            *o = v[i] - shift[if (b as u64) < k { b as usize } else { 0 }];
+        }
+        vmath::map_exp_in_place(buf);
+    }
 }
 
-/// The histogram `dest[b] logaddexp (every value of bin b)`.
-pub fn hist<T: Elem, X: IndexElem>(pool: &Arc<Pool>, d: &[T], ix: &[X], v: &[T]) -> Option<Buf<T>> {
-    let shift = shifts(pool, d, ix, v)?;
-    let w = weights(pool, ix, v, &shift);
-    let sums = hist::bin_totals(pool, ix, d.len(), T::zero(), |a, i| *a = *a + w[i], |a, b| *a = *a + b);
+/// The shifts of [`hist`] and [`hist_dual`]: 0 for every bin when the inputs are known to be
+/// relative to their bins' largest (`peaks_at_zero`: the maxima pass would find 0, or -inf,
+/// which is shifted by 0 too; a NaN bin is NaN either way), else [`shifts`].
+fn shifts_of<T: Elem, X: IndexElem>(
+    pool: &Arc<Pool>,
+    d: &[T],
+    ix: &[X],
+    v: &[T],
+    peaks_at_zero: bool,
+) -> Option<Buf<T>> {
+    if peaks_at_zero { Some(pool.filled(d.len(), T::zero())) } else { shifts(pool, d, ix, v) }
+}
+
+/// The histogram `dest[b] logaddexp (every value of bin b)`; `peaks_at_zero`: see [`shifts_of`].
+pub fn hist<T: Elem, X: IndexElem>(
+    pool: &Arc<Pool>,
+    d: &[T],
+    ix: &[X],
+    v: &[T],
+    peaks_at_zero: bool,
+) -> Option<Buf<T>> {
+    let shift = shifts_of(pool, d, ix, v, peaks_at_zero)?;
+    let sums = hist::staged_bin_totals(
+        pool,
+        ix,
+        d.len(),
+        T::zero(),
+        stage_weights(ix, v, &shift),
+        |a, w| *a = *a + w,
+        |a, b| *a = *a + b,
+    );
     let mut out = pool.take::<T>(d.len());
     fill_with(&mut out, |b| shift[b] + (vmath::exp(d[b] - shift[b]) + sums[b]).ln());
     Some(out)
 }
 
 /// The histogram and its tangent: `dot = (e^(dest - m) dest_dot + sum of e^(v - m) dv) /
-/// (e^(dest - m) + s)`, 0 for a bin of -inf only (the pairwise fold's partials are 0 there).
+/// (e^(dest - m) + s)`, 0 for a bin of -inf only (the pairwise fold's partials are 0 there);
+/// `peaks_at_zero`: see [`shifts_of`].
 pub fn hist_dual<T: Elem, X: IndexElem>(
     pool: &Arc<Pool>,
     d: &[T],
@@ -92,15 +120,25 @@ pub fn hist_dual<T: Elem, X: IndexElem>(
     ix: &[X],
     v: &[T],
     vd: &[T],
+    peaks_at_zero: bool,
 ) -> Option<(Buf<T>, Buf<T>)> {
-    let shift = shifts(pool, d, ix, v)?;
-    let w = weights(pool, ix, v, &shift);
-    let sums = hist::bin_totals(
+    let shift = shifts_of(pool, d, ix, v, peaks_at_zero)?;
+    // Each staged value carries its element's tangent: (e^(v - m), dv).
+    let weights = stage_weights(ix, v, &shift);
+    let sums = hist::staged_bin_totals(
         pool,
         ix,
         d.len(),
         (T::zero(), T::zero()),
-        |a, i| *a = (a.0 + w[i], a.1 + w[i] * vd[i]),
+        |base, buf: &mut [(T, T)]| {
+            let mut w = [T::zero(); hist::STAGE_LEN];
+            let w = &mut w[..buf.len()];
+            weights(base, w);
+            for (j, (o, &e)) in buf.iter_mut().zip(w.iter()).enumerate() {
+                *o = (e, vd[base + j]);
+            }
+        },
+        |a, (w, dv)| *a = (a.0 + w, a.1 + w * dv),
         |a, b| *a = (a.0 + b.0, a.1 + b.1),
     );
     let weight = |b: usize| vmath::exp(d[b] - shift[b]);
@@ -146,8 +184,8 @@ mod tests {
             let dd: Vec<f64> = (0..k).map(|b| (b % 5) as f64 - 2.0).collect();
             let vd: Vec<f64> = (0..n).map(|i| ((i * 31) % 11) as f64 / 11.0 - 0.5).collect();
             let want = pairwise(&d, &dd, &ix, &v, &vd);
-            let h = hist(&pool, &d, &ix, &v).expect("finite shifts");
-            let (h2, hd) = hist_dual(&pool, &d, &dd, &ix, &v, &vd).expect("finite shifts");
+            let h = hist(&pool, &d, &ix, &v, false).expect("finite shifts");
+            let (h2, hd) = hist_dual(&pool, &d, &dd, &ix, &v, &vd, false).expect("finite shifts");
             for b in 0..k {
                 let (wh, wd) = want[b];
                 let close = |x: f64, y: f64| x == y || (x - y).abs() <= 1e-9 * (1.0 + y.abs());
@@ -163,14 +201,70 @@ mod tests {
     }
 
     #[test]
+    fn relative_inputs_skip_the_maxima_pass_and_give_the_same_bits() {
+        // Inputs relative to their bins' largest, as `Relative::Shift` defines them: bins with
+        // ordinary values, ties, a +inf anchor (its +inf inputs become 0, the rest -inf), a bin
+        // of -inf only (anchor 0), a NaN bin and an empty one; indices out of range too.
+        let pool = Pool::new();
+        let (d, ix, mut v) = case(300_000, 9);
+        let dd: Vec<f64> = (0..9).map(|b| b as f64 / 4.0 - 1.0).collect();
+        let vd: Vec<f64> = (0..v.len()).map(|i| ((i * 17) % 13) as f64 / 13.0 - 0.5).collect();
+        let mut d = d;
+        for (i, &b) in ix.iter().enumerate() {
+            match b {
+                2 if i % 1000 == 0 => v[i] = f64::INFINITY,
+                4 => v[i] = f64::NEG_INFINITY,
+                5 if i % 5000 == 0 => v[i] = f64::NAN,
+                7 => v[i] = 3.25,
+                _ => {}
+            }
+        }
+        d[4] = f64::NEG_INFINITY;
+        d[7] = 3.25;
+        let k = d.len();
+        let mut anchor: Vec<f64> = d.clone();
+        for (i, &b) in ix.iter().enumerate() {
+            if b >= 0 && (b as usize) < k {
+                let a = &mut anchor[b as usize];
+                if v[i].is_nan() || (!a.is_nan() && v[i] > *a) {
+                    *a = v[i];
+                }
+            }
+        }
+        for a in anchor.iter_mut() {
+            if *a == f64::NEG_INFINITY {
+                *a = 0.0;
+            }
+        }
+        let rel = |x: f64, a: f64| if x == a { 0.0 } else { x - a };
+        let d_rel: Vec<f64> = (0..k).map(|b| rel(d[b], anchor[b])).collect();
+        let v_rel: Vec<f64> = (0..v.len())
+            .map(|i| rel(v[i], if ix[i] >= 0 && (ix[i] as usize) < k { anchor[ix[i] as usize] } else { 0.0 }))
+            .collect();
+        let same = |x: f64, y: f64| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan());
+        let (full, skip) =
+            (hist(&pool, &d_rel, &ix, &v_rel, false).unwrap(), hist(&pool, &d_rel, &ix, &v_rel, true).unwrap());
+        let (fd, sd) = (
+            hist_dual(&pool, &d_rel, &dd, &ix, &v_rel, &vd, false).unwrap(),
+            hist_dual(&pool, &d_rel, &dd, &ix, &v_rel, &vd, true).unwrap(),
+        );
+        for b in 0..k {
+            assert!(same(full[b], skip[b]) && same(fd.0[b], sd.0[b]) && same(fd.1[b], sd.1[b]), "bin {b}");
+        }
+        // The cases are there: a NaN bin, a -inf bin, a bin anchored at +inf, finite bins.
+        assert!(skip[5].is_nan() && skip[4] == f64::NEG_INFINITY && anchor[2] == f64::INFINITY);
+        assert!(skip[7].is_finite() && skip[2].is_finite() && skip[2] > 0.0);
+    }
+
+    #[test]
     fn an_infinite_maximum_falls_back_and_a_nan_value_poisons_its_bin() {
         let pool = Pool::new();
         let (d, ix) = (vec![0.0, 0.0], vec![0i64, 1, 1]);
-        assert!(hist(&pool, &d, &ix, &[1.0, f64::INFINITY, 2.0]).is_none());
-        assert!(hist_dual(&pool, &d, &[0.0; 2], &ix, &[1.0, f64::INFINITY, 2.0], &[0.0; 3]).is_none());
-        let h = hist(&pool, &d, &ix, &[1.0, f64::NAN, 2.0]).expect("finite shifts");
+        assert!(hist(&pool, &d, &ix, &[1.0, f64::INFINITY, 2.0], false).is_none());
+        assert!(hist_dual(&pool, &d, &[0.0; 2], &ix, &[1.0, f64::INFINITY, 2.0], &[0.0; 3], false).is_none());
+        let h = hist(&pool, &d, &ix, &[1.0, f64::NAN, 2.0], false).expect("finite shifts");
         assert!((h[0] - (1.0f64.exp() + 1.0).ln()).abs() < 1e-15 && h[1].is_nan(), "{:?}", &h[..]);
-        let h = hist(&pool, &[f64::NEG_INFINITY], &[0], &[f64::NAN]).expect("finite shifts");
+        let h = hist(&pool, &[f64::NEG_INFINITY], &[0], &[f64::NAN], false).expect("finite shifts");
         assert!(h[0].is_nan(), "an empty bin's -inf must not swallow a NaN: {:?}", &h[..]);
     }
 }

@@ -146,6 +146,21 @@ impl ArgPos for i64 {
 pub struct CpuTensor {
     values: Arc<Values>,
     shape: Vec<usize>,
+    /// `Some(ix)` on the relative inputs of logaddexp (`HistOps::relative_inputs`, `Relative::Shift`)
+    /// built under the index `ix`: every bin's largest input, dest's included, is 0 (or the bin
+    /// is -inf only, or NaN), so a logaddexp histogram of them under the same index needs no
+    /// pass for its bins' maxima. The index is held, so that its buffer cannot be freed and
+    /// another index take its address.
+    peaks_at_zero_under: Option<Arc<IndexVals>>,
+}
+
+impl CpuTensor {
+    /// Whether `dest` and `vals` are relative logaddexp inputs built together under `inds`
+    /// (see `peaks_at_zero_under`).
+    fn relative_shift_under(dest: &CpuTensor, vals: &CpuTensor, inds: &CpuIndex) -> bool {
+        let under = |t: &CpuTensor| t.peaks_at_zero_under.as_ref().is_some_and(|ix| Arc::ptr_eq(ix, &inds.data));
+        under(dest) && under(vals)
+    }
 }
 
 impl TensorMeta for CpuTensor {
@@ -383,7 +398,7 @@ impl Cpu {
     }
 
     fn wrap<T: CpuElem>(&self, b: Buf<T>, shape: Vec<usize>) -> CpuTensor {
-        CpuTensor { values: Arc::new(T::wrap(b)), shape }
+        CpuTensor { values: Arc::new(T::wrap(b)), shape, peaks_at_zero_under: None }
     }
 
     fn wrap_index<X: CpuIndexElem>(&self, b: Buf<X>) -> CpuIndex {
@@ -619,7 +634,7 @@ impl Cpu {
         same_len("reduce_by_index", "indices vs values", ix.len(), v.len())?;
         let (k, pool) = (d.len(), self.pool());
         if let fold::Kind::LogAddExp = fold::kind(op)
-            && let Some(out) = lae::hist(pool, d, ix, v)
+            && let Some(out) = lae::hist(pool, d, ix, v, CpuTensor::relative_shift_under(dest, vals, inds))
         {
             return Ok(self.wrap(out, dest.shape.clone()));
         }
@@ -812,11 +827,13 @@ impl Cpu {
             Relative::Scale => self.relative_of::<T, X, true>(d, ix, v),
         };
         let k = d.len();
-        Ok((
-            self.wrap(anchor, vec![k]),
-            self.wrap(dest_rel, dest.shape.clone()),
-            self.wrap(vals_rel, vals.shape.clone()),
-        ))
+        let (mut dest_rel, mut vals_rel) =
+            (self.wrap(dest_rel, dest.shape.clone()), self.wrap(vals_rel, vals.shape.clone()));
+        if kind == Relative::Shift {
+            dest_rel.peaks_at_zero_under = Some(inds.data.clone());
+            vals_rel.peaks_at_zero_under = Some(inds.data.clone());
+        }
+        Ok((self.wrap(anchor, vec![k]), dest_rel, vals_rel))
     }
 
     /// [`Cpu::relative_inputs_t`] for one kind: `SCALE` (hypot: magnitudes, x / m) or not
@@ -1023,7 +1040,8 @@ impl Cpu {
         same_len("reduce_by_index_dual", "dest vs tangents", d.len(), dd.len())?;
         let (k, pool) = (d.len(), self.pool());
         if let fold::Kind::LogAddExp = fold::kind(op)
-            && let Some((h, hd)) = lae::hist_dual(pool, d, dd, ix, v, vd)
+            && let Some((h, hd)) =
+                lae::hist_dual(pool, d, dd, ix, v, vd, CpuTensor::relative_shift_under(dest, vals, inds))
         {
             return Ok((self.wrap(h, dest.shape.clone()), self.wrap(hd, dest.shape.clone())));
         }
@@ -1210,7 +1228,12 @@ impl TensorOps for Cpu {
 
     fn reshape(&self, t: &CpuTensor, shape: &[usize]) -> Result<CpuTensor> {
         same_len("reshape", "element count", t.numel(), shape.iter().product())?;
-        Ok(CpuTensor { values: t.values.clone(), shape: shape.to_vec() })
+        // The same elements in the same order: still relative to the same bins.
+        Ok(CpuTensor {
+            values: t.values.clone(),
+            shape: shape.to_vec(),
+            peaks_at_zero_under: t.peaks_at_zero_under.clone(),
+        })
     }
 }
 
@@ -1237,6 +1260,8 @@ impl ElementwiseOps for Cpu {
                 (Values::F64(a), Values::F64(b)) => self.run(n, || kernels::add_into(a, b)),
                 _ => return self.add(&acc, c), // a dtype mix: add's error
             }
+            // New values: no longer relative inputs.
+            acc.peaks_at_zero_under = None;
             return Ok(acc);
         }
         self.add(&acc, c)
@@ -1252,6 +1277,7 @@ impl ElementwiseOps for Cpu {
             Some(Values::F64(b)) => self.run(n, || unary_in_place::<f64>(op, b)),
             None => return self.unary(op, &x),
         }
+        x.peaks_at_zero_under = None;
         Ok(x)
     }
 
@@ -1273,6 +1299,7 @@ impl ElementwiseOps for Cpu {
             _ if donor_is_a => return self.binary(op, &donor, other),
             _ => return self.binary(op, other, &donor),
         }
+        donor.peaks_at_zero_under = None;
         Ok(donor)
     }
 

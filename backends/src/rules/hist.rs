@@ -1266,7 +1266,7 @@ mod tests {
     /// dest), zeros of both signs, empty bins, out-of-range indices, no bins at all, i32 and
     /// i64 indices, and on both sides of the parallel threshold.
     #[test]
-    fn the_cpu_fused_relative_inputs_are_the_composition_bit_for_bit() {
+    fn the_cpu_fused_relative_inputs_and_their_histograms_are_the_composition_bit_for_bit() {
         let c = Cpu::new(Some(2)).unwrap();
         let specials =
             [0.0, -0.0, 1.0, -2.5, 1e16, 1e308, -1e308, f64::INFINITY, f64::NEG_INFINITY, f64::NAN, 3.0, 0.25];
@@ -1298,7 +1298,63 @@ mod tests {
                     ] {
                         assert_eq!(bits(f), bits(w), "{kind:?} {dt} {it:?} n={n} k={k}: {what}");
                     }
+                    // The fused inputs of logaddexp skip the histogram's maxima pass (the CPU
+                    // knows their bins peak at 0): the histogram and its tangent keep the bits
+                    // of those of the composed inputs.
+                    if kind == Relative::Shift {
+                        let op = HistOp::General(&crate::general::LOGADDEXP);
+                        let hist = |i: &(_, _, _)| c.reduce_by_index(&i.1, op, &ix, &i.2).unwrap();
+                        assert_eq!(bits(&hist(&fused)), bits(&hist(&composed)), "{dt} n={n} k={k}: histogram");
+                        let dd = c.tensor(&(0..k).map(|b| b as f64 - 2.0).collect::<Vec<_>>(), &[k], dt).unwrap();
+                        let vd = c.tensor(&(0..n).map(|i| (i % 5) as f64 - 2.0).collect::<Vec<_>>(), &[n], dt).unwrap();
+                        let dual = |i: &(_, _, _)| c.reduce_by_index_dual(&i.1, &dd, op, &ix, &i.2, &vd).unwrap();
+                        let (f, w) = (dual(&fused), dual(&composed));
+                        assert_eq!((bits(&f.0), bits(&f.1)), (bits(&w.0), bits(&w.1)), "{dt} n={n} k={k}: dual");
+                    }
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn relative_inputs_written_in_place_are_no_longer_taken_as_relative() {
+        // The CPU skips logaddexp's maxima pass on its own relative inputs; a donated kernel
+        // that rewrites their buffer (a replay's in-place add, accumulate, unary) must drop that
+        // knowledge: here the values move to about 1000, where a shift of 0 overflows.
+        let c = Cpu::new(Some(1)).unwrap();
+        let op = HistOp::General(&crate::general::LOGADDEXP);
+        let (inds, vals, dest) = (vec![0i64, 1, 0, 2], vec![0.5, -1.0, -1000.0, 0.0], vec![0.0, 1.0, -3.0]);
+        for dt in DType::ALL {
+            let ix = c.index_as(&inds, IndexDType::I32).unwrap();
+            let relative = || {
+                let (d, v) = (c.tensor(&dest, &[3], dt).unwrap(), c.tensor(&vals, &[4], dt).unwrap());
+                c.relative_inputs(Relative::Shift, &d, &ix, &v).unwrap().expect("the CPU has the kernel")
+            };
+            let d_rel = relative().1;
+            let hist = |v: &<Cpu as TensorOps>::T| c.to_vec(&c.reduce_by_index(&d_rel, op, &ix, v).unwrap()).unwrap();
+            let thousand = c.full(&[4], 1000.0, dt).unwrap();
+            // Each in place, against the same values in a fresh tensor.
+            let cases = [
+                (
+                    "binary_donated",
+                    c.binary_donated(BinaryOp::Add, relative().2, &thousand, true).unwrap(),
+                    c.add(&relative().2, &thousand).unwrap(),
+                ),
+                (
+                    "accumulate",
+                    c.accumulate(relative().2, &thousand).unwrap(),
+                    c.add(&relative().2, &thousand).unwrap(),
+                ),
+                (
+                    "unary_donated",
+                    c.unary_donated(UnaryOp::Neg, relative().2).unwrap(),
+                    c.unary(UnaryOp::Neg, &relative().2).unwrap(),
+                ),
+            ];
+            for (what, in_place, fresh) in &cases {
+                let want = hist(fresh);
+                assert!(want[0] > 999.0 && want[0].is_finite(), "{dt} {what}: {want:?}");
+                assert_eq!(hist(in_place), want, "{dt} {what}");
             }
         }
     }
