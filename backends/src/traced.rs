@@ -1017,6 +1017,26 @@ impl<D: Traceable> HistOps for Traced<D> {
             d.relative_inputs(kind, dest, i, v).map(|fused| fused.map(|(a, r, w)| (T(a), T(r), T(w))))
         })
     }
+    fn relative_reduce_by_index_dual(
+        &self,
+        kind: crate::rules::hist::Relative,
+        dest: &TT<D>,
+        dest_dot: &TT<D>,
+        op: HistOp,
+        inds: &TI<D>,
+        vals: &TT<D>,
+        vals_dot: &TT<D>,
+    ) -> Result<Option<(TT<D>, TT<D>)>> {
+        self.op(
+            "relative_reduce_by_index_dual",
+            [dest, dest_dot, vals, vals_dot],
+            [inds],
+            move |d, [dest, dd, v, vd], [i]| {
+                d.relative_reduce_by_index_dual(kind, dest, dd, op, i, v, vd)
+                    .map(|fused| fused.map(|(h, hd)| (T(h), T(hd))))
+            },
+        )
+    }
 }
 
 impl<D: Traceable> ScanOps for Traced<D> {

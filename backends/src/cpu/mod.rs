@@ -1022,6 +1022,25 @@ impl Cpu {
         Ok(self.wrap(out, a.shape.clone()))
     }
 
+    /// [`HistOps::relative_reduce_by_index_dual`] of logaddexp.
+    fn lae_dual_t<T: CpuElem, X: CpuIndexElem>(
+        &self,
+        dest: &CpuTensor,
+        dest_dot: &CpuTensor,
+        inds: &CpuIndex,
+        vals: &CpuTensor,
+        vals_dot: &CpuTensor,
+    ) -> Result<Option<(CpuTensor, CpuTensor)>> {
+        let (d, dd) = (dest.slice::<T>()?, dest_dot.slice::<T>()?);
+        let (v, vd) = (vals.slice::<T>()?, vals_dot.slice::<T>()?);
+        let ix = inds.slice::<X>()?;
+        same_len("relative_reduce_by_index_dual", "indices vs values", ix.len(), v.len())?;
+        same_len("relative_reduce_by_index_dual", "values vs tangents", v.len(), vd.len())?;
+        same_len("relative_reduce_by_index_dual", "dest vs tangents", d.len(), dd.len())?;
+        Ok(lae::hist_dual(self.pool(), d, dd, ix, v, vd, false)
+            .map(|(h, hd)| (self.wrap(h, dest.shape.clone()), self.wrap(hd, dest.shape.clone()))))
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn reduce_by_index_dual_t<T: CpuElem, X: CpuIndexElem>(
         &self,
@@ -1431,6 +1450,30 @@ impl HistOps for Cpu {
         same_dtype("prod_vals_adjoint", vals, c0)?;
         let dt = same_dtype("prod_vals_adjoint", c0, c1)?;
         self.run(inds.len(), || by_dtypes!(dt, inds.index_dtype(), self.prod_vals_adjoint_t(inds, vals, c0, c1)))
+    }
+
+    /// logaddexp's: [`lae::hist_dual`] on the inputs as they are. Its shift is the relative
+    /// inputs' anchor and its weights and sums are theirs, so the bits are the composition's;
+    /// `None` where a bin's maximum is +inf (the composition's relative inputs handle it).
+    fn relative_reduce_by_index_dual(
+        &self,
+        kind: Relative,
+        dest: &CpuTensor,
+        dest_dot: &CpuTensor,
+        op: HistOp,
+        inds: &CpuIndex,
+        vals: &CpuTensor,
+        vals_dot: &CpuTensor,
+    ) -> Result<Option<(CpuTensor, CpuTensor)>> {
+        if kind != Relative::Shift || !matches!(fold::kind(op), fold::Kind::LogAddExp) {
+            return Ok(None);
+        }
+        same_dtype("relative_reduce_by_index_dual", dest, vals)?;
+        same_dtype("relative_reduce_by_index_dual", dest, dest_dot)?;
+        let dt = same_dtype("relative_reduce_by_index_dual", vals, vals_dot)?;
+        self.run(inds.len(), || {
+            by_dtypes!(dt, inds.index_dtype(), self.lae_dual_t(dest, dest_dot, inds, vals, vals_dot))
+        })
     }
 
     fn relative_inputs(

@@ -78,11 +78,10 @@ impl Pool {
             let mut shelves = self.shelves.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(shelf) = shelves.by_kind.get_mut(&(TypeId::of::<T>(), len))
                 && let Some(boxed) = shelf.pop()
+                && let Ok(c) = boxed.downcast::<Coloured<T>>()
             {
-                if let Ok(c) = boxed.downcast::<Coloured<T>>() {
-                    shelves.bytes -= c.data.len() * std::mem::size_of::<T>();
-                    return Buf { data: c.data, offset: c.offset, len, pool: Some(self.clone()) };
-                }
+                shelves.bytes -= c.data.len() * std::mem::size_of::<T>();
+                return Buf { data: c.data, offset: c.offset, len, pool: Some(self.clone()) };
             }
             self.misses.fetch_add(1, Ordering::Relaxed);
         }

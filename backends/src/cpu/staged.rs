@@ -801,6 +801,20 @@ impl HistOps for CpuStaged {
         let fused = self.cpu.relative_inputs(kind, self.value(dest)?, inds, self.value(vals)?)?;
         Ok(fused.map(|(a, d, v)| (Self::done(a), Self::done(d), Self::done(v))))
     }
+    fn relative_reduce_by_index_dual(
+        &self,
+        kind: crate::rules::hist::Relative,
+        dest: &StagedTensor,
+        dest_dot: &StagedTensor,
+        op: HistOp,
+        inds: &CpuIndex,
+        vals: &StagedTensor,
+        vals_dot: &StagedTensor,
+    ) -> Result<Option<(StagedTensor, StagedTensor)>> {
+        let (d, dd, v, vd) = (self.value(dest)?, self.value(dest_dot)?, self.value(vals)?, self.value(vals_dot)?);
+        let fused = self.cpu.relative_reduce_by_index_dual(kind, d, dd, op, inds, v, vd)?;
+        Ok(fused.map(|(h, hd)| (Self::done(h), Self::done(hd))))
+    }
 }
 
 impl ScanOps for CpuStaged {

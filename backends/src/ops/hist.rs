@@ -178,6 +178,26 @@ pub trait HistOps: TensorOps {
         Ok(None)
     }
 
+    /// The histogram of a relative-form operator ([`crate::rules::hist::Relative`]) and its
+    /// tangent in one fused kernel: `(hist, hist_dot)`, bit for bit the forward rule's
+    /// composition (`reduce_by_index_dual` over [`HistOps::relative_inputs`], then the anchor
+    /// added back). `None` (the default): the device has no such kernel, or not for these
+    /// inputs, and the rule composes it (the CPU's logaddexp: the relative inputs' pass and
+    /// their n-element temporary are what it saves).
+    #[allow(clippy::too_many_arguments)]
+    fn relative_reduce_by_index_dual(
+        &self,
+        _kind: crate::rules::hist::Relative,
+        _dest: &Self::T,
+        _dest_dot: &Self::T,
+        _op: HistOp,
+        _inds: &Self::I,
+        _vals: &Self::T,
+        _vals_dot: &Self::T,
+    ) -> Result<Option<(Self::T, Self::T)>> {
+        Ok(None)
+    }
+
     /// The reverse rule that `auto` takes for a histogram of `n` values into `k` bins, where this
     /// device has measured that another rule beats the operator's own at these sizes; `None`
     /// (the default, for devices without such measurements): the operator's own rule
