@@ -23,6 +23,13 @@ typedef u32 UT;
 FUNC T op_combine(T a, T b) { return OP_COMBINE_EXPR; }
 FUNC T op_d1(T a, T b) { return OP_D1_EXPR; }
 FUNC T op_d2(T a, T b) { return OP_D2_EXPR; }
+/* The product of two chain-rule factors (partials, tangents, adjoints): plain, except for `*`
+ * (OP_CHAIN_ABSORBS), whose zero factors absorb an infinite one (0 x inf = 0; a NaN factor
+ * stays NaN), as the CPU's Fold::chain. */
+FUNC T op_chain(T p, T q) {
+    T x = p * q;
+    return OP_CHAIN_ABSORBS && isnan(x) && !isnan(p) && !isnan(q) ? (T)0 : x;
+}
 FUNC T op_total(T a, T t) { return OP_TOTAL_EXPR; }
 
 /* *p = EXPR(cur, v) atomically, where cur is the current value. */

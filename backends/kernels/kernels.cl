@@ -106,7 +106,7 @@ KERNEL void fold_adjoint(GLOBAL T *out, GLOBAL const T *l, GLOBAL const T *a, GL
         return;
     }
     T y = op_combine(l[i], a[i]);
-    out[i] = op_d2(l[i], a[i]) * op_d1(y, r[i]) * gi;
+    out[i] = op_chain(op_chain(op_d2(l[i], a[i]), op_d1(y, r[i])), gi);
 }
 
 /* total(vals[i], hist[b]) * hist_bar[b], 0 out of range or where the adjoint is 0. */
@@ -118,13 +118,18 @@ KERNEL void total_form_adjoint(GLOBAL T *out, GLOBAL const IDX_T *ix, GLOBAL con
     out[i] = (b < 0 || b >= k || g[b] == (T)0) ? (T)0 : op_total(vals[i], hist[b]) * g[b];
 }
 
-/* vals[i] == 0 ? c1[b] : (c0[b] == 0 ? 0 : c0[b] / vals[i]), 0 out of range. */
+/* v == 0 ? c1[b] : (v infinite ? c2[b] sign(v) : (c0[b] == 0 ? 0 : c0[b] / v)), 0 out of range. */
 KERNEL void prod_vals_adjoint(GLOBAL T *out, GLOBAL const IDX_T *ix, GLOBAL const T *vals, GLOBAL const T *c0,
-                              GLOBAL const T *c1, i64 n, i64 k) {
+                              GLOBAL const T *c1, GLOBAL const T *c2, i64 n, i64 k) {
     i64 i = GID0;
     if (i >= n) return;
     i64 b = ix[i];
-    out[i] = (b < 0 || b >= k) ? (T)0 : (vals[i] == (T)0 ? c1[b] : (c0[b] == (T)0 ? (T)0 : c0[b] / vals[i]));
+    if (b < 0 || b >= k) {
+        out[i] = (T)0;
+        return;
+    }
+    T v = vals[i];
+    out[i] = v == (T)0 ? c1[b] : (isinf(v) ? (v > (T)0 ? c2[b] : -c2[b]) : (c0[b] == (T)0 ? (T)0 : c0[b] / v));
 }
 
 /* ---- reductions: each work-item folds a contiguous chunk (fixed chunk length, so results
@@ -242,16 +247,22 @@ KERNEL void hist_local(GLOBAL T *hist, GLOBAL const IDX_T *ix, GLOBAL const T *v
     }
 }
 
-/* Per bin: the product of the non-zero values and the number of zeros. */
-KERNEL void prod_nonzero(GLOBAL T *p, GLOBAL i64 *z, GLOBAL const IDX_T *ix, GLOBAL const T *vals, i64 n, i64 k) {
+/* Per bin: the product of the finite non-zero values times the infinite ones' signs, the
+ * number of zeros (z) and the number of infinities (m). */
+KERNEL void prod_nonzero(GLOBAL T *p, GLOBAL i64 *z, GLOBAL i64 *m, GLOBAL const IDX_T *ix, GLOBAL const T *vals,
+                         i64 n, i64 k) {
     i64 i = GID0;
     if (i >= n) return;
     i64 b = ix[i];
     if (b < 0 || b >= k) return;
-    if (vals[i] == (T)0) {
+    T v = vals[i];
+    if (v == (T)0) {
         ATOMIC_ADD_I64(&z[b], 1);
+    } else if (isinf(v)) {
+        ATOMIC_ADD_I64(&m[b], 1);
+        if (v < (T)0) atomic_mul_t(&p[b], (T)-1);
     } else {
-        atomic_mul_t(&p[b], vals[i]);
+        atomic_mul_t(&p[b], v);
     }
 }
 
@@ -403,7 +414,7 @@ KERNEL void chunked_adjoint(GLOBAL T *out, GLOBAL T *y1, GLOBAL T *run, GLOBAL c
             T r = row[b];
             row[b] = op_combine(vals[i], r);
             T gb = g[b];
-            out[i] = gb == (T)0 ? (T)0 : out[i] * op_d1(y1[i], r) * gb;
+            out[i] = gb == (T)0 ? (T)0 : op_chain(op_chain(out[i], op_d1(y1[i], r)), gb);
         }
     }
 }
@@ -505,7 +516,7 @@ KERNEL void chunked_adjoint_group(GLOBAL T *out, GLOBAL T *y1, GLOBAL const IDX_
             T r = row[b];
             row[b] = op_combine(vals[i], r);
             T gb = g[b];
-            out[i] = gb == (T)0 ? (T)0 : out[i] * op_d1(y1[i], r) * gb;
+            out[i] = gb == (T)0 ? (T)0 : op_chain(op_chain(out[i], op_d1(y1[i], r)), gb);
         }
     }
 }
@@ -527,7 +538,7 @@ KERNEL void dual_rows(GLOBAL T *rows, GLOBAL T *rows_dot, GLOBAL const IDX_T *ix
         i64 b = ix[i];
         if (b >= 0 && b < k) {
             T a = row[b], x = vals[i];
-            rowd[b] = op_d1(a, x) * rowd[b] + op_d2(a, x) * vals_dot[i];
+            rowd[b] = op_chain(op_d1(a, x), rowd[b]) + op_chain(op_d2(a, x), vals_dot[i]);
             row[b] = op_combine(a, x);
         }
     }
@@ -554,7 +565,7 @@ KERNEL void dual_rows_group(GLOBAL T *rows, GLOBAL T *rows_dot, GLOBAL const IDX
         i64 b = ix[i];
         if (b >= 0 && b < k) {
             T a = row[b], x = vals[i];
-            rowd[b] = op_d1(a, x) * rowd[b] + op_d2(a, x) * vals_dot[i];
+            rowd[b] = op_chain(op_d1(a, x), rowd[b]) + op_chain(op_d2(a, x), vals_dot[i]);
             row[b] = op_combine(a, x);
         }
     }
@@ -564,7 +575,7 @@ KERNEL void dual_rows_group(GLOBAL T *rows, GLOBAL T *rows_dot, GLOBAL const IDX
         for (i64 t = lid; t < pairs * k; t += size) {
             i64 l = (t / k) * 2 * w * k + t % k, r = l + w * k;
             T a = part[l], x = part[r];
-            dot[l] = op_d1(a, x) * dot[l] + op_d2(a, x) * dot[r];
+            dot[l] = op_chain(op_d1(a, x), dot[l]) + op_chain(op_d2(a, x), dot[r]);
             part[l] = op_combine(a, x);
         }
         BARRIER();
@@ -582,11 +593,11 @@ KERNEL void dual_merge(GLOBAL T *hist, GLOBAL T *hist_dot, GLOBAL const T *dest,
     T t = rows[b], td = rows_dot[b];
     for (i64 c = 1; c < chunks; c++) {
         T x = rows[c * k + b], xd = rows_dot[c * k + b];
-        td = op_d1(t, x) * td + op_d2(t, x) * xd;
+        td = op_chain(op_d1(t, x), td) + op_chain(op_d2(t, x), xd);
         t = op_combine(t, x);
     }
     T d = dest[b];
-    hist_dot[b] = op_d1(d, t) * dest_dot[b] + op_d2(d, t) * td;
+    hist_dot[b] = op_chain(op_d1(d, t), dest_dot[b]) + op_chain(op_d2(d, t), td);
     hist[b] = op_combine(d, t);
 }
 

@@ -337,22 +337,30 @@ impl<B: Ops> HistOps for Forward<B> {
         Ok((self.make(h, dh), winners))
     }
 
-    fn prod_nonzero_by_index(&self, inds: &B::I, vals: &Dual<B>, k: usize) -> Result<(Dual<B>, B::I)> {
+    fn prod_nonzero_by_index(&self, inds: &B::I, vals: &Dual<B>, k: usize) -> Result<(Dual<B>, B::I, B::I)> {
         let b = &self.inner;
-        let (p, z) = b.prod_nonzero_by_index(inds, &vals.value, k)?;
+        let (p, z, m) = b.prod_nonzero_by_index(inds, &vals.value, k)?;
         let dp = self
             .dot(vals)?
             .map(|dv| rules::hist::prod_nonzero_by_index_jvp(b, inds, &vals.value, dv, &p))
             .transpose()?;
-        Ok((self.make(p, dp), z))
+        Ok((self.make(p, dp), z, m))
     }
 
-    fn prod_vals_adjoint(&self, inds: &B::I, vals: &Dual<B>, c0: &Dual<B>, c1: &Dual<B>) -> Result<Dual<B>> {
+    fn prod_vals_adjoint(
+        &self,
+        inds: &B::I,
+        vals: &Dual<B>,
+        c0: &Dual<B>,
+        c1: &Dual<B>,
+        c2: &Dual<B>,
+    ) -> Result<Dual<B>> {
         let b = &self.inner;
-        let out = b.prod_vals_adjoint(inds, &vals.value, &c0.value, &c1.value)?;
-        let (dv, d0, d1) = (self.dot(vals)?, self.dot(c0)?, self.dot(c1)?);
-        let dout = if dv.is_some() || d0.is_some() || d1.is_some() {
-            Some(rules::hist::prod_vals_adjoint_jvp(b, inds, &vals.value, &c0.value, &c1.value, &out, dv, d0, d1)?)
+        let out = b.prod_vals_adjoint(inds, &vals.value, &c0.value, &c1.value, &c2.value)?;
+        let (dv, d0, d1, d2) = (self.dot(vals)?, self.dot(c0)?, self.dot(c1)?, self.dot(c2)?);
+        let dout = if dv.is_some() || d0.is_some() || d1.is_some() || d2.is_some() {
+            let (c, dc) = ([&c0.value, &c1.value, &c2.value], [d0, d1, d2]);
+            Some(rules::hist::prod_vals_adjoint_jvp(b, inds, &vals.value, c, &out, dv, dc)?)
         } else {
             None
         };

@@ -119,12 +119,14 @@ pub fn program_source(dialect: Dialect, dtype: DType, index: IndexDType, op: &Ge
     format!(
         "#define T {t}\n#define IDX_T {idx_t}\n#define USE_F64 {f64_flag}\n\
          #define OP_COMBINE_EXPR {}\n#define OP_D1_EXPR {}\n#define OP_D2_EXPR {}\n#define OP_TOTAL_EXPR {}\n\
-         #define OP_NEUTRAL {}\n/* operator: {} */\n{prelude}\n{ATOMICS}\n{KERNELS}\n",
+         #define OP_NEUTRAL {}\n#define OP_CHAIN_ABSORBS {}\n/* operator: {} */\n{prelude}\n{ATOMICS}\n{KERNELS}\n",
         op.c.combine.replace('\n', " "),
         op.c.d1.replace('\n', " "),
         op.c.d2.replace('\n', " "),
         op.c.total.unwrap_or("((T)0)").replace('\n', " "),
         literal(op.neutral, dtype),
+        // `*`'s chain products absorb (`Fold::chain` on the CPU).
+        u8::from(std::ptr::eq(op, &general::MUL)),
         op.name,
     )
 }

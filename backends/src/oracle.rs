@@ -75,12 +75,19 @@ fn fold(op: HistOp, init: f64, xs: impl IntoIterator<Item = f64>) -> f64 {
     xs.into_iter().fold(init, |acc, x| op.combine(acc, x))
 }
 
+/// The product of chain-rule factors (partials, tangents, adjoints): a zero factor contributes
+/// 0 even against an infinite one (only `*` has infinite partials: its absorbing zeros), and a
+/// NaN factor makes it NaN.
+fn chain(p: f64, q: f64) -> f64 {
+    if (p == 0.0 || q == 0.0) && !p.is_nan() && !q.is_nan() { 0.0 } else { p * q }
+}
+
 /// d(l op a op r)/da = d2(l, a) d1(l op a, r), times `g` (0 when g is 0, as in the rules).
 fn fold_derivative(op: HistOp, l: f64, a: f64, r: f64, g: f64) -> f64 {
     if g == 0.0 {
         return 0.0;
     }
-    op.partial(Operand::Right, l, a) * op.partial(Operand::Left, op.combine(l, a), r) * g
+    chain(chain(op.partial(Operand::Right, l, a), op.partial(Operand::Left, op.combine(l, a), r)), g)
 }
 
 /// The reverse-mode derivative: `(hist, dest_bar, vals_bar)` for the adjoint `hist_bar`.
@@ -125,9 +132,11 @@ pub fn hist_vjp(
                     prefix[j + 1] = mul(prefix[j], vals[members[j]]);
                     suffix[m - 1 - j] = mul(suffix[m - j], vals[members[m - 1 - j]]);
                 }
-                dest_bar[b] = prefix[m] * hist_bar[b];
+                // Each factor's adjoint: hist_bar times the product of the other factors (infinite
+                // where one of them is, and no zero is).
+                dest_bar[b] = chain(prefix[m], hist_bar[b]);
                 for (j, &i) in members.iter().enumerate() {
-                    vals_bar[i] = mul(mul(dest[b], prefix[j]), suffix[j + 1]) * hist_bar[b];
+                    vals_bar[i] = chain(mul(mul(dest[b], prefix[j]), suffix[j + 1]), hist_bar[b]);
                 }
                 // A bin with a NaN input: every input's adjoint is NaN (0 where hist_bar is 0).
                 if dest[b].is_nan() || members.iter().any(|&i| vals[i].is_nan()) {
@@ -209,8 +218,9 @@ pub fn hist_jvp(
         let mut e = vec![0.0; k];
         e[b] = 1.0;
         let (_, db, vb) = hist_vjp(op, dest, inds, vals, &e);
-        *hd = db.iter().zip(dest_dot).map(|(x, y)| x * y).sum::<f64>()
-            + vb.iter().zip(vals_dot).map(|(x, y)| x * y).sum::<f64>();
+        // A zero tangent contributes 0, even next to an infinite derivative (`chain`).
+        *hd = db.iter().zip(dest_dot).map(|(&x, &y)| chain(x, y)).sum::<f64>()
+            + vb.iter().zip(vals_dot).map(|(&x, &y)| chain(x, y)).sum::<f64>();
     }
     (h, hist_dot)
 }

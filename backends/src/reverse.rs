@@ -434,21 +434,21 @@ impl<B: Ops> HistOps for Reverse<B> {
         Ok((y, winners))
     }
 
-    fn prod_nonzero_by_index(&self, inds: &B::I, vals: &Var<B>, k: usize) -> Result<(Var<B>, B::I)> {
-        let (p, zeros) = self.inner.prod_nonzero_by_index(inds, &vals.value, k)?;
+    fn prod_nonzero_by_index(&self, inds: &B::I, vals: &Var<B>, k: usize) -> Result<(Var<B>, B::I, B::I)> {
+        let (p, zeros, infs) = self.inner.prod_nonzero_by_index(inds, &vals.value, k)?;
         let (ix, v, pv) = (inds.clone(), vals.value.clone(), p.clone());
         let p = self.record(p, &[vals], move |b, g| {
             Ok(vec![Some(rules::hist::prod_nonzero_by_index_vjp(b, &ix, &v, &pv, g)?)])
         })?;
-        Ok((p, zeros))
+        Ok((p, zeros, infs))
     }
 
-    fn prod_vals_adjoint(&self, inds: &B::I, vals: &Var<B>, c0: &Var<B>, c1: &Var<B>) -> Result<Var<B>> {
-        let out = self.inner.prod_vals_adjoint(inds, &vals.value, &c0.value, &c1.value)?;
-        let (ix, v, c0v, c1v, ov) = (inds.clone(), vals.value.clone(), c0.value.clone(), c1.value.clone(), out.clone());
-        self.record(out, &[vals, c0, c1], move |b, g| {
-            let (gv, g0, g1) = rules::hist::prod_vals_adjoint_vjp(b, &ix, &v, &c0v, &c1v, &ov, g)?;
-            Ok(vec![Some(gv), Some(g0), Some(g1)])
+    fn prod_vals_adjoint(&self, inds: &B::I, vals: &Var<B>, c0: &Var<B>, c1: &Var<B>, c2: &Var<B>) -> Result<Var<B>> {
+        let out = self.inner.prod_vals_adjoint(inds, &vals.value, &c0.value, &c1.value, &c2.value)?;
+        let (ix, v, c0v, ov) = (inds.clone(), vals.value.clone(), c0.value.clone(), out.clone());
+        self.record(out, &[vals, c0, c1, c2], move |b, g| {
+            let [gv, g0, g1, g2] = rules::hist::prod_vals_adjoint_vjp(b, &ix, &v, &c0v, &ov, g)?;
+            Ok(vec![Some(gv), Some(g0), Some(g1), Some(g2)])
         })
     }
 }

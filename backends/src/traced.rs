@@ -996,14 +996,14 @@ impl<D: Traceable> HistOps for Traced<D> {
             d.arg_reduce_by_index(dest, ext, i, v).map(|(v, p)| (T(v), I(p)))
         })
     }
-    fn prod_nonzero_by_index(&self, inds: &TI<D>, vals: &TT<D>, k: usize) -> Result<(TT<D>, TI<D>)> {
+    fn prod_nonzero_by_index(&self, inds: &TI<D>, vals: &TT<D>, k: usize) -> Result<(TT<D>, TI<D>, TI<D>)> {
         self.op("prod_nonzero_by_index", [vals], [inds], move |d, [v], [i]| {
-            d.prod_nonzero_by_index(i, v, k).map(|(p, z)| (T(p), I(z)))
+            d.prod_nonzero_by_index(i, v, k).map(|(p, z, m)| (T(p), I(z), I(m)))
         })
     }
-    fn prod_vals_adjoint(&self, inds: &TI<D>, vals: &TT<D>, c0: &TT<D>, c1: &TT<D>) -> Result<TT<D>> {
-        self.op("prod_vals_adjoint", [vals, c0, c1], [inds], |d, [v, c0, c1], [i]| {
-            d.prod_vals_adjoint(i, v, c0, c1).map(T)
+    fn prod_vals_adjoint(&self, inds: &TI<D>, vals: &TT<D>, c0: &TT<D>, c1: &TT<D>, c2: &TT<D>) -> Result<TT<D>> {
+        self.op("prod_vals_adjoint", [vals, c0, c1, c2], [inds], |d, [v, c0, c1, c2], [i]| {
+            d.prod_vals_adjoint(i, v, c0, c1, c2).map(T)
         })
     }
     fn relative_inputs(

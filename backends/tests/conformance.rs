@@ -209,7 +209,7 @@ const INF: f64 = f64::INFINITY;
 const NAN: f64 = f64::NAN;
 
 /// (what, dest, values in index order, hist_bar) per bin of [`extreme_case`].
-const EXTREME_BINS: [(&str, f64, &[f64], f64); 12] = [
+const EXTREME_BINS: [(&str, f64, &[f64], f64); 18] = [
     ("3-way tie with dest at 1e16", X16, &[X16, X16], 1.5),
     ("3-way tie of values at 1e16", 0.5, &[X16, X16, X16], 2.0),
     ("3-way tie with dest at 1e308", X308, &[X308, X308], 1.25),
@@ -222,6 +222,12 @@ const EXTREME_BINS: [(&str, f64, &[f64], f64); 12] = [
     ("+inf then NaN", 1.0, &[INF, NAN], 0.5),
     ("+inf dest and value", INF, &[INF, 3.0], 2.0),
     ("a NaN value, hist_bar 0", 1.0, &[NAN, 2.0], 0.0),
+    ("one +inf value", 3.0, &[INF, 2.0], 1.0),
+    ("+inf and a zero", 2.0, &[INF, 0.0, 3.0], 0.5),
+    ("a zero and -inf", 2.0, &[0.0, -INF], 1.0),
+    ("+inf dest, finite values", INF, &[2.0, 3.0], -1.0),
+    ("+inf value, hist_bar 0", 2.0, &[INF, 3.0], 0.0),
+    ("zero dest, +inf value", 0.0, &[INF, 2.0], 1.5),
 ];
 
 /// The cases the rules run: the adversarial and random ones and the extreme values.
@@ -236,9 +242,9 @@ fn rule_cases() -> Vec<Case> {
 fn for_op(c: &Case, op: HistOp) -> Case {
     let mut c = c.clone();
     if op == HistOp::Mul && c.name == "extremes" {
-        // `*` with an infinite factor, or products out of range (1e16 cubed in f32), is outside
-        // what its rules agree on (guide, Histogram rules: keep products in range); its NaN bins stay.
-        let finite = |x: &f64| if x.abs() >= X16 { 2.0 } else { *x };
+        // Finite products out of range (1e16 cubed in f32, 1e308 squared) are outside what `*`'s
+        // rules agree on (guide, Histogram rules: keep finite products in range); infinities stay.
+        let finite = |x: &f64| if x.is_finite() && x.abs() >= X16 { 2.0 } else { *x };
         c.dest = c.dest.iter().map(finite).collect();
         c.vals = c.vals.iter().map(finite).collect();
     }
@@ -510,19 +516,23 @@ fn hist_primitives<D: Ops>(d: &D, dt: DType, it: IndexDType, f: &mut Fails) {
                 }
             }
             if op == HistOp::Mul {
-                let (gp, gz) = d.prod_nonzero_by_index(&di, &dv, k).unwrap();
-                let (wp, wz) = c.prod_nonzero_by_index(&ci, &cv, k).unwrap();
+                let (gp, gz, gm) = d.prod_nonzero_by_index(&di, &dv, k).unwrap();
+                let (wp, wz, wm) = c.prod_nonzero_by_index(&ci, &cv, k).unwrap();
                 cmp(f, &format!("{tag} prod_nonzero p"), d, Ok(gp), c, Ok(wp), t);
                 cmp_index(f, &format!("{tag} prod_nonzero z"), d, Ok(gz), c, Ok(wz));
+                cmp_index(f, &format!("{tag} prod_nonzero infs"), d, Ok(gm), c, Ok(wm));
                 let c0: Vec<f64> = (0..k).map(|b| dt.round(1.0 + b as f64)).collect();
                 let c1: Vec<f64> = (0..k).map(|b| dt.round(-2.0 + 0.5 * b as f64)).collect();
+                let c2: Vec<f64> = (0..k).map(|b| dt.round(3.0 - 0.75 * b as f64)).collect();
+                let [d0, d1, d2] = [&c0, &c1, &c2].map(|r| d.tensor(r, &[k], dt).unwrap());
+                let [w0, w1, w2] = [&c0, &c1, &c2].map(|r| c.tensor(r, &[k], dt).unwrap());
                 cmp(
                     f,
                     &format!("{tag} prod_vals_adjoint"),
                     d,
-                    d.prod_vals_adjoint(&di, &dv, &d.tensor(&c0, &[k], dt).unwrap(), &d.tensor(&c1, &[k], dt).unwrap()),
+                    d.prod_vals_adjoint(&di, &dv, &d0, &d1, &d2),
                     c,
-                    c.prod_vals_adjoint(&ci, &cv, &c.tensor(&c0, &[k], dt).unwrap(), &c.tensor(&c1, &[k], dt).unwrap()),
+                    c.prod_vals_adjoint(&ci, &cv, &w0, &w1, &w2),
                     t,
                 );
             }
@@ -716,6 +726,24 @@ fn extremes<D: Ops>(d: &D, dt: DType, it: IndexDType, f: &mut Fails) {
     for (op, bin, dw, vw) in weights {
         let g = EXTREME_BINS[bin].3;
         expect_bin(d, dt, it, f, &case, &members, op, bin, None, dw * g, &vw.iter().map(|w| w * g).collect::<Vec<_>>());
+    }
+    // `*` with infinite factors: each factor's adjoint is hist_bar times the absorbing product
+    // of the others (bin, hist, dest_bar, vals_bar), worked out by hand.
+    let mul_case = for_op(&case, HistOp::Mul);
+    let mul_bins: [(usize, f64, f64, &[f64]); 10] = [
+        (3, INF, INF, &[INF, INF, INF]),
+        (6, -INF, INF, &[INF, INF]),
+        (7, -INF, -INF, &[6.0, -INF]),
+        (10, INF, INF, &[INF, INF]),
+        (12, INF, INF, &[6.0, INF]),
+        (13, 0.0, 0.0, &[0.0, INF, 0.0]),
+        (14, 0.0, 0.0, &[-INF, 0.0]),
+        (15, INF, -6.0, &[-INF, -INF]),
+        (16, INF, 0.0, &[0.0, 0.0]),
+        (17, 0.0, INF, &[0.0, 0.0]),
+    ];
+    for (bin, hist, dest_bar, vals_bar) in mul_bins {
+        expect_bin(d, dt, it, f, &mul_case, &members, HistOp::Mul, bin, Some(hist), dest_bar, vals_bar);
     }
 }
 

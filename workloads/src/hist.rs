@@ -950,7 +950,7 @@ pub fn stress_case(op: HistOp, seed: u64) -> Option<HistData> {
 
 /// The bins of the `extremes` check, one per situation the guide's Histogram rules section defines:
 /// (dest, values in index order, hist_bar).
-const EXTREME_BINS: [(f64, &[f64], f64); 12] = [
+const EXTREME_BINS: [(f64, &[f64], f64); 18] = [
     (1e16, &[1e16, 1e16], 1.5),                        // three-way tie with dest at 1e16
     (0.5, &[1e16, 1e16, 1e16], -2.0),                  // three tied values at 1e16
     (1e308, &[1e308, 1e308], 1.25),                    // three-way tie at 1e308 (+inf in f32)
@@ -963,18 +963,26 @@ const EXTREME_BINS: [(f64, &[f64], f64); 12] = [
     (1.0, &[f64::INFINITY, f64::NAN], 0.5),            // +inf, then NaN
     (f64::INFINITY, &[f64::INFINITY, 3.0], 2.0),       // +inf dest and value
     (1.0, &[f64::NAN, 2.0], 0.0),                      // a NaN bin whose adjoint is 0
+    (3.0, &[f64::INFINITY, 2.0], 1.0),                 // one +inf value
+    (2.0, &[f64::INFINITY, 0.0, 3.0], 0.5),            // +inf and a zero
+    (2.0, &[0.0, f64::NEG_INFINITY], 1.0),             // a zero and -inf
+    (f64::INFINITY, &[2.0, 3.0], -1.0),                // +inf dest, finite values
+    (2.0, &[f64::INFINITY, 3.0], 0.0),                 // an infinite bin whose adjoint is 0
+    (0.0, &[f64::INFINITY, 2.0], 1.5),                 // a zero dest and +inf
 ];
 
 /// The data of the `extremes` check for `op` (hypot's bins are magnitudes: absolute values;
-/// `*` gets 2 for magnitudes of 1e16 and more):
+/// `*` gets 2 for finite magnitudes of 1e16 and more, and keeps its infinities):
 /// the bins of `EXTREME_BINS` with their elements interleaved (so chunks, sorts and the
 /// parallel folds move them), and an out-of-range NaN and +inf that must be ignored.
 pub fn extremes_case(op: HistOp) -> HistData {
     let magnitude = |x: f64| match op {
         HistOp::General(g) if std::ptr::eq(g, &adgauge_backends::general::HYPOT) => x.abs(),
-        // `*` with an infinite factor, or products out of range (1e16 cubed in f32), is outside
-        // what its rules agree on (guide, Histogram rules: keep products in range); its NaN bins stay.
+        // `*`'s finite products out of range (1e16 cubed in f32, 1e308 squared) are outside what
+        // its rules agree on (guide, Histogram rules: keep finite products in range); its
+        // infinite and NaN bins stay.
         _ if std::ptr::eq(adgauge_backends::general::as_general(op), &adgauge_backends::general::MUL)
+            && x.is_finite()
             && x.abs() >= 1e16 =>
         {
             2.0
@@ -1238,10 +1246,11 @@ fn inds_of_len(len: usize) -> Vec<i64> {
     (0..len).map(|i| if i == 3 { 5 } else { (i * 7 % 5) as i64 }).collect()
 }
 
-/// `*`'s rule kernel `prod_vals_adjoint` (`out_i = v_i == 0 ? c1[bin_i] : c0[bin_i] / v_i`, 0
-/// out of range) differentiated one argument at a time in both engines, against its partials.
-/// `*`'s pullback always moves c0 and c1 together, so only this sees a forward rule that drops
-/// the tangent of one coefficient row when the other has none (a one-sided nesting through
+/// `*`'s rule kernel `prod_vals_adjoint` (`out_i = v_i == 0 ? c1[bin_i] : (v_i infinite ?
+/// c2[bin_i] sign(v_i) : c0[bin_i] / v_i)`, 0 out of range) differentiated one argument at a
+/// time in both engines, against its partials, on `vals` with a +inf and a -inf put in.
+/// `*`'s pullback always moves c0, c1 and c2 together, so only this sees a forward rule that
+/// drops the tangent of one coefficient row when another has none (a one-sided nesting through
 /// `*`'s pullback).
 fn prod_kernel_parts<D: Ops>(
     d: &D,
@@ -1252,50 +1261,70 @@ fn prod_kernel_parts<D: Ops>(
     dot: &[f64],
 ) -> Result<(Vec<f64>, Vec<f64>)> {
     let k = 5;
-    let (c0, c1) = (&bar[..k], &dot[k..2 * k]);
+    let (c0, c1, c2) = (&bar[..k], &dot[k..2 * k], &bar[k..2 * k]);
+    let mut vals = vals.to_vec();
+    for (i, x) in [(1, f64::INFINITY), (6, f64::NEG_INFINITY)] {
+        if let Some(v) = vals.get_mut(i) {
+            *v = x;
+        }
+    }
+    let vals = &vals[..];
     let ix = d.index(inds)?;
     let tensor = |v: &[f64]| d.tensor(v, &[v.len()], dt);
     let bin = |i: usize| usize::try_from(inds[i]).ok().filter(|&b| b < k);
+    // Which branch of the kernel element i takes: 0 finite non-zero, 1 zero, 2 infinite.
+    let branch = |i: usize| {
+        if vals[i] == 0.0 {
+            1
+        } else if vals[i].is_infinite() {
+            2
+        } else {
+            0
+        }
+    };
     let (mut got, mut want) = (Vec::new(), Vec::new());
-    // Forward: a tangent on one argument only (vals, c0, c1).
-    for moving in 0..3 {
+    // Forward: a tangent on one argument only (vals, c0, c1, c2).
+    for moving in 0..4 {
         let f = Forward::new(d.clone());
         let arg = |j: usize, x: &[f64], len: usize| -> Result<Dual<D>> {
             if j == moving { f.dual(tensor(x)?, tensor(&dot[..len])?) } else { f.tensor(x, &[len], dt) }
         };
-        let y = f.prod_vals_adjoint(&ix, &arg(0, vals, vals.len())?, &arg(1, c0, k)?, &arg(2, c1, k)?)?;
+        let y =
+            f.prod_vals_adjoint(&ix, &arg(0, vals, vals.len())?, &arg(1, c0, k)?, &arg(2, c1, k)?, &arg(3, c2, k)?)?;
         got.extend(d.to_vec(&f.tangent(&y)?)?);
-        want.extend((0..vals.len()).map(|i| match (bin(i), vals[i] == 0.0, moving) {
+        want.extend((0..vals.len()).map(|i| match (bin(i), branch(i), moving) {
             (None, _, _) => 0.0,
-            (Some(b), false, 0) => -c0[b] / (vals[i] * vals[i]) * dot[i],
-            (Some(b), false, 1) => dot[b] / vals[i],
-            (Some(b), true, 2) => dot[b],
+            (Some(b), 0, 0) => -c0[b] / (vals[i] * vals[i]) * dot[i],
+            (Some(b), 0, 1) => dot[b] / vals[i],
+            (Some(b), 1, 2) => dot[b],
+            (Some(b), 2, 3) => dot[b] * vals[i].signum(),
             _ => 0.0,
         }));
     }
     // Reverse: every argument's adjoint for a random output adjoint.
     let r = Reverse::new(d.clone());
-    let (vv, c0v, c1v) = (r.var(tensor(vals)?), r.var(tensor(c0)?), r.var(tensor(c1)?));
-    let y = r.prod_vals_adjoint(&ix, &vv, &c0v, &c1v)?;
+    let (vv, c0v, c1v, c2v) = (r.var(tensor(vals)?), r.var(tensor(c0)?), r.var(tensor(c1)?), r.var(tensor(c2)?));
+    let y = r.prod_vals_adjoint(&ix, &vv, &c0v, &c1v, &c2v)?;
     let g = &dot[..vals.len()];
     let grads = r.backward(&y, tensor(g)?)?;
-    for v in [&vv, &c0v, &c1v] {
+    for v in [&vv, &c0v, &c1v, &c2v] {
         got.extend(d.to_vec(&grads.get_or_zeros(d, v)?)?);
     }
-    let (mut c0_bar, mut c1_bar) = (vec![0.0; k], vec![0.0; k]);
+    let mut c_bar = [vec![0.0; k], vec![0.0; k], vec![0.0; k]];
     for i in 0..vals.len() {
-        match bin(i) {
-            Some(b) if vals[i] == 0.0 => c1_bar[b] += g[i],
-            Some(b) => c0_bar[b] += g[i] / vals[i],
-            None => {}
+        if let Some(b) = bin(i) {
+            c_bar[branch(i)][b] += match branch(i) {
+                0 => g[i] / vals[i],
+                1 => g[i],
+                _ => g[i] * vals[i].signum(),
+            };
         }
     }
     want.extend((0..vals.len()).map(|i| match bin(i) {
-        Some(b) if vals[i] != 0.0 => -g[i] * c0[b] / (vals[i] * vals[i]),
+        Some(b) if branch(i) == 0 => -g[i] * c0[b] / (vals[i] * vals[i]),
         _ => 0.0,
     }));
-    want.extend(c0_bar);
-    want.extend(c1_bar);
+    want.extend(c_bar.into_iter().flatten());
     Ok((got, want))
 }
 

@@ -18,10 +18,22 @@ pub trait Fold<T: Elem>: Copy + Send + Sync {
     fn d1(self, a: T, b: T) -> T;
     /// d(a op b)/db.
     fn d2(self, a: T, b: T) -> T;
+    /// The product of two chain-rule factors (partials, tangents, adjoints): plain, except
+    /// for `*`, whose zero factors absorb an infinite one (a zero tangent or adjoint contributes
+    /// 0 next to an infinite partial; guide, Histogram rules).
+    #[inline(always)]
+    fn chain(self, p: T, q: T) -> T {
+        p * q
+    }
+    /// `chain(chain(p, q), r)`, for the adjoint loops.
+    #[inline(always)]
+    fn chain3(self, p: T, q: T, r: T) -> T {
+        self.chain(self.chain(p, q), r)
+    }
     /// The lifted (dual-number) operator `(a op b, d1(a,b) da + d2(a,b) db)`.
     #[inline(always)]
     fn lift(self, (a, da): (T, T), (b, db): (T, T)) -> (T, T) {
-        (self.combine(a, b), self.d1(a, b) * da + self.d2(a, b) * db)
+        (self.combine(a, b), self.chain(self.d1(a, b), da) + self.chain(self.d2(a, b), db))
     }
     /// The forward step of a general rule's value adjoint: element `a` joins `l`, the fold of
     /// its bin so far. Returns `d2(l, a)` and `y = l op a`, which is left in `l`.
@@ -38,7 +50,7 @@ pub trait Fold<T: Elem>: Copy + Send + Sync {
     fn step_out(self, r: &mut T, a: T, d2: T, y: T, g: T) -> T {
         let right = *r;
         *r = self.combine(a, right);
-        if g == T::zero() { T::zero() } else { d2 * self.d1(y, right) * g }
+        if g == T::zero() { T::zero() } else { self.chain3(d2, self.d1(y, right), g) }
     }
 }
 
@@ -90,6 +102,28 @@ impl<T: Elem> Fold<T> for MulF {
     fn d2(self, a: T, b: T) -> T {
         general::mul_d2(a, b)
     }
+    /// The hardware product, redone absorbing where it is NaN (a zero met an inf; a NaN
+    /// factor stays NaN) out of line: the adjoint loops pay one predictable branch.
+    #[inline(always)]
+    fn chain(self, p: T, q: T) -> T {
+        let x = p * q;
+        if x.is_nan() { absorbing_product(p, q, T::one()) } else { x }
+    }
+    /// One check of the plain product of three factors, as [`MulF::chain`] (a product that
+    /// overflows to inf and meets a zero absorbs too, as the absorbing fold would).
+    #[inline(always)]
+    fn chain3(self, p: T, q: T, r: T) -> T {
+        let x = p * q * r;
+        if x.is_nan() { absorbing_product(p, q, r) } else { x }
+    }
+}
+
+/// `p q r` with zeros absorbing, off the hot loops' path (reached only where the plain product
+/// is NaN).
+#[cold]
+#[inline(never)]
+fn absorbing_product<T: Elem>(p: T, q: T, r: T) -> T {
+    general::mul_absorbing(general::mul_absorbing(p, q), r)
 }
 
 /// `*` with the hardware's product: differs from [`MulF`] only where a zero meets an inf (NaN

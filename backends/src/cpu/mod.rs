@@ -351,6 +351,22 @@ fn scalar_totals<T: Elem, X: IndexElem, F: fold::Fold<T>>(
     hist::bin_totals(pool, ix, k, neutral, |a, i| *a = f.combine(*a, v[i]), |a, b| *a = f.combine(*a, b))
 }
 
+/// `prod_nonzero_by_index`'s step for an infinite value (rare: out of the hot loop's way): it
+/// is counted, and only its sign joins the product.
+#[cold]
+#[inline(never)]
+fn count_infinity<T: CpuElem, C: std::ops::AddAssign + From<u8>>(p: &mut T, infs: &mut C, x: T) {
+    *infs += C::from(1);
+    *p = *p * x.signum();
+}
+
+/// `prod_vals_adjoint` at an infinite value: `c2 sign(x)` (rare: out of the hot loop's way).
+#[cold]
+#[inline(never)]
+fn infinite_factor_adjoint<T: CpuElem>(c2: T, x: T) -> T {
+    c2 * x.signum()
+}
+
 /// Per-bin totals of the lifted (dual-number) operator `f` over `(v, vd)`.
 fn dual_totals<T: CpuElem, X: IndexElem, F: fold::Fold<T>>(
     pool: &Arc<Pool>,
@@ -730,33 +746,43 @@ impl Cpu {
         )
     }
 
+    #[allow(clippy::type_complexity)]
     fn prod_nonzero_by_index_t<T: CpuElem, X: CpuIndexElem>(
         &self,
         inds: &CpuIndex,
         vals: &CpuTensor,
         k: usize,
-    ) -> Result<(CpuTensor, CpuIndex)> {
+    ) -> Result<(CpuTensor, CpuIndex, CpuIndex)> {
         let v = vals.slice::<T>()?;
         let ix = inds.slice::<X>()?;
         same_len("prod_nonzero_by_index", "indices vs values", ix.len(), v.len())?;
         let pool = self.pool();
         let mut p = pool.take::<T>(k);
         let mut z = pool.take::<i64>(k);
-        // u32 zero counts when n allows (8-byte accumulators for f32 instead of 16).
+        let mut m = pool.take::<i64>(k);
+        // u32 counts when n allows (12-byte accumulators for f32 instead of 24).
         macro_rules! count {
             ($c:ty) => {{
                 let totals = hist::bin_totals(
                     pool,
                     ix,
                     k,
-                    (T::one(), 0 as $c),
+                    (T::one(), 0 as $c, 0 as $c),
                     |a, i| {
-                        if v[i] == T::zero() { a.1 += 1 } else { a.0 = a.0 * v[i] }
+                        let x = v[i];
+                        if x == T::zero() {
+                            a.1 += 1
+                        } else if x.is_infinite() {
+                            count_infinity(&mut a.0, &mut a.2, x)
+                        } else {
+                            a.0 = a.0 * x
+                        }
                     },
-                    |a, b| *a = (a.0 * b.0, a.1 + b.1),
+                    |a, b| *a = (a.0 * b.0, a.1 + b.1, a.2 + b.2),
                 );
                 fill_with(&mut p, |b| totals[b].0);
                 fill_with(&mut z, |b| totals[b].1 as i64);
+                fill_with(&mut m, |b| totals[b].2 as i64);
             }};
         }
         if ix.len() < u32::MAX as usize {
@@ -764,7 +790,7 @@ impl Cpu {
         } else {
             count!(i64)
         }
-        Ok((self.wrap(p, vec![k]), self.wrap_index(z)))
+        Ok((self.wrap(p, vec![k]), self.wrap_index(z), self.wrap_index(m)))
     }
 
     fn prod_vals_adjoint_t<T: CpuElem, X: CpuIndexElem>(
@@ -773,11 +799,13 @@ impl Cpu {
         vals: &CpuTensor,
         c0: &CpuTensor,
         c1: &CpuTensor,
+        c2: &CpuTensor,
     ) -> Result<CpuTensor> {
-        let (v, z0, z1) = (vals.slice::<T>()?, c0.slice::<T>()?, c1.slice::<T>()?);
+        let (v, z0, z1, z2) = (vals.slice::<T>()?, c0.slice::<T>()?, c1.slice::<T>()?, c2.slice::<T>()?);
         let ix = inds.slice::<X>()?;
         same_len("prod_vals_adjoint", "indices vs values", ix.len(), v.len())?;
         same_len("prod_vals_adjoint", "c0 vs c1", z0.len(), z1.len())?;
+        same_len("prod_vals_adjoint", "c0 vs c2", z0.len(), z2.len())?;
         let k = z0.len();
         let mut out = self.pool().take::<T>(v.len());
         if k == 0 {
@@ -801,6 +829,8 @@ impl Cpu {
             } else {
                 q
             };
+            // A branch, not a select: infinite values are rare, and c2 is read only for them.
+            let r = if x.is_infinite() { infinite_factor_adjoint(z2[at], x) } else { r };
             if inside { r } else { T::zero() }
         });
         Ok(self.wrap(out, vals.shape.clone()))
@@ -907,7 +937,7 @@ impl Cpu {
                 return T::zero();
             }
             let y = f.combine(ls[i], xs[i]);
-            f.d2(ls[i], xs[i]) * f.d1(y, rs[i]) * gi
+            f.chain3(f.d2(ls[i], xs[i]), f.d1(y, rs[i]), gi)
         }));
         Ok(self.wrap(out, a.shape.clone()))
     }
@@ -1434,7 +1464,12 @@ impl HistOps for Cpu {
         })
     }
 
-    fn prod_nonzero_by_index(&self, inds: &CpuIndex, vals: &CpuTensor, k: usize) -> Result<(CpuTensor, CpuIndex)> {
+    fn prod_nonzero_by_index(
+        &self,
+        inds: &CpuIndex,
+        vals: &CpuTensor,
+        k: usize,
+    ) -> Result<(CpuTensor, CpuIndex, CpuIndex)> {
         self.run(inds.len().max(k), || {
             by_dtypes!(vals.dtype(), inds.index_dtype(), self.prod_nonzero_by_index_t(inds, vals, k))
         })
@@ -1446,10 +1481,12 @@ impl HistOps for Cpu {
         vals: &CpuTensor,
         c0: &CpuTensor,
         c1: &CpuTensor,
+        c2: &CpuTensor,
     ) -> Result<CpuTensor> {
         same_dtype("prod_vals_adjoint", vals, c0)?;
-        let dt = same_dtype("prod_vals_adjoint", c0, c1)?;
-        self.run(inds.len(), || by_dtypes!(dt, inds.index_dtype(), self.prod_vals_adjoint_t(inds, vals, c0, c1)))
+        same_dtype("prod_vals_adjoint", c0, c1)?;
+        let dt = same_dtype("prod_vals_adjoint", c1, c2)?;
+        self.run(inds.len(), || by_dtypes!(dt, inds.index_dtype(), self.prod_vals_adjoint_t(inds, vals, c0, c1, c2)))
     }
 
     /// logaddexp's: [`lae::hist_dual`] on the inputs as they are. Its shift is the relative

@@ -777,9 +777,9 @@ impl HistOps for CpuStaged {
         inds: &CpuIndex,
         vals: &StagedTensor,
         k: usize,
-    ) -> Result<(StagedTensor, CpuIndex)> {
-        let (p, z) = self.cpu.prod_nonzero_by_index(inds, self.value(vals)?, k)?;
-        Ok((Self::done(p), z))
+    ) -> Result<(StagedTensor, CpuIndex, CpuIndex)> {
+        let (p, z, m) = self.cpu.prod_nonzero_by_index(inds, self.value(vals)?, k)?;
+        Ok((Self::done(p), z, m))
     }
     fn prod_vals_adjoint(
         &self,
@@ -787,9 +787,10 @@ impl HistOps for CpuStaged {
         vals: &StagedTensor,
         c0: &StagedTensor,
         c1: &StagedTensor,
+        c2: &StagedTensor,
     ) -> Result<StagedTensor> {
-        let (v, c0, c1) = (self.value(vals)?, self.value(c0)?, self.value(c1)?);
-        Ok(Self::done(self.cpu.prod_vals_adjoint(inds, v, c0, c1)?))
+        let (v, c0, c1, c2) = (self.value(vals)?, self.value(c0)?, self.value(c1)?, self.value(c2)?);
+        Ok(Self::done(self.cpu.prod_vals_adjoint(inds, v, c0, c1, c2)?))
     }
     fn relative_inputs(
         &self,

@@ -1223,14 +1223,16 @@ impl<R: KernelRuntime> HistOps for KernelDevice<R> {
         inds: &GpuIndex<R>,
         vals: &GpuTensor<R>,
         k: usize,
-    ) -> Result<(GpuTensor<R>, GpuIndex<R>)> {
+    ) -> Result<(GpuTensor<R>, GpuIndex<R>, GpuIndex<R>)> {
         let dt = vals.dtype;
         same_len("prod_nonzero_by_index", "indices vs values", inds.buf.len, vals.buf.len)?;
         let n = vals.buf.len;
         let (p, shape) = self.new_tensor(vec![k], dt)?;
         let z = self.alloc(k, 8)?;
+        let m = self.alloc(k, 8)?;
         self.fill_raw(&p, 1.0, dt)?;
         self.fill_index_raw(&z, 0, dt)?;
+        self.fill_index_raw(&m, 0, dt)?;
         self.launch(
             (dt, inds.dtype),
             ADD,
@@ -1239,13 +1241,14 @@ impl<R: KernelRuntime> HistOps for KernelDevice<R> {
             &[
                 Arg::Buf(&p),
                 Arg::Buf(&z),
+                Arg::Buf(&m),
                 Arg::Buf(&inds.buf),
                 Arg::Buf(&vals.buf),
                 Arg::I64(n as i64),
                 Arg::I64(k as i64),
             ],
         )?;
-        Ok((self.wrap(p, shape, dt), self.wrap_index_within(z, 0, n as i64)))
+        Ok((self.wrap(p, shape, dt), self.wrap_index_within(z, 0, n as i64), self.wrap_index_within(m, 0, n as i64)))
     }
 
     fn prod_vals_adjoint(
@@ -1254,11 +1257,14 @@ impl<R: KernelRuntime> HistOps for KernelDevice<R> {
         vals: &GpuTensor<R>,
         c0: &GpuTensor<R>,
         c1: &GpuTensor<R>,
+        c2: &GpuTensor<R>,
     ) -> Result<GpuTensor<R>> {
         same_dtype("prod_vals_adjoint", vals, c0)?;
-        let dt = same_dtype("prod_vals_adjoint", c0, c1)?;
+        same_dtype("prod_vals_adjoint", c0, c1)?;
+        let dt = same_dtype("prod_vals_adjoint", c1, c2)?;
         same_len("prod_vals_adjoint", "indices vs values", inds.buf.len, vals.buf.len)?;
         same_len("prod_vals_adjoint", "c0 vs c1", c0.buf.len, c1.buf.len)?;
+        same_len("prod_vals_adjoint", "c0 vs c2", c0.buf.len, c2.buf.len)?;
         let (n, k) = (vals.buf.len, c0.buf.len);
         let (out, shape) = self.new_tensor(vals.shape.clone(), dt)?;
         self.launch(
@@ -1272,6 +1278,7 @@ impl<R: KernelRuntime> HistOps for KernelDevice<R> {
                 Arg::Buf(&vals.buf),
                 Arg::Buf(&c0.buf),
                 Arg::Buf(&c1.buf),
+                Arg::Buf(&c2.buf),
                 Arg::I64(n as i64),
                 Arg::I64(k as i64),
             ],

@@ -153,12 +153,25 @@ pub trait HistOps: TensorOps {
         vals: &Self::T,
     ) -> Result<(Self::T, Self::I)>;
 
-    /// Per bin of `k`: the product of the non-zero values and the number of zeros.
-    fn prod_nonzero_by_index(&self, inds: &Self::I, vals: &Self::T, k: usize) -> Result<(Self::T, Self::I)>;
-    /// `out[i] = vals[i] == 0 ? c1[inds[i]] : c0[inds[i]] / vals[i]`, 0 for out-of-range
-    /// indices and where c0 is 0 (a NaN value included): the `*` histogram's value adjoint
-    /// without ever dividing by zero.
-    fn prod_vals_adjoint(&self, inds: &Self::I, vals: &Self::T, c0: &Self::T, c1: &Self::T) -> Result<Self::T>;
+    /// Per bin of `k`: `(p, zeros, infs)`, p the product of the finite non-zero values times the
+    /// signs (+-1) of the infinite ones (a NaN value makes it NaN), zeros the number of zero
+    /// values and infs the number of infinite ones. p stays finite at infinite values (while
+    /// the finite product is in range), so the `*` rule can give an infinite factor the
+    /// product of the others.
+    #[allow(clippy::type_complexity)]
+    fn prod_nonzero_by_index(&self, inds: &Self::I, vals: &Self::T, k: usize) -> Result<(Self::T, Self::I, Self::I)>;
+    /// `out[i] = v == 0 ? c1[b] : (v infinite ? c2[b] sign(v) : (c0[b] == 0 ? 0 : c0[b] / v))`
+    /// with `v = vals[i]`, `b = inds[i]`, and 0 for out-of-range indices: the `*` histogram's
+    /// value adjoint without ever dividing by zero or by an infinity (a zero c0 gives 0 even
+    /// at a NaN value).
+    fn prod_vals_adjoint(
+        &self,
+        inds: &Self::I,
+        vals: &Self::T,
+        c0: &Self::T,
+        c1: &Self::T,
+        c2: &Self::T,
+    ) -> Result<Self::T>;
 
     /// The histogram's inputs relative to their bin's largest ([`crate::rules::hist::Relative`],
     /// how logaddexp and hypot are differentiated) in one fused kernel: `(anchor, dest_rel,

@@ -7,10 +7,16 @@
 //! * `+`: `dest_bar = hist_bar; vals_bar[i] = hist_bar[inds[i]]` (0 when out of range): a gather.
 //! * min/max: the forward sweep is the arg-histogram over (value, position) pairs, ties to the
 //!   lowest position so dest (-1) wins ties; exactly one winner per bin receives the adjoint.
-//! * `*`: the forward sweep keeps, per bin, the product p of the non-zero values and the number z
-//!   of zeros, so h = (z > 0 ? 0 : p) and hist = dest * h. dest_bar = h * hist_bar and
-//!   `vals_bar[i] = dest * hist_bar * (z == 0 ? p / v_i : (z == 1 and v_i == 0 ? p : 0))`, which
-//!   never divides by zero (the v_i == 0 case takes the other branch).
+//! * `*`: the forward sweep keeps, per bin, the product p of the finite non-zero values times the
+//!   signs of the infinite ones, the number of zeros and the number of infinities among the
+//!   values; Z and M count the bin's zero and infinite factors, dest included. Each factor's
+//!   adjoint is hist_bar times the absorbing product of the others: with Z = 0, P = dest p
+//!   (dest's sign where dest is infinite) and `I(c)` meaning inf where c holds, else 1:
+//!   `hist = P I(M > 0)`, a finite value's adjoint `hist_bar P I(M > 0) / v_i`, an infinite
+//!   one's `hist_bar P sign(v_i) I(M > 1)`; with Z = 1 only the zero gets `hist_bar P I(M > 0)`;
+//!   `dest_bar` is hist_bar times the values' absorbing product. Nothing divides by zero or by
+//!   an infinity, and 0 x inf only happens where a zero absorbs (or hist_bar is 0), which the
+//!   rule sets to 0.
 //! * general operator: each element sits in its bin's fold as y = (l op a) op r, with l the fold
 //!   of dest and the bin's earlier elements and r the fold of its later ones, so
 //!   `vals_bar[i] = d2(l, a) d1(l op a, r) hist_bar[bin]` and `dest_bar = d1(dest, h) hist_bar` with
@@ -295,33 +301,64 @@ pub fn winner_pullback<B: Ops>(b: &B, winners: &B::I, n: usize, g: &B::T) -> Res
 }
 
 fn mul_rule<B: Ops>(b: &B, dest: &B::T, inds: &B::I, vals: &B::T) -> Result<(B::T, HistPullback<B>)> {
-    let (dt, k) = (dest.dtype(), dest.numel());
-    let (p, zeros) = b.prod_nonzero_by_index(inds, vals, k)?;
-    let p = b.reshape(&p, dest.shape())?;
-    let (zero, nan) = (b.scalar(0.0, dt)?, b.scalar(f64::NAN, dt)?);
-    let no_zero = b.reshape(&b.index_eq(&zeros, 0, dt)?, dest.shape())?;
-    let one_zero = b.reshape(&b.index_eq(&zeros, 1, dt)?, dest.shape())?;
-    // 1 where the bin has no NaN input (p, the product of its non-zero values, is NaN only
-    // with a NaN value): a NaN bin is NaN, zeros or not, and so are its inputs' adjoints.
+    let (dt, k, shape) = (dest.dtype(), dest.numel(), dest.shape().to_vec());
+    let (p, zeros, infs) = b.prod_nonzero_by_index(inds, vals, k)?;
+    let p = b.reshape(&p, &shape)?;
+    let (zero, one, inf, nan) =
+        (b.scalar(0.0, dt)?, b.scalar(1.0, dt)?, b.scalar(f64::INFINITY, dt)?, b.scalar(f64::NAN, dt)?);
+    let count_is = |count: &B::I, c: i64| b.reshape(&b.index_eq(count, c, dt)?, &shape);
+    let not = |mask: &B::T| b.sub(&one, mask);
+    let times_inf = |x: &B::T, mask: &B::T| times_inf_where(b, x, mask);
+    let (no_zero, one_zero) = (count_is(&zeros, 0)?, count_is(&zeros, 1)?);
+    let (no_inf, one_inf) = (count_is(&infs, 0)?, count_is(&infs, 1)?);
+    // 1 where the bin has no NaN input (p, the product of its finite non-zero values and the
+    // signs of its infinite ones, is NaN only with a NaN value): a NaN bin is NaN, zeros or
+    // not, and so are its inputs' adjoints.
     let no_nan = b.mul(&b.binary(BinaryOp::Eq, &p, &p)?, &b.binary(BinaryOp::Eq, dest, dest)?)?;
-    let h = b.select(&no_zero, &p, &zero)?;
-    // A zero dest absorbs too (`*`'s zeros absorb): never 0 * inf = NaN when p overflowed.
+    // dest is a factor too: zeros and infinities are counted over dest and the values.
     let dest_zero = b.binary(BinaryOp::Eq, dest, &zero)?;
-    let hist = b.select(&no_nan, &b.select(&dest_zero, &zero, &b.mul(dest, &h)?)?, &nan)?;
-    let (dest, inds, vals) = (dest.clone(), inds.clone(), vals.clone());
+    let dest_inf = b.binary(BinaryOp::Eq, &b.unary(UnaryOp::Abs, dest)?, &inf)?;
+    let no_zero_at_all = b.mul(&no_zero, &not(&dest_zero)?)?;
+    let one_zero_at_all = b.add(&b.mul(&no_zero, &dest_zero)?, &b.mul(&one_zero, &not(&dest_zero)?)?)?;
+    let some_inf = not(&b.mul(&no_inf, &not(&dest_inf)?)?)?;
+    let two_infs = not(&b.add(&no_inf, &b.mul(&one_inf, &not(&dest_inf)?)?)?)?;
+    // The values' absorbing product (dest's adjoint per unit of hist_bar) and the finite part
+    // of the whole bin's (dest's sign standing in for an infinite dest).
+    let vals_prod = b.select(&no_zero, &times_inf(&p, &not(&no_inf)?)?, &zero)?;
+    let dest_finite = b.select(&dest_inf, &b.unary(UnaryOp::Sign, dest)?, dest)?;
+    let finite_prod = b.mul(&dest_finite, &p)?;
+    let hist = b.select(&no_nan, &b.select(&no_zero_at_all, &times_inf(&finite_prod, &some_inf)?, &zero)?, &nan)?;
+    let (inds, vals) = (inds.clone(), vals.clone());
     let pullback = move |b: &B, g: &B::T| {
         // What a NaN bin's inputs get: NaN, or 0 where the bin's adjoint is 0.
-        let nan_g = b.select(&b.binary(BinaryOp::Eq, g, &zero)?, &zero, &nan)?;
-        let dest_bar = b.select(&no_nan, &b.mul(&h, g)?, &nan_g)?;
-        // Per bin: c0 serves bins without zeros (divided by v_i), c1 the zero of one-zero bins;
-        // with a zero dest every element's adjoint is 0.
-        let sp = b.select(&dest_zero, &zero, &b.mul(&b.mul(&dest, g)?, &p)?)?;
-        let c0 = b.select(&no_nan, &b.select(&no_zero, &sp, &zero)?, &nan_g)?;
-        let c1 = b.select(&no_nan, &b.select(&one_zero, &sp, &zero)?, &nan_g)?;
-        let vals_bar = b.prod_vals_adjoint(&inds, &vals, &c0, &c1)?;
+        let g_zero = b.binary(BinaryOp::Eq, g, &zero)?;
+        let nan_g = b.select(&g_zero, &zero, &nan)?;
+        let dest_bar = b.select(&no_nan, &b.select(&g_zero, &zero, &b.mul(&vals_prod, g)?)?, &nan_g)?;
+        // Each value's adjoint is hist_bar times the absorbing product of the other factors:
+        // with no zero factor, a finite value's is c0 / v (c0 is infinite when some factor is)
+        // and an infinite one's c2 sign(v) (infinite when another factor is); the zero of a bin
+        // with one zero factor gets c1; with two zeros everything gets 0.
+        let scaled = b.mul(g, &finite_prod)?;
+        let others = times_inf_where(b, &scaled, &some_inf)?;
+        let per_bin = |mask: &B::T, x: &B::T| b.select(&no_nan, &b.select(mask, x, &zero)?, &nan_g);
+        let c0 = per_bin(&no_zero_at_all, &others)?;
+        let c1 = per_bin(&one_zero_at_all, &others)?;
+        let c2 = per_bin(&no_zero_at_all, &times_inf_where(b, &scaled, &two_infs)?)?;
+        let vals_bar = b.prod_vals_adjoint(&inds, &vals, &c0, &c1, &c2)?;
         Ok((dest_bar, vals_bar))
     };
     Ok((hist, Box::new(pullback)))
+}
+
+/// x times inf where `mask` is 1 and x is non-zero (an absorbing product: never 0 x inf = NaN).
+/// x is multiplied by a selected factor (inf or 1) rather than selected between x and x inf, so
+/// an engine nesting through the rule never sees 0 x inf in a discarded branch.
+fn times_inf_where<B: Ops>(b: &B, x: &B::T, mask: &B::T) -> Result<B::T> {
+    let dt = x.dtype();
+    let one = b.scalar(1.0, dt)?;
+    let nonzero = b.sub(&one, &b.binary(BinaryOp::Eq, x, &b.scalar(0.0, dt)?)?)?;
+    let factor = b.select(&b.mul(mask, &nonzero)?, &b.scalar(f64::INFINITY, dt)?, &b.full(x.shape(), 1.0, dt)?)?;
+    b.mul(x, &factor)
 }
 
 /// The total-form rule: `vals_bar[i] = total(v_i, t) hist_bar` and `dest_bar = total(dest, t)
@@ -503,77 +540,86 @@ pub fn reduce_by_index_jvp<B: Ops>(
 }
 
 /// Forward rule of the `*` rule kernel `prod_nonzero_by_index`: the product p of a bin's
-/// non-zero values has dp = p * sum over them of dv / v (the zero count has no tangent).
+/// finite non-zero values (and its infinite values' signs, which have no tangent) has
+/// dp = p * sum over the finite non-zero values of dv / v (the counts have no tangent).
 pub fn prod_nonzero_by_index_jvp<B: Ops>(b: &B, inds: &B::I, vals: &B::T, vals_dot: &B::T, p: &B::T) -> Result<B::T> {
-    let zero = b.scalar(0.0, vals.dtype())?;
-    let is_zero = b.binary(BinaryOp::Eq, vals, &zero)?;
-    // The division by a zero value lands in the branch the select discards.
-    let rel = b.select(&is_zero, &zero, &b.div(vals_dot, vals)?)?;
+    let rel = b.mul(vals_dot, &finite_recip(b, inds, vals, p)?)?;
     let sums = b.reduce_by_index(&b.zeros_like(p)?, HistOp::Add, inds, &rel)?;
     b.mul(p, &sums)
 }
 
-/// Forward rule of the `*` rule kernel `prod_vals_adjoint`
-/// (`out = v == 0 ? c1[bin] : c0[bin] / v`): d out = (v == 0 ? dc1 : dc0 / v) - [v != 0] out dv / v.
-#[allow(clippy::too_many_arguments)]
+/// `1 / v` at the finite non-zero values in range, 0 at zeros, infinities and out-of-range
+/// indices: `prod_vals_adjoint` with `c0 = 1, c1 = c2 = 0` (`like` gives the bins' shape).
+fn finite_recip<B: Ops>(b: &B, inds: &B::I, vals: &B::T, like: &B::T) -> Result<B::T> {
+    let zeros = b.zeros_like(like)?;
+    b.prod_vals_adjoint(inds, vals, &b.full(like.shape(), 1.0, vals.dtype())?, &zeros, &zeros)
+}
+
+/// Forward rule of the `*` rule kernel `prod_vals_adjoint` (`out = v == 0 ? c1 : (v infinite ?
+/// c2 sign(v) : c0 / v)`, per bin): d out = prod_vals_adjoint(dc0, dc1, dc2) - [v finite, non-zero]
+/// out dv / v (out is constant in v at zeros and infinities). `c` and `c_dot` are (c0, c1, c2)
+/// and their tangents.
 pub fn prod_vals_adjoint_jvp<B: Ops>(
     b: &B,
     inds: &B::I,
     vals: &B::T,
-    c0: &B::T,
-    c1: &B::T,
+    c: [&B::T; 3],
     out: &B::T,
     vals_dot: Option<&B::T>,
-    c0_dot: Option<&B::T>,
-    c1_dot: Option<&B::T>,
+    c_dot: [Option<&B::T>; 3],
 ) -> Result<B::T> {
-    let mut dot = if c0_dot.is_some() || c1_dot.is_some() {
-        let dc0 = c0_dot.cloned().map_or_else(|| b.zeros_like(c0), Ok)?;
-        let dc1 = c1_dot.cloned().map_or_else(|| b.zeros_like(c1), Ok)?;
-        b.prod_vals_adjoint(inds, vals, &dc0, &dc1)?
+    let mut dot = if c_dot.iter().any(Option::is_some) {
+        let [d0, d1, d2] = [0, 1, 2].map(|j| c_dot[j].cloned().map_or_else(|| b.zeros_like(c[j]), Ok));
+        b.prod_vals_adjoint(inds, vals, &d0?, &d1?, &d2?)?
     } else {
         b.zeros_like(out)?
     };
     if let Some(dv) = vals_dot {
         let zero = b.scalar(0.0, vals.dtype())?;
-        let is_zero = b.binary(BinaryOp::Eq, vals, &zero)?;
-        let term = b.div(&b.mul(out, dv)?, vals)?;
-        dot = b.sub(&dot, &b.select(&is_zero, &zero, &term)?)?;
+        let recip = finite_recip(b, inds, vals, c[0])?;
+        let term = b.mul(&b.mul(out, dv)?, &recip)?;
+        dot = b.sub(&dot, &b.select(&b.binary(BinaryOp::Eq, &recip, &zero)?, &zero, &term)?)?;
     }
     Ok(dot)
 }
 
-/// Reverse rule of the `*` rule kernel `prod_nonzero_by_index`: `dp/dv = p / v` for a non-zero
-/// value in range, else 0, so `vals_bar = prod_vals_adjoint(inds, vals, p_bar * p, 0)`, which
-/// never divides by zero.
+/// Reverse rule of the `*` rule kernel `prod_nonzero_by_index`: `dp/dv = p / v` for a finite
+/// non-zero value in range, else 0 (p holds only an infinite value's sign), so
+/// `vals_bar = prod_vals_adjoint(inds, vals, p_bar * p, 0, 0)`, which never divides by zero.
 pub fn prod_nonzero_by_index_vjp<B: Ops>(b: &B, inds: &B::I, vals: &B::T, p: &B::T, p_bar: &B::T) -> Result<B::T> {
     let c0 = b.mul(p_bar, p)?;
-    let c1 = b.zeros_like(&c0)?;
-    b.prod_vals_adjoint(inds, vals, &c0, &c1)
+    let zeros = b.zeros_like(&c0)?;
+    b.prod_vals_adjoint(inds, vals, &c0, &zeros, &zeros)
 }
 
-/// Reverse rule of the `*` rule kernel `prod_vals_adjoint` (`out = v == 0 ? c1[bin] : c0[bin] / v`,
-/// 0 out of range): `(vals_bar, c0_bar, c1_bar)` with `c0_bar` the per-bin sum of `g / v` over
-/// non-zero values, `c1_bar` that of `g` over zero values, and `vals_bar = -g out / v` (0 at zero
-/// values). `1 / v` comes from the kernel itself (`c0 = 1, c1 = 0`), so nothing divides by zero.
+/// Reverse rule of the `*` rule kernel `prod_vals_adjoint` (`out = v == 0 ? c1 : (v infinite ?
+/// c2 sign(v) : c0 / v)` per bin, 0 out of range): `[vals_bar, c0_bar, c1_bar, c2_bar]` with
+/// `c0_bar` the per-bin sum of `g / v` over finite non-zero values, `c1_bar` that of `g` over
+/// zero values, `c2_bar` that of `g sign(v)` over infinite values, and `vals_bar = -g out / v`
+/// at finite non-zero values (0 elsewhere: out is constant in v there). `1 / v` and the signs
+/// come from the kernel itself, so nothing divides by zero or by an infinity. `c0` gives the
+/// bins' shape.
 pub fn prod_vals_adjoint_vjp<B: Ops>(
     b: &B,
     inds: &B::I,
     vals: &B::T,
     c0: &B::T,
-    c1: &B::T,
     out: &B::T,
     g: &B::T,
-) -> Result<(B::T, B::T, B::T)> {
+) -> Result<[B::T; 4]> {
     let dt = vals.dtype();
-    let recip = b.prod_vals_adjoint(inds, vals, &b.full(c0.shape(), 1.0, dt)?, &b.zeros_like(c1)?)?;
-    let c0_bar = b.reduce_by_index(&b.zeros_like(c0)?, HistOp::Add, inds, &b.mul(g, &recip)?)?;
     let zero = b.scalar(0.0, dt)?;
-    let is_zero = b.binary(BinaryOp::Eq, vals, &zero)?;
-    let at_zeros = b.select(&is_zero, g, &zero)?;
-    let c1_bar = b.reduce_by_index(&b.zeros_like(c1)?, HistOp::Add, inds, &at_zeros)?;
-    let vals_bar = b.neg(&b.mul(&b.mul(g, out)?, &recip)?)?;
-    Ok((vals_bar, c0_bar, c1_bar))
+    let bins = b.zeros_like(c0)?;
+    let per_bin = |x: &B::T| b.reduce_by_index(&bins, HistOp::Add, inds, x);
+    let recip = finite_recip(b, inds, vals, c0)?;
+    let c0_bar = per_bin(&b.mul(g, &recip)?)?;
+    let at_zeros = b.select(&b.binary(BinaryOp::Eq, vals, &zero)?, g, &zero)?;
+    let c1_bar = per_bin(&at_zeros)?;
+    let inf_signs = b.prod_vals_adjoint(inds, vals, &bins, &bins, &b.full(c0.shape(), 1.0, dt)?)?;
+    let c2_bar = per_bin(&b.mul(g, &inf_signs)?)?;
+    let term = b.neg(&b.mul(&b.mul(g, out)?, &recip)?)?;
+    let vals_bar = b.select(&b.binary(BinaryOp::Eq, &recip, &zero)?, &zero, &term)?;
+    Ok([vals_bar, c0_bar, c1_bar, c2_bar])
 }
 
 #[cfg(test)]
@@ -800,6 +846,57 @@ mod tests {
             (oracle::hist(HistOp::Mul, &[0.0], &[0, 0], &[1e200, 1e200]), vals_bar, dest_bar),
             (vec![0.0], vec![0.0, 0.0], vec![inf])
         );
+    }
+
+    #[test]
+    fn mul_gives_each_factor_the_product_of_the_others_at_infinities_on_every_rule_and_mode() {
+        // Issue 36: `special` gave the inf of [inf, 2] (dest 3) the adjoint c0 / inf with
+        // c0 = 3 inf 2 (inf / inf = NaN), and the lifted fold's tangent had inf x 0 = NaN.
+        // Each factor's adjoint is hist_bar times the product of the other factors.
+        let c = cpu();
+        let inf = f64::INFINITY;
+        // (dest, values, hist_bar, hist, dest_bar, vals_bar), one bin each, by hand.
+        #[allow(clippy::type_complexity)]
+        let bins: [(f64, &[f64], f64, f64, f64, &[f64]); 6] = [
+            (3.0, &[inf, 2.0], 1.0, inf, inf, &[6.0, inf]),
+            (-inf, &[2.0, 0.5], 2.0, -inf, 2.0, &[-inf, -inf]),
+            (0.5, &[-inf, 4.0], -1.0, -inf, inf, &[-2.0, inf]),
+            (0.5, &[-inf, 4.0, inf], -1.0, -inf, inf, &[-inf, inf, inf]),
+            (2.0, &[0.0, inf, 3.0], 0.5, 0.0, 0.0, &[inf, 0.0, 0.0]),
+            (5.0, &[inf, 2.0], 0.0, inf, 0.0, &[0.0, 0.0]),
+        ];
+        for op in [HistOp::Mul, HistOp::General(&crate::general::MUL)] {
+            for rule in rules_for(op) {
+                for dt in DType::ALL {
+                    for (dest, vals, g, hist, dest_bar, vals_bar) in bins {
+                        let inds = vec![0; vals.len()];
+                        let got = run_rule(&c, rule, op, dt, &[dest], &inds, vals, &[g]).unwrap();
+                        let what = format!("{op:?} {rule:?} {dt:?} dest {dest} vals {vals:?}");
+                        assert_eq!(
+                            (got.hist, got.dest_bar, got.vals_bar),
+                            (vec![hist], vec![dest_bar], vals_bar.to_vec()),
+                            "{what}"
+                        );
+                    }
+                }
+            }
+            // Forward mode: dest 3 (tangent 0), [inf (tangent 1), 2 (tangent 0)]: only the
+            // inf's term, 3 x 2 x 1; zero tangents contribute 0 next to infinite partials.
+            // With a tangent on 2 as well, its term 3 inf makes the tangent inf.
+            let f = crate::Forward::new(c.clone());
+            for (dv, want) in [([1.0, 0.0], 6.0), ([0.0, 0.0], 0.0), ([1.0, -0.5], -inf)] {
+                let t = |x: &[f64]| c.tensor(x, &[x.len()], DType::F64).unwrap();
+                let d = f.dual(t(&[3.0]), t(&[0.0])).unwrap();
+                let v = f.dual(t(&[inf, 2.0]), t(&dv)).unwrap();
+                let h = f.reduce_by_index(&d, op, &c.index(&[0, 0]).unwrap(), &v).unwrap();
+                assert_eq!(c.to_vec(h.value()).unwrap(), vec![inf], "{op:?}");
+                assert_eq!(c.to_vec(&f.tangent(&h).unwrap()).unwrap(), vec![want], "{op:?} {dv:?}");
+            }
+        }
+        let (hist, dest_bar, vals_bar) = oracle::hist_vjp(HistOp::Mul, &[3.0], &[0, 0], &[inf, 2.0], &[1.0]);
+        assert_eq!((hist, dest_bar, vals_bar), (vec![inf], vec![inf], vec![6.0, inf]));
+        let (_, dot) = oracle::hist_jvp(HistOp::Mul, &[3.0], &[0, 0], &[inf, 2.0], &[0.0], &[1.0, 0.0]);
+        assert_eq!(dot, vec![6.0]);
     }
 
     #[test]
@@ -1182,9 +1279,10 @@ mod tests {
     fn prod_primitives_reverse_rules_are_the_transposes_of_their_forward_rules() {
         let c = cpu();
         let dt = DType::F64;
-        let inds = [0, 1, 0, 2, -1, 1, 0, 5];
-        let vals = [1.5, 0.0, -2.0, 0.5, 3.0, 4.0, 0.0, 2.0];
-        let dv = [0.3, -1.0, 0.7, 0.2, 1.1, -0.4, 0.9, 0.6];
+        let inds = [0, 1, 0, 2, -1, 1, 0, 5, 2, 1];
+        let inf = f64::INFINITY;
+        let vals = [1.5, 0.0, -2.0, 0.5, 3.0, 4.0, 0.0, 2.0, -inf, inf];
+        let dv = [0.3, -1.0, 0.7, 0.2, 1.1, -0.4, 0.9, 0.6, 0.8, -0.2];
         let k = 3;
         let t = |x: &[f64]| c.tensor(x, &[x.len()], dt).unwrap();
         let ix = c.index(&inds).unwrap();
@@ -1192,31 +1290,36 @@ mod tests {
         let close = |a: f64, b: f64| assert!((a - b).abs() <= 1e-12 * a.abs().max(1.0), "{a} vs {b}");
 
         let f = crate::Forward::new(c.clone());
-        let (p, _) = f.prod_nonzero_by_index(&ix, &f.dual(t(&vals), t(&dv)).unwrap(), k).unwrap();
+        let (p, _, _) = f.prod_nonzero_by_index(&ix, &f.dual(t(&vals), t(&dv)).unwrap(), k).unwrap();
         let jd = c.to_vec(&f.tangent(&p).unwrap()).unwrap();
         let r = Reverse::new(c.clone());
         let v = r.var(t(&vals));
-        let (p, _) = r.prod_nonzero_by_index(&ix, &v, k).unwrap();
+        let (p, _, _) = r.prod_nonzero_by_index(&ix, &v, k).unwrap();
         let p_bar = [1.0, -2.0, 0.5];
         let g = r.backward(&p, t(&p_bar)).unwrap();
         close(dot(&p_bar, &jd), dot(&c.to_vec(g.get(&v).unwrap()).unwrap(), &dv));
 
-        let (c0, c1, dc0, dc1) = ([2.0, -1.0, 0.5], [0.25, 3.0, -4.0], [0.5, 1.5, -1.0], [-0.75, 0.5, 2.0]);
+        let (c0, c1, c2) = ([2.0, -1.0, 0.5], [0.25, 3.0, -4.0], [1.25, -0.5, 3.5]);
+        let (dc0, dc1, dc2) = ([0.5, 1.5, -1.0], [-0.75, 0.5, 2.0], [0.25, -1.5, 0.75]);
         let out = f
             .prod_vals_adjoint(
                 &ix,
                 &f.dual(t(&vals), t(&dv)).unwrap(),
                 &f.dual(t(&c0), t(&dc0)).unwrap(),
                 &f.dual(t(&c1), t(&dc1)).unwrap(),
+                &f.dual(t(&c2), t(&dc2)).unwrap(),
             )
             .unwrap();
         let jd = c.to_vec(&f.tangent(&out).unwrap()).unwrap();
-        let (v, w0, w1) = (r.var(t(&vals)), r.var(t(&c0)), r.var(t(&c1)));
-        let out = r.prod_vals_adjoint(&ix, &v, &w0, &w1).unwrap();
-        let out_bar = [1.0, 0.5, -1.0, 2.0, 0.25, -0.5, 1.5, 3.0];
+        let (v, w0, w1, w2) = (r.var(t(&vals)), r.var(t(&c0)), r.var(t(&c1)), r.var(t(&c2)));
+        let out = r.prod_vals_adjoint(&ix, &v, &w0, &w1, &w2).unwrap();
+        // The infinite values' outputs are c2 sign(v): -c2[2] and c2[1].
+        assert_eq!(c.to_vec(out.value()).unwrap()[8..], [-3.5, -0.5]);
+        let out_bar = [1.0, 0.5, -1.0, 2.0, 0.25, -0.5, 1.5, 3.0, -2.0, 0.75];
         let g = r.backward(&out, t(&out_bar)).unwrap();
         let grad = |x| c.to_vec(g.get(x).unwrap()).unwrap();
-        close(dot(&out_bar, &jd), dot(&grad(&v), &dv) + dot(&grad(&w0), &dc0) + dot(&grad(&w1), &dc1));
+        let moved = dot(&grad(&v), &dv) + dot(&grad(&w0), &dc0) + dot(&grad(&w1), &dc1) + dot(&grad(&w2), &dc2);
+        close(dot(&out_bar, &jd), moved);
     }
 
     #[test]
