@@ -7,7 +7,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use adgauge_backends::cpu::roofline::{MIN_SEQ_BYTES, RANDOM_ACCESSES, SEQ_BYTES};
-use adgauge_backends::{Cpu, DEVICES};
+use adgauge_backends::{Cpu, DEVICES, Device};
 use adgauge_reports::{Host, RandomRate, Roofline, RunInfo};
 
 use crate::pipeline::Case;
@@ -44,7 +44,8 @@ fn sizes_from(value: Option<&str>) -> Result<(usize, usize), String> {
 /// (those share the run's CPU device, so its threads are theirs): the sequential read rate and
 /// the random rates at each k of those cases, measured on `cpu` once before the cases. None
 /// for a run without such a case. `sizes` come from [`roofline_sizes`]. A measurement that
-/// fails (its checks) is an error here; the run reports it and goes on without a roofline.
+/// fails (its checks) or would exceed the memory limit is an error here; the run reports it and
+/// goes on without a roofline.
 pub fn run_roofline(cpu: &Cpu, cases: &[Case], sizes: (usize, usize)) -> Result<Option<Roofline>, String> {
     let on_cpu = |tool: &str| DEVICES.iter().any(|d| d.name == tool && d.on_cpu.is_some());
     let histograms: Vec<&Case> = cases.iter().filter(|c| c.workload.family() == "hist" && on_cpu(&c.tool)).collect();
@@ -61,6 +62,10 @@ pub fn run_roofline(cpu: &Cpu, cases: &[Case], sizes: (usize, usize)) -> Result<
     bins.sort_unstable();
     bins.dedup();
     let (seq_bytes, accesses) = sizes;
+    // The buffer, the index stream and one table of the largest k per thread, checked against
+    // the memory limit before anything is allocated (an allocation that fails would abort).
+    let tables = cpu.threads() as u128 * bins.last().copied().unwrap_or(0) as u128 * 4;
+    adgauge_datasets::limits::check("the run's roofline", seq_bytes as u128 + accesses as u128 * 4 + tables)?;
     let r = cpu.roofline_sized(&bins, ROOFLINE_SEED, seq_bytes, accesses).map_err(|e| e.to_string())?;
     Ok(Some(Roofline {
         threads: r.threads,

@@ -3,7 +3,8 @@
 //! of k bins. A histogram's primal reads its indices and values in sequence and updates its bins
 //! at random: at small k its time is bounded by the first figure (bytes of indices, values and
 //! output over the sequential rate), at large k, bins beyond the caches, by the second. Behind
-//! `adgauge backends --roofline`; seeded, and well under a second on a 2-core VM.
+//! `adgauge backends --roofline` and the roofline `adgauge run` records before a suite's
+//! histograms (at their k); seeded, and well under a second on a 2-core VM.
 //!
 //! Each figure is the best of a few passes (the machine's capability, not a typical pass on a
 //! loaded machine), and every pass is checked: the sequential sum must equal the buffer's known
