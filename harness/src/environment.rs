@@ -48,7 +48,9 @@ fn sizes_from(value: Option<&str>) -> Result<(usize, usize), String> {
 /// goes on without a roofline.
 pub fn run_roofline(cpu: &Cpu, cases: &[Case], sizes: (usize, usize)) -> Result<Option<Roofline>, String> {
     let on_cpu = |tool: &str| DEVICES.iter().any(|d| d.name == tool && d.on_cpu.is_some());
-    let histograms: Vec<&Case> = cases.iter().filter(|c| c.workload.family() == "hist" && on_cpu(&c.tool)).collect();
+    // The rows that will get a bandwidth (by the rows' workload name, as reports decide it).
+    let histograms: Vec<&Case> =
+        cases.iter().filter(|c| adgauge_reports::roofline::is_histogram_workload(&c.name) && on_cpu(&c.tool)).collect();
     if histograms.is_empty() {
         return Ok(None);
     }

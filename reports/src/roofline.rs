@@ -40,9 +40,15 @@ pub struct Roofline {
     pub tools: Vec<String>,
 }
 
-/// Whether a row is a histogram's (`hist-<op>`).
+/// Whether a row's workload is a histogram (`hist-<op>`): the rows that get a bandwidth, and
+/// the cases for which `adgauge run` measures the roofline.
+pub fn is_histogram_workload(workload: &str) -> bool {
+    workload.starts_with("hist-")
+}
+
+/// Whether a row is a histogram's ([`is_histogram_workload`]).
 pub fn is_histogram(row: &ResultRow) -> bool {
-    row.workload.starts_with("hist-")
+    is_histogram_workload(&row.workload)
 }
 
 /// Bytes of one value of `dtype` (`f32`, `f64`).
