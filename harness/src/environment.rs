@@ -1,11 +1,85 @@
-//! What a run records about itself: id, time, git revision, version and machine, and what each
-//! row records of the host that measured it (CPU, cores, compiler, target features).
+//! What a run records about itself: id, time, git revision, version and machine, the CPU's
+//! histogram roofline where the run has histograms on a CPU device, and what each row records of
+//! the host that measured it (CPU, cores, compiler, target features).
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use adgauge_reports::{Host, RunInfo};
+use adgauge_backends::cpu::roofline::{MIN_SEQ_BYTES, RANDOM_ACCESSES, SEQ_BYTES};
+use adgauge_backends::{Cpu, DEVICES, Device};
+use adgauge_reports::{Host, RandomRate, Roofline, RunInfo};
+
+use crate::pipeline::Case;
+
+/// The seed of the roofline's random index stream (`backends --roofline` and `run`).
+pub const ROOFLINE_SEED: u64 = 20_261_127;
+
+/// Environment variable: the bytes of the run's sequential roofline buffer (default
+/// [`SEQ_BYTES`], 256 MiB; at least [`MIN_SEQ_BYTES`]), the random accesses scaled with it.
+/// Below the last-level cache the figures are the caches', not memory's: for tests, which need
+/// a measurement to record, not its value.
+pub const ROOFLINE_BYTES_VAR: &str = "ADGAUGE_ROOFLINE_BYTES";
+
+/// The sizes of the run's roofline measurement: (sequential bytes, random accesses per pass),
+/// or an error naming [`ROOFLINE_BYTES_VAR`] when it is set to something else than a size.
+pub fn roofline_sizes() -> Result<(usize, usize), String> {
+    sizes_from(std::env::var_os(ROOFLINE_BYTES_VAR).map(|v| v.to_string_lossy().into_owned()).as_deref())
+}
+
+/// [`roofline_sizes`] for the variable's value, if set.
+fn sizes_from(value: Option<&str>) -> Result<(usize, usize), String> {
+    let Some(text) = value else { return Ok((SEQ_BYTES, RANDOM_ACCESSES)) };
+    match text.trim().parse::<usize>() {
+        Ok(bytes) if bytes >= MIN_SEQ_BYTES => {
+            // The random stream shrinks with the buffer (1 MiB: 8192 accesses), at least 1024.
+            let accesses = (RANDOM_ACCESSES as u128 * bytes as u128 / SEQ_BYTES as u128) as usize;
+            Ok((bytes, accesses.max(1024)))
+        }
+        _ => Err(format!("{ROOFLINE_BYTES_VAR}='{text}': expected a number of bytes >= {MIN_SEQ_BYTES}")),
+    }
+}
+
+/// The CPU roofline of a run whose `cases` include a histogram on one of adgauge's CPU devices
+/// (those share the run's CPU device, so its threads are theirs): the sequential read rate and
+/// the random rates at each k of those cases, measured on `cpu` once before the cases. None
+/// for a run without such a case. `sizes` come from [`roofline_sizes`]. A measurement that
+/// fails (its checks) or would exceed the memory limit is an error here; the run reports it and
+/// goes on without a roofline.
+pub fn run_roofline(cpu: &Cpu, cases: &[Case], sizes: (usize, usize)) -> Result<Option<Roofline>, String> {
+    let on_cpu = |tool: &str| DEVICES.iter().any(|d| d.name == tool && d.on_cpu.is_some());
+    // The rows that will get a bandwidth (by the rows' workload name, as reports decide it).
+    let histograms: Vec<&Case> =
+        cases.iter().filter(|c| adgauge_reports::roofline::is_histogram_workload(&c.name) && on_cpu(&c.tool)).collect();
+    if histograms.is_empty() {
+        return Ok(None);
+    }
+    let mut tools: Vec<String> = Vec::new();
+    for c in &histograms {
+        if !tools.contains(&c.tool) {
+            tools.push(c.tool.clone());
+        }
+    }
+    let mut bins: Vec<usize> = histograms.iter().filter_map(|c| c.params.int("k").ok()).collect();
+    bins.sort_unstable();
+    bins.dedup();
+    let (seq_bytes, accesses) = sizes;
+    // The buffer, the index stream and one table of the largest k per thread, checked against
+    // the memory limit before anything is allocated (an allocation that fails would abort).
+    let tables = cpu.threads() as u128 * bins.last().copied().unwrap_or(0) as u128 * 4;
+    adgauge_datasets::limits::check("the run's roofline", seq_bytes as u128 + accesses as u128 * 4 + tables)?;
+    let r = cpu.roofline_sized(&bins, ROOFLINE_SEED, seq_bytes, accesses).map_err(|e| e.to_string())?;
+    Ok(Some(Roofline {
+        threads: r.threads,
+        seq_read_gb_s: r.seq_read_bytes_per_s / 1e9,
+        random: r
+            .random
+            .iter()
+            .map(|x| RandomRate { bins: x.bins, reads_per_s: x.reads_per_s, updates_per_s: x.updates_per_s })
+            .collect(),
+        tools,
+    }))
+}
 
 /// Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
 fn civil(days: i64) -> (i64, u32, u32) {
@@ -100,6 +174,7 @@ pub fn run_info() -> RunInfo {
         governor: read_trimmed("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")
             .unwrap_or_else(|| "unknown".into()),
         suite: String::new(),
+        roofline: None,
     }
 }
 
@@ -136,6 +211,40 @@ mod tests {
         let ids: std::collections::BTreeSet<String> =
             [1000, 1001, 1000, 1000].iter().map(|&pid| run_id(&compact, pid, random_bits(now, pid))).collect();
         assert_eq!(ids.len(), 4, "{ids:?}");
+    }
+
+    #[test]
+    fn the_roofline_sizes_default_to_memorys_and_shrink_with_the_variable() {
+        assert_eq!(sizes_from(None), Ok((256 << 20, 1 << 21)));
+        assert_eq!(sizes_from(Some("1048576")), Ok((1 << 20, 8192)));
+        // The random stream keeps at least 1024 accesses.
+        assert_eq!(sizes_from(Some(" 524288 ")), Ok((1 << 19, 4096)));
+        for bad in ["", "1M", "-5", "8"] {
+            let e = sizes_from(Some(bad)).unwrap_err();
+            assert!(e.starts_with(&format!("ADGAUGE_ROOFLINE_BYTES='{bad}'")) && e.contains(">= 524288"), "{e}");
+        }
+    }
+
+    /// Only histograms on adgauge's CPU devices call for a roofline, measured at each of their
+    /// k once (ascending) and applying to those devices.
+    #[test]
+    fn the_roofline_is_measured_for_histograms_on_cpu_devices_only() {
+        let cases = |entries: &str| {
+            let text = format!("name: r\ncases:\n{entries}");
+            crate::suite::parse_suite_with(&text, "r.yaml", &[]).unwrap().cases
+        };
+        let cpu = Cpu::new(Some(2)).unwrap();
+        let small = (MIN_SEQ_BYTES, 1024);
+        let hist = "  - {workload: hist, ops: [add, min], n: [100], k: [1000, 10], dtypes: [f32], tools: [opencl, cpu-traced, cpu]}\n";
+        let r = run_roofline(&cpu, &cases(hist), small).unwrap().expect("histograms on cpu");
+        assert_eq!(r.random.iter().map(|x| x.bins).collect::<Vec<_>>(), [10, 1000]);
+        assert_eq!(r.tools, ["cpu-traced", "cpu"]);
+        assert_eq!(r.threads, 2);
+        assert!(r.seq_read_gb_s > 0.0);
+        let llsq = "  - {workload: llsq, n: [40], m: [5], dtypes: [f64]}\n";
+        assert_eq!(run_roofline(&cpu, &cases(llsq), small).unwrap(), None);
+        let gpu_only = "  - {workload: hist, ops: [add], n: [100], k: [10], dtypes: [f32], tools: [opencl]}\n";
+        assert_eq!(run_roofline(&cpu, &cases(gpu_only), small).unwrap(), None);
     }
 
     #[test]

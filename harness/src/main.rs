@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use clap::{Arg, ArgAction, ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use adgauge_harness::exit::{Code, bad_input, code_of};
-use adgauge_harness::{eval, history, interrupt, memory, run, serve, sinks, tool};
+use adgauge_harness::{environment, eval, history, interrupt, memory, run, serve, sinks, tool};
 
 #[global_allocator]
 static ALLOCATOR: memory::Counting = memory::Counting;
@@ -146,9 +146,6 @@ fn bounded(message: &str) -> String {
 /// Timed copies per device for `backends --bandwidth` (after one warm-up copy).
 const BANDWIDTH_COPIES: usize = 20;
 
-/// The seed of `backends --roofline`'s random index stream.
-const ROOFLINE_SEED: u64 = 20_261_127;
-
 /// `adgauge backends`: every device's availability; with `--bandwidth BYTES`, the copy rate of
 /// every available GPU device too (a copy that fails or reads back wrong makes the exit code 1);
 /// with `--roofline`, the CPU's roofline on the cpu line.
@@ -159,7 +156,8 @@ fn backends(json: bool, bandwidth: Option<u64>, roofline: bool, threads: Option<
     }
     // Tools open their devices on first use: listing versions opens nothing.
     let cpu = adgauge_backends::Cpu::new(threads)?;
-    let roofline = roofline.then(|| cpu.roofline(&adgauge_backends::cpu::roofline::DEFAULT_BINS, ROOFLINE_SEED));
+    let roofline =
+        roofline.then(|| cpu.roofline(&adgauge_backends::cpu::roofline::DEFAULT_BINS, environment::ROOFLINE_SEED));
     let tools = tool::Tools::builtin(threads, cpu);
     let console = sinks::Console::new(0, true);
     let width = adgauge_backends::DEVICES.iter().map(|d| d.name.len()).max().unwrap_or(0);
@@ -205,7 +203,7 @@ fn backends(json: bool, bandwidth: Option<u64>, roofline: bool, threads: Option<
                         .collect();
                     v["roofline"] = serde_json::json!({"threads": r.threads, "seq_bytes": r.seq_bytes,
                         "seq_read_bytes_per_s": r.seq_read_bytes_per_s, "random_4_byte": random,
-                        "seed": ROOFLINE_SEED, "elapsed_s": r.elapsed_s});
+                        "seed": environment::ROOFLINE_SEED, "elapsed_s": r.elapsed_s});
                 }
                 Some(Err(e)) => v["roofline_error"] = serde_json::json!(e.to_string()),
                 None => {}

@@ -30,7 +30,7 @@ pub struct RunArgs {
     #[arg(long)]
     pub list: bool,
     /// Print the run's rows as JSON lines instead of the table: one object per case and mode,
-    /// with the run file's columns (schema 4), typed.
+    /// with the run file's columns (schema 6), typed.
     #[arg(long)]
     pub json: bool,
     /// Write the run as `<run id>.csv` into this directory.
@@ -171,6 +171,15 @@ pub fn run(args: &RunArgs, threads: Option<usize>) -> anyhow::Result<Code> {
     let tools = Tools::with_external(threads, cpu.clone(), &suite.external);
     let mut info = crate::environment::run_info();
     info.suite = suite.name.clone();
+    // The roofline, once, before the cases (never in a child of --isolate: its parent measured
+    // it). A measurement that fails leaves the run without one; the cases still run.
+    let sizes = crate::environment::roofline_sizes().map_err(bad_input)?;
+    if args.exact.is_none() {
+        info.roofline = crate::environment::run_roofline(&cpu, &cases, sizes).unwrap_or_else(|e| {
+            eprintln!("adgauge: the CPU roofline was not measured: {e}");
+            None
+        });
+    }
     let mut sink = Fanout::default();
     sink.push(ProgressSink(console.clone()));
     if args.json && args.exact.is_some() {

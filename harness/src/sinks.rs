@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use adgauge_reports::{ResultRow, RunInfo, Status, Timing};
+use adgauge_reports::{ResultRow, Roofline, RunInfo, Status, Timing};
 
 use crate::history::RunWriter;
 
@@ -184,6 +184,8 @@ pub struct TableSink {
     counts: BTreeMap<&'static str, usize>,
     /// Case id and the status and message of every row that is not plain `ok`.
     notes: Vec<(String, String)>,
+    /// The run's roofline (the `--wide` table's `roofline` column divides by it).
+    roofline: Option<Roofline>,
 }
 
 impl TableSink {
@@ -195,6 +197,7 @@ impl TableSink {
             started: std::time::Instant::now(),
             counts: BTreeMap::new(),
             notes: Vec::new(),
+            roofline: None,
         }
     }
 }
@@ -228,6 +231,10 @@ impl Sink for TableSink {
         for (name, detail) in &run.tools {
             self.console.line(&format!("  {name}: {detail}"));
         }
+        self.roofline = run.info.roofline.clone();
+        if let Some(r) = &self.roofline {
+            self.console.line(&roofline_line(r));
+        }
         self.tool_width = tool_width(run.tools.iter().map(|(name, _)| name.as_str()));
         self.console.line(&if self.wide { wide_header(self.tool_width) } else { header(self.tool_width) });
         Ok(())
@@ -240,7 +247,11 @@ impl Sink for TableSink {
         }
         // A row of a tool the header did not name (none today) widens its own line, never cut.
         let width = self.tool_width.max(row.backend.chars().count());
-        self.console.line(&if self.wide { wide_table_row(row, width) } else { table_row(row, width) });
+        self.console.line(&if self.wide {
+            wide_table_row(row, width, self.roofline.as_ref())
+        } else {
+            table_row(row, width)
+        });
         Ok(())
     }
     fn run_finished(&mut self) -> anyhow::Result<()> {
@@ -556,9 +567,27 @@ fn short_ratio(x: Option<f64>) -> String {
     }
 }
 
+/// The header's line of the run's roofline: the sequential read rate the `roofline` column
+/// divides by, and the random rates per bin count.
+fn roofline_line(r: &Roofline) -> String {
+    let random: Vec<String> = r
+        .random
+        .iter()
+        .map(|x| {
+            format!("k={} {:.2}/{:.2}", short_size(&x.bins.to_string()), x.reads_per_s / 1e9, x.updates_per_s / 1e9)
+        })
+        .collect();
+    format!(
+        "  roofline ({} threads): sequential read {:.1} GB/s; random 4-byte reads/updates, 10^9/s: {}",
+        r.threads,
+        r.seq_read_gb_s,
+        random.join(", ")
+    )
+}
+
 fn wide_header(tool_width: usize) -> String {
     format!(
-        "{:<15} {:>9} {:>8} {:<tool_width$} {:<15} {:<4} {:>3} {:>17} {:>17} {:>17} {:>7} {:>7} {:>7} {:>7} {:>9}  check",
+        "{:<15} {:>9} {:>8} {:<tool_width$} {:<15} {:<4} {:>3} {:>17} {:>17} {:>17} {:>7} {:>7} {:>7} {:>7} {:>9} {:>15}  check",
         "workload",
         "n",
         "k",
@@ -573,13 +602,15 @@ fn wide_header(tool_width: usize) -> String {
         "jvp/pri",
         "mem vjp",
         "mem jvp",
-        "primal MB"
+        "primal MB",
+        "roofline"
     )
 }
 
 /// One line of the `--wide` table; the workload column is the workload's own label (its sizes
-/// besides n and k).
-pub fn wide_table_row(row: &ResultRow, tool_width: usize) -> String {
+/// besides n and k), and a histogram's `roofline` column its primal's achieved GB/s and the
+/// fraction of `roofline`'s sequential read rate (`adgauge_reports::roofline::cell`).
+pub fn wide_table_row(row: &ResultRow, tool_width: usize, roofline: Option<&Roofline>) -> String {
     let p = |k: &str| row.params.get(k).cloned().unwrap_or_default();
     let workload = adgauge_workloads::find(&row.workload)
         .map(|w| w.table_label(&row.workload, &row.params))
@@ -587,7 +618,7 @@ pub fn wide_table_row(row: &ResultRow, tool_width: usize) -> String {
     let both = |t: &Option<Timing>| format!("{}/{}", ms(t, |t| t.min_s), ms(t, |t| t.median_s));
     let mb = row.primal_peak_bytes.map(|b| format!("{:.3}", b as f64 / 1e6)).unwrap_or_else(|| "-".into());
     format!(
-        "{:<15} {:>9} {:>8} {:<tool_width$} {:<15} {:<4} {:>3} {:>17} {:>17} {:>17} {:>7} {:>7} {:>7} {:>7} {:>9}  {}",
+        "{:<15} {:>9} {:>8} {:<tool_width$} {:<15} {:<4} {:>3} {:>17} {:>17} {:>17} {:>7} {:>7} {:>7} {:>7} {:>9} {:>15}  {}",
         workload,
         p("n"),
         p("k"),
@@ -603,6 +634,7 @@ pub fn wide_table_row(row: &ResultRow, tool_width: usize) -> String {
         ratio(row.vjp_memory_ratio()),
         ratio(row.jvp_memory_ratio()),
         mb,
+        adgauge_reports::roofline::cell(row, roofline),
         status_word(row)
     )
 }
@@ -702,6 +734,51 @@ mod tests {
         assert_eq!(f(Status::Error, None), "ERROR");
     }
 
+    /// `--wide`'s roofline column, under its header: n = 10^7, k = 1000, i32 + f32 in 7.3 ms is
+    /// (10^7 x 8 + 2 x 1000 x 4) B / 7.3 ms = 10.96 GB/s, 32% of 34.25 GB/s; f64 + i64 in 20 ms
+    /// is (10^7 x 16 + 2 x 1000 x 8) B / 20 ms = 8.0 GB/s, 40% of 20 GB/s. Without the run's
+    /// roofline the fraction is "-"; a workload that is not a histogram has no bandwidth.
+    #[test]
+    fn the_wide_table_shows_a_histograms_bandwidth_and_fraction_of_the_roofline() {
+        let roof = |seq_read_gb_s: f64| Roofline {
+            threads: 2,
+            seq_read_gb_s,
+            random: vec![adgauge_reports::RandomRate { bins: 1000, reads_per_s: 2.5e9, updates_per_s: 1.25e9 }],
+            tools: vec!["cpu".into()],
+        };
+        let hist = |dtype: &str, index: &str, primal_s: f64| {
+            let mut r = row("hist-add", &[("n", "10000000"), ("k", "1000"), ("index_dtype", index)], Status::Ok, None);
+            (r.backend, r.dtype) = ("cpu".into(), dtype.into());
+            r.primal = Some(Timing {
+                min_s: primal_s,
+                median_s: primal_s,
+                max_s: primal_s,
+                batch: 1,
+                samples: 5,
+                cv: 0.0,
+                sample_s: vec![],
+            });
+            r
+        };
+        assert!(wide_header(MIN_TOOL_WIDTH).ends_with("       roofline  check"));
+        // The 15 characters before the status (the row's wide times push the columns right).
+        let cell = |r: &ResultRow, roofline: Option<&Roofline>| {
+            let line = wide_table_row(r, MIN_TOOL_WIDTH, roofline);
+            let end = line.rfind("  ok").unwrap();
+            line[end - 15..end].to_string()
+        };
+        assert_eq!(cell(&hist("f32", "i32", 7.3e-3), Some(&roof(34.25))), "  11.0 GB/s 32%");
+        assert_eq!(cell(&hist("f64", "i64", 0.02), Some(&roof(20.0))), "   8.0 GB/s 40%");
+        assert_eq!(cell(&hist("f32", "i32", 7.3e-3), None), "    11.0 GB/s -");
+        let mut other = hist("f32", "i32", 7.3e-3);
+        other.workload = "kmeans".into();
+        assert_eq!(cell(&other, Some(&roof(34.25))), "              -");
+        assert_eq!(
+            roofline_line(&roof(34.25)),
+            "  roofline (2 threads): sequential read 34.2 GB/s; random 4-byte reads/updates, 10^9/s: k=1000 2.50/1.25"
+        );
+    }
+
     /// Tool names are never cut: `planted` and `planted2` (a failing and an erroring tool) read
     /// `plant…` both when the column was six characters wide.
     #[test]
@@ -721,7 +798,7 @@ mod tests {
             // Every line has its status where the header has `check`, whatever the name.
             assert_eq!(line.find(" ok").map(|i| i + 1), Some(check_at), "{line}\n{head}");
             assert_eq!(line.chars().count(), TABLE_WIDTH - 3 + width - MIN_TOOL_WIDTH, "{line}");
-            assert!(wide_table_row(&r, width).contains(&format!(" {name} ")));
+            assert!(wide_table_row(&r, width, None).contains(&format!(" {name} ")));
         }
     }
 }

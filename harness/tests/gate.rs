@@ -30,6 +30,7 @@ fn info(n: u32) -> RunInfo {
         cores: 2,
         governor: "performance".into(),
         suite: "quick".into(),
+        roofline: None,
     }
 }
 

@@ -220,3 +220,73 @@ fn histogram_entries_run_and_record_each_index_dtype() {
     let saved: Vec<&str> = saved.iter().map(|r| r.params["index_dtype"].as_str()).collect();
     assert_eq!(saved, ["i32", "i64", "i32"]);
 }
+
+/// A run with histograms on a CPU device measures the roofline once, before its cases, and
+/// records it on every line of its file and its `--json` rows, with each histogram primal's
+/// achieved bandwidth and fraction of it; `--wide` shows them as the `roofline` column. A run
+/// without histograms records none (null, not zero). The roofline here is over 1 MiB
+/// (`common::adgauge`).
+#[test]
+fn a_histogram_run_records_the_roofline_and_an_llsq_run_none() {
+    let hist = "  - {workload: hist, ops: [add], rules: [auto], n: [3000], k: [10, 1000], dtypes: [f32], index_dtypes: [i32], validate: false}\n";
+    let llsq = "  - {workload: llsq, n: [40], m: [5], dtypes: [f64], validate: false}\n";
+    let run = |name: &str, entries: &str, wide: bool| {
+        let path = temp_file("pipeline", &format!("{name}.yaml"), &format!("name: {name}\ncases:\n{entries}"));
+        let dir = std::env::temp_dir().join(format!("adgauge-pipeline-{}-{name}-out", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let format = if wide { "--wide" } else { "--json" };
+        let out =
+            adgauge(&["run", "--suite", path.to_str().unwrap(), format, "--quiet", "--out", dir.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let file = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.extension().is_some_and(|e| e == "csv"))
+            .expect("a CSV file");
+        (out, adgauge_reports::store::read_run(&file).unwrap())
+    };
+    let (out, (info, rows)) = run("roof-hist", &format!("{hist}{llsq}"), false);
+    let roof = info.roofline.expect("a run with histograms on cpu records the roofline");
+    assert_eq!(roof.tools, ["cpu"]);
+    assert_eq!(roof.threads, rows[0].threads);
+    assert_eq!(roof.random.iter().map(|r| r.bins).collect::<Vec<_>>(), [10, 1000]);
+    assert!(roof.seq_read_gb_s > 0.0 && roof.random.iter().all(|r| r.reads_per_s > 0.0 && r.updates_per_s > 0.0));
+    let lines: Vec<Value> = common::stdout(&out).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(lines.iter().all(|l| l["roofline_bins"] == serde_json::json!([10.0, 1000.0])), "{lines:?}");
+    assert!(lines.iter().all(|l| l["roofline_seq_read_gb_s"].as_f64() == Some(roof.seq_read_gb_s)));
+    let primal_hist: Vec<&Value> =
+        lines.iter().filter(|l| l["mode"] == "primal" && l["workload"] == "hist-add").collect();
+    assert_eq!(primal_hist.len(), 2);
+    for l in primal_hist {
+        // n = 3000 i32 indices and f32 values, k f32 bins read and written.
+        let bytes = 3000.0 * 8.0 + 2.0 * l["param.k"].as_f64().unwrap() * 4.0;
+        let want = bytes / l["median_s"].as_f64().unwrap() / 1e9;
+        let got = l["achieved_gb_s"].as_f64().unwrap();
+        assert!((got - want).abs() <= 1e-12 * want, "{got} {want}");
+        let fraction = l["roofline_fraction"].as_f64().unwrap();
+        assert!((fraction - want / roof.seq_read_gb_s).abs() <= 1e-12 * fraction, "{l}");
+    }
+    // Not a histogram, or not a primal: no bandwidth.
+    assert!(
+        lines
+            .iter()
+            .filter(|l| l["mode"] != "primal" || l["workload"] == "llsq")
+            .all(|l| l["achieved_gb_s"].is_null() && l["roofline_fraction"].is_null())
+    );
+    let (out, (info, _)) = run("roof-llsq", llsq, false);
+    assert_eq!(info.roofline, None);
+    for l in common::stdout(&out).lines().map(|l| serde_json::from_str::<Value>(l).unwrap()) {
+        for column in ["roofline_threads", "roofline_seq_read_gb_s", "roofline_bins", "roofline_tools"] {
+            assert!(l[column].is_null(), "{column}: {l}");
+        }
+    }
+    let (out, _) = run("roof-wide", hist, true);
+    let table = common::stdout(&out);
+    let header = table.lines().find(|l| l.starts_with("workload")).expect("the wide header");
+    assert!(header.contains(" roofline  check"), "{header}");
+    assert!(table.contains("  roofline (") && table.contains("sequential read"), "{table}");
+    let row = table.lines().find(|l| l.starts_with("hist-add")).expect("a row");
+    let at = header.find(" roofline").unwrap();
+    let cell = &row[at - 6..at + 9];
+    assert!(cell.contains(" GB/s ") && cell.trim_end().ends_with('%'), "{row}");
+}

@@ -48,6 +48,7 @@ fn the_guide_python_snippet_plots_a_trend_from_the_parquet_history() {
             cores: 2,
             governor: "unknown".into(),
             suite: "quick".into(),
+            roofline: None,
         };
         let mut row = ResultRow::unmeasured("hist-add", BTreeMap::new(), "cpu", "f32", "special", 2, 1);
         row.case_id = CASE.into();

@@ -31,6 +31,7 @@ fn info(day: u32, suite: &str) -> RunInfo {
         cores: 2,
         governor: "performance".into(),
         suite: suite.into(),
+        roofline: None,
     }
 }
 

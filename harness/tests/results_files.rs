@@ -33,6 +33,7 @@ fn info(day: u32) -> RunInfo {
         cores: 2,
         governor: "performance".into(),
         suite: "quick".into(),
+        roofline: None,
     }
 }
 

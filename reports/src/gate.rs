@@ -1079,6 +1079,7 @@ mod tests {
             cores: 2,
             governor: "performance".into(),
             suite: "quick".into(),
+            roofline: None,
         }
     }
 

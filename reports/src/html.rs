@@ -15,6 +15,7 @@ use std::fmt::Write as _;
 
 use crate::charts::{self, Series};
 use crate::gate::{Baseline, GateConfig, GateReport, gate_runs};
+use crate::roofline::{self, Roofline};
 use crate::schema::{ResultRow, RunInfo, Status, Timing};
 use crate::verdict::{Change, Verdict};
 
@@ -178,7 +179,7 @@ pub fn render(history: &[(RunInfo, Vec<ResultRow>)], baseline: Option<&Baseline>
     }
     h.push_str("</nav>");
     findings(&mut h, rows, report.as_ref());
-    changes(&mut h, rows, report.as_ref());
+    changes(&mut h, rows, report.as_ref(), info.roofline.as_ref());
     overhead_grids(&mut h, rows);
     status_grid(&mut h, rows, &workloads);
     tools_compared(&mut h, rows);
@@ -394,8 +395,9 @@ fn usual_samples(rows: &[&ResultRow]) -> usize {
 
 /// Every case: per mode, the median now, its spread, and the change against the baseline
 /// (ratio of medians, bootstrap interval, verdict); regressions first, then what could not be
-/// judged, each by ratio.
-fn changes(h: &mut String, rows: &[ResultRow], report: Option<&GateReport>) {
+/// judged, each by ratio. Where the run has histograms, a `roofline` column: each histogram
+/// primal's achieved bandwidth and its fraction of the run's measured sequential read rate.
+fn changes(h: &mut String, rows: &[ResultRow], report: Option<&GateReport>, roof: Option<&Roofline>) {
     const MODES: [&str; 3] = ["primal", "vjp", "jvp"];
     let by_case: BTreeMap<(&str, &str), &Change> = report
         .map(|r| r.changes.iter().map(|c| ((c.case_id.as_str(), c.mode.as_str()), c)).collect())
@@ -418,15 +420,24 @@ fn changes(h: &mut String, rows: &[ResultRow], report: Option<&GateReport>) {
         (None, None) => std::cmp::Ordering::Equal,
     });
     h.push_str("<h2 id=\"changes\">Changes since the baseline</h2>");
+    let histograms = sorted.iter().any(|r| roofline::is_histogram(r));
+    let roofline_note = if histograms {
+        " Roofline: a histogram primal's achieved GB/s (n × (index + value bytes) + 2 × k × value bytes over its median) and its fraction of the run's measured sequential read bandwidth (– where the run measured none, or the tool computes on another device)."
+    } else {
+        ""
+    };
     let _ = write!(
         h,
-        "<p class=\"note\">Per case and mode: the median time now (ms), the samples' spread ((max - min) / 2 over the median) and count, and the change against the baseline: current / baseline median with its bootstrap interval, coloured by verdict (<span class=\"bad\">regressed</span>, <span class=\"better\">improved</span>, no change, <span class=\"nj\">not judged</span>: hover for why). {} cases, {usual} samples per mode unless said (n); regressions first.{}</p>",
+        "<p class=\"note\">Per case and mode: the median time now (ms), the samples' spread ((max - min) / 2 over the median) and count, and the change against the baseline: current / baseline median with its bootstrap interval, coloured by verdict (<span class=\"bad\">regressed</span>, <span class=\"better\">improved</span>, no change, <span class=\"nj\">not judged</span>: hover for why). {} cases, {usual} samples per mode unless said (n); regressions first.{}{roofline_note}</p>",
         sorted.len(),
         fixed_note(&fixed)
     );
     h.push_str("<table class=\"changes\"><tr><th class=\"l\">case</th><th class=\"l\">tool</th>");
     for m in MODES {
         let _ = write!(h, "<th>{m} ms</th><th>{m} change</th>");
+    }
+    if histograms {
+        h.push_str("<th>roofline</th>");
     }
     h.push_str("<th class=\"l\">status</th></tr>");
     for r in sorted {
@@ -468,6 +479,13 @@ fn changes(h: &mut String, rows: &[ResultRow], report: Option<&GateReport>) {
                 }
                 None => h.push_str("<td>–</td>"),
             }
+        }
+        if histograms {
+            let cell = match roofline::achieved_gb_s(r) {
+                Some(_) => roofline::cell(r, roof).replace(" -", " –"),
+                None => "–".into(),
+            };
+            let _ = write!(h, "<td>{}</td>", esc(&cell));
         }
         let _ = write!(
             h,
@@ -827,6 +845,7 @@ fn environment(h: &mut String, info: &RunInfo, rows: &[ResultRow], baseline: Opt
             ("threads", join(rows.iter().map(|r| r.threads.to_string()).collect())),
             ("dtypes", join(rows.iter().map(|r| r.dtype.clone()).collect())),
             ("seeds", join(rows.iter().map(|r| r.seed.to_string()).collect())),
+            ("roofline (CPU, before the cases)", roofline_text(info.roofline.as_ref())),
         ]
     }
     h.push_str("<h2 id=\"environment\">Environment</h2>");
@@ -853,6 +872,21 @@ fn environment(h: &mut String, info: &RunInfo, rows: &[ResultRow], baseline: Opt
         }
     }
     h.push_str("</table>");
+}
+
+/// The run's roofline in words: sequential read GB/s, threads, the random rates per bin count and
+/// the tools it applies to.
+fn roofline_text(roof: Option<&Roofline>) -> String {
+    let Some(r) = roof else { return "not measured (no histogram case on a CPU device)".into() };
+    let random: Vec<String> =
+        r.random.iter().map(|x| format!("k={} {:.3e}/{:.3e}", x.bins, x.reads_per_s, x.updates_per_s)).collect();
+    format!(
+        "{} GB/s sequential read on {} threads; random 4-byte reads/updates per s: {}; for {}",
+        charts::tick(r.seq_read_gb_s),
+        r.threads,
+        random.join(", "),
+        r.tools.join(", ")
+    )
 }
 
 /// Every case's peak memory per mode (MB) and the derivatives' ratios to the primal, collapsed.
@@ -958,6 +992,7 @@ mod tests {
             cores: 2,
             governor: "unknown".into(),
             suite: "quick".into(),
+            roofline: None,
         }
     }
 
@@ -1153,6 +1188,45 @@ mod tests {
         // One run: nothing to judge speed against, and the verdict says so.
         assert!(html.contains("PASS on checks; speed NOT JUDGED: no earlier run of this suite to compare with"));
         assert!(html.contains("class=\"verdict warn\""));
+    }
+
+    /// Histogram rows get a roofline column: n = 10^6, k = 1000, f32 values and (rows without
+    /// the index dtype column) 8-byte indices move 10^6 x 12 + 2 x 1000 x 4 = 12 008 000 bytes;
+    /// in the primal's 1 ms that is 12.008 GB/s, 30% of a measured 40 GB/s. The run's roofline
+    /// is in the environment; without one, the fraction is blank, and tables without
+    /// histograms have no such column.
+    #[test]
+    fn histogram_rows_show_their_achieved_bandwidth_and_fraction_of_the_roofline() {
+        let mut runs = two_runs();
+        runs[1].0.roofline = Some(Roofline {
+            threads: 2,
+            seq_read_gb_s: 40.0,
+            random: vec![crate::RandomRate { bins: 1000, reads_per_s: 2.5e9, updates_per_s: 1.25e9 }],
+            tools: vec!["cpu".into()],
+        });
+        let html = report(&runs);
+        let changes = &html[position(&html, "id=\"changes\"")..position(&html, "id=\"overheads\"")];
+        assert!(changes.contains("<th>roofline</th>"), "{changes}");
+        let line = &changes[position(changes, "id=\"c-hist-add-k-1000")..];
+        let line = &line[..position(line, "</tr>")];
+        assert!(line.contains("<td>12.0 GB/s 30%</td>"), "{line}");
+        let env = &html[position(&html, "id=\"environment\"")..];
+        assert!(
+            env.contains("40 GB/s sequential read on 2 threads; random 4-byte reads/updates per s: k=1000 2.500e9/1.250e9; for cpu"),
+            "{env}"
+        );
+        runs[1].0.roofline = None;
+        let html = report(&runs);
+        let changes = &html[position(&html, "id=\"changes\"")..position(&html, "id=\"overheads\"")];
+        let line = &changes[position(changes, "id=\"c-hist-add-k-1000")..];
+        assert!(line[..position(line, "</tr>")].contains("<td>12.0 GB/s –</td>"), "{line}");
+        let env = &html[position(&html, "id=\"environment\"")..];
+        assert!(env.contains("not measured (no histogram case on a CPU device)"), "{env}");
+        for r in &mut runs[1].1 {
+            r.workload = "kmeans".into();
+        }
+        let html = report(&runs);
+        assert!(!html.contains("<th>roofline</th>"));
     }
 
     #[test]

@@ -8,8 +8,10 @@ pub mod gate;
 pub mod html;
 pub mod parquet;
 pub mod query;
+pub mod roofline;
 pub mod schema;
 pub mod store;
 pub mod verdict;
 
+pub use roofline::{RandomRate, Roofline};
 pub use schema::{Check, Host, PARTIAL_RUN_SUFFIX, ResultRow, RunInfo, SCHEMA_VERSION, Status, Timing, case_id};

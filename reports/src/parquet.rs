@@ -30,6 +30,8 @@ enum Values {
     Flag(Vec<Option<bool>>),
     /// One list per row (an empty field is an empty list, as in the CSV).
     Samples(Vec<Vec<f64>>),
+    /// One list per row, or null (an empty field: nothing measured).
+    Reals(Vec<Option<Vec<f64>>>),
 }
 
 /// A named column.
@@ -42,14 +44,14 @@ impl Column {
     /// The column from its text values (the CSV's fields; empty is null).
     fn from_fields(name: &str, fields: &[&str]) -> Column {
         let present = |v: &&str| !v.is_empty();
+        let reals = |v: &str| v.split_whitespace().filter_map(|x| x.parse().ok()).collect::<Vec<f64>>();
         let values = match store::column_kind(name, fields) {
             Kind::Text => Values::Text(fields.iter().map(|v| present(v).then(|| v.to_string())).collect()),
             Kind::Count => Values::Count(fields.iter().map(|v| v.parse().ok()).collect()),
             Kind::Real => Values::Real(fields.iter().map(|v| v.parse().ok()).collect()),
             Kind::Flag => Values::Flag(fields.iter().map(|v| v.parse().ok()).collect()),
-            Kind::Samples => Values::Samples(
-                fields.iter().map(|v| v.split_whitespace().filter_map(|x| x.parse().ok()).collect()).collect(),
-            ),
+            Kind::Samples => Values::Samples(fields.iter().map(|v| reals(v)).collect()),
+            Kind::Reals => Values::Reals(fields.iter().map(|v| present(v).then(|| reals(v))).collect()),
         };
         Column { name: name.to_string(), values }
     }
@@ -69,7 +71,7 @@ impl Column {
             Values::Count(_) => leaf(&self.name, Physical::INT64, Some(LogicalType::integer(64, false)))?,
             Values::Real(_) => leaf(&self.name, Physical::DOUBLE, None)?,
             Values::Flag(_) => leaf(&self.name, Physical::BOOLEAN, None)?,
-            Values::Samples(_) => {
+            Values::Samples(_) | Values::Reals(_) => {
                 let element = Arc::new(leaf("element", Physical::DOUBLE, None)?);
                 let list = Type::group_type_builder("list")
                     .with_repetition(Repetition::REPEATED)
@@ -111,11 +113,21 @@ impl Column {
                 let (present, def) = optional(v, |x: bool| x);
                 w.write_batch(&present, Some(&def), None)?;
             }
-            (Values::Samples(lists), ColumnWriter::DoubleColumnWriter(w)) => {
-                // Levels of the three-level list: definition 1 = an empty list, 3 = an element;
-                // repetition 0 starts a row, 1 continues its list.
+            (Values::Samples(_) | Values::Reals(_), ColumnWriter::DoubleColumnWriter(w)) => {
+                // Levels of the three-level list: definition 0 = a null list, 1 = an empty list,
+                // 3 = an element; repetition 0 starts a row, 1 continues its list.
+                let lists: Vec<Option<&Vec<f64>>> = match &self.values {
+                    Values::Samples(lists) => lists.iter().map(Some).collect(),
+                    Values::Reals(lists) => lists.iter().map(Option::as_ref).collect(),
+                    _ => unreachable!("matched above"),
+                };
                 let (mut values, mut def, mut rep) = (Vec::new(), Vec::new(), Vec::new());
                 for list in lists {
+                    let Some(list) = list else {
+                        def.push(0);
+                        rep.push(0);
+                        continue;
+                    };
                     if list.is_empty() {
                         def.push(1);
                         rep.push(0);
@@ -247,6 +259,7 @@ mod tests {
             cores: 2,
             governor: "unknown".into(),
             suite: "quick".into(),
+            roofline: None,
         };
         let mut params = BTreeMap::new();
         params.insert("k".to_string(), "10".to_string());
@@ -277,6 +290,61 @@ mod tests {
         assert_eq!(field(&rows[0], "seed"), &Field::ULong(7));
         assert_eq!(doubles(field(&rows[0], "sample_s")), vec![3e-3, 1e-3, 2e-3]);
         assert_eq!(doubles(field(&rows[1], "sample_s")), Vec::<f64>::new());
+    }
+
+    /// The run's roofline is typed (its lists as lists of doubles, null in a run without one),
+    /// and a histogram's primal line has its achieved bandwidth and fraction.
+    #[test]
+    fn the_roofline_columns_are_typed_and_null_without_a_roofline() {
+        let mut run = RunInfo {
+            run_id: "r1".into(),
+            timestamp: "2026-11-22T05:00:00Z".into(),
+            git_revision: "abc".into(),
+            adgauge_version: "0.1.0".into(),
+            machine: "host".into(),
+            cpu_model: "cpu".into(),
+            cores: 2,
+            governor: "unknown".into(),
+            suite: "quick".into(),
+            roofline: Some(crate::Roofline {
+                threads: 2,
+                seq_read_gb_s: 20.0,
+                random: vec![crate::RandomRate { bins: 1000, reads_per_s: 2e9, updates_per_s: 1e9 }],
+                tools: vec!["cpu".into()],
+            }),
+        };
+        let params: BTreeMap<String, String> = [("n", "1000000"), ("k", "1000"), ("index_dtype", "i32")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let mut row = ResultRow::unmeasured("hist-add", params, "cpu", "f32", "auto", 2, 7);
+        let t = |median_s: f64| Timing {
+            min_s: median_s,
+            median_s,
+            max_s: median_s,
+            batch: 1,
+            samples: 1,
+            cv: 0.0,
+            sample_s: vec![],
+        };
+        // 10^6 x 8 + 2 x 1000 x 4 = 8 008 000 bytes in 1 ms: 8.008 GB/s, 40.04% of 20 GB/s.
+        (row.primal, row.vjp) = (Some(t(1e-3)), Some(t(3e-3)));
+        let rows = read_rows(run_parquet(&run, std::slice::from_ref(&row)).unwrap());
+        assert_eq!(field(&rows[0], "roofline_threads"), &Field::ULong(2));
+        assert_eq!(field(&rows[0], "roofline_seq_read_gb_s"), &Field::Double(20.0));
+        assert_eq!(doubles(field(&rows[0], "roofline_bins")), vec![1000.0]);
+        assert_eq!(doubles(field(&rows[1], "roofline_random_updates_per_s")), vec![1e9]);
+        assert_eq!(field(&rows[0], "roofline_tools"), &Field::Str("cpu".into()));
+        let Field::Double(gb_s) = field(&rows[0], "achieved_gb_s") else { panic!("no achieved_gb_s") };
+        let Field::Double(fraction) = field(&rows[0], "roofline_fraction") else { panic!("no fraction") };
+        assert!((gb_s - 8.008).abs() < 1e-9 && (fraction - 0.4004).abs() < 1e-9, "{gb_s} {fraction}");
+        assert_eq!(field(&rows[1], "achieved_gb_s"), &Field::Null, "the vjp line has none");
+        run.roofline = None;
+        let rows = read_rows(run_parquet(&run, &[row]).unwrap());
+        for column in ["roofline_threads", "roofline_bins", "roofline_random_reads_per_s", "roofline_fraction"] {
+            assert_eq!(field(&rows[0], column), &Field::Null, "{column}");
+        }
+        assert!(matches!(field(&rows[0], "achieved_gb_s"), Field::Double(_)));
     }
 
     #[test]

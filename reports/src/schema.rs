@@ -8,9 +8,10 @@ use serde::{Deserialize, Serialize};
 /// Version of the file layout (`store.rs`). 2 added `compile_s`; 3 is one file row per case and
 /// mode, with typed parameter and check columns, the suite, the tool's version and the timing
 /// samples; 4 added `rule_used` (the rule `auto` took); 5 added `rustc` and `target_features`, and
-/// made `cpu_model` and `cores` the row's own (a merged run's rows keep their shard's machine).
-/// Files of versions 1 to 4 are still read.
-pub const SCHEMA_VERSION: u32 = 5;
+/// made `cpu_model` and `cores` the row's own (a merged run's rows keep their shard's machine);
+/// 6 added the run's roofline (`roofline_*`) and each histogram primal's `achieved_gb_s` and
+/// `roofline_fraction`. Files of versions 1 to 5 are still read.
+pub const SCHEMA_VERSION: u32 = 6;
 
 /// How a case ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -63,6 +64,10 @@ pub struct RunInfo {
     /// The suite's name ("" in files of schema 1 and 2, which did not record it).
     #[serde(default)]
     pub suite: String,
+    /// The CPU roofline measured before the cases, in runs with a histogram case on one of
+    /// adgauge's CPU devices (None otherwise, and in files before schema 6).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub roofline: Option<crate::Roofline>,
 }
 
 /// The machine and build a row was measured on: timings compare only between rows of the same

@@ -27,6 +27,7 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use crate::roofline::{self, RandomRate, Roofline};
 use crate::schema::{Check, ResultRow, RunInfo, SCHEMA_VERSION, Status, Timing};
 
 /// Errors reading or writing result files.
@@ -51,10 +52,14 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
     move |source| StoreError::Io { path: path.to_path_buf(), source }
 }
 
-/// The fixed columns of schema 5, in order; the parameter and check columns follow them.
-/// Schema 4 had all but `rustc` and `target_features`, schema 3 also lacked `rule_used`. From
-/// schema 5 on, `cpu_model`, `cores`, `rustc` and `target_features` are the row's own host (a
-/// merged run's lines keep their shard's machine); the other run columns repeat on every line.
+/// The fixed columns of schema 6, in order; the parameter and check columns follow them.
+/// Schema 5 had all but the roofline's eight (`V5_LACKS`), schema 4 also lacked `rustc` and
+/// `target_features`, schema 3 also `rule_used`. From schema 5 on, `cpu_model`, `cores`, `rustc`
+/// and `target_features` are the row's own host (a merged run's lines keep their shard's
+/// machine); the other run columns repeat on every line. The `roofline_*` columns are the run's
+/// [`Roofline`] (empty where the run measured none; the lists are space-separated, one entry
+/// per bin count); `achieved_gb_s` and `roofline_fraction` are derived on a histogram's primal
+/// line ([`crate::roofline`]), as `overhead` is on the derivatives' lines.
 pub const COLUMNS: &[&str] = &[
     "schema_version",
     "run_id",
@@ -66,6 +71,12 @@ pub const COLUMNS: &[&str] = &[
     "cpu_model",
     "cores",
     "governor",
+    "roofline_threads",
+    "roofline_seq_read_gb_s",
+    "roofline_bins",
+    "roofline_random_reads_per_s",
+    "roofline_random_updates_per_s",
+    "roofline_tools",
     "rustc",
     "target_features",
     "case_id",
@@ -91,14 +102,35 @@ pub const COLUMNS: &[&str] = &[
     "peak_bytes",
     "overhead",
     "memory_ratio",
+    "achieved_gb_s",
+    "roofline_fraction",
 ];
 
-/// The fixed columns schema 4 lacks; schema 3 also lacks `rule_used`.
+/// The fixed columns schema 5 lacks.
+const V5_LACKS: [&str; 8] = [
+    "roofline_threads",
+    "roofline_seq_read_gb_s",
+    "roofline_bins",
+    "roofline_random_reads_per_s",
+    "roofline_random_updates_per_s",
+    "roofline_tools",
+    "achieved_gb_s",
+    "roofline_fraction",
+];
+
+/// The fixed columns schema 4 lacks besides those of [`V5_LACKS`]; schema 3 also lacks
+/// `rule_used`.
 const V4_LACKS: [&str; 2] = ["rustc", "target_features"];
 
-/// The fixed columns of a file of schema 3 or 4, in order.
+/// The fixed columns of a file of schema 3, 4 or 5, in order.
 fn old_columns(version: u32) -> Vec<&'static str> {
-    COLUMNS.iter().copied().filter(|c| !V4_LACKS.contains(c) && (version > 3 || *c != "rule_used")).collect()
+    COLUMNS
+        .iter()
+        .copied()
+        .filter(|c| {
+            !V5_LACKS.contains(c) && (version > 4 || !V4_LACKS.contains(c)) && (version > 3 || *c != "rule_used")
+        })
+        .collect()
 }
 
 /// The fixed columns that belong to a case rather than to one of its modes: every line of a
@@ -236,6 +268,12 @@ pub(crate) fn case_records(run: &RunInfo, row: &ResultRow, header: &[String]) ->
             };
             let samples: Vec<String> =
                 t.map(|t| t.sample_s.iter().map(|x| format!("{x:e}")).collect()).unwrap_or_default();
+            // The derived bandwidth columns belong to a histogram's primal line.
+            let (achieved, fraction) = if mode == "primal" {
+                (roofline::achieved_gb_s(row), roofline::fraction(row, run.roofline.as_ref()))
+            } else {
+                (None, None)
+            };
             let host = row.host.clone().unwrap_or_else(|| crate::Host {
                 cpu_model: run.cpu_model.clone(),
                 cores: run.cores,
@@ -252,6 +290,9 @@ pub(crate) fn case_records(run: &RunInfo, row: &ResultRow, header: &[String]) ->
                 host.cpu_model,
                 host.cores.to_string(),
                 run.governor.clone(),
+            ];
+            f.extend(roofline_fields(run.roofline.as_ref()));
+            f.extend([
                 host.rustc,
                 host.target_features,
                 row.case_id.clone(),
@@ -277,7 +318,9 @@ pub(crate) fn case_records(run: &RunInfo, row: &ResultRow, header: &[String]) ->
                 opt(peak),
                 opt(overhead),
                 opt(memory),
-            ];
+                opt(achieved.map(|x| format!("{x:e}"))),
+                opt(fraction.map(|x| format!("{x:e}"))),
+            ]);
             for col in &header[COLUMNS.len()..] {
                 if let Some(p) = col.strip_prefix(PARAM_PREFIX) {
                     f.push(row.params.get(p).cloned().unwrap_or_default());
@@ -296,6 +339,71 @@ pub(crate) fn case_records(run: &RunInfo, row: &ResultRow, header: &[String]) ->
         .collect()
 }
 
+/// The `roofline_*` fields of a run's lines: all empty without a roofline.
+fn roofline_fields(roofline: Option<&Roofline>) -> [String; 6] {
+    let Some(r) = roofline else { return Default::default() };
+    let list = |f: &dyn Fn(&RandomRate) -> String| r.random.iter().map(f).collect::<Vec<_>>().join(" ");
+    [
+        r.threads.to_string(),
+        format!("{:e}", r.seq_read_gb_s),
+        list(&|x| x.bins.to_string()),
+        list(&|x| format!("{:e}", x.reads_per_s)),
+        list(&|x| format!("{:e}", x.updates_per_s)),
+        r.tools.join(" "),
+    ]
+}
+
+/// The run's roofline from its line's `roofline_*` fields (`get` reads a column, empty where
+/// the file's schema lacks it): None when they are all empty, an error naming the column when
+/// one is malformed or missing, a rate is not finite and positive, or the lists differ in length.
+fn parse_roofline(get: &dyn Fn(&str) -> String) -> Result<Option<Roofline>, String> {
+    const NAMES: [&str; 6] = [
+        "roofline_threads",
+        "roofline_seq_read_gb_s",
+        "roofline_bins",
+        "roofline_random_reads_per_s",
+        "roofline_random_updates_per_s",
+        "roofline_tools",
+    ];
+    let fields: Vec<String> = NAMES.iter().map(|c| get(c)).collect();
+    if fields.iter().all(|f| f.is_empty()) {
+        return Ok(None);
+    }
+    let rate = |column: &str, s: &str| -> Result<f64, String> {
+        match s.parse::<f64>() {
+            Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
+            _ => Err(format!("{column}: '{s}' is not a rate (a finite number > 0)")),
+        }
+    };
+    let threads: usize = num(NAMES[0], &fields[0])?;
+    let seq_read_gb_s = rate(NAMES[1], &fields[1])?;
+    // Bins read back from JSON lines as reals (`10.0`): whole numbers of at least one.
+    let bins = fields[2]
+        .split_whitespace()
+        .map(|s| match s.parse::<f64>() {
+            Ok(x) if x >= 1.0 && x.fract() == 0.0 && x < 2f64.powi(53) => Ok(x as usize),
+            _ => Err(format!("{}: '{s}' is not a bin count", NAMES[2])),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let rates = |i: usize| fields[i].split_whitespace().map(|s| rate(NAMES[i], s)).collect::<Result<Vec<_>, _>>();
+    let (reads, updates) = (rates(3)?, rates(4)?);
+    if reads.len() != bins.len() || updates.len() != bins.len() {
+        return Err(format!(
+            "{} bin counts, {} read rates and {} update rates: one of each per bin count",
+            bins.len(),
+            reads.len(),
+            updates.len()
+        ));
+    }
+    let random = bins
+        .into_iter()
+        .zip(reads.into_iter().zip(updates))
+        .map(|(bins, (reads_per_s, updates_per_s))| RandomRate { bins, reads_per_s, updates_per_s })
+        .collect();
+    let tools = fields[5].split_whitespace().map(String::from).collect();
+    Ok(Some(Roofline { threads, seq_read_gb_s, random, tools }))
+}
+
 /// How a column's values are typed outside the CSV (JSON lines, Parquet).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -303,17 +411,31 @@ pub enum Kind {
     Count,
     Real,
     Flag,
-    /// Space-separated reals in the CSV, a list elsewhere.
+    /// Space-separated reals in the CSV, a list elsewhere (empty: an empty list).
     Samples,
+    /// Space-separated reals in the CSV, a list elsewhere (empty: null, nothing measured).
+    Reals,
 }
 
 /// The type of a file column, given its (text) values: fixed by name for the fixed and check
 /// columns; a parameter is a count or a real where every value present parses as one.
 pub fn column_kind(column: &str, values: &[&str]) -> Kind {
     match column {
-        "schema_version" | "cores" | "threads" | "seed" | "samples" | "batch" | "peak_bytes" => Kind::Count,
-        "compile_s" | "min_s" | "median_s" | "max_s" | "cv" | "overhead" | "memory_ratio" => Kind::Real,
+        "schema_version" | "cores" | "threads" | "seed" | "samples" | "batch" | "peak_bytes" | "roofline_threads" => {
+            Kind::Count
+        }
+        "compile_s"
+        | "min_s"
+        | "median_s"
+        | "max_s"
+        | "cv"
+        | "overhead"
+        | "memory_ratio"
+        | "roofline_seq_read_gb_s"
+        | "achieved_gb_s"
+        | "roofline_fraction" => Kind::Real,
         "sample_s" => Kind::Samples,
+        "roofline_bins" | "roofline_random_reads_per_s" | "roofline_random_updates_per_s" => Kind::Reals,
         c if c.starts_with(CHECK_PREFIX) && c.ends_with(".passed") => Kind::Flag,
         c if c.starts_with(CHECK_PREFIX) => Kind::Real,
         c if c.starts_with(PARAM_PREFIX) => {
@@ -340,7 +462,7 @@ fn json_value(kind: Kind, field: &str) -> serde_json::Value {
         Kind::Count => field.parse::<u64>().map(Value::from).unwrap_or(Value::Null),
         Kind::Real => real(field).unwrap_or(Value::Null),
         Kind::Flag => field.parse::<bool>().map(Value::from).unwrap_or(Value::Null),
-        Kind::Samples => Value::Array(field.split_whitespace().filter_map(real).collect()),
+        Kind::Samples | Kind::Reals => Value::Array(field.split_whitespace().filter_map(real).collect()),
     }
 }
 
@@ -399,7 +521,7 @@ pub fn rows_from_json_lines(text: &str, origin: &Path) -> Result<(RunInfo, Vec<R
         objects.iter().map(|(line, o)| (*line, header.iter().map(|h| field(o.get(h))).collect())).collect();
     // Lines of schema 3 lack `rule_used`, which then reads as empty.
     let version = match objects.first().and_then(|(_, o)| o.get("schema_version")).and_then(Value::as_u64) {
-        Some(v @ (3 | 4)) => v as u32,
+        Some(v @ (3..=5)) => v as u32,
         _ => SCHEMA_VERSION,
     };
     parse_typed(&header, COLUMNS, version, &records).map_err(|(l, m)| err(l, m))
@@ -510,9 +632,11 @@ pub fn parse_csv(text: &str, path: &Path) -> Result<(RunInfo, Vec<ResultRow>), S
         return Err(err(1, "empty file: expected the header line".into()));
     };
     let starts_with = |fixed: &[&str]| header.len() >= fixed.len() && header.iter().zip(fixed).all(|(h, c)| h == c);
-    let (v4, v3) = (old_columns(4), old_columns(3));
+    let (v5, v4, v3) = (old_columns(5), old_columns(4), old_columns(3));
     let fixed: Option<(&[&str], u32)> = if starts_with(COLUMNS) {
         Some((COLUMNS, SCHEMA_VERSION))
+    } else if starts_with(&v5) {
+        Some((&v5, 5))
     } else if starts_with(&v4) {
         Some((&v4, 4))
     } else if starts_with(&v3) {
@@ -546,7 +670,7 @@ pub fn parse_csv(text: &str, path: &Path) -> Result<(RunInfo, Vec<ResultRow>), S
         Err(err(
             1,
             format!(
-                "unexpected header (expected the columns {}, ... of schema {SCHEMA_VERSION}, 4 or 3, or the {} columns of schema 2 or the {V1_COLUMNS} of schema 1)",
+                "unexpected header (expected the columns {}, ... of schema {SCHEMA_VERSION}, 5, 4 or 3, or the {} columns of schema 2 or the {V1_COLUMNS} of schema 1)",
                 COLUMNS[..3].join(","),
                 LEGACY_COLUMNS.len()
             ),
@@ -556,7 +680,7 @@ pub fn parse_csv(text: &str, path: &Path) -> Result<(RunInfo, Vec<ResultRow>), S
 
 type Failed = (usize, String);
 
-/// A file of schema 3 to 5: `fixed` are its fixed columns, `file_version` the schema they make.
+/// A file of schema 3 to 6: `fixed` are its fixed columns, `file_version` the schema they make.
 fn parse_typed(
     header: &[String],
     fixed: &[&str],
@@ -640,6 +764,7 @@ fn parse_typed(
             cores: host.cores,
             governor: get("governor").into(),
             suite: get("suite").into(),
+            roofline: parse_roofline(&|c| get(c).to_string()).map_err(at)?,
         };
         // The host is the row's own: lines of one run may differ in it (a merge of shards).
         let same_run = |r: &RunInfo| RunInfo { cpu_model: r.cpu_model.clone(), cores: r.cores, ..info.clone() } == *r;
@@ -843,6 +968,7 @@ fn parse_legacy(width: usize, recs: &[Record]) -> Result<(RunInfo, Vec<ResultRow
                 cores: num("cores", &f[7]).map_err(at)?,
                 governor: f[8].clone(),
                 suite: String::new(),
+                roofline: None,
             });
         }
         let mut params = BTreeMap::new();
@@ -1122,6 +1248,7 @@ mod tests {
             cores: 2,
             governor: "performance".into(),
             suite: "quick".into(),
+            roofline: None,
         };
         let mut params = BTreeMap::new();
         params.insert("n".to_string(), "1000".to_string());
@@ -1258,19 +1385,7 @@ mod tests {
         assert_eq!(back_run.cpu_model, "AMD EPYC + Intel Xeon");
         // The same run as schema 4 wrote it: without the two columns, one host for the run.
         let (run, rows) = sample();
-        let recs = records(&to_csv(&run, &rows)).unwrap();
-        let drop: Vec<usize> =
-            ["rustc", "target_features"].iter().map(|c| COLUMNS.iter().position(|x| x == c).unwrap()).collect();
-        let mut w = csv::Writer::from_writer(Vec::new());
-        for (i, (_, f)) in recs.iter().enumerate() {
-            let mut f: Vec<String> =
-                f.iter().enumerate().filter(|(j, _)| !drop.contains(j)).map(|(_, x)| x.clone()).collect();
-            if i > 0 {
-                f[0] = "4".into();
-            }
-            w.write_record(&f).unwrap();
-        }
-        let v4 = String::from_utf8(w.into_inner().unwrap()).unwrap();
+        let v4 = as_schema(&to_csv(&run, &rows), 4);
         let (run4, rows4) = parse_csv(&v4, Path::new("v4.csv")).unwrap();
         assert_eq!(run4, run);
         assert!(rows4.iter().all(|r| r.host.is_none() && r.schema_version == 4));
@@ -1327,6 +1442,99 @@ mod tests {
         assert!(e.contains("schema1.csv:2:") && e.contains("schema version 2"), "{e}");
     }
 
+    /// `text`, a file of this schema, as a file of the older `version` wrote it: the columns
+    /// that version lacks removed, its number on every line.
+    fn as_schema(text: &str, version: u32) -> String {
+        let keep = old_columns(version);
+        let recs = records(text).unwrap();
+        let header = &recs[0].1;
+        let kept: Vec<usize> =
+            (0..header.len()).filter(|&i| i >= COLUMNS.len() || keep.contains(&header[i].as_str())).collect();
+        assert_eq!(kept.len(), header.len() - (COLUMNS.len() - keep.len()));
+        let mut w = csv::Writer::from_writer(Vec::new());
+        for (i, (_, f)) in recs.iter().enumerate() {
+            let mut f: Vec<String> = kept.iter().map(|&j| f[j].clone()).collect();
+            if i > 0 {
+                f[0] = version.to_string();
+            }
+            w.write_record(&f).unwrap();
+        }
+        String::from_utf8(w.into_inner().unwrap()).unwrap()
+    }
+
+    fn with_roofline(mut run: RunInfo) -> RunInfo {
+        run.roofline = Some(Roofline {
+            threads: 2,
+            seq_read_gb_s: 34.25,
+            random: vec![
+                RandomRate { bins: 10, reads_per_s: 2.5e9, updates_per_s: 1.25e9 },
+                RandomRate { bins: 1000, reads_per_s: 2e9, updates_per_s: 1e9 },
+            ],
+            tools: vec!["cpu".into(), "cpu-traced".into()],
+        });
+        run
+    }
+
+    /// The run's roofline is in every line of its file and its JSON lines, typed, and reads
+    /// back; schema-5 files (no roofline columns) read without one; a malformed roofline field
+    /// is an error naming the line and column.
+    #[test]
+    fn the_runs_roofline_round_trips_and_schema_5_files_read_without_one() {
+        let (run, rows) = sample();
+        let run = with_roofline(run);
+        let text = to_csv(&run, &rows);
+        let (back_run, back) = parse_csv(&text, Path::new("r.csv")).unwrap();
+        assert_eq!((back_run, back), (run.clone(), rows.clone()));
+        let recs = records(&text).unwrap();
+        let column = |name: &str| COLUMNS.iter().position(|c| *c == name).unwrap();
+        for (_, f) in &recs[1..] {
+            assert_eq!(f[column("roofline_bins")], "10 1000");
+            assert_eq!(f[column("roofline_random_reads_per_s")], "2.5e9 2e9");
+            assert_eq!(f[column("roofline_tools")], "cpu cpu-traced");
+        }
+        let lines = json_lines(&run, &rows);
+        let first: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
+        assert_eq!(first["roofline_threads"], 2);
+        assert_eq!(first["roofline_seq_read_gb_s"], 34.25);
+        assert_eq!(first["roofline_bins"], serde_json::json!([10.0, 1000.0]));
+        assert_eq!(first["roofline_random_updates_per_s"], serde_json::json!([1.25e9, 1e9]));
+        // The first case: hist-add, n = 1000, k = 10, f32, no index dtype (8-byte indices):
+        // (1000 x 12 + 2 x 10 x 4) bytes / 1.5 ms = 0.008053 GB/s, over 34.25 GB/s.
+        let gb_s = first["achieved_gb_s"].as_f64().unwrap();
+        assert!((gb_s - 12_080.0 / 1.5e-3 / 1e9).abs() < 1e-12, "{gb_s}");
+        let fraction = first["roofline_fraction"].as_f64().unwrap();
+        assert!((fraction - gb_s / 34.25).abs() < 1e-12, "{fraction}");
+        let (json_run, _) = rows_from_json_lines(&lines.join("\n"), Path::new("-")).unwrap();
+        assert_eq!(json_run, run);
+        // Schema 5: the same file without the roofline's columns.
+        let (old_run, old_rows) = parse_csv(&as_schema(&text, 5), Path::new("v5.csv")).unwrap();
+        assert_eq!(old_run.roofline, None);
+        assert_eq!((old_rows.len(), old_rows[0].schema_version), (rows.len(), 5));
+        assert_eq!(old_rows[0].primal, rows[0].primal);
+        // A roofline field that is not a rate, or lists of different lengths, name the column.
+        let seq = column("roofline_seq_read_gb_s");
+        // The line the second case's record starts on (a message above spans two lines).
+        let line = recs[2].0;
+        let broken = |f: &dyn Fn(&mut Vec<String>)| {
+            let mut w = csv::Writer::from_writer(Vec::new());
+            for (i, (_, rec)) in recs.iter().enumerate() {
+                let mut rec = rec.clone();
+                if i == 2 {
+                    f(&mut rec);
+                }
+                w.write_record(&rec).unwrap();
+            }
+            let text = String::from_utf8(w.into_inner().unwrap()).unwrap();
+            parse_csv(&text, Path::new("r.csv")).unwrap_err().to_string()
+        };
+        let e = broken(&|rec| rec[seq] = "NaN".into());
+        assert!(e.contains(&format!("r.csv:{line}: roofline_seq_read_gb_s: 'NaN' is not a rate")), "{e}");
+        let e = broken(&|rec| rec[column("roofline_bins")] = "10".into());
+        assert!(e.contains(&format!("r.csv:{line}: 1 bin counts, 2 read rates and 2 update rates")), "{e}");
+        let e = broken(&|rec| rec[column("roofline_bins")] = "10 0".into());
+        assert!(e.contains(&format!("r.csv:{line}: roofline_bins: '0' is not a bin count")), "{e}");
+    }
+
     #[test]
     fn malformed_truncated_and_future_files_name_their_line() {
         let (run, mut rows) = sample();
@@ -1346,8 +1554,8 @@ mod tests {
         assert!(e.contains("r.csv:1: unexpected header"), "{e}");
         let e = parse_csv("", Path::new("r.csv")).unwrap_err().to_string();
         assert!(e.contains("empty file"), "{e}");
-        let e = parse_csv("schema_version,run_id,x\n6,r,y\n", Path::new("r.csv")).unwrap_err().to_string();
-        assert!(e.contains("r.csv:2: schema 6 is newer than this adgauge"), "{e}");
+        let e = parse_csv("schema_version,run_id,x\n7,r,y\n", Path::new("r.csv")).unwrap_err().to_string();
+        assert!(e.contains("r.csv:2: schema 7 is newer than this adgauge"), "{e}");
         let dup = format!("{text}{}\n", lines[1]);
         let e = parse_csv(&dup, Path::new("r.csv")).unwrap_err().to_string();
         assert!(e.contains(&format!("r.csv:{}: duplicate line for case hist-add", lines.len() + 1)), "{e}");
@@ -1387,23 +1595,13 @@ mod tests {
         let text = to_csv(&run, &rows);
         let (_, back) = parse_csv(&text, Path::new("r.csv")).unwrap();
         assert_eq!(back, rows);
-        // The same file as schema 3 wrote it: the column gone (and schema 5's two), version 3 on
-        // every line.
+        // The same file as schema 3 wrote it: the column gone (and those of schemas 5 and 6),
+        // version 3 on every line.
         let at = COLUMNS.iter().position(|c| *c == "rule_used").unwrap();
-        let newer: Vec<usize> = V4_LACKS.iter().map(|c| COLUMNS.iter().position(|x| x == c).unwrap()).collect();
-        let mut w = csv::Writer::from_writer(Vec::new());
-        for (i, (_, mut f)) in records(&text).unwrap().into_iter().enumerate() {
+        for (i, (_, f)) in records(&text).unwrap().into_iter().enumerate() {
             assert!(i == 0 || f[at] == "general-chunked" || f[at].is_empty(), "{f:?}");
-            f.remove(at);
-            for j in newer.iter().rev() {
-                f.remove(*j - usize::from(*j > at));
-            }
-            if i > 0 {
-                f[0] = "3".into();
-            }
-            w.write_record(&f).unwrap();
         }
-        let v3 = String::from_utf8(w.into_inner().unwrap()).unwrap();
+        let v3 = as_schema(&text, 3);
         let (_, old) = parse_csv(&v3, Path::new("r.csv")).unwrap();
         assert_eq!(old.len(), rows.len());
         for (o, r) in old.iter().zip(&rows) {
@@ -1436,7 +1634,7 @@ mod tests {
         let lines = json_lines(&run, &rows);
         assert_eq!(lines.len(), 5);
         let first: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
-        assert!(lines[0].starts_with("{\"schema_version\":5,\"run_id\":\"20261122T050000Z-abc\","), "{}", lines[0]);
+        assert!(lines[0].starts_with("{\"schema_version\":6,\"run_id\":\"20261122T050000Z-abc\","), "{}", lines[0]);
         assert_eq!(first["mode"], "primal");
         assert_eq!(first["median_s"], 1.5e-3);
         assert_eq!(first["sample_s"], serde_json::json!([2e-3, 1e-3, 1.5e-3]));

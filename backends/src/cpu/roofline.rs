@@ -3,7 +3,8 @@
 //! of k bins. A histogram's primal reads its indices and values in sequence and updates its bins
 //! at random: at small k its time is bounded by the first figure (bytes of indices, values and
 //! output over the sequential rate), at large k, bins beyond the caches, by the second. Behind
-//! `adgauge backends --roofline`; seeded, and well under a second on a 2-core VM.
+//! `adgauge backends --roofline` and the roofline `adgauge run` records before a suite's
+//! histograms (at their k); seeded, and well under a second on a 2-core VM.
 //!
 //! Each figure is the best of a few passes (the machine's capability, not a typical pass on a
 //! loaded machine), and every pass is checked: the sequential sum must equal the buffer's known
@@ -76,20 +77,43 @@ fn bin_of(r: u32, k: usize) -> usize {
     ((u64::from(r) * k as u64) >> 32) as usize
 }
 
+/// The smallest sequential buffer [`Cpu::roofline_sized`] takes: one task's elements.
+pub const MIN_SEQ_BYTES: usize = SEQ_TASK * 8;
+
 impl Cpu {
     /// Measures the roofline on this device's threads for working sets of `bins` bins (each at
     /// least 1), from `seed`. Errors: a bin count of 0, or a pass whose check fails.
     pub fn roofline(&self, bins: &[usize], seed: u64) -> Result<Roofline> {
+        self.roofline_sized(bins, seed, SEQ_BYTES, RANDOM_ACCESSES)
+    }
+
+    /// [`Cpu::roofline`] over a sequential buffer of `seq_bytes` (rounded down to whole 8-byte
+    /// words; at least [`MIN_SEQ_BYTES`]) and `random_accesses` random indices per pass (at
+    /// least 1): smaller sizes measure the caches rather than memory, for tests that only need
+    /// a measurement to record.
+    pub fn roofline_sized(
+        &self,
+        bins: &[usize],
+        seed: u64,
+        seq_bytes: usize,
+        random_accesses: usize,
+    ) -> Result<Roofline> {
         if let Some(&k) = bins.iter().find(|&&k| k == 0 || k > u32::MAX as usize) {
             return Err(OpError::Unsupported(format!("roofline: {k} bins (expected 1 to 2^32 - 1)")));
         }
+        if seq_bytes < MIN_SEQ_BYTES || random_accesses == 0 {
+            return Err(OpError::Unsupported(format!(
+                "roofline: {seq_bytes} sequential bytes and {random_accesses} random accesses (expected at least {MIN_SEQ_BYTES} and 1)"
+            )));
+        }
+        let seq_bytes = seq_bytes / 8 * 8;
         let started = Instant::now();
         self.install(|| {
-            let (seq_read_bytes_per_s, threads) = sequential_read()?;
-            let random = random_rates(bins, seed, threads)?;
+            let (seq_read_bytes_per_s, threads) = sequential_read(seq_bytes)?;
+            let random = random_rates(bins, seed, threads, random_accesses)?;
             Ok(Roofline {
                 threads,
-                seq_bytes: SEQ_BYTES,
+                seq_bytes,
                 seq_read_bytes_per_s,
                 random,
                 elapsed_s: started.elapsed().as_secs_f64(),
@@ -98,9 +122,10 @@ impl Cpu {
     }
 }
 
-/// The best sequential read rate over `SEQ_PASSES` passes and the threads that ran them.
-fn sequential_read() -> Result<(f64, usize)> {
-    let words = SEQ_BYTES / 8;
+/// The best sequential read rate over `SEQ_PASSES` passes of `bytes` (whole words) and the
+/// threads that ran them.
+fn sequential_read(bytes: usize) -> Result<(f64, usize)> {
+    let words = bytes / 8;
     let mut buf = vec![0u64; words];
     buf.par_chunks_mut(SEQ_TASK).enumerate().for_each(|(c, block)| {
         for (j, w) in block.iter_mut().enumerate() {
@@ -133,15 +158,15 @@ fn sequential_read() -> Result<(f64, usize)> {
         }
         best = best.min(seconds);
     }
-    Ok((SEQ_BYTES as f64 / best, rayon::current_num_threads()))
+    Ok((bytes as f64 / best, rayon::current_num_threads()))
 }
 
 /// Random read and update rates at each bin count: every thread reads its share of one seeded
-/// stream of random words and reads or updates its own table of k 4-byte bins.
-fn random_rates(bins: &[usize], seed: u64, threads: usize) -> Result<Vec<RandomRate>> {
-    let stream: Vec<u32> = (0..RANDOM_ACCESSES as u64).map(|i| (splitmix(seed ^ i) >> 32) as u32).collect();
+/// stream of `accesses` random words and reads or updates its own table of k 4-byte bins.
+fn random_rates(bins: &[usize], seed: u64, threads: usize, accesses: usize) -> Result<Vec<RandomRate>> {
+    let stream: Vec<u32> = (0..accesses as u64).map(|i| (splitmix(seed ^ i) >> 32) as u32).collect();
     // One contiguous share per thread (the work is even, so a thread per share).
-    let share = RANDOM_ACCESSES.div_ceil(threads.max(1));
+    let share = accesses.div_ceil(threads.max(1));
     let mut out = Vec::with_capacity(bins.len());
     for &k in bins {
         let mut tables: Vec<Vec<u32>> = (0..stream.len().div_ceil(share)).map(|_| vec![0u32; k]).collect();
@@ -160,7 +185,7 @@ fn random_rates(bins: &[usize], seed: u64, threads: usize) -> Result<Vec<RandomR
                 .sum();
             best_update = best_update.min(t.elapsed().as_secs_f64());
             let counted: u64 = tables.iter().flatten().map(|&c| u64::from(c)).sum();
-            if made != RANDOM_ACCESSES as u64 || counted != pass * made {
+            if made != accesses as u64 || counted != pass * made {
                 return Err(OpError::Device(format!(
                     "roofline: {made} updates made and {counted} counted after {pass} passes at k = {k}"
                 )));
@@ -184,12 +209,12 @@ fn random_rates(bins: &[usize], seed: u64, threads: usize) -> Result<Vec<RandomR
                 .sum();
             best_read = best_read.min(t.elapsed().as_secs_f64());
             // Every bin read holds the passes' updates to it so far: at least one per read.
-            if std::hint::black_box(read) < RANDOM_ACCESSES as u64 {
+            if std::hint::black_box(read) < accesses as u64 {
                 return Err(OpError::Device(format!("roofline: random reads at k = {k} summed {read}")));
             }
         }
-        let accesses = RANDOM_ACCESSES as f64;
-        out.push(RandomRate { bins: k, reads_per_s: accesses / best_read, updates_per_s: accesses / best_update });
+        let made = accesses as f64;
+        out.push(RandomRate { bins: k, reads_per_s: made / best_read, updates_per_s: made / best_update });
     }
     Ok(out)
 }
@@ -223,6 +248,19 @@ mod tests {
             assert!(x.reads_per_s.is_finite() && x.reads_per_s > 0.0, "{x:?}");
             assert!(x.updates_per_s.is_finite() && x.updates_per_s > 0.0, "{x:?}");
         }
+    }
+
+    #[test]
+    fn a_small_measurement_reads_the_bytes_asked_for_and_refuses_too_few() {
+        let cpu = Cpu::new(Some(2)).unwrap();
+        // 1 MiB + 3 bytes: whole words only.
+        let r = cpu.roofline_sized(&[10], 3, (1 << 20) + 3, 1000).unwrap();
+        assert_eq!((r.seq_bytes, r.threads), (1 << 20, 2));
+        assert_eq!(r.random.len(), 1);
+        assert!(r.seq_read_bytes_per_s > 0.0 && r.random[0].updates_per_s > 0.0, "{r:?}");
+        let e = cpu.roofline_sized(&[10], 3, MIN_SEQ_BYTES - 8, 1000).unwrap_err().to_string();
+        assert!(e.contains("at least 524288"), "{e}");
+        assert!(cpu.roofline_sized(&[10], 3, MIN_SEQ_BYTES, 0).is_err());
     }
 
     #[test]

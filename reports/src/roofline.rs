@@ -1,0 +1,185 @@
+//! The histogram roofline of a run: what `adgauge run` measured of the CPU (sequential read
+//! bandwidth on all the run's threads, and random 4-byte read and update rates in working sets
+//! of k bins), kept in the run's information ([`RunInfo::roofline`](crate::RunInfo)), and how
+//! close a histogram's primal came to it.
+//!
+//! A histogram primal reads n indices and n values in sequence, reads the k bins of `dest` and
+//! writes k results: [`primal_bytes`] is that traffic, [`achieved_gb_s`] the traffic over the
+//! primal's median time, and [`fraction`] that rate over the run's measured sequential read
+//! rate. The fraction needs the run's roofline and a row of a tool that computes on the CPU
+//! threads that measured it (adgauge's CPU devices share the run's thread pool; another tool's
+//! device, a GPU or a tool process with threads of its own, has another roofline): elsewhere it
+//! is absent, never a guess. Rows of files older than the index dtype column (all of which had
+//! 8-byte indices, the only index dtype adgauge's engine had then) count 8 bytes per index.
+
+use serde::{Deserialize, Serialize};
+
+use crate::schema::ResultRow;
+
+/// Random access rates at one working set of `bins` 4-byte bins, all threads.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RandomRate {
+    pub bins: usize,
+    /// Random 4-byte reads per second.
+    pub reads_per_s: f64,
+    /// Random 4-byte read-modify-writes (`bin += 1`, each thread on its own table) per second.
+    pub updates_per_s: f64,
+}
+
+/// The CPU roofline a run measured before its cases.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Roofline {
+    /// Threads that measured it: the run's CPU device's.
+    pub threads: usize,
+    /// Sequential read bandwidth, GB/s (10^9 bytes per second).
+    pub seq_read_gb_s: f64,
+    /// One entry per bin count measured (the k of the run's histogram cases), ascending.
+    pub random: Vec<RandomRate>,
+    /// The run's tools that compute on the measured threads: their histogram rows get a
+    /// [`fraction`].
+    pub tools: Vec<String>,
+}
+
+/// Whether a row's workload is a histogram (`hist-<op>`): the rows that get a bandwidth, and
+/// the cases for which `adgauge run` measures the roofline.
+pub fn is_histogram_workload(workload: &str) -> bool {
+    workload.starts_with("hist-")
+}
+
+/// Whether a row is a histogram's ([`is_histogram_workload`]).
+pub fn is_histogram(row: &ResultRow) -> bool {
+    is_histogram_workload(&row.workload)
+}
+
+/// Bytes of one value of `dtype` (`f32`, `f64`).
+fn value_bytes(dtype: &str) -> Option<u64> {
+    match dtype {
+        "f32" => Some(4),
+        "f64" => Some(8),
+        _ => None,
+    }
+}
+
+/// Bytes of one index: the row's `index_dtype` (`i32`, `i64`); rows without the column (files
+/// from before it) had i64 indices.
+fn index_bytes(row: &ResultRow) -> Option<u64> {
+    match row.params.get("index_dtype").map(String::as_str) {
+        Some("i32") => Some(4),
+        Some("i64") | None => Some(8),
+        Some(_) => None,
+    }
+}
+
+/// The bytes a histogram primal must move: n x (index bytes + value bytes) read in sequence,
+/// plus 2 x k x value bytes (`dest` read, the result written). None for a row that is not a
+/// histogram's or lacks n, k or a known dtype.
+pub fn primal_bytes(row: &ResultRow) -> Option<u64> {
+    if !is_histogram(row) {
+        return None;
+    }
+    let size = |key: &str| row.params.get(key)?.parse::<u64>().ok();
+    let (n, k) = (size("n")?, size("k")?);
+    let value = value_bytes(&row.dtype)?;
+    n.checked_mul(index_bytes(row)? + value)?.checked_add(k.checked_mul(2 * value)?)
+}
+
+/// The primal's achieved bandwidth, GB/s: [`primal_bytes`] over the primal's median time.
+pub fn achieved_gb_s(row: &ResultRow) -> Option<f64> {
+    let median = row.primal.as_ref()?.median_s;
+    let rate = primal_bytes(row)? as f64 / median / 1e9;
+    (median > 0.0 && rate.is_finite()).then_some(rate)
+}
+
+/// The primal's achieved bandwidth over the run's measured sequential read bandwidth, where the
+/// run measured one and the row's tool computes on the threads that measured it.
+pub fn fraction(row: &ResultRow, roofline: Option<&Roofline>) -> Option<f64> {
+    let roofline = roofline.filter(|r| r.tools.contains(&row.backend) && r.seq_read_gb_s > 0.0)?;
+    Some(achieved_gb_s(row)? / roofline.seq_read_gb_s)
+}
+
+/// The `roofline` cell of tables: `11.0 GB/s 32%`, `11.0 GB/s -` without a fraction, `-` for a
+/// row without an achieved bandwidth.
+pub fn cell(row: &ResultRow, roofline: Option<&Roofline>) -> String {
+    match achieved_gb_s(row) {
+        None => "-".into(),
+        Some(gb_s) => {
+            let part = fraction(row, roofline).map(|f| format!("{:.0}%", f * 100.0)).unwrap_or_else(|| "-".into());
+            format!("{gb_s:.1} GB/s {part}")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::Timing;
+
+    fn hist(dtype: &str, index: Option<&str>, n: u64, k: u64, primal_s: Option<f64>) -> ResultRow {
+        let mut params: std::collections::BTreeMap<String, String> =
+            [("n", n.to_string()), ("k", k.to_string())].into_iter().map(|(a, b)| (a.to_string(), b)).collect();
+        if let Some(t) = index {
+            params.insert("index_dtype".into(), t.into());
+        }
+        let mut r = ResultRow::unmeasured("hist-add", params, "cpu", dtype, "auto", 2, 1);
+        r.primal = primal_s.map(|s| Timing {
+            min_s: s,
+            median_s: s,
+            max_s: s,
+            batch: 1,
+            samples: 3,
+            cv: 0.0,
+            sample_s: vec![],
+        });
+        r
+    }
+
+    fn roofline(seq_read_gb_s: f64, tools: &[&str]) -> Roofline {
+        Roofline { threads: 2, seq_read_gb_s, random: vec![], tools: tools.iter().map(|t| t.to_string()).collect() }
+    }
+
+    #[test]
+    fn primal_bytes_count_indices_values_and_both_passes_over_the_bins() {
+        // 10^7 x (4 + 4) + 2 x 1000 x 4 = 80 008 000 bytes.
+        assert_eq!(primal_bytes(&hist("f32", Some("i32"), 10_000_000, 1000, None)), Some(80_008_000));
+        // 10^7 x (8 + 8) + 2 x 1000 x 8 = 160 016 000 bytes.
+        assert_eq!(primal_bytes(&hist("f64", Some("i64"), 10_000_000, 1000, None)), Some(160_016_000));
+        // i32 with f64: 10^6 x 12 + 2 x 10^6 x 8.
+        assert_eq!(primal_bytes(&hist("f64", Some("i32"), 1_000_000, 1_000_000, None)), Some(28_000_000));
+        // A row from before the index dtype column: 8-byte indices.
+        assert_eq!(primal_bytes(&hist("f32", None, 100, 10, None)), Some(100 * 12 + 80));
+        let mut other = hist("f32", Some("i32"), 100, 10, None);
+        other.workload = "kmeans".into();
+        assert_eq!(primal_bytes(&other), None);
+        assert_eq!(primal_bytes(&hist("bf16", Some("i32"), 100, 10, None)), None);
+        assert_eq!(primal_bytes(&hist("f32", Some("u8"), 100, 10, None)), None);
+    }
+
+    #[test]
+    fn achieved_bandwidth_and_fraction_by_hand() {
+        // 80 008 000 bytes / 7.3 ms = 10.960 GB/s; over 34.25 GB/s measured: 32.0%.
+        let r = hist("f32", Some("i32"), 10_000_000, 1000, Some(7.3e-3));
+        let gb_s = achieved_gb_s(&r).unwrap();
+        assert!((gb_s - 10.960_000).abs() < 1e-5, "{gb_s}");
+        let roof = roofline(34.25, &["cpu", "cpu-traced"]);
+        let f = fraction(&r, Some(&roof)).unwrap();
+        assert!((f - 0.320_000).abs() < 1e-6, "{f}");
+        assert_eq!(cell(&r, Some(&roof)), "11.0 GB/s 32%");
+        // f64 values, i64 indices: 160 016 000 bytes / 20 ms = 8.0008 GB/s; 8.0008 / 20 = 40%.
+        let r = hist("f64", Some("i64"), 10_000_000, 1000, Some(0.02));
+        assert!((achieved_gb_s(&r).unwrap() - 8.0008).abs() < 1e-9);
+        assert_eq!(cell(&r, Some(&roofline(20.0, &["cpu"]))), "8.0 GB/s 40%");
+    }
+
+    #[test]
+    fn without_a_roofline_or_on_another_device_the_fraction_is_blank() {
+        let r = hist("f32", Some("i32"), 10_000_000, 1000, Some(7.3e-3));
+        assert_eq!(fraction(&r, None), None);
+        assert_eq!(cell(&r, None), "11.0 GB/s -");
+        let mut gpu = r.clone();
+        gpu.backend = "cuda".into();
+        assert_eq!(cell(&gpu, Some(&roofline(34.25, &["cpu"]))), "11.0 GB/s -");
+        // No primal timing, or no time at all: no bandwidth either.
+        assert_eq!(cell(&hist("f32", Some("i32"), 100, 10, None), Some(&roofline(1.0, &["cpu"]))), "-");
+        assert_eq!(achieved_gb_s(&hist("f32", Some("i32"), 100, 10, Some(0.0))), None);
+    }
+}
