@@ -821,14 +821,11 @@ impl Cpu {
             let at = if inside { b as usize } else { 0 };
             let (x, c0, c1) = (v[i], z0[at], z1[at]);
             let q = c0 / x;
-            // A zero c0 gives 0 even at a NaN value (a bin whose adjoint is 0).
-            let r = if x == T::zero() {
-                c1
-            } else if c0 == T::zero() {
-                T::zero()
-            } else {
-                q
-            };
+            // A zero c0 gives 0 even at a NaN value (a bin whose adjoint is 0). Selects the
+            // compiler must keep (`select_unpredictable`): as plain `if`s it branched around the
+            // division, and the branch on c0 mispredicted at random.
+            let r = std::hint::select_unpredictable(c0 == T::zero(), T::zero(), q);
+            let r = std::hint::select_unpredictable(x == T::zero(), c1, r);
             // A branch, not a select: infinite values are rare, and c2 is read only for them.
             let r = if x.is_infinite() { infinite_factor_adjoint(z2[at], x) } else { r };
             if inside { r } else { T::zero() }
