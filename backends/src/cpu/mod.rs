@@ -339,6 +339,26 @@ fn binary_in_place<T: CpuElem>(op: BinaryOp, d: &mut [T], o: &[T], donor_is_a: b
     per_binary_op!(op, T, f => zip(d, o, donor_is_a, f))
 }
 
+/// The slices of a dual histogram's operands (dest, its tangent, indices, values, their
+/// tangents), their lengths checked against each other; `op` names the op in errors.
+#[allow(clippy::type_complexity)]
+fn dual_operands<'a, T: CpuElem, X: CpuIndexElem>(
+    op: &'static str,
+    dest: &'a CpuTensor,
+    dest_dot: &'a CpuTensor,
+    inds: &'a CpuIndex,
+    vals: &'a CpuTensor,
+    vals_dot: &'a CpuTensor,
+) -> Result<(&'a [T], &'a [T], &'a [X], &'a [T], &'a [T])> {
+    let (d, dd) = (dest.slice::<T>()?, dest_dot.slice::<T>()?);
+    let (v, vd) = (vals.slice::<T>()?, vals_dot.slice::<T>()?);
+    let ix = inds.slice::<X>()?;
+    same_len(op, "indices vs values", ix.len(), v.len())?;
+    same_len(op, "values vs tangents", v.len(), vd.len())?;
+    same_len(op, "dest vs tangents", d.len(), dd.len())?;
+    Ok((d, dd, ix, v, vd))
+}
+
 /// Per-bin totals of the operator `f` over `v`.
 fn scalar_totals<T: Elem, X: IndexElem, F: fold::Fold<T>>(
     pool: &Arc<Pool>,
@@ -1058,12 +1078,8 @@ impl Cpu {
         vals: &CpuTensor,
         vals_dot: &CpuTensor,
     ) -> Result<Option<(CpuTensor, CpuTensor)>> {
-        let (d, dd) = (dest.slice::<T>()?, dest_dot.slice::<T>()?);
-        let (v, vd) = (vals.slice::<T>()?, vals_dot.slice::<T>()?);
-        let ix = inds.slice::<X>()?;
-        same_len("relative_reduce_by_index_dual", "indices vs values", ix.len(), v.len())?;
-        same_len("relative_reduce_by_index_dual", "values vs tangents", v.len(), vd.len())?;
-        same_len("relative_reduce_by_index_dual", "dest vs tangents", d.len(), dd.len())?;
+        let (d, dd, ix, v, vd) =
+            dual_operands::<T, X>("relative_reduce_by_index_dual", dest, dest_dot, inds, vals, vals_dot)?;
         Ok(lae::hist_dual(self.pool(), d, dd, ix, v, vd, false)
             .map(|(h, hd)| (self.wrap(h, dest.shape.clone()), self.wrap(hd, dest.shape.clone()))))
     }
@@ -1078,12 +1094,7 @@ impl Cpu {
         vals: &CpuTensor,
         vals_dot: &CpuTensor,
     ) -> Result<(CpuTensor, CpuTensor)> {
-        let (d, dd) = (dest.slice::<T>()?, dest_dot.slice::<T>()?);
-        let (v, vd) = (vals.slice::<T>()?, vals_dot.slice::<T>()?);
-        let ix = inds.slice::<X>()?;
-        same_len("reduce_by_index_dual", "indices vs values", ix.len(), v.len())?;
-        same_len("reduce_by_index_dual", "values vs tangents", v.len(), vd.len())?;
-        same_len("reduce_by_index_dual", "dest vs tangents", d.len(), dd.len())?;
+        let (d, dd, ix, v, vd) = dual_operands::<T, X>("reduce_by_index_dual", dest, dest_dot, inds, vals, vals_dot)?;
         let (k, pool) = (d.len(), self.pool());
         if let fold::Kind::LogAddExp = fold::kind(op)
             && let Some((h, hd)) =
@@ -1486,7 +1497,7 @@ impl HistOps for Cpu {
         self.run(inds.len(), || by_dtypes!(dt, inds.index_dtype(), self.prod_vals_adjoint_t(inds, vals, c0, c1, c2)))
     }
 
-    /// logaddexp's: [`lae::hist_dual`] on the inputs as they are. Its shift is the relative
+    /// logaddexp's: `lae::hist_dual` on the inputs as they are. Its shift is the relative
     /// inputs' anchor and its weights and sums are theirs, so the bits are the composition's;
     /// `None` where a bin's maximum is +inf (the composition's relative inputs handle it).
     fn relative_reduce_by_index_dual(
