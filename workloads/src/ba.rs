@@ -982,47 +982,16 @@ fn remote_jacobian(out: &Json, b: &BaInput, full: bool) -> Result<Option<Vec<f64
     Ok(Some(dense))
 }
 
-/// BA as a flat function whose Jacobian came from a tool: the point, the units and the f64
-/// primal of finite differences are [`BaFlat`]'s (on the CPU), J^T w and J v are products with
-/// the tool's dense Jacobian (in BaFlat's units).
-struct GivenJacobian {
-    flat: BaFlat<Cpu>,
-    dense: Vec<f64>,
-}
-
-impl FlatFn for GivenJacobian {
-    fn n_in(&self) -> usize {
-        self.flat.n_in()
-    }
-    fn n_out(&self) -> usize {
-        self.flat.n_out()
-    }
-    fn x0(&self) -> &[f64] {
-        self.flat.x0()
-    }
-    fn eval_f64(&self, x: &[f64]) -> Result<Vec<f64>> {
-        self.flat.eval_f64(x)
-    }
-    fn vjp(&self, w: &[f64]) -> Result<Vec<f64>> {
-        let (nr, nc) = (self.n_out(), self.n_in());
-        Ok((0..nc).map(|c| (0..nr).map(|r| self.dense[r * nc + c] * w[r]).sum::<f64>() * self.flat.scale[c]).collect())
-    }
-    fn jvp(&self, v: &[f64]) -> Result<Vec<f64>> {
-        let (nr, nc) = (self.n_out(), self.n_in());
-        Ok((0..nr).map(|r| (0..nc).map(|c| self.dense[r * nc + c] * v[c] * self.flat.scale[c]).sum()).collect())
-    }
-    fn fd_unsafe(&self, h: f64) -> Option<String> {
-        self.flat.fd_unsafe(h)
-    }
-}
-
 /// The validation of a tool's Jacobian of `b`: the generic checks on it and the comparison with
 /// the hand-derived Jacobian (labelled with `convention` where the input was replicated).
 fn given_jacobian_validation(cpu: &Cpu, b: &BaInput, dense: Vec<f64>, convention: Option<String>) -> Validation {
     let flat = BaFlat::new(cpu.clone(), cpu.clone(), DType::F64, b);
     let want = manual::<f64>(b).jacobian.map(|j| j.to_dense()).unwrap_or_default();
     let manual = Comparison { check: CheckKind::Manual, got: dense.clone(), want, convention };
-    Validation { flat: Box::new(GivenJacobian { flat, dense }), full_jacobian: None, comparisons: vec![manual] }
+    // The tool's columns are in the input's units; BaFlat's in its own (`scale`).
+    let column_scale = Some(flat.scale.clone());
+    let flat = crate::workload::GivenJacobian { flat, dense, column_scale };
+    Validation { flat: Box::new(flat), full_jacobian: None, comparisons: vec![manual] }
 }
 
 /// A BA case: problems are generated when needed, ADBench-like (replicated, as the ADBench

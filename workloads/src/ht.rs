@@ -1174,7 +1174,8 @@ impl Problem for HtProblem {
         };
         let flat = HtFlat::new(cpu.clone(), cpu.clone(), DType::F64, &h);
         let dense = full_jacobian(&jac, h.points(), complicated);
-        Ok(Validation { flat: Box::new(GivenJacobian { flat, dense }), full_jacobian: None, comparisons: vec![manual] })
+        let flat = crate::workload::GivenJacobian { flat, dense, column_scale: None };
+        Ok(Validation { flat: Box::new(flat), full_jacobian: None, comparisons: vec![manual] })
     }
 
     /// The generic checks, the full Jacobian by one-hot VJPs against one-hot JVPs, and the
@@ -1290,38 +1291,6 @@ impl<D: Ops> FlatFn for HtFlat<D> {
     }
     fn input_parts(&self) -> Vec<(&'static str, usize)> {
         if self.input.complicated() { vec![("theta", N_THETA), ("us", self.x0.len() - N_THETA)] } else { Vec::new() }
-    }
-}
-
-/// HT as a flat function whose Jacobian came from a tool (its full form, row-major).
-struct GivenJacobian {
-    flat: HtFlat<Cpu>,
-    dense: Vec<f64>,
-}
-
-impl FlatFn for GivenJacobian {
-    fn n_in(&self) -> usize {
-        self.flat.n_in()
-    }
-    fn n_out(&self) -> usize {
-        self.flat.n_out()
-    }
-    fn x0(&self) -> &[f64] {
-        self.flat.x0()
-    }
-    fn eval_f64(&self, x: &[f64]) -> Result<Vec<f64>> {
-        self.flat.eval_f64(x)
-    }
-    fn vjp(&self, w: &[f64]) -> Result<Vec<f64>> {
-        let (nr, nc) = (self.n_out(), self.n_in());
-        Ok((0..nc).map(|c| (0..nr).map(|r| self.dense[r * nc + c] * w[r]).sum()).collect())
-    }
-    fn jvp(&self, v: &[f64]) -> Result<Vec<f64>> {
-        let (nr, nc) = (self.n_out(), self.n_in());
-        Ok((0..nr).map(|r| (0..nc).map(|c| self.dense[r * nc + c] * v[c]).sum()).collect())
-    }
-    fn fd_unsafe(&self, h: f64) -> Option<String> {
-        self.flat.fd_unsafe(h)
     }
 }
 

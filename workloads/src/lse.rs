@@ -21,8 +21,10 @@ use adgauge_backends::{
 use rand::RngExt;
 use serde_json::Value as Json;
 
-use crate::json::{kind, objective_json, parse_number};
-use crate::objective::{ObjectiveProblem, RemoteModule, ScalarObjective};
+use crate::json::{kind, parse_number};
+use crate::objective::{
+    ObjectiveProblem, RemoteModule, ScalarObjective, gradient_by_unit_directions, scalar_eval_json,
+};
 use crate::validate::CheckedInput;
 use crate::workload::{
     EvalRequest, Footprint, GradbenchCall, Mode, ParamSpec, Params, Problem, WResult, Workload, WorkloadError, rounded,
@@ -91,17 +93,8 @@ pub fn directional<B: Ops>(b: &B, x: &B::T, v: &[f64]) -> Result<(f64, f64)> {
 
 /// Objective and gradient by forward mode: one sweep per element.
 pub fn gradient_forward<B: Ops>(b: &B, x: &B::T) -> Result<(f64, Vec<f64>)> {
-    let n = x.numel();
-    let mut value = b.to_vec(&objective(b, x)?)?[0];
-    let mut out = Vec::with_capacity(n);
-    for j in 0..n {
-        let mut e = vec![0.0; n];
-        e[j] = 1.0;
-        let (y, dy) = directional(b, x, &e)?;
-        value = y;
-        out.push(dy);
-    }
-    Ok((value, out))
+    let value = b.to_vec(&objective(b, x)?)?[0];
+    gradient_by_unit_directions(x.numel(), value, |e| directional(b, x, e))
 }
 
 /// The hand-derived gradient, the softmax, in f64: `exp(x_i - m) / sum_j exp(x_j - m)` with m
@@ -193,16 +186,10 @@ impl Workload for Lse {
     fn eval(&self, req: &EvalRequest, device: &AnyDevice) -> WResult<String> {
         let input = parse_input(&crate::json::parse_json(&req.text, &req.source)?, &req.source)?;
         crate::validate::validate(&input, &req.source, req.dtype)?;
-        let dt = req.dtype;
-        let bad = WorkloadError::from_input;
+        let (dt, mode) = (req.dtype, req.mode.unwrap_or(Mode::Primal));
         with_device!(device, |d| {
-            let x = d.tensor(&input.x, &[input.x.len()], dt).map_err(bad)?;
-            let with_gradient = |(f, g): (f64, Vec<f64>)| objective_json(f, Some(&g), dt);
-            Ok(match req.mode.unwrap_or(Mode::Primal) {
-                Mode::Primal => objective_json(d.to_vec(&objective(d, &x).map_err(bad)?)?[0], None, dt),
-                Mode::Vjp => with_gradient(gradient(d, &x).map_err(bad)?),
-                Mode::Jvp | Mode::HessianDiag => with_gradient(gradient_forward(d, &x).map_err(bad)?),
-            })
+            let x = d.tensor(&input.x, &[input.x.len()], dt).map_err(WorkloadError::from_input)?;
+            scalar_eval_json(d, mode, dt, &x, objective, gradient, gradient_forward)
         })
     }
     fn gradbench_module(&self) -> Option<&'static str> {

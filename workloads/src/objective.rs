@@ -117,6 +117,46 @@ impl<W: ScalarObjective> Problem for ObjectiveProblem<W> {
 /// How a module's output is printed from its numbers.
 pub type OutputFormat = fn(&[f64], DType) -> String;
 
+/// `(value, gradient)` of a scalar objective by forward mode: one directional derivative along
+/// each of the `n` unit vectors (`directional(e_j) = (value, gradient_j)`); `value` is returned
+/// as it is when there is no parameter.
+pub fn gradient_by_unit_directions(
+    n: usize,
+    mut value: f64,
+    mut directional: impl FnMut(&[f64]) -> Result<(f64, f64)>,
+) -> Result<(f64, Vec<f64>)> {
+    let mut gradient = Vec::with_capacity(n);
+    for j in 0..n {
+        let mut e = vec![0.0; n];
+        e[j] = 1.0;
+        let (y, dy) = directional(&e)?;
+        value = y;
+        gradient.push(dy);
+    }
+    Ok((value, gradient))
+}
+
+/// `eval`'s answer for a scalar objective of the resident input `x`: the objective (`primal`),
+/// or with its gradient by reverse mode (`vjp`) or by forward mode (`jvp`), as objective JSON.
+/// An op's error is the input's (`WorkloadError::from_input`).
+pub fn scalar_eval_json<D: Device, X>(
+    d: &D,
+    mode: Mode,
+    dtype: DType,
+    x: &X,
+    objective: impl Fn(&D, &X) -> Result<D::T>,
+    gradient: impl Fn(&D, &X) -> Result<(f64, Vec<f64>)>,
+    gradient_forward: impl Fn(&D, &X) -> Result<(f64, Vec<f64>)>,
+) -> WResult<String> {
+    let bad = crate::workload::WorkloadError::from_input;
+    let with_gradient = |(f, g): (f64, Vec<f64>)| crate::json::objective_json(f, Some(&g), dtype);
+    Ok(match mode {
+        Mode::Primal => crate::json::objective_json(d.to_vec(&objective(d, x).map_err(bad)?)?[0], None, dtype),
+        Mode::Vjp => with_gradient(gradient(d, x).map_err(bad)?),
+        Mode::Jvp | Mode::HessianDiag => with_gradient(gradient_forward(d, x).map_err(bad)?),
+    })
+}
+
 /// A module's scalar output: the first of `values`.
 pub fn first_number(values: &[f64], dtype: DType) -> String {
     crate::json::format_number(values.first().copied().unwrap_or(f64::NAN), dtype)

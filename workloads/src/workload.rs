@@ -386,6 +386,48 @@ pub trait FlatFn {
     }
 }
 
+/// A flat function whose Jacobian came from a tool (dense, row-major): the point, the f64 primal
+/// and the finite-difference guard are `flat`'s, J^T w and J v are products with `dense`. Where
+/// `flat` sees each input in its own unit (BA's `scale`), `column_scale[c]` converts column c of
+/// the tool's Jacobian into it.
+pub struct GivenJacobian<F: FlatFn> {
+    pub flat: F,
+    pub dense: Vec<f64>,
+    pub column_scale: Option<Vec<f64>>,
+}
+
+impl<F: FlatFn> GivenJacobian<F> {
+    fn scale(&self, c: usize) -> f64 {
+        self.column_scale.as_ref().map_or(1.0, |s| s[c])
+    }
+}
+
+impl<F: FlatFn> FlatFn for GivenJacobian<F> {
+    fn n_in(&self) -> usize {
+        self.flat.n_in()
+    }
+    fn n_out(&self) -> usize {
+        self.flat.n_out()
+    }
+    fn x0(&self) -> &[f64] {
+        self.flat.x0()
+    }
+    fn eval_f64(&self, x: &[f64]) -> adgauge_backends::Result<Vec<f64>> {
+        self.flat.eval_f64(x)
+    }
+    fn vjp(&self, w: &[f64]) -> adgauge_backends::Result<Vec<f64>> {
+        let (nr, nc) = (self.n_out(), self.n_in());
+        Ok((0..nc).map(|c| (0..nr).map(|r| self.dense[r * nc + c] * w[r]).sum::<f64>() * self.scale(c)).collect())
+    }
+    fn jvp(&self, v: &[f64]) -> adgauge_backends::Result<Vec<f64>> {
+        let (nr, nc) = (self.n_out(), self.n_in());
+        Ok((0..nr).map(|r| (0..nc).map(|c| self.dense[r * nc + c] * v[c] * self.scale(c)).sum()).collect())
+    }
+    fn fd_unsafe(&self, h: f64) -> Option<String> {
+        self.flat.fd_unsafe(h)
+    }
+}
+
 /// A derivative computed on the device under test next to an independent value of the same
 /// quantity (an oracle, a hand-derived derivative, another rule).
 pub struct Comparison {
