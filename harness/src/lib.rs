@@ -25,9 +25,3 @@ pub mod suite;
 pub mod timing;
 pub mod tool;
 pub mod validation;
-
-// The unit tests of `memory` read the counting allocator, which the binary installs; their test
-// binary is this library's, so it installs the allocator too.
-#[cfg(test)]
-#[global_allocator]
-static ALLOCATOR: memory::Counting = memory::Counting;
