@@ -47,7 +47,7 @@ fn nothing_is_counted_outside_a_measurement() {
     let _one = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
     // A measurement starts from zero, whatever the one before it saw.
     let (_, before) = allocations_during(|| vec![1u8; 8 << 20].len());
-    assert!(before.peak >= 8 << 20, "{before:?}");
+    assert!(before.peak >= (8 << 20) - SLACK, "{before:?}");
     // A buffer allocated before and freed after the measurement is not in it.
     let outside = std::hint::black_box(vec![7u8; 8 << 20]);
     let ((), seen) = allocations_during(|| {});
