@@ -10,7 +10,6 @@
 
 use std::sync::Arc;
 
-use super::fold::MaxF;
 use super::hist;
 use rayon::prelude::*;
 
@@ -23,7 +22,7 @@ use crate::{Elem, IndexElem};
 /// -inf only: its sum is 0 and its log -inf). `None` when a maximum is +inf.
 fn shifts<T: Elem, X: IndexElem>(pool: &Arc<Pool>, d: &[T], ix: &[X], v: &[T]) -> Option<Buf<T>> {
     let k = d.len();
-    let maxima = super::scalar_totals(pool, ix, k, T::neg_infinity(), v, MaxF);
+    let maxima = super::extremum_bin_totals(pool, ix, k, v, crate::ops::Extremum::Max);
     let mut shift = pool.take::<T>(k);
     fill_with(&mut shift, |b| {
         let m = if d[b] > maxima[b] { d[b] } else { maxima[b] };

@@ -381,13 +381,33 @@ fn one_compare_pays<T>(k: usize) -> bool {
     size_of::<T>() == 4 && k * size_of::<T>() <= 16 << 10
 }
 
+/// Per-bin minima or maxima of `v` (+inf or -inf for an empty bin), by the fold that is faster
+/// at this k and dtype ([`one_compare_pays`]): the histogram primal's and logaddexp's maxima.
+pub(crate) fn extremum_bin_totals<T: Elem, X: IndexElem>(
+    pool: &Arc<Pool>,
+    ix: &[X],
+    k: usize,
+    v: &[T],
+    ext: Extremum,
+) -> Buf<T> {
+    let neutral = match ext {
+        Extremum::Min => T::infinity(),
+        Extremum::Max => T::neg_infinity(),
+    };
+    match ext {
+        _ if one_compare_pays::<T>(k) => extremum_totals(pool, ix, k, neutral, v, ext),
+        Extremum::Min => scalar_totals(pool, ix, k, neutral, v, fold::MinF),
+        Extremum::Max => scalar_totals(pool, ix, k, neutral, v, fold::MaxF),
+    }
+}
+
 /// Per-bin totals of min or max over `v`. Blocks without a NaN value fold with one compare
 /// (`x < acc` for min: a `minss`): it agrees with the NaN ranking of [`crate::general::right_wins`]
 /// (two compares) wherever `x` is a number, a NaN accumulator included (no number beats it, so
 /// it stays), and among equals the accumulator, the earlier element, stays. Blocks with a NaN
 /// take the ranking. The check is one vectorised pass over the block, which the fold then reads
 /// from L1.
-fn extremum_totals<T: CpuElem, X: IndexElem>(
+fn extremum_totals<T: Elem, X: IndexElem>(
     pool: &Arc<Pool>,
     ix: &[X],
     k: usize,
@@ -740,8 +760,8 @@ impl Cpu {
                     plain
                 }
             }
-            fold::Kind::Min if one_compare_pays::<T>(k) => extremum_totals(pool, ix, k, neutral, v, Extremum::Min),
-            fold::Kind::Max if one_compare_pays::<T>(k) => extremum_totals(pool, ix, k, neutral, v, Extremum::Max),
+            fold::Kind::Min => extremum_bin_totals(pool, ix, k, v, Extremum::Min),
+            fold::Kind::Max => extremum_bin_totals(pool, ix, k, v, Extremum::Max),
             _ => with_fold!(op, T, f => scalar_totals(pool, ix, k, neutral, v, f)),
         };
         let mut out = pool.take::<T>(k);
