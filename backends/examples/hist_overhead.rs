@@ -6,7 +6,7 @@
 //!
 //! `cargo run --release -p adgauge-backends --example hist_overhead -- [n] [k] [op...]`
 //! (`ADGAUGE_DTYPE=f64` for f64, `ADGAUGE_INDEX=i64` for i64 indices (default i32),
-//! `ADGAUGE_REPS=r` for the repetitions.)
+//! `ADGAUGE_REPS=r` for the repetitions, `ADGAUGE_RULES=auto,special` for only those rules.)
 
 use std::time::Instant;
 
@@ -32,6 +32,10 @@ fn main() {
     let dt: DType = std::env::var("ADGAUGE_DTYPE").ok().and_then(|s| s.parse().ok()).unwrap_or(DType::F32);
     let it: IndexDType = std::env::var("ADGAUGE_INDEX").ok().and_then(|s| s.parse().ok()).unwrap_or(IndexDType::I32);
     let reps: usize = std::env::var("ADGAUGE_REPS").ok().and_then(|s| s.parse().ok()).unwrap_or(5);
+    let rules: Vec<HistRule> = match std::env::var("ADGAUGE_RULES") {
+        Ok(names) => names.split(',').map(|s| s.parse().expect("ADGAUGE_RULES: a rule name")).collect(),
+        Err(_) => HistRule::ALL.to_vec(),
+    };
     let cpu = Cpu::new(None).unwrap();
     let mut state = 0x9E37_79B9_7F4A_7C15u64;
     let mut next = || {
@@ -77,7 +81,7 @@ fn main() {
         };
         fwd().unwrap();
         let jvp = best(reps, || fwd().unwrap());
-        for rule in HistRule::ALL {
+        for &rule in &rules {
             let run = || -> adgauge_backends::Result<()> {
                 let r = Reverse::new(cpu.clone()).with_hist_rule(rule);
                 let (d, x) = (r.var(dest.clone()), r.var(v.clone()));
