@@ -246,10 +246,9 @@ mod tests {
         }
     }
 
-    /// The Parquet file reads back with the CSV's values, typed.
-    #[test]
-    fn a_run_round_trips_through_parquet_with_typed_columns() {
-        let run = RunInfo {
+    /// A run of the suite "quick" with no roofline.
+    fn quick_run() -> RunInfo {
+        RunInfo {
             run_id: "r1".into(),
             timestamp: "2026-11-22T05:00:00Z".into(),
             git_revision: "abc".into(),
@@ -260,7 +259,13 @@ mod tests {
             governor: "unknown".into(),
             suite: "quick".into(),
             roofline: None,
-        };
+        }
+    }
+
+    /// The Parquet file reads back with the CSV's values, typed.
+    #[test]
+    fn a_run_round_trips_through_parquet_with_typed_columns() {
+        let run = quick_run();
         let mut params = BTreeMap::new();
         params.insert("k".to_string(), "10".to_string());
         params.insert("dist".to_string(), "uniform".to_string());
@@ -297,21 +302,13 @@ mod tests {
     #[test]
     fn the_roofline_columns_are_typed_and_null_without_a_roofline() {
         let mut run = RunInfo {
-            run_id: "r1".into(),
-            timestamp: "2026-11-22T05:00:00Z".into(),
-            git_revision: "abc".into(),
-            adgauge_version: "0.1.0".into(),
-            machine: "host".into(),
-            cpu_model: "cpu".into(),
-            cores: 2,
-            governor: "unknown".into(),
-            suite: "quick".into(),
             roofline: Some(crate::Roofline {
                 threads: 2,
                 seq_read_gb_s: 20.0,
                 random: vec![crate::RandomRate { bins: 1000, reads_per_s: 2e9, updates_per_s: 1e9 }],
                 tools: vec!["cpu".into()],
             }),
+            ..quick_run()
         };
         let params: BTreeMap<String, String> = [("n", "1000000"), ("k", "1000"), ("index_dtype", "i32")]
             .iter()
