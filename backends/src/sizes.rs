@@ -122,6 +122,7 @@ pub const NOT_SWITCHES: &[(&str, &str)] = &[
     ("cpu::hist::MAX_CHUNKS", "a cap on the chunk count: the chunked path is the same"),
     ("cpu::hist::SUBS", "how many sub-histograms SMALL_K selects"),
     ("cpu::hist::MERGE_BLOCK", "bins per merge task"),
+    ("cpu::hist::LARGE_ROW_BINS", "halves the chunk count past it: the same chunked path, fewer rows"),
     (
         "cpu::hist::STAGE_LEN",
         "the staging block of staged_bin_totals: the same loop at any length; a partial last block is reached at every n it does not divide (check's n = 2000)",

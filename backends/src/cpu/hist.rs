@@ -24,6 +24,12 @@ pub(crate) const SMALL_K: usize = 64;
 pub(crate) const SUBS: usize = 4;
 /// Bins per task when merging rows.
 const MERGE_BLOCK: usize = 1 << 12;
+/// From this many bins a row (at least 1 MB of f32) leaves L2, and a chunk's fold costs more the
+/// more bytes of rows are updated at once: such histograms take half as many chunks.
+/// `hist_overhead` n = 10^7, k = 10^6, i32, f32, 2 threads, 2 chunks against 4 (two rounds):
+/// primal + 10.8-11.2 against 12.0-12.5 ms, max 11.9-12.6 against 13.9-16.4, max JVP 63-77
+/// against 87-111; at k = 3 x 10^5 and 10^5 (16 or 8 chunks, rows within L2) within the noise.
+const LARGE_ROW_BINS: usize = 1 << 18;
 
 /// How a histogram of n elements into k bins is split.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,9 +45,10 @@ impl Plan {
             let subs = if k <= SMALL_K && n >= 4 * SUBS * k.max(1) { SUBS } else { 1 };
             return Plan { chunks: 1, subs, chunk_len: n.max(1) };
         }
-        // Private rows cost O(chunks * k) to fill and merge; keep that well below n.
+        // Private rows cost O(chunks * k) to fill and merge; keep that well below n, and
+        // lower still where rows leave L2 (LARGE_ROW_BINS).
         let by_size = n / MIN_CHUNK;
-        let by_k = n / (2 * k);
+        let by_k = if k >= LARGE_ROW_BINS { n / (4 * k) } else { n / (2 * k) };
         // A power of two, so that the chunks split evenly over 2, 4, 8, ... threads (at
         // n = 10^7, k = 10^6 five chunks ran as three then two on 2 cores).
         let chunks = by_size.min(by_k).clamp(1, MAX_CHUNKS);
@@ -451,9 +458,13 @@ mod tests {
         assert_eq!(p.subs, 1);
         let p = Plan::new(10_000_000, 10);
         assert_eq!(p.subs, SUBS);
+        let p = Plan::new(10_000_000, 100_000);
+        assert_eq!(p.chunks, 32, "n / 2k = 50 chunks, rounded down to a power of two");
         let p = Plan::new(10_000_000, 1_000_000);
-        assert_eq!(p.chunks, 4, "n / 2k = 5 chunks, rounded down to a power of two");
+        assert_eq!(p.chunks, 2, "rows beyond L2: n / 4k = 2.5 chunks, rounded down");
         assert!(p.chunks * p.chunk_len >= 10_000_000);
+        assert_eq!(Plan::new(10_000_000, LARGE_ROW_BINS - 1).chunks, 16, "n / 2k = 19");
+        assert_eq!(Plan::new(10_000_000, LARGE_ROW_BINS).chunks, 8, "n / 4k = 9.5");
     }
 
     /// The chunk adjoint by windows equals the plain passes bit for bit, for every operator
