@@ -124,6 +124,10 @@ pub const NOT_SWITCHES: &[(&str, &str)] = &[
     ("cpu::hist::MERGE_BLOCK", "bins per merge task"),
     ("cpu::hist::LARGE_ROW_BINS", "halves the chunk count past it: the same chunked path, fewer rows"),
     (
+        "cpu::lae::STORED_WEIGHTS_MIN_PAIR_BYTES",
+        "logaddexp's tangent over stored weights in two passes, or over staged pairs in one: the unit test stored_weights_and_staged_pairs_give_the_same_bits runs both forms and holds them bit for bit equal, where check's sweep would need k = 786432 bins on every device and rule",
+    ),
+    (
         "cpu::hist::STAGE_LEN",
         "the staging block of staged_bin_totals: the same loop at any length; a partial last block is reached at every n it does not divide (check's n = 2000)",
     ),
