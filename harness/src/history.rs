@@ -211,7 +211,7 @@ fn history_runs(dir: &Path) -> anyhow::Result<Vec<(PathBuf, RunInfo, Vec<ResultR
 /// The current run: --current (a file, or a directory's newest run) or the newest of --history.
 fn current_run(args: &GateArgs) -> anyhow::Result<(RunInfo, Vec<ResultRow>)> {
     match (&args.current, &args.history) {
-        (Some(p), _) => resolve_run(p),
+        (Some(p), _) => resolve_run(p).map(|(info, rows)| (info, with_legacy_params(rows))),
         (None, h) => {
             let h = history_dir(h.as_deref())?;
             let runs = history_runs(&h)?;
@@ -219,9 +219,37 @@ fn current_run(args: &GateArgs) -> anyhow::Result<(RunInfo, Vec<ResultRow>)> {
                 .into_iter()
                 .next_back()
                 .ok_or_else(|| bad_input(format!("{}: no runs in this history", h.display())))?;
-            Ok((info, rows))
+            Ok((info, with_legacy_params(rows)))
         }
     }
+}
+
+/// Rows recorded before one of their workload's parameters existed lack its column. Each such
+/// row gets the value the workload declares for them (`ParamSpec::legacy`: hist's indices were
+/// i64 before they had a dtype), and the case id that goes with it, so that the gate pairs it
+/// with the case that has that value now instead of finding no baseline for it. A row whose id
+/// is not the one its fields give (written by other means) keeps its id and its parameters.
+fn with_legacy_params(mut rows: Vec<ResultRow>) -> Vec<ResultRow> {
+    let derived = |r: &ResultRow| adgauge_reports::case_id(&r.workload, &r.params, &r.backend, &r.dtype, &r.rule);
+    for row in &mut rows {
+        let Some(workload) = adgauge_workloads::find(&row.workload) else { continue };
+        if row.case_id != derived(row) {
+            continue;
+        }
+        let mut filled = false;
+        for spec in workload.schema() {
+            if let (Some(column), Some(value)) = (spec.column, spec.legacy)
+                && !row.params.contains_key(column)
+            {
+                row.params.insert(column.to_string(), value.to_string());
+                filled = true;
+            }
+        }
+        if filled {
+            row.case_id = derived(row);
+        }
+    }
+    rows
 }
 
 /// The history runs a selector chooses from: before the current run, of its suite (a history
@@ -234,7 +262,7 @@ fn earlier_runs(dir: &Path, current: &RunInfo) -> anyhow::Result<Vec<(RunInfo, V
         .into_iter()
         .filter(|(_, info, _)| info.run_id < current.run_id && !info.is_partial())
         .filter(|(_, info, _)| info.suite.is_empty() || current.suite.is_empty() || info.suite == current.suite)
-        .map(|(_, info, rows)| (info, rows))
+        .map(|(_, info, rows)| (info, with_legacy_params(rows)))
         .collect())
 }
 
@@ -282,6 +310,7 @@ fn select_baseline(sel: &str, history: Option<PathBuf>, current: &RunInfo) -> an
     }
     if path.is_file() {
         let (info, rows) = read_run(path).map_err(|e| bad_input(e.to_string()))?;
+        let rows = with_legacy_params(rows);
         return Ok(Baseline::run(format!("run {} ({})", info.run_id, path.display()), info, rows));
     }
     let Some(dir) = history else {
@@ -289,8 +318,11 @@ fn select_baseline(sel: &str, history: Option<PathBuf>, current: &RunInfo) -> an
             "--baseline {sel}: no such file or directory (a run id needs --history DIR; selectors: previous, best-of:N)"
         )));
     };
-    let mut matches: Vec<(RunInfo, Vec<ResultRow>)> =
-        history_runs(&dir)?.into_iter().filter(|(_, i, _)| i.run_id.starts_with(sel)).map(|(_, i, r)| (i, r)).collect();
+    let mut matches: Vec<(RunInfo, Vec<ResultRow>)> = history_runs(&dir)?
+        .into_iter()
+        .filter(|(_, i, _)| i.run_id.starts_with(sel))
+        .map(|(_, i, r)| (i, with_legacy_params(r)))
+        .collect();
     match matches.len() {
         1 => {
             let (info, rows) = matches.pop().expect("one match");

@@ -304,6 +304,35 @@ fn a_thread_change_is_an_environment_change_not_a_slowdown() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A hist row recorded before indices had a dtype has no `index_dtype`; its indices were i64.
+/// The gate pairs it with the current i64 case (here 2x slower: exit 3) and leaves the i32 case
+/// new; read as written, the two runs would share no case at all (exit 2).
+#[test]
+fn rows_from_before_the_index_dtype_are_the_i64_cases() {
+    let dir = temp("legacy");
+    let h = dir.to_str().unwrap();
+    let hist = |index_dtype: Option<&str>, ms: f64| {
+        let mut r = case("auto", ms);
+        r.params = BTreeMap::from([("n".to_string(), "1000".to_string()), ("k".to_string(), "10".to_string())]);
+        if let Some(t) = index_dtype {
+            r.params.insert("index_dtype".into(), t.into());
+        }
+        r.case_id = adgauge_reports::case_id("hist-add", &r.params, "cpu", "f64", "auto");
+        r
+    };
+    let old = hist(None, 5.0);
+    assert_eq!(old.case_id, "hist-add[k=10,n=1000]/cpu/f64/auto");
+    add(&dir, &info(1), &[old]);
+    add(&dir, &info(2), &[hist(Some("i64"), 10.0), hist(Some("i32"), 5.0)]);
+    let (code, out, _) = gate(&["--history", h, "--baseline", "previous", "--json"]);
+    assert_eq!(code, Some(3), "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["compared"], 1, "{out}");
+    assert_eq!(v["findings"][0]["kind"], "slower", "{out}");
+    assert_eq!(v["findings"][0]["case_id"], "hist-add[index_dtype=i64,k=10,n=1000]/cpu/f64/auto", "{out}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Seven nights, each 4% slower than the one before, then the current run: against the
 /// previous night it is 1.04x (passes); against the best of the last 7 it is 1.04^7 = 1.32x.
 #[test]

@@ -633,6 +633,7 @@ impl Workload for Ba {
             kind: ParamKind::Tuples { names: &["n", "m", "p"], min: 1, max: 1 << 30 },
             default: None,
             column: None,
+            legacy: None,
             doc: "(n cameras, m points, p observations) triples, listed (not a product)",
         }]
     }

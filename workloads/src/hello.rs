@@ -90,6 +90,7 @@ impl Workload for Hello {
             kind: ParamKind::Float { min: -1e150, max: 1e150 },
             default: Some("1.0"),
             column: Some("x"),
+            legacy: None,
             doc: "the number squared (GradBench starts at 1)",
         }]
     }

@@ -199,6 +199,7 @@ impl Workload for HistFamily {
                 kind: ParamKind::Names { choices: ops },
                 default: None,
                 column: None,
+                legacy: None,
                 doc: "operators (the workload hist-<op>)",
             },
             ParamSpec {
@@ -206,6 +207,7 @@ impl Workload for HistFamily {
                 kind: ParamKind::Ints { min: 0, max: 1 << 32 },
                 default: None,
                 column: Some("n"),
+                legacy: None,
                 doc: "values",
             },
             ParamSpec {
@@ -213,6 +215,7 @@ impl Workload for HistFamily {
                 kind: ParamKind::Ints { min: 1, max: 1 << 32 },
                 default: None,
                 column: Some("k"),
+                legacy: None,
                 doc: "bins",
             },
             ParamSpec {
@@ -220,6 +223,7 @@ impl Workload for HistFamily {
                 kind: ParamKind::Names { choices: dists },
                 default: Some(r#"["uniform"]"#),
                 column: Some("dist"),
+                legacy: None,
                 doc: "index distribution",
             },
             ParamSpec {
@@ -227,6 +231,7 @@ impl Workload for HistFamily {
                 kind: ParamKind::Float { min: 0.0, max: 1.0 },
                 default: Some("0.05"),
                 column: Some("oob"),
+                legacy: None,
                 doc: "fraction of indices outside [0, k) (half -1, half >= k)",
             },
             ParamSpec {
@@ -234,6 +239,8 @@ impl Workload for HistFamily {
                 kind: ParamKind::Names { choices: IndexDType::ALL.iter().map(|t| t.name().to_string()).collect() },
                 default: Some(r#"["i32"]"#),
                 column: Some("index_dtype"),
+                // Indices were i64 before they had a dtype of their own.
+                legacy: Some("i64"),
                 doc: "index dtypes (i32 reads 4 bytes per index, i64 8)",
             },
         ]

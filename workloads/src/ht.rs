@@ -970,6 +970,7 @@ impl Workload for Ht {
                 kind: ParamKind::Names { choices: VARIANTS.iter().map(|v| v.to_string()).collect() },
                 default: Some(r#"["complicated"]"#),
                 column: None,
+                legacy: None,
                 doc: "simple (points on vertices) or complicated (points on triangles, with us): the workload ht-<variant>",
             },
             sizes("c", 1, 1 << 20, "points (correspondences)"),

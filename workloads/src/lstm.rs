@@ -392,6 +392,7 @@ impl Workload for Lstm {
                 kind: ParamKind::Ints { min: 1, max: 1 << 16 },
                 default: Some("[14]"),
                 column: Some("b"),
+                legacy: None,
                 doc: "bits per character (ADBench's files: 14)",
             },
         ]

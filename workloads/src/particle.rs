@@ -183,6 +183,7 @@ impl Workload for Particle {
                 kind: ParamKind::Float { min: -1.0, max: 1.0 },
                 default: Some("0.0"),
                 column: Some("w"),
+                legacy: None,
                 doc: "the starting control (GradBench's default: 0)",
             },
         ]

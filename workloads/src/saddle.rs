@@ -134,6 +134,7 @@ pub(crate) fn inner_spec() -> ParamSpec {
         kind: ParamKind::Names { choices: AdMode::ALL.iter().map(|m| m.name().to_string()).collect() },
         default: Some(r#"["forward", "reverse"]"#),
         column: Some("inner"),
+        legacy: None,
         doc: "the inner gradient's AD mode (vjp times GradBench's r<inner>, jvp its f<inner>)",
     }
 }
@@ -182,6 +183,7 @@ impl Workload for Saddle {
                 kind: ParamKind::Float { min: -1e3, max: 1e3 },
                 default: Some("1.0"),
                 column: Some("start"),
+                legacy: None,
                 doc: "both coordinates of the start point (GradBench's default: 1)",
             },
         ]

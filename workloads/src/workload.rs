@@ -201,12 +201,17 @@ pub struct ParamSpec {
     /// The result-row column of the value (`None`: not a row parameter, e.g. the operator that
     /// is part of the workload's name).
     pub column: Option<&'static str>,
+    /// The value of the column in rows recorded before the parameter existed (their rows lack
+    /// the column), as the row writes it: the gate reads such rows as cases with that value, so
+    /// that a new parameter does not leave every earlier case without a baseline. `None`: the
+    /// parameter was there from the start, or no single value describes what came before.
+    pub legacy: Option<&'static str>,
     pub doc: &'static str,
 }
 
 /// A list of sizes (whole numbers in `[min, max]`) shown in the row column of the same name.
 pub fn sizes(key: &'static str, min: u64, max: u64, doc: &'static str) -> ParamSpec {
-    ParamSpec { key, kind: ParamKind::Ints { min, max }, default: None, column: Some(key), doc }
+    ParamSpec { key, kind: ParamKind::Ints { min, max }, default: None, column: Some(key), legacy: None, doc }
 }
 
 /// A flag of `adgauge eval` that belongs to one workload (e.g. GMM's objective variant).
