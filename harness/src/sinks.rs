@@ -587,7 +587,7 @@ fn roofline_line(r: &Roofline) -> String {
 
 fn wide_header(tool_width: usize) -> String {
     format!(
-        "{:<15} {:>9} {:>8} {:<tool_width$} {:<15} {:<4} {:>3} {:>17} {:>17} {:>17} {:>7} {:>7} {:>7} {:>7} {:>9} {:>15}  check",
+        "{:<15} {:>9} {:>8} {:<tool_width$} {:<15} {:<4} {:>3} {:>17} {:>17} {:>17} {:>7} {:>7} {:>7} {:>7} {:>9} {:>25}  check",
         "workload",
         "n",
         "k",
@@ -608,8 +608,8 @@ fn wide_header(tool_width: usize) -> String {
 }
 
 /// One line of the `--wide` table; the workload column is the workload's own label (its sizes
-/// besides n and k), and a histogram's `roofline` column its primal's achieved GB/s and the
-/// fraction of `roofline`'s sequential read rate (`adgauge_reports::roofline::cell`).
+/// besides n and k), and a histogram's `roofline` column its primal's achieved GB/s, the
+/// fraction of `roofline`'s sequential read rate and the bound (`adgauge_reports::roofline::cell`).
 pub fn wide_table_row(row: &ResultRow, tool_width: usize, roofline: Option<&Roofline>) -> String {
     let p = |k: &str| row.params.get(k).cloned().unwrap_or_default();
     let workload = adgauge_workloads::find(&row.workload)
@@ -618,7 +618,7 @@ pub fn wide_table_row(row: &ResultRow, tool_width: usize, roofline: Option<&Roof
     let both = |t: &Option<Timing>| format!("{}/{}", ms(t, |t| t.min_s), ms(t, |t| t.median_s));
     let mb = row.primal_peak_bytes.map(|b| format!("{:.3}", b as f64 / 1e6)).unwrap_or_else(|| "-".into());
     format!(
-        "{:<15} {:>9} {:>8} {:<tool_width$} {:<15} {:<4} {:>3} {:>17} {:>17} {:>17} {:>7} {:>7} {:>7} {:>7} {:>9} {:>15}  {}",
+        "{:<15} {:>9} {:>8} {:<tool_width$} {:<15} {:<4} {:>3} {:>17} {:>17} {:>17} {:>7} {:>7} {:>7} {:>7} {:>9} {:>25}  {}",
         workload,
         p("n"),
         p("k"),
@@ -760,19 +760,23 @@ mod tests {
             });
             r
         };
-        assert!(wide_header(MIN_TOOL_WIDTH).ends_with("       roofline  check"));
-        // The 15 characters before the status (the row's wide times push the columns right).
+        assert!(wide_header(MIN_TOOL_WIDTH).ends_with("                 roofline  check"));
+        // The 25 characters before the status (the row's wide times push the columns right).
         let cell = |r: &ResultRow, roofline: Option<&Roofline>| {
             let line = wide_table_row(r, MIN_TOOL_WIDTH, roofline);
             let end = line.rfind("  ok").unwrap();
-            line[end - 15..end].to_string()
+            line[end - 25..end].to_string()
         };
-        assert_eq!(cell(&hist("f32", "i32", 7.3e-3), Some(&roof(34.25))), "  11.0 GB/s 32%");
-        assert_eq!(cell(&hist("f64", "i64", 0.02), Some(&roof(20.0))), "   8.0 GB/s 40%");
-        assert_eq!(cell(&hist("f32", "i32", 7.3e-3), None), "    11.0 GB/s -");
+        // The bound: 10^7 updates at 1.25 x 10^9/s take 8 ms. i32 + f32 in 7.3 ms: the bytes
+        // need 80 008 000 / 34.25e9 = 2.34 ms, the updates bind, 8 / 7.3 = 110% (one table per
+        // thread measured the rate; the kernel beats it). i64 + f64 in 20 ms: the bytes need
+        // 160 016 000 / 20e9 = 8.0008 ms and bind: 40%.
+        assert_eq!(cell(&hist("f32", "i32", 7.3e-3), Some(&roof(34.25))), "11.0 GB/s 32%, bound 110%");
+        assert_eq!(cell(&hist("f64", "i64", 0.02), Some(&roof(20.0))), "  8.0 GB/s 40%, bound 40%");
+        assert_eq!(cell(&hist("f32", "i32", 7.3e-3), None), "              11.0 GB/s -");
         let mut other = hist("f32", "i32", 7.3e-3);
         other.workload = "kmeans".into();
-        assert_eq!(cell(&other, Some(&roof(34.25))), "              -");
+        assert_eq!(cell(&other, Some(&roof(34.25))), "                        -");
         assert_eq!(
             roofline_line(&roof(34.25)),
             "  roofline (2 threads): sequential read 34.2 GB/s; random 4-byte reads/updates, 10^9/s: k=1000 2.50/1.25"

@@ -97,14 +97,44 @@ pub fn fraction(row: &ResultRow, roofline: Option<&Roofline>) -> Option<f64> {
     Some(achieved_gb_s(row)? / roofline.seq_read_gb_s)
 }
 
-/// The `roofline` cell of tables: `11.0 GB/s 32%`, `11.0 GB/s -` without a fraction, `-` for a
-/// row without an achieved bandwidth.
+/// The in-range elements of a histogram primal, each a random update of its bin: n x (1 - the
+/// row's out-of-range fraction `oob`; 0 where the row has none).
+fn primal_updates(row: &ResultRow) -> Option<f64> {
+    let n: f64 = row.params.get("n")?.parse().ok()?;
+    let oob: f64 = row.params.get("oob").map_or(Some(0.0), |s| s.parse().ok())?;
+    (0.0..=1.0).contains(&oob).then_some(n * (1.0 - oob))
+}
+
+/// How close the primal came to the slower of the run's two ceilings: the time that ceiling
+/// allows over the primal's median. The primal needs at least [`primal_bytes`] at the sequential
+/// read rate, and at least its in-range updates at the random update rate the run measured at
+/// the row's k; whichever takes longer binds. Absent where [`fraction`] is, or where the run
+/// measured no update rate at this k. Above 1 where the code beats a measured rate: at k = 10
+/// the CPU folds into interleaved sub-histograms, while the measurement updates one table per
+/// thread, whose hot bins chain each update on the last.
+pub fn bound_fraction(row: &ResultRow, roofline: Option<&Roofline>) -> Option<f64> {
+    let roofline = roofline.filter(|r| r.tools.contains(&row.backend) && r.seq_read_gb_s > 0.0)?;
+    let k: usize = row.params.get("k")?.parse().ok()?;
+    let rate = roofline.random.iter().find(|r| r.bins == k).map(|r| r.updates_per_s).filter(|r| *r > 0.0)?;
+    let median = row.primal.as_ref()?.median_s;
+    let by_bytes = primal_bytes(row)? as f64 / (roofline.seq_read_gb_s * 1e9);
+    let by_updates = primal_updates(row)? / rate;
+    let f = by_bytes.max(by_updates) / median;
+    (median > 0.0 && f.is_finite()).then_some(f)
+}
+
+/// The `roofline` cell of tables: `11.0 GB/s 32%` (the fraction of the sequential read rate),
+/// followed by `, bound 85%` ([`bound_fraction`]) where the run measured the update rate at
+/// the row's k; `11.0 GB/s -` without a fraction, `-` for a row without an achieved bandwidth.
 pub fn cell(row: &ResultRow, roofline: Option<&Roofline>) -> String {
     match achieved_gb_s(row) {
         None => "-".into(),
         Some(gb_s) => {
             let part = fraction(row, roofline).map(|f| format!("{:.0}%", f * 100.0)).unwrap_or_else(|| "-".into());
-            format!("{gb_s:.1} GB/s {part}")
+            match bound_fraction(row, roofline) {
+                Some(b) => format!("{gb_s:.1} GB/s {part}, bound {:.0}%", b * 100.0),
+                None => format!("{gb_s:.1} GB/s {part}"),
+            }
         }
     }
 }
@@ -168,6 +198,37 @@ mod tests {
         let r = hist("f64", Some("i64"), 10_000_000, 1000, Some(0.02));
         assert!((achieved_gb_s(&r).unwrap() - 8.0008).abs() < 1e-9);
         assert_eq!(cell(&r, Some(&roofline(20.0, &["cpu"]))), "8.0 GB/s 40%");
+    }
+
+    #[test]
+    fn the_bound_is_the_slower_ceiling_by_hand() {
+        // n = 10^7, k = 1000, 5% out of range, i32 + f32, primal 5 ms; sequential 40 GB/s,
+        // 2.5 x 10^9 updates/s at k = 1000. Bytes: 80 008 000 / 40e9 = 2.0002 ms; updates:
+        // 9.5 x 10^6 / 2.5e9 = 3.8 ms, the slower: 3.8 / 5 = 76%. Achieved 16.0016 GB/s, 40%.
+        let mut r = hist("f32", Some("i32"), 10_000_000, 1000, Some(5e-3));
+        r.params.insert("oob".into(), "0.05".into());
+        let mut roof = roofline(40.0, &["cpu"]);
+        roof.random = vec![
+            RandomRate { bins: 10, reads_per_s: 1e9, updates_per_s: 0.8e9 },
+            RandomRate { bins: 1000, reads_per_s: 3e9, updates_per_s: 2.5e9 },
+        ];
+        let b = bound_fraction(&r, Some(&roof)).unwrap();
+        assert!((b - 0.76).abs() < 1e-12, "{b}");
+        assert_eq!(cell(&r, Some(&roof)), "16.0 GB/s 40%, bound 76%");
+        // At 10^10 updates/s the bytes bind: 2.0002 / 5 = 40.004%.
+        roof.random[1].updates_per_s = 1e10;
+        assert!((bound_fraction(&r, Some(&roof)).unwrap() - 0.400_04).abs() < 1e-12);
+        // No update rate measured at this k, or another device's row: no bound.
+        roof.random.remove(1);
+        assert_eq!(bound_fraction(&r, Some(&roof)), None);
+        assert_eq!(cell(&r, Some(&roof)), "16.0 GB/s 40%");
+        roof.random.push(RandomRate { bins: 1000, reads_per_s: 3e9, updates_per_s: 2.5e9 });
+        r.backend = "cuda".into();
+        assert_eq!(bound_fraction(&r, Some(&roof)), None);
+        // Without `oob` every element is an update: 10^7 / 2.5e9 = 4 ms, 80%.
+        r.backend = "cpu".into();
+        r.params.remove("oob");
+        assert!((bound_fraction(&r, Some(&roof)).unwrap() - 0.8).abs() < 1e-12);
     }
 
     #[test]
