@@ -26,9 +26,10 @@ pub(crate) const SUBS: usize = 4;
 const MERGE_BLOCK: usize = 1 << 12;
 /// From this many bins a row (at least 1 MB of f32) leaves L2, and a chunk's fold costs more the
 /// more bytes of rows are updated at once: such histograms take half as many chunks.
-/// `hist_overhead` n = 10^7, k = 10^6, i32, f32, 2 threads, 2 chunks against 4 (two rounds):
-/// primal + 10.8-11.2 against 12.0-12.5 ms, max 11.9-12.6 against 13.9-16.4, max JVP 63-77
-/// against 87-111; at k = 3 x 10^5 and 10^5 (16 or 8 chunks, rows within L2) within the noise.
+/// `hist_overhead` n = 10^7, k = 10^6, i32, f32, 2 threads, 4 chunks against 2, four
+/// interleaved rounds (ms): `+` primal 11.7-14.6 against 10.1-13.9, `*` 12.0-17.3 against
+/// 10.8-11.3, max 13.9-16.4 against 11.9-12.6, max JVP 87-111 against 63-80, `*` JVP 38-51
+/// against 28-40; at k = 3 x 10^5 and 10^5 (16 or 8 chunks, rows within L2) within the noise.
 const LARGE_ROW_BINS: usize = 1 << 18;
 
 /// How a histogram of n elements into k bins is split.

@@ -21,8 +21,8 @@ use crate::{Elem, IndexElem};
 /// Bytes of a row of (weight, weight x tangent) pairs from which [`hist_dual`] folds the two
 /// sums in two passes over stored weights rather than one over staged pairs. Measured with
 /// `hist_overhead` (n = 10^7, f32, i32, 2 threads, JVP ms, fused against stored, interleaved):
-/// k = 3 x 10^5 (2.4 MB) 46-47 against 62; 5 x 10^5 (4 MB) 53-54 against 65-68; 7 x 10^5
-/// (5.6 MB) 67-71 against 71 (a tie); 10^6 (8 MB) 80-116 against 79-83 in five rounds;
+/// k = 3 x 10^5 (2.4 MB) 46-47 against 60-73; 5 x 10^5 (4 MB) 53-54 against 65-68; 7 x 10^5
+/// (5.6 MB) 67-71 against 71 (a tie); 10^6 (8 MB) 80-116 (182 once) against 79-85 in eight rounds each;
 /// 2 x 10^6 268-278 against 162-274. The rows of pairs then leave the cache that the scalar rows
 /// and the shifts still fit (the cost of a random update here climbs between 8 and 12 MB of
 /// table); the stored weights cost a sequential write and read of n values. f64 is taken at
