@@ -155,42 +155,48 @@ fn hist_dual_by<T: Elem, X: IndexElem>(
 ) -> Option<(Buf<T>, Buf<T>)> {
     let shift = shifts_of(pool, d, ix, v, peaks_at_zero)?;
     let k = d.len();
-    let sums: Box<dyn Fn(usize) -> (T, T) + Sync> = if stored_weights {
-        // The weights of `stage_weights`, written out: the same gather and the same vector exp.
+    let weights = stage_weights(ix, v, &shift);
+    if stored_weights {
+        // The staged weights written out, block by block as the fused pass stages them.
         let mut w = pool.take::<T>(ix.len());
-        let bins = k as u64;
-        exp_of(
-            &mut w,
-            |i| {
-                let b = ix[i].idx();
-                v[i] - shift[if (b as u64) < bins { b as usize } else { 0 }]
-            },
-            |_, e| e,
-        );
+        if w.len() < PAR_MIN {
+            w.chunks_mut(hist::STAGE_LEN).enumerate().for_each(|(c, block)| weights(c * hist::STAGE_LEN, block));
+        } else {
+            w.par_chunks_mut(hist::STAGE_LEN).enumerate().for_each(|(c, block)| weights(c * hist::STAGE_LEN, block));
+        }
         let s = hist::bin_totals(pool, ix, k, T::zero(), |a, i| *a = *a + w[i], |a, b| *a = *a + b);
         let sd = hist::bin_totals(pool, ix, k, T::zero(), |a, i| *a = *a + w[i] * vd[i], |a, b| *a = *a + b);
-        Box::new(move |b| (s[b], sd[b]))
-    } else {
-        // Each staged value carries its element's tangent: (e^(v - m), dv).
-        let weights = stage_weights(ix, v, &shift);
-        let pairs = hist::staged_bin_totals(
-            pool,
-            ix,
-            k,
-            (T::zero(), T::zero()),
-            |base, buf: &mut [(T, T)]| {
-                let mut w = [T::zero(); hist::STAGE_LEN];
-                let w = &mut w[..buf.len()];
-                weights(base, w);
-                for (j, (o, &e)) in buf.iter_mut().zip(w.iter()).enumerate() {
-                    *o = (e, vd[base + j]);
-                }
-            },
-            |a, (w, dv)| *a = (a.0 + w, a.1 + w * dv),
-            |a, b| *a = (a.0 + b.0, a.1 + b.1),
-        );
-        Box::new(move |b| pairs[b])
-    };
+        return Some(bins_of_sums(pool, d, dd, &shift, |b| (s[b], sd[b])));
+    }
+    // Each staged value carries its element's tangent: (e^(v - m), dv).
+    let pairs = hist::staged_bin_totals(
+        pool,
+        ix,
+        k,
+        (T::zero(), T::zero()),
+        |base, buf: &mut [(T, T)]| {
+            let mut w = [T::zero(); hist::STAGE_LEN];
+            let w = &mut w[..buf.len()];
+            weights(base, w);
+            for (j, (o, &e)) in buf.iter_mut().zip(w.iter()).enumerate() {
+                *o = (e, vd[base + j]);
+            }
+        },
+        |a, (w, dv)| *a = (a.0 + w, a.1 + w * dv),
+        |a, b| *a = (a.0 + b.0, a.1 + b.1),
+    );
+    Some(bins_of_sums(pool, d, dd, &shift, |b| pairs[b]))
+}
+
+/// The bins of [`hist_dual`] from each bin's two sums, `sums(b) = (sum of w, sum of w dv)`.
+fn bins_of_sums<T: Elem>(
+    pool: &Arc<Pool>,
+    d: &[T],
+    dd: &[T],
+    shift: &[T],
+    sums: impl Fn(usize) -> (T, T) + Sync,
+) -> (Buf<T>, Buf<T>) {
+    let k = d.len();
     let weight = |b: usize| vmath::exp(d[b] - shift[b]);
     let (mut h, mut hd) = (pool.take::<T>(k), pool.take::<T>(k));
     fill_with(&mut h, |b| shift[b] + (weight(b) + sums(b).0).ln());
@@ -198,7 +204,7 @@ fn hist_dual_by<T: Elem, X: IndexElem>(
         let (e, (s, sd)) = (weight(b), sums(b));
         if e + s == T::zero() { T::zero() } else { (e * dd[b] + sd) / (e + s) }
     });
-    Some((h, hd))
+    (h, hd)
 }
 
 #[cfg(test)]
