@@ -123,52 +123,6 @@ where
     )
 }
 
-/// Like [`bin_totals`] with a second, cheaper fold for the blocks that allow it: each chunk is
-/// folded [`STAGE_LEN`] elements at a time, with `fast` where `fast_ok(start, end)` holds and
-/// with `fold` elsewhere. The caller makes the two agree on those blocks (min/max: a NaN-free
-/// block needs one compare per element, where the NaN ranking takes two). Blocks start at
-/// multiples of [`STAGE_LEN`] from their chunk's start, so every element keeps the
-/// sub-histogram row it has under [`bin_totals`].
-#[allow(clippy::too_many_arguments)]
-pub fn bin_totals_by_block<A, X, P, G, F, M>(
-    pool: &Arc<Pool>,
-    inds: &[X],
-    k: usize,
-    neutral: A,
-    fast_ok: P,
-    fast: G,
-    fold: F,
-    merge: M,
-) -> Buf<A>
-where
-    X: IndexElem,
-    A: Copy + Default + Send + Sync + 'static,
-    P: Fn(usize, usize) -> bool + Sync,
-    G: Fn(&mut A, usize) + Sync,
-    F: Fn(&mut A, usize) + Sync,
-    M: Fn(&mut A, A) + Sync,
-{
-    totals_by_rows(
-        pool,
-        inds.len(),
-        k,
-        neutral,
-        |block, start, end, subs| {
-            let mut base = start;
-            while base < end {
-                let stop = end.min(base + STAGE_LEN);
-                if fast_ok(base, stop) {
-                    fold_range(block, inds, base, stop, k, subs, &fast);
-                } else {
-                    fold_range(block, inds, base, stop, k, subs, &fold);
-                }
-                base = stop;
-            }
-        },
-        merge,
-    )
-}
-
 /// Like [`bin_totals`], but the folded values are staged block by block first:
 /// `stage(base, buf)` fills `buf` with the values of elements `base..base + buf.len()` (a loop
 /// that can run vectorised, such as the exponentials of logaddexp's weights), and

@@ -371,18 +371,8 @@ fn scalar_totals<T: Elem, X: IndexElem, F: fold::Fold<T>>(
     hist::bin_totals(pool, ix, k, neutral, |a, i| *a = f.combine(*a, v[i]), |a, b| *a = f.combine(*a, b))
 }
 
-/// Whether min/max's primal takes [`extremum_totals`]: f32 values and at most 16 KB of bins.
-/// Measured (`hist_overhead`, n = 10^7, 2 threads, ms, the ranking's fold -> the one-compare
-/// fold): f32 with i32 indices at k = 10 7.8 -> 6.6 and at 10^3 6.6 -> 5.1 (i64 indices 6.2 ->
-/// 4.9), bins in L1; but k = 10^4 (40 KB) 8.0 -> 8.8 and 10^6 13.4 -> 18.5, where the `minss`-and-store loop
-/// lost to the ranking's compare-and-mask one for a reason not found; and f64 at k = 10^3 (16 bytes
-/// an element, near the memory's rate) 6.4 -> 7.1 with i64 indices.
-fn one_compare_pays<T>(k: usize) -> bool {
-    size_of::<T>() == 4 && k * size_of::<T>() <= 16 << 10
-}
-
-/// Per-bin minima or maxima of `v` (+inf or -inf for an empty bin), by the fold that is faster
-/// at this k and dtype ([`one_compare_pays`]): the histogram primal's and logaddexp's maxima.
+/// Per-bin minima or maxima of `v` (+inf or -inf for an empty bin): the histogram primal's and
+/// logaddexp's maxima ([`extremum_totals`]).
 pub(crate) fn extremum_bin_totals<T: Elem, X: IndexElem>(
     pool: &Arc<Pool>,
     ix: &[X],
@@ -390,56 +380,73 @@ pub(crate) fn extremum_bin_totals<T: Elem, X: IndexElem>(
     v: &[T],
     ext: Extremum,
 ) -> Buf<T> {
-    let neutral = match ext {
-        Extremum::Min => T::infinity(),
-        Extremum::Max => T::neg_infinity(),
-    };
-    match ext {
-        _ if one_compare_pays::<T>(k) => extremum_totals(pool, ix, k, neutral, v, ext),
-        Extremum::Min => scalar_totals(pool, ix, k, neutral, v, fold::MinF),
-        Extremum::Max => scalar_totals(pool, ix, k, neutral, v, fold::MaxF),
-    }
+    extremum_totals(pool, ix, k, v, ext).0
 }
 
-/// Per-bin totals of min or max over `v`. Blocks without a NaN value fold with one compare
-/// (`x < acc` for min: a `minss`): it agrees with the NaN ranking of [`crate::general::right_wins`]
-/// (two compares) wherever `x` is a number, a NaN accumulator included (no number beats it, so
-/// it stays), and among equals the accumulator, the earlier element, stays. Blocks with a NaN
-/// take the ranking. The check is one vectorised pass over the block, which the fold then reads
-/// from L1.
+/// Per-bin totals of min or max with one compare per element, on the guess that no value is
+/// NaN, and whether the guess failed. `x < acc` (min: a `minss`) agrees with the NaN ranking of
+/// [`crate::general::right_wins`] (two compares) wherever `x` is a number, a NaN accumulator
+/// included (no number beats it, so it stays), and among equals the accumulator, the earlier
+/// element, stays. The fold notes a NaN value as it goes (a branch never taken on NaN-free data,
+/// off the path from the bin's load to its store); if it saw one, the histogram is folded again
+/// with the ranking. Measured (`hist_overhead`, n = 10^7, 2 threads, ms, the ranking's fold ->
+/// this one, three interleaved rounds): f32, i32 indices: k = 10^4 7.8-9.2 -> 6.5-7.1, 10^5
+/// 9.0-9.5 -> 8.0-9.0, 10^6 11.9-13.0 -> 10.3-11.2; f64, i64 indices: k = 10 7.4-8.1 -> 6.2-6.5,
+/// 10^3 6.3-6.5 -> 5.2-5.8 (10^6 within that hour's noise, 15-42 either way); f32 at k = 10 and
+/// 10^3 the same as the earlier one-compare fold of NaN-free blocks, which checked each block of
+/// 1024 values before folding it and lost beyond L1 (k = 10^6: 13.4 -> 18.5).
 fn extremum_totals<T: Elem, X: IndexElem>(
     pool: &Arc<Pool>,
     ix: &[X],
     k: usize,
-    neutral: T,
     v: &[T],
     ext: Extremum,
-) -> Buf<T> {
-    // A fold over the whole block (no early exit), so that it vectorises.
-    #[allow(clippy::unnecessary_fold)]
-    let no_nan = |start: usize, end: usize| !v[start..end].iter().fold(false, |seen, x| seen | x.is_nan());
-    match ext {
-        Extremum::Min => hist::bin_totals_by_block(
+) -> (Buf<T>, bool) {
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    let neutral = match ext {
+        Extremum::Min => T::infinity(),
+        Extremum::Max => T::neg_infinity(),
+    };
+    let nan_seen = AtomicBool::new(false);
+    let note = |x: T| {
+        if x.is_nan() {
+            nan_seen.store(true, Relaxed);
+        }
+    };
+    let totals = match ext {
+        Extremum::Min => hist::bin_totals(
             pool,
             ix,
             k,
             neutral,
-            no_nan,
-            |a, i| *a = if v[i] < *a { v[i] } else { *a },
-            |a, i| *a = fold::MinF.combine(*a, v[i]),
+            |a, i| {
+                let x = v[i];
+                note(x);
+                *a = if x < *a { x } else { *a }
+            },
             |a, b| *a = fold::MinF.combine(*a, b),
         ),
-        Extremum::Max => hist::bin_totals_by_block(
+        Extremum::Max => hist::bin_totals(
             pool,
             ix,
             k,
             neutral,
-            no_nan,
-            |a, i| *a = if v[i] > *a { v[i] } else { *a },
-            |a, i| *a = fold::MaxF.combine(*a, v[i]),
+            |a, i| {
+                let x = v[i];
+                note(x);
+                *a = if x > *a { x } else { *a }
+            },
             |a, b| *a = fold::MaxF.combine(*a, b),
         ),
+    };
+    if !nan_seen.load(Relaxed) {
+        return (totals, false);
     }
+    let ranked = match ext {
+        Extremum::Min => scalar_totals(pool, ix, k, neutral, v, fold::MinF),
+        Extremum::Max => scalar_totals(pool, ix, k, neutral, v, fold::MaxF),
+    };
+    (ranked, true)
 }
 
 /// `prod_nonzero_by_index`'s step for an infinite value (rare: out of the hot loop's way): it
@@ -1867,12 +1874,12 @@ impl Device for Cpu {
 mod tests {
     use super::*;
 
-    /// min/max's one-compare fold of NaN-free blocks gives the two-compare ranking's totals bit
-    /// for bit: signed zeros tie (the earlier one stays), infinities, and a NaN in one block
-    /// that must stay its bin's total through the NaN-free blocks after it. Several chunks
-    /// (n past `PAR_MIN`), tiny k (interleaved rows) and large k.
+    /// min/max's one-compare fold gives the two-compare ranking's totals bit for bit: on
+    /// NaN-free data by itself (signed zeros tie and the earlier one stays; infinities), and with
+    /// a NaN, which must end as its bin's total, by folding again with the ranking. Several
+    /// chunks (n past `PAR_MIN`), tiny k (interleaved rows) and larger k.
     #[test]
-    fn extremum_totals_by_block_are_the_two_compare_fold_bit_for_bit() {
+    fn extremum_totals_are_the_two_compare_fold_bit_for_bit() {
         fn check<T: CpuElem, X: IndexElem>(make_index: impl Fn(usize) -> X) {
             let pool = Pool::new();
             let n = (1 << 17) + 5 * hist::STAGE_LEN + 17;
@@ -1884,44 +1891,48 @@ mod tests {
                 (z ^ (z >> 31)) as usize
             };
             // Per bin kind: only signed zeros (the tie decides the sign), numbers with
-            // infinities, plain numbers; bin 1 also gets NaNs in the third block.
+            // infinities, plain numbers; with `nans`, bin 1 also gets NaNs in the third block.
             let kinds: [&[f64]; 3] =
                 [&[0.0, -0.0], &[1.5, -2.25, f64::INFINITY, f64::NEG_INFINITY, -0.0], &[1.0, -1.0, 0.5]];
             // Bins whose total is +0 and -0: both must occur, or the ties decided nothing.
             let mut zero_signs = [0usize; 2];
-            for k in [10usize, 300] {
-                let slot = |i: usize| mix(i, 1) % (k + 2);
-                let ix: Vec<X> = (0..n).map(|i| make_index(slot(i))).collect();
-                let v: Vec<T> = (0..n)
-                    .map(|i| {
-                        let third_block = (2 * hist::STAGE_LEN..3 * hist::STAGE_LEN).contains(&i);
-                        if third_block && slot(i) == 2 && mix(i, 2) % 3 == 0 {
-                            T::of_f64(f64::NAN)
-                        } else {
-                            let set = kinds[slot(i) % 3];
-                            T::of_f64(set[mix(i, 3) % set.len()])
+            for k in [10usize, 300, 5000] {
+                for nans in [false, true] {
+                    let slot = |i: usize| mix(i, 1) % (k + 2);
+                    let ix: Vec<X> = (0..n).map(|i| make_index(slot(i))).collect();
+                    let v: Vec<T> = (0..n)
+                        .map(|i| {
+                            let third_block = (2 * hist::STAGE_LEN..3 * hist::STAGE_LEN).contains(&i);
+                            // At k = 5000 a block holds too few of bin 1's: anywhere there.
+                            if nans && (third_block || k > 1000) && slot(i) == 2 && mix(i, 2) % 3 == 0 {
+                                T::of_f64(f64::NAN)
+                            } else {
+                                let set = kinds[slot(i) % 3];
+                                T::of_f64(set[mix(i, 3) % set.len()])
+                            }
+                        })
+                        .collect();
+                    let bits = |t: &[T]| t.iter().map(|x| x.as_f64().to_bits()).collect::<Vec<_>>();
+                    for (name, (fast, refolded), want) in [
+                        (
+                            "min",
+                            extremum_totals(&pool, &ix, k, &v, Extremum::Min),
+                            scalar_totals(&pool, &ix, k, T::of_f64(f64::INFINITY), &v, fold::MinF),
+                        ),
+                        (
+                            "max",
+                            extremum_totals(&pool, &ix, k, &v, Extremum::Max),
+                            scalar_totals(&pool, &ix, k, T::of_f64(f64::NEG_INFINITY), &v, fold::MaxF),
+                        ),
+                    ] {
+                        let nan_bins = want.iter().filter(|x| x.as_f64().is_nan()).count();
+                        assert_eq!(nan_bins, usize::from(nans), "{name} k={k}: bin 1 is NaN with NaNs");
+                        assert_eq!(refolded, nans, "{name} k={k}: folded again exactly when a value is NaN");
+                        for x in want.iter().map(|x| x.as_f64()).filter(|&x| x == 0.0) {
+                            zero_signs[usize::from(x.is_sign_negative())] += 1;
                         }
-                    })
-                    .collect();
-                let bits = |t: &[T]| t.iter().map(|x| x.as_f64().to_bits()).collect::<Vec<_>>();
-                for (name, fast, want) in [
-                    (
-                        "min",
-                        extremum_totals(&pool, &ix, k, T::of_f64(f64::INFINITY), &v, Extremum::Min),
-                        scalar_totals(&pool, &ix, k, T::of_f64(f64::INFINITY), &v, fold::MinF),
-                    ),
-                    (
-                        "max",
-                        extremum_totals(&pool, &ix, k, T::of_f64(f64::NEG_INFINITY), &v, Extremum::Max),
-                        scalar_totals(&pool, &ix, k, T::of_f64(f64::NEG_INFINITY), &v, fold::MaxF),
-                    ),
-                ] {
-                    let nan_bins = want.iter().filter(|x| x.as_f64().is_nan()).count();
-                    assert_eq!(nan_bins, 1, "{name} k={k}: bin 1 is NaN");
-                    for x in want.iter().map(|x| x.as_f64()).filter(|&x| x == 0.0) {
-                        zero_signs[usize::from(x.is_sign_negative())] += 1;
+                        assert_eq!(bits(&fast), bits(&want), "{name} k={k} nans={nans} {}", T::DTYPE);
                     }
-                    assert_eq!(bits(&fast), bits(&want), "{name} k={k} {}", T::DTYPE);
                 }
             }
             assert!(zero_signs[0] > 0 && zero_signs[1] > 0, "bins of +0 and of -0: {zero_signs:?}");
