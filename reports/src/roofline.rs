@@ -90,10 +90,16 @@ pub fn achieved_gb_s(row: &ResultRow) -> Option<f64> {
     (median > 0.0 && rate.is_finite()).then_some(rate)
 }
 
+/// The run's roofline where it applies to the row: measured (a sequential rate) on the threads
+/// the row's tool computes on.
+fn applying<'a>(row: &ResultRow, roofline: Option<&'a Roofline>) -> Option<&'a Roofline> {
+    roofline.filter(|r| r.tools.contains(&row.backend) && r.seq_read_gb_s > 0.0)
+}
+
 /// The primal's achieved bandwidth over the run's measured sequential read bandwidth, where the
 /// run measured one and the row's tool computes on the threads that measured it.
 pub fn fraction(row: &ResultRow, roofline: Option<&Roofline>) -> Option<f64> {
-    let roofline = roofline.filter(|r| r.tools.contains(&row.backend) && r.seq_read_gb_s > 0.0)?;
+    let roofline = applying(row, roofline)?;
     Some(achieved_gb_s(row)? / roofline.seq_read_gb_s)
 }
 
@@ -113,7 +119,7 @@ fn primal_updates(row: &ResultRow) -> Option<f64> {
 /// the CPU folds into interleaved sub-histograms, while the measurement updates one table per
 /// thread, whose hot bins chain each update on the last.
 pub fn bound_fraction(row: &ResultRow, roofline: Option<&Roofline>) -> Option<f64> {
-    let roofline = roofline.filter(|r| r.tools.contains(&row.backend) && r.seq_read_gb_s > 0.0)?;
+    let roofline = applying(row, roofline)?;
     let k: usize = row.params.get("k")?.parse().ok()?;
     let rate = roofline.random.iter().find(|r| r.bins == k).map(|r| r.updates_per_s).filter(|r| *r > 0.0)?;
     let median = row.primal.as_ref()?.median_s;

@@ -159,11 +159,7 @@ fn hist_dual_by<T: Elem, X: IndexElem>(
     if stored_weights {
         // The staged weights written out, block by block as the fused pass stages them.
         let mut w = pool.take::<T>(ix.len());
-        if w.len() < PAR_MIN {
-            w.chunks_mut(hist::STAGE_LEN).enumerate().for_each(|(c, block)| weights(c * hist::STAGE_LEN, block));
-        } else {
-            w.par_chunks_mut(hist::STAGE_LEN).enumerate().for_each(|(c, block)| weights(c * hist::STAGE_LEN, block));
-        }
+        w.par_chunks_mut(hist::STAGE_LEN).enumerate().for_each(|(c, block)| weights(c * hist::STAGE_LEN, block));
         let s = hist::bin_totals(pool, ix, k, T::zero(), |a, i| *a = *a + w[i], |a, b| *a = *a + b);
         let sd = hist::bin_totals(pool, ix, k, T::zero(), |a, i| *a = *a + w[i] * vd[i], |a, b| *a = *a + b);
         return Some(bins_of_sums(pool, d, dd, &shift, |b| (s[b], sd[b])));

@@ -402,51 +402,40 @@ fn extremum_totals<T: Elem, X: IndexElem>(
     v: &[T],
     ext: Extremum,
 ) -> (Buf<T>, bool) {
-    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-    let neutral = match ext {
-        Extremum::Min => T::infinity(),
-        Extremum::Max => T::neg_infinity(),
-    };
-    let nan_seen = AtomicBool::new(false);
-    let note = |x: T| {
-        if x.is_nan() {
-            nan_seen.store(true, Relaxed);
-        }
-    };
-    let totals = match ext {
-        Extremum::Min => hist::bin_totals(
-            pool,
-            ix,
-            k,
-            neutral,
-            |a, i| {
-                let x = v[i];
-                note(x);
-                *a = if x < *a { x } else { *a }
-            },
-            |a, b| *a = fold::MinF.combine(*a, b),
-        ),
-        Extremum::Max => hist::bin_totals(
-            pool,
-            ix,
-            k,
-            neutral,
-            |a, i| {
-                let x = v[i];
-                note(x);
-                *a = if x > *a { x } else { *a }
-            },
-            |a, b| *a = fold::MaxF.combine(*a, b),
-        ),
-    };
-    if !nan_seen.load(Relaxed) {
-        return (totals, false);
+    match ext {
+        Extremum::Min => one_compare_totals(pool, ix, k, T::infinity(), v, fold::MinF, |x, acc| x < acc),
+        Extremum::Max => one_compare_totals(pool, ix, k, T::neg_infinity(), v, fold::MaxF, |x, acc| x > acc),
     }
-    let ranked = match ext {
-        Extremum::Min => scalar_totals(pool, ix, k, neutral, v, fold::MinF),
-        Extremum::Max => scalar_totals(pool, ix, k, neutral, v, fold::MaxF),
-    };
-    (ranked, true)
+}
+
+/// [`extremum_totals`] for one extremum: `beats(x, acc)` is its one compare, `ranking` the
+/// NaN-ranking fold that merges the rows and refolds after a NaN.
+fn one_compare_totals<T: Elem, X: IndexElem, F: fold::Fold<T>>(
+    pool: &Arc<Pool>,
+    ix: &[X],
+    k: usize,
+    neutral: T,
+    v: &[T],
+    ranking: F,
+    beats: impl Fn(T, T) -> bool + Sync,
+) -> (Buf<T>, bool) {
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    let nan_seen = AtomicBool::new(false);
+    let totals = hist::bin_totals(
+        pool,
+        ix,
+        k,
+        neutral,
+        |a, i| {
+            let x = v[i];
+            if x.is_nan() {
+                nan_seen.store(true, Relaxed);
+            }
+            *a = if beats(x, *a) { x } else { *a }
+        },
+        |a, b| *a = ranking.combine(*a, b),
+    );
+    if nan_seen.load(Relaxed) { (scalar_totals(pool, ix, k, neutral, v, ranking), true) } else { (totals, false) }
 }
 
 /// `prod_nonzero_by_index`'s step for an infinite value (rare: out of the hot loop's way): it
