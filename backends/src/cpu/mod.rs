@@ -1071,28 +1071,7 @@ impl Cpu {
         if let fold::Kind::LogAddExp = fold::kind(op)
             && k > 0
         {
-            // logaddexp's e^(v - t) with the CPU's vector exp (`lae::exp_of`; a libm exp
-            // through the operator's fn pointer costs several times as much, the same exp one
-            // lane at a time 2x); the same value as `lae_total` to an ulp. Selects, not
-            // branches (out-of-range elements read bin 0, then give 0): the branch on 5%
-            // out-of-range indices at random mispredicted.
-            let bin = |i: usize| {
-                let b = ix[i].idx();
-                let inside = (b as u64) < k as u64;
-                (inside, if inside { b as usize } else { 0 })
-            };
-            lae::exp_of(
-                &mut out,
-                |i| {
-                    let (_, b) = bin(i);
-                    v[i] - h[b]
-                },
-                |i, e| {
-                    let (inside, b) = bin(i);
-                    let (gb, t) = (g[b], h[b]);
-                    if inside & (gb != T::zero()) & (t != T::neg_infinity()) { e * gb } else { T::zero() }
-                },
-            );
+            lae::total_adjoint(self.pool(), ix, v, h, g, &mut out);
         } else {
             fill_with(&mut out, |i| match ix[i].bin(k) {
                 Some(b) if g[b] != T::zero() => total(v[i], h[b]) * g[b],
