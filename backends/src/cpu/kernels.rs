@@ -310,6 +310,21 @@ pub fn combine<T: Elem>(op: HistOp, a: T, b: T) -> T {
     }
 }
 
+/// `out[i] = combine(op, a[i], b[i])`, the operator chosen once: matched per element, it stayed
+/// a jump table inside the loop.
+pub fn combine_into<T: Elem>(op: HistOp, a: &[T], b: &[T], out: &mut [T]) {
+    match op {
+        HistOp::Add => fill_with(out, |i| a[i] + b[i]),
+        HistOp::Mul => fill_with(out, |i| general::mul_absorbing(a[i], b[i])),
+        HistOp::Min => fill_with(out, |i| general::min_combine(a[i], b[i])),
+        HistOp::Max => fill_with(out, |i| general::max_combine(a[i], b[i])),
+        HistOp::General(g) => {
+            let f = g.fns::<T>().combine;
+            fill_with(out, |i| f(a[i], b[i]))
+        }
+    }
+}
+
 /// The partial of `a op b` with respect to one operand (asymmetric for min/max: the left
 /// operand wins ties).
 #[inline]

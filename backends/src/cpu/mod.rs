@@ -772,7 +772,7 @@ impl Cpu {
             _ => with_fold!(op, T, f => scalar_totals(pool, ix, k, neutral, v, f)),
         };
         let mut out = pool.take::<T>(k);
-        fill_with(&mut out, |b| kernels::combine(op, d[b], totals[b]));
+        kernels::combine_into(op, d, &totals, &mut out);
         Ok(self.wrap(out, dest.shape.clone()))
     }
 
