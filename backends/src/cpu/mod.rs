@@ -653,8 +653,9 @@ impl Cpu {
         }
         let (sx, sy) = (usize::from(xs.len() == n && n != 1), usize::from(ys.len() == n && n != 1));
         let mut out = self.pool().take::<T>(n);
-        // A stride of 0 broadcasts a one-element operand.
-        fill_with(&mut out, |i| if ms[i] != T::zero() { xs[i * sx] } else { ys[i * sy] });
+        // A stride of 0 broadcasts a one-element operand. A select, not a branch: masks of
+        // data-dependent conditions (the `*` rule's bins with a zero) are random.
+        fill_with(&mut out, |i| std::hint::select_unpredictable(ms[i] != T::zero(), xs[i * sx], ys[i * sy]));
         Ok(self.wrap(out, mask.shape.clone()))
     }
 
