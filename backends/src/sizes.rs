@@ -124,8 +124,8 @@ pub const NOT_SWITCHES: &[(&str, &str)] = &[
     ("cpu::hist::MERGE_BLOCK", "bins per merge task"),
     ("cpu::hist::LARGE_ROW_BINS", "halves the chunk count past it: the same chunked path, fewer rows"),
     (
-        "cpu::lae::STORED_WEIGHTS_MIN_PAIR_BYTES",
-        "logaddexp's tangent over stored weights in two passes, or over staged pairs in one: the unit test stored_weights_and_staged_pairs_give_the_same_bits runs both forms and holds them bit for bit equal, where check's sweep would need k = 786432 bins on every device and rule",
+        "cpu::hist::SPLIT_PAIR_ROW_BYTES",
+        "the forward histograms of + and logaddexp in two scalar passes, or over pairs in one: the unit tests stored_weights_and_staged_pairs_give_the_same_bits and add_tangents_in_two_passes_are_the_pair_fold_bit_for_bit run both forms and hold them bit for bit equal, where check's sweep would need k = 786432 bins on every device and rule",
     ),
     (
         "cpu::hist::STAGE_LEN",

@@ -32,6 +32,26 @@ const MERGE_BLOCK: usize = 1 << 12;
 /// against 28-40; at k = 3 x 10^5 and 10^5 (16 or 8 chunks, rows within L2) within the noise.
 const LARGE_ROW_BINS: usize = 1 << 18;
 
+/// Bytes of a row of (value, tangent) pairs from which the forward histograms of `+` and
+/// logaddexp fold two scalar rows in two passes instead of pairs in one: past it the pair rows
+/// leave the cache that the scalar rows still fit (the cost of a random update climbs between 8
+/// and 12 MB of table). `hist_overhead` and `adgauge run`, n = 10^7, f32, i32, 2 threads, JVP ms,
+/// interleaved rounds, pairs against two passes:
+/// - `+`: k = 10^5 14.4-15.9 against 20.5-21.3, 3 x 10^5 14.2-14.8 against 21.1-23.7 (minima
+///   of 9); k = 10^6 medians of 15 (`adgauge run`) 28.2, 49.4, 48.0 and 43.5 against 28.1,
+///   20.5, 25.3 and 26.2;
+/// - logaddexp (its weights stored, `lae::hist_dual`): k = 3 x 10^5 46-47 against 60-73,
+///   5 x 10^5 53-54 against 65-68, 7 x 10^5 (5.6 MB) 67-71 against 71 (a tie), 10^6 (8 MB) 80-116
+///   (182 once) against 79-85 in eight rounds each, 2 x 10^6 268-278 against 162-274.
+///
+/// f64 is taken at the same bytes, unmeasured.
+pub(crate) const SPLIT_PAIR_ROW_BYTES: usize = 6 << 20;
+
+/// Whether a forward histogram of k bins of `T` folds two scalar rows ([`SPLIT_PAIR_ROW_BYTES`]).
+pub(crate) fn split_pair_rows<T>(k: usize) -> bool {
+    k * 2 * std::mem::size_of::<T>() >= SPLIT_PAIR_ROW_BYTES
+}
+
 /// How a histogram of n elements into k bins is split.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Plan {

@@ -18,17 +18,6 @@ use super::pool::{Buf, Pool};
 use super::vmath;
 use crate::{Elem, IndexElem};
 
-/// Bytes of a row of (weight, weight x tangent) pairs from which [`hist_dual`] folds the two
-/// sums in two passes over stored weights rather than one over staged pairs. Measured with
-/// `hist_overhead` (n = 10^7, f32, i32, 2 threads, JVP ms, fused against stored, interleaved):
-/// k = 3 x 10^5 (2.4 MB) 46-47 against 60-73; 5 x 10^5 (4 MB) 53-54 against 65-68; 7 x 10^5
-/// (5.6 MB) 67-71 against 71 (a tie); 10^6 (8 MB) 80-116 (182 once) against 79-85 in eight rounds each;
-/// 2 x 10^6 268-278 against 162-274. The rows of pairs then leave the cache that the scalar rows
-/// and the shifts still fit (the cost of a random update here climbs between 8 and 12 MB of
-/// table); the stored weights cost a sequential write and read of n values. f64 is taken at
-/// the same bytes, unmeasured.
-const STORED_WEIGHTS_MIN_PAIR_BYTES: usize = 6 << 20;
-
 /// Per-bin shifts: the maximum of dest and the bin's values, 0 where that is -inf (a bin of
 /// -inf only: its sum is 0 and its log -inf). `None` when a maximum is +inf.
 fn shifts<T: Elem, X: IndexElem>(pool: &Arc<Pool>, d: &[T], ix: &[X], v: &[T]) -> Option<Buf<T>> {
@@ -158,7 +147,7 @@ pub fn hist<T: Elem, X: IndexElem>(
 /// (e^(dest - m) + s)`, 0 for a bin of -inf only (the pairwise fold's partials are 0 there);
 /// `peaks_at_zero`: see [`shifts_of`].
 ///
-/// Below [`STORED_WEIGHTS_MIN_PAIR_BYTES`] one pass folds each element's (weight, weight x
+/// Below [`hist::SPLIT_PAIR_ROW_BYTES`] one pass folds each element's (weight, weight x
 /// tangent) pair; from there the weights are stored and the two sums fold in two scalar passes.
 /// Both forms add the same terms in the same order: the same bits.
 pub fn hist_dual<T: Elem, X: IndexElem>(
@@ -170,8 +159,7 @@ pub fn hist_dual<T: Elem, X: IndexElem>(
     vd: &[T],
     peaks_at_zero: bool,
 ) -> Option<(Buf<T>, Buf<T>)> {
-    let stored = d.len() * 2 * std::mem::size_of::<T>() >= STORED_WEIGHTS_MIN_PAIR_BYTES;
-    hist_dual_by(pool, d, dd, ix, v, vd, peaks_at_zero, stored)
+    hist_dual_by(pool, d, dd, ix, v, vd, peaks_at_zero, hist::split_pair_rows::<T>(d.len()))
 }
 
 /// [`hist_dual`] with the form chosen: `stored_weights` folds the two sums in two passes over
