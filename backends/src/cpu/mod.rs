@@ -493,8 +493,8 @@ fn add_dual_in_two_passes<T: Elem, X: IndexElem>(
     let (s, sd) =
         (scalar_totals(pool, ix, k, T::zero(), v, fold::AddF), scalar_totals(pool, ix, k, T::zero(), vd, fold::AddF));
     let (mut h, mut hd) = (pool.take::<T>(k), pool.take::<T>(k));
-    fill_with(&mut h, |b| d[b] + s[b]);
-    fill_with(&mut hd, |b| dd[b] + sd[b]);
+    kernels::combine_into(HistOp::Add, d, &s, &mut h);
+    kernels::combine_into(HistOp::Add, dd, &sd, &mut hd);
     (h, hd)
 }
 
@@ -878,24 +878,16 @@ impl Cpu {
         let ix = inds.slice::<X>()?;
         same_len("prod_nonzero_by_index", "indices vs values", ix.len(), v.len())?;
         let pool = self.pool();
-        let mut p = pool.take::<T>(k);
-        let mut z = pool.take::<i64>(k);
-        let mut m = pool.take::<i64>(k);
         // A vector scan first (a sequential read of the values): which counts are needed. Data
         // with neither zeros nor infinities folds the product alone, in 4-byte rows like the
         // primal's; with zeros, (product, zeros) in rows of 8 bytes for f32 and u32 counts; with
         // an infinity, every count (12 bytes). At k = 10^6 the random updates slow with the
         // bytes of the rows (n = 10^7, f32: 40 ms with 12-byte rows, 25 with 8-byte ones).
         let (any_zero, any_infinity) = zeros_and_infinities(v);
-        if !any_zero && !any_infinity {
-            let totals = hist::bin_totals(pool, ix, k, T::one(), |a, i| *a = *a * v[i], |a, b| *a = *a * b);
-            fill_with(&mut p, |b| totals[b]);
-            fill_with(&mut z, |_| 0);
-            fill_with(&mut m, |_| 0);
-            return Ok((self.wrap(p, vec![k]), self.wrap_index(z), self.wrap_index(m)));
-        }
+        let no_counts = || pool.filled::<i64>(k, 0);
         macro_rules! count {
             ($c:ty) => {{
+                let (mut p, mut z) = (pool.take::<T>(k), pool.take::<i64>(k));
                 if !any_infinity {
                     let totals = hist::bin_totals(
                         pool,
@@ -912,7 +904,7 @@ impl Cpu {
                     );
                     fill_with(&mut p, |b| totals[b].0);
                     fill_with(&mut z, |b| totals[b].1 as i64);
-                    fill_with(&mut m, |_| 0);
+                    (p, z, no_counts())
                 } else {
                     let totals = hist::bin_totals(
                         pool,
@@ -931,17 +923,21 @@ impl Cpu {
                         },
                         |a, b| *a = (a.0 * b.0, a.1 + b.1, a.2 + b.2),
                     );
+                    let mut m = pool.take::<i64>(k);
                     fill_with(&mut p, |b| totals[b].0);
                     fill_with(&mut z, |b| totals[b].1 as i64);
                     fill_with(&mut m, |b| totals[b].2 as i64);
+                    (p, z, m)
                 }
             }};
         }
-        if ix.len() < u32::MAX as usize {
+        let (p, z, m) = if !any_zero && !any_infinity {
+            (scalar_totals(pool, ix, k, T::one(), v, fold::PlainMulF), no_counts(), no_counts())
+        } else if ix.len() < u32::MAX as usize {
             count!(u32)
         } else {
             count!(i64)
-        }
+        };
         Ok((self.wrap(p, vec![k]), self.wrap_index(z), self.wrap_index(m)))
     }
 
@@ -1213,14 +1209,14 @@ impl Cpu {
         {
             return Ok((self.wrap(h, dest.shape.clone()), self.wrap(hd, dest.shape.clone())));
         }
-        let mut h = pool.take::<T>(k);
-        let mut hd = pool.take::<T>(k);
         if let fold::Kind::Add = fold::kind(op)
             && hist::split_pair_rows::<T>(k)
         {
             let (h, hd) = add_dual_in_two_passes(pool, d, dd, ix, v, vd);
             return Ok((self.wrap(h, dest.shape.clone()), self.wrap(hd, dest.shape.clone())));
         }
+        let mut h = pool.take::<T>(k);
+        let mut hd = pool.take::<T>(k);
         let neutral = (T::of_f64(op.neutral()), T::zero());
         let totals = match fold::kind(op) {
             // As the primal: plain products, refolded with zeros absorbing only where a zero met

@@ -46,22 +46,35 @@ fn pow2_of_shifted(shifted: f64) -> f64 {
     f64::from_bits(k.wrapping_add(1023) << 52)
 }
 
+/// Cody-Waite: `x = n ln2 + r` with `|r| <= ln2 / 2`, as `(n + SHIFTER, n, r)`.
+#[inline(always)]
+fn split_ln2(x: f64) -> (f64, f64, f64) {
+    let shifted = x * LOG2E + SHIFTER;
+    let n = shifted - SHIFTER;
+    (shifted, n, (x - n * LN2_HI) - n * LN2_LO)
+}
+
+/// `1/2! + r/3! + ... + r^7/9!` (the Taylor terms of `expm1(r)` from r^2 to r^9, over r^2) by
+/// Estrin's scheme: the terms in pairs, pairs of pairs, ..., a short dependency chain. The
+/// LSTM's 14-lane cells evaluate five exps per lane in short loops, which wait on that chain
+/// rather than on throughput.
+#[inline(always)]
+fn taylor_to_9(r: f64, r2: f64, r4: f64) -> f64 {
+    let pair = |k: usize| INV_FACT[k] + INV_FACT[k + 1] * r;
+    (pair(0) + pair(2) * r2) + (pair(4) + pair(6) * r2) * r4
+}
+
 /// `(expm1(r), 2^n)` as the two exact halves of the scale, for `x = n ln2 + r`; x must be in
 /// [-746, 710] (callers clamp; NaN passes through as NaN in the first).
 #[inline(always)]
 fn reduce(x: f64) -> (f64, f64, f64) {
-    let shifted = x * LOG2E + SHIFTER;
-    let n = shifted - SHIFTER;
-    let r = (x - n * LN2_HI) - n * LN2_LO;
-    // Estrin's scheme: the polynomial's terms in pairs, pairs of pairs, ..., a dependency chain
-    // of 8 operations where Horner's is 22. The LSTM's 14-lane cells evaluate five of these per
-    // lane in short loops, which wait on that chain rather than on throughput.
-    let c = &INV_FACT;
-    let (r2, pair) = (r * r, |k: usize| c[k] + c[k + 1] * r);
+    let (_, n, r) = split_ln2(x);
+    // Taylor to degree 13: the terms past r^9 in one more pair of pairs (a dependency chain of
+    // 8 operations where Horner's is 22).
+    let (r2, pair) = (r * r, |k: usize| INV_FACT[k] + INV_FACT[k + 1] * r);
     let r4 = r2 * r2;
-    let low = (pair(0) + pair(2) * r2) + (pair(4) + pair(6) * r2) * r4;
     let high = pair(8) + pair(10) * r2;
-    let p = low + high * (r4 * r4);
+    let p = taylor_to_9(r, r2, r4) + high * (r4 * r4);
     let em1 = r + r2 * p;
     // n = n1 + n2 with both halves in the normal range of 2^k.
     let half = (n * 0.5 + SHIFTER) - SHIFTER;
@@ -80,7 +93,7 @@ pub fn exp_f64(x: f64) -> f64 {
 
 /// e^x for an f32 argument, in f64, for rounding to f32: the reduction of [`exp_f64`] with
 /// one scale (each 2^n an f32 result needs, n in [-151, 129], is a normal f64) and Taylor to
-/// degree 9 (the first four pairs of `reduce`'s; truncation below 2^-36 relative, far under half
+/// degree 9 (`taylor_to_9`, the first four pairs of `reduce`'s; truncation below 2^-36 relative, far under half
 /// an f32 ulp, 2^-25). Half the operations of [`exp_f64`]: a logaddexp histogram's f32 exp
 /// passes are bound by them, not by memory.
 #[inline(always)]
@@ -89,13 +102,9 @@ fn exp_single_f64(x: f64) -> f64 {
     // the smallest subnormal); NaN passes the compares and stays NaN.
     let x = if x > 89.0 { 89.0 } else { x };
     let x = if x < -104.0 { -104.0 } else { x };
-    let shifted = x * LOG2E + SHIFTER;
-    let n = shifted - SHIFTER;
-    let r = (x - n * LN2_HI) - n * LN2_LO;
-    let c = &INV_FACT;
-    let (r2, pair) = (r * r, |k: usize| c[k] + c[k + 1] * r);
-    let p = (pair(0) + pair(2) * r2) + (pair(4) + pair(6) * r2) * (r2 * r2);
-    (1.0 + (r + r2 * p)) * pow2_of_shifted(shifted)
+    let (shifted, _, r) = split_ln2(x);
+    let r2 = r * r;
+    (1.0 + (r + r2 * taylor_to_9(r, r2, r2 * r2))) * pow2_of_shifted(shifted)
 }
 
 /// e^x - 1 for x <= 0 (what tanh needs), accurate near 0.
