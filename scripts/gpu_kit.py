@@ -204,6 +204,10 @@ def evals(args):
                 label = f"hist-{op} {name} {dtype} {mode} {rule}"
                 argv = [f"hist-{op}", "--input", path, "--mode", mode, "--rule", rule, "--dtype", dtype]
                 jobs.append((label, argv, tol))
+                # Every index here fits i32, which `eval` then picks: the same input with i64
+                # indices takes the other kernels (f32, the rules' default).
+                if dtype == "f32" and rule == "auto":
+                    jobs.append((f"{label} i64", argv + ["--index-dtype", "i64"], tol))
     kmeans = write_kmeans_input(args.inputs, args.tiny)
     jobs.append((f"kmeans {os.path.basename(kmeans)} f64 hessian-diag", ["kmeans", "--input", kmeans],
                  CLASSIC_TOLERANCE))

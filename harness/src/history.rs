@@ -486,6 +486,7 @@ pub fn merge_command(args: &MergeArgs) -> anyhow::Result<Code> {
     let mut cpus: Vec<String> = Vec::new();
     let mut suites: Vec<String> = Vec::new();
     let mut first: Option<RunInfo> = None;
+    let mut rooflines: Vec<adgauge_reports::Roofline> = Vec::new();
     // Partial parts: (file, rows recovered).
     let mut partial: Vec<(String, usize)> = Vec::new();
     // What every part must share: (file, schema, adgauge version, seeds).
@@ -551,6 +552,7 @@ pub fn merge_command(args: &MergeArgs) -> anyhow::Result<Code> {
             row
         });
         rows.extend(r);
+        rooflines.extend(info.roofline.clone());
         first.get_or_insert(info);
     }
     if rows.is_empty() {
@@ -572,6 +574,9 @@ pub fn merge_command(args: &MergeArgs) -> anyhow::Result<Code> {
             suites.join(", ")
         )));
     }
+    // Shards of one machine keep a roofline (the parts' rates merged), so that their histogram
+    // rows keep a fraction of it; runs of several machines have none that applies to all rows.
+    info.roofline = if machines.len() == 1 { adgauge_reports::roofline::merged(&rooflines) } else { None };
     info.machine = machines.join(" + ");
     // The shards' CPU models, not the merging machine's: the gate compares them, so they are
     // sorted (shards finish in any order).

@@ -127,6 +127,12 @@ fn dry_run_on_opencl_checks_evaluates_and_times_and_records_a_failing_step() {
             let exact = op == "min" || op == "max";
             assert_eq!(line.contains("bit-equal"), exact, "{line}");
         }
+        // The auto rule's evals again with i64 indices (the inputs fit i32, eval's default).
+        for run in ["vjp auto", "jvp auto"] {
+            let label = format!(" hist-{op} adversarial f32 {run} i64:");
+            let line = evals.lines().find(|l| l.contains(&label)).unwrap_or_else(|| panic!("no{label}\n{evals}"));
+            assert!(line.starts_with("ok "), "{line}");
+        }
     }
     assert!(evals.contains("0 differed, 0 failed to run"), "{evals}");
     assert!(!evals.lines().any(|l| l.starts_with("DIFFERS") || l.starts_with("error")), "{evals}");

@@ -153,12 +153,22 @@ fn shards_cover_the_suite_once_and_merge_back() {
     let all: Vec<String> = String::from_utf8_lossy(&list.stdout).lines().map(String::from).collect();
     let out = adgauge(&["merge", a.to_str().unwrap(), b.to_str().unwrap(), "--out", merged.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
-    let (_, rows) = read_run(&csvs(&merged)[0]).unwrap();
+    let (info, rows) = read_run(&csvs(&merged)[0]).unwrap();
     let mut ids: Vec<String> = rows.iter().map(|r| r.case_id.clone()).collect();
     ids.sort();
     let mut want = all.clone();
     want.sort();
     assert_eq!(ids, want);
+    // Both shards have histograms on the CPU and measured a roofline; the merged run keeps one
+    // (the lower of the two sequential rates), so that its histogram rows keep a fraction.
+    let parts: Vec<f64> = [&a, &b]
+        .iter()
+        .map(|d| read_run(&csvs(d)[0]).unwrap().0.roofline.expect("a shard's roofline").seq_read_gb_s)
+        .collect();
+    let roof = info.roofline.expect("the merged run's roofline");
+    assert_eq!(roof.seq_read_gb_s, parts[0].min(parts[1]), "{parts:?}");
+    let with_fraction = rows.iter().filter(|r| adgauge_reports::roofline::fraction(r, Some(&roof)).is_some()).count();
+    assert!(with_fraction > 0, "no row of the merged run has a fraction of its roofline");
     // Merging a shard with itself would duplicate cases: refused.
     let out = adgauge(&["merge", a.to_str().unwrap(), a.to_str().unwrap(), "--out", merged.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));

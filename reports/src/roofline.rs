@@ -145,6 +145,51 @@ pub fn cell(row: &ResultRow, roofline: Option<&Roofline>) -> String {
     }
 }
 
+/// The lower middle of `xs` (the median of an odd count): one odd measurement among the parts
+/// moves it no further than the next one.
+fn lower_median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[(xs.len() - 1) / 2]
+}
+
+/// The roofline of runs merged into one (`adgauge merge`, for shards of a suite on one machine):
+/// each rate is the lower median of the parts that measured it (per bin count for the random
+/// rates, bin counts ascending), and the tools are every part's. None without a part that
+/// measured one, or where the parts measured on different numbers of threads: their rates are
+/// then not of one machine's configuration, and no row gets a fraction rather than a wrong one.
+pub fn merged(parts: &[Roofline]) -> Option<Roofline> {
+    let threads = parts.first()?.threads;
+    if parts.iter().any(|p| p.threads != threads) {
+        return None;
+    }
+    let mut bins: Vec<usize> = parts.iter().flat_map(|p| p.random.iter().map(|r| r.bins)).collect();
+    bins.sort_unstable();
+    bins.dedup();
+    let random = bins
+        .into_iter()
+        .map(|bins| {
+            let at: Vec<&RandomRate> = parts.iter().flat_map(|p| p.random.iter().filter(|r| r.bins == bins)).collect();
+            RandomRate {
+                bins,
+                reads_per_s: lower_median(at.iter().map(|r| r.reads_per_s).collect()),
+                updates_per_s: lower_median(at.iter().map(|r| r.updates_per_s).collect()),
+            }
+        })
+        .collect();
+    let mut tools: Vec<String> = Vec::new();
+    for t in parts.iter().flat_map(|p| &p.tools) {
+        if !tools.contains(t) {
+            tools.push(t.clone());
+        }
+    }
+    Some(Roofline {
+        threads,
+        seq_read_gb_s: lower_median(parts.iter().map(|p| p.seq_read_gb_s).collect()),
+        random,
+        tools,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -248,5 +293,35 @@ mod tests {
         // No primal timing, or no time at all: no bandwidth either.
         assert_eq!(cell(&hist("f32", Some("i32"), 100, 10, None), Some(&roofline(1.0, &["cpu"]))), "-");
         assert_eq!(achieved_gb_s(&hist("f32", Some("i32"), 100, 10, Some(0.0))), None);
+    }
+
+    fn rate(bins: usize, reads_per_s: f64, updates_per_s: f64) -> RandomRate {
+        RandomRate { bins, reads_per_s, updates_per_s }
+    }
+
+    #[test]
+    fn merged_rooflines_take_the_lower_median_of_each_rate_and_every_tool() {
+        let mut a = roofline(35.0, &["cpu"]);
+        a.random = vec![rate(10, 4.0e9, 0.9e9), rate(1000, 4.5e9, 2.4e9)];
+        let mut b = roofline(64.0, &["cpu", "cpu-traced"]);
+        b.random = vec![rate(1000, 4.7e9, 2.9e9), rate(1_000_000, 1.8e9, 1.3e9)];
+        let mut c = roofline(34.0, &["cpu-staged"]);
+        c.random = vec![rate(1000, 4.6e9, 2.6e9)];
+        let m = merged(&[a.clone(), b.clone(), c]).unwrap();
+        assert_eq!(m.threads, 2);
+        // 34, 35, 64: the odd 64 GB/s of one part moves nothing.
+        assert_eq!(m.seq_read_gb_s, 35.0);
+        assert_eq!(m.random, vec![rate(10, 4.0e9, 0.9e9), rate(1000, 4.6e9, 2.6e9), rate(1_000_000, 1.8e9, 1.3e9)],);
+        assert_eq!(m.tools, ["cpu", "cpu-traced", "cpu-staged"]);
+        // Two parts: the lower of the two.
+        let two = merged(&[b.clone(), a.clone()]).unwrap();
+        assert_eq!(two.seq_read_gb_s, 35.0);
+        assert_eq!(two.random[1], rate(1000, 4.5e9, 2.4e9));
+        // One part is kept as it is.
+        assert_eq!(merged(std::slice::from_ref(&a)), Some(a.clone()));
+        // Nothing measured, or measured on other thread counts: none.
+        assert_eq!(merged(&[]), None);
+        b.threads = 4;
+        assert_eq!(merged(&[a, b]), None);
     }
 }
