@@ -64,9 +64,10 @@ pub fn run_roofline(cpu: &Cpu, cases: &[Case], sizes: (usize, usize)) -> Result<
     bins.sort_unstable();
     bins.dedup();
     let (seq_bytes, accesses) = sizes;
-    // The buffer, the index stream and one table of the largest k per thread, checked against
-    // the memory limit before anything is allocated (an allocation that fails would abort).
-    let tables = cpu.threads() as u128 * bins.last().copied().unwrap_or(0) as u128 * 4;
+    // The buffer, the index stream and one table of every k per thread (the rounds keep them
+    // all), checked against the memory limit before anything is allocated (an allocation that
+    // fails would abort).
+    let tables = cpu.threads() as u128 * bins.iter().map(|&k| k as u128).sum::<u128>() * 4;
     adgauge_datasets::limits::check("the run's roofline", seq_bytes as u128 + accesses as u128 * 4 + tables)?;
     let r = cpu.roofline_sized(&bins, ROOFLINE_SEED, seq_bytes, accesses).map_err(|e| e.to_string())?;
     Ok(Some(Roofline {

@@ -185,6 +185,7 @@ fn an_isolated_run_survives_a_crashing_case_and_records_it() {
     let out = Command::new(env!("CARGO_BIN_EXE_adgauge"))
         .args(["run", "--isolate", "--filter", filter, "--out", out_dir.to_str().unwrap()])
         .env("ADGAUGE_INJECT_CRASH", "/cpu/f32/special")
+        .env("ADGAUGE_ROOFLINE_BYTES", "1048576")
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
@@ -208,7 +209,12 @@ fn a_plain_run_saves_itself_unless_told_not_to() {
     let run = |extra: &[&str]| {
         let mut args = vec!["run", "--filter", ONE_CASE];
         args.extend_from_slice(extra);
-        Command::new(env!("CARGO_BIN_EXE_adgauge")).args(&args).env("ADGAUGE_RESULTS", &dir).output().unwrap()
+        Command::new(env!("CARGO_BIN_EXE_adgauge"))
+            .args(&args)
+            .env("ADGAUGE_RESULTS", &dir)
+            .env("ADGAUGE_ROOFLINE_BYTES", "1048576")
+            .output()
+            .unwrap()
     };
     let out = run(&[]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
@@ -333,6 +339,7 @@ fn two_runs_at_once_into_one_history_keep_both_runs() {
         .map(|_| {
             Command::new(env!("CARGO_BIN_EXE_adgauge"))
                 .args(["run", "--filter", ONE_CASE, "--history", h, "--quiet"])
+                .env("ADGAUGE_ROOFLINE_BYTES", "1048576")
                 .stdout(std::process::Stdio::null())
                 .spawn()
                 .unwrap()
