@@ -108,19 +108,129 @@ fn fold_range<A, X: IndexElem, F: Fn(&mut A, usize)>(
     let inds = &inds[start..end];
     if subs == 1 {
         let block = &mut block[..k];
-        for (j, x) in inds.iter().enumerate() {
+        let mut quads = inds.chunks_exact(4);
+        let mut i = start;
+        for i4 in &mut quads {
+            for (l, x) in i4.iter().enumerate() {
+                if let Some(b) = x.bin(k) {
+                    fold(&mut block[b], i + l);
+                }
+            }
+            i += 4;
+        }
+        for x in quads.remainder() {
             if let Some(b) = x.bin(k) {
-                fold(&mut block[b], start + j);
+                fold(&mut block[b], i);
+            }
+            i += 1;
+        }
+    } else {
+        let (r0, rest) = block[..SUBS * k].split_at_mut(k);
+        let (r1, rest) = rest.split_at_mut(k);
+        let (r2, r3) = rest.split_at_mut(k);
+        let mut quads = inds.chunks_exact(4);
+        let mut i = start;
+        for i4 in &mut quads {
+            for (l, row) in [&mut *r0, &mut *r1, &mut *r2, &mut *r3].into_iter().enumerate() {
+                if let Some(b) = i4[l].bin(k) {
+                    fold(&mut row[b], i + l);
+                }
+            }
+            i += 4;
+        }
+        // The tail starts at a multiple of four: its element j goes to row j.
+        for (row, x) in [r0, r1, r2].into_iter().zip(quads.remainder()) {
+            if let Some(b) = x.bin(k) {
+                fold(&mut row[b], i);
+            }
+            i += 1;
+        }
+    }
+}
+
+/// [`fold_range`] for folds of the values alone: `fold(acc, x)` adds value `x`, and elements
+/// `start..end` of `inds` and `vals` are read four at a time (in order, lane l of every four
+/// into sub-histogram l when there are [`SUBS`]). Per element the loop then has no bounds check
+/// of the values and a quarter of the loop's own work; the totals are those of [`fold_range`]
+/// with `fold(acc, vals[i])`, bit for bit (every row receives the same elements in the same
+/// order).
+#[inline(never)]
+fn fold_values<A, T: Copy, X: IndexElem, F: Fn(&mut A, T)>(
+    block: &mut [A],
+    inds: &[X],
+    vals: &[T],
+    k: usize,
+    subs: usize,
+    fold: &F,
+) {
+    let vals = &vals[..inds.len()];
+    let mut quads = inds.chunks_exact(4).zip(vals.chunks_exact(4));
+    let tail = inds.len() / 4 * 4;
+    if subs == 1 {
+        let row = &mut block[..k];
+        for (i4, v4) in &mut quads {
+            for l in 0..4 {
+                if let Some(b) = i4[l].bin(k) {
+                    fold(&mut row[b], v4[l]);
+                }
+            }
+        }
+        for (x, &v) in inds[tail..].iter().zip(&vals[tail..]) {
+            if let Some(b) = x.bin(k) {
+                fold(&mut row[b], v);
             }
         }
     } else {
-        let block = &mut block[..SUBS * k];
-        for (j, x) in inds.iter().enumerate() {
+        let (r0, rest) = block[..SUBS * k].split_at_mut(k);
+        let (r1, rest) = rest.split_at_mut(k);
+        let (r2, r3) = rest.split_at_mut(k);
+        for (i4, v4) in &mut quads {
+            for (l, row) in [&mut *r0, &mut *r1, &mut *r2, &mut *r3].into_iter().enumerate() {
+                if let Some(b) = i4[l].bin(k) {
+                    fold(&mut row[b], v4[l]);
+                }
+            }
+        }
+        // The tail starts at a multiple of four: its element j goes to row j.
+        for (row, (x, &v)) in [r0, r1, r2].into_iter().zip(inds[tail..].iter().zip(&vals[tail..])) {
             if let Some(b) = x.bin(k) {
-                fold(&mut block[(j % SUBS) * k + b], start + j);
+                fold(&mut row[b], v);
             }
         }
     }
+}
+
+/// [`bin_totals`] of a fold of the values alone: `fold(acc, x)` adds value `x` of `vals`
+/// ([`fold_values`]'s loop, the same totals bit for bit).
+pub fn value_totals<A, T, X, F, M>(
+    pool: &Arc<Pool>,
+    inds: &[X],
+    vals: &[T],
+    k: usize,
+    neutral: A,
+    fold: F,
+    merge: M,
+) -> Buf<A>
+where
+    X: IndexElem,
+    A: Copy + Default + Send + Sync + 'static,
+    T: Copy + Sync,
+    F: Fn(&mut A, T) + Sync,
+    M: Fn(&mut A, A) + Sync,
+{
+    assert_eq!(inds.len(), vals.len(), "value_totals: as many values as indices");
+    totals_by_rows(
+        pool,
+        inds.len(),
+        k,
+        neutral,
+        |block, start, end, subs| {
+            if k > 0 {
+                fold_values(block, &inds[start..end], &vals[start..end], k, subs, &fold)
+            }
+        },
+        merge,
+    )
 }
 
 /// Folds element i into the accumulator of its bin, for every i with an in-range index.
@@ -508,5 +618,58 @@ mod tests {
             }
             assert_eq!(&got[..], &want[..], "n={n} k={k}");
         }
+    }
+
+    /// The folds read four elements at a time and put lane l of each four into sub-histogram l:
+    /// every element must still land in the row `Plan` gives it ((i - chunk start) % subs), in
+    /// order, and the rows merge per bin in row order. An order-sensitive hash as the fold and
+    /// merge tells any other order apart. n is never a multiple of four, nor are most chunk
+    /// lengths; indices include -1, k and k + 1.
+    #[test]
+    fn four_at_a_time_folds_keep_every_elements_row_and_order() {
+        fn hash(acc: u64, x: u64) -> u64 {
+            acc.wrapping_mul(0x100_0000_01B3).wrapping_add(x)
+        }
+        fn merge(acc: u64, later: u64) -> u64 {
+            acc.wrapping_mul(1_000_003) ^ later
+        }
+        fn reference<X: IndexElem>(inds: &[X], k: usize, x_of: impl Fn(usize) -> u64) -> Vec<u64> {
+            let n = inds.len();
+            let plan = Plan::new(n, k);
+            let mut rows = vec![7u64; plan.rows() * k];
+            for c in 0..plan.chunks {
+                let start = c * plan.chunk_len;
+                for i in start..n.min(start + plan.chunk_len) {
+                    let b = inds[i].idx();
+                    if b >= 0 && (b as usize) < k {
+                        let r = c * plan.subs + (i - start) % plan.subs;
+                        rows[r * k + b as usize] = hash(rows[r * k + b as usize], x_of(i));
+                    }
+                }
+            }
+            (0..k).map(|b| (1..plan.rows()).fold(rows[b], |acc, r| merge(acc, rows[r * k + b]))).collect()
+        }
+        fn check<X: IndexElem>(pool: &Arc<Pool>, n: usize, k: usize) {
+            let inds: Vec<X> = (0..n).map(|i| X::of_idx(((i * 2654435761) % (k + 3)) as i64 - 1)).collect();
+            let vals: Vec<u64> = (0..n).map(|i| (i as u64).wrapping_mul(0x9E37_79B9) | 1).collect();
+            let plan = Plan::new(n, k);
+            let what = format!("n = {n}, k = {k}, {:?}, {plan:?}", X::DTYPE);
+            let by_index = bin_totals(pool, &inds, k, 7u64, |a, i| *a = hash(*a, i as u64), |a, b| *a = merge(*a, b));
+            assert_eq!(&by_index[..], &reference(&inds, k, |i| i as u64)[..], "bin_totals, {what}");
+            let by_value = value_totals(pool, &inds, &vals, k, 7u64, |a, x| *a = hash(*a, x), |a, b| *a = merge(*a, b));
+            assert_eq!(&by_value[..], &reference(&inds, k, |i| vals[i])[..], "value_totals, {what}");
+        }
+        let pool = Pool::new();
+        for &(n, k) in &[(0, 3), (5, 1), (1003, 3), (100_003, 7), (300_001, 64), (300_002, 65), (250_001, 5000)] {
+            check::<i32>(&pool, n, k);
+            check::<i64>(&pool, n, k);
+        }
+        // Both row layouts are exercised: four sub-histograms (k <= SMALL_K) and one, in one
+        // chunk and in several.
+        assert_eq!((Plan::new(1003, 3).subs, Plan::new(1003, 3).chunks), (SUBS, 1));
+        assert_eq!(Plan::new(300_001, 64).subs, SUBS);
+        assert!(Plan::new(300_001, 64).chunks > 1 && Plan::new(300_001, 64).chunk_len % 4 != 0);
+        assert_eq!(Plan::new(250_001, 5000).subs, 1);
+        assert!(Plan::new(250_001, 5000).chunks > 1);
     }
 }

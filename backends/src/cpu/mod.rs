@@ -368,7 +368,7 @@ fn scalar_totals<T: Elem, X: IndexElem, F: fold::Fold<T>>(
     v: &[T],
     f: F,
 ) -> Buf<T> {
-    hist::bin_totals(pool, ix, k, neutral, |a, i| *a = f.combine(*a, v[i]), |a, b| *a = f.combine(*a, b))
+    hist::value_totals(pool, ix, v, k, neutral, |a, x| *a = f.combine(*a, x), |a, b| *a = f.combine(*a, b))
 }
 
 /// Per-bin minima or maxima of `v` (+inf or -inf for an empty bin): the histogram primal's and
@@ -421,13 +421,13 @@ fn one_compare_totals<T: Elem, X: IndexElem, F: fold::Fold<T>>(
 ) -> (Buf<T>, bool) {
     use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
     let nan_seen = AtomicBool::new(false);
-    let totals = hist::bin_totals(
+    let totals = hist::value_totals(
         pool,
         ix,
+        v,
         k,
         neutral,
-        |a, i| {
-            let x = v[i];
+        |a, x: T| {
             if x.is_nan() {
                 nan_seen.store(true, Relaxed);
             }
