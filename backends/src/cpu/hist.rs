@@ -22,6 +22,9 @@ pub(crate) const MIN_CHUNK: usize = 1 << 15;
 /// Up to this k, each chunk keeps `SUBS` interleaved sub-histograms.
 pub(crate) const SMALL_K: usize = 64;
 pub(crate) const SUBS: usize = 4;
+// `fold_range` and `fold_values` split a block into four rows by hand, one per lane of each four
+// elements they read.
+const _: () = assert!(SUBS == 4);
 /// Bins per task when merging rows.
 const MERGE_BLOCK: usize = 1 << 12;
 /// From this many bins a row (at least 1 MB of f32) leaves L2, and a chunk's fold costs more the
@@ -639,8 +642,8 @@ mod tests {
             let mut rows = vec![7u64; plan.rows() * k];
             for c in 0..plan.chunks {
                 let start = c * plan.chunk_len;
-                for i in start..n.min(start + plan.chunk_len) {
-                    let b = inds[i].idx();
+                for (i, x) in inds.iter().enumerate().take(n.min(start + plan.chunk_len)).skip(start) {
+                    let b = x.idx();
                     if b >= 0 && (b as usize) < k {
                         let r = c * plan.subs + (i - start) % plan.subs;
                         rows[r * k + b as usize] = hash(rows[r * k + b as usize], x_of(i));
@@ -668,7 +671,7 @@ mod tests {
         // chunk and in several.
         assert_eq!((Plan::new(1003, 3).subs, Plan::new(1003, 3).chunks), (SUBS, 1));
         assert_eq!(Plan::new(300_001, 64).subs, SUBS);
-        assert!(Plan::new(300_001, 64).chunks > 1 && Plan::new(300_001, 64).chunk_len % 4 != 0);
+        assert!(Plan::new(300_001, 64).chunks > 1 && !Plan::new(300_001, 64).chunk_len.is_multiple_of(4));
         assert_eq!(Plan::new(250_001, 5000).subs, 1);
         assert!(Plan::new(250_001, 5000).chunks > 1);
     }

@@ -7,8 +7,9 @@
 //! histograms (at their k); seeded, and well under a second on a 2-core VM.
 //!
 //! The measurement runs in [`ROUNDS`] rounds, each one pass of every figure in turn (the
-//! sequential read, then the updates and the reads at each k), and each figure is the median of
-//! its rounds' passes. On a shared machine a transient state then moves one pass of each figure
+//! sequential read, then at each k an untimed pass of updates that brings its tables back into
+//! the caches, a timed one and a pass of reads), and each figure is the median of its rounds'
+//! passes. On a shared machine a transient state then moves one pass of each figure
 //! rather than every pass of one: this 2-core VM read 26 to 62 GB/s in back-to-back
 //! measurements that took the best of three consecutive passes, and its update rate at k = 10^3
 //! ranged 1.15 to 2.95 x 10^9/s. Every pass is checked: the sequential sum must equal the
