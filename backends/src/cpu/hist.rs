@@ -22,8 +22,8 @@ pub(crate) const MIN_CHUNK: usize = 1 << 15;
 /// Up to this k, each chunk keeps `SUBS` interleaved sub-histograms.
 pub(crate) const SMALL_K: usize = 64;
 pub(crate) const SUBS: usize = 4;
-// `fold_range` and `fold_values` split a block into four rows by hand, one per lane of each four
-// elements they read.
+// `four_rows` splits a block into four rows by hand, one per lane of each four elements that
+// the folds read.
 const _: () = assert!(SUBS == 4);
 /// Bins per task when merging rows.
 const MERGE_BLOCK: usize = 1 << 12;
@@ -128,13 +128,11 @@ fn fold_range<A, X: IndexElem, F: Fn(&mut A, usize)>(
             i += 1;
         }
     } else {
-        let (r0, rest) = block[..SUBS * k].split_at_mut(k);
-        let (r1, rest) = rest.split_at_mut(k);
-        let (r2, r3) = rest.split_at_mut(k);
+        let mut rows = four_rows(block, k);
         let mut quads = inds.chunks_exact(4);
         let mut i = start;
         for i4 in &mut quads {
-            for (l, row) in [&mut *r0, &mut *r1, &mut *r2, &mut *r3].into_iter().enumerate() {
+            for (l, row) in rows.iter_mut().enumerate() {
                 if let Some(b) = i4[l].bin(k) {
                     fold(&mut row[b], i + l);
                 }
@@ -142,13 +140,22 @@ fn fold_range<A, X: IndexElem, F: Fn(&mut A, usize)>(
             i += 4;
         }
         // The tail starts at a multiple of four: its element j goes to row j.
-        for (row, x) in [r0, r1, r2].into_iter().zip(quads.remainder()) {
+        for (row, x) in rows.iter_mut().zip(quads.remainder()) {
             if let Some(b) = x.bin(k) {
                 fold(&mut row[b], i);
             }
             i += 1;
         }
     }
+}
+
+/// The [`SUBS`] rows of k accumulators at the start of `block`, one per lane of each four
+/// elements that [`fold_range`] and [`fold_values`] read.
+fn four_rows<A>(block: &mut [A], k: usize) -> [&mut [A]; SUBS] {
+    let (r0, rest) = block[..SUBS * k].split_at_mut(k);
+    let (r1, rest) = rest.split_at_mut(k);
+    let (r2, r3) = rest.split_at_mut(k);
+    [r0, r1, r2, r3]
 }
 
 /// [`fold_range`] for folds of the values alone: `fold(acc, x)` adds value `x`, and elements
@@ -184,18 +191,16 @@ fn fold_values<A, T: Copy, X: IndexElem, F: Fn(&mut A, T)>(
             }
         }
     } else {
-        let (r0, rest) = block[..SUBS * k].split_at_mut(k);
-        let (r1, rest) = rest.split_at_mut(k);
-        let (r2, r3) = rest.split_at_mut(k);
+        let mut rows = four_rows(block, k);
         for (i4, v4) in &mut quads {
-            for (l, row) in [&mut *r0, &mut *r1, &mut *r2, &mut *r3].into_iter().enumerate() {
+            for (l, row) in rows.iter_mut().enumerate() {
                 if let Some(b) = i4[l].bin(k) {
                     fold(&mut row[b], v4[l]);
                 }
             }
         }
         // The tail starts at a multiple of four: its element j goes to row j.
-        for (row, (x, &v)) in [r0, r1, r2].into_iter().zip(inds[tail..].iter().zip(&vals[tail..])) {
+        for (row, (x, &v)) in rows.iter_mut().zip(inds[tail..].iter().zip(&vals[tail..])) {
             if let Some(b) = x.bin(k) {
                 fold(&mut row[b], v);
             }
@@ -227,11 +232,7 @@ where
         inds.len(),
         k,
         neutral,
-        |block, start, end, subs| {
-            if k > 0 {
-                fold_values(block, &inds[start..end], &vals[start..end], k, subs, &fold)
-            }
-        },
+        |block, start, end, subs| fold_values(block, &inds[start..end], &vals[start..end], k, subs, &fold),
         merge,
     )
 }

@@ -182,7 +182,7 @@ fn hist_dual_by<T: Elem, X: IndexElem>(
         // The staged weights written out, block by block as the fused pass stages them.
         let mut w = pool.take::<T>(ix.len());
         w.par_chunks_mut(hist::STAGE_LEN).enumerate().for_each(|(c, block)| weights(c * hist::STAGE_LEN, block));
-        let s = hist::bin_totals(pool, ix, k, T::zero(), |a, i| *a = *a + w[i], |a, b| *a = *a + b);
+        let s = super::scalar_totals(pool, ix, k, T::zero(), &w, super::fold::AddF);
         let sd = hist::bin_totals(pool, ix, k, T::zero(), |a, i| *a = *a + w[i] * vd[i], |a, b| *a = *a + b);
         return Some(bins_of_sums(pool, d, dd, &shift, |b| (s[b], sd[b])));
     }
