@@ -715,6 +715,64 @@ impl Tool for ProcessTool {
     }
 }
 
+/// A problem put on a process tool for `adgauge compare`, driven exchange by exchange: each
+/// [`RemoteCase::runs`] asks for a number of runs and returns the tool's own times of them.
+pub struct RemoteCase {
+    inner: ProcessPrepared,
+}
+
+impl ProcessTool {
+    /// Puts `problem` on the tool with `extra` fields added to every function's input (the
+    /// `hist` module's `rule` and `index_dtype`, which adgauge's own tool reads).
+    pub fn prepare_remote(
+        &self,
+        workload: &dyn Workload,
+        problem: &dyn Problem,
+        extra: &[(&str, Json)],
+    ) -> anyhow::Result<RemoteCase> {
+        let module = module_of(workload)?;
+        let mut calls = BTreeMap::new();
+        for mode in Mode::TIMED {
+            if let Some(mut call) = problem.remote_call(mode) {
+                if let Json::Object(fields) = &mut call.input {
+                    for (key, value) in extra {
+                        fields.insert((*key).to_string(), value.clone());
+                    }
+                }
+                calls.insert(mode, call);
+            }
+        }
+        Ok(RemoteCase {
+            inner: ProcessPrepared { shared: self.shared.clone(), module, calls, plausibility: Vec::new() },
+        })
+    }
+
+    /// The command line the tool runs.
+    pub fn command(&self) -> String {
+        self.with(|s| s.spec.command.clone())
+    }
+}
+
+impl RemoteCase {
+    /// Whether the tool's module has a function for `mode`.
+    pub fn supports(&self, mode: Mode) -> bool {
+        self.inner.calls.contains_key(&mode)
+    }
+
+    /// One exchange asking for `runs` runs of `mode`: the tool's reported times of them (seconds)
+    /// and the exchange's wall time as adgauge measured it. Reported times that do not fit the
+    /// wall time are an error, as in `run`.
+    pub fn runs(&mut self, mode: Mode, runs: u64) -> anyhow::Result<(Vec<f64>, Duration)> {
+        let ex = self.inner.run(mode, runs)?;
+        let times: Vec<f64> =
+            ex.response.timings.unwrap_or_default().iter().map(|t| t.nanoseconds as f64 * 1e-9).collect();
+        if times.is_empty() {
+            anyhow::bail!("{}: reported no timings", ex.what);
+        }
+        Ok((times, ex.wall))
+    }
+}
+
 /// Validation's access to the tool: one `evaluate` per call.
 struct RemoteHandle {
     shared: Arc<Mutex<Shared>>,

@@ -7,6 +7,7 @@
 //! [`memory`] reads is installed there, so a library user measures memory only if it installs
 //! [`memory::Counting`] too.
 
+pub mod compare;
 pub mod endpoint;
 pub mod environment;
 pub mod eval;

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use clap::{Arg, ArgAction, ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use adgauge_harness::exit::{Code, bad_input, code_of};
-use adgauge_harness::{environment, eval, history, interrupt, memory, run, serve, sinks, tool};
+use adgauge_harness::{compare, environment, eval, history, interrupt, memory, run, serve, sinks, tool};
 
 #[global_allocator]
 static ALLOCATOR: memory::Counting = memory::Counting;
@@ -38,6 +38,9 @@ enum Command {
     Check(run::CheckArgs),
     /// Compare a run against a baseline: exit 1 on failing checks, 3 on slowdowns.
     Gate(history::GateArgs),
+    /// Time a baseline and a candidate interleaved, in pairs, and judge every timing: exit 3 on
+    /// a regression.
+    Compare(compare::CompareArgs),
     /// Query a history: the trend of cases, the best of the last N runs, regressions since a date.
     History(history::HistoryArgs),
     /// Write the self-contained HTML report of a history.
@@ -272,7 +275,7 @@ fn main() -> ExitCode {
     }
     let command = cli.command.unwrap_or(Command::Run(run::RunArgs::default()));
     // The commands that start tools stop them, and keep what they measured, when interrupted.
-    if matches!(command, Command::Run(_) | Command::Check(_)) {
+    if matches!(command, Command::Run(_) | Command::Check(_) | Command::Compare(_)) {
         interrupt::install();
     }
     let result = match command {
@@ -284,6 +287,7 @@ fn main() -> ExitCode {
         Command::Check(args) => run::check(&args, cli.threads),
         Command::Tool(args) => serve::serve(&args, cli.threads),
         Command::Gate(args) => history::gate_command(&args),
+        Command::Compare(args) => compare::compare(&args, cli.threads),
         Command::Merge(args) => history::merge_command(&args),
         Command::Report(args) => history::report_command(&args),
         Command::History(args) => history::history_command(&args),

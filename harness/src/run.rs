@@ -109,7 +109,7 @@ fn code_for(row: &ResultRow) -> Code {
 /// The largest suite file read (the shipped ones are a few KB).
 const MAX_SUITE_BYTES: u64 = 16 << 20;
 
-fn load_suite(path: &Option<PathBuf>, external: &[ExternalSpec]) -> anyhow::Result<Suite> {
+pub(crate) fn load_suite(path: &Option<PathBuf>, external: &[ExternalSpec]) -> anyhow::Result<Suite> {
     match path {
         None => Ok(default_suite()),
         Some(p) => {

@@ -6,6 +6,7 @@
 pub mod charts;
 pub mod gate;
 pub mod html;
+pub mod paired;
 pub mod parquet;
 pub mod query;
 pub mod roofline;

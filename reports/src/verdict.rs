@@ -199,7 +199,7 @@ fn exact_upper_tails(m: usize, n: usize) -> std::rc::Rc<Vec<f64>> {
 }
 
 /// Complementary error function (Numerical Recipes' erfcc, relative error < 1.2e-7).
-fn erfc(x: f64) -> f64 {
+pub(crate) fn erfc(x: f64) -> f64 {
     let z = x.abs();
     let t = 1.0 / (1.0 + 0.5 * z);
     let r = t
@@ -272,14 +272,14 @@ pub fn min_samples(alpha: f64) -> usize {
 /// m uniform indices is `floor(m U_(k))`, `U_(k)` ~ Beta(k, m - k + 1); for an even count the
 /// next one is `U_(k) + (1 - U_(k)) V`, V ~ Beta(1, m - k) (the smallest of the m - k uniforms
 /// above `U_(k)`).
-struct ResampledMedian<'a> {
+pub(crate) struct ResampledMedian<'a> {
     sorted: &'a [f64],
     first: Option<Beta<f64>>,
     next: Option<Beta<f64>>,
 }
 
 impl<'a> ResampledMedian<'a> {
-    fn new(sorted: &'a [f64]) -> ResampledMedian<'a> {
+    pub(crate) fn new(sorted: &'a [f64]) -> ResampledMedian<'a> {
         let m = sorted.len();
         let k = m.div_ceil(2); // 1-based rank of the (lower) middle value
         let first = (m > 1).then(|| Beta::new(k as f64, (m - k + 1) as f64).expect("positive shape parameters"));
@@ -288,7 +288,7 @@ impl<'a> ResampledMedian<'a> {
         ResampledMedian { sorted, first, next }
     }
 
-    fn draw(&self, rng: &mut ChaCha8Rng) -> f64 {
+    pub(crate) fn draw(&self, rng: &mut ChaCha8Rng) -> f64 {
         let m = self.sorted.len();
         let Some(first) = &self.first else {
             return self.sorted[0];

@@ -336,11 +336,12 @@ impl Workload for HistFamily {
         let (mode, op) = gradbench_call(function, input)?;
         let w = HistFamily::workload_named(&format!("hist-{op}"))?;
         let source = format!("hist.{function} input");
-        let case = crate::json::hist_case_from_value(input, &source, w.op.name())?;
+        let case = crate::json::hist_case_with_fields(input, &source, w.op.name(), &MODULE_OPTIONS)?;
         case.check_representable(&source, dtype)?;
         check_domain(w, &case, &source)?;
+        let options = ModuleOptions::read(input, &source, &case.data.inds)?;
         with_device!(device, |d| {
-            Ok(Box::new(HistCall::new(d.clone(), w, mode, &case, &source, dtype)?)
+            Ok(Box::new(HistCall::new(d.clone(), w, mode, &case, &source, dtype, options)?)
                 as Box<dyn crate::workload::GradbenchCall + 'a>)
         })
     }
@@ -351,6 +352,51 @@ impl Workload for HistFamily {
         case.check_representable(&req.source, req.dtype)?;
         check_domain(w, &case, &req.source)?;
         with_device!(device, |d| eval_on(d, w, rule, req, &case))
+    }
+}
+
+/// The `hist` module's optional fields beyond GradBench's (adgauge's extension, so that `adgauge
+/// compare` times the rule and index dtype of a suite's case): `rule` (the reverse-mode rule,
+/// default `auto`) and `index_dtype` (default: i32 where every index fits, as `eval` chooses).
+const MODULE_OPTIONS: [&str; 2] = ["rule", "index_dtype"];
+
+/// The values of [`MODULE_OPTIONS`] in a `hist` module input.
+#[derive(Clone, Copy, Debug)]
+struct ModuleOptions {
+    rule: HistRule,
+    index_dtype: IndexDType,
+}
+
+impl ModuleOptions {
+    fn read(input: &Json, source: &str, inds: &[i64]) -> WResult<ModuleOptions> {
+        let text = |field: &str| -> WResult<Option<&str>> {
+            match input.get(field) {
+                None => Ok(None),
+                Some(Json::String(s)) => Ok(Some(s.as_str())),
+                Some(other) => {
+                    Err(WorkloadError::BadInput(format!("{source}: field {field}: expected a string, found {other}")))
+                }
+            }
+        };
+        let rule = match text("rule")? {
+            None => HistRule::Auto,
+            Some(name) => rule_of(name).map_err(|e| WorkloadError::BadInput(format!("{source}: field rule: {e}")))?,
+        };
+        let index_dtype = match text("index_dtype")? {
+            None => index_dtype_for(inds),
+            Some(name) => {
+                let t: IndexDType = name
+                    .parse()
+                    .map_err(|e: String| WorkloadError::BadInput(format!("{source}: field index_dtype: {e}")))?;
+                if let Err(adgauge_backends::OpError::IndexOverflow { position, value, dtype }) = t.check(inds) {
+                    return Err(WorkloadError::BadInput(format!(
+                        "{source}: field inds[{position}]: {value} does not fit index_dtype {dtype}"
+                    )));
+                }
+                t
+            }
+        };
+        Ok(ModuleOptions { rule, index_dtype })
     }
 }
 
@@ -442,6 +488,8 @@ struct HistCall<D: Device> {
     mode: Mode,
     dtype: DType,
     x: HistInputs<D>,
+    /// The reverse-mode rule.
+    rule: HistRule,
     /// The mode's seed: `hist_bar` (vjp) or `[vals_dot, dest_dot]` (jvp).
     seeds: Vec<D::T>,
     /// The last run's named outputs, on the device.
@@ -456,9 +504,10 @@ impl<D: Device> HistCall<D> {
         case: &crate::json::HistCase,
         source: &str,
         dtype: DType,
+        options: ModuleOptions,
     ) -> WResult<HistCall<D>> {
         let input = WorkloadError::from_input;
-        let x = w.upload(&device, &case.data, dtype, index_dtype_for(&case.data.inds)).map_err(input)?;
+        let x = w.upload(&device, &case.data, dtype, options.index_dtype).map_err(input)?;
         let field = |v: &Option<Vec<f64>>, name: &str| {
             v.clone().ok_or_else(|| WorkloadError::BadInput(format!("{source}: field {name}: required for {mode}")))
         };
@@ -473,7 +522,7 @@ impl<D: Device> HistCall<D> {
         }
         let seeds =
             seeds.iter().map(|v| device.tensor(v, &[v.len()], dtype).map_err(input)).collect::<WResult<Vec<_>>>()?;
-        Ok(HistCall { device, w, mode, dtype, x, seeds, last: Vec::new() })
+        Ok(HistCall { device, w, mode, dtype, x, rule: options.rule, seeds, last: Vec::new() })
     }
 }
 
@@ -483,7 +532,7 @@ impl<D: Device> crate::workload::GradbenchCall for HistCall<D> {
         self.last = match (self.mode, self.seeds.as_slice()) {
             (Mode::Primal, _) => vec![("hist", w.primal(d, &self.x)?)],
             (Mode::Vjp, [bar]) => {
-                let r = w.vjp(d, HistRule::Auto, &self.x, bar)?;
+                let r = w.vjp(d, self.rule, &self.x, bar)?;
                 vec![("hist", r.hist), ("vals_bar", r.vals_bar), ("dest_bar", r.dest_bar)]
             }
             (_, [vals_dot, dest_dot]) => {

@@ -129,11 +129,18 @@ pub fn parse_hist_case(text: &str, source: &str, op: &str) -> WResult<HistCase> 
 /// [`parse_hist_case`] of a JSON value already parsed (a protocol message's input: read as it
 /// is, neither printed nor parsed again).
 pub fn hist_case_from_value(value: &Value, source: &str, op: &str) -> WResult<HistCase> {
+    hist_case_with_fields(value, source, op, &[])
+}
+
+/// [`hist_case_from_value`] that also accepts the fields `also` (read by the caller: the `hist`
+/// module's `rule` and `index_dtype`).
+pub fn hist_case_with_fields(value: &Value, source: &str, op: &str, also: &[&str]) -> WResult<HistCase> {
     let Value::Object(obj) = value else {
         return Err(bad_input(format!("{source}: expected a JSON object at the top level, found {}", kind(value))));
     };
-    if let Some(extra) = obj.keys().find(|key| !FIELDS.contains(&key.as_str())) {
-        return Err(bad_input(format!("{source}: unknown field '{extra}' (expected {})", FIELDS.join(", "))));
+    if let Some(extra) = obj.keys().find(|key| !FIELDS.contains(&key.as_str()) && !also.contains(&key.as_str())) {
+        let expected: Vec<&str> = FIELDS.iter().chain(also).copied().collect();
+        return Err(bad_input(format!("{source}: unknown field '{extra}' (expected {})", expected.join(", "))));
     }
     let err = |field: &str, msg: String| bad_input(format!("{source}: field {field}: {msg}"));
     if let Some(v) = obj.get("op") {

@@ -1,0 +1,424 @@
+//! The paired speed verdict of `adgauge compare`: a baseline and a candidate timed in the same
+//! process tree, block by block in alternating order, judged from the pairs.
+//!
+//! Each pair is one block of runs of the baseline and one of the candidate taken back to back,
+//! so both feel the same state of the machine (its load, its clock, what else runs); the ratio
+//! of a pair cancels what both feel. The blocks alternate their order (AB, BA, AB, ...), so a
+//! drift within a pair (a machine speeding up or slowing down as it goes) falls on either side
+//! as often, and its effect on the pairs' median cancels.
+//!
+//! From the pairs' log ratios `d_i = ln(candidate_i / baseline_i)`:
+//! - the change is `exp(median d)`, the candidate's time per baseline time;
+//! - its interval is the bootstrap percentile interval of that median: the pairs are resampled
+//!   with replacement (a ChaCha8 generator seeded from the case and mode, so the same pairs give
+//!   the same interval on every machine), and a resample's median is drawn from its exact
+//!   distribution as in [`crate::verdict`];
+//! - a two-sided Wilcoxon signed-rank test asks whether the pairs lean one way at all: exact (by
+//!   counting the sign assignments) up to 60 pairs without tied magnitudes, the tie-corrected
+//!   normal approximation otherwise. Pairs with a zero difference are left out, Wilcoxon's way.
+//!
+//! The verdict, with the threshold `t` (the smallest slowdown that matters), the noise band `e`
+//! and the level `alpha`:
+//! - **regressed**: the change exceeds `t`, the interval lies above `1 + e` and p < alpha;
+//! - **improved**: the mirror image (change under `1 / t`, interval under `1 / (1 + e)`);
+//! - **no change**: the interval's upper end is at most `t`: a slowdown that matters is ruled
+//!   out at the confidence level;
+//! - **not judged**: too few pairs for the test to reach alpha, or too noisy (the interval
+//!   admits a slowdown beyond `t` that the pairs do not establish). `compare` answers the second
+//!   by taking more pairs, up to its limit.
+//!
+//! docs/gate.md gives the thresholds' reasons and the measured sensitivity.
+
+use std::collections::BTreeMap;
+
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::verdict::{ResampledMedian, Verdict, seed_for};
+
+/// How a paired verdict is reached.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PairedConfig {
+    /// The smallest slowdown (candidate / baseline) that matters (`t`).
+    pub max_slowdown: f64,
+    /// Relative changes within this band are noise (`e`).
+    pub noise_threshold: f64,
+    /// Significance level of the signed-rank test (two-sided).
+    pub alpha: f64,
+    /// Confidence level of the bootstrap interval.
+    pub confidence: f64,
+    /// Bootstrap resamples per timing.
+    pub resamples: usize,
+}
+
+impl Default for PairedConfig {
+    fn default() -> Self {
+        PairedConfig { max_slowdown: 1.10, noise_threshold: 0.02, alpha: 0.01, confidence: 0.95, resamples: 10_000 }
+    }
+}
+
+/// What the pairs of one mode of one case concluded.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PairedChange {
+    /// Candidate / baseline: exp of the median log ratio (NaN without pairs).
+    pub ratio: f64,
+    /// Bootstrap interval of the ratio (None: too few pairs to compute one).
+    pub ci: Option<(f64, f64)>,
+    /// Two-sided signed-rank p-value (None: no non-zero pair).
+    pub p: Option<f64>,
+    /// Pairs judged.
+    pub pairs: usize,
+    pub verdict: Verdict,
+    /// Why not judged, or the evidence of the verdict, in words.
+    pub why: String,
+}
+
+impl PairedChange {
+    /// `1.250x [1.231, 1.266]`: the ratio and its interval.
+    pub fn ratio_text(&self) -> String {
+        match self.ci {
+            Some((lo, hi)) => format!("{:.3}x [{lo:.3}, {hi:.3}]", self.ratio),
+            None if self.ratio.is_finite() => format!("{:.3}x", self.ratio),
+            None => "-".into(),
+        }
+    }
+}
+
+/// The median of a sorted, non-empty slice.
+fn median_sorted(s: &[f64]) -> f64 {
+    let m = s.len();
+    if m % 2 == 1 { s[m / 2] } else { 0.5 * s[m / 2 - 1] + 0.5 * s[m / 2] }
+}
+
+/// The bootstrap interval of the median of `d` at `confidence` (`resamples` resamples by a
+/// ChaCha8 generator seeded with `seed`); None for an empty `d`.
+pub fn bootstrap_median_ci(d: &[f64], resamples: usize, confidence: f64, seed: u64) -> Option<(f64, f64)> {
+    if d.is_empty() || resamples == 0 {
+        return None;
+    }
+    let mut sorted = d.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let median = ResampledMedian::new(&sorted);
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut medians: Vec<f64> = (0..resamples).map(|_| median.draw(&mut rng)).collect();
+    medians.sort_by(f64::total_cmp);
+    let tail = (1.0 - confidence) / 2.0;
+    let at = |q: f64| medians[((q * resamples as f64).floor() as usize).min(resamples - 1)];
+    Some((at(tail), at(1.0 - tail)))
+}
+
+/// Largest pair count whose signed-rank distribution is counted exactly (2^60 assignments fit a
+/// u64 count; the table is 60 * 61 / 2 + 1 entries).
+const EXACT_PAIRS: usize = 60;
+
+/// The two-sided p-value of the Wilcoxon signed-rank test of `d` (zeros left out), with the
+/// statistic W+ (the sum of the ranks of the positive differences; mid-ranks for tied
+/// magnitudes). None when no difference is non-zero.
+pub fn signed_rank(d: &[f64]) -> Option<(f64, f64)> {
+    let mut nonzero: Vec<f64> = d.iter().copied().filter(|x| *x != 0.0 && !x.is_nan()).collect();
+    let n = nonzero.len();
+    if n == 0 {
+        return None;
+    }
+    nonzero.sort_by(|a, b| a.abs().total_cmp(&b.abs()));
+    // Mid-ranks over groups of equal magnitude; the tie term sum(t^3 - t) corrects the variance.
+    let mut w_plus = 0.0;
+    let mut tie_term = 0.0;
+    let mut i = 0;
+    while i < n {
+        let mut j = i + 1;
+        while j < n && nonzero[j].abs() == nonzero[i].abs() {
+            j += 1;
+        }
+        let rank = (i + 1 + j) as f64 / 2.0;
+        w_plus += rank * nonzero[i..j].iter().filter(|x| **x > 0.0).count() as f64;
+        let t = (j - i) as f64;
+        tie_term += t * t * t - t;
+        i = j;
+    }
+    let nf = n as f64;
+    let mean = nf * (nf + 1.0) / 4.0;
+    let p = if n <= EXACT_PAIRS && tie_term == 0.0 {
+        // Counts of sign assignments by W+, for ranks 1..=n.
+        let max = n * (n + 1) / 2;
+        let mut counts = vec![0u64; max + 1];
+        counts[0] = 1;
+        for r in 1..=n {
+            for s in (r..=max).rev() {
+                counts[s] += counts[s - r];
+            }
+        }
+        let total = 2f64.powi(n as i32);
+        // Two-sided: the probability of a W+ at least as far from the mean as the observed one.
+        let distance = (w_plus - mean).abs();
+        let far: u64 = counts
+            .iter()
+            .enumerate()
+            .filter(|(s, _)| (*s as f64 - mean).abs() >= distance - 1e-9)
+            .map(|(_, c)| c)
+            .sum();
+        (far as f64 / total).min(1.0)
+    } else {
+        let var = nf * (nf + 1.0) * (2.0 * nf + 1.0) / 24.0 - tie_term / 48.0;
+        if var <= 0.0 {
+            return Some((w_plus, 1.0));
+        }
+        // Continuity-corrected, both tails.
+        let z = ((w_plus - mean).abs() - 0.5).max(0.0) / var.sqrt();
+        (crate::verdict::erfc(z / std::f64::consts::SQRT_2)).min(1.0)
+    };
+    Some((w_plus, p))
+}
+
+/// The fewest pairs whose signed-rank test can reach `alpha` (two-sided): every sign alike gives
+/// p = 2 / 2^n.
+pub fn min_pairs(alpha: f64) -> usize {
+    (1..=64usize).find(|&n| 2.0 / 2f64.powi(n as i32) < alpha).unwrap_or(64)
+}
+
+/// The bootstrap interval of the median of `d` when the values come in groups that share more
+/// than chance (`group[i]` is the group of `d[i]`: the pairs of one pair of processes): groups
+/// are resampled with replacement, then values within each chosen group. A difference between
+/// groups then widens the interval as it should, where resampling the values alone would take
+/// a few groups' values for many independent ones.
+pub fn cluster_bootstrap_median_ci(
+    d: &[f64],
+    group: &[usize],
+    resamples: usize,
+    confidence: f64,
+    seed: u64,
+) -> Option<(f64, f64)> {
+    if d.is_empty() || resamples == 0 || group.len() != d.len() {
+        return None;
+    }
+    let mut groups: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
+    for (x, g) in d.iter().zip(group) {
+        groups.entry(*g).or_default().push(*x);
+    }
+    let groups: Vec<Vec<f64>> = groups.into_values().collect();
+    if groups.len() == d.len() {
+        return bootstrap_median_ci(d, resamples, confidence, seed);
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut sample = Vec::with_capacity(d.len());
+    let mut medians: Vec<f64> = (0..resamples)
+        .map(|_| {
+            sample.clear();
+            for _ in 0..groups.len() {
+                let g = &groups[rng.random_range(0..groups.len())];
+                sample.extend((0..g.len()).map(|_| g[rng.random_range(0..g.len())]));
+            }
+            sample.sort_by(f64::total_cmp);
+            median_sorted(&sample)
+        })
+        .collect();
+    medians.sort_by(f64::total_cmp);
+    let tail = (1.0 - confidence) / 2.0;
+    let at = |q: f64| medians[((q * resamples as f64).floor() as usize).min(resamples - 1)];
+    Some((at(tail), at(1.0 - tail)))
+}
+
+/// Judges one mode of one case from its pairs: `baseline[i]` and `candidate[i]` are the i-th
+/// pair's times (seconds, positive), each pair its own group. `case_id` and `mode` seed the
+/// bootstrap.
+pub fn judge_pairs(case_id: &str, mode: &str, baseline: &[f64], candidate: &[f64], cfg: &PairedConfig) -> PairedChange {
+    let group: Vec<usize> = (0..baseline.len()).collect();
+    judge_grouped_pairs(case_id, mode, baseline, candidate, &group, cfg)
+}
+
+/// [`judge_pairs`] for pairs that come in groups (`group[i]`: the pair of processes that
+/// measured pair i): the interval is the groups' bootstrap ([`cluster_bootstrap_median_ci`]).
+pub fn judge_grouped_pairs(
+    case_id: &str,
+    mode: &str,
+    baseline: &[f64],
+    candidate: &[f64],
+    group: &[usize],
+    cfg: &PairedConfig,
+) -> PairedChange {
+    let (d, group): (Vec<f64>, Vec<usize>) = baseline
+        .iter()
+        .zip(candidate)
+        .zip(group)
+        .filter(|((b, c), _)| **b > 0.0 && **c > 0.0 && b.is_finite() && c.is_finite())
+        .map(|((b, c), g)| ((c / b).ln(), *g))
+        .unzip();
+    let pairs = d.len();
+    let mut change =
+        PairedChange { ratio: f64::NAN, ci: None, p: None, pairs, verdict: Verdict::NotJudged, why: String::new() };
+    if pairs == 0 {
+        change.why = "no pair of positive times".into();
+        return change;
+    }
+    let mut sorted = d.clone();
+    sorted.sort_by(f64::total_cmp);
+    change.ratio = median_sorted(&sorted).exp();
+    let needed = min_pairs(cfg.alpha);
+    if pairs < needed {
+        change.why = format!("{pairs} pair(s): the signed-rank test cannot reach p < {} (needs {needed})", cfg.alpha);
+        return change;
+    }
+    let (lo, hi) = cluster_bootstrap_median_ci(&d, &group, cfg.resamples, cfg.confidence, seed_for(case_id, mode))
+        .map(|(lo, hi)| (lo.exp(), hi.exp()))
+        .expect("pairs present");
+    change.ci = Some((lo, hi));
+    let p = signed_rank(&d).map_or(1.0, |(_, p)| p);
+    change.p = Some(p);
+    let (t, e) = (cfg.max_slowdown, 1.0 + cfg.noise_threshold);
+    let evidence = format!(
+        "{:.0}% CI [{lo:.3}, {hi:.3}] of the median pair ratio, signed-rank p = {p:.2e} over {pairs} pairs",
+        cfg.confidence * 100.0
+    );
+    let r = change.ratio;
+    (change.verdict, change.why) = if r > t && lo > e && p < cfg.alpha {
+        (Verdict::Regressed, format!("{r:.3}x slower than the baseline, beyond {t}x: {evidence}"))
+    } else if r < 1.0 / t && hi < 1.0 / e && p < cfg.alpha {
+        (Verdict::Improved, format!("{:.3}x faster than the baseline, beyond {t}x: {evidence}", 1.0 / r))
+    } else if hi <= t {
+        (Verdict::NoChange, format!("a slowdown beyond {t}x is ruled out: {evidence}"))
+    } else {
+        (
+            Verdict::NotJudged,
+            format!(
+                "too noisy: the interval admits a slowdown beyond {t}x that the pairs do not establish: {evidence}"
+            ),
+        )
+    };
+    change
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signed_rank_matches_the_tables() {
+        // n = 10, all positive: W+ = 55, p = 2 / 1024.
+        let all: Vec<f64> = (1..=10).map(|i| i as f64).collect();
+        let (w, p) = signed_rank(&all).unwrap();
+        assert_eq!(w, 55.0);
+        assert!((p - 2.0 / 1024.0).abs() < 1e-15, "{p}");
+        // n = 10 with the two smallest magnitudes negative: W+ = 52. Assignments with W+ >= 52
+        // (the negative ranks summing to at most 3: {}, {1}, {2}, {3}, {1,2}) are 5 of 1024, so
+        // two-sided p = 10 / 1024.
+        let mixed: Vec<f64> = (1..=10).map(|i| if i <= 2 { -(i as f64) } else { i as f64 }).collect();
+        let (w, p) = signed_rank(&mixed).unwrap();
+        assert_eq!(w, 52.0);
+        assert!((p - 10.0 / 1024.0).abs() < 1e-15, "{p}");
+        // W+ = 1 + 4 = 5, the mean of n = 4: p = 1.
+        let (_, p) = signed_rank(&[1.0, -2.0, -3.0, 4.0]).unwrap();
+        assert!((p - 1.0).abs() < 1e-12, "{p}");
+        // Zeros are left out; nothing left: no test.
+        assert!(signed_rank(&[0.0, 0.0]).is_none());
+        assert_eq!(signed_rank(&[0.0, 3.0]).unwrap().0, 1.0);
+        // Ties take the normal approximation: 20 equal positive magnitudes give W+ = 210, mean
+        // 105, var = 20*21*41/24 - (8000 - 20)/48 = 717.5 - 166.25 = 551.25, z = 104.5 / 23.48.
+        let (w, p) = signed_rank(&[0.5; 20]).unwrap();
+        assert_eq!(w, 210.0);
+        let z: f64 = 104.5 / 551.25f64.sqrt();
+        assert!(p > 0.0 && p < 1e-5, "{p} (z = {z})");
+    }
+
+    #[test]
+    fn min_pairs_is_where_the_test_can_reach_alpha() {
+        // 2 / 2^8 = 0.0078 < 0.01; 2 / 2^7 = 0.0156 is not.
+        assert_eq!(min_pairs(0.01), 8);
+        assert_eq!(min_pairs(0.05), 6);
+    }
+
+    fn pairs(seed: u64, n: usize, factor: f64, spread: f64) -> (Vec<f64>, Vec<f64>) {
+        // Each pair shares a machine state (a load factor up to 3x); within a pair each side
+        // has its own small jitter.
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let (mut b, mut c) = (Vec::new(), Vec::new());
+        for _ in 0..n {
+            let state = 1.0 + 2.0 * rng.random::<f64>();
+            b.push(1e-3 * state * (1.0 + spread * (rng.random::<f64>() - 0.5)));
+            c.push(1e-3 * factor * state * (1.0 + spread * (rng.random::<f64>() - 0.5)));
+        }
+        (b, c)
+    }
+
+    #[test]
+    fn pairs_see_through_a_shared_load() {
+        let cfg = PairedConfig::default();
+        // 25% slower under a load that moves both sides by up to 3x: regressed.
+        let (b, c) = pairs(1, 16, 1.25, 0.04);
+        let slower = judge_pairs("case", "vjp", &b, &c, &cfg);
+        assert_eq!(slower.verdict, Verdict::Regressed, "{slower:?}");
+        assert!((slower.ratio - 1.25).abs() < 0.03, "{slower:?}");
+        let (lo, hi) = slower.ci.unwrap();
+        assert!(lo > 1.2 && hi < 1.3, "{slower:?}");
+        // Swapped: improved.
+        let faster = judge_pairs("case", "vjp", &c, &b, &cfg);
+        assert_eq!(faster.verdict, Verdict::Improved, "{faster:?}");
+        // The same code on both sides: no change.
+        let (b, c) = pairs(2, 16, 1.0, 0.04);
+        let same = judge_pairs("case", "vjp", &b, &c, &cfg);
+        assert_eq!(same.verdict, Verdict::NoChange, "{same:?}");
+        // Unpaired, the same samples would tell nothing: each side spans the load's 3x.
+        let spread = |s: &[f64]| s.iter().cloned().fold(0.0, f64::max) / s.iter().cloned().fold(f64::MAX, f64::min);
+        assert!(spread(&b) > 2.0, "{b:?}");
+    }
+
+    #[test]
+    fn too_few_or_too_noisy_pairs_are_not_judged() {
+        let cfg = PairedConfig::default();
+        let (b, c) = pairs(3, 7, 2.0, 0.01);
+        let few = judge_pairs("case", "primal", &b, &c, &cfg);
+        assert_eq!(few.verdict, Verdict::NotJudged);
+        assert!(few.why.contains("7 pair(s)") && few.why.contains("needs 8"), "{}", few.why);
+        assert!((few.ratio - 2.0).abs() < 0.02, "{few:?}");
+        // Pairs that disagree by +-40%: the interval reaches past 1.10 without a finding.
+        let (b, c) = pairs(4, 10, 1.0, 0.8);
+        let noisy = judge_pairs("case", "primal", &b, &c, &cfg);
+        assert_eq!(noisy.verdict, Verdict::NotJudged, "{noisy:?}");
+        assert!(noisy.why.starts_with("too noisy"), "{}", noisy.why);
+        // Non-positive or non-finite times are no pair.
+        let none = judge_pairs("case", "primal", &[0.0, f64::NAN], &[1.0, 1.0], &cfg);
+        assert_eq!(none.pairs, 0);
+        assert_eq!(none.verdict, Verdict::NotJudged);
+    }
+
+    #[test]
+    fn groups_that_disagree_widen_the_interval() {
+        let cfg = PairedConfig::default();
+        // Four pairs of processes, four pairs each: within a group the pairs agree to 1%, but
+        // the groups sit at 0.9, 1.0, 1.05 and 1.2 (a process's own layout, not the code).
+        let mut rng = ChaCha8Rng::seed_from_u64(6);
+        let (mut b, mut c, mut g) = (Vec::new(), Vec::new(), Vec::new());
+        for (i, level) in [0.9, 1.0, 1.05, 1.2].into_iter().enumerate() {
+            for _ in 0..4 {
+                b.push(1e-3);
+                c.push(1e-3 * level * (1.0 + 0.01 * (rng.random::<f64>() - 0.5)));
+                g.push(i);
+            }
+        }
+        let alone = judge_pairs("case", "vjp", &b, &c, &cfg);
+        let grouped = judge_grouped_pairs("case", "vjp", &b, &c, &g, &cfg);
+        let width = |ch: &PairedChange| ch.ci.unwrap().1 - ch.ci.unwrap().0;
+        assert!(width(&grouped) > 1.5 * width(&alone), "{alone:?} {grouped:?}");
+        // The groups' spread reaches past 1.10: not a finding, and not "no change" either.
+        assert!(grouped.ci.unwrap().1 > 1.1, "{grouped:?}");
+        assert_eq!(grouped.verdict, Verdict::NotJudged, "{grouped:?}");
+        // Groups that agree on 1.25x stay a regression.
+        let c25: Vec<f64> =
+            c.iter().zip(&g).map(|(_, _)| 1.25e-3 * (1.0 + 0.02 * (rng.random::<f64>() - 0.5))).collect();
+        let slower = judge_grouped_pairs("case", "vjp", &b, &c25, &g, &cfg);
+        assert_eq!(slower.verdict, Verdict::Regressed, "{slower:?}");
+    }
+
+    #[test]
+    fn the_interval_is_seeded_and_holds_the_change() {
+        let cfg = PairedConfig::default();
+        let (b, c) = pairs(5, 12, 1.05, 0.1);
+        let one = judge_pairs("case", "vjp", &b, &c, &cfg);
+        assert_eq!(one, judge_pairs("case", "vjp", &b, &c, &cfg));
+        let (lo, hi) = one.ci.unwrap();
+        assert!(lo <= one.ratio && one.ratio <= hi, "{one:?}");
+        // The interval's ends are medians of resamples: within the pairs' smallest and largest.
+        let ratios: Vec<f64> = b.iter().zip(&c).map(|(b, c)| c / b).collect();
+        let (min, max) = (ratios.iter().cloned().fold(f64::MAX, f64::min), ratios.iter().cloned().fold(0.0, f64::max));
+        assert!(lo >= min * (1.0 - 1e-12) && hi <= max * (1.0 + 1e-12), "{one:?} {ratios:?}");
+    }
+}
