@@ -17,15 +17,16 @@
 //! noisy to judge gets more pairs, four at a time, up to `--max-pairs`.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use serde::Serialize;
 use serde_json::Value as Json;
 
 use adgauge_backends::Cpu;
-use adgauge_reports::paired::{PairedConfig, judge_grouped_pairs};
+use adgauge_reports::paired::{
+    PAIRED_SCHEMA, PairedConfig, PairedHeader, PairedRow, judge_grouped_pairs, write_paired,
+};
 use adgauge_reports::verdict::Verdict;
 use adgauge_workloads::Mode;
 
@@ -194,84 +195,28 @@ fn extra_fields(case: &Case) -> Vec<(&'static str, Json)> {
     extra
 }
 
-/// One mode of one case, compared: a line of `--json` and of the history's paired file.
-#[derive(Clone, Debug, Serialize, serde::Deserialize, PartialEq)]
-pub struct PairedRow {
-    pub case_id: String,
-    pub workload: String,
-    pub tool: String,
-    pub dtype: String,
-    pub rule: String,
-    pub mode: String,
-    /// `regressed`, `improved`, `no change` or `not judged`.
-    pub verdict: String,
-    /// Candidate / baseline (absent where no pair was taken).
-    pub ratio: Option<f64>,
-    pub ci_low: Option<f64>,
-    pub ci_high: Option<f64>,
-    /// Two-sided signed-rank p-value.
-    pub p: Option<f64>,
-    pub pairs: usize,
-    /// Pairs of processes (fresh processes of both sides) the pairs came from.
-    pub processes: usize,
-    pub runs_per_block: u64,
-    /// Medians of the sides' block times, in seconds.
-    pub baseline_s: Option<f64>,
-    pub candidate_s: Option<f64>,
-    pub why: String,
-}
-
-impl PairedRow {
-    fn not_judged(case: &Case, mode: &str, why: String) -> PairedRow {
-        PairedRow {
-            case_id: case.id(),
-            workload: case.name.clone(),
-            tool: case.tool.clone(),
-            dtype: case.dtype.name().into(),
-            rule: case.rule.clone(),
-            mode: mode.into(),
-            verdict: Verdict::NotJudged.name().into(),
-            ratio: None,
-            ci_low: None,
-            ci_high: None,
-            p: None,
-            pairs: 0,
-            processes: 0,
-            runs_per_block: 0,
-            baseline_s: None,
-            candidate_s: None,
-            why,
-        }
+/// A row of `case`'s `mode` with nothing measured, `why` the reason.
+fn not_judged(case: &Case, mode: &str, why: String) -> PairedRow {
+    PairedRow {
+        case_id: case.id(),
+        workload: case.name.clone(),
+        tool: case.tool.clone(),
+        dtype: case.dtype.name().into(),
+        rule: case.rule.clone(),
+        mode: mode.into(),
+        verdict: Verdict::NotJudged.name().into(),
+        ratio: None,
+        ci_low: None,
+        ci_high: None,
+        p: None,
+        pairs: 0,
+        processes: 0,
+        runs_per_block: 0,
+        baseline_s: None,
+        candidate_s: None,
+        why,
     }
 }
-
-/// The first line of a paired file: what was compared, where and when.
-#[derive(Clone, Debug, Serialize, serde::Deserialize, PartialEq)]
-pub struct PairedHeader {
-    /// `adgauge-paired 1`.
-    pub schema: String,
-    pub id: String,
-    pub timestamp: String,
-    pub baseline: String,
-    pub candidate: String,
-    pub suite: String,
-    pub machine: String,
-    pub cpu_model: String,
-    pub cores: usize,
-    /// The 1-minute load average at the start and the end (Linux; None elsewhere).
-    pub load_start: Option<f64>,
-    pub load_end: Option<f64>,
-    pub max_slowdown: f64,
-    pub alpha: f64,
-    pub confidence: f64,
-    pub wall_s: f64,
-}
-
-/// The schema tag of a paired file's header.
-pub const PAIRED_SCHEMA: &str = "adgauge-paired 1";
-
-/// The file suffix of paired verdicts in a history directory.
-pub const PAIRED_SUFFIX: &str = ".paired.jsonl";
 
 fn load_average() -> Option<f64> {
     std::fs::read_to_string("/proc/loadavg").ok()?.split_whitespace().next()?.parse().ok()
@@ -453,7 +398,7 @@ fn compare_mode(
     sides: &Sides,
     s: &Settings,
 ) -> anyhow::Result<PairedRow> {
-    let mut row = PairedRow::not_judged(case, mode.name(), String::new());
+    let mut row = not_judged(case, mode.name(), String::new());
     let mut got = Gathered { runs: None, times: [Vec::new(), Vec::new()], group: Vec::new() };
     let (mut done, mut target) = (0, s.epochs);
     let change = loop {
@@ -494,7 +439,7 @@ fn compare_case(case: &Case, sides: &Sides, s: &Settings) -> (Vec<PairedRow>, bo
         Ok(p) => p,
         Err(e) => {
             let why = format!("error: cannot generate the case: {e:#}");
-            return (modes.iter().map(|m| PairedRow::not_judged(case, m.name(), why.clone())).collect(), true);
+            return (modes.iter().map(|m| not_judged(case, m.name(), why.clone())).collect(), true);
         }
     };
     let mut rows = Vec::new();
@@ -513,7 +458,7 @@ fn compare_case(case: &Case, sides: &Sides, s: &Settings) -> (Vec<PairedRow>, bo
                     failed = true;
                     format!("error: {text}")
                 };
-                rows.push(PairedRow::not_judged(case, mode.name(), why));
+                rows.push(not_judged(case, mode.name(), why));
             }
         }
     }
@@ -574,41 +519,6 @@ pub fn summary(rows: &[PairedRow]) -> String {
     )
 }
 
-fn write_paired(dir: &Path, header: &PairedHeader, rows: &[PairedRow]) -> anyhow::Result<PathBuf> {
-    std::fs::create_dir_all(dir).map_err(|e| bad_input(format!("{}: cannot create: {e}", dir.display())))?;
-    let path = dir.join(format!("{}{PAIRED_SUFFIX}", header.id));
-    let mut text = serde_json::to_string(header)?;
-    text.push('\n');
-    for r in rows {
-        text.push_str(&serde_json::to_string(r)?);
-        text.push('\n');
-    }
-    // Written whole, then renamed: a reader never sees half a file.
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text).map_err(|e| anyhow::anyhow!("{}: cannot write: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, &path).map_err(|e| anyhow::anyhow!("{}: cannot write: {e}", path.display()))?;
-    Ok(path)
-}
-
-/// Reads a paired file: its header and rows; errors name the file and line.
-pub fn read_paired(path: &Path) -> anyhow::Result<(PairedHeader, Vec<PairedRow>)> {
-    let name = path.display();
-    let text = std::fs::read_to_string(path).map_err(|e| bad_input(format!("{name}: cannot read: {e}")))?;
-    let mut lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
-    let (_, first) = lines.next().ok_or_else(|| bad_input(format!("{name}: empty")))?;
-    let header: PairedHeader =
-        serde_json::from_str(first).map_err(|e| bad_input(format!("{name}:1: not a paired header: {e}")))?;
-    if header.schema != PAIRED_SCHEMA {
-        return Err(bad_input(format!("{name}:1: schema '{}' (this build reads '{PAIRED_SCHEMA}')", header.schema)));
-    }
-    let rows = lines
-        .map(|(i, l)| {
-            serde_json::from_str(l).map_err(|e| bad_input(format!("{name}:{}: not a paired row: {e}", i + 1)))
-        })
-        .collect::<anyhow::Result<Vec<PairedRow>>>()?;
-    Ok((header, rows))
-}
-
 pub fn compare(args: &CompareArgs, threads: Option<usize>) -> anyhow::Result<Code> {
     let baseline = SideSpec::parse(&args.baseline, "--baseline").map_err(bad_input)?;
     let candidate = match &args.candidate {
@@ -645,14 +555,37 @@ pub fn compare(args: &CompareArgs, threads: Option<usize>) -> anyhow::Result<Cod
             return Err(bad_input(format!("--filter '{f}' matches no case (see `adgauge run --list`)")));
         }
     }
-    // Two tool: sides ignore the case's tool: one comparison per case whatever its tool.
-    if matches!((&baseline, &candidate), (SideSpec::Tool(_), SideSpec::Tool(_))) {
-        let mut seen = std::collections::BTreeSet::new();
-        cases.retain(|c| {
-            let mut key = c.clone();
-            key.tool = "-".into();
-            seen.insert(key.id())
-        });
+    let mut notes = Vec::new();
+    let tool_sides = [&baseline, &candidate].iter().filter(|s| matches!(s, SideSpec::Tool(_))).count();
+    if tool_sides > 0 {
+        // A tool: side computes in f64 and takes neither the case's tool nor its rule.
+        let before = cases.len();
+        cases.retain(|c| c.dtype.name() == "f64");
+        if cases.len() < before {
+            notes.push(format!(
+                "{} case(s) left out: a tool: side computes in f64 (protocol numbers are doubles)",
+                before - cases.len()
+            ));
+        }
+        if tool_sides == 2 {
+            let mut seen = std::collections::BTreeSet::new();
+            let before = cases.len();
+            cases.retain(|c| {
+                let mut key = c.clone();
+                key.tool = "-".into();
+                key.rule = "-".into();
+                seen.insert(key.id())
+            });
+            if cases.len() < before {
+                notes.push(format!(
+                    "{} case(s) left out: they differ only in their tool or rule, which tool: sides do not take",
+                    before - cases.len()
+                ));
+            }
+        }
+        if cases.is_empty() {
+            return Err(bad_input(format!("nothing to compare: {}", notes.join("; "))));
+        }
     }
     suite.check_memory(&cases).map_err(bad_input)?;
     let cpu = Cpu::new(threads)?;
@@ -703,6 +636,9 @@ pub fn compare(args: &CompareArgs, threads: Option<usize>) -> anyhow::Result<Cod
             cases.len(),
             header.load_start.map_or("unknown".into(), |l| format!("{l:.2}"))
         ));
+        for note in &notes {
+            console.line(&format!("note: {note}"));
+        }
     }
     let started = Instant::now();
     let mut rows = Vec::new();
@@ -748,7 +684,7 @@ pub fn compare(args: &CompareArgs, threads: Option<usize>) -> anyhow::Result<Cod
         ));
     }
     if let Some(dir) = &args.history {
-        let path = write_paired(dir, &header, &rows)?;
+        let path = write_paired(dir, &header, &rows).map_err(|e| anyhow::anyhow!(e))?;
         if !args.json {
             console.line(&format!("saved {}", path.display()));
         }
@@ -778,7 +714,7 @@ mod tests {
     #[test]
     fn a_side_s_command_serves_the_case_s_device_and_dtype() {
         let suite = crate::suite::parse_suite(
-            "cases:\n  - {workload: hist, ops: [add], rules: [general-sort], n: [100], k: [10], dtypes: [f32], index_dtypes: [i64], tools: [cpu-staged]}\n",
+            "name: t\ncases:\n  - {workload: hist, ops: [add], rules: [general-sort], n: [100], k: [10], dtypes: [f32], index_dtypes: [i64], tools: [cpu-staged]}\n",
             "s.yaml",
         )
         .unwrap();
@@ -805,15 +741,15 @@ mod tests {
     #[test]
     fn the_summary_counts_every_verdict_and_reason() {
         let suite = crate::suite::parse_suite(
-            "cases:\n  - {workload: hist, ops: [add], n: [100], k: [10], dtypes: [f64]}\n",
+            "name: t\ncases:\n  - {workload: hist, ops: [add], n: [100], k: [10], dtypes: [f64]}\n",
             "s.yaml",
         )
         .unwrap();
         let case = &suite.cases[0];
         let mut rows = vec![
-            PairedRow::not_judged(case, "primal", "too noisy: x".into()),
-            PairedRow::not_judged(case, "vjp", "error: baseline: died".into()),
-            PairedRow::not_judged(case, "jvp", "x".into()),
+            not_judged(case, "primal", "too noisy: x".into()),
+            not_judged(case, "vjp", "error: baseline: died".into()),
+            not_judged(case, "jvp", "x".into()),
         ];
         rows[2].verdict = "regressed".into();
         let s = summary(&rows);

@@ -629,6 +629,11 @@ pub fn report_command(args: &ReportArgs) -> anyhow::Result<Code> {
     // The gate's baseline for the newest run; none for a run without an earlier one of its suite.
     let (newest, _) = runs.last().expect("runs is not empty");
     let history = history.is_dir().then(|| history.clone());
+    // The newest paired comparison (`adgauge compare --history`), shown in its own section.
+    let paired = match history.as_deref().and_then(adgauge_reports::paired::newest_paired) {
+        Some(p) => Some(adgauge_reports::paired::read_paired(&p).map_err(bad_input)?),
+        None => None,
+    };
     let first_of_suite = !runs[..runs.len() - 1]
         .iter()
         .any(|(i, _)| i.suite.is_empty() || newest.suite.is_empty() || i.suite == newest.suite);
@@ -638,7 +643,7 @@ pub fn report_command(args: &ReportArgs) -> anyhow::Result<Code> {
         Some(select_baseline(&args.baseline, history, newest)?)
     };
     let path = args.out.join("index.html");
-    store::write_atomic(&path, adgauge_reports::html::render(&runs, baseline.as_ref()))?;
+    store::write_atomic(&path, adgauge_reports::html::render_with_paired(&runs, baseline.as_ref(), paired.as_ref()))?;
     crate::sinks::Console::new(0, true).line(&format!("wrote {} ({} runs)", path.display(), runs.len()));
     Ok(Code::Success)
 }

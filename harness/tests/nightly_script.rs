@@ -53,3 +53,76 @@ fn nightly_uses_the_binary_under_cargo_target_dir() {
     assert!(calls.iter().any(|c| c.starts_with("report --history")), "{calls:?}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn nightly_times_the_last_nightly_s_build_against_this_one() {
+    let root = repo_root();
+    let rev = |spec: &str| {
+        let out = Command::new("git").args(["rev-parse", spec]).current_dir(&root).output().ok()?;
+        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    };
+    let (Some(head), Some(parent)) = (rev("HEAD"), rev("HEAD~1")) else {
+        eprintln!("skipped: the checkout has no git history with a parent commit (a shallow clone?)");
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("adgauge-nightly-paired-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (bin_dir, target, cache) = (dir.join("bin"), dir.join("target"), dir.join("baselines"));
+    for d in [&bin_dir, &target.join("release"), &cache.join(&parent)] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let log = dir.join("calls.log");
+    script(&bin_dir.join("cargo"), "exit 0");
+    // The stand-in `compare` finds a regression (exit 3); everything else succeeds.
+    let stand_in = format!(
+        "echo \"$0 $*\" >> '{}'\ncase \"$*\" in *\" run \"*|run*) touch \"$ADGAUGE_HISTORY/20261127T000000Z-run.csv\";; *compare*) exit 3;; esac\nexit 0",
+        log.display()
+    );
+    script(&target.join("release/adgauge"), &stand_in);
+    // The baseline binary is in the cache already: nothing is built.
+    script(&cache.join(&parent).join("adgauge"), &stand_in);
+    let history = dir.join("history");
+    let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap_or_default());
+    let nightly = |baseline: Option<&str>| {
+        let mut c = Command::new("bash");
+        c.arg(root.join("scripts/nightly.sh"))
+            .env("PATH", &path)
+            .env("CARGO_TARGET_DIR", &target)
+            .env("ADGAUGE_HISTORY", &history)
+            .env("ADGAUGE_SUITE", "suites/quick.yaml")
+            .env("ADGAUGE_FILTER", "hist-add")
+            .env("ADGAUGE_BASELINE_CACHE", &cache)
+            .env_remove("ADGAUGE_BASELINE_REV");
+        if let Some(b) = baseline {
+            c.env("ADGAUGE_BASELINE_REV", b);
+        }
+        c.output().unwrap()
+    };
+    // The first night has no baseline: no paired step; it records its commit.
+    let out = nightly(None);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("paired step: no baseline revision yet"));
+    assert_eq!(std::fs::read_to_string(history.join("last-nightly-commit")).unwrap().trim(), head);
+    let calls = std::fs::read_to_string(&log).unwrap();
+    assert!(!calls.contains("compare"), "{calls}");
+    assert!(calls.lines().next().unwrap().contains("run --suite suites/quick.yaml --filter hist-add"), "{calls}");
+    // With the parent as the baseline: the current build runs `compare` against the cached
+    // baseline binary, saving into the history, and its regression (3) is the night's code.
+    std::fs::remove_file(&log).unwrap();
+    let out = nightly(Some(&parent));
+    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+    let calls = std::fs::read_to_string(&log).unwrap();
+    let compare = calls.lines().find(|c| c.contains(" compare ")).unwrap_or_else(|| panic!("{calls}"));
+    let expected = format!(
+        "compare --baseline bin:{} --suite suites/quick.yaml --filter hist-add --history {} --quiet",
+        cache.join(&parent).join("adgauge").display(),
+        history.display()
+    );
+    assert!(compare.starts_with(&target.join("release/adgauge").display().to_string()), "{compare}");
+    assert!(compare.ends_with(&expected), "{compare}\n{expected}");
+    // The paired step runs before the report, which shows it.
+    let order: Vec<&str> = calls.lines().map(|c| c.split_whitespace().nth(1).unwrap_or("")).collect();
+    let at = |w: &str| order.iter().position(|c| *c == w).unwrap_or_else(|| panic!("{order:?}"));
+    assert!(at("compare") < at("report"), "{order:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -30,6 +30,9 @@
 //! docs/gate.md gives the thresholds' reasons and the measured sensitivity.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
 
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -287,6 +290,113 @@ pub fn judge_grouped_pairs(
     change
 }
 
+/// One mode of one case, compared: a line of `--json` and of the history's paired file.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct PairedRow {
+    pub case_id: String,
+    pub workload: String,
+    pub tool: String,
+    pub dtype: String,
+    pub rule: String,
+    pub mode: String,
+    /// `regressed`, `improved`, `no change` or `not judged`.
+    pub verdict: String,
+    /// Candidate / baseline (absent where no pair was taken).
+    pub ratio: Option<f64>,
+    pub ci_low: Option<f64>,
+    pub ci_high: Option<f64>,
+    /// Two-sided signed-rank p-value.
+    pub p: Option<f64>,
+    pub pairs: usize,
+    /// Pairs of processes (fresh processes of both sides) the pairs came from.
+    pub processes: usize,
+    pub runs_per_block: u64,
+    /// Medians of the sides' block times, in seconds.
+    pub baseline_s: Option<f64>,
+    pub candidate_s: Option<f64>,
+    pub why: String,
+}
+
+/// The first line of a paired file: what was compared, where and when.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct PairedHeader {
+    /// `adgauge-paired 1`.
+    pub schema: String,
+    pub id: String,
+    pub timestamp: String,
+    pub baseline: String,
+    pub candidate: String,
+    pub suite: String,
+    pub machine: String,
+    pub cpu_model: String,
+    pub cores: usize,
+    /// The 1-minute load average at the start and the end (Linux; None elsewhere).
+    pub load_start: Option<f64>,
+    pub load_end: Option<f64>,
+    pub max_slowdown: f64,
+    pub alpha: f64,
+    pub confidence: f64,
+    pub wall_s: f64,
+}
+
+/// The schema tag of a paired file's header.
+pub const PAIRED_SCHEMA: &str = "adgauge-paired 1";
+
+/// The file suffix of paired verdicts in a history directory.
+pub const PAIRED_SUFFIX: &str = ".paired.jsonl";
+
+/// Writes a paired file (`<header id>.paired.jsonl`) into `dir`: the header, then one row a
+/// line. Written whole and renamed, so a reader never sees half a file.
+pub fn write_paired(dir: &Path, header: &PairedHeader, rows: &[PairedRow]) -> Result<PathBuf, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: cannot create: {e}", dir.display()))?;
+    let path = dir.join(format!("{}{PAIRED_SUFFIX}", header.id));
+    let mut text = json_line(header)?;
+    for r in rows {
+        text.push_str(&json_line(r)?);
+    }
+    let tmp = dir.join(format!(".{}{PAIRED_SUFFIX}.tmp", header.id));
+    std::fs::write(&tmp, text).map_err(|e| format!("{}: cannot write: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, &path).map_err(|e| format!("{}: cannot write: {e}", path.display()))?;
+    Ok(path)
+}
+
+/// One JSON line of `v`.
+fn json_line<T: Serialize>(v: &T) -> Result<String, String> {
+    let mut line = serde_json::to_string(v).map_err(|e| format!("cannot write a paired line: {e}"))?;
+    line.push('\n');
+    Ok(line)
+}
+
+/// Reads a paired file: its header and rows; errors name the file and line.
+pub fn read_paired(path: &Path) -> Result<(PairedHeader, Vec<PairedRow>), String> {
+    let name = path.display();
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{name}: cannot read: {e}"))?;
+    let mut lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
+    let (_, first) = lines.next().ok_or_else(|| format!("{name}: empty"))?;
+    let header: PairedHeader =
+        serde_json::from_str(first).map_err(|e| format!("{name}:1: not a paired header: {e}"))?;
+    if header.schema != PAIRED_SCHEMA {
+        return Err(format!("{name}:1: schema '{}' (this build reads '{PAIRED_SCHEMA}')", header.schema));
+    }
+    let rows = lines
+        .map(|(i, l)| serde_json::from_str(l).map_err(|e| format!("{name}:{}: not a paired row: {e}", i + 1)))
+        .collect::<Result<Vec<PairedRow>, String>>()?;
+    Ok((header, rows))
+}
+
+/// The newest paired file of a history directory (ids sort by time), if any.
+pub fn newest_paired(dir: &Path) -> Option<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with(PAIRED_SUFFIX) && !n.starts_with('.'))
+        })
+        .collect();
+    files.sort();
+    files.pop()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -317,6 +427,62 @@ mod tests {
         assert_eq!(w, 210.0);
         let z: f64 = 104.5 / 551.25f64.sqrt();
         assert!(p > 0.0 && p < 1e-5, "{p} (z = {z})");
+    }
+
+    #[test]
+    fn paired_files_read_back_and_name_their_faults() {
+        let dir = std::env::temp_dir().join(format!("adgauge-paired-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let header = PairedHeader {
+            schema: PAIRED_SCHEMA.into(),
+            id: "20261128T000000Z-1-00000001".into(),
+            timestamp: "2026-11-28T00:00:00Z".into(),
+            baseline: "bin:/a".into(),
+            candidate: "bin:/b".into(),
+            suite: "quick".into(),
+            machine: "m".into(),
+            cpu_model: "c".into(),
+            cores: 2,
+            load_start: Some(1.5),
+            load_end: None,
+            max_slowdown: 1.1,
+            alpha: 0.01,
+            confidence: 0.95,
+            wall_s: 3.0,
+        };
+        let row = PairedRow {
+            case_id: "hist-add[k=10]/cpu/f32/auto".into(),
+            workload: "hist-add".into(),
+            tool: "cpu".into(),
+            dtype: "f32".into(),
+            rule: "auto".into(),
+            mode: "vjp".into(),
+            verdict: "regressed".into(),
+            ratio: Some(1.25),
+            ci_low: Some(1.2),
+            ci_high: Some(1.3),
+            p: Some(3e-5),
+            pairs: 16,
+            processes: 4,
+            runs_per_block: 100,
+            baseline_s: Some(1e-3),
+            candidate_s: Some(1.25e-3),
+            why: "slower".into(),
+        };
+        let path = write_paired(&dir, &header, std::slice::from_ref(&row)).unwrap();
+        assert_eq!(path.file_name().unwrap(), "20261128T000000Z-1-00000001.paired.jsonl");
+        assert_eq!(read_paired(&path).unwrap(), (header, vec![row]));
+        assert_eq!(newest_paired(&dir), Some(path.clone()));
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, format!("{text}{{\"case_id\": 3}}\n")).unwrap();
+        let e = read_paired(&path).unwrap_err();
+        assert!(
+            e.ends_with(
+                ".paired.jsonl:3: not a paired row: invalid type: integer `3`, expected a string at line 1 column 13"
+            ),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -37,6 +37,13 @@ leave no process behind):
   dispatch       every run computes and then waits 20 ms outside its timing, as a tool that
                  times the dispatch of asynchronous work reports 1000x too little
 
+--work FACTOR does FACTOR times the work of every run (at least 1; default 1): the whole
+computation floor(FACTOR) times, then hist's once more on the first (FACTOR - floor(FACTOR)) of
+its elements, the results thrown away. `adgauge compare` tells a 1.25x tool from its baseline copy.
+
+--sleep-ms MS adds MS ms of sleep to every timed run: a slowdown of a known size whatever the
+machine's load, for the tests of `adgauge compare`.
+
 --tag TEXT is ignored: it marks a test's processes in the process table.
 
 Whatever the fault, an evaluate of a module this process has not defined is refused, as
@@ -129,6 +136,26 @@ def hist(function, x, fault):
     elif function != "primal":
         raise ValueError(f"hist has no function {function}")
     return out
+
+
+def extra_work(module, function, x, fault, factor):
+    """The work beyond one computation that --work FACTOR asks for, results thrown away."""
+    whole = int(factor)
+    for _ in range(whole - 1):
+        evaluate(module, function, x, fault)
+    part = factor - whole
+    if part > 0 and module == "hist":
+        m = int(round(part * len(x["inds"])))
+        cut = {key: (value[:m] if key in ("inds", "vals", "vals_dot") else value) for key, value in x.items()}
+        hist(function, cut, fault)
+
+
+def evaluate(module, function, x, fault):
+    if module == "hist":
+        return hist(function, x, fault)
+    if module == "ba":
+        return ba(function, x, fault)
+    return llsq(function, x)
 
 
 def llsq(function, x):
@@ -273,7 +300,11 @@ def main():
                                  "zero-timing", "dispatch", "crash-once"])
     parser.add_argument("--tag", default="")
     parser.add_argument("--once", default="")
+    parser.add_argument("--work", type=float, default=1.0)
+    parser.add_argument("--sleep-ms", type=float, default=0.0)
     args = parser.parse_args()
+    if not (args.work >= 1.0 and args.sleep_ms >= 0.0):
+        parser.error("--work must be at least 1 and --sleep-ms at least 0")
     fault = args.fault
     defined = set()
     for line in sys.stdin:
@@ -330,12 +361,11 @@ def main():
             try:
                 for _ in range(runs):
                     start = time.perf_counter_ns()
-                    if message["module"] == "hist":
-                        output = hist(message["function"], x, fault)
-                    elif message["module"] == "ba":
-                        output = ba(message["function"], x, fault)
-                    else:
-                        output = llsq(message["function"], x)
+                    output = evaluate(message["module"], message["function"], x, fault)
+                    if args.work > 1.0:
+                        extra_work(message["module"], message["function"], x, fault, args.work)
+                    if args.sleep_ms > 0.0:
+                        time.sleep(args.sleep_ms * 1e-3)
                     took = time.perf_counter_ns() - start
                     if fault == "dispatch":
                         took = max(1, took // 1000)

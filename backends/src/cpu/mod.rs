@@ -359,6 +359,41 @@ fn dual_operands<'a, T: CpuElem, X: CpuIndexElem>(
     Ok((d, dd, ix, v, vd))
 }
 
+/// A slowdown planted in `+`'s primal histogram fold (`reduce_by_index` with `+`, which its VJP
+/// runs too; its JVP folds pairs and is left alone), in builds with the `planted-slowdown`
+/// feature only: the fold is done again on the first part of the elements and the result thrown
+/// away, so that the case does `ADGAUGE_PLANTED_SLOWDOWN` times the fold's work (default 1.2).
+/// It is how docs/gate.md measures what `adgauge compare` and `adgauge gate` detect: a real
+/// computation made slower, as a regression would make it.
+#[cfg(feature = "planted-slowdown")]
+mod planted {
+    use std::sync::OnceLock;
+
+    /// The planted factor (at least 1).
+    pub fn factor() -> f64 {
+        static FACTOR: OnceLock<f64> = OnceLock::new();
+        *FACTOR.get_or_init(|| {
+            std::env::var("ADGAUGE_PLANTED_SLOWDOWN")
+                .ok()
+                .and_then(|s| s.trim().parse::<f64>().ok())
+                .filter(|f| f.is_finite() && *f >= 1.0)
+                .unwrap_or(1.2)
+        })
+    }
+
+    /// Calls `fold(m)` on prefixes of `n` elements adding up to (factor - 1) n elements.
+    pub fn waste(n: usize, mut fold: impl FnMut(usize)) {
+        let extra = factor() - 1.0;
+        for _ in 0..extra.floor() as usize {
+            fold(n);
+        }
+        let m = ((extra - extra.floor()) * n as f64).round() as usize;
+        if m > 0 {
+            fold(m.min(n));
+        }
+    }
+}
+
 /// Per-bin totals of the operator `f` over `v`.
 fn scalar_totals<T: Elem, X: IndexElem, F: fold::Fold<T>>(
     pool: &Arc<Pool>,
@@ -792,6 +827,12 @@ impl Cpu {
             fold::Kind::Max => extremum_bin_totals(pool, ix, k, v, Extremum::Max),
             _ => with_fold!(op, T, f => scalar_totals(pool, ix, k, neutral, v, f)),
         };
+        #[cfg(feature = "planted-slowdown")]
+        if let fold::Kind::Add = fold::kind(op) {
+            planted::waste(ix.len(), |m| {
+                std::hint::black_box(scalar_totals(pool, &ix[..m], k, neutral, &v[..m], fold::AddF));
+            });
+        }
         let mut out = pool.take::<T>(k);
         kernels::combine_into(op, d, &totals, &mut out);
         Ok(self.wrap(out, dest.shape.clone()))

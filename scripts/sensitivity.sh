@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# docs/gate.md's sensitivity table: how often `adgauge compare` and `adgauge gate` flag a slowdown
+# planted in a real computation (`+`'s primal histogram fold, which its VJP runs too), and how
+# often they flag what was not slowed down, on an idle machine and under two busy processes.
+#
+#   scripts/sensitivity.sh BASE PLANTED [REPS] > table.md
+#
+# BASE: an adgauge release binary; PLANTED: the same source built with
+# `cargo build --release --features planted-slowdown` (its slowdown factor is read from
+# ADGAUGE_PLANTED_SLOWDOWN in each process). For each load, factor and repetition:
+# - compare: `PLANTED compare --baseline bin:BASE` with the candidate's factor set;
+# - gate: three runs of BASE into a fresh history, then one of PLANTED with the factor, and
+#   `gate --baseline best-of:3` on the last.
+# Environment: SENS_SUITE (default suites/sensitivity.yaml), SENS_FACTORS (default
+# "1.05 1.10 1.20 1.50"), SENS_LOADS (default "idle loaded"), SENS_OUT (default a temporary
+# directory; every JSON answer is kept there).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+base="${1:?usage: scripts/sensitivity.sh BASE PLANTED [REPS]}"
+planted="${2:?usage: scripts/sensitivity.sh BASE PLANTED [REPS]}"
+reps="${3:-5}"
+suite="${SENS_SUITE:-suites/sensitivity.yaml}"
+factors="${SENS_FACTORS:-1.05 1.10 1.20 1.50}"
+loads="${SENS_LOADS:-idle loaded}"
+out="${SENS_OUT:-$(mktemp -d)}"
+mkdir -p "$out"
+busy=()
+stop_busy() { for p in "${busy[@]}"; do kill "$p" 2>/dev/null; done; busy=(); }
+trap stop_busy EXIT
+
+for load in $loads; do
+  stop_busy
+  if [ "$load" = loaded ]; then
+    # Two busy processes at normal priority: as many as this VM has cores.
+    for _ in 1 2; do (while :; do :; done) & busy+=($!); done
+  fi
+  for f in $factors; do
+    for r in $(seq 1 "$reps"); do
+      tag="$load-$f-$r"
+      echo "== $tag (load $(cut -d' ' -f1 /proc/loadavg))" >&2
+      "$planted" compare --baseline "bin:$base" --suite "$suite" --json --quiet \
+        --candidate-env "ADGAUGE_PLANTED_SLOWDOWN=$f" > "$out/compare-$tag.jsonl"
+      hist="$out/history-$tag"
+      rm -rf "$hist"
+      for _ in 1 2 3; do "$base" run --suite "$suite" --history "$hist" --quiet > /dev/null; done
+      ADGAUGE_PLANTED_SLOWDOWN="$f" "$planted" run --suite "$suite" --history "$hist" --quiet > /dev/null
+      "$base" gate --history "$hist" --baseline best-of:3 --json > "$out/gate-$tag.json"
+    done
+  done
+done
+stop_busy
+python3 - "$out" "$factors" "$loads" <<'PY'
+import glob, json, os, sys
+out, factors, loads = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
+def affected(case_id, mode):
+    return case_id.startswith("hist-add[") and mode in ("primal", "vjp")
+def tally(pairs):
+    hit = tot = fa = un = 0
+    for case_id, mode, verdict in pairs:
+        if affected(case_id, mode):
+            tot += 1; hit += verdict == "regressed"
+        else:
+            un += 1; fa += verdict in ("regressed", "improved")
+    return hit, tot, fa, un
+print(f"results: {out}\n")
+print("| slowdown | " + " | ".join(f"{l}: compare flagged | {l}: gate flagged | {l}: compare false / 1000 | {l}: gate false / 1000" for l in loads) + " |")
+print("|---|" + "---|" * (4 * len(loads)))
+for f in factors:
+    cells = []
+    for l in loads:
+        cp, gp = [], []
+        for path in glob.glob(f"{out}/compare-{l}-{f}-*.jsonl"):
+            for line in open(path):
+                if line.strip():
+                    r = json.loads(line); cp.append((r["case_id"], r["mode"], r["verdict"]))
+        for path in glob.glob(f"{out}/gate-{l}-{f}-*.json"):
+            text = open(path).read().strip()
+            if text:
+                for c in json.loads(text.splitlines()[-1]).get("changes", []):
+                    gp.append((c["case_id"], c["mode"], c["verdict"]))
+        for pairs in (cp, gp):
+            hit, tot, _, _ = tally(pairs)
+            cells.append(f"{hit}/{tot}" + (f" ({100*hit/tot:.0f}%)" if tot else ""))
+        for pairs in (cp, gp):
+            _, _, fa, un = tally(pairs)
+            cells.append(f"{1000*fa/un:.0f} ({fa}/{un})" if un else "-")
+    print(f"| {float(f):.2f}x | " + " | ".join(cells) + " |")
+PY
