@@ -1,24 +1,25 @@
 #!/usr/bin/env bash
 # docs/gate.md's sensitivity table: how often `adgauge compare` and `adgauge gate` flag a slowdown
-# planted in a real computation (`+`'s primal histogram fold, which its VJP runs too), and how
-# often they flag what was not slowed down, on an idle machine and under two busy processes.
+# planted in a real computation (`+`'s primal histogram fold), and how often they flag what was
+# not slowed down, on an idle machine and under two busy processes.
 #
-#   scripts/sensitivity.sh BASE PLANTED [REPS] > table.md
+#   scripts/sensitivity.sh PLANTED [REPS] > table.md
 #
-# BASE: an adgauge release binary; PLANTED: the same source built with
-# `cargo build --release --features planted-slowdown` (its slowdown factor is read from
-# ADGAUGE_PLANTED_SLOWDOWN in each process). For each load, factor and repetition:
-# - compare: `PLANTED compare --baseline bin:BASE` with the candidate's factor set;
-# - gate: three runs of BASE into a fresh history, then one of PLANTED with the factor, and
+# PLANTED: adgauge built with `cargo build --release --features planted-slowdown`; each process
+# reads its factor from ADGAUGE_PLANTED_SLOWDOWN. Both sides are this one binary, the baseline at
+# factor 1 (no extra work), so that nothing but the planted work differs (two builds also differ
+# by their code's layout: docs/gate.md). For each load, factor and repetition:
+# - compare: `PLANTED compare --baseline bin:PLANTED` with the baseline's factor 1 and the
+#   candidate's set;
+# - gate: three runs at factor 1 into a fresh history, then one at the factor, and
 #   `gate --baseline best-of:3` on the last.
 # Environment: SENS_SUITE (default suites/sensitivity.yaml), SENS_FACTORS (default
 # "1.05 1.10 1.20 1.50"), SENS_LOADS (default "idle loaded"), SENS_OUT (default a temporary
 # directory; every JSON answer is kept there).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-base="${1:?usage: scripts/sensitivity.sh BASE PLANTED [REPS]}"
-planted="${2:?usage: scripts/sensitivity.sh BASE PLANTED [REPS]}"
-reps="${3:-5}"
+planted="${1:?usage: scripts/sensitivity.sh PLANTED [REPS]}"
+reps="${2:-5}"
 suite="${SENS_SUITE:-suites/sensitivity.yaml}"
 factors="${SENS_FACTORS:-1.05 1.10 1.20 1.50}"
 loads="${SENS_LOADS:-idle loaded}"
@@ -37,14 +38,14 @@ for load in $loads; do
   for f in $factors; do
     for r in $(seq 1 "$reps"); do
       tag="$load-$f-$r"
-      echo "== $tag (load $(cut -d' ' -f1 /proc/loadavg))" >&2
-      "$planted" compare --baseline "bin:$base" --suite "$suite" --json --quiet \
-        --candidate-env "ADGAUGE_PLANTED_SLOWDOWN=$f" > "$out/compare-$tag.jsonl"
+      echo "== $tag (load $(cut -d' ' -f1 /proc/loadavg))" | tee -a "$out/loads.txt" >&2
+      "$planted" compare --baseline "bin:$planted" --suite "$suite" --json --quiet \
+        --baseline-env ADGAUGE_PLANTED_SLOWDOWN=1 --candidate-env "ADGAUGE_PLANTED_SLOWDOWN=$f" > "$out/compare-$tag.jsonl"
       hist="$out/history-$tag"
       rm -rf "$hist"
-      for _ in 1 2 3; do "$base" run --suite "$suite" --history "$hist" --quiet > /dev/null; done
+      for _ in 1 2 3; do ADGAUGE_PLANTED_SLOWDOWN=1 "$planted" run --suite "$suite" --history "$hist" --quiet > /dev/null; done
       ADGAUGE_PLANTED_SLOWDOWN="$f" "$planted" run --suite "$suite" --history "$hist" --quiet > /dev/null
-      "$base" gate --history "$hist" --baseline best-of:3 --json > "$out/gate-$tag.json"
+      "$planted" gate --history "$hist" --baseline best-of:3 --json > "$out/gate-$tag.json"
     done
   done
 done
@@ -53,7 +54,7 @@ python3 - "$out" "$factors" "$loads" <<'PY'
 import glob, json, os, sys
 out, factors, loads = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
 def affected(case_id, mode):
-    return case_id.startswith("hist-add[") and mode in ("primal", "vjp")
+    return case_id.startswith("hist-add[") and mode == "primal"
 def tally(pairs):
     hit = tot = fa = un = 0
     for case_id, mode, verdict in pairs:

@@ -330,7 +330,7 @@ fn epoch(
     e: usize,
     got: &mut Gathered,
 ) -> anyhow::Result<Option<String>> {
-    let order = if e % 2 == 0 { [0, 1] } else { [1, 0] };
+    let order = if e.is_multiple_of(2) { [0, 1] } else { [1, 0] };
     let extra = extra_fields(case);
     let mut prepared: [Option<RemoteCase>; 2] = [None, None];
     for i in order {
@@ -356,7 +356,7 @@ fn epoch(
         .runs
         .get_or_insert_with(|| ((s.block_s / run_s[0].max(run_s[1]).max(1e-9)).ceil() as u64).clamp(1, 100_000));
     for r in 0..s.pairs {
-        let order = if (r + e) % 2 == 0 { [0, 1] } else { [1, 0] };
+        let order = if (r + e).is_multiple_of(2) { [0, 1] } else { [1, 0] };
         let mut m = [0.0; 2];
         for i in order {
             let (median, all, wall) = block(&mut pair[i], mode, runs)?;
@@ -535,10 +535,10 @@ pub fn compare(args: &CompareArgs, threads: Option<usize>) -> anyhow::Result<Cod
     if !(args.max_slowdown > 1.0 && args.max_slowdown.is_finite()) {
         return Err(bad_input(format!("--max-slowdown {}: must be a number above 1", args.max_slowdown)));
     }
-    if !(args.alpha > 0.0 && args.alpha < 1.0) || !(args.confidence > 0.0 && args.confidence < 1.0) {
+    if !(args.alpha > 0.0 && args.alpha < 1.0 && args.confidence > 0.0 && args.confidence < 1.0) {
         return Err(bad_input("--alpha and --confidence must lie strictly between 0 and 1"));
     }
-    if !(args.block_ms > 0.0 && args.block_ms.is_finite()) || !(args.timeout_s > 0.0 && args.timeout_s <= 86_400.0) {
+    if !(args.block_ms > 0.0 && args.block_ms.is_finite() && args.timeout_s > 0.0 && args.timeout_s <= 86_400.0) {
         return Err(bad_input("--block-ms and --timeout-s must be positive (--timeout-s at most a day)"));
     }
     if args.pairs == 0 || args.processes == 0 || args.max_processes < args.processes {
