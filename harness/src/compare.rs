@@ -619,6 +619,7 @@ pub fn compare(args: &CompareArgs, threads: Option<usize>) -> anyhow::Result<Cod
         alpha: args.alpha,
         confidence: args.confidence,
         wall_s: 0.0,
+        complete: false,
     };
     let sides = Sides {
         specs: [baseline, candidate],
@@ -662,6 +663,7 @@ pub fn compare(args: &CompareArgs, threads: Option<usize>) -> anyhow::Result<Cod
         rows.extend(case_rows);
     }
     header.load_end = load_average();
+    header.complete = crate::interrupt::signal().is_none();
     header.wall_s = started.elapsed().as_secs_f64();
     if !args.json {
         for line in table(&rows) {

@@ -237,6 +237,9 @@ fn paired_section(h: &mut String, (header, rows): &Paired) {
         header.max_slowdown,
         header.alpha,
     );
+    if !header.complete {
+        h.push_str("<p class=\"warn\">This comparison was interrupted: the rows are the cases it finished.</p>");
+    }
     let rank = |v: &str| match v {
         "regressed" => 0,
         "not judged" => 1,
@@ -1116,6 +1119,7 @@ mod tests {
             alpha: 0.01,
             confidence: 0.95,
             wall_s: 60.0,
+            complete: false,
         };
         let paired_row = |id: &str, verdict: &str, ratio: f64| PairedRow {
             case_id: id.into(),
@@ -1147,6 +1151,7 @@ mod tests {
         );
         assert!(section.contains("bin:/cand/&lt;adgauge&gt;"), "{section}");
         assert!(section.contains("load 2.50 to 3.25"), "{section}");
+        assert!(section.contains("This comparison was interrupted"), "{section}");
         assert!(section.find("slow-case").unwrap() < section.find("quiet-case").unwrap(), "{section}");
         assert!(
             section.contains("<td>1.0000</td><td>1.2500</td><td>1.250x</td><td>[1.200, 1.300]</td><td>16</td>"),

@@ -337,6 +337,8 @@ pub struct PairedHeader {
     pub alpha: f64,
     pub confidence: f64,
     pub wall_s: f64,
+    /// Whether every selected case was compared (false: interrupted; the rows are those done).
+    pub complete: bool,
 }
 
 /// The schema tag of a paired file's header.
@@ -449,6 +451,7 @@ mod tests {
             alpha: 0.01,
             confidence: 0.95,
             wall_s: 3.0,
+            complete: true,
         };
         let row = PairedRow {
             case_id: "hist-add[k=10]/cpu/f32/auto".into(),
