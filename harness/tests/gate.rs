@@ -300,7 +300,7 @@ fn a_thread_change_is_an_environment_change_not_a_slowdown() {
     let cur = add(&dir, &info(2), &[one]);
     let (code, out, _) = gate(&["--baseline", &base, "--current", &cur]);
     assert_eq!(code, Some(1), "{out}");
-    assert!(out.contains("ENV-CHANGED      threads: 2 -> 1") && !out.contains("SLOWER"), "{out}");
+    assert!(out.contains("ENV-CHANGED      threads of 1 case(s) (a): 2 -> 1") && !out.contains("SLOWER"), "{out}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
