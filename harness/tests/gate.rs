@@ -31,6 +31,8 @@ fn info(n: u32) -> RunInfo {
         governor: "performance".into(),
         suite: "quick".into(),
         roofline: None,
+        interrupted: None,
+        selection: None,
     }
 }
 

@@ -1236,6 +1236,8 @@ mod tests {
             governor: "performance".into(),
             suite: "quick".into(),
             roofline: None,
+            interrupted: None,
+            selection: None,
         }
     }
 
