@@ -70,6 +70,9 @@ pub enum Finding {
     ToolLost { tool: String, reason: String },
     /// Something about the run's set-up that makes the runs unlike.
     EnvChanged { what: String, baseline: String, current: String },
+    /// A run that lacks cases it selected (interrupted, or merged from a killed run's rows): the
+    /// current run (a finding) or a baseline run named explicitly (a note).
+    Incomplete { run_id: String, detail: String },
 }
 
 impl Finding {
@@ -84,6 +87,7 @@ impl Finding {
             | Finding::Skipped { case_id, .. } => case_id,
             Finding::ToolLost { .. } => "(tools)",
             Finding::EnvChanged { .. } => "(environment)",
+            Finding::Incomplete { .. } => "(run)",
         }
     }
 
@@ -97,6 +101,7 @@ impl Finding {
             Finding::Skipped { .. } => "skipped",
             Finding::ToolLost { .. } => "tool-lost",
             Finding::EnvChanged { .. } => "env-changed",
+            Finding::Incomplete { .. } => "incomplete",
         }
     }
 
@@ -110,6 +115,7 @@ impl Finding {
         match self {
             Finding::ToolLost { tool, .. } => format!("tool {tool}"),
             Finding::EnvChanged { what, .. } => what.clone(),
+            Finding::Incomplete { run_id, .. } => format!("run {run_id}"),
             other => other.case_id().to_string(),
         }
     }
@@ -129,6 +135,7 @@ impl Finding {
                 format!("its cases ran in the baseline, all are skipped now: {reason}")
             }
             Finding::EnvChanged { baseline, current, .. } => format!("{baseline} -> {current}"),
+            Finding::Incomplete { detail, .. } => detail.clone(),
         }
     }
 
@@ -141,7 +148,7 @@ impl Finding {
             | Finding::MissingMode { tool, .. }
             | Finding::Skipped { tool, .. }
             | Finding::ToolLost { tool, .. } => Some(tool),
-            Finding::Slower { .. } | Finding::EnvChanged { .. } => None,
+            Finding::Slower { .. } | Finding::EnvChanged { .. } | Finding::Incomplete { .. } => None,
         }
     }
 
@@ -150,7 +157,10 @@ impl Finding {
     /// environment findings stand alone: each has its own numbers.
     fn group_key(&self) -> Option<(&'static str, String, String)> {
         let cause = match self {
-            Finding::Slower { .. } | Finding::EnvChanged { .. } | Finding::ToolLost { .. } => return None,
+            Finding::Slower { .. }
+            | Finding::EnvChanged { .. }
+            | Finding::ToolLost { .. }
+            | Finding::Incomplete { .. } => return None,
             Finding::Broken { detail, .. } if detail.starts_with("check ") => {
                 detail.split(" worst").next().unwrap_or(detail).to_string() + " fails"
             }
@@ -799,6 +809,25 @@ pub fn gate_runs(baseline: &Baseline, current_run: &RunInfo, current: &[ResultRo
     let rows = baseline.rows_for(current_run, &current);
     let env = environment_changes(&baseline.runs, &rows, current_run, &current);
     let mut report = gate_with_noise(&rows, &current, cfg, &baseline.run_to_run(current_run, &current));
+    // A run that lacks cases it selected is never complete: the current one is a finding (its
+    // missing cases are findings too), a baseline run named explicitly a note.
+    if let Some(why) = current_run.partial_reason() {
+        let f = Finding::Incomplete {
+            run_id: current_run.run_id.clone(),
+            detail: format!("the current run is partial ({why}): the cases it lacks were not measured"),
+        };
+        if cfg.allow_missing { report.notes.push(f) } else { report.findings.push(f) }
+    }
+    for r in &baseline.runs {
+        if let Some(why) = r.partial_reason() {
+            report.notes.push(Finding::Incomplete {
+                run_id: r.run_id.clone(),
+                detail: format!(
+                    "the baseline run is partial ({why}), named explicitly: the cases it lacks are not compared"
+                ),
+            });
+        }
+    }
     if cfg.allow_env_change {
         report.notes.extend(env);
     } else if !env.is_empty() {
@@ -1110,6 +1139,7 @@ pub fn finding_json(f: &Finding) -> serde_json::Value {
             v["mode"] = mode.clone().into();
         }
         Finding::ToolLost { tool, .. } => v["tool"] = tool.clone().into(),
+        Finding::Incomplete { run_id, .. } => v["run_id"] = run_id.clone().into(),
         Finding::EnvChanged { what, baseline, current } => {
             v["what"] = what.clone().into();
             v["baseline"] = baseline.clone().into();

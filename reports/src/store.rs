@@ -1182,6 +1182,68 @@ pub fn read_history_files(dir: &Path) -> Result<Vec<(PathBuf, RunInfo, Vec<Resul
     Ok(out)
 }
 
+/// The file in a history directory that records the runs set aside and brought back
+/// (`adgauge history --set-aside RUN --why TEXT`, `--restore RUN`): one JSON object per line,
+/// appended, never rewritten. A run set aside is never a baseline; its files stay where they are.
+pub const SET_ASIDE_FILE: &str = "set-aside.jsonl";
+
+/// One line of [`SET_ASIDE_FILE`].
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SetAside {
+    /// UTC, RFC 3339.
+    pub time: String,
+    /// `set-aside` or `restore`.
+    pub action: String,
+    pub run_id: String,
+    /// Why, in the user's words.
+    pub why: String,
+}
+
+/// The set-aside record of a history: every line, oldest first (none without the file). A line
+/// that is not a record, or names an unknown action, is an error naming the file and line.
+pub fn read_set_aside(dir: &Path) -> Result<Vec<SetAside>, StoreError> {
+    let path = dir.join(SET_ASIDE_FILE);
+    let text = match fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(StoreError::Io { path, source: e }),
+    };
+    let mut out = Vec::new();
+    for (i, l) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let err = |message: String| StoreError::Parse { path: path.clone(), line: i + 1, message };
+        let entry: SetAside = serde_json::from_str(l)
+            .map_err(|e| err(format!("not a set-aside record (time, action, run_id, why): {e}")))?;
+        if entry.action != "set-aside" && entry.action != "restore" {
+            return Err(err(format!("action '{}': expected set-aside or restore", entry.action)));
+        }
+        out.push(entry);
+    }
+    Ok(out)
+}
+
+/// The runs of a history set aside now (the last record of each run says `set-aside`), with the
+/// record that did it.
+pub fn set_aside_runs(dir: &Path) -> Result<BTreeMap<String, SetAside>, StoreError> {
+    let mut now = BTreeMap::new();
+    for e in read_set_aside(dir)? {
+        if e.action == "set-aside" {
+            now.insert(e.run_id.clone(), e);
+        } else {
+            now.remove(&e.run_id);
+        }
+    }
+    Ok(now)
+}
+
+/// Appends a record to a history's [`SET_ASIDE_FILE`] (created if absent) and syncs it.
+pub fn record_set_aside(dir: &Path, entry: &SetAside) -> Result<(), StoreError> {
+    let path = dir.join(SET_ASIDE_FILE);
+    let line = serde_json::to_string(entry).expect("a record of strings serializes") + "\n";
+    let mut f = fs::OpenOptions::new().create(true).append(true).open(&path).map_err(io(&path))?;
+    f.write_all(line.as_bytes()).map_err(io(&path))?;
+    f.sync_all().map_err(io(&path))
+}
+
 /// How the file of a run in progress ends: `.<run_id>.partial.jsonl` holds the run's
 /// information (a JSON object), then one JSON row per line as each case finishes; the complete
 /// run file replaces it when the run ends. A killed run leaves it behind.
