@@ -908,12 +908,15 @@ pub fn machine_change(
 }
 
 /// The kind of reason a timing was not judged, for counts: too short, too few samples, too
-/// noisy, no baseline from its host, unlike runs.
+/// noisy (its samples), too noisy between runs (the baseline window), no baseline from its host,
+/// unlike runs, machine changed, baseline not a positive time.
 pub fn not_judged_reason(why: &str) -> &'static str {
     if why.starts_with("a baseline sample lasts") || why.contains("ms minimum") {
         "too short"
     } else if why.contains("samples: the rank test cannot reach") {
         "too few samples"
+    } else if why.starts_with("too noisy between runs") {
+        "too noisy between runs"
     } else if why.starts_with("too noisy") {
         "too noisy"
     } else if why.starts_with("no baseline measured on this host") {
@@ -1640,6 +1643,8 @@ mod tests {
         let r = gate_runs(&best, &info("r6"), &[night(1.5)], &cfg);
         assert_eq!(r.count(Verdict::NotJudged), 1, "{:?}", r.changes);
         assert!(r.changes[0].why.starts_with("too noisy between runs: 1.500x is within the 1.500x"), "{:?}", r.changes);
+        // Counted under its own cause, not with the samples' noise (it read "1 too noisy").
+        assert_eq!(r.not_judged_reasons(), "1 too noisy between runs");
     }
 
     /// Issue 44, class 3: best-of took its cases and statuses from the newest run of the window,
