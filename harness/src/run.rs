@@ -30,7 +30,7 @@ pub struct RunArgs {
     #[arg(long)]
     pub list: bool,
     /// Print the run's rows as JSON lines instead of the table: one object per case and mode,
-    /// with the run file's columns (schema 6), typed.
+    /// with the run file's columns (schema 7), typed.
     #[arg(long)]
     pub json: bool,
     /// Write the run as `<run id>.csv` into this directory.
