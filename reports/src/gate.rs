@@ -6,11 +6,13 @@
 //! * a check that passed in the baseline and now fails or no longer runs ([`Finding::CheckRegressed`];
 //!   not for a case that errored or timed out now, whose checks could not run: its `Broken`
 //!   finding says it);
-//! * a baseline case missing from the current run, or skipped now where it ran in the baseline
-//!   ([`Finding::Missing`], [`Finding::Skipped`]; notes instead with `allow_missing`);
+//! * a baseline case missing from the current run, skipped now where it ran in the baseline,
+//!   or a mode the baseline timed that is not timed now ([`Finding::Missing`],
+//!   [`Finding::Skipped`], [`Finding::MissingMode`]; notes instead with `allow_missing`), and a
+//!   current run that is partial ([`Finding::Incomplete`]; a note with `allow_missing`);
 //! * a tool whose cases ran in the baseline and are all skipped now ([`Finding::ToolLost`]);
 //! * a change of the run's set-up: frequency governor, suite, the dtypes run, a case's threads
-//!   or a tool's version ([`Finding::EnvChanged`]; notes with `allow_env_change`, and speed is
+//!   against its own baseline's, or a tool's version ([`Finding::EnvChanged`]; notes with `allow_env_change`, and speed is
 //!   then judged anyway).
 //!
 //! Speed (exit 3, [`Finding::Slower`]): each mode both runs timed gets a [`Change`] from
@@ -19,8 +21,10 @@
 //! baseline measured on the same host (CPU model, cores, rustc, target features; see
 //! [`Host`]): best-of baselines pick, per case, among the runs of the current row's host; a case
 //! with no such baseline is not judged on speed and says why (a mixed-CPU merge of shards is
-//! normal, not an environment change). Rows without samples (schema 1 and 2) fall back to the
-//! median against the spread (max - min) / median of both sides.
+//! normal, not an environment change). Where most timings moved with the run's own bandwidth
+//! probe, the machine changed and no timing is judged ([`machine_change`]). Rows without
+//! samples (schema 1 and 2) fall back to the median against the spread (max - min) / median of
+//! both sides.
 //!
 //! Findings of one cause (a crashing tool's cases, a check failing on many cases) are reported
 //! as one group listing the cases ([`GateReport::groups`]); JUnit keeps one entry per case.
@@ -646,8 +650,8 @@ pub fn gate(baseline: &[ResultRow], current: &[ResultRow], cfg: &GateConfig) -> 
     gate_with_noise(baseline, current, cfg, &RunToRun::new())
 }
 
-/// Per case id and mode, the largest factor by which the median moved between consecutive runs
-/// of a baseline's window (see [`Baseline::run_to_run`]).
+/// Per case id and mode, the run-to-run factor of a baseline's window ([`robust_move`], see
+/// [`Baseline::run_to_run`]).
 pub type RunToRun = BTreeMap<(String, String), f64>;
 
 /// [`gate`] with the baseline window's run-to-run noise per case and mode, which raises the bar

@@ -363,8 +363,10 @@ pub fn judge(case_id: &str, mode: &str, tb: &Timing, tc: &Timing, cfg: &SpeedCon
 /// Judges one mode: the baseline's timing `tb` against the current `tc` (both with samples;
 /// see [`crate::gate`] for files without).
 ///
-/// `run_to_run`: how far the case's median moved between consecutive runs of the baseline's
-/// window (the largest factor, >= 1), where the window holds two or more. The samples of one
+/// `run_to_run`: how far the case's median moves between consecutive runs of the baseline's
+/// window (`gate::robust_move`: the largest move once the two largest are dropped, >= 1), where
+/// the window holds two or more; it is capped so that the bar `t * f` never exceeds
+/// [`MAX_BAR`]. The samples of one
 /// run cannot see what changes between runs (the machine's load, the process's memory layout):
 /// two runs of the quick suite with no change between them, on an otherwise idle 2-core VM,
 /// differed by up to 2x with intervals that excluded 1. A regression (or an improvement) must
