@@ -570,9 +570,9 @@ fn merged_run_id(parts: &[RunInfo], rows: &[ResultRow]) -> String {
 /// Combines runs (shards of one suite, or runs from several machines) into one run. Rows keep
 /// their values and the run keeps its parts' time (the earliest part's), git revision and
 /// versions: parts of different git revisions are refused. The merged run's id follows from its
-/// parts ([`merged_run_id`]), and a merge whose measurements a run of `--out` already holds
-/// (the same shards merged again, or `merge H --out H`) writes nothing. The machines of all parts
-/// are listed. The rows a killed run flushed (its partial file) are merged too, and the merged
+/// parts (the earliest part's time and a hash of the rows), and a merge whose measurements a
+/// run of `--out` already holds (the same shards merged again, or `merge H --out H`) writes
+/// nothing. The machines of all parts are listed. The rows a killed run flushed (its partial file) are merged too, and the merged
 /// run is then partial: its id ends in `-partial`.
 pub fn merge_command(args: &MergeArgs) -> anyhow::Result<Code> {
     let mut rows = Vec::new();
