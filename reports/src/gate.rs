@@ -1635,6 +1635,15 @@ mod tests {
         let best = Baseline::best_of(nights(&[1.0, 3.0])).unwrap();
         let r = gate_runs(&best, &info("r2"), &[night(3.0)], &cfg);
         assert_eq!(r.count(Verdict::Regressed), 1, "{:?}", r.changes);
+        // Under the capped bar (1.15 x 1.739 = 2), and the reason says it is capped.
+        let r = gate_runs(&best, &info("r2"), &[night(1.9)], &cfg);
+        assert!(
+            r.changes[0].why.starts_with(
+                "too noisy between runs: 1.900x is within the 1.739x run-to-run bar (capped; the case moved 3.000x"
+            ),
+            "{:?}",
+            r.changes
+        );
         // One loaded night (2x) among quiet ones; tonight is 1.3x slower.
         let best = Baseline::best_of(nights(&[1.0, 1.02, 2.0, 0.99, 1.01, 1.0])).unwrap();
         let noise = best.run_to_run(&info("r6"), &[night(1.3)]);

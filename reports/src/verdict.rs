@@ -415,7 +415,8 @@ pub fn judge_between_runs(
     let (t, e) = (cfg.max_slowdown, 1.0 + cfg.noise_threshold);
     // The bar never exceeds MAX_BAR: a regression that persists cannot raise it past that by
     // the move it made into the window.
-    let f = run_to_run.filter(|f| f.is_finite()).unwrap_or(1.0).max(1.0).min((MAX_BAR / t).max(1.0));
+    let moved = run_to_run.filter(|f| f.is_finite()).unwrap_or(1.0).max(1.0);
+    let f = moved.min((MAX_BAR / t).max(1.0));
     let level = format!("{:.0}%", cfg.confidence * 100.0);
     let evidence = |p: f64| {
         format!(
@@ -437,10 +438,13 @@ pub fn judge_between_runs(
     {
         // Only a ratio the run-to-run bar explains is called noise between runs; one beyond
         // it that is not judged is so for its own samples' interval (below).
-        change.why = format!(
-            "too noisy between runs: {:.3}x is within the {f:.3}x the case moved between consecutive baseline runs ({level} CI [{lo:.3}, {hi:.3}])",
-            change.ratio
-        );
+        let within = if moved > f {
+            format!("the {f:.3}x run-to-run bar (capped; the case moved {moved:.3}x between consecutive baseline runs)")
+        } else {
+            format!("the {f:.3}x the case moved between consecutive baseline runs")
+        };
+        change.why =
+            format!("too noisy between runs: {:.3}x is within {within} ({level} CI [{lo:.3}, {hi:.3}])", change.ratio);
     } else if hi <= t {
         change.verdict = Verdict::NoChange;
         change.why = format!("{level} CI [{lo:.3}, {hi:.3}] rules out a slowdown beyond {t}x");
