@@ -176,6 +176,8 @@ pub fn run_info() -> RunInfo {
             .unwrap_or_else(|| "unknown".into()),
         suite: String::new(),
         roofline: None,
+        interrupted: None,
+        selection: None,
     }
 }
 

@@ -56,6 +56,16 @@ impl RunWriter {
         Ok(RunWriter { dirs, partials, run, rows: Vec::new() })
     }
 
+    /// Marks the run as interrupted (`why`): its file says so, and it is never a baseline.
+    pub fn mark_interrupted(&mut self, why: String) {
+        self.run.interrupted = Some(why);
+    }
+
+    /// The rows written so far.
+    pub fn rows(&self) -> usize {
+        self.rows.len()
+    }
+
     pub fn push(&mut self, row: ResultRow) -> anyhow::Result<()> {
         let line = serde_json::to_string(&row)?;
         for (_, f) in &mut self.partials {
@@ -252,18 +262,53 @@ fn with_legacy_params(mut rows: Vec<ResultRow>) -> Vec<ResultRow> {
     rows
 }
 
+/// What a run measured, for telling a merge already made: each case's host, status and timings
+/// (samples included), by case id.
+type Measured<'a> =
+    (&'a str, Option<&'a adgauge_reports::Host>, &'static str, [Option<&'a adgauge_reports::Timing>; 3]);
+
+fn measurements(rows: &[ResultRow]) -> Vec<Measured<'_>> {
+    let mut m: Vec<Measured<'_>> = rows
+        .iter()
+        .map(|r| {
+            (r.case_id.as_str(), r.host.as_ref(), r.status.name(), [r.primal.as_ref(), r.vjp.as_ref(), r.jvp.as_ref()])
+        })
+        .collect();
+    m.sort_by(|a, b| a.0.cmp(b.0));
+    m
+}
+
+/// Whether two runs hold the same measurements (one run stored twice, under two ids): the same
+/// cases on the same hosts with the same statuses and identical timings, at least one timed.
+fn same_measurements(a: &[ResultRow], b: &[ResultRow]) -> bool {
+    let (ma, mb) = (measurements(a), measurements(b));
+    ma == mb && ma.iter().any(|(_, _, _, t)| t.iter().any(Option::is_some))
+}
+
 /// The history runs a selector chooses from: before the current run, of its suite (a history
-/// may hold runs of several suites; files of schema 1 and 2 name none and always qualify), and
-/// complete: a partial run (rows a merge recovered from a killed run) is never a baseline by
-/// selector, since the cases it lacks would read as missing from the next run's point of view
-/// and its times as the best of the window; it can still be named by its id or file.
+/// may hold runs of several suites; files of schema 1 and 2 name none and always qualify),
+/// complete, of the whole suite or the same part of it as the current run, and not set aside.
+///
+/// A partial run (interrupted, or rows a merge recovered from a killed run) is never a baseline
+/// by selector, since the cases it lacks would read as missing from the next run's point of view
+/// and its times as the best of the window; nor is a filtered or sharded run the baseline of a
+/// run of the whole suite (it would shrink the comparison to its cases); nor a run set aside
+/// (`adgauge history --set-aside`). Each can still be named by its id or file.
 fn earlier_runs(dir: &Path, current: &RunInfo) -> anyhow::Result<Vec<(RunInfo, Vec<ResultRow>)>> {
-    Ok(history_runs(dir)?
-        .into_iter()
-        .filter(|(_, info, _)| info.run_id < current.run_id && !info.is_partial())
-        .filter(|(_, info, _)| info.suite.is_empty() || current.suite.is_empty() || info.suite == current.suite)
-        .map(|(_, info, rows)| (info, with_legacy_params(rows)))
-        .collect())
+    let aside = store::set_aside_runs(dir).map_err(|e| bad_input(e.to_string()))?;
+    let mut out = Vec::new();
+    for (_, info, rows) in history_runs(dir)? {
+        if info.run_id >= current.run_id
+            || info.is_partial()
+            || aside.contains_key(&info.run_id)
+            || !(info.suite.is_empty() || current.suite.is_empty() || info.suite == current.suite)
+            || !(info.selection.is_none() || info.selection == current.selection)
+        {
+            continue;
+        }
+        out.push((info, with_legacy_params(rows)));
+    }
+    Ok(out)
 }
 
 /// Resolves `--baseline` (of `gate` and `report`) against a history directory, if any.
@@ -278,7 +323,7 @@ fn select_baseline(sel: &str, history: Option<PathBuf>, current: &RunInfo) -> an
     };
     let none_before = |dir: &Path| {
         bad_input(format!(
-            "{}: no run of suite '{}' before the current run {} to compare with",
+            "{}: no run of suite '{}' before the current run {} to compare with (partial runs, runs set aside and runs of another part of the suite are not chosen; name one by its id to compare with it)",
             dir.display(),
             current.suite,
             current.run_id
@@ -476,10 +521,59 @@ fn schema_of(file: &Path, rows: &[ResultRow]) -> String {
     }
 }
 
-/// Combines runs (shards of one suite, or runs from several machines) into one new run. Rows keep
-/// their values; the merged run gets a new id, and the machines of all parts are listed. The
-/// rows a killed run flushed (its partial file) are merged too, and the merged run is then
-/// partial: its id ends in `-partial`.
+/// The part of the suite the merge of runs of parts `selections` ran: the shards 1/N to N/N of
+/// one selection make that selection (the whole suite where they were not filtered); parts that
+/// all ran the whole suite make the whole suite; anything else is listed (`filter a + filter b`).
+fn merged_selection(selections: &[Option<String>]) -> Option<String> {
+    if selections.iter().all(Option::is_none) {
+        return None;
+    }
+    // "shard i/N" alone or after the filter: (the rest, i, N).
+    let shard = |s: &str| -> Option<(Option<String>, usize, usize)> {
+        let (rest, sh) = match s.rsplit_once(", shard ") {
+            Some((rest, sh)) => (Some(rest.to_string()), sh),
+            None => (None, s.strip_prefix("shard ")?),
+        };
+        let (i, n) = sh.split_once('/')?;
+        Some((rest, i.parse().ok()?, n.parse().ok()?))
+    };
+    let shards: Option<Vec<_>> = selections.iter().map(|s| s.as_deref().and_then(shard)).collect();
+    if let Some(shards) = shards {
+        let (rest, n) = (&shards[0].0, shards[0].2);
+        let mut seen: Vec<usize> = shards.iter().filter(|s| s.0 == *rest && s.2 == n).map(|s| s.1).collect();
+        seen.sort();
+        if seen.len() == shards.len() && seen == (1..=n).collect::<Vec<_>>() {
+            return rest.clone();
+        }
+    }
+    let mut parts: Vec<&str> = selections.iter().map(|s| s.as_deref().unwrap_or("whole suite")).collect();
+    parts.sort();
+    parts.dedup();
+    Some(parts.join(" + "))
+}
+
+/// The id of a merged run: the time of its earliest part's id (a night merged late sorts with
+/// its night, not with the merge), then `merged` and a hash of the measurements. Merging the
+/// same parts again gives the same id.
+fn merged_run_id(parts: &[RunInfo], rows: &[ResultRow]) -> String {
+    let earliest = parts.iter().map(|p| p.run_id.as_str()).min().unwrap_or("");
+    let time = earliest.split('-').next().unwrap_or(earliest);
+    let text = format!("{:?}", measurements(rows));
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{time}-merged-{h:016x}")
+}
+
+/// Combines runs (shards of one suite, or runs from several machines) into one run. Rows keep
+/// their values and the run keeps its parts' time (the earliest part's), git revision and
+/// versions: parts of different git revisions are refused. The merged run's id follows from its
+/// parts (the earliest part's time and a hash of the rows), and a merge whose measurements a
+/// run of `--out` already holds (the same shards merged again, or `merge H --out H`) writes
+/// nothing. The machines of all parts are listed. The rows a killed run flushed (its partial file) are merged too, and the merged
+/// run is then partial: its id ends in `-partial`.
 pub fn merge_command(args: &MergeArgs) -> anyhow::Result<Code> {
     let mut rows = Vec::new();
     let mut machines: Vec<String> = Vec::new();
@@ -489,8 +583,9 @@ pub fn merge_command(args: &MergeArgs) -> anyhow::Result<Code> {
     let mut rooflines: Vec<adgauge_reports::Roofline> = Vec::new();
     // Partial parts: (file, rows recovered).
     let mut partial: Vec<(String, usize)> = Vec::new();
-    // What every part must share: (file, schema, adgauge version, seeds).
-    let mut parts: Vec<(String, String, String, Vec<u64>)> = Vec::new();
+    // What every part must share: (file, schema, adgauge version, seeds, git revision).
+    let mut parts: Vec<(String, String, String, Vec<u64>, String)> = Vec::new();
+    let mut infos: Vec<RunInfo> = Vec::new();
     for p in &args.runs {
         let file = run_file(p)?;
         let (info, r) = if store::is_partial_file(&file) {
@@ -507,7 +602,13 @@ pub fn merge_command(args: &MergeArgs) -> anyhow::Result<Code> {
         let mut seeds: Vec<u64> = r.iter().map(|row| row.seed).collect();
         seeds.sort();
         seeds.dedup();
-        let part = (file.display().to_string(), schema_of(&file, &r), info.adgauge_version.clone(), seeds);
+        let part = (
+            file.display().to_string(),
+            schema_of(&file, &r),
+            info.adgauge_version.clone(),
+            seeds,
+            info.git_revision.clone(),
+        );
         if let Some(prev) = parts.first() {
             let differ = |what: &str, a: &str, b: &str| {
                 bad_input(format!(
@@ -523,6 +624,11 @@ pub fn merge_command(args: &MergeArgs) -> anyhow::Result<Code> {
             }
             if !prev.3.is_empty() && !part.3.is_empty() && prev.3 != part.3 {
                 return Err(differ("seeds", &format!("{:?}", prev.3), &format!("{:?}", part.3)));
+            }
+            // Another revision's timings are another program's: one run holds one revision
+            // (a "-dirty" tree is its own revision).
+            if prev.4 != part.4 {
+                return Err(differ("git revisions", &prev.4, &part.4));
             }
             if let Some(f) = &first
                 && !f.suite.is_empty()
@@ -553,6 +659,7 @@ pub fn merge_command(args: &MergeArgs) -> anyhow::Result<Code> {
         });
         rows.extend(r);
         rooflines.extend(info.roofline.clone());
+        infos.push(info.clone());
         first.get_or_insert(info);
     }
     if rows.is_empty() {
@@ -562,12 +669,16 @@ pub fn merge_command(args: &MergeArgs) -> anyhow::Result<Code> {
     if let Some(dup) = rows.iter().find(|r| !seen.insert(r.case_id.clone())) {
         return Err(bad_input(format!("case {} appears in more than one of the merged runs", dup.case_id)));
     }
-    let mut info = crate::environment::run_info();
-    if let Some(f) = first {
-        info.git_revision = f.git_revision;
-        info.adgauge_version = f.adgauge_version;
-        info.suite = f.suite;
-    }
+    // The parts' run, not the merging machine's: the earliest part's time, the parts' revision,
+    // versions, suite and governor.
+    let Some(mut info) = first else {
+        return Err(bad_input("nothing to merge: the partial files hold no finished case"));
+    };
+    info.timestamp = infos.iter().map(|i| i.timestamp.clone()).min().unwrap_or(info.timestamp);
+    info.selection = merged_selection(&infos.iter().map(|i| i.selection.clone()).collect::<Vec<_>>());
+    let interrupted: Vec<String> =
+        infos.iter().filter_map(|i| i.interrupted.as_ref().map(|w| format!("{}: {w}", i.run_id))).collect();
+    info.interrupted = (!interrupted.is_empty()).then(|| interrupted.join("; "));
     if suites.len() > 1 {
         return Err(bad_input(format!(
             "the runs are of different suites ({}): one run holds one suite",
@@ -584,11 +695,26 @@ pub fn merge_command(args: &MergeArgs) -> anyhow::Result<Code> {
         cpus.sort();
         info.cpu_model = cpus.join(" + ");
     }
+    info.run_id = merged_run_id(&infos, &rows);
     if !partial.is_empty() {
         info.run_id.push_str(adgauge_reports::PARTIAL_RUN_SUFFIX);
     }
-    let path = store::append_run(&args.out, &info, &rows)?;
     let console = crate::sinks::Console::new(0, true);
+    // The same measurements merged again (a re-run CI job, `merge H --out H`): nothing to add.
+    if args.out.is_dir() {
+        for (path, held, held_rows) in history_runs(&args.out)? {
+            if held.run_id == info.run_id || same_measurements(&held_rows, &rows) {
+                console.line(&format!(
+                    "already merged: run {} ({}) holds these {} rows; nothing written",
+                    held.run_id,
+                    path.display(),
+                    rows.len()
+                ));
+                return Ok(Code::Success);
+            }
+        }
+    }
+    let path = store::append_run(&args.out, &info, &rows)?;
     console.line(&format!("merged {} rows from {} runs into {}", rows.len(), args.runs.len(), path.display()));
     for (file, n) in &partial {
         console.line(&format!(
@@ -691,6 +817,66 @@ pub struct HistoryArgs {
     /// Write the answer to this file instead of the terminal (needed for parquet).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Set this run (its id, or a unique prefix) aside: it is never chosen as a baseline again
+    /// until restored. Recorded with --why in the history's set-aside.jsonl; no file is removed.
+    #[arg(long, value_name = "RUN_ID", requires = "why", conflicts_with = "restore")]
+    pub set_aside: Option<String>,
+    /// Bring a run set aside back (recorded in set-aside.jsonl).
+    #[arg(long, value_name = "RUN_ID")]
+    pub restore: Option<String>,
+    /// Why the run is set aside or restored (required with --set-aside).
+    #[arg(long, value_name = "TEXT")]
+    pub why: Option<String>,
+}
+
+/// `adgauge history --set-aside RUN --why TEXT` and `--restore RUN`: appends a record to the
+/// history's set-aside.jsonl, naming the run's full id; refuses an unknown or ambiguous id, a run
+/// already set aside, and restoring one that is not.
+fn set_aside_command(
+    dir: &Path,
+    runs: &[(PathBuf, RunInfo, Vec<ResultRow>)],
+    args: &HistoryArgs,
+) -> anyhow::Result<Code> {
+    let (action, given) = match (&args.set_aside, &args.restore) {
+        (Some(id), _) => ("set-aside", id),
+        (None, Some(id)) => ("restore", id),
+        (None, None) => unreachable!("called with --set-aside or --restore"),
+    };
+    let matches: Vec<&RunInfo> =
+        runs.iter().map(|(_, i, _)| i).filter(|i| i.run_id.starts_with(given.as_str())).collect();
+    let run_id = match matches.as_slice() {
+        [one] => one.run_id.clone(),
+        [] => return Err(bad_input(format!("--{action} {given}: no run of {} has this id", dir.display()))),
+        more => {
+            return Err(bad_input(format!(
+                "--{action} {given}: {} runs of {} start with it; give more of the id",
+                more.len(),
+                dir.display()
+            )));
+        }
+    };
+    let why = args.why.clone().unwrap_or_default();
+    if action == "set-aside" && why.trim().is_empty() {
+        return Err(bad_input("--why: say why the run is set aside (it is recorded with it)"));
+    }
+    let aside = store::set_aside_runs(dir).map_err(|e| bad_input(e.to_string()))?;
+    match (action, aside.get(&run_id)) {
+        ("set-aside", Some(e)) => {
+            return Err(bad_input(format!("run {run_id} is already set aside (since {}: {})", e.time, e.why)));
+        }
+        ("restore", None) => return Err(bad_input(format!("--restore {given}: run {run_id} is not set aside"))),
+        _ => {}
+    }
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let time = crate::environment::utc(now.as_secs()).0;
+    let entry = store::SetAside { time, action: action.to_string(), run_id: run_id.clone(), why };
+    store::record_set_aside(dir, &entry).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let done = if action == "set-aside" { "set aside: never a baseline until restored" } else { "restored" };
+    crate::sinks::Console::new(0, true).line(&format!(
+        "run {run_id} {done} (recorded in {}; its files stay)",
+        dir.join(store::SET_ASIDE_FILE).display()
+    ));
+    Ok(Code::Success)
 }
 
 /// `adgauge history`: queries over a history directory (reports' `query` module).
@@ -715,6 +901,9 @@ pub fn history_command(args: &HistoryArgs) -> anyhow::Result<Code> {
     let files = history_runs(&dir)?;
     if files.is_empty() {
         return Err(bad_input(format!("{}: no runs in this history", dir.display())));
+    }
+    if args.set_aside.is_some() || args.restore.is_some() {
+        return set_aside_command(&dir, &files, args);
     }
     if let Some(want) = &args.suite
         && !files.iter().any(|(_, info, _)| info.suite == *want)

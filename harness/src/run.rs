@@ -30,7 +30,7 @@ pub struct RunArgs {
     #[arg(long)]
     pub list: bool,
     /// Print the run's rows as JSON lines instead of the table: one object per case and mode,
-    /// with the run file's columns (schema 6), typed.
+    /// with the run file's columns (schema 7), typed.
     #[arg(long)]
     pub json: bool,
     /// Write the run as `<run id>.csv` into this directory.
@@ -171,6 +171,14 @@ pub fn run(args: &RunArgs, threads: Option<usize>) -> anyhow::Result<Code> {
     let tools = Tools::with_external(threads, cpu.clone(), &suite.external);
     let mut info = crate::environment::run_info();
     info.suite = suite.name.clone();
+    // A run of part of the suite says which part: it is never the baseline of a whole run.
+    let part: Vec<String> = args
+        .filter
+        .iter()
+        .map(|f| format!("filter {f}"))
+        .chain(args.shard.map(|(i, n)| format!("shard {i}/{n}")))
+        .collect();
+    info.selection = (!part.is_empty()).then(|| part.join(", "));
     // The roofline, once, before the cases (never in a child of --isolate: its parent measured
     // it). A measurement that fails leaves the run without one; the cases still run.
     let sizes = crate::environment::roofline_sizes().map_err(bad_input)?;

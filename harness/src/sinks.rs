@@ -430,16 +430,22 @@ fn times(r: f64) -> String {
 pub struct HistorySink {
     writer: Option<RunWriter>,
     run_id: String,
+    /// The cases the run selected.
+    cases: usize,
 }
 
 impl HistorySink {
     pub fn new(dirs: Vec<PathBuf>, info: RunInfo) -> anyhow::Result<HistorySink> {
         let run_id = info.run_id.clone();
-        Ok(HistorySink { writer: Some(RunWriter::new(dirs, info)?), run_id })
+        Ok(HistorySink { writer: Some(RunWriter::new(dirs, info)?), run_id, cases: 0 })
     }
 }
 
 impl Sink for HistorySink {
+    fn run_started(&mut self, run: &RunStart) -> anyhow::Result<()> {
+        self.cases = run.cases;
+        Ok(())
+    }
     fn case_finished(&mut self, row: &ResultRow) -> anyhow::Result<()> {
         match self.writer.as_mut() {
             Some(w) => w.push(row.clone()),
@@ -447,7 +453,18 @@ impl Sink for HistorySink {
         }
     }
     fn run_finished(&mut self) -> anyhow::Result<()> {
-        if let Some(w) = self.writer.take() {
+        if let Some(mut w) = self.writer.take() {
+            // A run a signal ended is saved as what it is: interrupted, never a baseline.
+            if let Some(signal) = crate::interrupt::signal()
+                && w.rows() < self.cases
+            {
+                w.mark_interrupted(format!(
+                    "interrupted by {} after {} of {} case(s)",
+                    crate::interrupt::name(signal),
+                    w.rows(),
+                    self.cases
+                ));
+            }
             for path in w.finish()? {
                 eprintln!("wrote run {} to {}", self.run_id, path.display());
             }

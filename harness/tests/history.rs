@@ -402,3 +402,112 @@ fn a_run_that_cannot_be_written_leaves_no_run_file_and_keeps_its_rows() {
         std::fs::remove_dir_all(d).unwrap();
     }
 }
+
+/// Issue 44, class 2: a run ended by SIGTERM (exit 143) was saved as an ordinary run, became the
+/// next night's `previous`, and its missing cases went unreported. Its file now says it was
+/// interrupted and after how many cases, and a filtered run says which part of the suite it ran.
+#[test]
+fn a_run_ended_by_sigterm_is_saved_as_interrupted() {
+    let hist = temp("sigterm");
+    let filter = "k=10,";
+    let mut child = Command::new(env!("CARGO_BIN_EXE_adgauge"))
+        .args(["run", "--filter", filter, "--history", hist.to_str().unwrap()])
+        .env("ADGAUGE_ROOFLINE_BYTES", "1048576")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Signal once the first case is written (the partial file's second line).
+    let started = std::time::Instant::now();
+    loop {
+        let rows = std::fs::read_dir(&hist).ok().into_iter().flatten().filter_map(|e| {
+            let p = e.ok()?.path();
+            p.to_string_lossy().ends_with(".partial.jsonl").then(|| std::fs::read_to_string(p).ok()).flatten()
+        });
+        if rows.into_iter().any(|t| t.lines().count() >= 2) {
+            break;
+        }
+        assert!(started.elapsed().as_secs() < 120, "no case finished in 120 s");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let kill = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(kill.success());
+    assert_eq!(child.wait().unwrap().code(), Some(143));
+    let runs = csvs(&hist);
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    let (info, rows) = read_run(&runs[0]).unwrap();
+    let all = String::from_utf8_lossy(&adgauge(&["run", "--list", "--filter", filter]).stdout).lines().count();
+    assert!(!rows.is_empty() && rows.len() < all, "{} of {all}", rows.len());
+    assert_eq!(info.interrupted, Some(format!("interrupted by SIGTERM after {} of {all} case(s)", rows.len())));
+    assert_eq!(info.selection.as_deref(), Some("filter k=10,"));
+    assert!(info.is_partial());
+    std::fs::remove_dir_all(&hist).unwrap();
+}
+
+/// Issue 44, class 5: merging the same shards again (a re-run CI job, or `merge H --out H`)
+/// added the run a second time under a new id, stamped with the merge's time; and parts of
+/// different git revisions merged as one run. A merge now keeps its parts' time and revision,
+/// is idempotent, and refuses mixed revisions.
+#[test]
+fn merging_the_same_shards_again_adds_nothing_and_keeps_their_time_and_revision() {
+    let (a, b, c, merged) = (temp("again-a"), temp("again-b"), temp("again-c"), temp("again-merged"));
+    let row = |id: &str| {
+        let t = adgauge_reports::Timing {
+            min_s: 1e-3,
+            median_s: 2e-3,
+            max_s: 3e-3,
+            batch: 1,
+            samples: 3,
+            cv: 0.1,
+            sample_s: vec![2e-3, 1e-3, 3e-3],
+        };
+        let mut r = adgauge_reports::ResultRow::unmeasured("hist-add", Default::default(), "cpu", "f64", id, 2, 7);
+        r.case_id = id.into();
+        r.primal = Some(t);
+        r
+    };
+    let shard = |n: u32, of: &str, rev: &str| adgauge_reports::RunInfo {
+        run_id: format!("20261101T05000{n}Z-aaaaaa"),
+        timestamp: format!("2026-11-01T05:00:0{n}Z"),
+        git_revision: rev.into(),
+        selection: Some(format!("shard {of}")),
+        suite: "quick".into(),
+        ..adgauge_harness::environment::run_info()
+    };
+    let rev = "1111111111111111111111111111111111111111";
+    adgauge_reports::store::append_run(&a, &shard(1, "1/2", rev), &[row("a"), row("b")]).unwrap();
+    adgauge_reports::store::append_run(&b, &shard(2, "2/2", rev), &[row("c")]).unwrap();
+    let m = merged.to_str().unwrap();
+    for _ in 0..2 {
+        let out = adgauge(&["merge", a.to_str().unwrap(), b.to_str().unwrap(), "--out", m]);
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let out = adgauge(&["merge", m, "--out", m]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("already merged"), "{out:?}");
+    let runs = csvs(&merged);
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    let (info, rows) = read_run(&runs[0]).unwrap();
+    assert!(info.run_id.starts_with("20261101T050001Z-merged-"), "{}", info.run_id);
+    assert_eq!((info.timestamp.as_str(), info.git_revision.as_str()), ("2026-11-01T05:00:01Z", rev));
+    assert_eq!((info.selection, rows.len()), (None, 3));
+    // A shard of another revision does not merge with them.
+    adgauge_reports::store::append_run(
+        &c,
+        &shard(3, "2/2", "2222222222222222222222222222222222222222-dirty"),
+        &[row("c")],
+    )
+    .unwrap();
+    let out = adgauge(&["merge", a.to_str().unwrap(), c.to_str().unwrap(), "--out", m]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "are of different git revisions ({rev} and 2222222222222222222222222222222222222222-dirty)"
+        )),
+        "{err}"
+    );
+    for d in [a, b, c, merged] {
+        std::fs::remove_dir_all(d).unwrap();
+    }
+}

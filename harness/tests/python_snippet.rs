@@ -49,6 +49,8 @@ fn the_guide_python_snippet_plots_a_trend_from_the_parquet_history() {
             governor: "unknown".into(),
             suite: "quick".into(),
             roofline: None,
+            interrupted: None,
+            selection: None,
         };
         let mut row = ResultRow::unmeasured("hist-add", BTreeMap::new(), "cpu", "f32", "special", 2, 1);
         row.case_id = CASE.into();

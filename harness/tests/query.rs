@@ -32,6 +32,8 @@ fn info(day: u32, suite: &str) -> RunInfo {
         governor: "performance".into(),
         suite: suite.into(),
         roofline: None,
+        interrupted: None,
+        selection: None,
     }
 }
 

@@ -34,6 +34,8 @@ fn info(day: u32) -> RunInfo {
         governor: "performance".into(),
         suite: "quick".into(),
         roofline: None,
+        interrupted: None,
+        selection: None,
     }
 }
 

@@ -6,11 +6,13 @@
 //! * a check that passed in the baseline and now fails or no longer runs ([`Finding::CheckRegressed`];
 //!   not for a case that errored or timed out now, whose checks could not run: its `Broken`
 //!   finding says it);
-//! * a baseline case missing from the current run, or skipped now where it ran in the baseline
-//!   ([`Finding::Missing`], [`Finding::Skipped`]; notes instead with `allow_missing`);
+//! * a baseline case missing from the current run, skipped now where it ran in the baseline,
+//!   or a mode the baseline timed that is not timed now ([`Finding::Missing`],
+//!   [`Finding::Skipped`], [`Finding::MissingMode`]; notes instead with `allow_missing`), and a
+//!   current run that is partial ([`Finding::Incomplete`]; a note with `allow_missing`);
 //! * a tool whose cases ran in the baseline and are all skipped now ([`Finding::ToolLost`]);
 //! * a change of the run's set-up: frequency governor, suite, the dtypes run, a case's threads
-//!   or a tool's version ([`Finding::EnvChanged`]; notes with `allow_env_change`, and speed is
+//!   against its own baseline's, or a tool's version ([`Finding::EnvChanged`]; notes with `allow_env_change`, and speed is
 //!   then judged anyway).
 //!
 //! Speed (exit 3, [`Finding::Slower`]): each mode both runs timed gets a [`Change`] from
@@ -19,8 +21,10 @@
 //! baseline measured on the same host (CPU model, cores, rustc, target features; see
 //! [`Host`]): best-of baselines pick, per case, among the runs of the current row's host; a case
 //! with no such baseline is not judged on speed and says why (a mixed-CPU merge of shards is
-//! normal, not an environment change). Rows without samples (schema 1 and 2) fall back to the
-//! median against the spread (max - min) / median of both sides.
+//! normal, not an environment change). Where most timings moved with the run's own bandwidth
+//! probe, the machine changed and no timing is judged ([`machine_change`]). Rows without
+//! samples (schema 1 and 2) fall back to the median against the spread (max - min) / median of
+//! both sides.
 //!
 //! Findings of one cause (a crashing tool's cases, a check failing on many cases) are reported
 //! as one group listing the cases ([`GateReport::groups`]); JUnit keeps one entry per case.
@@ -62,12 +66,17 @@ pub enum Finding {
     },
     /// A case of the baseline that the current run lacks.
     Missing { case_id: String, tool: String },
+    /// A mode the baseline timed that the current run, which ran the case, did not time.
+    MissingMode { case_id: String, tool: String, mode: String },
     /// A case that ran in the baseline and is skipped now (its tool or backend is unavailable).
     Skipped { case_id: String, tool: String, reason: String },
     /// A tool whose cases ran in the baseline and are all skipped now.
     ToolLost { tool: String, reason: String },
     /// Something about the run's set-up that makes the runs unlike.
     EnvChanged { what: String, baseline: String, current: String },
+    /// A run that lacks cases it selected (interrupted, or merged from a killed run's rows): the
+    /// current run (a finding) or a baseline run named explicitly (a note).
+    Incomplete { run_id: String, detail: String },
 }
 
 impl Finding {
@@ -78,9 +87,11 @@ impl Finding {
             | Finding::CheckRegressed { case_id, .. }
             | Finding::Slower { case_id, .. }
             | Finding::Missing { case_id, .. }
+            | Finding::MissingMode { case_id, .. }
             | Finding::Skipped { case_id, .. } => case_id,
             Finding::ToolLost { .. } => "(tools)",
             Finding::EnvChanged { .. } => "(environment)",
+            Finding::Incomplete { .. } => "(run)",
         }
     }
 
@@ -90,10 +101,11 @@ impl Finding {
             Finding::Broken { .. } => "broken",
             Finding::CheckRegressed { .. } => "check-regressed",
             Finding::Slower { .. } => "slower",
-            Finding::Missing { .. } => "missing",
+            Finding::Missing { .. } | Finding::MissingMode { .. } => "missing",
             Finding::Skipped { .. } => "skipped",
             Finding::ToolLost { .. } => "tool-lost",
             Finding::EnvChanged { .. } => "env-changed",
+            Finding::Incomplete { .. } => "incomplete",
         }
     }
 
@@ -107,6 +119,7 @@ impl Finding {
         match self {
             Finding::ToolLost { tool, .. } => format!("tool {tool}"),
             Finding::EnvChanged { what, .. } => what.clone(),
+            Finding::Incomplete { run_id, .. } => format!("run {run_id}"),
             other => other.case_id().to_string(),
         }
     }
@@ -120,11 +133,13 @@ impl Finding {
                 format!("{metric} {:.3} ms -> {:.3} ms ({ratio:.2}x; {evidence})", baseline * 1e3, current * 1e3)
             }
             Finding::Missing { .. } => "in the baseline, missing from the current run".to_string(),
+            Finding::MissingMode { mode, .. } => format!("{mode} was timed in the baseline, not timed now"),
             Finding::Skipped { reason, .. } => format!("ran in the baseline, skipped now: {reason}"),
             Finding::ToolLost { reason, .. } => {
                 format!("its cases ran in the baseline, all are skipped now: {reason}")
             }
             Finding::EnvChanged { baseline, current, .. } => format!("{baseline} -> {current}"),
+            Finding::Incomplete { detail, .. } => detail.clone(),
         }
     }
 
@@ -134,9 +149,10 @@ impl Finding {
             Finding::Broken { tool, .. }
             | Finding::CheckRegressed { tool, .. }
             | Finding::Missing { tool, .. }
+            | Finding::MissingMode { tool, .. }
             | Finding::Skipped { tool, .. }
             | Finding::ToolLost { tool, .. } => Some(tool),
-            Finding::Slower { .. } | Finding::EnvChanged { .. } => None,
+            Finding::Slower { .. } | Finding::EnvChanged { .. } | Finding::Incomplete { .. } => None,
         }
     }
 
@@ -145,7 +161,10 @@ impl Finding {
     /// environment findings stand alone: each has its own numbers.
     fn group_key(&self) -> Option<(&'static str, String, String)> {
         let cause = match self {
-            Finding::Slower { .. } | Finding::EnvChanged { .. } | Finding::ToolLost { .. } => return None,
+            Finding::Slower { .. }
+            | Finding::EnvChanged { .. }
+            | Finding::ToolLost { .. }
+            | Finding::Incomplete { .. } => return None,
             Finding::Broken { detail, .. } if detail.starts_with("check ") => {
                 detail.split(" worst").next().unwrap_or(detail).to_string() + " fails"
             }
@@ -185,6 +204,9 @@ pub struct GateReport {
     /// The bootstrap's confidence level and resamples the verdicts used.
     pub confidence: f64,
     pub resamples: usize,
+    /// Why the timings were not judged as the code's: they moved one way with the run's own
+    /// bandwidth probe ([`machine_change`]).
+    pub machine_changed: Option<String>,
 }
 
 impl GateReport {
@@ -199,7 +221,15 @@ impl GateReport {
         self.findings.iter().any(|f| matches!(f, Finding::Slower { .. }))
     }
     pub fn missing(&self) -> bool {
-        self.findings.iter().any(|f| matches!(f, Finding::Missing { .. } | Finding::Skipped { .. }))
+        self.findings
+            .iter()
+            .any(|f| matches!(f, Finding::Missing { .. } | Finding::MissingMode { .. } | Finding::Skipped { .. }))
+    }
+
+    /// Timings of the baseline that the current run did not take (its case ran): findings, or
+    /// notes with `allow_missing`.
+    pub fn lost_timings(&self) -> usize {
+        self.findings.iter().chain(&self.notes).filter(|f| matches!(f, Finding::MissingMode { .. })).count()
     }
 
     /// How many timings got each verdict.
@@ -219,14 +249,18 @@ impl GateReport {
     /// One line for the speed verdicts: `speed: 3 regressed, 1 improved, 280 no change, 10 not
     /// judged of 294 timings`.
     pub fn speed_summary(&self) -> String {
-        format!(
+        let mut s = format!(
             "speed: {} regressed, {} improved, {} no change, {} not judged of {} timing(s)",
             self.count(Verdict::Regressed),
             self.count(Verdict::Improved),
             self.count(Verdict::NoChange),
             self.count(Verdict::NotJudged),
             self.changes.len()
-        )
+        );
+        if self.lost_timings() > 0 {
+            s.push_str(&format!("; {} timed in the baseline and not now", self.lost_timings()));
+        }
+        s
     }
 
     /// A warning where many timings moved both ways at once (at least 5 regressed and 5
@@ -281,7 +315,7 @@ pub struct Baseline {
     /// How it was chosen, for the report (e.g. `previous run 2026...`, `best of 7 runs`).
     pub label: String,
     pub runs: Vec<RunInfo>,
-    /// The newest run's cases, each mode's timing the best of the window's (see [`Baseline::best_of`]).
+    /// The window's cases, each mode's timing the best of the window's (see [`Baseline::best_of`]).
     pub rows: Vec<ResultRow>,
     /// Every run's rows, oldest first, hosts filled in: where the current row's host differs from
     /// `rows`', its timings come from the window's rows of that host.
@@ -333,13 +367,31 @@ impl Baseline {
         Baseline { label, runs: vec![info], window: vec![rows.clone()], rows }
     }
 
-    /// The per-case best of several runs (oldest first): the cases of the newest run, each mode's
-    /// timing replaced by the lowest-median timing any of the runs measured for that case (in a
-    /// run where the case did not fail). A slow drift, each night a little slower than the last,
+    /// The per-case best of several runs (oldest first): every case of the runs, each with the
+    /// row of the newest run that ran it (or, where none did, of the newest that lists it), each
+    /// mode's timing replaced by the lowest-median timing any of the runs measured for that case
+    /// (in a run where the case did not fail). A case skipped on the newest night is still
+    /// compared with the nights that ran it. A slow drift, each night a little slower than the last,
     /// then adds up against the best night of the window instead of moving the baseline with it.
     pub fn best_of(runs: Vec<(RunInfo, Vec<ResultRow>)>) -> Option<Baseline> {
         let window: Vec<Vec<ResultRow>> = runs.iter().map(|(i, rs)| with_hosts(i, rs.clone())).collect();
-        let mut rows = window.last()?.clone();
+        window.last()?;
+        // Every case of the window: its row from the newest run that ran it (not skipped), else
+        // from the newest run that lists it; the newest run's cases first.
+        let mut rows: Vec<ResultRow> = Vec::new();
+        let mut at: BTreeMap<String, usize> = BTreeMap::new();
+        for row in window.iter().rev().flatten() {
+            match at.get(&row.case_id) {
+                None => {
+                    at.insert(row.case_id.clone(), rows.len());
+                    rows.push(row.clone());
+                }
+                Some(&i) if rows[i].status == Status::Skipped && row.status != Status::Skipped => {
+                    rows[i] = row.clone();
+                }
+                Some(_) => {}
+            }
+        }
         for row in &mut rows {
             // The best of the runs that measured the case on the same host.
             let (id, host) = (row.case_id.clone(), row.host.clone().unwrap_or_default());
@@ -391,10 +443,26 @@ impl Baseline {
     }
 }
 
+/// The run-to-run factor of a case's medians in consecutive baseline runs (oldest first): the
+/// largest move between neighbours once the two largest are dropped (keeping at least one). One
+/// odd night makes at most two moves (into it and out of it), so from four runs on it cannot set
+/// the bar; a regression that started within the window makes one move, which is dropped as
+/// well. None with fewer than two medians.
+pub fn robust_move(medians: &[f64]) -> Option<f64> {
+    let mut moves: Vec<f64> = medians.windows(2).map(|w| (w[1] / w[0]).ln().abs()).collect();
+    if moves.is_empty() {
+        return None;
+    }
+    moves.sort_by(|a, b| b.total_cmp(a));
+    let drop = 2.min(moves.len() - 1);
+    Some(moves[drop].exp())
+}
+
 impl Baseline {
-    /// For each current case and mode, the largest factor by which its median moved between
+    /// For each current case and mode, the run-to-run factor ([`robust_move`]) of its medians in
     /// consecutive runs of the window that measured it on the current row's host (in runs where
-    /// it was `ok`); only where two or more such runs exist.
+    /// it was `ok`); only where two or more such runs exist. The current run is never one of
+    /// them.
     pub fn run_to_run(&self, current_run: &RunInfo, current: &[ResultRow]) -> RunToRun {
         let default_host =
             Host { cpu_model: current_run.cpu_model.clone(), cores: current_run.cores, ..Host::default() };
@@ -415,12 +483,8 @@ impl Baseline {
                     .filter_map(|r| mode_timing(r, slot).map(|t| t.median_s))
                     .filter(|m| m.is_finite() && *m > 0.0)
                     .collect();
-                let widest = medians
-                    .windows(2)
-                    .map(|w| (w[1] / w[0]).ln().abs())
-                    .fold(None, |a: Option<f64>, x| Some(a.map_or(x, |a| a.max(x))));
-                if let Some(log) = widest {
-                    out.insert((c.case_id.clone(), mode.to_string()), log.exp());
+                if let Some(f) = robust_move(&medians) {
+                    out.insert((c.case_id.clone(), mode.to_string()), f);
                 }
             }
         }
@@ -485,8 +549,13 @@ fn judge_speed(
         ..Change::unjudged(case_id, mode, tb, tc, String::new())
     };
     // As with samples: a baseline sample (median x calls per sample) too short to time.
+    if !(tb.median_s > 0.0 && tb.median_s.is_finite()) {
+        change.verdict = Verdict::NotJudged;
+        change.why = format!("the baseline median {} s is not a positive time", tb.median_s);
+        return change;
+    }
     let sample = tb.median_s * tb.batch.max(1) as f64;
-    if tb.median_s.is_nan() || tb.median_s <= 0.0 || sample < cfg.min_seconds {
+    if sample < cfg.min_seconds {
         change.verdict = Verdict::NotJudged;
         change.why = format!(
             "a baseline sample lasts {:.3} ms, under the {:.3} ms minimum",
@@ -510,7 +579,8 @@ fn judge_speed(
 }
 
 /// Differences between the runs' set-ups: the frequency governor and suite of the runs, the
-/// dtypes run, and for the cases both ran, their threads and their tools' versions. The machine
+/// dtypes run, and for the cases both ran, each case's threads against its own baseline's and
+/// their tools' versions. The machine
 /// (CPU model, cores, compiler) is a row's own [`Host`]: see [`gate_runs`].
 pub fn environment_changes(
     base_runs: &[RunInfo],
@@ -519,7 +589,7 @@ pub fn environment_changes(
     current: &[ResultRow],
 ) -> Vec<Finding> {
     let mut out = Vec::new();
-    let mut diff = |what: &str, b: BTreeSet<String>, c: BTreeSet<String>| {
+    let diff = |out: &mut Vec<Finding>, what: &str, b: BTreeSet<String>, c: BTreeSet<String>| {
         let b: BTreeSet<String> = b.into_iter().filter(|s| !s.is_empty()).collect();
         let c: BTreeSet<String> = c.into_iter().filter(|s| !s.is_empty()).collect();
         // A value older files did not record (empty) is no evidence of change.
@@ -536,20 +606,30 @@ pub fn environment_changes(
         ("suite", |r| r.suite.clone()),
     ] {
         let (b, c) = runs(f);
-        diff(what, b, c);
+        diff(&mut out, what, b, c);
     }
     let dtypes = |rows: &[ResultRow]| rows.iter().map(|r| r.dtype.clone()).collect::<BTreeSet<_>>();
-    diff("dtypes", dtypes(baseline), dtypes(current));
+    diff(&mut out, "dtypes", dtypes(baseline), dtypes(current));
     let cur: BTreeMap<&str, &ResultRow> = current.iter().map(|r| (r.case_id.as_str(), r)).collect();
     let pairs: Vec<(&ResultRow, &ResultRow)> =
         baseline.iter().filter_map(|b| cur.get(b.case_id.as_str()).map(|c| (b, *c))).collect();
-    // Rows that did not run record no threads of their tool (0): no evidence either way.
-    let ran: Vec<&(&ResultRow, &ResultRow)> = pairs.iter().filter(|p| p.0.threads > 0 && p.1.threads > 0).collect();
-    diff(
-        "threads",
-        ran.iter().map(|p| p.0.threads.to_string()).collect(),
-        ran.iter().map(|p| p.1.threads.to_string()).collect(),
-    );
+    // Each case's threads against its own baseline's, grouped per change. Rows that did not
+    // run record no threads of their tool (0): no evidence either way.
+    let mut threads: BTreeMap<(usize, usize), Vec<&str>> = BTreeMap::new();
+    for (b, c) in pairs.iter().filter(|p| p.0.threads > 0 && p.1.threads > 0 && p.0.threads != p.1.threads) {
+        threads.entry((b.threads, c.threads)).or_default().push(&b.case_id);
+    }
+    for ((tb, tc), ids) in threads {
+        let mut named = ids.iter().take(3).copied().collect::<Vec<_>>().join(", ");
+        if ids.len() > 3 {
+            named.push_str(&format!(" and {} more", ids.len() - 3));
+        }
+        out.push(Finding::EnvChanged {
+            what: format!("threads of {} case(s) ({named})", ids.len()),
+            baseline: tb.to_string(),
+            current: tc.to_string(),
+        });
+    }
     let mut tools: BTreeMap<&str, (BTreeSet<String>, BTreeSet<String>)> = BTreeMap::new();
     for (b, c) in &pairs {
         if let (Some(vb), Some(vc)) = (&b.tool_version, &c.tool_version) {
@@ -559,7 +639,7 @@ pub fn environment_changes(
         }
     }
     for (tool, (b, c)) in tools {
-        diff(&format!("tool {tool} version"), b, c);
+        diff(&mut out, &format!("tool {tool} version"), b, c);
     }
     out
 }
@@ -570,8 +650,8 @@ pub fn gate(baseline: &[ResultRow], current: &[ResultRow], cfg: &GateConfig) -> 
     gate_with_noise(baseline, current, cfg, &RunToRun::new())
 }
 
-/// Per case id and mode, the largest factor by which the median moved between consecutive runs
-/// of a baseline's window (see [`Baseline::run_to_run`]).
+/// Per case id and mode, the run-to-run factor of a baseline's window ([`robust_move`], see
+/// [`Baseline::run_to_run`]).
 pub type RunToRun = BTreeMap<(String, String), f64>;
 
 /// [`gate`] with the baseline window's run-to-run noise per case and mode, which raises the bar
@@ -653,6 +733,15 @@ pub fn gate_with_noise(
             _ => Vec::new(),
         };
         let timings = [("primal", &b.primal, &c.primal), ("vjp", &b.vjp, &c.vjp), ("jvp", &b.jvp, &c.jvp)];
+        for (mode, tb, tc) in timings {
+            if tb.is_some() && tc.is_none() {
+                waivable.push(Finding::MissingMode {
+                    case_id: b.case_id.clone(),
+                    tool: tool.clone(),
+                    mode: mode.to_string(),
+                });
+            }
+        }
         if !host_differences.is_empty() {
             let what: Vec<String> = host_differences.iter().map(|(w, x, y)| format!("{w} {x} -> {y}")).collect();
             let (hb, hc) = (b.host.as_ref().expect("compared"), c.host.as_ref().expect("compared"));
@@ -724,6 +813,25 @@ pub fn gate_runs(baseline: &Baseline, current_run: &RunInfo, current: &[ResultRo
     let rows = baseline.rows_for(current_run, &current);
     let env = environment_changes(&baseline.runs, &rows, current_run, &current);
     let mut report = gate_with_noise(&rows, &current, cfg, &baseline.run_to_run(current_run, &current));
+    // A run that lacks cases it selected is never complete: the current one is a finding (its
+    // missing cases are findings too), a baseline run named explicitly a note.
+    if let Some(why) = current_run.partial_reason() {
+        let f = Finding::Incomplete {
+            run_id: current_run.run_id.clone(),
+            detail: format!("the current run is partial ({why}): the cases it lacks were not measured"),
+        };
+        if cfg.allow_missing { report.notes.push(f) } else { report.findings.push(f) }
+    }
+    for r in &baseline.runs {
+        if let Some(why) = r.partial_reason() {
+            report.notes.push(Finding::Incomplete {
+                run_id: r.run_id.clone(),
+                detail: format!(
+                    "the baseline run is partial ({why}), named explicitly: the cases it lacks are not compared"
+                ),
+            });
+        }
+    }
     if cfg.allow_env_change {
         report.notes.extend(env);
     } else if !env.is_empty() {
@@ -738,23 +846,91 @@ pub fn gate_runs(baseline: &Baseline, current_run: &RunInfo, current: &[ResultRo
             c.why = why.clone();
         }
         report.findings.extend(env);
+        return report;
+    }
+    if let Some((warning, why)) = machine_change(&baseline.runs, current_run, &report.changes, &cfg.speed) {
+        report.findings.retain(|f| !matches!(f, Finding::Slower { .. }));
+        for c in &mut report.changes {
+            c.verdict = Verdict::NotJudged;
+            c.why = why.clone();
+        }
+        report.machine_changed = Some(warning);
     }
     report
 }
 
+/// The bandwidth probe's change between the runs below which it says nothing (25%).
+pub const PROBE_CHANGE: f64 = 1.25;
+
+/// Whether the machine, not the code, moved the timings: the run's own sequential read
+/// bandwidth probe (`roofline_seq_read_gb_s`) moved by more than [`PROBE_CHANGE`] against the
+/// baseline runs' (their median), at least three quarters of the timings moved the way the probe
+/// did, and their median ratio lies beyond the threshold. Then `(warning, why)`: the warning
+/// names the probe's figures, `why` is each timing's not-judged reason. None where a side has no
+/// probe.
+pub fn machine_change(
+    base_runs: &[RunInfo],
+    current_run: &RunInfo,
+    changes: &[Change],
+    cfg: &SpeedConfig,
+) -> Option<(String, String)> {
+    let mut probes: Vec<f64> = base_runs
+        .iter()
+        .filter_map(|r| r.roofline.as_ref().map(|p| p.seq_read_gb_s))
+        .filter(|x| x.is_finite() && *x > 0.0)
+        .collect();
+    let now = current_run.roofline.as_ref().map(|p| p.seq_read_gb_s).filter(|x| x.is_finite() && *x > 0.0)?;
+    if probes.is_empty() {
+        return None;
+    }
+    probes.sort_by(f64::total_cmp);
+    let n = probes.len();
+    let before = if n % 2 == 1 { probes[n / 2] } else { 0.5 * (probes[n / 2 - 1] + probes[n / 2]) };
+    let probe = now / before;
+    if (probe.ln().abs()) <= PROBE_CHANGE.ln() {
+        return None;
+    }
+    // Less bandwidth: the timings would be slower (ratio > 1), and the reverse.
+    let slower = probe < 1.0;
+    let mut ratios: Vec<f64> = changes.iter().map(|c| c.ratio).filter(|r| r.is_finite() && *r > 0.0).collect();
+    if ratios.len() < 3 {
+        return None;
+    }
+    let moved = ratios.iter().filter(|&&r| if slower { r > 1.0 } else { r < 1.0 }).count();
+    ratios.sort_by(f64::total_cmp);
+    let m = ratios.len();
+    let median = if m % 2 == 1 { ratios[m / 2] } else { (ratios[m / 2 - 1] * ratios[m / 2]).sqrt() };
+    let beyond = if slower { median > cfg.max_slowdown } else { median < 1.0 / cfg.max_slowdown };
+    if moved * 4 < m * 3 || !beyond {
+        return None;
+    }
+    let figures = format!("the run's sequential read bandwidth moved {before:.2} -> {now:.2} GB/s ({probe:.3}x)");
+    let warning = format!(
+        "machine changed: {moved} of {m} timings moved one way (median {median:.3}x) while {figures}: the machine, not the code, changed between the runs; speed not judged (rerun both on a quiet machine, or compare them side by side)"
+    );
+    Some((warning, format!("machine changed: {figures}, and the timings with it")))
+}
+
 /// The kind of reason a timing was not judged, for counts: too short, too few samples, too
-/// noisy, no baseline from its host, unlike runs.
+/// noisy (its samples), too noisy between runs (the baseline window), no baseline from its host,
+/// unlike runs, machine changed, baseline not a positive time.
 pub fn not_judged_reason(why: &str) -> &'static str {
     if why.starts_with("a baseline sample lasts") || why.contains("ms minimum") {
         "too short"
     } else if why.contains("samples: the rank test cannot reach") {
         "too few samples"
+    } else if why.starts_with("too noisy between runs") {
+        "too noisy between runs"
     } else if why.starts_with("too noisy") {
         "too noisy"
     } else if why.starts_with("no baseline measured on this host") {
         "no baseline from its host"
     } else if why.starts_with("the runs' set-ups differ") {
         "unlike runs"
+    } else if why.starts_with("machine changed") {
+        "machine changed"
+    } else if why.starts_with("the baseline median") {
+        "baseline not a positive time"
     } else {
         "other"
     }
@@ -777,7 +953,11 @@ impl GateReport {
         let n = self.changes.len();
         let not_judged = self.count(Verdict::NotJudged);
         let judged = n - not_judged;
-        match exit_code {
+        let lost = match self.lost_timings() {
+            0 => String::new(),
+            k => format!("; {k} timing(s) of the baseline not timed now"),
+        };
+        let pass = match exit_code {
             0 if n == 0 => "PASS: checks and coverage hold; no timings to compare".to_string(),
             0 if judged == 0 => {
                 format!("PASS on checks and coverage; speed NOT JUDGED: none of {n} timing(s) could be judged")
@@ -786,10 +966,11 @@ impl GateReport {
                 format!("PASS: nothing regressed among {judged} judged timing(s); {not_judged} of {n} not judged")
             }
             0 => format!("PASS: nothing regressed; all {n} timing(s) judged"),
-            1 => "FAIL (exit 1)".to_string(),
-            3 => format!("SLOWER (exit 3): {} timing(s) regressed", self.count(Verdict::Regressed)),
-            _ => "NOTHING COMPARED (exit 2)".to_string(),
-        }
+            1 => return "FAIL (exit 1)".to_string(),
+            3 => return format!("SLOWER (exit 3): {} timing(s) regressed", self.count(Verdict::Regressed)),
+            _ => return "NOTHING COMPARED (exit 2)".to_string(),
+        };
+        pass + &lost
     }
 
     /// The gate's text output: the comparison, the speed counts, one line per group of findings
@@ -818,6 +999,9 @@ impl GateReport {
         }
         out.push(speed);
         if let Some(w) = self.both_ways() {
+            out.push(format!("warning: {w}"));
+        }
+        if let Some(w) = &self.machine_changed {
             out.push(format!("warning: {w}"));
         }
         out.push(format!("verdict: {}", self.headline(exit_code)));
@@ -880,6 +1064,9 @@ impl GateReport {
         if let Some(w) = self.both_ways() {
             s.push_str(&format!("**Warning:** {w}.\n\n"));
         }
+        if let Some(w) = &self.machine_changed {
+            s.push_str(&format!("**Warning:** {w}.\n\n"));
+        }
         s
     }
 
@@ -928,6 +1115,7 @@ impl GateReport {
             },
             "changes": self.changes.iter().map(change).collect::<Vec<_>>(),
             "not_judged": self.not_judged(),
+            "machine_changed": self.machine_changed,
             "exit_code": exit_code,
         })
     }
@@ -953,7 +1141,12 @@ pub fn finding_json(f: &Finding) -> serde_json::Value {
         Finding::Broken { tool, .. } | Finding::Missing { tool, .. } | Finding::Skipped { tool, .. } => {
             v["tool"] = tool.clone().into()
         }
+        Finding::MissingMode { tool, mode, .. } => {
+            v["tool"] = tool.clone().into();
+            v["mode"] = mode.clone().into();
+        }
         Finding::ToolLost { tool, .. } => v["tool"] = tool.clone().into(),
+        Finding::Incomplete { run_id, .. } => v["run_id"] = run_id.clone().into(),
         Finding::EnvChanged { what, baseline, current } => {
             v["what"] = what.clone().into();
             v["baseline"] = baseline.clone().into();
@@ -1080,6 +1273,8 @@ mod tests {
             governor: "performance".into(),
             suite: "quick".into(),
             roofline: None,
+            interrupted: None,
+            selection: None,
         }
     }
 
@@ -1321,7 +1516,7 @@ mod tests {
             env,
             [
                 "frequency governor: performance -> powersave",
-                "threads: 2 -> 1",
+                "threads of 1 case(s) (a): 2 -> 1",
                 "tool cpu version: adgauge 0.1.0 -> adgauge 0.2.0"
             ]
         );
@@ -1411,5 +1606,183 @@ mod tests {
             [Finding::Slower { ratio, .. }] => assert!((ratio - 1.05f64.powi(5)).abs() < 1e-9, "{ratio}"),
             other => panic!("{other:?}"),
         }
+    }
+
+    /// Case `a` of a night `f` times the 10 ms of a quiet one (`STEADY` x 10, clear of the 1 ms
+    /// minimum).
+    fn night(f: f64) -> ResultRow {
+        sampled("a", &scaled(10.0 * f))
+    }
+
+    /// Nights of case `a` (see [`night`]), oldest first.
+    fn nights(factors: &[f64]) -> Vec<(RunInfo, Vec<ResultRow>)> {
+        factors.iter().enumerate().map(|(k, f)| (info(&format!("r{k}")), vec![night(*f)])).collect()
+    }
+
+    /// Issue 44, class 1: the run-to-run factor was the largest move in the window, so a 3x
+    /// regression flagged one night read "too noisy between runs" from the next night on (the
+    /// move into the regressed night became the bar), and one loaded night among quiet ones hid a
+    /// real 30% slowdown the same way.
+    #[test]
+    fn a_persisting_regression_and_one_loaded_night_do_not_raise_the_bar() {
+        let cfg = GateConfig::default();
+        // Night 6 regressed 3x; tonight it still is.
+        let best = Baseline::best_of(nights(&[1.0, 1.02, 0.99, 1.01, 1.0, 3.0])).unwrap();
+        let r = gate_runs(&best, &info("r6"), &[night(3.0)], &cfg);
+        assert_eq!(r.count(Verdict::Regressed), 1, "{:?}", r.changes);
+        assert!((r.changes[0].ratio - 3.0 / 0.99).abs() < 1e-9, "{:?}", r.changes);
+        // Two nights in the window: the one move is the regression's own; the bar is capped.
+        let best = Baseline::best_of(nights(&[1.0, 3.0])).unwrap();
+        let r = gate_runs(&best, &info("r2"), &[night(3.0)], &cfg);
+        assert_eq!(r.count(Verdict::Regressed), 1, "{:?}", r.changes);
+        // Under the capped bar (1.15 x 1.739 = 2), and the reason says it is capped.
+        let r = gate_runs(&best, &info("r2"), &[night(1.9)], &cfg);
+        assert!(
+            r.changes[0].why.starts_with(
+                "too noisy between runs: 1.900x is within the 1.739x run-to-run bar (capped; the case moved 3.000x"
+            ),
+            "{:?}",
+            r.changes
+        );
+        // One loaded night (2x) among quiet ones; tonight is 1.3x slower.
+        let best = Baseline::best_of(nights(&[1.0, 1.02, 2.0, 0.99, 1.01, 1.0])).unwrap();
+        let noise = best.run_to_run(&info("r6"), &[night(1.3)]);
+        let f = noise[&("a".to_string(), "primal".to_string())];
+        assert!((f - 1.01 / 0.99).abs() < 1e-9, "the third largest of the moves 1.02, 1.96, 2.02, 1.0202, 1.0099: {f}");
+        let r = gate_runs(&best, &info("r6"), &[night(1.3)], &cfg);
+        assert_eq!(r.count(Verdict::Regressed), 1, "{:?}", r.changes);
+        // A case that moves 1.5x every night keeps its bar: 1.5x tonight is not judged.
+        let best = Baseline::best_of(nights(&[1.0, 1.5, 1.0, 1.5, 1.0, 1.5])).unwrap();
+        let r = gate_runs(&best, &info("r6"), &[night(1.5)], &cfg);
+        assert_eq!(r.count(Verdict::NotJudged), 1, "{:?}", r.changes);
+        assert!(r.changes[0].why.starts_with("too noisy between runs: 1.500x is within the 1.500x"), "{:?}", r.changes);
+        // Counted under its own cause, not with the samples' noise (it read "1 too noisy").
+        assert_eq!(r.not_judged_reasons(), "1 too noisy between runs");
+    }
+
+    /// Issue 44, class 3: best-of took its cases and statuses from the newest run of the window,
+    /// so a case skipped on the newest night and 3x slower tonight was neither compared nor
+    /// counted.
+    #[test]
+    fn best_of_takes_the_cases_of_every_run_in_the_window() {
+        let mut skipped = sampled("a", &STEADY);
+        skipped.status = Status::Skipped;
+        skipped.primal = None;
+        let runs = vec![
+            (info("r0"), vec![sampled("a", &STEADY), sampled("b", &STEADY)]),
+            (info("r1"), vec![skipped, sampled("b", &STEADY)]),
+        ];
+        let best = Baseline::best_of(runs).unwrap();
+        let cur = vec![sampled("a", &scaled(3.0)), sampled("b", &STEADY)];
+        let r = gate_runs(&best, &info("r2"), &cur, &GateConfig::default());
+        assert_eq!(r.compared, 2, "{:?}", r.changes);
+        let slower: Vec<&str> = r.findings.iter().map(Finding::case_id).collect();
+        assert_eq!(slower, ["a"]);
+        // A case of an older night only that is absent tonight is missing.
+        let runs = vec![
+            (info("r0"), vec![sampled("a", &STEADY), sampled("b", &STEADY)]),
+            (info("r1"), vec![sampled("b", &STEADY)]),
+        ];
+        let best = Baseline::best_of(runs).unwrap();
+        let r = gate_runs(&best, &info("r2"), &[sampled("b", &STEADY)], &GateConfig::default());
+        assert_eq!(r.findings, vec![Finding::Missing { case_id: "a".into(), tool: "cpu".into() }]);
+    }
+
+    /// Issue 44, class 4: a mode timed in the baseline and no longer timed was skipped silently
+    /// ("all 1 timing(s) judged").
+    #[test]
+    fn a_mode_timed_in_the_baseline_and_not_now_is_a_finding() {
+        let base = row("a", 1e-3, 0.05);
+        let mut cur = row("a", 1e-3, 0.05);
+        cur.vjp = None;
+        let r = gate(std::slice::from_ref(&base), std::slice::from_ref(&cur), &GateConfig::default());
+        let found: Vec<(&str, String)> = r.findings.iter().map(|f| (f.kind(), f.describe())).collect();
+        assert_eq!(found, [("missing", "a: vjp was timed in the baseline, not timed now".to_string())]);
+        assert!(r.failed() && r.missing());
+        assert_eq!(
+            r.speed_summary(),
+            "speed: 0 regressed, 0 improved, 1 no change, 0 not judged of 1 timing(s); 1 timed in the baseline and not now"
+        );
+        let cfg = GateConfig { allow_missing: true, ..GateConfig::default() };
+        let r = gate(&[base], &[cur], &cfg);
+        assert!(!r.failed() && r.notes.len() == 1, "{:?}", r.notes);
+        assert_eq!(
+            r.headline(0),
+            "PASS: nothing regressed; all 1 timing(s) judged; 1 timing(s) of the baseline not timed now"
+        );
+    }
+
+    /// Issue 44, class 9: the threads were compared as sets over all cases, so two cases that
+    /// swapped their thread counts read as no change.
+    #[test]
+    fn threads_are_compared_case_by_case() {
+        let with = |id: &str, threads: usize| ResultRow { threads, ..sampled(id, &STEADY) };
+        let base = Baseline::run("b".into(), info("r1"), vec![with("a", 1), with("b", 2)]);
+        let r = gate_runs(&base, &info("r2"), &[with("a", 2), with("b", 1)], &GateConfig::default());
+        let env: Vec<String> = r.findings.iter().map(Finding::describe).collect();
+        assert_eq!(env, ["threads of 1 case(s) (a): 1 -> 2", "threads of 1 case(s) (b): 2 -> 1"]);
+        assert!(r.failed());
+        let r = gate_runs(&base, &info("r2"), &[with("a", 1), with("b", 2)], &GateConfig::default());
+        assert!(r.findings.is_empty(), "{:?}", r.findings);
+    }
+
+    fn probed(id: &str, gb_s: f64) -> RunInfo {
+        let roofline = crate::Roofline { threads: 2, seq_read_gb_s: gb_s, random: vec![], tools: vec!["cpu".into()] };
+        RunInfo { roofline: Some(roofline), ..info(id) }
+    }
+
+    /// Issue 44, class 10: every timing 1.6x slower while the run's own bandwidth probe fell
+    /// from 34.7 to 20.6 GB/s read as 10 regressions; it is the machine, not the code.
+    #[test]
+    fn timings_moving_with_the_bandwidth_probe_are_a_machine_change() {
+        let ids: Vec<String> = (0..10).map(|i| format!("c{i}")).collect();
+        let base_rows: Vec<ResultRow> = ids.iter().map(|id| sampled(id, &STEADY)).collect();
+        let cur: Vec<ResultRow> = ids.iter().map(|id| sampled(id, &scaled(1.6))).collect();
+        let base = Baseline::run("b".into(), probed("r1", 34.7), base_rows.clone());
+        let r = gate_runs(&base, &probed("r2", 20.6), &cur, &GateConfig::default());
+        assert!(!r.slower() && !r.failed(), "{:?}", r.findings);
+        assert_eq!(r.count(Verdict::NotJudged), 10);
+        assert_eq!(r.not_judged_reasons(), "10 machine changed");
+        let text = r.text(&base, &probed("r2", 20.6), 0);
+        assert!(
+            text.iter().any(|l| l.starts_with(
+                "warning: machine changed: 10 of 10 timings moved one way (median 1.600x) while the run's sequential read bandwidth moved 34.70 -> 20.60 GB/s (0.594x)"
+            )),
+            "{text:?}"
+        );
+        // The same slowdown with the probe unchanged is the code's: 10 regressed.
+        let base = Baseline::run("b".into(), probed("r1", 34.7), base_rows.clone());
+        let r = gate_runs(&base, &probed("r2", 34.0), &cur, &GateConfig::default());
+        assert_eq!(r.count(Verdict::Regressed), 10);
+        // Without a probe on either side nothing can be told: regressed as before.
+        let base = Baseline::run("b".into(), info("r1"), base_rows);
+        let r = gate_runs(&base, &info("r2"), &cur, &GateConfig::default());
+        assert_eq!(r.count(Verdict::Regressed), 10);
+    }
+
+    /// Issue 44, class 11: reasons that named the wrong cause. A 1.5x ratio far beyond the
+    /// 1.05x run-to-run bar, not judged because its interval is wide, read "too noisy between
+    /// runs: 1.500x is within the 1.050x"; a baseline median of 0 (no samples stored) read "a
+    /// baseline sample lasts 0.000 ms, under the minimum"; and "not a positive time" was
+    /// counted as "other".
+    #[test]
+    fn not_judged_reasons_name_their_cause() {
+        let wide = [9e-3, 15e-3, 15e-3, 15e-3, 26e-3, 9.5e-3, 16e-3];
+        let best = Baseline::best_of(nights(&[1.0, 1.05, 1.0, 1.05, 1.0])).unwrap();
+        let r = gate_runs(&best, &info("r5"), &[sampled("a", &wide)], &GateConfig::default());
+        let c = &r.changes[0];
+        assert_eq!(c.verdict, Verdict::NotJudged, "{c:?}");
+        assert!((c.ratio - 1.5).abs() < 1e-9, "{c:?}");
+        assert!(c.why.starts_with("too noisy: the 95% CI ["), "{}", c.why);
+        assert_eq!(r.not_judged_reasons(), "1 too noisy");
+        // No samples stored, a baseline median of 0.
+        let mut zero = row("a", 1e-3, 0.0);
+        zero.primal.as_mut().unwrap().median_s = 0.0;
+        zero.vjp = None;
+        let mut cur = row("a", 1e-3, 0.0);
+        cur.vjp = None;
+        let r = gate(&[zero], &[cur], &GateConfig::default());
+        assert_eq!(r.changes[0].why, "the baseline median 0 s is not a positive time");
+        assert_eq!(r.not_judged_reasons(), "1 baseline not a positive time");
     }
 }

@@ -333,6 +333,9 @@ fn verdict(h: &mut String, rows: &[ResultRow], baseline: Option<&Baseline>, repo
     if let Some(w) = report.and_then(GateReport::both_ways) {
         let _ = write!(h, "<li><b>warning:</b> {}</li>", esc(&w));
     }
+    if let Some(w) = report.and_then(|r| r.machine_changed.as_ref()) {
+        let _ = write!(h, "<li><b>warning:</b> {}</li>", esc(w));
+    }
     h.push_str("</ul>");
     if let Some(r) = report {
         let mut regressed: Vec<&Change> = r.changes.iter().filter(|c| c.verdict == Verdict::Regressed).collect();
@@ -1075,6 +1078,8 @@ mod tests {
             governor: "unknown".into(),
             suite: "quick".into(),
             roofline: None,
+            interrupted: None,
+            selection: None,
         }
     }
 

@@ -259,6 +259,8 @@ mod tests {
             governor: "unknown".into(),
             suite: "quick".into(),
             roofline: None,
+            interrupted: None,
+            selection: None,
         }
     }
 

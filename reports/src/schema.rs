@@ -10,8 +10,10 @@ use serde::{Deserialize, Serialize};
 /// samples; 4 added `rule_used` (the rule `auto` took); 5 added `rustc` and `target_features`, and
 /// made `cpu_model` and `cores` the row's own (a merged run's rows keep their shard's machine);
 /// 6 added the run's roofline (`roofline_*`) and each histogram primal's `achieved_gb_s` and
-/// `roofline_fraction`. Files of versions 1 to 5 are still read.
-pub const SCHEMA_VERSION: u32 = 6;
+/// `roofline_fraction`; 7 added the run's `interrupted` (why a run ended before its last case)
+/// and `selection` (the part of the suite a filtered or sharded run ran). Files of versions 1 to
+/// 6 are still read (as complete runs of their whole suite).
+pub const SCHEMA_VERSION: u32 = 7;
 
 /// How a case ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -68,6 +70,16 @@ pub struct RunInfo {
     /// adgauge's CPU devices (None otherwise, and in files before schema 6).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub roofline: Option<crate::Roofline>,
+    /// Why the run ended before its last case, e.g. `interrupted by SIGTERM after 3 of 10
+    /// case(s)` (None: it ran every case it selected; files before schema 7). Such a run is
+    /// partial ([`RunInfo::is_partial`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<String>,
+    /// The part of its suite the run selected, e.g. `filter hist-add` or `shard 2/4` (None: the
+    /// whole suite; files before schema 7). A baseline for a run of the whole suite is never one
+    /// of a part of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selection: Option<String>,
 }
 
 /// The machine and build a row was measured on: timings compare only between rows of the same
@@ -118,10 +130,22 @@ impl Host {
 }
 
 impl RunInfo {
-    /// Whether the run lacks rows it should have (its id ends in [`PARTIAL_RUN_SUFFIX`]): a
-    /// merge recovered some of its rows from a run that was killed.
+    /// Whether the run lacks rows it should have: it was interrupted (a signal ended it before
+    /// its last case), or its id ends in [`PARTIAL_RUN_SUFFIX`] (a merge recovered some of its
+    /// rows from a run that was killed).
     pub fn is_partial(&self) -> bool {
-        self.run_id.ends_with(PARTIAL_RUN_SUFFIX)
+        self.run_id.ends_with(PARTIAL_RUN_SUFFIX) || self.interrupted.is_some()
+    }
+
+    /// Why the run is partial, in words (None: it is not).
+    pub fn partial_reason(&self) -> Option<String> {
+        match &self.interrupted {
+            Some(why) => Some(why.clone()),
+            None if self.run_id.ends_with(PARTIAL_RUN_SUFFIX) => {
+                Some("merged from the rows a killed run had written".to_string())
+            }
+            None => None,
+        }
     }
 }
 

@@ -52,8 +52,9 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
     move |source| StoreError::Io { path: path.to_path_buf(), source }
 }
 
-/// The fixed columns of schema 6, in order; the parameter and check columns follow them.
-/// Schema 5 had all but the roofline's eight (`V5_LACKS`), schema 4 also lacked `rustc` and
+/// The fixed columns of schema 7, in order; the parameter and check columns follow them.
+/// Schema 6 had all but `interrupted` and `selection` (`V6_LACKS`); schema 5 also lacked the
+/// roofline's eight (`V5_LACKS`), schema 4 also lacked `rustc` and
 /// `target_features`, schema 3 also `rule_used`. From schema 5 on, `cpu_model`, `cores`, `rustc`
 /// and `target_features` are the row's own host (a merged run's lines keep their shard's
 /// machine); the other run columns repeat on every line. The `roofline_*` columns are the run's
@@ -67,6 +68,8 @@ pub const COLUMNS: &[&str] = &[
     "git_revision",
     "adgauge_version",
     "suite",
+    "interrupted",
+    "selection",
     "machine",
     "cpu_model",
     "cores",
@@ -106,7 +109,10 @@ pub const COLUMNS: &[&str] = &[
     "roofline_fraction",
 ];
 
-/// The fixed columns schema 5 lacks.
+/// The fixed columns schema 6 lacks.
+const V6_LACKS: [&str; 2] = ["interrupted", "selection"];
+
+/// The fixed columns schema 5 lacks besides those of [`V6_LACKS`].
 const V5_LACKS: [&str; 8] = [
     "roofline_threads",
     "roofline_seq_read_gb_s",
@@ -122,13 +128,16 @@ const V5_LACKS: [&str; 8] = [
 /// `rule_used`.
 const V4_LACKS: [&str; 2] = ["rustc", "target_features"];
 
-/// The fixed columns of a file of schema 3, 4 or 5, in order.
+/// The fixed columns of a file of schema 3, 4, 5 or 6, in order.
 fn old_columns(version: u32) -> Vec<&'static str> {
     COLUMNS
         .iter()
         .copied()
         .filter(|c| {
-            !V5_LACKS.contains(c) && (version > 4 || !V4_LACKS.contains(c)) && (version > 3 || *c != "rule_used")
+            !V6_LACKS.contains(c)
+                && (version > 5 || !V5_LACKS.contains(c))
+                && (version > 4 || !V4_LACKS.contains(c))
+                && (version > 3 || *c != "rule_used")
         })
         .collect()
 }
@@ -286,6 +295,8 @@ pub(crate) fn case_records(run: &RunInfo, row: &ResultRow, header: &[String]) ->
                 run.git_revision.clone(),
                 run.adgauge_version.clone(),
                 run.suite.clone(),
+                run.interrupted.clone().unwrap_or_default(),
+                run.selection.clone().unwrap_or_default(),
                 run.machine.clone(),
                 host.cpu_model,
                 host.cores.to_string(),
@@ -521,7 +532,7 @@ pub fn rows_from_json_lines(text: &str, origin: &Path) -> Result<(RunInfo, Vec<R
         objects.iter().map(|(line, o)| (*line, header.iter().map(|h| field(o.get(h))).collect())).collect();
     // Lines of schema 3 lack `rule_used`, which then reads as empty.
     let version = match objects.first().and_then(|(_, o)| o.get("schema_version")).and_then(Value::as_u64) {
-        Some(v @ (3..=5)) => v as u32,
+        Some(v @ (3..=6)) => v as u32,
         _ => SCHEMA_VERSION,
     };
     parse_typed(&header, COLUMNS, version, &records).map_err(|(l, m)| err(l, m))
@@ -595,13 +606,26 @@ fn check_time(column: &str, x: f64) -> Result<(), String> {
 }
 
 /// `Err` naming the field unless every time of `t` (and its coefficient of variation) is finite
-/// and not negative.
+/// and not negative, and a stored median is its samples' median (the middle one, or the mean of
+/// the middle two): the gate judges the samples and reports the median, so the two must agree.
 pub fn check_timing(t: &Timing) -> Result<(), String> {
     check_time("min_s", t.min_s)?;
     check_time("median_s", t.median_s)?;
     check_time("max_s", t.max_s)?;
     for &x in &t.sample_s {
         check_time("sample_s", x)?;
+    }
+    if !t.sample_s.is_empty() {
+        let mut s = t.sample_s.clone();
+        s.sort_by(f64::total_cmp);
+        let m = s.len();
+        let median = if m % 2 == 1 { s[m / 2] } else { 0.5 * (s[m / 2 - 1] + s[m / 2]) };
+        if (median - t.median_s).abs() > 1e-9 * median.abs().max(t.median_s.abs()) {
+            return Err(format!(
+                "median_s: {:e} is not the median of its {m} samples in sample_s ({median:e})",
+                t.median_s
+            ));
+        }
     }
     if !(t.cv.is_finite() && t.cv >= 0.0) {
         return Err(format!("cv: {} is not a coefficient of variation (finite, >= 0)", t.cv));
@@ -632,9 +656,11 @@ pub fn parse_csv(text: &str, path: &Path) -> Result<(RunInfo, Vec<ResultRow>), S
         return Err(err(1, "empty file: expected the header line".into()));
     };
     let starts_with = |fixed: &[&str]| header.len() >= fixed.len() && header.iter().zip(fixed).all(|(h, c)| h == c);
-    let (v5, v4, v3) = (old_columns(5), old_columns(4), old_columns(3));
+    let (v6, v5, v4, v3) = (old_columns(6), old_columns(5), old_columns(4), old_columns(3));
     let fixed: Option<(&[&str], u32)> = if starts_with(COLUMNS) {
         Some((COLUMNS, SCHEMA_VERSION))
+    } else if starts_with(&v6) {
+        Some((&v6, 6))
     } else if starts_with(&v5) {
         Some((&v5, 5))
     } else if starts_with(&v4) {
@@ -670,7 +696,7 @@ pub fn parse_csv(text: &str, path: &Path) -> Result<(RunInfo, Vec<ResultRow>), S
         Err(err(
             1,
             format!(
-                "unexpected header (expected the columns {}, ... of schema {SCHEMA_VERSION}, 5, 4 or 3, or the {} columns of schema 2 or the {V1_COLUMNS} of schema 1)",
+                "unexpected header (expected the columns {}, ... of schema {SCHEMA_VERSION}, 6, 5, 4 or 3, or the {} columns of schema 2 or the {V1_COLUMNS} of schema 1)",
                 COLUMNS[..3].join(","),
                 LEGACY_COLUMNS.len()
             ),
@@ -680,7 +706,7 @@ pub fn parse_csv(text: &str, path: &Path) -> Result<(RunInfo, Vec<ResultRow>), S
 
 type Failed = (usize, String);
 
-/// A file of schema 3 to 6: `fixed` are its fixed columns, `file_version` the schema they make.
+/// A file of schema 3 to 7: `fixed` are its fixed columns, `file_version` the schema they make.
 fn parse_typed(
     header: &[String],
     fixed: &[&str],
@@ -765,6 +791,8 @@ fn parse_typed(
             governor: get("governor").into(),
             suite: get("suite").into(),
             roofline: parse_roofline(&|c| get(c).to_string()).map_err(at)?,
+            interrupted: Some(get("interrupted").to_string()).filter(|s| !s.is_empty()),
+            selection: Some(get("selection").to_string()).filter(|s| !s.is_empty()),
         };
         // The host is the row's own: lines of one run may differ in it (a merge of shards).
         let same_run = |r: &RunInfo| RunInfo { cpu_model: r.cpu_model.clone(), cores: r.cores, ..info.clone() } == *r;
@@ -969,6 +997,8 @@ fn parse_legacy(width: usize, recs: &[Record]) -> Result<(RunInfo, Vec<ResultRow
                 governor: f[8].clone(),
                 suite: String::new(),
                 roofline: None,
+                interrupted: None,
+                selection: None,
             });
         }
         let mut params = BTreeMap::new();
@@ -1152,6 +1182,68 @@ pub fn read_history_files(dir: &Path) -> Result<Vec<(PathBuf, RunInfo, Vec<Resul
     Ok(out)
 }
 
+/// The file in a history directory that records the runs set aside and brought back
+/// (`adgauge history --set-aside RUN --why TEXT`, `--restore RUN`): one JSON object per line,
+/// appended, never rewritten. A run set aside is never a baseline; its files stay where they are.
+pub const SET_ASIDE_FILE: &str = "set-aside.jsonl";
+
+/// One line of [`SET_ASIDE_FILE`].
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SetAside {
+    /// UTC, RFC 3339.
+    pub time: String,
+    /// `set-aside` or `restore`.
+    pub action: String,
+    pub run_id: String,
+    /// Why, in the user's words.
+    pub why: String,
+}
+
+/// The set-aside record of a history: every line, oldest first (none without the file). A line
+/// that is not a record, or names an unknown action, is an error naming the file and line.
+pub fn read_set_aside(dir: &Path) -> Result<Vec<SetAside>, StoreError> {
+    let path = dir.join(SET_ASIDE_FILE);
+    let text = match fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(StoreError::Io { path, source: e }),
+    };
+    let mut out = Vec::new();
+    for (i, l) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let err = |message: String| StoreError::Parse { path: path.clone(), line: i + 1, message };
+        let entry: SetAside = serde_json::from_str(l)
+            .map_err(|e| err(format!("not a set-aside record (time, action, run_id, why): {e}")))?;
+        if entry.action != "set-aside" && entry.action != "restore" {
+            return Err(err(format!("action '{}': expected set-aside or restore", entry.action)));
+        }
+        out.push(entry);
+    }
+    Ok(out)
+}
+
+/// The runs of a history set aside now (the last record of each run says `set-aside`), with the
+/// record that did it.
+pub fn set_aside_runs(dir: &Path) -> Result<BTreeMap<String, SetAside>, StoreError> {
+    let mut now = BTreeMap::new();
+    for e in read_set_aside(dir)? {
+        if e.action == "set-aside" {
+            now.insert(e.run_id.clone(), e);
+        } else {
+            now.remove(&e.run_id);
+        }
+    }
+    Ok(now)
+}
+
+/// Appends a record to a history's [`SET_ASIDE_FILE`] (created if absent) and syncs it.
+pub fn record_set_aside(dir: &Path, entry: &SetAside) -> Result<(), StoreError> {
+    let path = dir.join(SET_ASIDE_FILE);
+    let line = serde_json::to_string(entry).expect("a record of strings serializes") + "\n";
+    let mut f = fs::OpenOptions::new().create(true).append(true).open(&path).map_err(io(&path))?;
+    f.write_all(line.as_bytes()).map_err(io(&path))?;
+    f.sync_all().map_err(io(&path))
+}
+
 /// How the file of a run in progress ends: `.<run_id>.partial.jsonl` holds the run's
 /// information (a JSON object), then one JSON row per line as each case finishes; the complete
 /// run file replaces it when the run ends. A killed run leaves it behind.
@@ -1249,6 +1341,8 @@ mod tests {
             governor: "performance".into(),
             suite: "quick".into(),
             roofline: None,
+            interrupted: None,
+            selection: None,
         };
         let mut params = BTreeMap::new();
         params.insert("n".to_string(), "1000".to_string());
@@ -1554,8 +1648,8 @@ mod tests {
         assert!(e.contains("r.csv:1: unexpected header"), "{e}");
         let e = parse_csv("", Path::new("r.csv")).unwrap_err().to_string();
         assert!(e.contains("empty file"), "{e}");
-        let e = parse_csv("schema_version,run_id,x\n7,r,y\n", Path::new("r.csv")).unwrap_err().to_string();
-        assert!(e.contains("r.csv:2: schema 7 is newer than this adgauge"), "{e}");
+        let e = parse_csv("schema_version,run_id,x\n8,r,y\n", Path::new("r.csv")).unwrap_err().to_string();
+        assert!(e.contains("r.csv:2: schema 8 is newer than this adgauge"), "{e}");
         let dup = format!("{text}{}\n", lines[1]);
         let e = parse_csv(&dup, Path::new("r.csv")).unwrap_err().to_string();
         assert!(e.contains(&format!("r.csv:{}: duplicate line for case hist-add", lines.len() + 1)), "{e}");
@@ -1634,7 +1728,7 @@ mod tests {
         let lines = json_lines(&run, &rows);
         assert_eq!(lines.len(), 5);
         let first: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
-        assert!(lines[0].starts_with("{\"schema_version\":6,\"run_id\":\"20261122T050000Z-abc\","), "{}", lines[0]);
+        assert!(lines[0].starts_with("{\"schema_version\":7,\"run_id\":\"20261122T050000Z-abc\","), "{}", lines[0]);
         assert_eq!(first["mode"], "primal");
         assert_eq!(first["median_s"], 1.5e-3);
         assert_eq!(first["sample_s"], serde_json::json!([2e-3, 1e-3, 1.5e-3]));
@@ -1867,5 +1961,47 @@ mod tests {
         assert!(e.starts_with("h/.r.partial.jsonl:4: primal median_s: -1 is not a time"), "{e}");
         let e = parse_partial("", p).unwrap_err().to_string();
         assert!(e.contains(":1: empty file"), "{e}");
+    }
+
+    /// Schema 7 records an interrupted run and a run of part of its suite; files of schema 6
+    /// (without those columns) read as complete runs of their whole suite.
+    #[test]
+    fn an_interrupted_or_filtered_run_says_so_in_its_file_and_schema_6_still_reads() {
+        let (mut run, rows) = sample();
+        run.interrupted = Some("interrupted by SIGTERM after 2 of 10 case(s)".into());
+        run.selection = Some("filter hist-add".into());
+        assert!(run.is_partial());
+        let text = to_csv(&run, &rows);
+        let (back, back_rows) = parse_csv(&text, Path::new("r.csv")).unwrap();
+        assert_eq!((&back, &back_rows), (&run, &rows));
+        let (json_run, _) = rows_from_json_lines(&json_lines(&run, &rows).join("\n"), Path::new("-")).unwrap();
+        assert_eq!(json_run, run);
+        let (old, old_rows) = parse_csv(&as_schema(&text, 6), Path::new("v6.csv")).unwrap();
+        assert_eq!((old.interrupted, old.selection, old_rows[0].schema_version), (None, None, 6));
+        assert!(!sample().0.is_partial());
+    }
+
+    /// Issue 44, class 8: a stored median that disagrees with its own samples was accepted; the
+    /// gate judged the samples and reported the median. Readers refuse it, naming file and line.
+    #[test]
+    fn a_median_that_is_not_its_samples_median_is_refused_naming_file_and_line() {
+        // Line 2 is the first case's primal line; its samples' median is 1.5e-3.
+        let e = parse_csv(&edited(2, "median_s", "1e-3"), Path::new("h/r.csv")).unwrap_err().to_string();
+        assert_eq!(e, "h/r.csv:2: median_s: 1e-3 is not the median of its 3 samples in sample_s (1.5e-3)");
+        // Through JSON lines and a partial run's rows too.
+        let (run, mut rows) = sample();
+        rows[0].primal.as_mut().unwrap().median_s = 1.0;
+        let lines = json_lines(&run, &rows);
+        let e = rows_from_json_lines(&lines.join("\n"), Path::new("out.jsonl")).unwrap_err().to_string();
+        assert!(e.starts_with("out.jsonl:1: median_s: 1e0 is not the median of its 3 samples"), "{e}");
+        assert_eq!(
+            check_row(&rows[0]).unwrap_err(),
+            "primal median_s: 1e0 is not the median of its 3 samples in sample_s (1.5e-3)"
+        );
+        // An even count's median is the mean of the middle two.
+        let mut even = rows[0].primal.clone().unwrap();
+        even.sample_s = vec![1e-3, 4e-3, 2e-3, 3e-3];
+        even.median_s = 2.5e-3;
+        assert_eq!(check_timing(&even), Ok(()));
     }
 }

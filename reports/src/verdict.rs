@@ -350,6 +350,11 @@ fn p_text(p: f64) -> String {
     if p < 1e-12 { "< 1e-12".to_string() } else { format!("= {p:.2e}") }
 }
 
+/// The highest bar the run-to-run factor may raise a regression's ratio to (`t * f`): a ratio of
+/// 2 or more whose interval lies above `(1 + e) * 2 / t` is always a regression, whatever the
+/// window did.
+pub const MAX_BAR: f64 = 2.0;
+
 /// [`judge_between_runs`] without an estimate of the run-to-run noise.
 pub fn judge(case_id: &str, mode: &str, tb: &Timing, tc: &Timing, cfg: &SpeedConfig) -> Change {
     judge_between_runs(case_id, mode, tb, tc, cfg, None)
@@ -358,8 +363,10 @@ pub fn judge(case_id: &str, mode: &str, tb: &Timing, tc: &Timing, cfg: &SpeedCon
 /// Judges one mode: the baseline's timing `tb` against the current `tc` (both with samples;
 /// see [`crate::gate`] for files without).
 ///
-/// `run_to_run`: how far the case's median moved between consecutive runs of the baseline's
-/// window (the largest factor, >= 1), where the window holds two or more. The samples of one
+/// `run_to_run`: how far the case's median moves between consecutive runs of the baseline's
+/// window (`gate::robust_move`: the largest move once the two largest are dropped, >= 1), where
+/// the window holds two or more; it is capped so that the bar `t * f` never exceeds
+/// [`MAX_BAR`]. The samples of one
 /// run cannot see what changes between runs (the machine's load, the process's memory layout):
 /// two runs of the quick suite with no change between them, on an otherwise idle 2-core VM,
 /// differed by up to 2x with intervals that excluded 1. A regression (or an improvement) must
@@ -405,8 +412,11 @@ pub fn judge_between_runs(
     change.ci = Some((lo, hi));
     change.p_slower = Some(p_slower);
     change.p_faster = Some(p_faster);
-    let f = run_to_run.filter(|f| f.is_finite()).unwrap_or(1.0).max(1.0);
     let (t, e) = (cfg.max_slowdown, 1.0 + cfg.noise_threshold);
+    // The bar never exceeds MAX_BAR: a regression that persists cannot raise it past that by
+    // the move it made into the window.
+    let moved = run_to_run.filter(|f| f.is_finite()).unwrap_or(1.0).max(1.0);
+    let f = moved.min((MAX_BAR / t).max(1.0));
     let level = format!("{:.0}%", cfg.confidence * 100.0);
     let evidence = |p: f64| {
         format!(
@@ -423,11 +433,18 @@ pub fn judge_between_runs(
     } else if change.ratio < 1.0 / (t * f) && hi < 1.0 / (e * f) && p_faster < cfg.alpha {
         change.verdict = Verdict::Improved;
         change.why = beyond_noise(evidence(p_faster));
-    } else if f > 1.0 && (change.ratio > t || change.ratio < 1.0 / t) {
-        change.why = format!(
-            "too noisy between runs: {:.3}x is within the {f:.3}x the case moved between consecutive baseline runs ({level} CI [{lo:.3}, {hi:.3}])",
-            change.ratio
-        );
+    } else if f > 1.0
+        && ((change.ratio > t && change.ratio <= t * f) || (change.ratio < 1.0 / t && change.ratio >= 1.0 / (t * f)))
+    {
+        // Only a ratio the run-to-run bar explains is called noise between runs; one beyond
+        // it that is not judged is so for its own samples' interval (below).
+        let within = if moved > f {
+            format!("the {f:.3}x run-to-run bar (capped; the case moved {moved:.3}x between consecutive baseline runs)")
+        } else {
+            format!("the {f:.3}x the case moved between consecutive baseline runs")
+        };
+        change.why =
+            format!("too noisy between runs: {:.3}x is within {within} ({level} CI [{lo:.3}, {hi:.3}])", change.ratio);
     } else if hi <= t {
         change.verdict = Verdict::NoChange;
         change.why = format!("{level} CI [{lo:.3}, {hi:.3}] rules out a slowdown beyond {t}x");
