@@ -13,6 +13,7 @@
 #   candidate's set;
 # - gate: three runs at factor 1 into a fresh history, then one at the factor, and
 #   `gate --baseline best-of:3` on the last.
+# REPS 0 measures nothing and prints the table of what SENS_OUT holds.
 # Environment: SENS_SUITE (default suites/sensitivity.yaml), SENS_FACTORS (default
 # "1.05 1.10 1.20 1.50"), SENS_LOADS (default "idle loaded"), SENS_OUT (default a temporary
 # directory; every JSON answer is kept there).
@@ -30,6 +31,7 @@ stop_busy() { for p in "${busy[@]}"; do kill "$p" 2>/dev/null; done; busy=(); }
 trap stop_busy EXIT
 
 for load in $loads; do
+  [ "$reps" -gt 0 ] || break
   stop_busy
   if [ "$load" = loaded ]; then
     # Two busy processes at normal priority: as many as this VM has cores.
