@@ -8,6 +8,7 @@ pub mod gate;
 pub mod html;
 pub mod parquet;
 pub mod query;
+pub mod real;
 pub mod roofline;
 pub mod schema;
 pub mod store;
