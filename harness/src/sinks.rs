@@ -102,7 +102,10 @@ impl Console {
     }
 
     /// Prints one line (flushed); after a write error (a closed pipe) prints nothing more.
+    /// Control characters but newline and tab are printed escaped (`\u{1b}`): a tool's stderr
+    /// in a row's message never drives the terminal (`adgauge_reports::text`).
     pub fn line(&self, text: &str) {
+        let text = adgauge_reports::text::escape_controls(text, &['\n', '\t']);
         if self.closed.load(Ordering::Relaxed) {
             return;
         }

@@ -12,6 +12,7 @@ pub mod real;
 pub mod roofline;
 pub mod schema;
 pub mod store;
+pub mod text;
 pub mod verdict;
 
 pub use roofline::{RandomRate, Roofline};
