@@ -33,8 +33,9 @@ fn an_input_beyond_the_address_space_limit_is_refused_not_aborted() {
     let cap: u64 = 2 << 30;
     let gmm = temp_file("memory-limit", "rep.txt", "1 1 30000000\n0.0\n0.5\n0.1\n0.5\n1 0\n");
     let out = adgauge_capped(cap, &["eval", "gmm", "--input", gmm.to_str().unwrap(), "--gmm-replicate-point"]);
-    // Where the machine's own default is lower still, that is the limit named.
-    let limit = adgauge_datasets::limits::default_max_bytes().min(cap);
+    // The default keeps a quarter of the address space (512 MiB of 2 GiB) for the process
+    // itself; where the machine's own default is lower still, that is the limit named.
+    let limit = adgauge_datasets::limits::default_max_bytes().min(cap - cap / 4);
     assert_eq!(out.status.code(), Some(2), "{:?}: {}", out.status, stderr(&out));
     let want =
         format!("needs 3000000008 bytes, more than the memory limit {limit} (--max-memory; default the least of");
@@ -43,4 +44,47 @@ fn an_input_beyond_the_address_space_limit_is_refused_not_aborted() {
     let small = temp_file("memory-limit", "small.txt", "1 1 10\n0.0\n0.5\n0.1\n0.5\n1 0\n");
     let out = adgauge_capped(cap, &["eval", "gmm", "--input", small.to_str().unwrap(), "--gmm-replicate-point"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+/// `adgauge tool` reads a message line whole: its bound follows the memory limit (a quarter of
+/// it by default), so a 1.5 GB line under a 1.2 GB address-space cap is refused with exit 2
+/// naming the bound. With a fixed bound of 4 GiB the server read on and aborted (exit 134).
+#[test]
+fn a_tool_line_beyond_the_memory_limit_is_refused_naming_the_bound() {
+    use std::io::Write;
+    use std::process::Stdio;
+    let cap: u64 = 1_200_000_000;
+    let mut c = Command::new(env!("CARGO_BIN_EXE_adgauge"));
+    c.arg("tool").stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    // SAFETY: as in `adgauge_capped`.
+    unsafe {
+        c.pre_exec(move || {
+            let limit = libc::rlimit { rlim_cur: cap as libc::rlim_t, rlim_max: cap as libc::rlim_t };
+            if libc::setrlimit(libc::RLIMIT_AS, &limit) == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+        });
+    }
+    let mut child = c.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    // 1.5 GB of one line, written until the server stops reading (a broken pipe ends it).
+    let writer = std::thread::spawn(move || {
+        let start = br#"{"id": 0, "kind": "evaluate", "module": "hist", "function": "primal", "input": {"vals": ["#;
+        let chunk = "0.5,".repeat(1 << 18);
+        let mut written = 0usize;
+        let mut ok = stdin.write_all(start).is_ok();
+        while ok && written < 1_500_000_000 {
+            ok = stdin.write_all(chunk.as_bytes()).is_ok();
+            written += chunk.len();
+        }
+        written
+    });
+    let out = child.wait_with_output().unwrap();
+    let written = writer.join().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{:?} after {written} bytes: {err}", out.status);
+    // The bound is a quarter of the limit, itself the cap less its headroom (or the machine's
+    // own default where lower).
+    let limit = adgauge_datasets::limits::default_max_bytes().min(cap - cap / 4);
+    let want = format!("<stdin>:1: a line longer than {} bytes (a quarter of the memory limit {limit}", limit / 4);
+    assert!(err.contains(&want), "{err}");
+    assert!(written < 1_500_000_000, "the server stopped reading at its bound");
 }
