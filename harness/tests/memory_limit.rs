@@ -88,3 +88,39 @@ fn a_tool_line_beyond_the_memory_limit_is_refused_naming_the_bound() {
     assert!(err.contains(&want), "{err}");
     assert!(written < 1_500_000_000, "the server stopped reading at its bound");
 }
+
+/// particle's nested reverse derivative under a 3 GB address-space cap: at w = 0 the answer, at
+/// w = -0.9 (inside the suite's bound [-1, 1]) and at w = 100 a trajectory that never crosses
+/// the axis, refused by name at the Euler step bound (exit 2). One tape of the trajectory held
+/// every step until the reverse sweep and aborted (SIGABRT) at 2.2 GB on both; the derivative is
+/// now taken step by step, in a few tens of MB. The three run at once (each takes up to a
+/// minute in a debug build).
+#[test]
+fn particle_s_reverse_derivative_answers_under_a_3_gb_cap_at_any_w() {
+    let cap: u64 = 3_000_000_000;
+    let runs: Vec<_> = ["-0.9", "0", "100"]
+        .into_iter()
+        .map(|w| {
+            std::thread::spawn(move || {
+                let input = temp_file("memory-limit", &format!("particle{w}.json"), &format!("{{\"w\": {w}}}"));
+                let out =
+                    adgauge_capped(cap, &["eval", "particle", "--mode", "vjp", "--input", input.to_str().unwrap()]);
+                (w, out)
+            })
+        })
+        .collect();
+    for run in runs {
+        let (w, out) = run.join().unwrap();
+        let (said, err) = (String::from_utf8_lossy(&out.stdout).to_string(), stderr(&out));
+        if w == "0" {
+            assert_eq!(out.status.code(), Some(0), "w = {w}: {:?}: {err}", out.status);
+            // GradBench's control (its particle eval's expected output).
+            let v: serde_json::Value = serde_json::from_str(&said).unwrap();
+            let got = v["w"][0].as_f64().unwrap();
+            assert!((got - 0.2071918746486116).abs() < 1e-9, "{said}");
+        } else {
+            assert_eq!(out.status.code(), Some(2), "w = {w}: {:?}: {err}", out.status);
+            assert!(err.contains("no crossing of the x-axis within 1000000 Euler steps"), "w = {w}: {err}");
+        }
+    }
+}
