@@ -18,11 +18,12 @@
 //! jvp: outer forward, `--inner forward|reverse`).
 //!
 //! The outer reverse derivative is taken step by step ([`crossing_reverse`]): a tape of the
-//! whole trajectory holds every Euler step's ops until the reverse sweep, about 2 KB a step,
-//! and a trajectory that never crosses the axis (w = -0.9, or w = 100) runs to [`MAX_STEPS`]:
-//! 2.2 GB and more, an abort on allocation under any cap below that. The forward sweep keeps
-//! only each step's state (x, v: four reals), and the reverse sweep records one step at a time
-//! on a tape of its own, from the last back to the first: 32 bytes a step (32 MB at most).
+//! whole trajectory holds every Euler step's ops until the reverse sweep, and a trajectory that
+//! never crosses the axis (w = -0.9, or w = 100) runs to [`MAX_STEPS`]: 15 GB at its peak (a
+//! debug build, about 15 KB a step), an abort on allocation at 2.2 GB under a 3 GB cap. The
+//! forward sweep keeps only each step's state (x, v: four reals), and the reverse sweep records
+//! one step at a time on a tape of its own, from the last back to the first: 32 bytes a step
+//! (32 MB at most; 63 MB peak at w = -0.9 where the whole tape took 15 GB).
 
 use adgauge_backends::prelude::*;
 use adgauge_backends::{AnyDevice, DType, OpError, OutOfRange, Result, Reverse, UnaryOp, with_device};
@@ -209,7 +210,7 @@ impl Nested for ParticleNested {
         serde_json::json!({"w": input.w})
     }
     /// Step by step ([`crossing_reverse`]): memory of 32 bytes an Euler step, where one tape
-    /// of the trajectory took 2.2 GB and more on one that never crosses.
+    /// of the trajectory took about 15 KB a step (15 GB on one that never crosses).
     fn reverse_bounded<D: Ops, G: InnerGrad<Reverse<D>>>(
         d: &D,
         g: &G,
