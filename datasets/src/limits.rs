@@ -1,8 +1,9 @@
 //! The memory limit: the most bytes one size (a replicated dataset, a suite case, an `eval`
 //! input) may need, checked before anything is allocated. The process sets it once from
 //! `--max-memory` ([`set_max_bytes`]); the default is the least of half the physical memory
-//! and the limits the process really has, its address-space limit and its cgroup's memory limit
-//! ([`default_max_bytes`]). A refusal names the field and the bytes it would need.
+//! and the limits the process really has, its address-space limit and its cgroup's memory limit,
+//! each less the process's own [`headroom`] ([`default_max_bytes`]). A refusal names the field
+//! and the bytes it would need.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,12 +15,27 @@ static MAX_BYTES: AtomicU64 = AtomicU64::new(0);
 pub const FALLBACK_BYTES: u64 = 8 << 30;
 
 /// What a refusal says the limit is.
-const DEFAULT_IS: &str = "default the least of half the physical memory, RLIMIT_AS and the cgroup's memory limit";
+const DEFAULT_IS: &str = "default the least of half the physical memory, RLIMIT_AS and the cgroup's memory limit, \
+     the last two less a quarter (at least 256 MiB) for the process itself";
+
+/// The least [`headroom`] kept under a hard limit.
+pub const MIN_HEADROOM: u64 = 256 << 20;
+
+/// What the default keeps free under a hard limit of `limit` bytes (RLIMIT_AS or a cgroup's):
+/// a quarter of it, at least [`MIN_HEADROOM`], at most half. A size is checked alone, but the
+/// process also holds what no size check sees: its code and libraries, a stack reserved per
+/// thread (8 MiB of address space each, one per core in the thread pool), the allocator's
+/// partly used segments, the run's roofline buffers and the rows and files of the run. With the
+/// limit itself as the default, a 1.2 GB histogram case passed its check under a 1.5 GB `ulimit
+/// -v` and aborted on allocation.
+pub fn headroom(limit: u64) -> u64 {
+    (limit / 4).max(MIN_HEADROOM).min(limit / 2)
+}
 
 /// The default limit: the least of half the physical memory (or [`FALLBACK_BYTES`]), the
-/// process's address-space limit (RLIMIT_AS, `ulimit -v`) and its cgroup's memory limit. Half
-/// the physical memory alone let sizes through under a 4 GB cap, which then aborted on
-/// allocation instead of being refused.
+/// process's address-space limit (RLIMIT_AS, `ulimit -v`) and its cgroup's memory limit, the
+/// last two less their [`headroom`]. Half the physical memory alone let sizes through under a
+/// 4 GB cap, which then aborted on allocation instead of being refused.
 pub fn default_max_bytes() -> u64 {
     let read = |p: &Path| std::fs::read_to_string(p).ok();
     let text = |p: &str| read(Path::new(p));
@@ -34,9 +50,10 @@ pub fn default_max_bytes() -> u64 {
 }
 
 /// The least of half the physical memory (or [`FALLBACK_BYTES`] where unknown) and the limits
-/// that are set.
+/// that are set, each less its [`headroom`].
 pub fn least_limit(half_physical: Option<u64>, address_space: Option<u64>, cgroup: Option<u64>) -> u64 {
-    [Some(half_physical.unwrap_or(FALLBACK_BYTES)), address_space, cgroup]
+    let usable = |limit: Option<u64>| limit.map(|l| l - headroom(l));
+    [Some(half_physical.unwrap_or(FALLBACK_BYTES)), usable(address_space), usable(cgroup)]
         .into_iter()
         .flatten()
         .min()
@@ -256,9 +273,23 @@ mod tests {
         assert_eq!(address_space_limit(&limits.replace("4294967296 ", "unlimited  ")), None);
         let half = half_physical(meminfo);
         assert_eq!(least_limit(half, None, None), 12_000_000 * 1024);
-        assert_eq!(least_limit(half, Some(4 << 30), None), 4 << 30);
-        assert_eq!(least_limit(half, Some(4 << 30), Some(3 << 30)), 3 << 30);
+        // A hard limit keeps a quarter free for the process itself: 4 GiB leaves 3 GiB.
+        assert_eq!(least_limit(half, Some(4 << 30), None), 3 << 30);
+        assert_eq!(least_limit(half, Some(4 << 30), Some(3 << 30)), (3 << 30) - (768 << 20));
         assert_eq!(least_limit(None, None, Some(64 << 30)), FALLBACK_BYTES);
-        assert_eq!(least_limit(None, Some(1 << 30), None), 1 << 30);
+        assert_eq!(least_limit(None, Some(1 << 30), None), 768 << 20);
+    }
+
+    /// The headroom is a quarter of the limit, never under 256 MiB, never over half: a 1.5 GB
+    /// address space leaves 1.125 GB for sizes, so a 1.2 GB case is refused, not aborted.
+    #[test]
+    fn the_default_leaves_headroom_under_hard_limits() {
+        assert_eq!(headroom(16 << 30), 4 << 30);
+        assert_eq!(headroom(1 << 30), 256 << 20);
+        assert_eq!(headroom(512 << 20), 256 << 20);
+        assert_eq!(headroom(100 << 20), 50 << 20);
+        assert_eq!(least_limit(None, Some(1_500_000_000), None), 1_125_000_000);
+        assert!(least_limit(None, Some(1_500_000_000), None) < 1_200_000_000);
+        assert_eq!(least_limit(None, Some(1), None), 1);
     }
 }

@@ -38,18 +38,42 @@ pub struct EvalArgs {
     #[arg(long, default_value = "f64")]
     pub dtype: DType,
     /// Largest input accepted, in bytes (inputs are read whole; `--input /dev/zero` must end).
-    #[arg(long, default_value_t = DEFAULT_MAX_INPUT_BYTES)]
-    pub max_input_bytes: u64,
+    /// Default: the least of 4 GiB and a quarter of the memory limit.
+    #[arg(long)]
+    pub max_input_bytes: Option<u64>,
     /// The workloads' own flags that were given (filled from the command line in `main.rs`).
     #[arg(skip)]
     pub options: BTreeMap<String, String>,
 }
 
-/// The default of `--max-input-bytes`: 4 GiB, above ADBench's largest file (ba20, about 1.2 GB).
+/// The most `--max-input-bytes` defaults to: 4 GiB, above ADBench's largest file (ba20, about
+/// 1.2 GB).
 pub const DEFAULT_MAX_INPUT_BYTES: u64 = 4 << 30;
 
-/// Reads the input whole, refusing more than `max` bytes.
-fn read_input(path: &PathBuf, max: u64) -> anyhow::Result<(String, String)> {
+/// The most bytes of input read whole (an `eval` file, a line of `adgauge tool`), and how to
+/// raise it (for the refusal): `--max-input-bytes` where given, else the least of
+/// [`DEFAULT_MAX_INPUT_BYTES`] and a quarter of the memory limit. The input is read whole into
+/// a buffer that grows by doubling (to twice its length while it is copied) and is then parsed
+/// into values about as large again: an input of more than a quarter of the limit cannot be
+/// evaluated within it, and reading it would abort on allocation instead of refusing it.
+pub fn input_bound(given: Option<u64>) -> (u64, String) {
+    let raise = "raise --max-input-bytes to read it";
+    match given {
+        Some(bytes) => (bytes, raise.into()),
+        None => {
+            let limit = adgauge_datasets::limits::max_bytes();
+            if limit / 4 < DEFAULT_MAX_INPUT_BYTES {
+                let why = format!("a quarter of the memory limit {limit}: raise --max-memory, or {raise}");
+                (limit / 4, why)
+            } else {
+                (DEFAULT_MAX_INPUT_BYTES, raise.into())
+            }
+        }
+    }
+}
+
+/// Reads the input whole, refusing more than `max` bytes (`raise` says how to raise it).
+fn read_input(path: &PathBuf, max: u64, raise: &str) -> anyhow::Result<(String, String)> {
     let name = path.display().to_string();
     let (name, reader): (String, Box<dyn Read>) = if name == "-" {
         ("<stdin>".into(), Box::new(std::io::stdin()))
@@ -63,7 +87,7 @@ fn read_input(path: &PathBuf, max: u64) -> anyhow::Result<(String, String)> {
         .read_to_end(&mut bytes)
         .map_err(|e| bad_input(format!("{name}: cannot read: {e}")))?;
     if bytes.len() as u64 > max {
-        return Err(bad_input(format!("{name}: larger than {max} bytes (raise --max-input-bytes to read it)")));
+        return Err(bad_input(format!("{name}: larger than {max} bytes ({raise})")));
     }
     let text = String::from_utf8(bytes).map_err(|e| {
         bad_input(format!("{name}: not UTF-8 text (invalid byte at offset {})", e.utf8_error().valid_up_to()))
@@ -110,7 +134,8 @@ pub fn run(args: &EvalArgs, threads: Option<usize>) -> anyhow::Result<String> {
     if let Some(flag) = args.options.keys().find(|f| !own.contains(&f.as_str())) {
         return Err(bad_input(format!("--{flag} does not apply to workload {}", args.workload)));
     }
-    let (source, text) = read_input(&args.input, args.max_input_bytes)?;
+    let (max, raise) = input_bound(args.max_input_bytes);
+    let (source, text) = read_input(&args.input, max, &raise)?;
     let device = open_backend(&args.backend, threads)?;
     let request = EvalRequest {
         name: args.workload.clone(),

@@ -533,8 +533,16 @@ fn run_isolated(
     let Some(status) = status else {
         return fail(Status::Timeout, format!("killed after {:?} (the case time limit)", limit));
     };
-    match stdout.lines().find_map(|l| serde_json::from_str::<ResultRow>(l).ok()) {
-        Some(row) => row,
+    // The child's row is its one JSON object line; one that does not read as a row is said so
+    // (a row's every real reads back: `adgauge_reports::real`).
+    let objects = || stdout.lines().filter(|l| l.trim_start().starts_with('{'));
+    if let Some(row) = objects().find_map(|l| serde_json::from_str::<ResultRow>(l).ok()) {
+        return row;
+    }
+    match objects().next().and_then(|l| serde_json::from_str::<ResultRow>(l).err()) {
+        Some(e) => {
+            fail(Status::Error, format!("the case's process printed a row that does not read back ({status}): {e}"))
+        }
         None => {
             let last = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no message");
             fail(Status::Error, format!("the case's process ended without a result ({status}): {last}"))

@@ -5,8 +5,9 @@
 //! and reports every run's time: the computation only, the input parsed and put on the device
 //! before the runs (`Workload::gradbench_prepare`) and the output printed after them.
 //!
-//! Inputs are judged as `eval` judges them: a line is at most `--max-input-bytes` long (a
-//! longer one ends the server with exit 2, naming the line), and every module's input passes
+//! Inputs are judged as `eval` judges them: a line is at most `--max-input-bytes` long (by
+//! default the least of 4 GiB and a quarter of the memory limit, `eval::input_bound`; a longer
+//! one ends the server with exit 2, naming the line and the bound), and every module's input passes
 //! the workloads' own validation (ranges, sizes, the `--max-memory` footprint) before anything
 //! is allocated for it; a refusal is a `success: false` naming the field. A message is parsed
 //! once and moved, never copied, on its way to the engine.
@@ -29,9 +30,10 @@ pub struct ToolArgs {
     /// Element type the functions compute in (inputs and outputs are JSON numbers either way).
     #[arg(long, default_value = "f64")]
     pub dtype: DType,
-    /// Longest message line accepted, in bytes (a line is read whole).
-    #[arg(long, default_value_t = crate::eval::DEFAULT_MAX_INPUT_BYTES)]
-    pub max_input_bytes: u64,
+    /// Longest message line accepted, in bytes (a line is read whole). Default: the least of
+    /// 4 GiB and a quarter of the memory limit.
+    #[arg(long)]
+    pub max_input_bytes: Option<u64>,
 }
 
 pub fn serve(args: &ToolArgs, threads: Option<usize>) -> anyhow::Result<Code> {
@@ -42,6 +44,7 @@ pub fn serve(args: &ToolArgs, threads: Option<usize>) -> anyhow::Result<Code> {
         let device = crate::eval::open_backend(&args.backend, threads)?;
         Box::new(EngineEndpoint::new(device, &args.backend, args.dtype))
     };
+    let (max_input_bytes, raise) = crate::eval::input_bound(args.max_input_bytes);
     let stdin = std::io::stdin();
     let mut input = stdin.lock();
     let mut out = std::io::stdout().lock();
@@ -49,7 +52,7 @@ pub fn serve(args: &ToolArgs, threads: Option<usize>) -> anyhow::Result<Code> {
     for n in 1.. {
         line.clear();
         let read = (&mut input)
-            .take(args.max_input_bytes.saturating_add(1))
+            .take(max_input_bytes.saturating_add(1))
             .read_until(b'\n', &mut line)
             .map_err(|e| bad_input(format!("<stdin>:{n}: cannot read: {e}")))?;
         if read == 0 {
@@ -57,11 +60,8 @@ pub fn serve(args: &ToolArgs, threads: Option<usize>) -> anyhow::Result<Code> {
         }
         if line.last() == Some(&b'\n') {
             line.pop();
-        } else if line.len() as u64 > args.max_input_bytes {
-            return Err(bad_input(format!(
-                "<stdin>:{n}: a line longer than {} bytes (raise --max-input-bytes to read it)",
-                args.max_input_bytes
-            )));
+        } else if line.len() as u64 > max_input_bytes {
+            return Err(bad_input(format!("<stdin>:{n}: a line longer than {max_input_bytes} bytes ({raise})")));
         }
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;

@@ -102,7 +102,10 @@ impl Console {
     }
 
     /// Prints one line (flushed); after a write error (a closed pipe) prints nothing more.
+    /// Control characters but newline and tab are printed escaped (`\u{1b}`): a tool's stderr
+    /// in a row's message never drives the terminal (`adgauge_reports::text`).
     pub fn line(&self, text: &str) {
+        let text = adgauge_reports::text::escape_controls(text, &['\n', '\t']);
         if self.closed.load(Ordering::Relaxed) {
             return;
         }
@@ -162,8 +165,11 @@ impl Sink for JsonLinesSink {
                     map.entry(k.clone()).or_insert_with(|| v.clone());
                 }
             }
-            map.insert("vjp_overhead".into(), row.vjp_overhead().into());
-            map.insert("jvp_overhead".into(), row.jvp_overhead().into());
+            // Spelled as the row's own reals are (`adgauge_reports::real`): an overhead over a
+            // primal of 0 s is infinite, not null.
+            let real = |x: Option<f64>| x.map_or(serde_json::Value::Null, adgauge_reports::real::to_json);
+            map.insert("vjp_overhead".into(), real(row.vjp_overhead()));
+            map.insert("jvp_overhead".into(), real(row.jvp_overhead()));
         }
         self.console.line(&value.to_string());
         Ok(())

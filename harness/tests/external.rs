@@ -474,3 +474,67 @@ fn compare_refuses_sides_it_cannot_run() {
         assert!(l["why"].as_str().unwrap().starts_with("error: baseline unavailable"), "{l}");
     }
 }
+
+/// A tool's stderr in a row's message may hold control characters (a colour escape, NUL, BEL,
+/// a carriage return). They reached the console table raw (driving the terminal), the
+/// `--junit` file (NUL and ESC make it invalid XML) and the HTML report; each now shows them
+/// escaped (`\u{1b}`), and keeps no control character but newline and tab.
+#[test]
+fn control_characters_of_a_tools_stderr_are_escaped_in_the_table_junit_and_html() {
+    if !python_available() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("adgauge-escapes-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let hist = dir.join("history");
+    let suite = |fault: &str| {
+        let text = format!(
+            "name: escapes\ntiming: {{samples: 2, min_sample_ms: 1, time_limit_s: 0.05}}\ncases:\n  - workload: hist\n    ops: [add]\n    rules: [auto]\n    n: [300]\n    k: [9]\n    dtypes: [f64]\n    tools:\n      - {{name: t, command: \"python3 {} --fault {fault}\"}}\n",
+            planted()
+        );
+        temp_file("escapes", &format!("{fault}.yaml"), &text)
+    };
+    let run = |fault: &str| {
+        let s = suite(fault);
+        adgauge(&["run", "--suite", s.to_str().unwrap(), "--history", hist.to_str().unwrap()])
+    };
+    assert_eq!(run("none").status.code(), Some(0));
+    let out = run("crash-escapes");
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let table = stdout(&out);
+    assert!(table.contains(r"\u{1b}[31mred"), "the escape is shown, escaped: {table}");
+    let raw = |s: &str| s.chars().find(|c| c.is_control() && *c != '\n' && *c != '\t');
+    assert_eq!(raw(&table), None, "{table:?}");
+    // JUnit: the gate of the crashed run against the one before, its failure naming the message.
+    let junit = dir.join("gate.xml");
+    let out = adgauge(&[
+        "gate",
+        "--history",
+        hist.to_str().unwrap(),
+        "--baseline",
+        "previous",
+        "--junit",
+        junit.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert!(xml.contains(r"\u{1b}[31mred"), "{xml}");
+    // What XML 1.0 allows: tab, newline, carriage return, and from U+0020 on (no NUL, no ESC).
+    let allowed =
+        |c: char| matches!(c, '\t' | '\n' | '\r' | '\u{20}'..='\u{d7ff}' | '\u{e000}'..='\u{fffd}' | '\u{10000}'..);
+    assert!(xml.chars().all(allowed), "{xml:?}");
+    // The failure's message attribute: no markup inside, every & a reference.
+    let message = xml.split("message=\"").nth(1).and_then(|m| m.split('"').next()).unwrap();
+    assert!(!message.contains('<') && !message.contains('>'), "{message}");
+    for (i, _) in message.match_indices('&') {
+        let name = &message[i + 1..i + message[i..].find(';').unwrap()];
+        assert!(["amp", "lt", "gt", "quot"].contains(&name) || name.starts_with('#'), "{name}");
+    }
+    let report = dir.join("report");
+    let out = adgauge(&["report", "--history", hist.to_str().unwrap(), "--out", report.to_str().unwrap()]);
+    assert!(out.status.success() || out.status.code() == Some(1), "{}", stderr(&out));
+    let html = std::fs::read_to_string(report.join("index.html")).unwrap();
+    assert!(html.contains(r"\u{1b}[31mred"), "the report shows the message, escaped");
+    assert_eq!(raw(&html), None);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

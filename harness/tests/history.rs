@@ -511,3 +511,86 @@ fn merging_the_same_shards_again_adds_nothing_and_keeps_their_time_and_revision(
         std::fs::remove_dir_all(d).unwrap();
     }
 }
+
+/// A failed check's worst error is NaN or infinite where the derivative is: the rows' JSON
+/// wrote it as `null`, which the partial file's reader refused, so `merge` could not recover a
+/// killed run whose finished rows held such a failure (exit 2, and no report that night).
+#[test]
+fn merge_recovers_a_killed_runs_rows_whose_checks_are_not_finite() {
+    use adgauge_harness::history::RunWriter;
+    use adgauge_reports::store::partial_path;
+    let (killed, merged) = (temp("nonfinite-killed"), temp("nonfinite-merged"));
+    let row = |rule: &str, worst: f64| {
+        let mut r = adgauge_reports::ResultRow::unmeasured("hist-add", Default::default(), "cpu", "f64", rule, 2, 7);
+        r.vjp = Some(adgauge_reports::Timing {
+            min_s: 1e-3,
+            median_s: 2e-3,
+            max_s: 3e-3,
+            batch: 1,
+            samples: 3,
+            cv: 0.1,
+            sample_s: vec![2e-3, 1e-3, 3e-3],
+        });
+        r.checks = vec![
+            adgauge_reports::Check { name: "dot-product".into(), worst, tolerance: 1e-10, passed: false },
+            adgauge_reports::Check { name: "fd-vjp".into(), worst: -0.0, tolerance: 1e-6, passed: true },
+        ];
+        r.status = adgauge_reports::Status::Failed;
+        r
+    };
+    let mut info = adgauge_harness::environment::run_info();
+    info.suite = "quick".into();
+    let mut writer = RunWriter::new(vec![killed.clone()], info.clone()).unwrap();
+    let worsts = [f64::INFINITY, f64::NAN, f64::NEG_INFINITY];
+    for (i, w) in worsts.iter().enumerate() {
+        writer.push(row(&format!("r{i}"), *w)).unwrap();
+    }
+    drop(writer); // killed: never finished
+    let partial = partial_path(&killed, &info.run_id);
+    let out = adgauge(&["merge", partial.to_str().unwrap(), "--out", merged.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let (back, rows) = read_run(&csvs(&merged)[0]).unwrap();
+    assert!(back.is_partial(), "{}", back.run_id);
+    assert_eq!(rows.len(), 3);
+    for (r, w) in rows.iter().zip(worsts) {
+        let worst = r.checks[0].worst;
+        assert!(worst.to_bits() == w.to_bits() || (w.is_nan() && worst.is_nan()), "{}: {worst} for {w}", r.rule);
+        assert!(r.checks[1].worst == 0.0 && r.checks[1].worst.is_sign_negative(), "{:?}", r.checks[1]);
+        assert_eq!((r.status, r.vjp.as_ref().map(|t| t.median_s)), (adgauge_reports::Status::Failed, Some(2e-3)));
+    }
+    for d in [killed, merged] {
+        std::fs::remove_dir_all(d).unwrap();
+    }
+}
+
+/// Under `--isolate` a case's row comes back from its child process over a pipe, in the rows'
+/// JSON: a failed case whose check is not finite (a tool answering NaN adjoints) keeps its
+/// status, checks and timings. It became "error: ended without a result ... no message", its
+/// timings lost, when the row's NaN was written as `null`.
+#[test]
+fn an_isolated_case_whose_check_is_not_finite_keeps_its_row() {
+    if !common::python_available() {
+        return;
+    }
+    let out_dir = temp("isolate-nan");
+    let suite = common::temp_file(
+        "history",
+        "nan-vjp.yaml",
+        &format!(
+            "name: nan\ntiming: {{samples: 2, min_sample_ms: 1, time_limit_s: 0.05}}\ncases:\n  - workload: hist\n    ops: [add]\n    rules: [auto]\n    n: [300]\n    k: [9]\n    dtypes: [f64]\n    tools:\n      - {{name: nan, command: \"python3 {} --fault nan-vjp\"}}\n",
+            common::planted()
+        ),
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_adgauge"))
+        .args(["run", "--isolate", "--quiet", "--suite", suite.to_str().unwrap(), "--out", out_dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let (_, rows) = read_run(&csvs(&out_dir)[0]).unwrap();
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    let r = &rows[0];
+    assert_eq!(r.status, adgauge_reports::Status::Failed, "{:?}", r.message);
+    assert!(r.checks.iter().any(|c| !c.worst.is_finite() && !c.passed), "{:?}", r.checks);
+    assert!(r.primal.is_some() && r.vjp.is_some(), "the timings survive: {r:?}");
+    std::fs::remove_dir_all(&out_dir).unwrap();
+}

@@ -1156,8 +1156,9 @@ pub fn finding_json(f: &Finding) -> serde_json::Value {
     v
 }
 
+/// Control characters too (a tool's stderr in a message): `crate::text::xml`.
 fn xml_escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    crate::text::xml(s)
 }
 
 /// A JUnit XML summary: one test case per compared case id, failures for findings.

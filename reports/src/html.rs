@@ -19,8 +19,9 @@ use crate::roofline::{self, Roofline};
 use crate::schema::{ResultRow, RunInfo, Status, Timing};
 use crate::verdict::{Change, Verdict};
 
+/// HTML text, control characters escaped (a tool's stderr in a message): `crate::text::html`.
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    crate::text::html(s)
 }
 
 fn anchor(s: &str) -> String {

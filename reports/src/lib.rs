@@ -9,9 +9,11 @@ pub mod html;
 pub mod paired;
 pub mod parquet;
 pub mod query;
+pub mod real;
 pub mod roofline;
 pub mod schema;
 pub mod store;
+pub mod text;
 pub mod verdict;
 
 pub use roofline::{RandomRate, Roofline};

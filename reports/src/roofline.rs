@@ -21,8 +21,10 @@ use crate::schema::ResultRow;
 pub struct RandomRate {
     pub bins: usize,
     /// Random 4-byte reads per second.
+    #[serde(with = "crate::real::number")]
     pub reads_per_s: f64,
     /// Random 4-byte read-modify-writes (`bin += 1`, each thread on its own table) per second.
+    #[serde(with = "crate::real::number")]
     pub updates_per_s: f64,
 }
 
@@ -32,6 +34,7 @@ pub struct Roofline {
     /// Threads that measured it: the run's CPU device's.
     pub threads: usize,
     /// Sequential read bandwidth, GB/s (10^9 bytes per second).
+    #[serde(with = "crate::real::number")]
     pub seq_read_gb_s: f64,
     /// One entry per bin count measured (the k of the run's histogram cases), ascending.
     pub random: Vec<RandomRate>,

@@ -152,18 +152,21 @@ impl RunInfo {
 /// Timing of one mode: seconds per evaluation over the kept samples.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Timing {
+    #[serde(with = "crate::real::number")]
     pub min_s: f64,
+    #[serde(with = "crate::real::number")]
     pub median_s: f64,
+    #[serde(with = "crate::real::number")]
     pub max_s: f64,
     /// Evaluations per sample (batched until a sample is long enough to measure).
     pub batch: usize,
     pub samples: usize,
     /// Coefficient of variation of the samples (standard deviation / mean): the case's noise.
-    #[serde(default)]
+    #[serde(default, with = "crate::real::number")]
     pub cv: f64,
     /// Every kept sample (seconds per evaluation, in the order measured): the gate's rank test
     /// needs the samples, not just their summary. Empty in files of schema 1 and 2.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty", with = "crate::real::list")]
     pub sample_s: Vec<f64>,
 }
 
@@ -172,8 +175,10 @@ pub struct Timing {
 pub struct Check {
     /// e.g. `dot-product`, `fd-vjp`, `oracle-vjp`.
     pub name: String,
-    /// The worst metric value found.
+    /// The worst metric value found (NaN or infinite where the derivative was).
+    #[serde(with = "crate::real::number")]
     pub worst: f64,
+    #[serde(with = "crate::real::number")]
     pub tolerance: f64,
     pub passed: bool,
 }
@@ -211,7 +216,7 @@ pub struct ResultRow {
     /// Seconds the device spent compiling kernels while the case ran (first use of a program;
     /// PoCL and NVRTC take about a second per program). Timings exclude it: warm-up runs first.
     /// None where nothing is compiled (the CPU) and in version-1 files.
-    #[serde(default)]
+    #[serde(default, with = "crate::real::optional")]
     pub compile_s: Option<f64>,
     /// The version the tool reported (e.g. `adgauge 0.1.0`, `jax 0.10.2`): a changed version is
     /// an environment change for the gate. None in files of schema 1 and 2.

@@ -466,7 +466,8 @@ pub fn column_kind(column: &str, values: &[&str]) -> Kind {
 /// A CSV field as a typed JSON value (empty is null).
 fn json_value(kind: Kind, field: &str) -> serde_json::Value {
     use serde_json::Value;
-    let real = |x: &str| x.parse::<f64>().ok().and_then(serde_json::Number::from_f64).map(Value::Number);
+    // A non-finite real is a string ("NaN", "inf", "-inf"), which reads back ([`crate::real`]).
+    let real = |x: &str| x.parse::<f64>().ok().map(crate::real::to_json);
     match kind {
         _ if field.is_empty() && kind != Kind::Samples => Value::Null,
         Kind::Text => field.into(),
@@ -525,7 +526,9 @@ pub fn rows_from_json_lines(text: &str, origin: &Path) -> Result<(RunInfo, Vec<R
     let field = |v: Option<&Value>| match v {
         None | Some(Value::Null) => String::new(),
         Some(Value::String(s)) => s.clone(),
-        Some(Value::Array(xs)) => xs.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(" "),
+        Some(Value::Array(xs)) => {
+            xs.iter().map(|x| x.as_str().map_or_else(|| x.to_string(), String::from)).collect::<Vec<_>>().join(" ")
+        }
         Some(other) => other.to_string(),
     };
     let records: Vec<Record> =

@@ -9,8 +9,12 @@ parameter of an observation; both of GradBench's input forms, docs/protocol.md).
 --fault chooses what goes wrong:
   none        correct derivatives
   wrong-dest  hist's vjp drops dest's adjoint (a planted AD bug: dest_bar = 0)
+  nan-vjp     hist's vjp answers "nan" for every adjoint of dest (its checks' worst errors are
+              not finite)
   hang        every evaluate message waits forever (creating the file --once FILE, if given, first)
   crash       every evaluate message makes the tool exit with status 3
+  crash-escapes  as crash, its message on stderr full of control characters (a terminal colour
+              escape, NUL, BEL, a carriage return)
   garbage     every evaluate message is answered with a line that is not JSON
   wrong-id    every evaluate message is answered with another id
   tie-all     min/max give the whole adjoint to every tied entry (wrong: no subgradient)
@@ -120,6 +124,8 @@ def hist(function, x, fault):
                     vals_bar[win[b]] = bar[b]
         if fault == "wrong-dest":
             dest_bar = [0.0] * k
+        if fault == "nan-vjp":
+            dest_bar = ["nan"] * k
         out.update(vals_bar=vals_bar, dest_bar=dest_bar)
     elif function == "jvp":
         vd = [number(v) for v in x["vals_dot"]]
@@ -297,7 +303,7 @@ def main():
                         choices=["none", "wrong-dest", "hang", "crash", "garbage", "wrong-id", "tie-all", "tie-split",
                                  "ba-sign", "ba-swap", "ba-feat0", "ba-compressed", "ba-feat0-compressed",
                                  "stop-reading", "flood", "crash-define", "twice", "no-success", "absurd-timing",
-                                 "zero-timing", "dispatch", "crash-once"])
+                                 "zero-timing", "dispatch", "crash-once", "nan-vjp", "crash-escapes"])
     parser.add_argument("--tag", default="")
     parser.add_argument("--once", default="")
     parser.add_argument("--work", type=float, default=1.0)
@@ -348,6 +354,9 @@ def main():
                 time.sleep(3600)
             if fault == "crash":
                 print("planted crash", file=sys.stderr, flush=True)
+                sys.exit(3)
+            if fault == "crash-escapes":
+                print("planted crash \x1b[31mred\x1b[0m nul\x00 bel\x07 cr\r end", file=sys.stderr, flush=True)
                 sys.exit(3)
             if fault == "garbage":
                 print("this is not a protocol line", flush=True)

@@ -273,6 +273,18 @@ pub trait Nested: Send + Sync + 'static {
     fn fd_unsafe(_input: &Self::Input, _x: &[f64], _h: f64) -> Option<String> {
         None
     }
+    /// The outer objective's value and gradient at `x` by reverse mode in memory that does not
+    /// grow with the computation's length, where the workload has a way (particle: step by
+    /// step, `particle::crossing_reverse`); None: [`reverse_gradient`] records the whole
+    /// objective on one tape, which holds every op of it until the reverse sweep.
+    fn reverse_bounded<D: Ops, G: InnerGrad<Reverse<D>>>(
+        _d: &D,
+        _g: &G,
+        _input: &Self::Input,
+        _x: &D::T,
+    ) -> Option<Result<(D::T, D::T)>> {
+        None
+    }
 }
 
 /// The outer objective's value and gradient at `x` by forward mode (one sweep per coordinate;
@@ -310,13 +322,17 @@ pub fn forward_directional<W: Nested, D: Ops, G: InnerGrad<Forward<D>>>(
 }
 
 /// The outer objective's value and gradient at `x` by reverse mode, inner gradients by `g`
-/// over `Reverse<D>`.
+/// over `Reverse<D>`: the workload's own bounded way where it has one
+/// ([`Nested::reverse_bounded`]), else one tape of the whole objective.
 pub fn reverse_gradient<W: Nested, D: Ops, G: InnerGrad<Reverse<D>>>(
     d: &D,
     g: &G,
     input: &W::Input,
     x: &D::T,
 ) -> Result<(D::T, D::T)> {
+    if let Some(bounded) = W::reverse_bounded(d, g, input, x) {
+        return bounded;
+    }
     let rv = Reverse::new(d.clone());
     let xv = rv.var(x.clone());
     let y = W::objective(&rv, g, input, &xv)?;

@@ -16,9 +16,17 @@
 //! `perturbation` check's reference. GradBench's input is `{"w": w0}`, its output the final `w`;
 //! `adgauge eval particle` reads the same input and prints `{"w": [w]}` (vjp: outer reverse,
 //! jvp: outer forward, `--inner forward|reverse`).
+//!
+//! The outer reverse derivative is taken step by step ([`crossing_reverse`]): a tape of the
+//! whole trajectory holds every Euler step's ops until the reverse sweep, and a trajectory that
+//! never crosses the axis (w = -0.9, or w = 100) runs to [`MAX_STEPS`]: 15 GB at its peak (a
+//! debug build, about 15 KB a step), an abort on allocation at 2.2 GB under a 3 GB cap. The
+//! forward sweep keeps only each step's state (x, v: four reals), and the reverse sweep records
+//! one step at a time on a tape of its own, from the last back to the first: 32 bytes a step
+//! (32 MB at most; 63 MB peak at w = -0.9 where the whole tape took 15 GB).
 
 use adgauge_backends::prelude::*;
-use adgauge_backends::{AnyDevice, DType, OpError, OutOfRange, Result, UnaryOp, with_device};
+use adgauge_backends::{AnyDevice, DType, OpError, OutOfRange, Result, Reverse, UnaryOp, with_device};
 use serde_json::Value as Json;
 
 use crate::json::{format_number, format_object, kind, parse_number};
@@ -96,10 +104,7 @@ pub fn crossing<O: Ops, G: InnerGrad<O>>(o: &O, g: &G, w: &O::T) -> Result<(O::T
             return Err(OpError::Unsupported("particle: the trajectory became NaN".into()));
         }
         if height <= 0.0 {
-            // Linear interpolation to the axis: x + (-x_1 / v_1) v.
-            let dt_final = o.neg(&o.div(&coordinate(o, &x, 1)?, &coordinate(o, &v, 1)?)?)?;
-            let x_final = o.add(&coordinate(o, &x, 0)?, &o.mul(&dt_final, &coordinate(o, &v, 0)?)?)?;
-            return Ok((o.unary(UnaryOp::Square, &x_final)?, steps));
+            return Ok((crossing_at(o, &x, &v)?, steps));
         }
         // The acceleration -grad p at the old position, as GradBench's step.
         let grad = g.gradient(o, &Potential, &captured, &x)?;
@@ -107,6 +112,79 @@ pub fn crossing<O: Ops, G: InnerGrad<O>>(o: &O, g: &G, w: &O::T) -> Result<(O::T
         x = x_new;
     }
     Err(OpError::Unsupported(format!("particle: no crossing of the x-axis within {MAX_STEPS} Euler steps")))
+}
+
+/// The crossing (shape `[1]`) from the state `x`, `v` before the step that crosses: the linear
+/// interpolation to the axis, `x_0 + (-x_1 / v_1) v_0`, squared.
+fn crossing_at<O: Ops>(o: &O, x: &O::T, v: &O::T) -> Result<O::T> {
+    let dt_final = o.neg(&o.div(&coordinate(o, x, 1)?, &coordinate(o, v, 1)?)?)?;
+    let x_final = o.add(&coordinate(o, x, 0)?, &o.mul(&dt_final, &coordinate(o, v, 0)?)?)?;
+    o.unary(UnaryOp::Square, &x_final)
+}
+
+/// The crossing under control `w` (shape `[1]`) and its derivative with respect to `w`, by
+/// reverse mode step by step, inner gradients by `g` over `Reverse<D>` as on one tape of the
+/// whole trajectory (nested, [`crate::nested`]), the same ops in the same order, so the same
+/// values. The forward sweep keeps each step's state (x, v) on the host; the reverse sweep
+/// records one Euler step at a time, from the last, on a fresh tape, and pulls the adjoints
+/// of the next state (x', v') back through it to the state before and to `w` (the adjoint of
+/// `x' . x'_bar + v' . v'_bar`). Memory: 4 reals a step and one step's tape.
+pub fn crossing_reverse<D: Ops, G: InnerGrad<Reverse<D>>>(d: &D, g: &G, w: &D::T) -> Result<(D::T, D::T)> {
+    let dt = w.dtype();
+    let host = |x: &D::T, v: &D::T| -> Result<[f64; 4]> {
+        let (x, v) = (d.to_vec(x)?, d.to_vec(v)?);
+        Ok([x[0], x[1], v[0], v[1]])
+    };
+    let mut x = d.tensor(&[0.0, 8.0], &[2], dt)?;
+    let mut v = d.tensor(&[0.75, 0.0], &[2], dt)?;
+    let mut states: Vec<[f64; 4]> = Vec::new();
+    let crossed = 'steps: {
+        for _ in 0..MAX_STEPS {
+            let x_new = d.add(&x, &d.scale(&v, DELTA_T)?)?;
+            let height = d.to_vec(&x_new)?[1];
+            if height.is_nan() {
+                return Err(OpError::Unsupported("particle: the trajectory became NaN".into()));
+            }
+            if height <= 0.0 {
+                break 'steps host(&x, &v)?;
+            }
+            // The inner gradient as the outer tape would take it (its values are the same
+            // whether the outer level tracks them or not).
+            let rv = Reverse::new(d.clone());
+            let grad = g.gradient(&rv, &Potential, &[rv.lift(w.clone())], &rv.lift(x.clone()))?;
+            states.push(host(&x, &v)?);
+            v = d.add(&v, &d.scale(grad.value(), -DELTA_T)?)?;
+            x = x_new;
+        }
+        return Err(OpError::Unsupported(format!(
+            "particle: no crossing of the x-axis within {MAX_STEPS} Euler steps"
+        )));
+    };
+    let tensors =
+        |s: &[f64; 4]| -> Result<(D::T, D::T)> { Ok((d.tensor(&s[..2], &[2], dt)?, d.tensor(&s[2..], &[2], dt)?)) };
+    // The interpolation, then each step from the last.
+    let (xs, vs) = tensors(&crossed)?;
+    let rv = Reverse::new(d.clone());
+    let (xv, vv) = (rv.var(xs), rv.var(vs));
+    let y = crossing_at(&rv, &xv, &vv)?;
+    let grads = rv.backward(&y, d.full(&[1], 1.0, dt)?)?;
+    let (mut x_bar, mut v_bar) = (grads.get_or_zeros(d, &xv)?, grads.get_or_zeros(d, &vv)?);
+    let value = y.value().clone();
+    let mut w_bar = d.zeros_like(w)?;
+    while let Some(state) = states.pop() {
+        let (xs, vs) = tensors(&state)?;
+        let rv = Reverse::new(d.clone());
+        let (wv, xv, vv) = (rv.var(w.clone()), rv.var(xs), rv.var(vs));
+        let x_new = rv.add(&xv, &rv.scale(&vv, DELTA_T)?)?;
+        let grad = g.gradient(&rv, &Potential, std::slice::from_ref(&wv), &xv)?;
+        let v_new = rv.add(&vv, &rv.scale(&grad, -DELTA_T)?)?;
+        let pulled =
+            rv.add(&rv.sum(&rv.mul(&x_new, &rv.lift(x_bar))?)?, &rv.sum(&rv.mul(&v_new, &rv.lift(v_bar))?)?)?;
+        let grads = rv.backward(&pulled, d.full(pulled.shape(), 1.0, dt)?)?;
+        (x_bar, v_bar) = (grads.get_or_zeros(d, &xv)?, grads.get_or_zeros(d, &vv)?);
+        w_bar = d.add(&w_bar, &grads.get_or_zeros(d, &wv)?)?;
+    }
+    Ok((value, w_bar))
 }
 
 /// particle as a [`Nested`] workload: the outer objective is the crossing as a function of w.
@@ -130,6 +208,16 @@ impl Nested for ParticleNested {
     }
     fn input_json(input: &ParticleInput) -> Json {
         serde_json::json!({"w": input.w})
+    }
+    /// Step by step ([`crossing_reverse`]): memory of 32 bytes an Euler step, where one tape
+    /// of the trajectory took about 15 KB a step (15 GB on one that never crosses).
+    fn reverse_bounded<D: Ops, G: InnerGrad<Reverse<D>>>(
+        d: &D,
+        g: &G,
+        _input: &ParticleInput,
+        w: &D::T,
+    ) -> Option<Result<(D::T, D::T)>> {
+        Some(crossing_reverse(d, g, w))
     }
     /// A different number of Euler steps within the step makes the crossing jump.
     fn fd_unsafe(_input: &ParticleInput, x: &[f64], h: f64) -> Option<String> {
@@ -332,6 +420,33 @@ mod tests {
         assert!((ref_value - crossing_by_hand(0.0).0).abs() < 1e-12 * ref_value);
         assert!((value - ref_value).abs() > 1e-3 * ref_value.abs(), "{value} vs {ref_value}");
         assert!((g - ref_g).abs() > 1e-3 * ref_g.abs(), "{g} vs {ref_g}");
+    }
+
+    /// The step-by-step reverse derivative against one tape of the whole trajectory (how it
+    /// was taken, and how the other nested workloads take it): the same value, and the same
+    /// derivative but for rounding (the adjoints are summed in another order), in both inner
+    /// modes, at controls whose trajectories take different numbers of steps.
+    #[test]
+    fn the_step_by_step_reverse_derivative_is_the_whole_tapes() {
+        let c = cpu();
+        let mut steps = Vec::new();
+        for w0 in [0.0, 0.207, 0.5] {
+            let w = c.full(&[1], w0, DType::F64).unwrap();
+            for mode in AdMode::ALL {
+                let rv = Reverse::new(c.clone());
+                let wv = rv.var(w.clone());
+                let (y, n) = crossing(&rv, &mode, &wv).unwrap();
+                let want = rv.backward(&y, c.full(&[1], 1.0, DType::F64).unwrap()).unwrap();
+                let want_g = c.to_vec(&want.get_or_zeros(&c, &wv).unwrap()).unwrap()[0];
+                let want_y = c.to_vec(y.value()).unwrap()[0];
+                let (value, g) = crossing_reverse(&c, &mode, &w).unwrap();
+                let (value, g) = (c.to_vec(&value).unwrap()[0], c.to_vec(&g).unwrap()[0]);
+                assert_eq!(value.to_bits(), want_y.to_bits(), "w = {w0}, inner {}", mode.name());
+                assert!((g - want_g).abs() <= 1e-12 * want_g.abs(), "w = {w0}, inner {}: {g} vs {want_g}", mode.name());
+                steps.push(n);
+            }
+        }
+        assert!(steps[0] != steps[4], "the controls take different numbers of steps: {steps:?}");
     }
 
     #[test]
