@@ -179,18 +179,17 @@ fn command_for(spec: &SideSpec, env: &[(String, String)], case: &Case) -> Result
     Ok(format!("export {}; {program}", vars.join(" ")))
 }
 
-/// The extra input fields of a case for an adgauge side: the histogram's rule and index dtype
-/// where they are not what `adgauge tool` takes without them (so that a build that predates
-/// the fields still serves the default cases).
+/// The extra input fields of a case for an adgauge side: its rule and index dtype where they are
+/// not what `adgauge tool` takes without them (only workloads with rules have a rule other than
+/// `-`, and only they read the fields: the `hist` module), so that a build that predates the
+/// fields still serves the default cases.
 fn extra_fields(case: &Case) -> Vec<(&'static str, Json)> {
     let mut extra = Vec::new();
-    if case.workload.family() == "hist" {
-        if case.rule != "auto" && case.rule != "-" {
-            extra.push(("rule", Json::String(case.rule.clone())));
-        }
-        if case.row_params().get("index_dtype").is_some_and(|t| t == "i64") {
-            extra.push(("index_dtype", Json::String("i64".into())));
-        }
+    if case.rule != "auto" && case.rule != "-" {
+        extra.push(("rule", Json::String(case.rule.clone())));
+    }
+    if case.rule != "-" && case.row_params().get("index_dtype").is_some_and(|t| t == "i64") {
+        extra.push(("index_dtype", Json::String("i64".into())));
     }
     extra
 }
