@@ -21,10 +21,10 @@
 //! and the level `alpha`:
 //! - **regressed**: the change exceeds `t`, the interval lies above `1 + e` and p < alpha;
 //! - **improved**: the mirror image (change under `1 / t`, interval under `1 / (1 + e)`);
-//! - **no change**: the interval's upper end is at most `t`: a slowdown that matters is ruled
-//!   out at the confidence level;
+//! - **no change**: the interval lies within `[1 / t, t]`: a change that matters, either way, is
+//!   ruled out at the confidence level;
 //! - **not judged**: too few pairs for the test to reach alpha, or too noisy (the interval
-//!   admits a slowdown beyond `t` that the pairs do not establish). `compare` answers the second
+//!   admits a slowdown, or a speed-up, beyond `t` that the pairs do not establish). `compare` answers the second
 //!   by taking more pairs, up to its limit.
 //!
 //! docs/gate.md gives the thresholds' reasons and the measured sensitivity.
@@ -277,8 +277,16 @@ pub fn judge_grouped_pairs(
         (Verdict::Regressed, format!("{r:.3}x slower than the baseline, beyond {t}x: {evidence}"))
     } else if r < 1.0 / t && hi < 1.0 / e && p < cfg.alpha {
         (Verdict::Improved, format!("{:.3}x faster than the baseline, beyond {t}x: {evidence}", 1.0 / r))
+    } else if hi <= t && lo >= 1.0 / t {
+        (Verdict::NoChange, format!("a change beyond {t}x either way is ruled out: {evidence}"))
     } else if hi <= t {
-        (Verdict::NoChange, format!("a slowdown beyond {t}x is ruled out: {evidence}"))
+        // Faster, but not surely beyond the threshold: a speed-up the pairs do not establish.
+        (
+            Verdict::NotJudged,
+            format!(
+                "too noisy: the interval admits a speed-up beyond {t}x that the pairs do not establish: {evidence}"
+            ),
+        )
     } else {
         (
             Verdict::NotJudged,
@@ -543,6 +551,12 @@ mod tests {
         let noisy = judge_pairs("case", "primal", &b, &c, &cfg);
         assert_eq!(noisy.verdict, Verdict::NotJudged, "{noisy:?}");
         assert!(noisy.why.starts_with("too noisy"), "{}", noisy.why);
+        // Faster by 0.6x in half the pairs, unchanged in the others: not "no change".
+        let b = vec![1e-3; 12];
+        let c: Vec<f64> = (0..12).map(|i| if i % 2 == 0 { 0.6e-3 } else { 1.0e-3 * (1.0 + 1e-3 * i as f64) }).collect();
+        let faster = judge_pairs("case", "primal", &b, &c, &cfg);
+        assert_eq!(faster.verdict, Verdict::NotJudged, "{faster:?}");
+        assert!(faster.why.contains("a speed-up beyond 1.1x"), "{}", faster.why);
         // Non-positive or non-finite times are no pair.
         let none = judge_pairs("case", "primal", &[0.0, f64::NAN], &[1.0, 1.0], &cfg);
         assert_eq!(none.pairs, 0);
