@@ -25,7 +25,7 @@ use serde_json::Value as Json;
 
 use adgauge_backends::Cpu;
 use adgauge_reports::paired::{
-    PAIRED_SCHEMA, PairedConfig, PairedHeader, PairedRow, judge_grouped_pairs, write_paired,
+    PAIRED_SCHEMA, PairedConfig, PairedHeader, PairedRow, judge_grouped_pairs, median, write_paired,
 };
 use adgauge_reports::verdict::Verdict;
 use adgauge_workloads::Mode;
@@ -219,19 +219,6 @@ fn not_judged(case: &Case, mode: &str, why: String) -> PairedRow {
 
 fn load_average() -> Option<f64> {
     std::fs::read_to_string("/proc/loadavg").ok()?.split_whitespace().next()?.parse().ok()
-}
-
-fn median(xs: &[f64]) -> f64 {
-    let mut v = xs.to_vec();
-    v.sort_by(f64::total_cmp);
-    let m = v.len();
-    if m == 0 {
-        f64::NAN
-    } else if m % 2 == 1 {
-        v[m / 2]
-    } else {
-        0.5 * (v[m / 2 - 1] + v[m / 2])
-    }
 }
 
 /// Both sides: what they run and how.

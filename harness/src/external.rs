@@ -746,11 +746,6 @@ impl ProcessTool {
             inner: ProcessPrepared { shared: self.shared.clone(), module, calls, plausibility: Vec::new() },
         })
     }
-
-    /// The command line the tool runs.
-    pub fn command(&self) -> String {
-        self.with(|s| s.spec.command.clone())
-    }
 }
 
 impl RemoteCase {

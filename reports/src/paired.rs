@@ -37,7 +37,7 @@ use serde::{Deserialize, Serialize};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::verdict::{ResampledMedian, Verdict, seed_for};
+use crate::verdict::{ResampledMedian, Verdict, percentile_interval, seed_for};
 
 /// How a paired verdict is reached.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -87,6 +87,16 @@ impl PairedChange {
     }
 }
 
+/// The median of `xs` (NaN for none): a block's times summarised on either side.
+pub fn median(xs: &[f64]) -> f64 {
+    if xs.is_empty() {
+        return f64::NAN;
+    }
+    let mut sorted = xs.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    median_sorted(&sorted)
+}
+
 /// The median of a sorted, non-empty slice.
 fn median_sorted(s: &[f64]) -> f64 {
     let m = s.len();
@@ -103,11 +113,8 @@ pub fn bootstrap_median_ci(d: &[f64], resamples: usize, confidence: f64, seed: u
     sorted.sort_by(f64::total_cmp);
     let median = ResampledMedian::new(&sorted);
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let mut medians: Vec<f64> = (0..resamples).map(|_| median.draw(&mut rng)).collect();
-    medians.sort_by(f64::total_cmp);
-    let tail = (1.0 - confidence) / 2.0;
-    let at = |q: f64| medians[((q * resamples as f64).floor() as usize).min(resamples - 1)];
-    Some((at(tail), at(1.0 - tail)))
+    let medians: Vec<f64> = (0..resamples).map(|_| median.draw(&mut rng)).collect();
+    Some(percentile_interval(medians, confidence))
 }
 
 /// Largest pair count whose signed-rank distribution is counted exactly (2^60 assignments fit a
@@ -204,7 +211,7 @@ pub fn cluster_bootstrap_median_ci(
     }
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut sample = Vec::with_capacity(d.len());
-    let mut medians: Vec<f64> = (0..resamples)
+    let medians: Vec<f64> = (0..resamples)
         .map(|_| {
             sample.clear();
             for _ in 0..groups.len() {
@@ -215,10 +222,7 @@ pub fn cluster_bootstrap_median_ci(
             median_sorted(&sample)
         })
         .collect();
-    medians.sort_by(f64::total_cmp);
-    let tail = (1.0 - confidence) / 2.0;
-    let at = |q: f64| medians[((q * resamples as f64).floor() as usize).min(resamples - 1)];
-    Some((at(tail), at(1.0 - tail)))
+    Some(percentile_interval(medians, confidence))
 }
 
 /// Judges one mode of one case from its pairs: `baseline[i]` and `candidate[i]` are the i-th

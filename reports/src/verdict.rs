@@ -326,11 +326,18 @@ pub fn bootstrap_ratio_ci(
     let (b, c) = (sort(baseline), sort(current));
     let (mb, mc) = (ResampledMedian::new(&b), ResampledMedian::new(&c));
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let mut ratios: Vec<f64> = (0..resamples).map(|_| mc.draw(&mut rng) / mb.draw(&mut rng)).collect();
-    ratios.sort_by(f64::total_cmp);
+    let ratios: Vec<f64> = (0..resamples).map(|_| mc.draw(&mut rng) / mb.draw(&mut rng)).collect();
+    Some(percentile_interval(ratios, confidence))
+}
+
+/// The central `confidence` interval of bootstrap statistics: their (1 - confidence) / 2 and
+/// (1 + confidence) / 2 percentiles (`stats` is not empty).
+pub(crate) fn percentile_interval(mut stats: Vec<f64>, confidence: f64) -> (f64, f64) {
+    stats.sort_by(f64::total_cmp);
+    let n = stats.len();
     let tail = (1.0 - confidence) / 2.0;
-    let at = |q: f64| ratios[((q * resamples as f64).floor() as usize).min(resamples - 1)];
-    Some((at(tail), at(1.0 - tail)))
+    let at = |q: f64| stats[((q * n as f64).floor() as usize).min(n - 1)];
+    (at(tail), at(1.0 - tail))
 }
 
 /// A seed per case and mode (FNV-1a of both): the same comparison gives the same interval on
