@@ -125,7 +125,7 @@ fn particle_s_reverse_derivative_answers_under_a_3_gb_cap_at_any_w() {
     }
 }
 
-/// A histogram case of 1.2 GB under a 1.5 GB address-space cap: with the cap itself as the
+/// A histogram case of 30 million elements under a 1.5 GB address-space cap: with the cap itself as the
 /// default limit it passed its check and aborted on allocation (exit 134, the run lost); the
 /// default now keeps a quarter of the cap for the process, and the case is refused before
 /// anything is allocated (exit 2), naming the limit and its headroom.
@@ -140,9 +140,9 @@ fn a_case_within_the_cap_but_not_its_headroom_is_refused_not_aborted() {
     let out = adgauge_capped(cap, &["run", "--suite", suite.to_str().unwrap(), "--no-save", "--quiet"]);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{:?}: {err}", out.status);
-    // 40 bytes per element and 32 per bin (the histogram's estimate), against the cap less a
-    // quarter (or the machine's own default where lower).
+    // 56 bytes per element and 128 per bin (the estimate of `+`'s histogram), against the cap
+    // less a quarter (or the machine's own default where lower).
     let limit = adgauge_datasets::limits::default_max_bytes().min(cap - cap / 4);
-    let want = format!("needs {} bytes, more than the memory limit {limit}", 40 * 30_000_000u64 + 32 * 10);
+    let want = format!("needs {} bytes, more than the memory limit {limit}", 56 * 30_000_000u64 + 128 * 10);
     assert!(err.contains(&want) && err.contains("less a quarter"), "{err}");
 }

@@ -604,15 +604,15 @@ pub const MAX_EVAL_JACOBIAN_ENTRIES: usize = 1 << 27;
 /// Validation size, on a problem with distinct values (see [`BaFlat`]).
 const CHECK: [(&str, u64); 3] = [("n", 3), ("m", 10), ("p", 30)];
 
-/// BA's memory: about 500 bytes per observation (its residuals, the tape of the projection and
+/// BA's memory: about 1700 bytes per observation (its residuals, the tape of the projection and
 /// the gathered parameters; p = 4e7 took more than 23 GB in primal mode) plus the cameras and
 /// points.
 pub(crate) fn ba_footprint(n: usize, m: usize, p: usize) -> crate::workload::Footprint {
     let (n, m, p) = (n as u128, m as u128, p as u128);
     crate::workload::Footprint {
-        bytes: 500 * p + 8 * (11 * n + 3 * m),
+        bytes: 1700 * p + 8 * (11 * n + 3 * m),
         key: "sizes",
-        formula: "about 500 bytes per observation (p*500) + 8*(11n + 3m)",
+        formula: "about 1700 bytes per observation (p*1700) + 8*(11n + 3m)",
     }
 }
 

@@ -293,12 +293,22 @@ impl Workload for HistFamily {
             })
             .collect()
     }
+    /// Measured in f64 (harness/tests/footprints.rs), the widest dtype, per operator: the
+    /// generator's f64 values and i64 indices, the inputs on the device, the adjoints and
+    /// tangents, and the private rows of the parallel fold (chunks x k, at most n / 2 entries).
     fn footprint(&self, params: &Params) -> Option<crate::workload::Footprint> {
         let (n, k) = (params.int("n").ok()? as u128, params.int("k").ok()? as u128);
+        let op = HistFamily::workload(params).ok()?.op;
+        let (per_n, per_k, formula) = match op {
+            HistOp::Add => (56, 128, "56 bytes per element and 128 per bin (56n + 128k)"),
+            HistOp::Min | HistOp::Max => (64, 256, "64 bytes per element and 256 per bin (64n + 256k)"),
+            // `*` and the general operators (logaddexp, hypot, ...): their rules keep more per bin.
+            _ => (64, 384, "64 bytes per element and 384 per bin (64n + 384k)"),
+        };
         Some(crate::workload::Footprint {
-            bytes: 40 * n + 32 * k,
-            key: if 40 * n >= 32 * k { "n" } else { "k" },
-            formula: "40 bytes per element (index, value, adjoint, tangent, generator's copy) + 32 per bin",
+            bytes: per_n * n + per_k * k,
+            key: if per_n * n >= per_k * k { "n" } else { "k" },
+            formula,
         })
     }
     fn generate(&self, params: &Params, seed: u64) -> WResult<Box<dyn Problem>> {

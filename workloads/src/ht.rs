@@ -943,9 +943,9 @@ const VARIANTS: [&str; 2] = ["simple", "complicated"];
 /// products (vertices x bones x 16).
 pub(crate) fn ht_footprint(c: usize) -> Footprint {
     Footprint {
-        bytes: 2048 * c as u128 + (1 << 24),
+        bytes: 1536 * c as u128 + (1 << 19),
         key: "c",
-        formula: "about 2 KB per point (c*2048) + 16 MB for the model",
+        formula: "about 1.5 KB per point (c*1536) + 512 KB for the small hand model",
     }
 }
 

@@ -220,9 +220,9 @@ fn checked(input: LlsqInput, source: &str) -> WResult<LlsqInput> {
 pub(crate) fn llsq_footprint(n: usize, m: usize) -> crate::workload::Footprint {
     let (n, m) = (n as u128, m as u128);
     crate::workload::Footprint {
-        bytes: 64 * n + 16 * n * m,
+        bytes: 64 * n + 18 * n * m,
         key: "n",
-        formula: "about 64 bytes per sample point and 16 per matrix entry (64n + 16nm)",
+        formula: "about 64 bytes per sample point and 18 per matrix entry (64n + 18nm)",
     }
 }
 

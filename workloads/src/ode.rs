@@ -87,9 +87,9 @@ impl CheckedInput for OdeInput {
 fn ode_footprint(n: usize, s: usize) -> Footprint {
     let (n, s) = (n as u128, s as u128);
     Footprint {
-        bytes: 64 * n * s + 128 * n,
+        bytes: 72 * n * s + 256 * n,
         key: "n",
-        formula: "about 64 bytes per element and step, and 128 per element (64ns + 128n)",
+        formula: "about 72 bytes per element and step, and 256 per element (72ns + 256n)",
     }
 }
 
