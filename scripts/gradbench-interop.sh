@@ -5,8 +5,8 @@
 #   scripts/gradbench-interop.sh [EVAL...]        # default: all 12 evals
 #
 # What it builds, once, under $ADGAUGE_GRADBENCH_DIR (default ~/.cache/adgauge-gradbench):
-#   src/      GradBench at $GRADBENCH_COMMIT, from $GRADBENCH_SRC: a URL or git repository (default
-#             https://github.com/gradbench/gradbench), or a directory holding an export of it
+#   src/      GradBench at the pinned commit (scripts/gradbench-source.sh; $GRADBENCH_SRC: a URL,
+#             a git repository or a directory holding an export of it)
 #   target/   GradBench's CLI (`cargo build --release -p gradbench`: crates from the registry)
 #   venv/     the evals' Python packages (numpy, pydantic, dataclasses-json, scipy: PyPI)
 #   GradBench's reference tool `manual` (C++), which most evals compare against.
@@ -24,10 +24,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD"
 
-GRADBENCH_COMMIT="f26651a7bcc120654fa895adecaf371b8cc059c5" # 2026-03-10
-GRADBENCH_SRC="${GRADBENCH_SRC:-https://github.com/gradbench/gradbench}"
 work="${ADGAUGE_GRADBENCH_DIR:-$HOME/.cache/adgauge-gradbench}"
-src="$work/src"
 logs="$work/logs"
 timeout_s="${GRADBENCH_TIMEOUT:-600}"
 all_evals=(hello lse det ht ode particle saddle kmeans llsq lstm gmm ba)
@@ -37,26 +34,9 @@ evals=("$@")
 say() { echo "gradbench-interop: $*" >&2; }
 fail_build() { say "$*"; exit 2; }
 
-# 1. GradBench's source at the pinned commit: fetched from a URL or git repository, or copied from
-#    a directory that holds GradBench's files (an export of that commit, for a machine that cannot
-#    reach GitHub; its commit cannot be verified, so the line below says where it came from).
+# 1. GradBench's source at the pinned commit.
 mkdir -p "$work" "$logs"
-if [ -f "$GRADBENCH_SRC/crates/gradbench/Cargo.toml" ]; then
-  if [ ! -f "$src/.adgauge-copied" ]; then
-    rm -rf "$src" && cp -a "$GRADBENCH_SRC" "$src" && touch "$src/.adgauge-copied" \
-      || fail_build "cannot copy $GRADBENCH_SRC"
-  fi
-  say "GradBench files copied from $GRADBENCH_SRC (stated commit $GRADBENCH_COMMIT)"
-else
-  if [ "$(git -C "$src" rev-parse HEAD 2>/dev/null)" != "$GRADBENCH_COMMIT" ]; then
-    rm -rf "$src"
-    git init -q "$src" || fail_build "cannot make $src"
-    git -C "$src" fetch -q --depth 1 "$GRADBENCH_SRC" "$GRADBENCH_COMMIT" \
-      || fail_build "cannot fetch $GRADBENCH_COMMIT from $GRADBENCH_SRC (set GRADBENCH_SRC to a clone or an export)"
-    git -C "$src" -c advice.detachedHead=false checkout -q FETCH_HEAD || fail_build "checkout failed"
-  fi
-  say "GradBench $(git -C "$src" rev-parse HEAD) from $GRADBENCH_SRC"
-fi
+src="$(scripts/gradbench-source.sh)" || fail_build "no GradBench source"
 
 # 2. The CLI.
 gradbench="$work/target/release/gradbench"

@@ -111,3 +111,51 @@ fn pytorch_adapter_is_judged_right_with_its_conventions() {
     let rows = run_adapter("pytorch", &python);
     assert_classifications("pytorch", &rows);
 }
+
+/// GradBench's own JAX tool times the dispatch of its jitted functions, not their work (no
+/// `block_until_ready`): at these sizes it reports 0.02-0.05 ms for runs of 1-11 ms. Driven by
+/// `adgauge run`, its kmeans, lse and llsq rows are flagged `implausible`; adgauge's JAX adapter
+/// (which waits for its results) is not, on the same cases. Needs JAX and GradBench's source at
+/// the pinned commit (`scripts/gradbench-source.sh` fetches it; a test that cannot have it says
+/// why and skips).
+#[test]
+fn gradbench_s_jax_tool_is_implausible_where_the_adapter_is_not() {
+    let Some(python) = python_with("jax", "jax") else { return };
+    let fetch = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/gradbench-source.sh");
+    let out = std::process::Command::new("bash").arg(&fetch).output().expect("bash runs");
+    if !out.status.success() {
+        let why = format!("GradBench's source: {}", stderr(&out).trim());
+        assert!(!adgauge_datasets::adbench::is_required("gradbench"), "ADGAUGE_REQUIRE has gradbench, but {why}");
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let src = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let gradbench = format!(
+        "PYTHONPATH={src}/python/gradbench {} {src}/python/gradbench/gradbench/tools/jax/run.py",
+        python.display()
+    );
+    let adapter = format!("{} {}", python.display(), script("jax"));
+    let tools = format!(
+        "    tools:\n      - {{name: gradbench-jax, command: \"{gradbench}\", timeout_s: 600}}\n      - {{name: jax, command: \"{adapter}\", timeout_s: 600}}\n"
+    );
+    let suite = format!(
+        "name: gradbench-jax\ntiming: {{samples: 10, min_sample_ms: 1, time_limit_s: 1}}\ncases:\n  - workload: kmeans\n    n: [10000]\n    k: [100]\n    d: [8]\n    dtypes: [f64]\n{tools}  - workload: lse\n    n: [1280000]\n    dtypes: [f64]\n{tools}  - workload: llsq\n    n: [16392]\n    m: [128]\n    dtypes: [f64]\n{tools}"
+    );
+    let path = temp_file("python-tools", "gradbench-jax.yaml", &suite);
+    let out = adgauge(&["run", "--suite", path.to_str().unwrap(), "--json", "--no-save", "--quiet"]);
+    let rows = common::case_rows(&out);
+    assert_eq!(out.status.code(), Some(1), "{rows:#?}\n{}", stderr(&out));
+    for workload in ["kmeans", "lse", "llsq"] {
+        let of = |tool: &str| {
+            rows.iter()
+                .find(|r| r["workload"] == workload && r["backend"] == tool)
+                .unwrap_or_else(|| panic!("no {workload} row of {tool}: {rows:#?}"))
+        };
+        let flagged = of("gradbench-jax");
+        assert_eq!(flagged["status"], "failed", "{flagged}");
+        let message = flagged["message"].as_str().unwrap_or_default();
+        assert!(message.contains("timing: implausible"), "{workload}: {message}");
+        let fine = of("jax");
+        assert_eq!(fine["status"], "ok", "{fine}");
+    }
+}

@@ -38,8 +38,9 @@ leave no process behind):
   zero-timing    every run is reported as 0 ns
   crash-once     the first evaluate message of the run (the file --once FILE does not exist yet:
                  it is created) makes the tool exit with status 3; later processes are fine
-  dispatch       every run computes and then waits 20 ms outside its timing, as a tool that
-                 times the dispatch of asynchronous work reports 1000x too little
+  dispatch       every run computes and reports a thousandth of its time, then waits
+                 --dispatch-ms (default 20) outside its timing, as a tool that times the
+                 dispatch of asynchronous work (JAX without block_until_ready)
 
 --work FACTOR does FACTOR times the work of every run (at least 1; default 1): the whole
 computation floor(FACTOR) times, then hist's once more on the first (FACTOR - floor(FACTOR)) of
@@ -47,6 +48,9 @@ its elements, the results thrown away. `adgauge compare` tells a 1.25x tool from
 
 --sleep-ms MS adds MS ms of sleep to every timed run: a slowdown of a known size whatever the
 machine's load, for the tests of `adgauge compare`.
+
+--first-call-ms MS sleeps MS ms before the first evaluate of each module and function, as a tool
+that compiles a function on its first call (JAX's jit).
 
 --tag TEXT is ignored: it marks a test's processes in the process table.
 
@@ -308,11 +312,14 @@ def main():
     parser.add_argument("--once", default="")
     parser.add_argument("--work", type=float, default=1.0)
     parser.add_argument("--sleep-ms", type=float, default=0.0)
+    parser.add_argument("--dispatch-ms", type=float, default=20.0)
+    parser.add_argument("--first-call-ms", type=float, default=0.0)
     args = parser.parse_args()
-    if not (args.work >= 1.0 and args.sleep_ms >= 0.0):
-        parser.error("--work must be at least 1 and --sleep-ms at least 0")
+    if not (args.work >= 1.0 and min(args.sleep_ms, args.dispatch_ms, args.first_call_ms) >= 0.0):
+        parser.error("--work must be at least 1, and --sleep-ms, --dispatch-ms and --first-call-ms at least 0")
     fault = args.fault
     defined = set()
+    called = set()
     for line in sys.stdin:
         message = json.loads(line)
         kind, mid = message["kind"], message["id"]
@@ -365,6 +372,10 @@ def main():
                 response["id"] = mid + 1
             x = dict(message.get("input") or {})
             runs = max(1, int(x.pop("min_runs", 1)))
+            function = (message["module"], message["function"])
+            if function not in called:
+                called.add(function)
+                time.sleep(args.first_call_ms * 1e-3)
             x.pop("min_seconds", None)
             timings = []
             try:
@@ -378,7 +389,7 @@ def main():
                     took = time.perf_counter_ns() - start
                     if fault == "dispatch":
                         took = max(1, took // 1000)
-                        time.sleep(0.02)
+                        time.sleep(args.dispatch_ms * 1e-3)
                     elif fault == "absurd-timing":
                         took = 2**64 - 1
                     elif fault == "zero-timing":

@@ -367,7 +367,9 @@ fn dual_operands<'a, T: CpuElem, X: CpuIndexElem>(
 /// computation made slower, as a regression would make it.
 #[cfg(feature = "planted-slowdown")]
 mod planted {
-    use std::sync::OnceLock;
+    use std::sync::{Arc, OnceLock};
+
+    use super::{Elem, IndexElem, Pool, fold, scalar_totals};
 
     /// The planted factor (at least 1).
     pub fn factor() -> f64 {
@@ -381,9 +383,17 @@ mod planted {
         })
     }
 
-    /// Calls `fold(m)` on prefixes of `n` elements adding up to (factor - 1) n elements.
-    pub fn waste(n: usize, mut fold: impl FnMut(usize)) {
+    /// Folds `+` again over prefixes of the elements adding up to (factor - 1) n of them, and
+    /// throws the totals away. Out of line, so that the function it is called from is compiled
+    /// as without the feature but for one call (two builds differ by their code's layout too:
+    /// docs/gate.md).
+    #[inline(never)]
+    pub fn add_fold_again<T: Elem, X: IndexElem>(pool: &Arc<Pool>, ix: &[X], k: usize, v: &[T]) {
+        let n = ix.len().min(v.len());
         let extra = factor() - 1.0;
+        let fold = |m: usize| {
+            std::hint::black_box(scalar_totals(pool, &ix[..m], k, T::zero(), &v[..m], fold::AddF));
+        };
         for _ in 0..extra.floor() as usize {
             fold(n);
         }
@@ -829,9 +839,7 @@ impl Cpu {
         };
         #[cfg(feature = "planted-slowdown")]
         if let fold::Kind::Add = fold::kind(op) {
-            planted::waste(ix.len(), |m| {
-                std::hint::black_box(scalar_totals(pool, &ix[..m], k, neutral, &v[..m], fold::AddF));
-            });
+            planted::add_fold_again(pool, ix, k, v);
         }
         let mut out = pool.take::<T>(k);
         kernels::combine_into(op, d, &totals, &mut out);
