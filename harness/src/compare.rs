@@ -83,7 +83,7 @@ pub struct CompareArgs {
     /// Changes within this relative band are noise.
     #[arg(long, default_value_t = 0.02)]
     pub noise_threshold: f64,
-    /// Significance level of the signed-rank test.
+    /// Significance level of the sign test.
     #[arg(long, default_value_t = 0.01)]
     pub alpha: f64,
     /// Confidence level of the bootstrap interval.

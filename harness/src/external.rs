@@ -798,25 +798,30 @@ struct ProcessPrepared {
 /// same time outside the runs (writing, parsing and converting the input, printing the
 /// output), so the difference of their wall times is what S - 1 runs took: scaled to S runs,
 /// it is the wall time the runs account for (S = 1: the timed exchange's whole wall time).
-/// Runs whose median, times S, is less than a third of that, once it is above 10 ms (the runs
-/// are grown, four times as many at a time, until it is), are implausible, once the same pair of
+/// Runs that add up, without the longest one, to less than a sixth of that, once it is above
+/// 10 ms (the runs are grown, twice as many at a time, until it is), are implausible, once the
+/// same pair of
 /// exchanges again confirms it (implausible again, with an accounted wall time within a factor
 /// of two of the first: a scheduler's delay that lengthened one exchange does not repeat itself
 /// to the ms): a tool that times the dispatch of asynchronous work rather than the work (JAX
 /// without `block_until_ready`) reports a fraction of the time while the exchange waits for the
 /// computation.
 ///
-/// The median, not the sum: JAX blocks a dispatch once its queue is full, and the first run of
-/// an exchange may wait for its input's transfer, so a few runs of a dispatch-timing tool report
-/// real time. GradBench's JAX lse reported 2.4 ms for one run of 10 and 8 us for the others,
-/// with a sum a fifth of the wall time and a median 1/300 of a run's.
+/// Without the longest run (the sum of the others, scaled to S runs): the first run of an
+/// exchange may wait for its input's transfer, so one run of a dispatch-timing tool can report
+/// real time. GradBench's JAX lse reported 2.4 ms for one run of 10 and 8 us for each of the
+/// others, a sum a tenth of the wall time and the others 1/300 of it. Not the median: under two
+/// busy processes adgauge's own runs had a median a third of their mean (0.06 ms; the runs that
+/// waited for a core took 3 ms), and their sum was 0.56 to 1 times the wall time. And not more
+/// than twice the runs at a time: once JAX's dispatch queue is full, a dispatch waits, and 160
+/// runs of GradBench's JAX kmeans reported 304 of their 394 ms.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plausibility {
     pub mode: Mode,
     pub runs: usize,
     /// The sum of the reported runs, in seconds.
     pub reported_s: f64,
-    /// The median reported run times the runs, in seconds: what is judged.
+    /// The sum without the longest run, scaled to all the runs, in seconds: what is judged.
     pub typical_s: f64,
     /// The wall time the runs account for, in seconds.
     pub accounted_s: f64,
@@ -825,11 +830,13 @@ pub struct Plausibility {
 }
 
 impl Plausibility {
-    /// The least share of the accounted wall time the runs (median times S) may have. An honest
-    /// tool's runs are most of it; a tool that times dispatch is far below (GradBench's JAX
-    /// tool: 1/300 on lse); a loaded machine's runs vary, and their median stays within a few
-    /// times their mean.
-    pub const MIN_SHARE: f64 = 1.0 / 3.0;
+    /// The least share of the accounted wall time the runs (without the longest) may have,
+    /// halfway (on a log scale) between what was measured of honest tools and of GradBench's
+    /// JAX tool: `adgauge tool`'s runs are at least 0.56 of it (under two busy processes, where
+    /// a process may be preempted between runs), adgauge's JAX adapter's at least 0.29 (gmm,
+    /// d = 10: runs of 0.2 ms and the adapter's loop between them); GradBench's JAX tool, timing
+    /// dispatch, at most 0.095 (kmeans, n = 1000) and down to 1/2000 (lse, n = 1.28 x 10^6).
+    pub const MIN_SHARE: f64 = 1.0 / 6.0;
     /// Wall time below which no share is judged (seconds): shorter exchanges are dominated by
     /// the pipes and the tool's loop.
     pub const MIN_ACCOUNTED_S: f64 = 0.010;
@@ -849,21 +856,14 @@ impl Plausibility {
         } else {
             timed
         };
-        let mut sorted = reported.to_vec();
-        sorted.sort_by(f64::total_cmp);
-        let median = match runs {
-            0 => 0.0,
-            _ if runs % 2 == 1 => sorted[runs / 2],
-            _ => 0.5 * (sorted[runs / 2 - 1] + sorted[runs / 2]),
+        let sum: f64 = reported.iter().sum();
+        let typical = if runs >= 2 {
+            let longest = reported.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            (sum - longest) * runs as f64 / (runs - 1) as f64
+        } else {
+            sum
         };
-        Plausibility {
-            mode,
-            runs,
-            reported_s: reported.iter().sum(),
-            typical_s: median * runs as f64,
-            accounted_s: accounted,
-            cleared: false,
-        }
+        Plausibility { mode, runs, reported_s: sum, typical_s: typical, accounted_s: accounted, cleared: false }
     }
 
     /// Whether the wall time is long enough to judge (and was not cleared as a delay).
@@ -871,8 +871,8 @@ impl Plausibility {
         self.accounted_s > Self::MIN_ACCOUNTED_S && !self.cleared
     }
 
-    /// Accounted wall time per reported second of the median run (what the check compares
-    /// with 1 / MIN_SHARE).
+    /// Accounted wall time per reported second, without the longest run (what the check
+    /// compares with 1 / MIN_SHARE).
     pub fn ratio(&self) -> f64 {
         if self.typical_s > 0.0 { self.accounted_s / self.typical_s } else { f64::INFINITY }
     }
@@ -884,11 +884,11 @@ impl Plausibility {
     /// The finding, naming the mode and both times.
     pub fn finding(&self) -> String {
         format!(
-            "timing: implausible (reports dispatch time?): {}'s {} run(s) are reported as {:.3} ms (median {:.3} ms), the exchange spent {:.3} ms on them",
+            "timing: implausible (reports dispatch time?): {}'s {} run(s) are reported as {:.3} ms ({:.3} ms without the longest), the exchange spent {:.3} ms on them",
             self.mode,
             self.runs,
             self.reported_s * 1e3,
-            self.typical_s * 1e3 / self.runs.max(1) as f64,
+            self.typical_s * 1e3 * (self.runs.max(2) - 1) as f64 / self.runs.max(1) as f64,
             self.accounted_s * 1e3
         )
     }
@@ -954,7 +954,7 @@ impl PreparedCase for ProcessPrepared {
         let timed = self.run(mode, runs)?;
         let seconds = reported_seconds(&timed);
         let mut plausibility = Plausibility::new(mode, warm_up, timed.wall, &seconds);
-        // Too short to judge: more runs, four times as many each time, until the wall time they
+        // Too short to judge: more runs, twice as many each time, until the wall time they
         // account for is measurable (as criterion grows its iterations), within GROW_WALL_S of
         // exchanges. A computation of a millisecond timed by its dispatch (0.02 ms) stayed under
         // the 10 ms floor with 10 runs and was never judged.
@@ -965,7 +965,7 @@ impl PreparedCase for ProcessPrepared {
             && grown < runs.saturating_mul(Plausibility::MAX_GROWTH)
             && spent < Plausibility::GROW_WALL_S
         {
-            grown = grown.saturating_mul(4);
+            grown = grown.saturating_mul(2);
             let warm_up = self.run(mode, 1)?.wall;
             let more = self.run(mode, grown)?;
             spent += more.wall.as_secs_f64();
@@ -1021,7 +1021,7 @@ mod tests {
         let (check, message) = timing_check(&[honest.clone(), dispatch]).unwrap();
         assert!(!check.passed);
         assert!((check.worst - 0.5 / 1.5e-4).abs() < 1e-6, "{check:?}");
-        assert_eq!(check.tolerance, 3.0);
+        assert_eq!(check.tolerance, 6.0);
         let message = message.unwrap();
         assert!(message.starts_with("timing: implausible (reports dispatch time?): vjp's 5 run(s)"), "{message}");
         let (ok, none) = timing_check(&[honest, fast]).unwrap();
@@ -1036,31 +1036,39 @@ mod tests {
     }
 
     #[test]
-    fn the_median_run_is_judged_so_a_few_blocking_runs_do_not_clear_a_dispatch_timer() {
+    fn the_runs_but_the_longest_are_judged_so_one_blocking_run_does_not_clear_a_dispatch_timer() {
         // GradBench's JAX lse, 10 runs: the first waits for the input's transfer (2.4 ms), the
         // others report their dispatch (8 us); the runs took 23 ms. The sum is a tenth of it,
-        // the median 1/300.
+        // the others 1/300.
         let mut reported = vec![8e-6; 10];
         reported[0] = 2.4e-3;
         let jax = Plausibility::new(Mode::Primal, ms(50), ms(71), &reported);
         assert!((jax.accounted_s - 0.021 * 10.0 / 9.0).abs() < 1e-9, "{jax:?}");
         assert!(jax.reported_s > 0.1 * jax.accounted_s, "{jax:?}");
         assert!((jax.typical_s - 8e-5).abs() < 1e-12 && jax.implausible(), "{jax:?}");
-        assert!(jax.finding().contains("(median 0.008 ms)"), "{}", jax.finding());
-        // An honest tool on a loaded machine: runs of 1 to 4 ms, median 2, 25 ms in all.
-        let loaded = [1e-3, 4e-3, 2e-3, 1e-3, 4e-3, 2e-3, 3e-3, 2e-3, 4e-3, 2e-3];
-        let honest = Plausibility::new(Mode::Primal, ms(50), ms(74), &loaded);
+        assert!(jax.finding().contains("(0.072 ms without the longest)"), "{}", jax.finding());
+        // adgauge's own runs under two busy processes: 366 runs, most of 0.06 ms, those that
+        // waited for a core 3 ms; 80.7 ms reported of the 82 the exchange spent on them (a
+        // median-based rule read a third). And a sum half the wall time (preempted between
+        // runs) is no finding either.
+        let mut loaded = vec![0.06e-3; 366];
+        for run in loaded.iter_mut().step_by(15) {
+            *run = 3e-3;
+        }
+        let honest = Plausibility::new(Mode::Primal, ms(5), ms(87), &loaded);
         assert!(honest.judged() && !honest.implausible(), "{honest:?}");
+        let preempted = Plausibility::new(Mode::Primal, ms(5), ms(5 + 2 * 87), &loaded);
+        assert!(preempted.judged() && !preempted.implausible(), "{preempted:?}");
         // The confirming pair must repeat the finding, at a like wall time: a delay of one
-        // exchange (75 ms where the runs took 20) is not repeated by the next (21 ms, not
+        // exchange (145 ms where the runs took 20) is not repeated by the next (21 ms, not
         // implausible), nor by one much longer.
         let again = Plausibility::new(Mode::Primal, ms(50), ms(72), &reported);
         assert!(jax.confirmed_by(&again));
-        let delayed = Plausibility::new(Mode::Primal, ms(5), ms(80), &[2e-3; 10]);
+        let delayed = Plausibility::new(Mode::Primal, ms(5), ms(150), &[2e-3; 10]);
         assert!(delayed.implausible());
         let calm = Plausibility::new(Mode::Primal, ms(5), ms(24), &[2e-3; 10]);
         assert!(!delayed.confirmed_by(&calm));
-        let far = Plausibility::new(Mode::Primal, ms(5), ms(200), &[2e-3; 10]);
+        let far = Plausibility::new(Mode::Primal, ms(5), ms(400), &[2e-3; 10]);
         assert!(far.implausible() && !delayed.confirmed_by(&far));
     }
 

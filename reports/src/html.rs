@@ -220,7 +220,7 @@ fn paired_section(h: &mut String, (header, rows): &Paired) {
     let count = |v: &str| rows.iter().filter(|r| r.verdict == v).count();
     let _ = write!(
         h,
-        "<h2 id=\"paired\">Paired comparison</h2><p class=\"note\">{} against the baseline {}, timed interleaved in fresh pairs of processes ({}, suite {}, {} on {}, load {} to {}): <b>{} regressed</b>, {} improved, {} no change, {} not judged of {} timing(s). A change is the candidate's time per baseline time, the median over the pairs, with its {:.0}% interval; regressed means beyond {}x with the interval above it and a signed-rank p under {}.</p>",
+        "<h2 id=\"paired\">Paired comparison</h2><p class=\"note\">{} against the baseline {}, timed interleaved in fresh pairs of processes ({}, suite {}, {} on {}, load {} to {}): <b>{} regressed</b>, {} improved, {} no change, {} not judged of {} timing(s). A change is the candidate's time per baseline time, the median over the pairs, with its {:.0}% interval; regressed means beyond {}x with the interval above it and a sign-test p under {}.</p>",
         esc(&header.candidate),
         esc(&header.baseline),
         esc(&header.timestamp),
