@@ -49,9 +49,13 @@ if [ -z "$baseline_rev" ]; then
   echo "paired step: no baseline revision yet (the first nightly records $history/last-nightly-commit)"
 elif [ -n "$head_rev" ] && [ "$(git rev-parse --verify --quiet "$baseline_rev^{commit}" || true)" = "$head_rev" ]; then
   echo "paired step: the baseline revision is this commit: nothing to compare"
+elif ! cand_bin="$(scripts/aligned-build.sh)"; then
+  echo "paired step: cannot build this commit aligned (scripts/aligned-build.sh)"
+  paired_status=2
 elif base_bin="$(scripts/build-baseline.sh "$baseline_rev")"; then
   paired_ran=1
-  "$bin" "${threads[@]}" compare --baseline "bin:$base_bin" --suite "${ADGAUGE_PAIRED_SUITE:-suites/quick.yaml}" \
+  # Both sides aligned alike, so that a verdict is the code's, not where its loops fell.
+  "$cand_bin" "${threads[@]}" compare --baseline "bin:$base_bin" --suite "${ADGAUGE_PAIRED_SUITE:-suites/quick.yaml}" \
     "${filter[@]}" --history "$history" --quiet | tee "$history/last-compare.txt"
   paired_status=${PIPESTATUS[0]}
 else

@@ -68,7 +68,8 @@ fn nightly_times_the_last_nightly_s_build_against_this_one() {
     let dir = std::env::temp_dir().join(format!("adgauge-nightly-paired-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let (bin_dir, target, cache) = (dir.join("bin"), dir.join("target"), dir.join("baselines"));
-    for d in [&bin_dir, &target.join("release"), &cache.join(&parent)] {
+    for d in [&bin_dir, &target.join("release"), &target.join("aligned/release"), &cache.join(&parent).join("aligned")]
+    {
         std::fs::create_dir_all(d).unwrap();
     }
     let log = dir.join("calls.log");
@@ -79,8 +80,10 @@ fn nightly_times_the_last_nightly_s_build_against_this_one() {
         log.display()
     );
     script(&target.join("release/adgauge"), &stand_in);
+    // The aligned build of this commit (scripts/aligned-build.sh), which times the pairs.
+    script(&target.join("aligned/release/adgauge"), &stand_in);
     // The baseline binary is in the cache already: nothing is built.
-    script(&cache.join(&parent).join("adgauge"), &stand_in);
+    script(&cache.join(&parent).join("aligned/adgauge"), &stand_in);
     let history = dir.join("history");
     let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap_or_default());
     let nightly = |baseline: Option<&str>| {
@@ -106,8 +109,9 @@ fn nightly_times_the_last_nightly_s_build_against_this_one() {
     let calls = std::fs::read_to_string(&log).unwrap();
     assert!(!calls.contains("compare"), "{calls}");
     assert!(calls.lines().next().unwrap().contains("run --suite suites/quick.yaml --filter hist-add"), "{calls}");
-    // With the parent as the baseline: the current build runs `compare` against the cached
-    // baseline binary, saving into the history, and its regression (3) is the night's code.
+    // With the parent as the baseline: the current commit's aligned build runs `compare`
+    // against the cached aligned baseline binary, saving into the history, and its regression
+    // (3) is the night's code.
     std::fs::remove_file(&log).unwrap();
     let out = nightly(Some(&parent));
     assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
@@ -115,10 +119,10 @@ fn nightly_times_the_last_nightly_s_build_against_this_one() {
     let compare = calls.lines().find(|c| c.contains(" compare ")).unwrap_or_else(|| panic!("{calls}"));
     let expected = format!(
         "compare --baseline bin:{} --suite suites/quick.yaml --filter hist-add --history {} --quiet",
-        cache.join(&parent).join("adgauge").display(),
+        cache.join(&parent).join("aligned/adgauge").display(),
         history.display()
     );
-    assert!(compare.starts_with(&target.join("release/adgauge").display().to_string()), "{compare}");
+    assert!(compare.starts_with(&target.join("aligned/release/adgauge").display().to_string()), "{compare}");
     assert!(compare.ends_with(&expected), "{compare}\n{expected}");
     // The paired step runs before the report, which shows it.
     let order: Vec<&str> = calls.lines().map(|c| c.split_whitespace().nth(1).unwrap_or("")).collect();
