@@ -260,8 +260,12 @@ impl Sides {
 /// too noisy to judge: with two worker threads per run, most runs of a block wait for one.
 fn block(side: &mut RemoteCase, mode: Mode, runs: u64) -> anyhow::Result<(f64, Vec<f64>, Duration)> {
     let (times, wall) = side.runs(mode, runs)?;
-    let fastest = times.iter().copied().fold(f64::INFINITY, f64::min);
-    Ok((fastest, times, wall))
+    Ok((fastest(&times), times, wall))
+}
+
+/// The least of `times` (infinity for none).
+fn fastest(times: &[f64]) -> f64 {
+    times.iter().copied().fold(f64::INFINITY, f64::min)
 }
 
 /// Fewest runs in a block: the fastest of at least this many runs is one the machine left alone
@@ -286,7 +290,6 @@ fn calibrate(pair: &mut [RemoteCase; 2], order: [usize; 2], mode: Mode, block_s:
     // Each side's first exchange (runs, wall) and the wall time one more run adds after it.
     let mut first: [Option<(u64, f64)>; 2] = [None, None];
     let mut per_run = [0.0f64; 2];
-    let fastest = |t: &[f64]| t.iter().copied().fold(f64::INFINITY, f64::min);
     let mut runs = MIN_RUNS_PER_BLOCK;
     let mut spent = 0.0;
     for _ in 0..8 {

@@ -759,8 +759,7 @@ impl RemoteCase {
     /// wall time are an error, as in `run`.
     pub fn runs(&mut self, mode: Mode, runs: u64) -> anyhow::Result<(Vec<f64>, Duration)> {
         let ex = self.inner.run(mode, runs)?;
-        let times: Vec<f64> =
-            ex.response.timings.unwrap_or_default().iter().map(|t| t.nanoseconds as f64 * 1e-9).collect();
+        let times = reported_seconds(&ex);
         if times.is_empty() {
             anyhow::bail!("{}: reported no timings", ex.what);
         }
@@ -961,7 +960,6 @@ impl PreparedCase for ProcessPrepared {
         let mut grown = runs;
         let mut spent = timed.wall.as_secs_f64();
         while !plausibility.judged()
-            && !plausibility.cleared
             && grown < runs.saturating_mul(Plausibility::MAX_GROWTH)
             && spent < Plausibility::GROW_WALL_S
         {
