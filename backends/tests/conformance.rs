@@ -20,18 +20,17 @@ use adgauge_backends::{
     Operand, Ops, OutOfRange, Result, Reverse, ScanSpec, TensorMeta, TraceCell, Traced, Transfers, UnaryOp, oracle,
 };
 
-fn required(what: &str) -> bool {
-    std::env::var("ADGAUGE_REQUIRE").is_ok_and(|v| v.split(',').any(|s| s.trim() == what))
-}
-
 /// The kernel device of runtime R, or `None` (with the reason printed) when it cannot start.
 fn open<R: KernelRuntime>() -> Option<KernelDevice<R>> {
     let name = R::ENGINE;
     match KernelDevice::<R>::new() {
         Ok(d) => Some(d),
         Err(e) => {
-            assert!(!required(name), "ADGAUGE_REQUIRE has {name}, but the {name} device cannot start: {e}");
-            eprintln!("skipped: the {name} device is unavailable: {e}");
+            let remedy = match name {
+                "opencl" => "scripts/setup-opencl.sh (PoCL, a CPU OpenCL)",
+                _ => "an NVIDIA GPU and its driver",
+            };
+            adgauge_testkit::skip(name, format!("the {name} device cannot start: {e}"), remedy);
             None
         }
     }

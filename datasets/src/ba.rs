@@ -306,7 +306,7 @@ fn random_feature(rng: &mut impl rand::RngExt, cam: &[f64; N_CAM_PARAMS], point:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::adbench::adbench_file;
+    use adgauge_testkit::adbench_file;
 
     fn read(rel: &str) -> Option<BaInput> {
         let path = adbench_file(rel)?;

@@ -277,7 +277,7 @@ impl GmmInput {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::adbench::adbench_file;
+    use adgauge_testkit::adbench_file;
 
     fn read(rel: &str, replicate: Option<bool>) -> Option<GmmInput> {
         let path = adbench_file(rel)?;

@@ -25,7 +25,8 @@
 //!
 //! The model's `is_mirrored` is not in the files: GradBench's reader sets it to false, as here.
 //! [`HandModel::adbench_small`] is ADBench's small model, vendored in `datasets/data/ht`
-//! (MIT; provenance in its `SOURCE.md`); [`ht_file`] locates the full data set for tests.
+//! (MIT; provenance in its `SOURCE.md`); tests find the full data set with
+//! `adgauge_testkit::ht_file`.
 
 use std::path::{Path, PathBuf};
 
@@ -340,38 +341,6 @@ fn records(text: &str) -> impl Iterator<Item = (usize, Vec<&str>)> {
 
 fn fields_found(fields: &[&str]) -> String {
     format!("{} fields ({})", fields.len(), quote(&fields.join(":")))
-}
-
-/// Overrides the location of the HT data directory (GradBench's `evals/ht/data` layout:
-/// `simple_small/`, `complicated_small/`, each with `model/` and `handN_t26_cC.txt`).
-pub const HT_DIR_ENV: &str = "ADGAUGE_HT_DIR";
-
-/// Where the HT data directory is expected: `$ADGAUGE_HT_DIR` if set and non-empty, else
-/// `<workspace>/../shared/datasets/ht`.
-pub fn ht_location() -> PathBuf {
-    match std::env::var_os(HT_DIR_ENV) {
-        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
-        _ => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/datasets/ht"),
-    }
-}
-
-/// The HT data file `relative` (e.g. `"simple_small/hand1_t26_c100.txt"`) when present; `None`
-/// after printing a skip reason when absent, unless `ADGAUGE_REQUIRE` lists `adbench` (the
-/// files are ADBench's), which makes a missing file a panic (a failed test).
-///
-/// # Panics
-/// When the file is missing and the ADBench files are required.
-pub fn ht_file(relative: &str) -> Option<PathBuf> {
-    let path = ht_location().join(relative);
-    if path.exists() {
-        return Some(path);
-    }
-    let reason = format!("HT file {relative} not found at {} (set {HT_DIR_ENV} to their directory)", path.display());
-    if crate::adbench::is_required(crate::adbench::REQUIRE_WORD) {
-        panic!("{} contains 'adbench' but the HT files are missing: {reason}", crate::adbench::REQUIRE_ENV);
-    }
-    eprintln!("skipped: {reason}");
-    None
 }
 
 /// The vendored inputs (`datasets/data/ht`), for tests: the path of `name` there.

@@ -14,9 +14,9 @@
 //! ([`limits::max_bytes`], `--max-memory`). Writers emit numbers in shortest round-trip form, so
 //! reading what was written gives back the same values bit for bit.
 //!
-//! The real ADBench files are not part of this repository; [`adbench`] locates them for tests.
+//! The real ADBench files are not part of this repository; tests find them, or skip, with
+//! `adgauge_testkit::adbench_file`.
 
-pub mod adbench;
 pub mod ba;
 mod error;
 pub mod gmm;

@@ -168,7 +168,7 @@ impl LstmInput {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::adbench::adbench_file;
+    use adgauge_testkit::adbench_file;
 
     #[test]
     fn reads_adbench_l2_c1024() {

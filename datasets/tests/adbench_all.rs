@@ -5,7 +5,6 @@
 
 use std::path::{Path, PathBuf};
 
-use adgauge_datasets::adbench::{adbench_location, require_or_skip};
 use adgauge_datasets::ba::BaInput;
 use adgauge_datasets::gmm::GmmInput;
 use adgauge_datasets::lstm::LstmInput;
@@ -36,10 +35,14 @@ fn name_size(path: &Path, key: char) -> Option<usize> {
 #[test]
 #[ignore = "reads about 6 MB of text expanding to over a GB; run with --release -- --ignored"]
 fn every_adbench_file_parses() {
-    let dir = adbench_location();
-    if !require_or_skip("ADBench data directory", &dir) {
+    let Some(dir) = adgauge_testkit::found(
+        adgauge_testkit::adbench_location(),
+        "adbench",
+        "the ADBench data directory",
+        "set ADGAUGE_ADBENCH_DIR to it",
+    ) else {
         return;
-    }
+    };
     let mut count = 0;
     for path in txt_files(&dir.join("gmm")) {
         let g = GmmInput::read(&path, None).unwrap_or_else(|e| panic!("{e}"));

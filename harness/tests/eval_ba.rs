@@ -6,8 +6,8 @@
 
 mod common;
 
-use adgauge_datasets::adbench::adbench_file;
 use adgauge_datasets::ba::BaInput;
+use adgauge_testkit::adbench_file;
 use adgauge_workloads::ba;
 use serde_json::Value;
 

@@ -5,8 +5,8 @@
 
 mod common;
 
-use adgauge_datasets::adbench::adbench_file;
 use adgauge_datasets::gmm::{GmmInput, icf_size};
+use adgauge_testkit::adbench_file;
 use adgauge_workloads::gmm::{GmmVariant, manual_variant};
 
 use common::{adgauge, close, json, numbers};

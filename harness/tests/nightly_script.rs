@@ -62,7 +62,11 @@ fn nightly_times_the_last_nightly_s_build_against_this_one() {
         out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
     };
     let (Some(head), Some(parent)) = (rev("HEAD"), rev("HEAD~1")) else {
-        eprintln!("skipped: the checkout has no git history with a parent commit (a shallow clone?)");
+        adgauge_testkit::skip(
+            "git-history",
+            "the checkout has no git history with a parent commit (a shallow clone?)",
+            "a clone with at least two commits (git fetch --deepen=1)",
+        );
         return;
     };
     let dir = std::env::temp_dir().join(format!("adgauge-nightly-paired-{}", std::process::id()));

@@ -76,7 +76,11 @@ fn a_peer_not_compiled_in_is_unavailable_with_its_feature() {
     assert!(common::stderr(&out).contains("--features candle"), "{}", common::stderr(&out));
     let out = Command::new(BIN).args(["tool", "--backend", "candle"]).output().unwrap();
     assert_eq!(out.status.code(), Some(4), "{}", String::from_utf8_lossy(&out.stderr));
-    eprintln!("skipped: the candle peer's findings need `cargo test --features candle`");
+    adgauge_testkit::skip(
+        "candle",
+        "the candle peer is not compiled in, so its findings are not tested",
+        "cargo test --features candle",
+    );
 }
 
 /// candle 0.11.1's `scatter_add` backward masks the initial tensor's gradient at every scattered

@@ -30,7 +30,11 @@ fn the_guide_python_snippet_plots_a_trend_from_the_parquet_history() {
     match probe {
         Ok(o) if o.status.success() => {}
         _ => {
-            eprintln!("skipped: {python} lacks polars or matplotlib (set ADGAUGE_PYTHON to one that has them)");
+            adgauge_testkit::skip(
+                "polars",
+                format!("{python} lacks polars or matplotlib"),
+                "set ADGAUGE_PYTHON to a Python that has them",
+            );
             return;
         }
     }

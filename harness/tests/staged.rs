@@ -7,7 +7,7 @@ mod common;
 
 use std::process::{Command, Output};
 
-use adgauge_datasets::adbench::adbench_file;
+use adgauge_testkit::adbench_file;
 use common::{stderr, stdout};
 
 fn staged(args: &[&str]) -> Output {

@@ -16,7 +16,7 @@ use adgauge_datasets::ba::BaInput;
 use adgauge_workloads::ba;
 
 fn default_files() -> Vec<PathBuf> {
-    let dir = adgauge_datasets::adbench::adbench_location().join("ba");
+    let dir = adgauge_testkit::adbench_location().join("ba");
     let mut files: Vec<(usize, PathBuf)> = std::fs::read_dir(&dir)
         .map(|d| {
             d.filter_map(|e| e.ok().map(|e| e.path()))

@@ -15,7 +15,7 @@ use adgauge_workloads::lstm;
 fn main() {
     let threads = std::env::args().skip_while(|a| a != "--threads").nth(1).and_then(|s| s.parse().ok());
     let cpu = Cpu::new(threads).unwrap();
-    let dir = adgauge_datasets::adbench::adbench_location().join("lstm");
+    let dir = adgauge_testkit::adbench_location().join("lstm");
     for (l, c) in [(2, 1024), (2, 4096), (4, 1024), (4, 4096)] {
         let path = dir.join(format!("lstm_l{l}_c{c}.txt"));
         let (s, source) = match LstmInput::read(&path) {

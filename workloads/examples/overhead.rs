@@ -41,7 +41,7 @@ fn main() {
             h / p
         );
     }
-    let dir = adgauge_datasets::adbench::adbench_location().join("gmm/1k");
+    let dir = adgauge_testkit::adbench_location().join("gmm/1k");
     for (d, k) in [(2, 5), (10, 5), (10, 50), (20, 5), (20, 50), (20, 200)] {
         let path = dir.join(format!("gmm_d{d}_K{k}.txt"));
         let g = match GmmInput::read(&path, None) {

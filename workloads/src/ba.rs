@@ -1220,7 +1220,7 @@ impl<D: Ops> FlatFn for BaFlat<D> {
 #[cfg(test)]
 mod tests {
     use adgauge_backends::Cpu;
-    use adgauge_datasets::adbench::adbench_file;
+    use adgauge_testkit::adbench_file;
 
     use super::*;
 

@@ -693,7 +693,7 @@ impl<const GRADBENCH: bool> ScalarObjective for GmmOf<GRADBENCH> {
 #[cfg(test)]
 mod tests {
     use adgauge_backends::Cpu;
-    use adgauge_datasets::adbench::adbench_file;
+    use adgauge_testkit::adbench_file;
 
     use super::*;
 

@@ -1297,7 +1297,8 @@ impl<D: Ops> FlatFn for HtFlat<D> {
 
 #[cfg(test)]
 mod tests {
-    use adgauge_datasets::ht::{ht_file, vendored};
+    use adgauge_datasets::ht::vendored;
+    use adgauge_testkit::ht_file;
 
     use super::*;
 

@@ -523,7 +523,7 @@ impl ScalarObjective for LstmObjective {
 #[cfg(test)]
 mod tests {
     use adgauge_backends::Cpu;
-    use adgauge_datasets::adbench::adbench_file;
+    use adgauge_testkit::adbench_file;
 
     use super::*;
 

@@ -61,8 +61,7 @@ pub fn python_with(module: &str, word: &str) -> Option<PathBuf> {
         Err(e) => e.to_string(),
     };
     let why = format!("{} cannot import {module}: {why}", python.display());
-    assert!(!adgauge_datasets::adbench::is_required(word), "ADGAUGE_REQUIRE has {word}, but {why}");
-    eprintln!("skipped: {why} (export ADGAUGE_TOOLS_PYTHON=\"$(scripts/setup-tools.sh)\")");
+    adgauge_testkit::skip(word, why, "export ADGAUGE_TOOLS_PYTHON=\"$(scripts/setup-tools.sh)\"");
     None
 }
 
@@ -118,14 +117,16 @@ pub fn numbers(v: &Value) -> Vec<f64> {
     }
 }
 
+/// What makes the OpenCL tests run on a machine without a GPU.
+pub const OPENCL_REMEDY: &str = "scripts/setup-opencl.sh (PoCL, a CPU OpenCL)";
+
 /// Whether the OpenCL device starts; when it does not, prints why (a skip) or, with `opencl` in
 /// `ADGAUGE_REQUIRE`, fails the test.
 pub fn opencl_available() -> bool {
     match adgauge_backends::OpenCl::new() {
         Ok(_) => true,
         Err(e) => {
-            assert!(!adgauge_datasets::adbench::is_required("opencl"), "ADGAUGE_REQUIRE has opencl, but: {e}");
-            eprintln!("skipped on OpenCL: {e}");
+            adgauge_testkit::skip("opencl", format!("the OpenCL device cannot start: {e}"), OPENCL_REMEDY);
             false
         }
     }
@@ -136,8 +137,7 @@ pub fn cuda_available() -> bool {
     match adgauge_backends::Cuda::new() {
         Ok(_) => true,
         Err(e) => {
-            assert!(!adgauge_datasets::adbench::is_required("cuda"), "ADGAUGE_REQUIRE has cuda, but: {e}");
-            eprintln!("skipped on CUDA: {e}");
+            adgauge_testkit::skip("cuda", format!("the CUDA device cannot start: {e}"), "an NVIDIA GPU and its driver");
             false
         }
     }
@@ -154,11 +154,11 @@ pub fn planted() -> String {
 pub fn python_available() -> bool {
     let ok = Command::new("python3").arg("--version").output().is_ok_and(|o| o.status.success());
     if !ok {
-        assert!(
-            !adgauge_datasets::adbench::is_required("python"),
-            "ADGAUGE_REQUIRE has python, but python3 does not run"
+        adgauge_testkit::skip(
+            "python",
+            "python3 does not run (the planted-bug tool is a Python script)",
+            "install python3 (stdlib only)",
         );
-        eprintln!("skipped: python3 is not installed (the planted-bug tool is a Python script)");
     }
     ok
 }
