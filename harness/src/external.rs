@@ -642,6 +642,10 @@ fn module_of(workload: &dyn Workload) -> Result<&'static str, OpError> {
 }
 
 impl Tool for ProcessTool {
+    /// GradBench's protocol has no reverse-mode rule: the tool computes as it does.
+    fn reads_rule(&self) -> bool {
+        false
+    }
     fn name(&self) -> &str {
         &self.name
     }

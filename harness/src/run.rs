@@ -272,6 +272,15 @@ pub fn run(args: &RunArgs, threads: Option<usize>) -> anyhow::Result<Code> {
         };
         eprintln!("adgauge: nothing was measured: {all_skipped}");
         code = code.combine(why);
+    } else if finished > 0 && crate::interrupt::signal().is_none() {
+        // A tool the suite names that cannot start is an error even when other tools measured:
+        // its cases are skipped rows, and a nightly that silently lost a tool is no pass.
+        for name in named.iter().copied() {
+            if let Some(Err(why)) = tools.get(name).map(|t| t.availability()) {
+                eprintln!("adgauge: tool {name} is unavailable, its cases were skipped: {why}");
+                code = code.combine(Code::Unavailable);
+            }
+        }
     }
     // The tools' processes end before the run's files are written.
     drop(tools);
@@ -287,8 +296,9 @@ pub fn run(args: &RunArgs, threads: Option<usize>) -> anyhow::Result<Code> {
 }
 
 /// Validation cases: every selected workload name at its validation size, in every dtype and
-/// rule, on one tool.
-fn check_cases(args: &CheckArgs) -> anyhow::Result<Vec<Case>> {
+/// rule, on one tool. A tool that ignores the rule (`reads_rule` false) gets the first rule
+/// only: its answers would be the same under every rule name.
+fn check_cases(args: &CheckArgs, reads_rule: bool) -> anyhow::Result<Vec<Case>> {
     let names: Vec<String> = if args.workload.is_empty() {
         adgauge_workloads::all_names()
     } else {
@@ -305,7 +315,10 @@ fn check_cases(args: &CheckArgs) -> anyhow::Result<Vec<Case>> {
     for name in names {
         let Some(workload) = adgauge_workloads::find(&name) else { continue };
         let rules = workload.check_rules(&name);
-        let rules = if rules.is_empty() { vec!["-".to_string()] } else { rules };
+        let mut rules = if rules.is_empty() { vec!["-".to_string()] } else { rules };
+        if !reads_rule {
+            rules.truncate(1);
+        }
         for params in workload.check_param_sets(&name) {
             for &dtype in &dtypes {
                 for rule in &rules {
@@ -345,7 +358,6 @@ pub fn check(args: &CheckArgs, threads: Option<usize>) -> anyhow::Result<Code> {
             )));
         }
     };
-    let cases = check_cases(args)?;
     let tools = Tools::with_external(threads, Cpu::new(threads)?, &args.tool_cmd);
     let tool = tools.get(&args.backend).ok_or_else(|| {
         let mut known: Vec<String> = Tools::builtin_names().iter().map(|s| s.to_string()).collect();
@@ -355,6 +367,7 @@ pub fn check(args: &CheckArgs, threads: Option<usize>) -> anyhow::Result<Code> {
     if let Err(why) = tool.availability() {
         return Err(unavailable(format!("backend {} is unavailable: {why}", args.backend)));
     }
+    let cases = check_cases(args, tool.reads_rule())?;
     let settings = Settings {
         time: false,
         budget: Default::default(),
@@ -367,6 +380,9 @@ pub fn check(args: &CheckArgs, threads: Option<usize>) -> anyhow::Result<Code> {
     let mut failures = Vec::new();
     let mut skipped = 0;
     let mut judged = 0;
+    // Cases with at least one check that ran (a case whose every check was skipped validated
+    // nothing).
+    let mut validated = 0;
     for c in &cases {
         if crate::interrupt::signal().is_some() {
             break;
@@ -382,7 +398,10 @@ pub fn check(args: &CheckArgs, threads: Option<usize>) -> anyhow::Result<Code> {
         }
         judged += 1;
         match result {
-            Ok(outcomes) => print_outcomes(&console, &id, &outcomes, &mut failures),
+            Ok(outcomes) => {
+                validated += usize::from(outcomes.iter().any(|o| o.skipped.is_none()));
+                print_outcomes(&console, &id, &outcomes, &mut failures)
+            }
             Err(e) if is_unsupported(&e) => {
                 skipped += 1;
                 console.line(&format!("{id:<62} skipped: {e:#}"));
@@ -402,7 +421,23 @@ pub fn check(args: &CheckArgs, threads: Option<usize>) -> anyhow::Result<Code> {
         );
     }
     if failures.is_empty() {
-        console.line(&format!("{} cases passed every check ({skipped} skipped as unsupported)", judged - skipped));
+        let passed = judged - skipped;
+        console.line(&format!("{passed} cases passed every check ({skipped} skipped as unsupported)"));
+        if validated == 0 && crate::interrupt::signal().is_none() {
+            // A check that validated nothing is no pass: the selection asked only for what the
+            // tool does not support (as `run` whose every case is skipped).
+            eprintln!(
+                "adgauge: nothing was validated: {}",
+                if judged == 0 {
+                    "the selection has no case".to_string()
+                } else if skipped == judged {
+                    format!("{} skipped every one of its {judged} case(s) as unsupported", args.backend)
+                } else {
+                    format!("every check of the {judged} case(s) on {} was skipped", args.backend)
+                }
+            );
+            return Ok(Code::BadInput);
+        }
         Ok(Code::Success)
     } else {
         eprintln!("{} failure(s):", failures.len());

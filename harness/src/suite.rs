@@ -516,7 +516,10 @@ impl Entry<'_> {
         for (params, refusal) in combos.iter().zip(&refusals) {
             for &dtype in &dtypes {
                 for tool in &tools {
-                    for rule in &rules {
+                    // An external tool computes the same under every rule name (GradBench's
+                    // protocol has none): it is asked once, under the entry's first rule.
+                    let rules_of_tool = if external.iter().any(|t| &t.name == tool) { &rules[..1] } else { &rules[..] };
+                    for rule in rules_of_tool {
                         let case = Case {
                             workload,
                             name: workload.case_name(params),
@@ -621,6 +624,7 @@ mod tests {
             ("classic", include_str!("../../suites/classic.yaml")),
             ("staged", include_str!("../../suites/staged.yaml")),
             ("tools", include_str!("../../suites/tools.yaml")),
+            ("performance", include_str!("../../suites/performance.yaml")),
             ("tools-quick", include_str!("../../suites/tools-quick.yaml")),
             ("opencl-classic", include_str!("../../suites/opencl-classic.yaml")),
             ("gradbench", include_str!("../../suites/gradbench.yaml")),
@@ -728,6 +732,20 @@ mod tests {
         assert!(parse_suite(bad, "b").unwrap_err().contains("0 is outside [1,"));
         let short = "name: b\ncases:\n  - workload: ba\n    sizes: [[2, 4]]\n";
         assert!(parse_suite(short, "b").unwrap_err().contains("expected [n, m, p] lists"));
+    }
+
+    #[test]
+    fn an_external_tool_is_asked_once_per_case_not_once_per_rule() {
+        let text = "name: t\ncases:\n  - workload: hist\n    ops: [add]\n    rules: [special, auto]\n    n: [10]\n    k: [2]\n    tools: [cpu, {name: jax, command: \"python3 run.py\"}]\n";
+        let s = parse_suite(text, "t").unwrap();
+        assert_eq!(
+            ids(&s),
+            [
+                "hist-add[dist=uniform,index_dtype=i32,k=2,n=10,oob=0.05]/cpu/f32/special",
+                "hist-add[dist=uniform,index_dtype=i32,k=2,n=10,oob=0.05]/cpu/f32/auto",
+                "hist-add[dist=uniform,index_dtype=i32,k=2,n=10,oob=0.05]/jax/f32/special",
+            ]
+        );
     }
 
     #[test]

@@ -122,6 +122,11 @@ pub trait Tool {
     fn compile_time(&self) -> Option<Duration> {
         None
     }
+    /// Whether `prepare` and `validation` compute differently under different reverse-mode
+    /// rules. A tool that ignores the rule is asked once per case, not once per rule name.
+    fn reads_rule(&self) -> bool {
+        true
+    }
 }
 
 /// adgauge's own engine on one device, opened on first use.

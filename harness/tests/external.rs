@@ -244,9 +244,50 @@ fn a_single_unavailable_tool_exits_4_with_the_reason() {
     assert!(stdout(&out).contains("f32 is not among its dtypes"), "{}", stdout(&out));
 }
 
+/// `check` is honest about what it did: a check that validated nothing (here the protocol's
+/// f64-only tool asked for f32) exits 2, not 0 with "0 cases passed"; and an external tool is
+/// asked once per case, not once per adgauge rule name (hist-add has four: the same request
+/// four times, and four times JAX's work).
+#[test]
+fn check_says_when_it_validated_nothing_and_asks_a_tool_once_per_case() {
+    let self_tool = format!("self={BIN} tool");
+    let out =
+        adgauge(&["check", "--backend", "self", "--tool-cmd", &self_tool, "--workload", "llsq", "--dtype", "f32"]);
+    assert_eq!(out.status.code(), Some(2), "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        stderr(&out).contains("nothing was validated: self skipped every one of its 1 case(s)"),
+        "{}",
+        stderr(&out)
+    );
+    // Case ids and, per parameter set (the id up to its rule), how many rules it ran under.
+    let rules_per_case = |text: &str| {
+        let ids: std::collections::BTreeSet<String> = text
+            .lines()
+            .filter(|l| l.starts_with("hist-add["))
+            .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+            .collect();
+        let mut per: std::collections::BTreeMap<String, usize> = Default::default();
+        for id in &ids {
+            *per.entry(id.rsplit_once('/').unwrap().0.to_string()).or_default() += 1;
+        }
+        per
+    };
+    let out =
+        adgauge(&["check", "--backend", "self", "--tool-cmd", &self_tool, "--workload", "hist-add", "--dtype", "f64"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
+    let tool = rules_per_case(&stdout(&out));
+    assert!(!tool.is_empty() && tool.values().all(|&n| n == 1), "one request per case, whatever the rules: {tool:?}");
+    // adgauge's own engine still takes every rule: they are different code.
+    let out = adgauge(&["check", "--workload", "hist-add", "--dtype", "f64"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
+    let engine = rules_per_case(&stdout(&out));
+    assert_eq!(engine.len(), tool.len(), "the same parameter sets: {engine:?} {tool:?}");
+    assert!(engine.values().all(|&n| n >= 3), "every rule of + on the engine: {engine:?}");
+}
+
 /// A run that measured nothing is not a pass: every case skipped because its tool cannot start
-/// exits 4, every case skipped as unsupported exits 2, and one measured case beside skipped ones
-/// is a success.
+/// exits 4, every case skipped as unsupported exits 2. A tool that cannot start beside one that
+/// measured still exits 4, with the measured rows written.
 #[test]
 fn a_run_where_every_case_was_skipped_does_not_exit_0() {
     let suite = |tools: &str, dtype: &str| {
@@ -267,6 +308,15 @@ fn a_run_where_every_case_was_skipped_does_not_exit_0() {
     assert_eq!(out.status.code(), Some(2), "{}{}", stdout(&out), stderr(&out));
     assert!(stderr(&out).contains("skipped as unsupported"), "{}", stderr(&out));
     let out = run("mixed.yaml", &suite(&format!("cpu, {ghost}"), "f64"));
+    assert_eq!(out.status.code(), Some(4), "{}{}", stdout(&out), stderr(&out));
+    assert!(stderr(&out).contains("tool ghost is unavailable"), "{}", stderr(&out));
+    // The measured case is in the table all the same.
+    assert!(
+        stdout(&out).lines().any(|l| l.starts_with("llsq ") && l.contains(" cpu ") && l.trim_end().ends_with(" ok")),
+        "{}",
+        stdout(&out)
+    );
+    let out = run("fine.yaml", &suite("cpu", "f64"));
     assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
 }
 
