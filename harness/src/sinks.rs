@@ -343,7 +343,7 @@ impl Sink for ToolsComparedSink {
                         _ => short_ms(t.median_s),
                     },
                 };
-                let label = if i == 0 { fit(&case_label(row), 27) } else { String::new() };
+                let label = if i == 0 { fitted_case_label(row, 27) } else { String::new() };
                 let line = format!(
                     "{:<27} {:<width$} {:>14} {:>14} {:>14} {:>4}  {}",
                     label,
@@ -510,6 +510,24 @@ fn case_label(row: &ResultRow) -> String {
     label
 }
 
+/// [`case_label`] in at most `width` characters. The parameters are what tell rows apart, so
+/// the workload's name is cut first (`hist-loga… i32 n=1e6 k=1000`), down to a few letters;
+/// only a label whose parameters alone are too wide is cut at its end.
+fn fitted_case_label(row: &ResultRow, width: usize) -> String {
+    let label = case_label(row);
+    if label.chars().count() <= width {
+        return label;
+    }
+    // The shortest name kept: enough letters to tell `hist-add` from `hist-max`.
+    const MIN_NAME: usize = 6;
+    let (name, rest) = label.split_once(' ').unwrap_or((label.as_str(), ""));
+    let room = width.saturating_sub(rest.chars().count() + 1);
+    if rest.is_empty() || room < MIN_NAME {
+        return fit(&label, width);
+    }
+    format!("{} {rest}", fit(name, room))
+}
+
 /// `s` in at most `width` characters (cut with an ellipsis).
 fn fit(s: &str, width: usize) -> String {
     if s.chars().count() <= width {
@@ -564,7 +582,7 @@ pub fn table_row(row: &ResultRow, tool_width: usize) -> String {
     let med = |t: &Option<Timing>| t.as_ref().map(|t| short_ms(t.median_s)).unwrap_or_else(|| "-".into());
     format!(
         "{:<27} {:<tool_width$} {:<15} {:<3} {:>7} {:>7} {:>7} {:>4} {:>4} {:>4}  {}",
-        fit(&case_label(row), 27),
+        fitted_case_label(row, 27),
         row.backend,
         fit(&rule_label(row), 15),
         row.dtype,
@@ -804,6 +822,31 @@ mod tests {
             roofline_line(&roof(34.25)),
             "  roofline (2 threads): sequential read 34.2 GB/s; random 4-byte reads/updates, 10^9/s: k=1000 2.50/1.25"
         );
+    }
+
+    /// Rows that differ only in a parameter read differently: the workload's name is cut, not
+    /// the parameters (the label was `hist-logaddexp i32 n=1e6 k…` for every k).
+    #[test]
+    fn labels_keep_the_parameters_that_tell_rows_apart() {
+        let label = |k: &str| {
+            fitted_case_label(
+                &row("hist-logaddexp", &[("n", "1000000"), ("k", k), ("index_dtype", "i32")], Status::Ok, None),
+                27,
+            )
+        };
+        let (ten, thousand, big) = (label("10"), label("1000"), label("100000"));
+        for l in [&ten, &thousand, &big] {
+            assert!(l.chars().count() <= 27, "{l}");
+            assert!(l.starts_with("hist-"), "{l}");
+        }
+        assert!(thousand.ends_with(" n=1e6 k=1000"), "{thousand}");
+        assert!(big.ends_with(" n=1e6 k=1e5"), "{big}");
+        assert!(ten.ends_with(" n=1e6 k=10"), "{ten}");
+        assert_ne!(ten, thousand);
+        // What fits is not cut.
+        let short = fitted_case_label(&row("hist-add", &[("n", "100"), ("k", "10")], Status::Ok, None), 27);
+        assert_eq!(short, "hist-add n=100 k=10");
+        assert_eq!(fit("abcdef", 4), "abc…");
     }
 
     /// Tool names are never cut: `planted` and `planted2` (a failing and an erroring tool) read
