@@ -100,6 +100,22 @@ pub fn tick(v: f64) -> String {
     if s.contains('.') { s.trim_end_matches('0').trim_end_matches('.').to_string() } else { s }
 }
 
+/// One time unit for a chart of times in seconds: the one in which the middle of the values'
+/// range (geometrically) reads between 1 and 1000, as (the factor seconds are multiplied by, its
+/// name). Ticks then read `2`, `50`, `0.5` in it, not `5e-4` seconds.
+pub fn time_unit(seconds: impl IntoIterator<Item = f64>) -> (f64, &'static str) {
+    let logs: Vec<f64> = seconds.into_iter().filter(|s| s.is_finite() && *s > 0.0).map(f64::log10).collect();
+    let (Some(lo), Some(hi)) = (logs.iter().copied().reduce(f64::min), logs.iter().copied().reduce(f64::max)) else {
+        return (1e3, "ms");
+    };
+    match 10f64.powf((lo + hi) / 2.0) {
+        m if m >= 1.0 => (1.0, "s"),
+        m if m >= 1e-3 => (1e3, "ms"),
+        m if m >= 1e-6 => (1e6, "µs"),
+        _ => (1e9, "ns"),
+    }
+}
+
 /// A chart that says there is nothing to draw (keeps the report's layout when data is missing).
 pub fn placeholder(title: &str, why: &str) -> String {
     format!(
@@ -284,7 +300,8 @@ pub fn lines(
 }
 
 /// A metric per series over the runs of a history: x = run index 1..=runs, each labelled by
-/// `run_labels[i - 1]` (date and commit; at most 8 labelled, evenly spread). Series `i` is drawn
+/// `run_labels[i - 1]` (date, time and commit; as many labelled, evenly spread, as fit side by
+/// side without touching). Series `i` is drawn
 /// in colour `i` (see [`legend`]); `log` puts the metric on a log axis.
 pub fn trend(
     title: &str,
@@ -301,7 +318,11 @@ pub fn trend(
     if runs == 0 {
         return Ok(placeholder(title, "no history to plot"));
     }
-    let step = runs.div_ceil(8).max(1);
+    // Tick labels are about 7 px per character at their size; the plot is the chart less its
+    // margins and y-axis area (about 112 px).
+    let longest = run_labels.iter().map(|l| l.chars().count()).max().unwrap_or(1);
+    let fit = ((WIDTH as usize - 112) / (longest * 7 + 14)).max(2);
+    let step = runs.div_ceil(fit).max(1);
     let xticks: Vec<f64> = (1..=runs).filter(|i| (i - 1) % step == 0).map(|i| i as f64).collect();
     let mut svg = String::new();
     {
@@ -317,7 +338,7 @@ pub fn trend(
             .map_err(err)?;
         chart
             .configure_mesh()
-            .x_desc("run (date, commit), oldest first")
+            .x_desc("run (UTC date and time, commit), oldest first")
             .y_desc(y_label)
             .axis_desc_style(("sans-serif", LABEL_PX))
             .label_style(("sans-serif", TICK_PX))
@@ -421,6 +442,8 @@ mod tests {
         assert!(zero.contains("nothing to plot"));
         let labels = vec!["11-22 abc1234".to_string(), "11-23 def5678".to_string()];
         let t = trend("trend", "x", &[s("a", &[(1.0, 2.0), (2.0, 2.5)])], &labels, false).unwrap();
-        assert!(t.contains("run (date, commit)") && t.contains("11-22 abc1234") && t.contains("11-23 def5678"));
+        assert!(
+            t.contains("run (UTC date and time, commit)") && t.contains("11-22 abc1234") && t.contains("11-23 def5678")
+        );
     }
 }

@@ -132,16 +132,32 @@ pub fn bound_fraction(row: &ResultRow, roofline: Option<&Roofline>) -> Option<f6
     (median > 0.0 && f.is_finite()).then_some(f)
 }
 
+/// The largest fraction of a ceiling printed as it is. Beyond it the case ran faster than the
+/// probe says the machine can (its data stayed in a cache the probe's did not, or the probe was
+/// disturbed): the number says more about the probe than about the case, and is flagged.
+pub const PLAUSIBLE_FRACTION: f64 = 1.5;
+
+/// A fraction of a ceiling as a table shows it: `85%`, or `implausible (>150%)` beyond
+/// [`PLAUSIBLE_FRACTION`].
+pub fn percent(f: f64) -> String {
+    if f > PLAUSIBLE_FRACTION {
+        format!("implausible (>{:.0}%)", PLAUSIBLE_FRACTION * 100.0)
+    } else {
+        format!("{:.0}%", f * 100.0)
+    }
+}
+
 /// The `roofline` cell of tables: `11.0 GB/s 32%` (the fraction of the sequential read rate),
 /// followed by `, bound 85%` ([`bound_fraction`]) where the run measured the update rate at
 /// the row's k; `11.0 GB/s -` without a fraction, `-` for a row without an achieved bandwidth.
+/// Fractions beyond [`PLAUSIBLE_FRACTION`] read `implausible` ([`percent`]).
 pub fn cell(row: &ResultRow, roofline: Option<&Roofline>) -> String {
     match achieved_gb_s(row) {
         None => "-".into(),
         Some(gb_s) => {
-            let part = fraction(row, roofline).map(|f| format!("{:.0}%", f * 100.0)).unwrap_or_else(|| "-".into());
+            let part = fraction(row, roofline).map(percent).unwrap_or_else(|| "-".into());
             match bound_fraction(row, roofline) {
-                Some(b) => format!("{gb_s:.1} GB/s {part}, bound {:.0}%", b * 100.0),
+                Some(b) => format!("{gb_s:.1} GB/s {part}, bound {}", percent(b)),
                 None => format!("{gb_s:.1} GB/s {part}"),
             }
         }
@@ -269,6 +285,10 @@ mod tests {
         let b = bound_fraction(&r, Some(&roof)).unwrap();
         assert!((b - 0.76).abs() < 1e-12, "{b}");
         assert_eq!(cell(&r, Some(&roof)), "16.0 GB/s 40%, bound 76%");
+        // A probe 12 times too slow: the case beats its ceiling by a factor no cache explains.
+        assert_eq!(percent(11.89), "implausible (>150%)");
+        assert_eq!(percent(1.5), "150%");
+        assert_eq!(percent(0.004), "0%");
         // At 10^10 updates/s the bytes bind: 2.0002 / 5 = 40.004%.
         roof.random[1].updates_per_s = 1e10;
         assert!((bound_fraction(&r, Some(&roof)).unwrap() - 0.400_04).abs() < 1e-12);
