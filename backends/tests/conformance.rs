@@ -26,11 +26,7 @@ fn open<R: KernelRuntime>() -> Option<KernelDevice<R>> {
     match KernelDevice::<R>::new() {
         Ok(d) => Some(d),
         Err(e) => {
-            let remedy = match name {
-                "opencl" => "scripts/setup-opencl.sh (PoCL, a CPU OpenCL)",
-                _ => "an NVIDIA GPU and its driver",
-            };
-            adgauge_testkit::skip(name, format!("the {name} device cannot start: {e}"), remedy);
+            adgauge_testkit::device_unavailable(name, e);
             None
         }
     }

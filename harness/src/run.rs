@@ -259,27 +259,27 @@ pub fn run(args: &RunArgs, threads: Option<usize>) -> anyhow::Result<Code> {
         sink.case_finished(&row)?;
         finished += 1;
     }
+    // The run's tools that cannot start, with why.
+    let down: Vec<(&str, String)> =
+        named.iter().filter_map(|&n| Some((n, tools.get(n)?.availability().err()?))).collect();
     if finished > 0 && measured == 0 && crate::interrupt::signal().is_none() {
         // A run that measured nothing must not read as a pass (a nightly on a machine that
         // lost its device would): 4 when a tool of the run cannot start, else 2 (the suite
         // asks only for what its tools do not support).
-        let down: Vec<&str> =
-            named.iter().copied().filter(|n| tools.get(n).is_some_and(|t| t.availability().is_err())).collect();
         let (why, all_skipped) = if down.is_empty() {
             (Code::BadInput, "every case was skipped as unsupported by its tool".to_string())
         } else {
-            (Code::Unavailable, format!("every case was skipped: unavailable: {}", down.join(", ")))
+            let names: Vec<&str> = down.iter().map(|(n, _)| *n).collect();
+            (Code::Unavailable, format!("every case was skipped: unavailable: {}", names.join(", ")))
         };
         eprintln!("adgauge: nothing was measured: {all_skipped}");
         code = code.combine(why);
     } else if finished > 0 && crate::interrupt::signal().is_none() {
         // A tool the suite names that cannot start is an error even when other tools measured:
         // its cases are skipped rows, and a nightly that silently lost a tool is no pass.
-        for name in named.iter().copied() {
-            if let Some(Err(why)) = tools.get(name).map(|t| t.availability()) {
-                eprintln!("adgauge: tool {name} is unavailable, its cases were skipped: {why}");
-                code = code.combine(Code::Unavailable);
-            }
+        for (name, why) in &down {
+            eprintln!("adgauge: tool {name} is unavailable, its cases were skipped: {why}");
+            code = code.combine(Code::Unavailable);
         }
     }
     // The tools' processes end before the run's files are written.
@@ -426,11 +426,10 @@ pub fn check(args: &CheckArgs, threads: Option<usize>) -> anyhow::Result<Code> {
         if validated == 0 && crate::interrupt::signal().is_none() {
             // A check that validated nothing is no pass: the selection asked only for what the
             // tool does not support (as `run` whose every case is skipped).
+            // (`check_cases` never selects nothing: every workload has a validation case.)
             eprintln!(
                 "adgauge: nothing was validated: {}",
-                if judged == 0 {
-                    "the selection has no case".to_string()
-                } else if skipped == judged {
+                if skipped == judged {
                     format!("{} skipped every one of its {judged} case(s) as unsupported", args.backend)
                 } else {
                     format!("every check of the {judged} case(s) on {} was skipped", args.backend)

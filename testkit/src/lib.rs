@@ -83,6 +83,20 @@ fn skip_into(word: &str, why: &str, to_run: &str, ledger: Option<&Path>) {
     });
 }
 
+/// A device (`opencl`, `cuda`) that cannot start: a [`skip`] under the device's name, saying
+/// what would make it start.
+///
+/// # Panics
+/// When `ADGAUGE_REQUIRE` lists the device.
+pub fn device_unavailable(device: &str, why: impl Display) {
+    let to_run = match device {
+        "opencl" => "scripts/setup-opencl.sh (PoCL, a CPU OpenCL)",
+        "cuda" => "an NVIDIA GPU and its driver",
+        _ => "the device's runtime",
+    };
+    skip(device, format!("the {device} device cannot start: {why}"), to_run);
+}
+
 /// `path` when it exists; otherwise a [`skip`] (`what` was not found there) and `None`.
 ///
 /// # Panics

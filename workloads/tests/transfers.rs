@@ -22,11 +22,7 @@ fn opencl() -> Option<OpenCl> {
     match OpenCl::new() {
         Ok(d) => Some(d),
         Err(e) => {
-            adgauge_testkit::skip(
-                "opencl",
-                format!("the OpenCL device cannot start: {e}"),
-                "scripts/setup-opencl.sh (PoCL, a CPU OpenCL)",
-            );
+            adgauge_testkit::device_unavailable("opencl", e);
             None
         }
     }

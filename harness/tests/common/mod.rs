@@ -117,16 +117,13 @@ pub fn numbers(v: &Value) -> Vec<f64> {
     }
 }
 
-/// What makes the OpenCL tests run on a machine without a GPU.
-pub const OPENCL_REMEDY: &str = "scripts/setup-opencl.sh (PoCL, a CPU OpenCL)";
-
 /// Whether the OpenCL device starts; when it does not, prints why (a skip) or, with `opencl` in
 /// `ADGAUGE_REQUIRE`, fails the test.
 pub fn opencl_available() -> bool {
     match adgauge_backends::OpenCl::new() {
         Ok(_) => true,
         Err(e) => {
-            adgauge_testkit::skip("opencl", format!("the OpenCL device cannot start: {e}"), OPENCL_REMEDY);
+            adgauge_testkit::device_unavailable("opencl", e);
             false
         }
     }
@@ -137,7 +134,7 @@ pub fn cuda_available() -> bool {
     match adgauge_backends::Cuda::new() {
         Ok(_) => true,
         Err(e) => {
-            adgauge_testkit::skip("cuda", format!("the CUDA device cannot start: {e}"), "an NVIDIA GPU and its driver");
+            adgauge_testkit::device_unavailable("cuda", e);
             false
         }
     }
