@@ -16,8 +16,11 @@
 //! the first pair of processes), then `--pairs` rounds of one block per side, the order of the
 //! sides alternating from one round to the next (AB, BA, AB, ...). A block's time is its fastest
 //! run; a pair is the two blocks of one round. A timing the pairs leave too noisy to judge gets
-//! two more pairs of processes at a time, up to `--max-processes`; a regression or an
-//! improvement is confirmed on two more before it is reported, judged with all the pairs.
+//! two more pairs of processes at a time, up to `--max-processes`. The sign test counts pairs of
+//! processes, not pairs (`paired` says why), so a change needs at least eight of them. A
+//! regression or an improvement is then put to `--confirm-processes` fresh pairs of processes,
+//! each of which must lean its way beyond the noise band on its own
+//! ([`adgauge_reports::paired::confirmation`]); if one does not, the timing is not judged.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -28,7 +31,7 @@ use serde_json::Value as Json;
 
 use adgauge_backends::Cpu;
 use adgauge_reports::paired::{
-    PAIRED_SCHEMA, PairedConfig, PairedHeader, PairedRow, judge_grouped_pairs, median, write_paired,
+    PAIRED_SCHEMA, PairedConfig, PairedHeader, PairedRow, confirmation, judge_grouped_pairs, median, write_paired,
 };
 use adgauge_reports::verdict::Verdict;
 use adgauge_workloads::Mode;
@@ -74,6 +77,10 @@ pub struct CompareArgs {
     /// to this.
     #[arg(long, default_value_t = 10)]
     pub max_processes: usize,
+    /// Fresh pairs of processes that must each lean the way of a change before it is reported
+    /// (0: report it unconfirmed).
+    #[arg(long, default_value_t = 4)]
+    pub confirm_processes: usize,
     /// Least time of one block of runs, in ms (on the slower side).
     #[arg(long, default_value_t = 20.0)]
     pub block_ms: f64,
@@ -217,6 +224,9 @@ fn not_judged(case: &Case, mode: &str, why: String) -> PairedRow {
         baseline_s: None,
         candidate_s: None,
         why,
+        baseline_blocks: Vec::new(),
+        candidate_blocks: Vec::new(),
+        block_process: Vec::new(),
     }
 }
 
@@ -353,8 +363,10 @@ struct Settings {
     cfg: PairedConfig,
     /// Pairs of processes per timing before the first verdict.
     epochs: usize,
-    /// Most pairs of processes per timing.
+    /// Most pairs of processes per timing before a verdict.
     max_epochs: usize,
+    /// Fresh pairs of processes that must confirm a change.
+    confirm: usize,
     /// Pairs of blocks per pair of processes.
     pairs: usize,
     block_s: f64,
@@ -452,8 +464,7 @@ fn compare_mode(
     let mut row = not_judged(case, mode.name(), String::new());
     let mut got = Gathered { runs: None, times: [Vec::new(), Vec::new()], group: Vec::new() };
     let (mut done, mut target) = (0, s.epochs);
-    let mut confirming = false;
-    let change = loop {
+    let mut change = loop {
         while done < target {
             if let Some(why) = epoch(case, mode, problem, sides, s, done, &mut got)? {
                 row.why = why;
@@ -463,17 +474,32 @@ fn compare_mode(
         }
         let change = judge_grouped_pairs(&case.id(), mode.name(), &got.times[0], &got.times[1], &got.group, &s.cfg);
         let noisy = change.verdict == Verdict::NotJudged && change.why.starts_with("too noisy");
-        let flagged = matches!(change.verdict, Verdict::Regressed | Verdict::Improved);
-        // A change is confirmed on two more pairs of processes before it is reported, judged
-        // with all the pairs: one process pair that a busy machine slowed throughout can carry
-        // a bootstrap interval (a copy against itself once read 3.13x, CI [1.07, 27.4]).
-        let confirm = flagged && !confirming;
-        if !(noisy || confirm) || target + 2 > s.max_epochs {
+        if !noisy || target + 2 > s.max_epochs {
             break change;
         }
-        confirming |= confirm;
         target += 2;
     };
+    // A change is put to fresh pairs of processes before it is reported (`paired::confirmation`):
+    // over a suite of hundreds of timings, the first test alone expects a few false alarms.
+    if matches!(change.verdict, Verdict::Regressed | Verdict::Improved) && s.confirm > 0 {
+        let first = got.group.len();
+        for _ in 0..s.confirm {
+            if let Some(why) = epoch(case, mode, problem, sides, s, done, &mut got)? {
+                row.why = why;
+                return Ok(row);
+            }
+            done += 1;
+        }
+        let fresh =
+            confirmation(&got.times[0][first..], &got.times[1][first..], &got.group[first..], change.verdict, &s.cfg);
+        change.why = match fresh {
+            Ok(read) => format!("{}; confirmed: {read}", change.why),
+            Err(read) => {
+                let before = std::mem::replace(&mut change.verdict, Verdict::NotJudged);
+                format!("not confirmed: {read}, where the first pairs read {}: {}", before.name(), change.why)
+            }
+        };
+    }
     let finite = |x: f64| x.is_finite().then_some(x);
     row.verdict = change.verdict.name().into();
     row.ratio = finite(change.ratio);
@@ -483,9 +509,11 @@ fn compare_mode(
     row.pairs = change.pairs;
     row.processes = done;
     row.runs_per_block = got.runs.unwrap_or(0);
+    row.block_process = got.group;
     row.baseline_s = finite(median(&got.times[0]));
     row.candidate_s = finite(median(&got.times[1]));
     row.why = change.why;
+    [row.baseline_blocks, row.candidate_blocks] = got.times;
     Ok(row)
 }
 
@@ -657,6 +685,7 @@ pub fn compare(args: &CompareArgs, threads: Option<usize>) -> anyhow::Result<Cod
         },
         epochs: args.processes,
         max_epochs: args.max_processes,
+        confirm: args.confirm_processes,
         pairs: args.pairs,
         block_s: args.block_ms * 1e-3,
     };

@@ -460,8 +460,16 @@ fn compare_flags_a_slower_tool_on_every_timing_and_a_faster_one_as_improved() {
         let ratio = l["ratio"].as_f64().unwrap();
         assert!(ratio > 1.3 && ratio < 1.7, "{l}");
         assert!(l["ci_low"].as_f64().unwrap() > 1.02, "{l}");
-        // Four pairs of processes, and two more that confirm the regression.
-        assert!(l["processes"].as_u64().unwrap() >= 6 && l["pairs"].as_u64().unwrap() >= 36, "{l}");
+        // Four pairs of processes, two more twice until eight agree (the sign test over pairs
+        // of processes needs eight to reach p < 0.01), then four fresh ones that confirm it.
+        assert_eq!((l["processes"].as_u64(), l["pairs"].as_u64()), (Some(12), Some(48)), "{l}");
+        assert!((l["p"].as_f64().unwrap() - 2.0 / 256.0).abs() < 1e-12, "{l}");
+        assert!(l["why"].as_str().unwrap().contains("; confirmed: 4 of 4 fresh pairs of processes"), "{l}");
+        // Every block pair is kept, with its pair of processes: 6 pairs from each of 12.
+        let process: Vec<u64> = l["block_process"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
+        assert_eq!(process, (0..12).flat_map(|p| [p; 6]).collect::<Vec<u64>>(), "{l}");
+        assert_eq!(l["baseline_blocks"].as_array().unwrap().len(), 72, "{l}");
+        assert_eq!(l["candidate_blocks"].as_array().unwrap().len(), 72, "{l}");
         // Blocks of at least 10 ms of runs of about 3 ms, and of at least 5 runs.
         assert_eq!(l["runs_per_block"].as_u64(), Some(5), "{l}");
     }

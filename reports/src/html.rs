@@ -1295,6 +1295,9 @@ mod tests {
             baseline_s: Some(1e-3),
             candidate_s: Some(ratio * 1e-3),
             why: format!("{verdict} because"),
+            baseline_blocks: vec![],
+            candidate_blocks: vec![],
+            block_process: vec![],
         };
         let rows = vec![paired_row("quiet-case", "no change", 1.0), paired_row("slow-case", "regressed", 1.25)];
         let history = vec![(info("r1", 28, "abc"), vec![row("hist-add", 10, 2.0, true)])];
