@@ -327,13 +327,29 @@ fn mul_rule<B: Ops>(b: &B, dest: &B::T, inds: &B::I, vals: &B::T) -> Result<(B::
     let vals_prod = b.select(&no_zero, &times_inf(&p, &not(&no_inf)?)?, &zero)?;
     let dest_finite = b.select(&dest_inf, &b.unary(UnaryOp::Sign, dest)?, dest)?;
     let finite_prod = b.mul(&dest_finite, &p)?;
-    let hist = b.select(&no_nan, &b.select(&no_zero_at_all, &times_inf(&finite_prod, &some_inf)?, &zero)?, &nan)?;
+    // A bin with one zero factor is 0, but not a constant 0: its tangent is the product of the
+    // other factors times the zero's tangent, which an engine nesting through the rule (forward
+    // over reverse) differentiates. The zero factors' sum (0, with their tangents) times the
+    // product of the non-zero ones carries it; with two zeros the tangent is 0.
+    let zero_factors = |x: &B::T| b.select(&b.binary(BinaryOp::Eq, x, &zero)?, x, &zero);
+    let zeros_sum = b.reduce_by_index(&zero_factors(dest)?, HistOp::Add, &inds.clone(), &zero_factors(vals)?)?;
+    let nonzero_prod = b.select(&dest_zero, &p, &finite_prod)?;
+    // (An overflowed product absorbed by the zero keeps a constant 0: no inf x 0 anywhere.)
+    let finite = not(&b.binary(BinaryOp::Eq, &b.unary(UnaryOp::Abs, &nonzero_prod)?, &inf)?)?;
+    let nonzero_prod = b.select(&finite, &nonzero_prod, &zero)?;
+    let one_zero_hist = b.select(&one_zero_at_all, &b.mul(&nonzero_prod, &zeros_sum)?, &zero)?;
+    let hist =
+        b.select(&no_nan, &b.select(&no_zero_at_all, &times_inf(&finite_prod, &some_inf)?, &one_zero_hist)?, &nan)?;
     let (inds, vals) = (inds.clone(), vals.clone());
     let pullback = move |b: &B, g: &B::T| {
         // What a NaN bin's inputs get: NaN, or 0 where the bin's adjoint is 0.
         let g_zero = b.binary(BinaryOp::Eq, g, &zero)?;
         let nan_g = b.select(&g_zero, &zero, &nan)?;
-        let dest_bar = b.select(&no_nan, &b.select(&g_zero, &zero, &b.mul(&vals_prod, g)?)?, &nan_g)?;
+        // 0 where hist_bar is 0 against an infinite product (never 0 x inf = NaN); elsewhere
+        // the product itself, whose tangent a nesting engine needs even where hist_bar is 0.
+        let prod_inf = b.binary(BinaryOp::Eq, &b.unary(UnaryOp::Abs, &vals_prod)?, &inf)?;
+        let absorbed = b.mul(&g_zero, &prod_inf)?;
+        let dest_bar = b.select(&no_nan, &b.select(&absorbed, &zero, &b.mul(&vals_prod, g)?)?, &nan_g)?;
         // Each value's adjoint is hist_bar times the absorbing product of the other factors:
         // with no zero factor, a finite value's is c0 / v (c0 is infinite when some factor is)
         // and an infinite one's c2 sign(v) (infinite when another factor is); the zero of a bin
