@@ -7,7 +7,7 @@
 //! therefore fails that test until it is listed.
 
 use crate::HistOp;
-use crate::cpu::hist_sizes::{MIN_CHUNK, PARTITION_MIN_BINS_BYTES, SMALL_K};
+use crate::cpu::hist_sizes::{MIN_CHUNK, PARTITION_MIN_BINS_BYTES, SMALL_K, SPLIT_PAIR_ROW_BYTES};
 use crate::cpu::kernels::PAR_MIN;
 use crate::cpu::scan::PARALLEL_SCAN_MIN;
 use crate::cpu::staged::STAGE_MIN;
@@ -41,6 +41,13 @@ pub const AUTO_MUL_VALUES_PER_BIN: usize = 16;
 /// unless n is at least 4 times the buckets).
 pub const COUNTING_MAX: usize = 1 << 16;
 
+/// Elements from which the CPU scans in parallel blocks with carries: `check` runs every
+/// operator's scans and reduction at this length (no histogram rule scans there: general-sort
+/// takes its fused sorted adjoint on the CPU devices).
+pub const fn parallel_scan_min() -> usize {
+    PARALLEL_SCAN_MIN
+}
+
 /// Every size switch of the histogram code, both sides of each small enough for `check`.
 pub fn hist_size_switches() -> Vec<SizeSwitch> {
     // The partitioned adjoint starts at a byte size of the running array: k = 2^17 for f64 and
@@ -48,7 +55,19 @@ pub fn hist_size_switches() -> Vec<SizeSwitch> {
     let partition_f64 = PARTITION_MIN_BINS_BYTES / 8;
     let partition_f32 = PARTITION_MIN_BINS_BYTES / 4;
     let counting_n = 4096;
+    // The forward histograms of + and logaddexp fold two scalar rows from 2 k values' bytes:
+    // k = 393216 for f64 and 786432 for f32; the sides are before for both and past for both.
+    // A tiny n keeps them cheap at that k.
+    let split_pair = |op| SizeSwitch {
+        constants: &["cpu::hist::SPLIT_PAIR_ROW_BYTES"],
+        path: "CPU: the forward histogram in two scalar passes (values, then tangents)",
+        before: (2048, SPLIT_PAIR_ROW_BYTES / 16 - 1),
+        past: (2048, SPLIT_PAIR_ROW_BYTES / 8),
+        op: Some(op),
+    };
     vec![
+        split_pair(HistOp::Add),
+        split_pair(HistOp::General(&crate::general::LOGADDEXP)),
         SizeSwitch {
             constants: &["cpu::kernels::PAR_MIN", "cpu::hist::MIN_CHUNK"],
             path: "CPU: several chunks of private rows, folded in parallel and merged",
@@ -107,7 +126,7 @@ pub fn hist_size_switches() -> Vec<SizeSwitch> {
         },
         SizeSwitch {
             constants: &["cpu::scan::PARALLEL_SCAN_MIN"],
-            path: "CPU: scans (general-sort's segmented ones) in parallel blocks with carries",
+            path: "CPU: scans in parallel blocks with carries (also crossed by check's scans of this length)",
             before: (PARALLEL_SCAN_MIN - 1, 256),
             past: (PARALLEL_SCAN_MIN, 256),
             op: None,
@@ -123,10 +142,6 @@ pub const NOT_SWITCHES: &[(&str, &str)] = &[
     ("cpu::hist::SUBS", "how many sub-histograms SMALL_K selects"),
     ("cpu::hist::MERGE_BLOCK", "bins per merge task"),
     ("cpu::hist::LARGE_ROW_BINS", "halves the chunk count past it: the same chunked path, fewer rows"),
-    (
-        "cpu::hist::SPLIT_PAIR_ROW_BYTES",
-        "the forward histograms of + and logaddexp in two scalar passes, or over pairs in one: the unit tests stored_weights_and_staged_pairs_give_the_same_bits and add_tangents_in_two_passes_are_the_pair_fold_bit_for_bit run both forms and hold them bit for bit equal, where check's sweep would need k = 786432 bins on every device and rule",
-    ),
     (
         "cpu::hist::STAGE_LEN",
         "the staging block of staged_bin_totals: the same loop at any length; a partial last block is reached at every n it does not divide (check's n = 2000)",
@@ -218,7 +233,16 @@ mod tests {
     fn each_switch_has_its_sides_in_order_and_small_enough_for_check() {
         for s in hist_size_switches() {
             assert_ne!(s.before, s.past, "{}", s.path);
-            assert!(s.past.0 <= 1 << 17 && s.past.1 <= 1 << 18 && s.before.0 <= 1 << 17, "{}: {s:?}", s.path);
+            assert!(s.past.0 <= 1 << 17 && s.past.1 <= 1 << 20 && s.before.0 <= 1 << 17, "{}: {s:?}", s.path);
+        }
+        // The forward histograms' two passes: before for both dtypes, past for both.
+        use crate::cpu::hist_sizes::split_pair_rows;
+        let split: Vec<SizeSwitch> =
+            hist_size_switches().into_iter().filter(|s| s.constants == ["cpu::hist::SPLIT_PAIR_ROW_BYTES"]).collect();
+        assert_eq!(split.len(), 2);
+        for s in split {
+            assert!(!split_pair_rows::<f64>(s.before.1) && !split_pair_rows::<f32>(s.before.1), "{s:?}");
+            assert!(split_pair_rows::<f64>(s.past.1) && split_pair_rows::<f32>(s.past.1), "{s:?}");
         }
         // The CPU's choices on each side (the device's own predicates, not the list's numbers).
         let cpu = crate::Cpu::new(Some(1)).unwrap();
@@ -227,10 +251,10 @@ mod tests {
         assert_eq!(cpu.auto_hist_rule(HistOp::Mul, auto.before.0, auto.before.1), None);
         assert!(cpu.auto_hist_rule(HistOp::Mul, auto.past.0, auto.past.1).is_some());
         let plan = |(n, k)| crate::cpu::hist_sizes::Plan::new(n, k);
-        let par = &hist_size_switches()[0];
+        let par = &hist_size_switches()[2];
         assert_eq!(plan(par.before).chunks, 1);
         assert!(plan(par.past).chunks > 1);
-        let small = &hist_size_switches()[1];
+        let small = &hist_size_switches()[3];
         assert_eq!((plan(small.before).subs, plan(small.past).subs), (1, crate::cpu::hist_sizes::SUBS));
         let win = |(n, k): (usize, usize), f64: bool| {
             if f64 {
@@ -239,7 +263,7 @@ mod tests {
                 crate::cpu::hist_sizes::adjoint_window_bins::<f32>(k, n)
             }
         };
-        let part = &hist_size_switches()[2];
+        let part = &hist_size_switches()[4];
         for f64 in [true, false] {
             assert_eq!(win(part.before, f64), 0);
             assert!(win(part.past, f64) > 0);

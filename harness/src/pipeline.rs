@@ -93,8 +93,15 @@ impl Case {
         )
     }
 
-    pub fn check_settings(&self, fault: Option<String>, conventions: BTreeMap<String, String>) -> CheckSettings {
-        CheckSettings { dtype: self.dtype, rule: self.rule.clone(), seed: self.seed, fault, conventions }
+    pub fn check_settings(&self, s: &Settings, conventions: BTreeMap<String, String>) -> CheckSettings {
+        CheckSettings {
+            dtype: self.dtype,
+            rule: self.rule.clone(),
+            seed: self.seed,
+            fault: s.fault.clone(),
+            conventions,
+            thorough: s.thorough,
+        }
     }
 }
 
@@ -109,6 +116,8 @@ pub struct Settings {
     pub tolerances: BTreeMap<(CheckKind, DType), f64>,
     /// Fault injection (tests of the validator), e.g. `drop-dest-adjoint`.
     pub fault: Option<String>,
+    /// `check --thorough` (see `CheckSettings::thorough`).
+    pub thorough: bool,
 }
 
 /// Fault injection for testing crash isolation: a case whose id contains the value of this
@@ -141,8 +150,7 @@ pub fn validate(tool: &dyn Tool, case: &Case, settings: &Settings) -> anyhow::Re
     let small = case.workload.validation_params(&case.params);
     let problem = case.workload.generate(&small, case.seed)?;
     let conventions = tool.capabilities().conventions;
-    let v =
-        tool.validation(case.workload, problem.as_ref(), &case.check_settings(settings.fault.clone(), conventions))?;
+    let v = tool.validation(case.workload, problem.as_ref(), &case.check_settings(settings, conventions))?;
     let mut outcomes = validation::run_checks(&v, case.dtype, case.seed)?;
     for o in &mut outcomes {
         if let Some(&t) = settings.tolerances.get(&(o.kind, case.dtype)) {

@@ -93,10 +93,16 @@ pub struct CheckArgs {
     #[arg(long = "tool-cmd", value_parser = parse_tool_cmd)]
     pub tool_cmd: Vec<ExternalSpec>,
     /// Fault injection to show the checks catch a broken rule: `drop-dest-adjoint` zeroes dest's
-    /// adjoint in every VJP; `confused-nesting` takes the nested workloads' `ff` inner gradient
+    /// adjoint in every VJP; `drop-dest-primal` makes the histograms' device primals forget
+    /// dest; `confused-nesting` takes the nested workloads' `ff` inner gradient
     /// with one tag for both levels (perturbation confusion).
     #[arg(long, hide = true)]
     pub inject_fault: Option<String>,
+    /// Also the checks too long for every run (the nightly's): the histograms' largest size
+    /// switches, the extreme bins at every size of the sweep, every operator's scans at the
+    /// parallel size.
+    #[arg(long)]
+    pub thorough: bool,
 }
 
 fn code_for(row: &ResultRow) -> Code {
@@ -136,6 +142,7 @@ fn settings(suite: &Suite) -> Settings {
         case_limit: suite.case_limit,
         tolerances: suite.tolerances.clone(),
         fault: None,
+        thorough: false,
     }
 }
 
@@ -350,10 +357,15 @@ fn check_cases(args: &CheckArgs, reads_rule: bool) -> anyhow::Result<Vec<Case>> 
 pub fn check(args: &CheckArgs, threads: Option<usize>) -> anyhow::Result<Code> {
     let fault = match args.inject_fault.as_deref() {
         None => None,
-        Some(f @ ("drop-dest-adjoint" | adgauge_workloads::nested::CONFUSED_NESTING)) => Some(f.to_string()),
+        Some(
+            f @ ("drop-dest-adjoint"
+            | adgauge_workloads::hist::DROP_DEST_PRIMAL
+            | adgauge_workloads::nested::CONFUSED_NESTING),
+        ) => Some(f.to_string()),
         Some(other) => {
             return Err(bad_input(format!(
-                "unknown fault '{other}' (known: drop-dest-adjoint, {})",
+                "unknown fault '{other}' (known: drop-dest-adjoint, {}, {})",
+                adgauge_workloads::hist::DROP_DEST_PRIMAL,
                 adgauge_workloads::nested::CONFUSED_NESTING
             )));
         }
@@ -374,6 +386,7 @@ pub fn check(args: &CheckArgs, threads: Option<usize>) -> anyhow::Result<Code> {
         case_limit: std::time::Duration::MAX,
         tolerances: Default::default(),
         fault,
+        thorough: args.thorough,
     };
     // Lines go through a console so that `adgauge check | head` ends quietly.
     let console = Console::new(0, true);

@@ -34,6 +34,7 @@ pub fn tolerance(check: CheckKind, dtype: DType) -> f64 {
         (
             CheckKind::OracleVjp
             | CheckKind::OracleJvp
+            | CheckKind::OraclePrimal
             | CheckKind::RuleAgreement
             | CheckKind::Manual
             | CheckKind::ManualJvp
@@ -48,6 +49,7 @@ pub fn tolerance(check: CheckKind, dtype: DType) -> f64 {
         (
             CheckKind::OracleVjp
             | CheckKind::OracleJvp
+            | CheckKind::OraclePrimal
             | CheckKind::RuleAgreement
             | CheckKind::Manual
             | CheckKind::ManualJvp
@@ -265,11 +267,11 @@ pub fn full_jacobian_test(f: &dyn FlatFn, dtype: DType) -> anyhow::Result<Outcom
     Ok(Outcome::new(CheckKind::FullJacobian, dtype, discrepancy(&by_rows, &by_cols)))
 }
 
-/// Compares two results of the same quantity. In the `extremes` check a NaN where the
-/// reference has NaN is right (guide, Histogram rules: NaN propagates), so such pairs count as equal;
-/// everywhere else NaN is infinitely wrong.
+/// Compares two results of the same quantity. In the `extremes` and `oracle-primal` checks a NaN
+/// where the reference has NaN is right (guide, Histogram rules: NaN propagates), so such pairs
+/// count as equal; everywhere else NaN is infinitely wrong.
 pub fn compare(kind: CheckKind, dtype: DType, got: &[f64], want: &[f64]) -> Outcome {
-    if kind == CheckKind::Extremes && got.len() == want.len() {
+    if matches!(kind, CheckKind::Extremes | CheckKind::OraclePrimal) && got.len() == want.len() {
         let (got, want): (Vec<f64>, Vec<f64>) =
             got.iter().zip(want).map(|(&a, &b)| if a.is_nan() && b.is_nan() { (0.0, 0.0) } else { (a, b) }).unzip();
         return Outcome::new(kind, dtype, discrepancy(&got, &want));

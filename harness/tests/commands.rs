@@ -115,6 +115,19 @@ fn check_catches_a_rule_that_drops_dests_adjoint_with_exit_1() {
 }
 
 #[test]
+fn check_catches_a_primal_that_forgets_dest_though_every_derivative_is_right() {
+    // Finite differences take their primal from the CPU in f64, so only the device primals'
+    // comparison with the oracle can see this.
+    let out = adgauge(&["check", "--workload", "hist-add", "--dtype", "f64", "--inject-fault", "drop-dest-primal"]);
+    assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("hist-add[") && err.contains("oracle-primal worst"), "{err}");
+    for derivative in ["oracle-vjp worst", "fd-vjp worst", "oracle-jvp worst", "rule-agreement worst"] {
+        assert!(!err.contains(derivative), "{derivative}: {err}");
+    }
+}
+
+#[test]
 fn run_lists_filters_and_prints_json_rows() {
     let out = adgauge(&["run", "--list"]);
     assert_eq!(out.status.code(), Some(0));

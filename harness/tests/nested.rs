@@ -66,7 +66,10 @@ fn confused_nesting_fails_perturbation_and_nothing_else() {
     }
     let out = adgauge(&["check", "--workload", "saddle", "--inject-fault", "confused"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("unknown fault 'confused' (known: drop-dest-adjoint, confused-nesting)"));
+    assert!(
+        stderr(&out)
+            .contains("unknown fault 'confused' (known: drop-dest-adjoint, drop-dest-primal, confused-nesting)")
+    );
 }
 
 /// GradBench's messages, as its evals send them (`min_runs`, `min_seconds` included; the

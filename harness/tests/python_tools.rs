@@ -77,7 +77,7 @@ fn assert_classifications(tool: &str, rows: &[Value]) {
             "hist-mul" => {
                 // Reverse mode validated, forward mode unsupported (and so not timed).
                 assert!(message.contains("jvp not timed: unsupported"), "{tool} {w}: {message}");
-                assert_eq!(check_names(r), ["fd-vjp", "oracle-vjp", "timing"], "{tool} {w}");
+                assert_eq!(check_names(r), ["fd-vjp", "oracle-primal", "oracle-vjp", "timing"], "{tool} {w}");
                 assert!(r["jvp"].is_null() && r["vjp"]["median_s"].as_f64().unwrap() > 0.0, "{tool} {w}: {r}");
             }
             "ba" => {
@@ -91,7 +91,7 @@ fn assert_classifications(tool: &str, rows: &[Value]) {
             }
         }
         if w.starts_with("hist-") && w != "hist-mul" {
-            for check in ["oracle-vjp", "oracle-jvp", "full-jacobian", "dot-product", "fd-jvp"] {
+            for check in ["oracle-primal", "oracle-vjp", "oracle-jvp", "full-jacobian", "dot-product", "fd-jvp"] {
                 assert!(check_names(r).contains(&check), "{tool} {w}: {check}: {r}");
             }
         }

@@ -322,7 +322,7 @@ fn group_medians(d: &[f64], group: &[usize]) -> Vec<f64> {
 /// alpha, so a suite of hundreds of timings expects a few false alarms from it alone; a copy
 /// against itself then passes four fresh groups all leaning one way beyond the band less than
 /// once in 16 times. A real change of 1.15x moves every group beyond 1.02 unless a group is
-/// more than 6% off by itself.
+/// more than 11% below it by itself.
 pub fn confirmation(
     baseline: &[f64],
     candidate: &[f64],

@@ -331,6 +331,9 @@ impl ScalarObjective for DetObjective {
     fn manual_gradient(input: &DetInput, _dtype: DType) -> Vec<f64> {
         cofactors(&input.a, input.ell)
     }
+    fn forward_gradient<D: Device>(d: &D, x: &DetResident<D>, _n: usize) -> Option<Result<(f64, Vec<f64>)>> {
+        Some(gradient_forward(d, x))
+    }
     fn remote(input: &DetInput) -> Option<RemoteModule> {
         Some(RemoteModule {
             primal: "primal",

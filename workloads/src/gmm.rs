@@ -682,6 +682,9 @@ impl<const GRADBENCH: bool> ScalarObjective for GmmOf<GRADBENCH> {
     fn manual_gradient(g: &GmmInput, dtype: DType) -> Vec<f64> {
         manual_variant_in(g, dtype, Self::VARIANT).1
     }
+    fn forward_gradient<D: Device>(d: &D, x: &GmmInputs<D>, _n: usize) -> Option<Result<(f64, Vec<f64>)>> {
+        Some(gradient_forward(d, x))
+    }
     fn remote(g: &GmmInput) -> Option<RemoteModule> {
         GRADBENCH.then(|| RemoteModule { primal: "objective", gradient: "jacobian", input: gradbench_input(g) })
     }

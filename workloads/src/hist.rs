@@ -617,6 +617,16 @@ impl Problem for HistProblem {
         let bar = random(self.data.k);
         let v = random(f.n_in());
         let mut comparisons = Vec::new();
+        match f.primal() {
+            Ok(got) => comparisons.push(Comparison {
+                check: CheckKind::OraclePrimal,
+                got,
+                want: local.oracle_primal(),
+                convention: None,
+            }),
+            Err(adgauge_backends::OpError::Unsupported(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
         // A tool without reverse mode (dual numbers) says so (unsupported): its reverse-mode
         // checks are left out; a tool with neither mode is unsupported.
         let reverse = match f.vjp(&bar) {
@@ -667,10 +677,16 @@ impl HistProblem {
     /// every other rule's VJP, and the full Jacobian at a tiny size.
     fn validation_on<D: Device>(&self, device: &D, cpu: &Cpu, s: &CheckSettings) -> WResult<Validation> {
         let (dt, rule) = (s.dtype, rule_of(&s.rule)?);
-        let drop_dest_adjoint = s.fault.as_deref() == Some("drop-dest-adjoint");
-        let mut f = HistFlat::new(device.clone(), cpu.clone(), self.w, rule, dt, &self.data);
-        f.drop_dest_adjoint = drop_dest_adjoint;
-        f.index_dtype = self.index_dtype;
+        // Every flat view of the case's data and of the check's own data: the rule, dtype,
+        // index dtype and injected fault under test.
+        let flat = |data: &HistData| {
+            let mut f = HistFlat::new(device.clone(), cpu.clone(), self.w, rule, dt, data);
+            f.drop_dest_adjoint = s.fault.as_deref() == Some("drop-dest-adjoint");
+            f.drop_dest_primal = s.fault.as_deref() == Some(DROP_DEST_PRIMAL);
+            f.index_dtype = self.index_dtype;
+            f
+        };
+        let f = flat(&self.data);
         let mut rng = adgauge_datasets::rng(s.seed ^ 0x04ac1e);
         let mut random = |n: usize| -> Vec<f64> {
             (0..n).map(|_| dt.round(rand::RngExt::random_range(&mut rng, -1.0..1.0))).collect()
@@ -683,6 +699,7 @@ impl HistProblem {
             want: f.oracle_vjp(&bar),
             convention: None,
         }];
+        comparisons.extend(f.primal_comparisons(&[rule])?);
         for other in HistRule::ALL.into_iter().filter(|&r| r != rule) {
             match f.vjp_parts(other, &bar) {
                 Ok((vb, db)) => comparisons.push(Comparison {
@@ -696,13 +713,17 @@ impl HistProblem {
             }
         }
         if let Some((tie, tie_bar)) = tie_case(self.w.op) {
-            let mut t = HistFlat::new(device.clone(), cpu.clone(), self.w, rule, dt, &tie);
-            t.drop_dest_adjoint = drop_dest_adjoint;
-            t.index_dtype = self.index_dtype;
+            let t = flat(&tie);
             comparisons.push(judge_ties(self.w.op, &tie, &tie_bar, t.vjp(&tie_bar)?, &s.conventions));
         }
         comparisons.push(perturbation_probe(device, dt)?);
         comparisons.push(primitives_probe(device, self.w.op, dt, s.seed)?);
+        // Once per operator and device (the scans take no rule), in f64: in f32 the rounding of
+        // folds of 131072 terms depends on their order (6e-4 apart from the f64 chain rule for
+        // `+`, 8e-4 for `*`), beyond the tolerance, while the code paths are the same.
+        if s.thorough && rule == HistRule::Auto && dt == DType::F64 {
+            comparisons.push(scans_at_size_probe(device, self.w.op, dt, s.seed)?);
+        }
         // Rules built from fused kernels without derivative rules of their own (general-sort,
         // general-chunked, the total forms, logaddexp's) cannot be nested; the scan part still
         // runs where the histogram part cannot.
@@ -712,20 +733,23 @@ impl HistProblem {
             Err(e) => return Err(e.into()),
         }
         if let Some(stress) = stress_case(self.w.op, s.seed) {
-            let mut t = HistFlat::new(device.clone(), cpu.clone(), self.w, rule, dt, &stress);
-            t.drop_dest_adjoint = drop_dest_adjoint;
-            t.index_dtype = self.index_dtype;
+            let t = flat(&stress);
             comparisons.extend(stress_comparisons(&t, s.seed)?);
+            comparisons.extend(t.primal_comparisons(&HistRule::ALL)?);
         }
-        let mut t = HistFlat::new(device.clone(), cpu.clone(), self.w, rule, dt, &extremes_case(self.w.op));
-        t.drop_dest_adjoint = drop_dest_adjoint;
-        t.index_dtype = self.index_dtype;
+        let t = flat(&extremes_case(self.w.op));
         comparisons.extend(extremes_comparisons(&t)?);
-        for data in size_sweep_cases(self.w, s.seed) {
-            let mut t = HistFlat::new(device.clone(), cpu.clone(), self.w, rule, dt, &data);
-            t.drop_dest_adjoint = drop_dest_adjoint;
-            t.index_dtype = self.index_dtype;
+        comparisons.extend(t.primal_comparisons(&HistRule::ALL)?);
+        for data in size_sweep_cases(self.w, s.seed, s.thorough) {
+            let t = flat(&data);
             comparisons.extend(size_sweep_comparisons(&t, rule == HistRule::Auto, s.seed)?);
+            comparisons.extend(t.primal_comparisons(&[rule])?);
+            if !s.thorough {
+                continue;
+            }
+            if let Some((extreme, planted)) = extremes_at_size(self.w.op, &data) {
+                comparisons.extend(extremes_at_size_comparisons(&flat(&extreme), planted, s.seed)?);
+            }
         }
         let n_in = f.n_in();
         let mut full_jacobian = None;
@@ -739,14 +763,14 @@ impl HistProblem {
             });
             let tiny =
                 generate(&HistSpec { n: self.spec.n.min(JACOBIAN_N), k: self.spec.k.min(JACOBIAN_K), ..self.spec });
-            let mut g = HistFlat::new(device.clone(), cpu.clone(), self.w, rule, dt, &tiny);
-            g.drop_dest_adjoint = drop_dest_adjoint;
-            g.index_dtype = self.index_dtype;
-            full_jacobian = Some(FullJacobian { flat: Box::new(g), tolerance_of: CheckKind::FullJacobian });
+            full_jacobian = Some(FullJacobian { flat: Box::new(flat(&tiny)), tolerance_of: CheckKind::FullJacobian });
         }
         Ok(Validation { flat: Box::new(f), full_jacobian, comparisons })
     }
 }
+
+/// The fault (`check --inject-fault`) whose device primals forget dest ([`HistFlat::drop_dest_primal`]).
+pub const DROP_DEST_PRIMAL: &str = "drop-dest-primal";
 
 /// A histogram case resident on a device with an all-ones adjoint and tangents.
 struct HistPrepared<D: Device> {
@@ -792,6 +816,10 @@ pub struct HistFlat<D: Ops> {
     pub data: HistData,
     /// Fault injection for testing the validator: zero dest's adjoint (a broken `+` rule).
     pub drop_dest_adjoint: bool,
+    /// Fault injection for testing the validator: the device's primals fold the values into
+    /// the operator's neutral element instead of dest (a primal that forgets dest), while every
+    /// derivative sees the true data.
+    pub drop_dest_primal: bool,
     x0: Vec<f64>,
 }
 
@@ -813,6 +841,7 @@ impl<D: Ops> HistFlat<D> {
             index_dtype: IndexDType::I64,
             data,
             drop_dest_adjoint: false,
+            drop_dest_primal: false,
             x0,
         }
     }
@@ -843,6 +872,55 @@ impl<D: Ops> HistFlat<D> {
     pub fn oracle_vjp(&self, w: &[f64]) -> Vec<f64> {
         let (_, db, vb) = oracle::hist_vjp(self.workload.op, &self.data.dest, &self.data.inds, &self.data.vals, w);
         vb.into_iter().chain(db).collect()
+    }
+
+    /// The oracle's primal (the sequential f64 fold) at the point, rounded to the dtype.
+    pub fn oracle_primal(&self) -> Vec<f64> {
+        let d = &self.data;
+        oracle::hist(self.workload.op, &d.dest, &d.inds, &d.vals).into_iter().map(|x| self.dtype.round(x)).collect()
+    }
+
+    /// Every primal the device computes for this case: its primal, the primal the VJP of each
+    /// rule of `rules` returns (rules it does not support are left out) and its JVP's (where it
+    /// has forward mode), each named.
+    pub fn device_primals(&self, rules: &[HistRule]) -> Result<Vec<(String, Vec<f64>)>> {
+        let d = &self.device;
+        let (n, k) = (self.n(), self.data.k);
+        let forgetful;
+        let data = if self.drop_dest_primal {
+            forgetful = HistData { dest: vec![self.workload.op.neutral(); k], ..self.data.clone() };
+            &forgetful
+        } else {
+            &self.data
+        };
+        let x = self.workload.upload(d, data, self.dtype, self.index_dtype)?;
+        let mut out = vec![("primal".to_string(), d.to_vec(&self.workload.primal(d, &x)?)?)];
+        let bar = d.tensor(&vec![1.0; k], &[k], self.dtype)?;
+        for &rule in rules {
+            match self.workload.vjp(d, rule, &x, &bar) {
+                Ok(r) => out.push((format!("{} vjp", rule.name()), d.to_vec(&r.hist)?)),
+                Err(adgauge_backends::OpError::Unsupported(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let (vals_dot, dest_dot) =
+            (d.tensor(&vec![1.0; n], &[n], self.dtype)?, d.tensor(&vec![1.0; k], &[k], self.dtype)?);
+        match self.workload.jvp(d, &x, &dest_dot, &vals_dot) {
+            Ok((hist, _)) => out.push(("jvp".to_string(), d.to_vec(&hist)?)),
+            Err(adgauge_backends::OpError::Unsupported(_)) => {}
+            Err(e) => return Err(e),
+        }
+        Ok(out)
+    }
+
+    /// The `oracle-primal` comparisons: each of [`Self::device_primals`] against the oracle.
+    fn primal_comparisons(&self, rules: &[HistRule]) -> Result<Vec<Comparison>> {
+        let want = self.oracle_primal();
+        Ok(self
+            .device_primals(rules)?
+            .into_iter()
+            .map(|(_, got)| Comparison { check: CheckKind::OraclePrimal, got, want: want.clone(), convention: None })
+            .collect())
     }
 
     /// The oracle's J v for v = [vals_dot, dest_dot].
@@ -1037,24 +1115,29 @@ const EXTREME_BINS: [(f64, &[f64], f64); 18] = [
     (0.0, &[f64::INFINITY, 2.0], 1.5),                 // a zero dest and +inf
 ];
 
+/// An `EXTREME_BINS` value as `op` takes it: hypot's bins are magnitudes (absolute values);
+/// `*` gets 2 for finite magnitudes of 1e16 and more, since its finite products out of range
+/// (1e16 cubed in f32, 1e308 squared) are outside what its rules agree on (guide, Histogram
+/// rules: keep finite products in range); its infinite and NaN bins stay.
+fn extreme_value(op: HistOp, x: f64) -> f64 {
+    if std::ptr::eq(adgauge_backends::general::as_general(op), &adgauge_backends::general::HYPOT) {
+        x.abs()
+    } else if std::ptr::eq(adgauge_backends::general::as_general(op), &adgauge_backends::general::MUL)
+        && x.is_finite()
+        && x.abs() >= 1e16
+    {
+        2.0
+    } else {
+        x
+    }
+}
+
 /// The data of the `extremes` check for `op` (hypot's bins are magnitudes: absolute values;
 /// `*` gets 2 for finite magnitudes of 1e16 and more, and keeps its infinities):
 /// the bins of `EXTREME_BINS` with their elements interleaved (so chunks, sorts and the
 /// parallel folds move them), and an out-of-range NaN and +inf that must be ignored.
 pub fn extremes_case(op: HistOp) -> HistData {
-    let magnitude = |x: f64| match op {
-        HistOp::General(g) if std::ptr::eq(g, &adgauge_backends::general::HYPOT) => x.abs(),
-        // `*`'s finite products out of range (1e16 cubed in f32, 1e308 squared) are outside what
-        // its rules agree on (guide, Histogram rules: keep finite products in range); its
-        // infinite and NaN bins stay.
-        _ if std::ptr::eq(adgauge_backends::general::as_general(op), &adgauge_backends::general::MUL)
-            && x.is_finite()
-            && x.abs() >= 1e16 =>
-        {
-            2.0
-        }
-        _ => x,
-    };
+    let magnitude = |x: f64| extreme_value(op, x);
     let k = EXTREME_BINS.len();
     let mut data =
         HistData { k, inds: vec![], vals: vec![], dest: EXTREME_BINS.iter().map(|b| magnitude(b.0)).collect() };
@@ -1098,13 +1181,130 @@ fn extremes_comparisons<D: Ops>(f: &HistFlat<D>) -> Result<Vec<Comparison>> {
     Ok(out)
 }
 
+/// A size-sweep case with the extreme bins planted in it: its first bins take the bins of
+/// `EXTREME_BINS` (dest and values as [`extreme_value`] makes them), then a bin of a single
+/// element and an empty bin; their elements sit at positions spread evenly over the whole input
+/// (so the infinities and NaNs fall into different chunks, sub-histograms and parallel merges),
+/// and the elements those bins held before go to the other bins, which keep their values. The
+/// planted bins' count is the second item. None where the case is too small to hold them with
+/// one ordinary bin besides (k < 2, or fewer elements than planted ones).
+pub fn extremes_at_size(op: HistOp, data: &HistData) -> Option<(HistData, usize)> {
+    let k = data.k;
+    let planted = (EXTREME_BINS.len() + 2).min(k.checked_sub(1)?);
+    if planted == 0 {
+        return None;
+    }
+    // Each planted bin's values: the single-element bin holds one 1.5, the empty bin none.
+    let bin_values = |b: usize| -> Vec<f64> {
+        match b.checked_sub(EXTREME_BINS.len()) {
+            None => EXTREME_BINS[b].1.iter().map(|&v| extreme_value(op, v)).collect(),
+            Some(0) => vec![1.5],
+            Some(_) => vec![],
+        }
+    };
+    let values: Vec<(usize, f64)> = (0..planted).flat_map(|b| bin_values(b).into_iter().map(move |v| (b, v))).collect();
+    let n = data.vals.len();
+    if n < values.len() {
+        return None;
+    }
+    let mut d = data.clone();
+    let ordinary = k - planted;
+    for (i, b) in d.inds.iter_mut().enumerate() {
+        if *b >= 0 && (*b as usize) < planted {
+            *b = (planted + i % ordinary) as i64;
+        }
+    }
+    for (t, &(b, v)) in values.iter().enumerate() {
+        let at = t * n / values.len() + (n / values.len()) / 2;
+        d.inds[at] = b as i64;
+        d.vals[at] = v;
+    }
+    for (b, dest) in d.dest.iter_mut().enumerate().take(planted) {
+        *dest = match EXTREME_BINS.get(b) {
+            Some(bin) => extreme_value(op, bin.0),
+            None => 0.5,
+        };
+    }
+    Some((d, planted))
+}
+
+/// The oracle's VJP and JVP of an [`extremes_at_size`] case in O(n): the linear oracle
+/// ([`stress_oracle_vjp`], [`partials_times`]) for the ordinary bins, and the sequential oracle
+/// on the planted bins alone, which its answers replace (the linear oracle multiplies partials
+/// plainly, where an infinite partial meets a zero as the semantics say it must not).
+fn extremes_at_size_oracle(op: HistOp, d: &HistData, planted: usize, bar: &[f64], v: &[f64]) -> (Vec<f64>, Vec<f64>) {
+    let n = d.vals.len();
+    let mut vjp = stress_oracle_vjp(op, d, bar);
+    let mut jvp = partials_times(op, d, v);
+    let members: Vec<usize> = (0..n).filter(|&i| d.inds[i] >= 0 && (d.inds[i] as usize) < planted).collect();
+    let sub_inds: Vec<i64> = members.iter().map(|&i| d.inds[i]).collect();
+    let sub_vals: Vec<f64> = members.iter().map(|&i| d.vals[i]).collect();
+    let sub_dest = &d.dest[..planted];
+    let (_, dest_bar, vals_bar) = oracle::hist_vjp(op, sub_dest, &sub_inds, &sub_vals, &bar[..planted]);
+    let vals_dot: Vec<f64> = members.iter().map(|&i| v[i]).collect();
+    let (_, hist_dot) = oracle::hist_jvp(op, sub_dest, &sub_inds, &sub_vals, &v[n..n + planted], &vals_dot);
+    for (j, &i) in members.iter().enumerate() {
+        vjp[i] = vals_bar[j];
+    }
+    vjp[n..n + planted].copy_from_slice(&dest_bar);
+    jvp[..planted].copy_from_slice(&hist_dot);
+    (vjp, jvp)
+}
+
+/// The `extremes` comparisons of one rule and engine at one size of the sweep
+/// ([`extremes_at_size`]): this rule's VJP, every other rule's, the JVP and every primal the
+/// device computes, against the oracle. Adjoints: the planted bins' own, random elsewhere;
+/// tangents positive.
+fn extremes_at_size_comparisons<D: Ops>(f: &HistFlat<D>, planted: usize, seed: u64) -> Result<Vec<Comparison>> {
+    use rand::RngExt;
+    let d = &f.data;
+    let (n, k) = (d.vals.len(), d.k);
+    let mut rng = adgauge_datasets::rng(seed ^ 0xe7_5e1f);
+    let dt = f.dtype;
+    let mut random = |len: usize| -> Vec<f64> { (0..len).map(|_| dt.round(rng.random_range(-1.0..1.0))).collect() };
+    let mut bar = random(k);
+    for (b, g) in bar.iter_mut().enumerate().take(planted.min(EXTREME_BINS.len())) {
+        *g = EXTREME_BINS[b].2;
+    }
+    // Tangents of one sign, as in `extremes`: with `*`'s infinite partials, tangents of both
+    // signs make a sum of infinities whose value (+-inf or NaN) depends on the order of the sum.
+    let v: Vec<f64> = (0..n + k).map(|i| dt.round(0.5 + (i % 7) as f64 * 0.25)).collect();
+    let (want_vjp, want_jvp) = extremes_at_size_oracle(f.workload.op, d, planted, &bar, &v);
+    let extremes = |got: Vec<f64>, want: &[f64]| Comparison {
+        check: CheckKind::Extremes,
+        got,
+        want: want.to_vec(),
+        convention: None,
+    };
+    let mut out = vec![extremes(f.vjp(&bar)?, &want_vjp)];
+    for other in HistRule::ALL.into_iter().filter(|&r| r != f.rule) {
+        match f.vjp_parts(other, &bar) {
+            Ok((vb, db)) => out.push(extremes(vb.into_iter().chain(db).collect(), &want_vjp)),
+            Err(adgauge_backends::OpError::Unsupported(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    match f.jvp(&v) {
+        Ok(got) => out.push(extremes(got, &want_jvp)),
+        Err(adgauge_backends::OpError::Unsupported(_)) => {}
+        Err(e) => return Err(e),
+    }
+    out.extend(f.primal_comparisons(&HistRule::ALL)?);
+    Ok(out)
+}
+
+/// Bins past which a size switch is crossed by `check --thorough` only.
+const THOROUGH_BINS: usize = 1 << 18;
+
 /// Seeded data on both sides of every size switch of the histogram code
 /// (`adgauge_backends::sizes::hist_size_switches`, the one list the code's thresholds are
-/// registered in): the sizes at which a device or `auto` takes another path.
-pub fn size_sweep_cases(w: HistWorkload, seed: u64) -> Vec<HistData> {
+/// registered in): the sizes at which a device or `auto` takes another path. Without
+/// `thorough`, the switches past 2^18 bins are left out (`check --thorough` crosses them).
+pub fn size_sweep_cases(w: HistWorkload, seed: u64, thorough: bool) -> Vec<HistData> {
     adgauge_backends::sizes::hist_size_switches()
         .into_iter()
         .filter(|s| s.op.is_none_or(|op| op == w.op))
+        .filter(|s| thorough || s.past.1 <= THOROUGH_BINS)
         .flat_map(|s| [s.before, s.past])
         .map(|(n, k)| generate(&w.spec(n, k, IndexDist::Uniform, 0.05, seed ^ 0x512e5 ^ ((n as u64) << 20) ^ k as u64)))
         .collect()
@@ -1175,6 +1375,130 @@ fn stress_comparisons<D: Ops>(f: &HistFlat<D>, seed: u64) -> Result<Vec<Comparis
         Err(e) => return Err(e),
     }
     Ok(out)
+}
+
+/// The scans' and the whole reduction's length in [`scans_at_size_probe`]: the CPU's parallel
+/// scans with carries start here (and its parallel reductions well before).
+const SCAN_AT_SIZE_N: usize = adgauge_backends::sizes::parallel_scan_min();
+
+/// A scan in O(n), for [`scans_at_size_probe`]: the scan of `x` (see [`ScanSpec`]; with `keys`,
+/// each run of equal keys on its own), its tangent for `dot` by the chain rule along the
+/// sweep, and the adjoint of `x` for `bar` by the same chain run backwards. It multiplies
+/// partials plainly, which is right away from the operators' special points (the probe's
+/// values stay away from them; the sequential oracle, O(n^2) and more, checks them at 40).
+fn linear_scan(op: HistOp, x: &[f64], spec: ScanSpec, keys: Option<&[i64]>, dot: &[f64], bar: &[f64]) -> [Vec<f64>; 3] {
+    let n = x.len();
+    let order: Vec<usize> = if spec.reverse { (0..n).rev().collect() } else { (0..n).collect() };
+    let starts: Vec<bool> = (0..n).map(|t| t == 0 || keys.is_some_and(|k| k[order[t]] != k[order[t - 1]])).collect();
+    let (mut y, mut y_dot, mut x_bar) = (vec![0.0; n], vec![0.0; n], vec![0.0; n]);
+    // The state before each element joins it (the neutral element at a segment's start).
+    let mut before = vec![0.0; n];
+    let (mut state, mut state_dot) = (op.neutral(), 0.0);
+    for t in 0..n {
+        let p = order[t];
+        if starts[t] {
+            (state, state_dot) = (op.neutral(), 0.0);
+        }
+        before[t] = state;
+        let after = op.combine(state, x[p]);
+        let after_dot =
+            op.partial(Operand::Left, state, x[p]) * state_dot + op.partial(Operand::Right, state, x[p]) * dot[p];
+        (y[p], y_dot[p]) = if spec.exclusive { (state, state_dot) } else { (after, after_dot) };
+        (state, state_dot) = (after, after_dot);
+    }
+    // The adjoint of the state after element t: its own output's (inclusive) or the next
+    // element's (exclusive), plus what flows back from the state after it.
+    let mut carry = 0.0;
+    for t in (0..n).rev() {
+        let p = order[t];
+        let last = t + 1 == n || starts[t + 1];
+        if last {
+            carry = 0.0;
+        }
+        let mut state_bar = carry;
+        if !spec.exclusive {
+            state_bar += bar[p];
+        } else if !last {
+            state_bar += bar[order[t + 1]];
+        }
+        x_bar[p] = state_bar * op.partial(Operand::Right, before[t], x[p]);
+        carry = state_bar * op.partial(Operand::Left, before[t], x[p]);
+    }
+    [y, y_dot, x_bar]
+}
+
+/// The `primitives` check at the size where the CPU scans in parallel blocks with carries
+/// ([`SCAN_AT_SIZE_N`]), which no histogram rule reaches there (general-sort takes its fused
+/// sorted adjoint): the operator's scans (inclusive and exclusive, forwards and reversed, plain
+/// and segmented in runs of 1 to 5000 that cross the blocks) and its whole reduction, each's
+/// value, VJP and JVP on the device under test against [`linear_scan`]. The values are
+/// distinct magnitudes (no min/max ties: the tie policy is the small probe's), within 1 +- 2^-10
+/// for `*` (products of 131072 factors stay in range), +-[0.5, 1.5] otherwise.
+fn scans_at_size_probe<D: Ops>(d: &D, op: HistOp, dt: DType, seed: u64) -> Result<Comparison> {
+    use rand::RngExt;
+    use rand::seq::SliceRandom;
+    let n = SCAN_AT_SIZE_N;
+    let mut rng = adgauge_datasets::rng(seed ^ 0x5ca7_512e);
+    let product = std::ptr::eq(adgauge_backends::general::as_general(op), &adgauge_backends::general::MUL);
+    let mut magnitudes: Vec<usize> = (0..n).collect();
+    magnitudes.shuffle(&mut rng);
+    let x: Vec<f64> = magnitudes
+        .iter()
+        .map(|&m| {
+            let u = m as f64 / n as f64;
+            let size = if product { 1.0 + (u - 0.5) / 1024.0 } else { 0.5 + u };
+            dt.round(if rng.random_bool(0.5) { size } else { -size })
+        })
+        .collect();
+    let mut random = |len: usize| -> Vec<f64> { (0..len).map(|_| dt.round(rng.random_range(-1.0..1.0))).collect() };
+    let (bar, dot) = (random(n), random(n));
+    let mut keys = Vec::with_capacity(n);
+    while keys.len() < n {
+        let run = rng.random_range(1..=5000).min(n - keys.len());
+        let key = keys.len() as i64;
+        keys.extend(std::iter::repeat_n(key, run));
+    }
+    let key_index = d.index(&keys)?;
+    let tensor = |v: &[f64]| d.tensor(v, &[v.len()], dt);
+    let (mut got, mut want) = (Vec::new(), Vec::new());
+    for exclusive in [false, true] {
+        for reverse in [false, true] {
+            let spec = ScanSpec { exclusive, reverse };
+            for segments in [None, Some(&keys[..])] {
+                let seg = segments.map(|_| &key_index);
+                let [y, y_dot, x_bar] = linear_scan(op, &x, spec, segments, &dot, &bar);
+                got.extend(d.to_vec(&d.scan(op, &tensor(&x)?, spec, seg)?)?);
+                want.extend(y);
+                let r = Reverse::new(d.clone());
+                let xv = r.var(tensor(&x)?);
+                let grads = r.backward(&r.scan(op, &xv, spec, seg)?, tensor(&bar)?)?;
+                got.extend(d.to_vec(&grads.get_or_zeros(d, &xv)?)?);
+                want.extend(x_bar);
+                let f = Forward::new(d.clone());
+                let y = f.scan(op, &f.dual(tensor(&x)?, tensor(&dot)?)?, spec, seg)?;
+                got.extend(d.to_vec(&f.tangent(&y)?)?);
+                want.extend(y_dot);
+            }
+        }
+    }
+    // The whole reduction: the inclusive scan's last element, its adjoint that scan's for a
+    // one-hot adjoint there.
+    let mut last = vec![0.0; n];
+    last[n - 1] = bar[0];
+    let [y, y_dot, x_bar] = linear_scan(op, &x, ScanSpec::INCLUSIVE, None, &dot, &last);
+    got.extend(d.to_vec(&d.reduce(op, &tensor(&x)?)?)?);
+    want.push(y[n - 1]);
+    let r = Reverse::new(d.clone());
+    let xv = r.var(tensor(&x)?);
+    let total = r.reduce(op, &xv)?;
+    let grads = r.backward(&total, d.tensor(&bar[..1], total.value().shape(), dt)?)?;
+    got.extend(d.to_vec(&grads.get_or_zeros(d, &xv)?)?);
+    want.extend(x_bar);
+    let f = Forward::new(d.clone());
+    let total = f.reduce(op, &f.dual(tensor(&x)?, tensor(&dot)?)?)?;
+    got.extend(d.to_vec(&f.tangent(&total)?)?);
+    want.push(y_dot[n - 1]);
+    Ok(Comparison { check: CheckKind::Primitives, got, want, convention: None })
 }
 
 /// Length of the `primitives` check's vector: the oracle refolds each prefix (O(n^3) for a VJP).
@@ -1539,7 +1863,8 @@ fn supported<P>(parts: impl IntoIterator<Item = Result<P>>) -> Result<Vec<P>> {
 /// its rule) and through the operator's scan, by both nestings, against differences of
 /// gradients (see [`nested_hvps`]). Nothing else nests AD through these, so the second-order
 /// rules (`combine_partial_*`, the rules of the rules' own primitives) are seen only here.
-/// Values in +-[0.5, 1.5]: no ties, zeros or neutral elements, where the functions are smooth.
+/// Values in +-[0.5, 1.5] (no ties, zeros or neutral elements, where the functions are smooth),
+/// then the same with the operator's special points among them ([`singular_point`]).
 /// `NotDifferentiable` where neither the histogram nor the scan can be nested.
 fn second_order_probe<D: Ops>(
     d: &D,
@@ -1562,12 +1887,42 @@ fn second_order_probe<D: Ops>(
         (0..SECOND_N).map(|i| if i % 19 == 18 { SECOND_K as i64 } else { (i * 5 % SECOND_K) as i64 }).collect();
     let hist = HistSquare { op, inds: &inds, w: &w };
     let scan = ScanSquare { op, w: &scan_w };
-    let parts = supported([
-        nested_hvps(d, cpu, rule, dt, &hist, &[vals, dest], &[vals_dir, dest_dir]),
-        nested_hvps(d, cpu, rule, dt, &scan, &[scan_x], &[scan_dir]),
-    ])?;
+    let mut runs = vec![
+        nested_hvps(d, cpu, rule, dt, &hist, &[vals.clone(), dest.clone()], &[vals_dir.clone(), dest_dir.clone()]),
+        nested_hvps(d, cpu, rule, dt, &scan, std::slice::from_ref(&scan_x), std::slice::from_ref(&scan_dir)),
+    ];
+    // Again through the operator's special points, where its rules take other branches and the
+    // function is still smooth: `*`'s zeros (one in bin 0, two in bin 1, a zero dest in bin 2:
+    // a product is multilinear), logaddexp's -inf (its neutral element: flat, a zero gradient
+    // at every order) and hypot's zeros beside non-zero inputs.
+    if let Some(point) = singular_point(op) {
+        let (mut vals, mut dest, mut scan_x) = (vals, dest, scan_x);
+        // Positions 0, 5 and 11: bins 0, 1 and 1 (inds = 5 i mod 6).
+        for i in [0, 5, 11] {
+            vals[i] = point;
+        }
+        dest[2] = point;
+        scan_x[1] = point;
+        scan_x[3] = point;
+        runs.push(nested_hvps(d, cpu, rule, dt, &hist, &[vals, dest], &[vals_dir, dest_dir]));
+        runs.push(nested_hvps(d, cpu, rule, dt, &scan, &[scan_x], &[scan_dir]));
+    }
+    let parts = supported(runs)?;
     let (got, want): (Vec<Vec<f64>>, Vec<Vec<f64>>) = parts.into_iter().unzip();
     Ok(Comparison { check: CheckKind::SecondOrder, got: got.concat(), want: want.concat(), convention: None })
+}
+
+/// The input at which `op`'s rules take their special branches while a Hessian-vector product
+/// through it stays smooth (see [`second_order_probe`]); None for operators without one.
+fn singular_point(op: HistOp) -> Option<f64> {
+    let g = adgauge_backends::general::as_general(op);
+    if std::ptr::eq(g, &adgauge_backends::general::MUL) || std::ptr::eq(g, &adgauge_backends::general::HYPOT) {
+        Some(0.0)
+    } else if std::ptr::eq(g, &adgauge_backends::general::LOGADDEXP) {
+        Some(f64::NEG_INFINITY)
+    } else {
+        None
+    }
 }
 
 /// The `perturbation` check on `d`: [d/dx (x * d/dy (x + y)) by forward over forward at x = 2,
@@ -1747,6 +2102,11 @@ impl RemoteHistFlat {
         RemoteHistFlat { remote, local }
     }
 
+    /// The tool's primal (its `primal` function's `hist`).
+    fn primal(&self) -> Result<Vec<f64>> {
+        Ok(self.call("primal", &[], &[("hist", self.local.data.k)])?.concat())
+    }
+
     fn call(&self, function: &str, extra: &[(&str, &[f64])], fields: &[(&str, usize)]) -> Result<Vec<Vec<f64>>> {
         let input = module_input(self.local.workload.op, &self.local.data, extra);
         let out = self.remote.call(function, input).map_err(remote_error)?;
@@ -1892,6 +2252,63 @@ mod tests {
 
     /// The stress check's O(n) oracle equals the oracle's O(m^2) one (l and r refolded from
     /// scratch) on a slice of the stress data, -inf and zeros included.
+    #[test]
+    fn extremes_at_size_plants_every_extreme_bin_across_the_input_and_its_oracle_is_the_oracle() {
+        for name in ["add", "mul", "min", "max", "logaddexp", "hypot", "general-mul"] {
+            let w = HistWorkload::parse(&format!("hist-{name}")).unwrap();
+            let data = generate(&w.spec(3000, 40, IndexDist::Uniform, 0.05, 11));
+            let (d, planted) = extremes_at_size(w.op, &data).unwrap();
+            assert_eq!(planted, EXTREME_BINS.len() + 2, "{name}");
+            let members = |b: usize| (0..d.inds.len()).filter(|&i| d.inds[i] == b as i64).collect::<Vec<_>>();
+            // Every planted bin holds its values, no more, spread over the whole input.
+            for (b, (dest, vals, _)) in EXTREME_BINS.iter().enumerate() {
+                let ms = members(b);
+                let got: Vec<f64> = ms.iter().map(|&i| d.vals[i]).collect();
+                let want: Vec<f64> = vals.iter().map(|&v| extreme_value(w.op, v)).collect();
+                assert_eq!(format!("{got:?}"), format!("{want:?}"), "{name} bin {b}");
+                assert_eq!(d.dest[b].to_bits(), extreme_value(w.op, *dest).to_bits(), "{name} bin {b}");
+            }
+            assert_eq!(members(EXTREME_BINS.len()).len(), 1, "{name}: the single-element bin");
+            assert!(members(EXTREME_BINS.len() + 1).is_empty(), "{name}: the empty bin");
+            let planted_at: Vec<usize> = (0..d.inds.len()).filter(|&i| (d.inds[i] as usize) < planted).collect();
+            assert!(planted_at[0] < 100 && *planted_at.last().unwrap() > 2900, "{name}: {planted_at:?}");
+            // Infinities and NaNs stand only in the planted bins; the ordinary ones keep theirs.
+            for (i, &b) in d.inds.iter().enumerate() {
+                if b >= planted as i64 && b < d.k as i64 && data.inds[i] == b {
+                    assert_eq!(d.vals[i].to_bits(), data.vals[i].to_bits(), "{name} at {i}");
+                }
+            }
+            // The composed oracle equals the sequential one on the whole case, NaN for NaN.
+            let bar: Vec<f64> = (0..d.k).map(|b| (b as f64 - 20.0) * 0.125).collect();
+            let v: Vec<f64> = (0..d.vals.len() + d.k).map(|i| ((i % 7) as f64 - 3.0) * 0.25).collect();
+            let (vjp, jvp) = extremes_at_size_oracle(w.op, &d, planted, &bar, &v);
+            let (_, db, vb) = oracle::hist_vjp(w.op, &d.dest, &d.inds, &d.vals, &bar);
+            let want_vjp: Vec<f64> = vb.into_iter().chain(db).collect();
+            let (vals_dot, dest_dot) = v.split_at(d.vals.len());
+            let (_, want_jvp) = oracle::hist_jvp(w.op, &d.dest, &d.inds, &d.vals, dest_dot, vals_dot);
+            let same =
+                |x: &f64, y: &f64| (x.is_nan() && y.is_nan()) || x == y || (x - y).abs() <= 1e-12 * y.abs().max(1.0);
+            for (got, want, what) in [(&vjp, &want_vjp, "vjp"), (&jvp, &want_jvp, "jvp")] {
+                let bad: Vec<usize> = (0..want.len()).filter(|&i| !same(&got[i], &want[i])).collect();
+                assert!(
+                    bad.is_empty(),
+                    "{name} {what}: {:?}",
+                    bad.iter().map(|&i| (i, got[i], want[i])).collect::<Vec<_>>()
+                );
+            }
+            // The planted bins reach the primal: NaN and infinite bins among finite ones.
+            let hist = oracle::hist(w.op, &d.dest, &d.inds, &d.vals);
+            assert!(hist.iter().any(|x| x.is_nan()) && hist.iter().any(|x| x.is_infinite()), "{name}: {hist:?}");
+        }
+        // Too small to hold them with an ordinary bin besides: none.
+        let w = HistWorkload::parse("hist-add").unwrap();
+        assert!(extremes_at_size(w.op, &generate(&w.spec(3000, 1, IndexDist::Uniform, 0.0, 1))).is_none());
+        assert!(extremes_at_size(w.op, &generate(&w.spec(10, 100, IndexDist::Uniform, 0.0, 1))).is_none());
+        // A few bins: as many extreme bins as fit beside one ordinary bin.
+        let (_, planted) = extremes_at_size(w.op, &generate(&w.spec(3000, 5, IndexDist::Uniform, 0.0, 1))).unwrap();
+        assert_eq!(planted, 4);
+    }
+
     #[test]
     fn the_linear_stress_oracle_equals_the_oracle() {
         for name in ["logaddexp", "hypot", "mul", "min", "add"] {

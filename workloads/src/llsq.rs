@@ -324,6 +324,9 @@ impl ScalarObjective for LlsqObjective {
     fn manual_gradient(input: &LlsqInput, dtype: DType) -> Vec<f64> {
         manual_in(input, dtype).1
     }
+    fn forward_gradient<D: Device>(d: &D, x: &LlsqInputs<D>, n: usize) -> Option<Result<(f64, Vec<f64>)>> {
+        Some(gradient_forward(d, x, n))
+    }
     fn remote(input: &LlsqInput) -> Option<RemoteModule> {
         Some(RemoteModule {
             primal: "primal",

@@ -245,6 +245,9 @@ impl ScalarObjective for LseObjective {
     fn manual_gradient(input: &LseInput, _dtype: DType) -> Vec<f64> {
         softmax(&input.x)
     }
+    fn forward_gradient<D: Device>(d: &D, x: &D::T, _n: usize) -> Option<Result<(f64, Vec<f64>)>> {
+        Some(gradient_forward(d, x))
+    }
     fn remote(input: &LseInput) -> Option<RemoteModule> {
         Some(RemoteModule { primal: "primal", gradient: "gradient", input: serde_json::json!({"x": input.x}) })
     }
@@ -269,6 +272,24 @@ mod tests {
         assert!((g[0] - 0.25).abs() < 1e-15 && (g[1] - 0.75).abs() < 1e-15, "{g:?}");
         let (fy, fg) = gradient_forward(&cpu, &x).unwrap();
         assert!((fy - 4f64.ln()).abs() < 1e-15 && (fg[0] - 0.25).abs() < 1e-15 && (fg[1] - 0.75).abs() < 1e-15);
+    }
+
+    #[test]
+    fn validation_holds_evals_forward_gradient_against_the_softmax() {
+        let cpu = Cpu::new(Some(1)).unwrap();
+        let input = LseInput::generate(6, 3);
+        let v =
+            crate::objective::ObjectiveFlat::<LseObjective, Cpu>::validation(&cpu, &cpu, DType::F64, &input).unwrap();
+        let forward = v.comparisons.iter().find(|c| c.check == crate::workload::CheckKind::ManualJvp).unwrap();
+        assert_eq!(forward.got.len(), 6);
+        assert!(
+            forward.got.iter().zip(&forward.want).all(|(a, b)| (a - b).abs() < 1e-14),
+            "{:?} {:?}",
+            forward.got,
+            forward.want
+        );
+        // The reference is the softmax: positive, summing to 1.
+        assert!(forward.want.iter().all(|&p| p > 0.0) && (forward.want.iter().sum::<f64>() - 1.0).abs() < 1e-12);
     }
 
     #[test]

@@ -38,6 +38,13 @@ pub trait ScalarObjective: 'static {
     fn directional<D: Device>(device: &D, x: &Self::Resident<D>, v: &[f64]) -> Result<f64>;
     /// The hand-derived gradient in `dtype`.
     fn manual_gradient(input: &Self::Input, dtype: DType) -> Vec<f64>;
+    /// `(objective, gradient)` by forward mode, one sweep per parameter (`n` of them), as
+    /// `eval --mode jvp` computes it, where the workload's `eval` has that mode: validation
+    /// compares it with the hand-derived gradient (`manual-jvp`), so the code `eval` runs is
+    /// the code `check` runs.
+    fn forward_gradient<D: Device>(_device: &D, _x: &Self::Resident<D>, _n: usize) -> Option<Result<(f64, Vec<f64>)>> {
+        None
+    }
     /// The workload's GradBench module for this input, where it has one.
     fn remote(_input: &Self::Input) -> Option<RemoteModule> {
         None
@@ -297,17 +304,29 @@ impl<W: ScalarObjective, D: Device> ObjectiveFlat<W, D> {
 }
 
 impl<W: ScalarObjective, D: Device> ObjectiveFlat<W, D> {
-    /// The standard validation of a scalar objective: the generic checks on the flat function
-    /// and the reverse-mode gradient against the hand-derived one (`manual`).
+    /// The standard validation of a scalar objective: the generic checks on the flat function,
+    /// the reverse-mode gradient against the hand-derived one (`manual`) and, where `eval` has a
+    /// forward-mode gradient, that one too (`manual-jvp`).
     pub fn validation(cpu: &Cpu, device: &D, dtype: DType, input: &W::Input) -> Result<Validation> {
         let f = ObjectiveFlat::<W, D>::new(cpu.clone(), device.clone(), dtype, input);
         let manual =
             Comparison { check: CheckKind::Manual, got: f.vjp(&[1.0])?, want: f.manual_gradient(), convention: None };
+        let mut comparisons = vec![manual];
+        let x = W::upload(device, &f.input, dtype)?;
+        if let Some(forward) = W::forward_gradient(device, &x, f.x0.len()) {
+            let (_, got) = forward?;
+            comparisons.push(Comparison {
+                check: CheckKind::ManualJvp,
+                got,
+                want: f.manual_gradient(),
+                convention: None,
+            });
+        }
         let full_jacobian = W::full_jacobian().then(|| FullJacobian {
             flat: Box::new(ObjectiveFlat::<W, D>::new(cpu.clone(), device.clone(), dtype, input)) as Box<dyn FlatFn>,
             tolerance_of: CheckKind::FullJacobian,
         });
-        Ok(Validation { flat: Box::new(f), full_jacobian, comparisons: vec![manual] })
+        Ok(Validation { flat: Box::new(f), full_jacobian, comparisons })
     }
 }
 

@@ -252,6 +252,9 @@ pub struct CheckSettings {
     pub fault: Option<String>,
     /// The conventions the tool under test declares (e.g. `tie-policy`: `one-winner`, `split`).
     pub conventions: BTreeMap<String, String>,
+    /// `check --thorough`: also the checks too long for every run of `check` (the histograms'
+    /// largest size switches, the extreme bins at every size, the scans at the parallel size).
+    pub thorough: bool,
 }
 
 /// The checks, as named in results and in the tolerance table.
@@ -263,6 +266,10 @@ pub enum CheckKind {
     FullJacobian,
     OracleVjp,
     OracleJvp,
+    /// The primal computed on the device under test (its primal, the primal its VJP rules and
+    /// its JVP return) against the sequential f64 oracle, rounded to the dtype; a NaN where the
+    /// oracle has NaN is right. Every other check takes the primal from the CPU in f64.
+    OraclePrimal,
     RuleAgreement,
     /// Against a hand-derived ("manual") derivative (the reverse-mode one where both modes are
     /// compared).
@@ -313,13 +320,14 @@ pub enum CheckKind {
 }
 
 impl CheckKind {
-    pub const ALL: [CheckKind; 19] = [
+    pub const ALL: [CheckKind; 20] = [
         CheckKind::DotProduct,
         CheckKind::FdJvp,
         CheckKind::FdVjp,
         CheckKind::FullJacobian,
         CheckKind::OracleVjp,
         CheckKind::OracleJvp,
+        CheckKind::OraclePrimal,
         CheckKind::RuleAgreement,
         CheckKind::Manual,
         CheckKind::ManualJvp,
@@ -351,6 +359,7 @@ impl CheckKind {
             CheckKind::FullJacobian => "full-jacobian",
             CheckKind::OracleVjp => "oracle-vjp",
             CheckKind::OracleJvp => "oracle-jvp",
+            CheckKind::OraclePrimal => "oracle-primal",
             CheckKind::RuleAgreement => "rule-agreement",
             CheckKind::Manual => "manual",
             CheckKind::ManualJvp => "manual-jvp",

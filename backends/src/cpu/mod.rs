@@ -17,9 +17,9 @@ pub mod staged;
 mod vmath;
 /// The histogram kernels' size constants and plans, for the size-switch list (`crate::sizes`).
 pub(crate) mod hist_sizes {
-    pub(crate) use super::hist::{MIN_CHUNK, PARTITION_MIN_BINS_BYTES, SMALL_K};
+    pub(crate) use super::hist::{MIN_CHUNK, PARTITION_MIN_BINS_BYTES, SMALL_K, SPLIT_PAIR_ROW_BYTES};
     #[cfg(test)]
-    pub(crate) use super::hist::{Plan, SUBS, adjoint_window_bins};
+    pub(crate) use super::hist::{Plan, SUBS, adjoint_window_bins, split_pair_rows};
 }
 
 use std::sync::Arc;

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# What `adgauge check` alone reaches of the engine: region, function and line coverage of the
+# backends and workloads crates under `check` on each device, with no unit test running, per
+# file, and the functions it never enters.
+#
+#   scripts/coverage.sh            # every CPU device and OpenCL (PoCL here)
+#   COVERAGE_DEVICES="cpu" scripts/coverage.sh
+#
+# Needs the toolchain's llvm-tools (`rustup component add llvm-tools`): llvm-profdata and
+# llvm-cov of the compiler's own LLVM, so that the profiles' format matches. Builds an
+# instrumented release binary (`-C instrument-coverage`) under $COVERAGE_OUT/build (default
+# target/coverage), runs `check --backend DEVICE` for each device with its profile in
+# $COVERAGE_OUT/profiles, and writes $COVERAGE_OUT/report.txt (llvm-cov's table),
+# $COVERAGE_OUT/summary.md (per file, and the functions never entered) and prints the summary.
+# A check that fails is reported, and its profile kept: coverage is about what ran.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+sysroot=$(rustc --print sysroot)
+host=$(rustc -vV | sed -n 's/^host: //p')
+tools="$sysroot/lib/rustlib/$host/bin"
+if [ ! -x "$tools/llvm-profdata" ] || [ ! -x "$tools/llvm-cov" ]; then
+  echo "coverage.sh: llvm-profdata and llvm-cov not found in $tools: rustup component add llvm-tools" >&2
+  exit 2
+fi
+out="${COVERAGE_OUT:-target/coverage}"
+devices="${COVERAGE_DEVICES:-cpu cpu-staged cpu-traced cpu-jit opencl}"
+RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }-C instrument-coverage" CARGO_TARGET_DIR="$out/build" \
+  cargo build --release --quiet --bin adgauge
+binary="$out/build/release/adgauge"
+rm -rf "$out/profiles"
+mkdir -p "$out/profiles"
+for device in $devices; do
+  start=$(date +%s)
+  status=0
+  LLVM_PROFILE_FILE="$out/profiles/$device-%p-%m.profraw" "$binary" check --backend "$device" \
+    > "$out/check-$device.txt" 2>&1 || status=$?
+  echo "check --backend $device: exit $status in $(( $(date +%s) - start )) s" | tee -a "$out/checks.txt" >&2
+done
+"$tools/llvm-profdata" merge -sparse "$out"/profiles/*.profraw -o "$out/check.profdata"
+# The engine and the workloads only: the harness, reports, datasets and dependencies are not
+# what `check` validates.
+ignore='(/\.cargo/|/rustc/|/harness/|/reports/|/datasets/|/testkit/|/tests/)'
+"$tools/llvm-cov" report "$binary" -instr-profile="$out/check.profdata" -ignore-filename-regex="$ignore" \
+  > "$out/report.txt"
+"$tools/llvm-cov" export "$binary" -instr-profile="$out/check.profdata" -ignore-filename-regex="$ignore" \
+  -format=text > "$out/export.json"
+python3 - "$out" "$devices" <<'PY'
+import json, os, sys
+out, devices = sys.argv[1], sys.argv[2]
+data = json.load(open(os.path.join(out, "export.json")))["data"][0]
+root = os.getcwd() + "/"
+def pct(c):
+    return 100.0 * c["covered"] / c["count"] if c["count"] else 100.0
+lines = [f"Coverage of `adgauge check` on {devices} (regions, functions, lines; per file):", "",
+         "| file | regions | functions | lines |", "|---|---|---|---|"]
+for f in sorted(data["files"], key=lambda f: f["filename"]):
+    s = f["summary"]
+    name = f["filename"].replace(root, "")
+    lines.append(f"| {name} | {pct(s['regions']):.1f}% of {s['regions']['count']} | "
+                 f"{pct(s['functions']):.1f}% of {s['functions']['count']} | {pct(s['lines']):.1f}% of {s['lines']['count']} |")
+t = data["totals"]
+lines.append(f"| **all** | {pct(t['regions']):.1f}% of {t['regions']['count']} | "
+             f"{pct(t['functions']):.1f}% of {t['functions']['count']} | {pct(t['lines']):.1f}% of {t['lines']['count']} |")
+# Functions never entered (demangled names as llvm-cov gives them; generic instances merged).
+never = {}
+for fn in json.load(open(os.path.join(out, "export.json")))["data"][0]["functions"]:
+    if fn["count"] == 0 and fn["filenames"]:
+        never.setdefault(fn["filenames"][0].replace(root, ""), set()).add(fn["name"])
+entered = set()
+for fn in data["functions"]:
+    if fn["count"] > 0:
+        entered.add(fn["name"])
+lines += ["", "Functions never entered (per file):", ""]
+for name in sorted(never):
+    missing = sorted(n for n in never[name] if n not in entered)
+    if missing:
+        lines.append(f"- {name}: {len(missing)}")
+        lines += [f"  - `{n}`" for n in missing[:40]]
+        if len(missing) > 40:
+            lines.append(f"  - ... {len(missing) - 40} more")
+open(os.path.join(out, "summary.md"), "w").write("\n".join(lines) + "\n")
+print("\n".join(lines[: len(data['files']) + 5]))
+PY
