@@ -1182,7 +1182,7 @@ fn extremes_comparisons<D: Ops>(f: &HistFlat<D>) -> Result<Vec<Comparison>> {
 }
 
 /// A size-sweep case with the extreme bins planted in it: its first bins take the bins of
-/// `EXTREME_BINS` (dest and values as [`extreme_value`] makes them), then a bin of a single
+/// `EXTREME_BINS` (dest and values as `extreme_value` makes them), then a bin of a single
 /// element and an empty bin; their elements sit at positions spread evenly over the whole input
 /// (so the infinities and NaNs fall into different chunks, sub-histograms and parallel merges),
 /// and the elements those bins held before go to the other bins, which keep their values. The
