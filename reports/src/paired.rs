@@ -220,13 +220,7 @@ pub fn judge_grouped_pairs(
     group: &[usize],
     cfg: &PairedConfig,
 ) -> PairedChange {
-    let (d, group): (Vec<f64>, Vec<usize>) = baseline
-        .iter()
-        .zip(candidate)
-        .zip(group)
-        .filter(|((b, c), _)| **b > 0.0 && **c > 0.0 && b.is_finite() && c.is_finite())
-        .map(|((b, c), g)| ((c / b).ln(), *g))
-        .unzip();
+    let (d, group) = log_ratios(baseline, candidate, group);
     let pairs = d.len();
     let medians = group_medians(&d, &group);
     let groups = medians.len();
@@ -298,6 +292,18 @@ pub fn judge_grouped_pairs(
     change
 }
 
+/// The pairs' log ratios `ln(candidate / baseline)` with their groups, pairs without two
+/// positive finite times left out.
+fn log_ratios(baseline: &[f64], candidate: &[f64], group: &[usize]) -> (Vec<f64>, Vec<usize>) {
+    baseline
+        .iter()
+        .zip(candidate)
+        .zip(group)
+        .filter(|((b, c), _)| **b > 0.0 && **c > 0.0 && b.is_finite() && c.is_finite())
+        .map(|((b, c), g)| ((c / b).ln(), *g))
+        .unzip()
+}
+
 /// The median log ratio of each group, in the order of the groups' numbers.
 fn group_medians(d: &[f64], group: &[usize]) -> Vec<f64> {
     let mut groups: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
@@ -330,13 +336,7 @@ pub fn confirmation(
     direction: Verdict,
     cfg: &PairedConfig,
 ) -> Result<String, String> {
-    let (d, group): (Vec<f64>, Vec<usize>) = baseline
-        .iter()
-        .zip(candidate)
-        .zip(group)
-        .filter(|((b, c), _)| **b > 0.0 && **c > 0.0 && b.is_finite() && c.is_finite())
-        .map(|((b, c), g)| ((c / b).ln(), *g))
-        .unzip();
+    let (d, group) = log_ratios(baseline, candidate, group);
     let ratios: Vec<f64> = group_medians(&d, &group).into_iter().map(f64::exp).collect();
     let e = 1.0 + cfg.noise_threshold;
     let beyond = |r: &f64| match direction {
