@@ -1461,25 +1461,20 @@ fn scans_at_size_probe<D: Ops>(d: &D, op: HistOp, dt: DType, seed: u64) -> Resul
     let key_index = d.index(&keys)?;
     let tensor = |v: &[f64]| d.tensor(v, &[v.len()], dt);
     let (mut got, mut want) = (Vec::new(), Vec::new());
-    for exclusive in [false, true] {
-        for reverse in [false, true] {
-            let spec = ScanSpec { exclusive, reverse };
-            for segments in [None, Some(&keys[..])] {
-                let seg = segments.map(|_| &key_index);
-                let [y, y_dot, x_bar] = linear_scan(op, &x, spec, segments, &dot, &bar);
-                got.extend(d.to_vec(&d.scan(op, &tensor(&x)?, spec, seg)?)?);
-                want.extend(y);
-                let r = Reverse::new(d.clone());
-                let xv = r.var(tensor(&x)?);
-                let grads = r.backward(&r.scan(op, &xv, spec, seg)?, tensor(&bar)?)?;
-                got.extend(d.to_vec(&grads.get_or_zeros(d, &xv)?)?);
-                want.extend(x_bar);
-                let f = Forward::new(d.clone());
-                let y = f.scan(op, &f.dual(tensor(&x)?, tensor(&dot)?)?, spec, seg)?;
-                got.extend(d.to_vec(&f.tangent(&y)?)?);
-                want.extend(y_dot);
-            }
-        }
+    for (spec, segments) in scan_forms(&keys) {
+        let seg = segments.map(|_| &key_index);
+        let [y, y_dot, x_bar] = linear_scan(op, &x, spec, segments, &dot, &bar);
+        got.extend(d.to_vec(&d.scan(op, &tensor(&x)?, spec, seg)?)?);
+        want.extend(y);
+        let r = Reverse::new(d.clone());
+        let xv = r.var(tensor(&x)?);
+        let grads = r.backward(&r.scan(op, &xv, spec, seg)?, tensor(&bar)?)?;
+        got.extend(d.to_vec(&grads.get_or_zeros(d, &xv)?)?);
+        want.extend(x_bar);
+        let f = Forward::new(d.clone());
+        let y = f.scan(op, &f.dual(tensor(&x)?, tensor(&dot)?)?, spec, seg)?;
+        got.extend(d.to_vec(&f.tangent(&y)?)?);
+        want.extend(y_dot);
     }
     // The whole reduction: the inclusive scan's last element, its adjoint that scan's for a
     // one-hot adjoint there.
@@ -1499,6 +1494,15 @@ fn scans_at_size_probe<D: Ops>(d: &D, op: HistOp, dt: DType, seed: u64) -> Resul
     got.extend(d.to_vec(&f.tangent(&total)?)?);
     want.push(y_dot[n - 1]);
     Ok(Comparison { check: CheckKind::Primitives, got, want, convention: None })
+}
+
+/// Every form of a scan the probes differentiate: inclusive and exclusive, forwards and
+/// reversed, each plain and segmented by `keys`.
+fn scan_forms(keys: &[i64]) -> Vec<(ScanSpec, Option<&[i64]>)> {
+    let specs = [false, true]
+        .into_iter()
+        .flat_map(|exclusive| [false, true].into_iter().map(move |reverse| ScanSpec { exclusive, reverse }));
+    specs.flat_map(|spec| [(spec, None), (spec, Some(keys))]).collect()
 }
 
 /// Length of the `primitives` check's vector: the oracle refolds each prefix (O(n^3) for a VJP).
@@ -1531,23 +1535,18 @@ fn primitives_probe<D: Ops>(d: &D, op: HistOp, dt: DType, seed: u64) -> Result<C
     let key_index = d.index(&keys)?;
     let tensor = |v: &[f64]| d.tensor(v, &[v.len()], dt);
     let (mut got, mut want) = (Vec::new(), Vec::new());
-    for exclusive in [false, true] {
-        for reverse in [false, true] {
-            let spec = ScanSpec { exclusive, reverse };
-            for segments in [None, Some(&keys[..])] {
-                let seg = segments.map(|_| &key_index);
-                let r = Reverse::new(d.clone());
-                let xv = r.var(tensor(&x)?);
-                let y = r.scan(op, &xv, spec, seg)?;
-                let grads = r.backward(&y, tensor(&bar)?)?;
-                got.extend(d.to_vec(&grads.get_or_zeros(d, &xv)?)?);
-                want.extend(oracle::scan_vjp(op, &x, spec, segments, &bar));
-                let f = Forward::new(d.clone());
-                let y = f.scan(op, &f.dual(tensor(&x)?, tensor(&dot)?)?, spec, seg)?;
-                got.extend(d.to_vec(&f.tangent(&y)?)?);
-                want.extend(oracle::scan_jvp(op, &x, spec, segments, &dot));
-            }
-        }
+    for (spec, segments) in scan_forms(&keys) {
+        let seg = segments.map(|_| &key_index);
+        let r = Reverse::new(d.clone());
+        let xv = r.var(tensor(&x)?);
+        let y = r.scan(op, &xv, spec, seg)?;
+        let grads = r.backward(&y, tensor(&bar)?)?;
+        got.extend(d.to_vec(&grads.get_or_zeros(d, &xv)?)?);
+        want.extend(oracle::scan_vjp(op, &x, spec, segments, &bar));
+        let f = Forward::new(d.clone());
+        let y = f.scan(op, &f.dual(tensor(&x)?, tensor(&dot)?)?, spec, seg)?;
+        got.extend(d.to_vec(&f.tangent(&y)?)?);
+        want.extend(oracle::scan_jvp(op, &x, spec, segments, &dot));
     }
     // The reduction is the inclusive scan's last element: its adjoint is that scan's VJP for
     // a one-hot adjoint, its tangent the scan's JVP there.
