@@ -357,16 +357,11 @@ fn check_cases(args: &CheckArgs, reads_rule: bool) -> anyhow::Result<Vec<Case>> 
 pub fn check(args: &CheckArgs, threads: Option<usize>) -> anyhow::Result<Code> {
     let fault = match args.inject_fault.as_deref() {
         None => None,
-        Some(
-            f @ ("drop-dest-adjoint"
-            | adgauge_workloads::hist::DROP_DEST_PRIMAL
-            | adgauge_workloads::nested::CONFUSED_NESTING),
-        ) => Some(f.to_string()),
+        Some(f) if adgauge_workloads::FAULTS.contains(&f) => Some(f.to_string()),
         Some(other) => {
             return Err(bad_input(format!(
-                "unknown fault '{other}' (known: drop-dest-adjoint, {}, {})",
-                adgauge_workloads::hist::DROP_DEST_PRIMAL,
-                adgauge_workloads::nested::CONFUSED_NESTING
+                "unknown fault '{other}' (known: {})",
+                adgauge_workloads::FAULTS.join(", ")
             )));
         }
     };

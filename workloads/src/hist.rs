@@ -681,7 +681,7 @@ impl HistProblem {
         // index dtype and injected fault under test.
         let flat = |data: &HistData| {
             let mut f = HistFlat::new(device.clone(), cpu.clone(), self.w, rule, dt, data);
-            f.drop_dest_adjoint = s.fault.as_deref() == Some("drop-dest-adjoint");
+            f.drop_dest_adjoint = s.fault.as_deref() == Some(DROP_DEST_ADJOINT);
             f.drop_dest_primal = s.fault.as_deref() == Some(DROP_DEST_PRIMAL);
             f.index_dtype = self.index_dtype;
             f
@@ -768,6 +768,9 @@ impl HistProblem {
         Ok(Validation { flat: Box::new(f), full_jacobian, comparisons })
     }
 }
+
+/// The fault (`check --inject-fault`) that zeroes dest's adjoint ([`HistFlat::drop_dest_adjoint`]).
+pub const DROP_DEST_ADJOINT: &str = "drop-dest-adjoint";
 
 /// The fault (`check --inject-fault`) whose device primals forget dest ([`HistFlat::drop_dest_primal`]).
 pub const DROP_DEST_PRIMAL: &str = "drop-dest-primal";

@@ -51,6 +51,10 @@ pub fn registry() -> &'static [&'static dyn Workload] {
     ]
 }
 
+/// Every fault `check --inject-fault` can plant, each named by the workload that reads it; the
+/// harness takes the list from here so that it never names a workload itself.
+pub const FAULTS: &[&str] = &[hist::DROP_DEST_ADJOINT, hist::DROP_DEST_PRIMAL, nested::CONFUSED_NESTING];
+
 /// The workload that answers to `name` (a family's suite tag, or one of its workload names).
 pub fn find(name: &str) -> Option<&'static dyn Workload> {
     registry().iter().copied().find(|w| w.family() == name || w.names().iter().any(|n| n == name))
