@@ -850,6 +850,9 @@ impl<D: Traceable> TensorOps for Traced<D> {
     fn engine_name(&self) -> String {
         format!("traced({})", self.inner.engine_name())
     }
+    fn carries_derivatives(&self) -> bool {
+        self.inner.carries_derivatives()
+    }
     /// Outside a recording an upload copies nothing more than the inner device does; inside,
     /// the recording keeps a copy of the host data to upload again at each replay.
     fn tensor(&self, data: &[f64], shape: &[usize], dtype: DType) -> Result<TT<D>> {

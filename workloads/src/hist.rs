@@ -1739,8 +1739,9 @@ trait NestedScalar {
     fn eval<O: Ops>(&self, o: &O, inputs: &[O::T], dt: DType) -> Result<O::T>;
 }
 
-/// s = sum_b w_b hist_b^2 over inputs [vals, dest]. Squaring makes the Hessian non-zero for
-/// every operator (J^T diag(2w) J); for `*` the rule's own second-order terms enter too.
+/// s = sum_b w_b hist_b (hist_b + 1) over inputs [vals, dest]. The square makes the Hessian
+/// non-zero for every operator (J^T diag(2w) J); the rule's own second-order terms enter through
+/// the adjoint w (2 hist + 1), which is non-zero in `*`'s bins that hold a zero.
 struct HistSquare<'a> {
     op: HistOp,
     inds: &'a [i64],
@@ -1750,11 +1751,11 @@ struct HistSquare<'a> {
 impl NestedScalar for HistSquare<'_> {
     fn eval<O: Ops>(&self, o: &O, x: &[O::T], dt: DType) -> Result<O::T> {
         let h = o.reduce_by_index(&x[1], self.op, &o.index(self.inds)?, &x[0])?;
-        o.sum(&o.mul(&o.tensor(self.w, &[self.w.len()], dt)?, &o.mul(&h, &h)?)?)
+        o.sum(&o.mul(&o.tensor(self.w, &[self.w.len()], dt)?, &square_plus_linear(o, &h, dt)?)?)
     }
 }
 
-/// s = sum_j w_j y_j^2 with y the operator's inclusive scan of the one input: the scan's
+/// s = sum_j w_j y_j (y_j + 1) with y the operator's inclusive scan of the one input: the scan's
 /// partials (`combine_partial`) differentiated again.
 struct ScanSquare<'a> {
     op: HistOp,
@@ -1764,8 +1765,15 @@ struct ScanSquare<'a> {
 impl NestedScalar for ScanSquare<'_> {
     fn eval<O: Ops>(&self, o: &O, x: &[O::T], dt: DType) -> Result<O::T> {
         let y = o.scan(self.op, &x[0], ScanSpec::INCLUSIVE, None)?;
-        o.sum(&o.mul(&o.tensor(self.w, &[self.w.len()], dt)?, &o.mul(&y, &y)?)?)
+        o.sum(&o.mul(&o.tensor(self.w, &[self.w.len()], dt)?, &square_plus_linear(o, &y, dt)?)?)
     }
+}
+
+/// y (y + 1): the square makes the second derivative flow through the rule's adjoints, and the
+/// linear term keeps the adjoint reaching the rule non-zero where y is 0 (`*`'s bins with a zero
+/// factor), so that the tangents of adjoints which are 0 there are seen too.
+fn square_plus_linear<O: Ops>(o: &O, y: &O::T, dt: DType) -> Result<O::T> {
+    o.mul(y, &o.add(y, &o.full(y.shape(), 1.0, dt)?)?)
 }
 
 /// The Hessian-vector product of `f` at `x` along `v` (both flat, laid out input by input) by

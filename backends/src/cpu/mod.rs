@@ -1421,6 +1421,9 @@ impl TensorOps for Cpu {
     fn engine_name(&self) -> String {
         "cpu".into()
     }
+    fn carries_derivatives(&self) -> bool {
+        false
+    }
 
     fn tensor(&self, data: &[f64], shape: &[usize], dtype: DType) -> Result<CpuTensor> {
         let n: usize = shape.iter().product();

@@ -649,6 +649,9 @@ impl TensorOps for CpuStaged {
     fn engine_name(&self) -> String {
         "cpu-staged".into()
     }
+    fn carries_derivatives(&self) -> bool {
+        false
+    }
     fn tensor(&self, data: &[f64], shape: &[usize], dtype: DType) -> Result<StagedTensor> {
         Ok(Self::done(self.cpu.tensor(data, shape, dtype)?))
     }

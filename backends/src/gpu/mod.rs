@@ -851,6 +851,9 @@ impl<R: KernelRuntime> TensorOps for KernelDevice<R> {
     fn engine_name(&self) -> String {
         R::ENGINE.into()
     }
+    fn carries_derivatives(&self) -> bool {
+        false
+    }
 
     fn tensor(&self, data: &[f64], shape: &[usize], dtype: DType) -> Result<GpuTensor<R>> {
         let n: usize = shape.iter().product();

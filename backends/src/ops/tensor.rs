@@ -32,6 +32,14 @@ pub trait TensorOps: Clone + 'static {
     /// A short name for the engine stack, e.g. `reverse(cpu)`.
     fn engine_name(&self) -> String;
 
+    /// Whether this engine's tensors may carry derivatives (an AD engine, or anything not known
+    /// to hold values alone). A rule whose extra work only feeds the tangents of results that
+    /// are exactly 0 (`*`'s bins with a zero factor) skips it where this is false: a device, or
+    /// a trace of one, which nothing differentiates.
+    fn carries_derivatives(&self) -> bool {
+        true
+    }
+
     // ---- creation and read-back (constants; never tracked) ----
     /// A tensor of `dtype` from f64 data (rounded to the dtype).
     fn tensor(&self, data: &[f64], shape: &[usize], dtype: DType) -> Result<Self::T>;

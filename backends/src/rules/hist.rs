@@ -324,22 +324,29 @@ fn mul_rule<B: Ops>(b: &B, dest: &B::T, inds: &B::I, vals: &B::T) -> Result<(B::
     let two_infs = not(&b.add(&no_inf, &b.mul(&one_inf, &not(&dest_inf)?)?)?)?;
     // The values' absorbing product (dest's adjoint per unit of hist_bar) and the finite part
     // of the whole bin's (dest's sign standing in for an infinite dest).
-    let vals_prod = b.select(&no_zero, &times_inf(&p, &not(&no_inf)?)?, &zero)?;
+    let vals_prod_no_zero = times_inf(&p, &not(&no_inf)?)?;
     let dest_finite = b.select(&dest_inf, &b.unary(UnaryOp::Sign, dest)?, dest)?;
     let finite_prod = b.mul(&dest_finite, &p)?;
     // A bin with one zero factor is 0, but not a constant 0: its tangent is the product of the
     // other factors times the zero's tangent, which an engine nesting through the rule (forward
     // over reverse) differentiates. The zero factors' sum (0, with their tangents) times the
-    // product of the non-zero ones carries it; with two zeros the tangent is 0.
-    let zero_factors = |x: &B::T| b.select(&b.binary(BinaryOp::Eq, x, &zero)?, x, &zero);
-    let zeros_sum = b.reduce_by_index(&zero_factors(dest)?, HistOp::Add, &inds.clone(), &zero_factors(vals)?)?;
-    let nonzero_prod = b.select(&dest_zero, &p, &finite_prod)?;
-    // (An overflowed product absorbed by the zero keeps a constant 0: no inf x 0 anywhere.)
-    let finite = not(&b.binary(BinaryOp::Eq, &b.unary(UnaryOp::Abs, &nonzero_prod)?, &inf)?)?;
-    let nonzero_prod = b.select(&finite, &nonzero_prod, &zero)?;
-    let one_zero_hist = b.select(&one_zero_at_all, &b.mul(&nonzero_prod, &zeros_sum)?, &zero)?;
+    // product of the non-zero ones carries it; with two zeros the tangent is 0. Only engines
+    // that carry derivatives pay for these zeros; on a device they are constant zeros.
+    let zero_tangents = if b.carries_derivatives() {
+        Some(MulZeroTangents::new(b, dest, inds, vals, &p, &finite_prod, &zeros, &one_zero)?)
+    } else {
+        None
+    };
+    let one_zero_hist = match &zero_tangents {
+        Some(z) => b.select(&one_zero_at_all, &z.bin, &zero)?,
+        None => zero.clone(),
+    };
     let hist =
         b.select(&no_nan, &b.select(&no_zero_at_all, &times_inf(&finite_prod, &some_inf)?, &one_zero_hist)?, &nan)?;
+    let vals_prod = match &zero_tangents {
+        Some(z) => b.select(&no_zero, &vals_prod_no_zero, &z.vals_prod)?,
+        None => b.select(&no_zero, &vals_prod_no_zero, &zero)?,
+    };
     let (inds, vals) = (inds.clone(), vals.clone());
     let pullback = move |b: &B, g: &B::T| {
         // What a NaN bin's inputs get: NaN, or 0 where the bin's adjoint is 0.
@@ -353,17 +360,99 @@ fn mul_rule<B: Ops>(b: &B, dest: &B::T, inds: &B::I, vals: &B::T) -> Result<(B::
         // Each value's adjoint is hist_bar times the absorbing product of the other factors:
         // with no zero factor, a finite value's is c0 / v (c0 is infinite when some factor is)
         // and an infinite one's c2 sign(v) (infinite when another factor is); the zero of a bin
-        // with one zero factor gets c1; with two zeros everything gets 0.
+        // with one zero factor gets c1, and its non-zero values c0 / v with c0 = hist_bar times
+        // the bin (0, carrying the zero's tangent); with two zeros everything gets 0 (and the
+        // zeros the other zero's tangent, below).
         let scaled = b.mul(g, &finite_prod)?;
         let others = times_inf_where(b, &scaled, &some_inf)?;
         let per_bin = |mask: &B::T, x: &B::T| b.select(&no_nan, &b.select(mask, x, &zero)?, &nan_g);
-        let c0 = per_bin(&no_zero_at_all, &others)?;
+        let c0 = match &zero_tangents {
+            // (An infinite hist_bar leaves the 0 constant: never inf x 0.)
+            Some(z) => {
+                let finite_g = b.select(&b.binary(BinaryOp::Eq, &b.unary(UnaryOp::Abs, g)?, &inf)?, &zero, g)?;
+                let one_zero_c0 = b.select(&one_zero_at_all, &b.mul(&finite_g, &z.bin)?, &zero)?;
+                b.select(&no_nan, &b.select(&no_zero_at_all, &others, &one_zero_c0)?, &nan_g)?
+            }
+            None => per_bin(&no_zero_at_all, &others)?,
+        };
         let c1 = per_bin(&one_zero_at_all, &others)?;
         let c2 = per_bin(&no_zero_at_all, &times_inf_where(b, &scaled, &two_infs)?)?;
         let vals_bar = b.prod_vals_adjoint(&inds, &vals, &c0, &c1, &c2)?;
-        Ok((dest_bar, vals_bar))
+        match &zero_tangents {
+            Some(z) => Ok((dest_bar, b.add(&vals_bar, &z.second_zero_adjoint(b, g, &inds, &vals)?)?)),
+            None => Ok((dest_bar, vals_bar)),
+        }
     };
     Ok((hist, Box::new(pullback)))
+}
+
+/// The parts of `*`'s rule that are exactly 0 in value but carry the tangents of zero factors,
+/// for engines that nest through the rule ([`TensorOps::carries_derivatives`]); bins laid out
+/// as dest.
+struct MulZeroTangents<B: Ops> {
+    /// The bin where it holds one zero factor: the zero factors' sum times the product of the
+    /// finite non-zero ones.
+    bin: B::T,
+    /// dest's adjoint per unit of hist_bar where one value is 0: that zero times the other
+    /// values' product, whether dest is 0 too or not.
+    vals_prod: B::T,
+    /// Per bin (flat): the zero factors' sum, and the non-zero product where the bin holds
+    /// exactly two zero factors (0 elsewhere).
+    zeros_sum: B::T,
+    two_zeros_prod: B::T,
+}
+
+impl<B: Ops> MulZeroTangents<B> {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        b: &B,
+        dest: &B::T,
+        inds: &B::I,
+        vals: &B::T,
+        p: &B::T,
+        finite_prod: &B::T,
+        zeros: &B::I,
+        one_zero: &B::T,
+    ) -> Result<Self> {
+        let (dt, k, shape) = (dest.dtype(), dest.numel(), dest.shape().to_vec());
+        let (zero, one, inf) = (b.scalar(0.0, dt)?, b.scalar(1.0, dt)?, b.scalar(f64::INFINITY, dt)?);
+        let is_zero = |x: &B::T| b.binary(BinaryOp::Eq, x, &zero);
+        let not_inf = |x: &B::T| b.sub(&one, &b.binary(BinaryOp::Eq, &b.unary(UnaryOp::Abs, x)?, &inf)?);
+        let zero_factors = |x: &B::T| b.select(&is_zero(x)?, x, &zero);
+        let dest_zero = is_zero(dest)?;
+        let vals_zeros_sum = b.reduce_by_index(&b.full(&shape, 0.0, dt)?, HistOp::Add, inds, &zero_factors(vals)?)?;
+        let zeros_sum = b.add(&zero_factors(dest)?, &vals_zeros_sum)?;
+        // (An overflowed product absorbed by the zero keeps a constant 0: no inf x 0 anywhere.)
+        let nonzero_prod = b.select(&dest_zero, p, finite_prod)?;
+        let nonzero_prod = b.select(&not_inf(&nonzero_prod)?, &nonzero_prod, &zero)?;
+        let p_finite = b.select(&not_inf(p)?, p, &zero)?;
+        let two_zeros = b.add(
+            &b.mul(&b.reshape(&b.index_eq(zeros, 2, dt)?, &shape)?, &b.sub(&one, &dest_zero)?)?,
+            &b.mul(one_zero, &dest_zero)?,
+        )?;
+        Ok(Self {
+            bin: b.mul(&nonzero_prod, &zeros_sum)?,
+            vals_prod: b.select(one_zero, &b.mul(&p_finite, &vals_zeros_sum)?, &zero)?,
+            zeros_sum: b.reshape(&zeros_sum, &[k])?,
+            two_zeros_prod: b.reshape(&b.select(&two_zeros, &nonzero_prod, &zero)?, &[k])?,
+        })
+    }
+
+    /// What each zero value of a bin with two zero factors adds to its adjoint: hist_bar times
+    /// the other zero (zeros_sum minus the value: 0, with that zero's tangent) times the
+    /// non-zero product; 0 elsewhere, and where hist_bar is infinite.
+    fn second_zero_adjoint(&self, b: &B, g: &B::T, inds: &B::I, vals: &B::T) -> Result<B::T> {
+        let (dt, k) = (g.dtype(), g.numel());
+        let (zero, inf) = (b.scalar(0.0, dt)?, b.scalar(f64::INFINITY, dt)?);
+        let infinite_g = b.binary(BinaryOp::Eq, &b.unary(UnaryOp::Abs, g)?, &inf)?;
+        let finite_g = b.reshape(&b.select(&infinite_g, &zero, g)?, &[k])?;
+        let per_bin = b.mul(&finite_g, &self.two_zeros_prod)?;
+        let at_value = |x: &B::T| b.reshape(&b.gather(x, inds, OutOfRange::Fill(0.0))?, vals.shape());
+        // Selected before the product, so no NaN or infinite value meets a 0 (nor its adjoint).
+        let zero_value = b.binary(BinaryOp::Eq, vals, &zero)?;
+        let other_zero = b.select(&zero_value, &b.sub(&at_value(&self.zeros_sum)?, vals)?, &zero)?;
+        b.mul(&at_value(&per_bin)?, &other_zero)
+    }
 }
 
 /// x times inf where `mask` is 1 and x is non-zero (an absorbing product: never 0 x inf = NaN).
