@@ -921,6 +921,49 @@ mod tests {
         assert!("magic".parse::<HistRule>().unwrap_err().starts_with("unknown rule 'magic'"));
     }
 
+    /// Forward over reverse through `*`'s rules at bins with zero factors: the Hessian of a
+    /// bin's product h = dest v_1 ... v_m is H_ij = the product of the factors other than i and
+    /// j, so its product with a direction is non-zero exactly where the adjoints are zeros
+    /// whose tangents matter (a bin with one zero: every adjoint but the zero's is 0 in value;
+    /// with two: every one but the zeros' stays 0 along the zeros' directions).
+    #[test]
+    fn mul_rules_nest_through_zero_factors() {
+        let c = cpu();
+        let bins: [(f64, &[f64]); 5] = [
+            (2.0, &[0.0, 3.0, 5.0]),
+            (2.0, &[0.0, 0.0, 5.0]),
+            (0.0, &[0.0, 3.0, 5.0]),
+            (0.0, &[4.0, -3.0]),
+            (2.0, &[0.0, 0.0, 0.0]),
+        ];
+        // The rules that take `*`'s own (the general ones' fused kernels have no derivative
+        // rules: they cannot nest on the CPU).
+        for rule in [HistRule::Auto, HistRule::Special] {
+            for &(dest, vals) in &bins {
+                // Factors laid out [dest, vals..], with one direction for each.
+                let factors: Vec<f64> = std::iter::once(dest).chain(vals.iter().copied()).collect();
+                let dir: Vec<f64> = (0..factors.len()).map(|i| [0.5, 1.0, -2.0, 3.0][i % 4]).collect();
+                let others = |i: usize, j: usize| -> f64 {
+                    factors.iter().enumerate().filter(|&(m, _)| m != i && m != j).map(|(_, x)| x).product()
+                };
+                let want: Vec<f64> = (0..factors.len())
+                    .map(|i| (0..factors.len()).filter(|&j| j != i).map(|j| others(i, j) * dir[j]).sum())
+                    .collect();
+                let fw = crate::Forward::new(c.clone());
+                let r = crate::Reverse::new(fw.clone()).with_hist_rule(rule);
+                let t = |x: &[f64]| c.tensor(x, &[x.len()], DType::F64).unwrap();
+                let d = r.var(fw.dual(t(&[dest]), t(&dir[..1])).unwrap());
+                let v = r.var(fw.dual(t(vals), t(&dir[1..])).unwrap());
+                let h = r.reduce_by_index(&d, HistOp::Mul, &c.index(&vec![0; vals.len()]).unwrap(), &v).unwrap();
+                let g = r.backward(&h, fw.full(&[1], 1.0, DType::F64).unwrap()).unwrap();
+                let tangent = |x| c.to_vec(&fw.tangent(&g.get_or_zeros(&fw, x).unwrap()).unwrap()).unwrap();
+                let got: Vec<f64> = tangent(&d).into_iter().chain(tangent(&v)).collect();
+                let close = got.iter().zip(&want).all(|(a, b)| (a - b).abs() <= 1e-12 * (1.0 + b.abs()));
+                assert!(close && got.len() == want.len(), "{rule:?} dest {dest} vals {vals:?}: {got:?} vs {want:?}");
+            }
+        }
+    }
+
     #[test]
     fn mul_zeros_absorb_an_overflowed_product_on_every_rule() {
         // Issue 16: vals 1e200 twice into a zero dest gave hist NaN on every rule (0 * inf) and
