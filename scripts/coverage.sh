@@ -6,8 +6,9 @@
 #   scripts/coverage.sh            # every CPU device and OpenCL (PoCL here)
 #   COVERAGE_DEVICES="cpu" scripts/coverage.sh
 #
-# Needs the toolchain's llvm-tools (`rustup component add llvm-tools`): llvm-profdata and
-# llvm-cov of the compiler's own LLVM, so that the profiles' format matches. Builds an
+# Needs llvm-profdata and llvm-cov of the compiler's own LLVM major version, so that the
+# profiles' format matches: the toolchain's llvm-tools (`rustup component add llvm-tools`), or
+# Debian's llvm-N package for N = `rustc -vV`'s LLVM major (llvm-profdata-N, llvm-cov-N). Builds an
 # instrumented release binary (`-C instrument-coverage`) under $COVERAGE_OUT/build (default
 # target/coverage), runs `check --backend DEVICE` for each device with its profile in
 # $COVERAGE_OUT/profiles, and writes $COVERAGE_OUT/report.txt (llvm-cov's table),
@@ -17,9 +18,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 sysroot=$(rustc --print sysroot)
 host=$(rustc -vV | sed -n 's/^host: //p')
-tools="$sysroot/lib/rustlib/$host/bin"
-if [ ! -x "$tools/llvm-profdata" ] || [ ! -x "$tools/llvm-cov" ]; then
-  echo "coverage.sh: llvm-profdata and llvm-cov not found in $tools: rustup component add llvm-tools" >&2
+llvm_major=$(rustc -vV | sed -n 's/^LLVM version: \([0-9]*\).*/\1/p')
+profdata="$sysroot/lib/rustlib/$host/bin/llvm-profdata"
+llvm_cov="$sysroot/lib/rustlib/$host/bin/llvm-cov"
+if [ ! -x "$profdata" ] || [ ! -x "$llvm_cov" ]; then
+  profdata=$(command -v "llvm-profdata-$llvm_major" || true)
+  llvm_cov=$(command -v "llvm-cov-$llvm_major" || true)
+fi
+if [ -z "$profdata" ] || [ -z "$llvm_cov" ]; then
+  echo "coverage.sh: no llvm-profdata and llvm-cov of LLVM $llvm_major: rustup component add llvm-tools, or apt-get install llvm-$llvm_major" >&2
   exit 2
 fi
 out="${COVERAGE_OUT:-target/coverage}"
@@ -36,13 +43,13 @@ for device in $devices; do
     > "$out/check-$device.txt" 2>&1 || status=$?
   echo "check --backend $device: exit $status in $(( $(date +%s) - start )) s" | tee -a "$out/checks.txt" >&2
 done
-"$tools/llvm-profdata" merge -sparse "$out"/profiles/*.profraw -o "$out/check.profdata"
+"$profdata" merge -sparse "$out"/profiles/*.profraw -o "$out/check.profdata"
 # The engine and the workloads only: the harness, reports, datasets and dependencies are not
 # what `check` validates.
 ignore='(/\.cargo/|/rustc/|/harness/|/reports/|/datasets/|/testkit/|/tests/)'
-"$tools/llvm-cov" report "$binary" -instr-profile="$out/check.profdata" -ignore-filename-regex="$ignore" \
+"$llvm_cov" report "$binary" -instr-profile="$out/check.profdata" -ignore-filename-regex="$ignore" \
   > "$out/report.txt"
-"$tools/llvm-cov" export "$binary" -instr-profile="$out/check.profdata" -ignore-filename-regex="$ignore" \
+"$llvm_cov" export "$binary" -instr-profile="$out/check.profdata" -ignore-filename-regex="$ignore" \
   -format=text > "$out/export.json"
 python3 - "$out" "$devices" <<'PY'
 import json, os, sys

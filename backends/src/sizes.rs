@@ -78,8 +78,11 @@ pub fn hist_size_switches() -> Vec<SizeSwitch> {
         SizeSwitch {
             constants: &["cpu::hist::SMALL_K"],
             path: "CPU: interleaved sub-histograms per chunk",
-            before: (PAR_MIN, SMALL_K + 1),
-            past: (PAR_MIN, SMALL_K),
+            // n = PAR_MIN + 3: two chunks of 32770 and 32769 elements, each ending in a tail of
+            // fewer than four that the four rows take one element each (a chunk after the
+            // first starts its rows' lanes afresh).
+            before: (PAR_MIN + 3, SMALL_K + 1),
+            past: (PAR_MIN + 3, SMALL_K),
             op: None,
         },
         SizeSwitch {
@@ -256,6 +259,10 @@ mod tests {
         assert!(plan(par.past).chunks > 1);
         let small = &hist_size_switches()[3];
         assert_eq!((plan(small.before).subs, plan(small.past).subs), (1, crate::cpu::hist_sizes::SUBS));
+        // Past it, several chunks, each ending in a partial group of four (the rows' tail).
+        let (n, p) = (small.past.0, plan(small.past));
+        let last = n - (p.chunks - 1) * p.chunk_len;
+        assert!(p.chunks > 1 && p.chunk_len % 4 != 0 && last % 4 != 0, "{p:?}, last chunk {last}");
         let win = |(n, k): (usize, usize), f64: bool| {
             if f64 {
                 crate::cpu::hist_sizes::adjoint_window_bins::<f64>(k, n)
