@@ -86,6 +86,14 @@ pub fn hist_size_switches() -> Vec<SizeSwitch> {
             op: None,
         },
         SizeSwitch {
+            constants: &["cpu::kernels::PAR_MIN"],
+            path: "CPU: the chunks' private rows merged in parallel (from PAR_MIN bins)",
+            // Two chunks at both sides (n / 2k rows' worth of elements each).
+            before: (4 * PAR_MIN, PAR_MIN - 1),
+            past: (4 * PAR_MIN, PAR_MIN),
+            op: None,
+        },
+        SizeSwitch {
             constants: &["cpu::hist::PARTITION_MIN_BINS_BYTES"],
             path: "CPU: the chunked adjoint partitioned by bin window",
             before: (4096, partition_f64 - 1),
@@ -236,7 +244,7 @@ mod tests {
     fn each_switch_has_its_sides_in_order_and_small_enough_for_check() {
         for s in hist_size_switches() {
             assert_ne!(s.before, s.past, "{}", s.path);
-            assert!(s.past.0 <= 1 << 17 && s.past.1 <= 1 << 20 && s.before.0 <= 1 << 17, "{}: {s:?}", s.path);
+            assert!(s.past.0 <= 1 << 18 && s.past.1 <= 1 << 20 && s.before.0 <= 1 << 18, "{}: {s:?}", s.path);
         }
         // The forward histograms' two passes: before for both dtypes, past for both.
         use crate::cpu::hist_sizes::split_pair_rows;
@@ -259,6 +267,10 @@ mod tests {
         assert!(plan(par.past).chunks > 1);
         let small = &hist_size_switches()[3];
         assert_eq!((plan(small.before).subs, plan(small.past).subs), (1, crate::cpu::hist_sizes::SUBS));
+        // The parallel merge: several rows on both sides, k crossing PAR_MIN.
+        let merge = hist_size_switches().into_iter().find(|s| s.path.contains("merged in parallel")).unwrap();
+        assert!(plan(merge.before).rows() > 1 && plan(merge.past).rows() > 1);
+        assert!(merge.before.1 < PAR_MIN && merge.past.1 >= PAR_MIN);
         // Past it, several chunks, each ending in a partial group of four (the rows' tail).
         let (n, p) = (small.past.0, plan(small.past));
         let last = n - (p.chunks - 1) * p.chunk_len;
@@ -270,7 +282,8 @@ mod tests {
                 crate::cpu::hist_sizes::adjoint_window_bins::<f32>(k, n)
             }
         };
-        let part = &hist_size_switches()[4];
+        let part =
+            hist_size_switches().into_iter().find(|s| s.constants == ["cpu::hist::PARTITION_MIN_BINS_BYTES"]).unwrap();
         for f64 in [true, false] {
             assert_eq!(win(part.before, f64), 0);
             assert!(win(part.past, f64) > 0);

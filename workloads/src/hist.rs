@@ -1298,16 +1298,19 @@ fn extremes_at_size_comparisons<D: Ops>(f: &HistFlat<D>, planted: usize, seed: u
 
 /// Bins past which a size switch is crossed by `check --thorough` only.
 const THOROUGH_BINS: usize = 1 << 18;
+/// Elements past which a size switch is crossed by `check --thorough` only.
+const THOROUGH_N: usize = 1 << 17;
 
 /// Seeded data on both sides of every size switch of the histogram code
 /// (`adgauge_backends::sizes::hist_size_switches`, the one list the code's thresholds are
 /// registered in): the sizes at which a device or `auto` takes another path. Without
-/// `thorough`, the switches past 2^18 bins are left out (`check --thorough` crosses them).
+/// `thorough`, the switches past 2^18 bins or 2^17 elements are left out (`check --thorough`
+/// crosses them).
 pub fn size_sweep_cases(w: HistWorkload, seed: u64, thorough: bool) -> Vec<HistData> {
     adgauge_backends::sizes::hist_size_switches()
         .into_iter()
         .filter(|s| s.op.is_none_or(|op| op == w.op))
-        .filter(|s| thorough || s.past.1 <= THOROUGH_BINS)
+        .filter(|s| thorough || (s.past.1 <= THOROUGH_BINS && s.past.0 <= THOROUGH_N))
         .flat_map(|s| [s.before, s.past])
         .map(|(n, k)| generate(&w.spec(n, k, IndexDist::Uniform, 0.05, seed ^ 0x512e5 ^ ((n as u64) << 20) ^ k as u64)))
         .collect()
@@ -1479,6 +1482,18 @@ fn scans_at_size_probe<D: Ops>(d: &D, op: HistOp, dt: DType, seed: u64) -> Resul
         got.extend(d.to_vec(&f.tangent(&y)?)?);
         want.extend(y_dot);
     }
+    // The sorts at this size: the segment keys reversed in order of runs (so that the
+    // permutation moves every element; more keys than `COUNTING_MAX`: the radix passes), and
+    // the same modulo 1000 (the parallel counting pass); every 97th key out of range.
+    let last_key = keys[n - 1];
+    let reversed: Vec<i64> =
+        keys.iter().enumerate().map(|(i, &k)| if i % 97 == 5 { -1 } else { last_key - k }).collect();
+    let folded: Vec<i64> = reversed.iter().map(|&k| if k < 0 { k } else { k % 1000 }).collect();
+    for (sort_keys, num_keys) in [(reversed, last_key as usize + 1), (folded, 1000)] {
+        let (g, w) = sort_parts(d, &sort_keys, num_keys)?;
+        got.extend(g);
+        want.extend(w);
+    }
     // The whole reduction: the inclusive scan's last element, its adjoint that scan's for a
     // one-hot adjoint there.
     let mut last = vec![0.0; n];
@@ -1630,12 +1645,51 @@ fn primitives_probe<D: Ops>(d: &D, op: HistOp, dt: DType, seed: u64) -> Result<C
         got.extend(g);
         want.extend(w);
     }
+    // The sorts: a few keys with one out of range (a counting pass), and keys spread over more
+    // than `COUNTING_MAX` (the radix passes).
+    let wide = adgauge_backends::sizes::COUNTING_MAX + 1;
+    let spread: Vec<i64> = (0..SCAN_N).map(|i| if i == 11 { -3 } else { (i * 104_729 % wide) as i64 }).collect();
+    for (keys, num_keys) in [(inds_of_len(SCAN_N), 5), (spread, wide)] {
+        let (g, w) = sort_parts(d, &keys, num_keys)?;
+        got.extend(g);
+        want.extend(w);
+    }
     Ok(Comparison { check: CheckKind::Primitives, got, want, convention: None })
 }
 
 /// Five bins for `len` values, one index out of range (the histogram parts of `primitives`).
 fn inds_of_len(len: usize) -> Vec<i64> {
     (0..len).map(|i| if i == 3 { 5 } else { (i * 7 % 5) as i64 }).collect()
+}
+
+/// The device's stable sort by key against the host's: `sort_by_key`'s permutation,
+/// `sort_by_key_ranked`'s permutation and ranks (its inverse), and `gather_index` of the keys by
+/// that permutation with two indices out of range (-1 each). Keys outside `[0, num_keys)` sort
+/// last in index order. On the CPU only the histogram rules' own kernels sort otherwise, so
+/// nothing else in `check` reaches the counting and radix passes.
+fn sort_parts<D: Ops>(d: &D, keys: &[i64], num_keys: usize) -> Result<(Vec<f64>, Vec<f64>)> {
+    let n = keys.len();
+    let bucket = |i: usize| if keys[i] >= 0 && (keys[i] as usize) < num_keys { keys[i] as usize } else { num_keys };
+    let mut perm: Vec<usize> = (0..n).collect();
+    perm.sort_by_key(|&i| bucket(i));
+    let mut ranks = vec![0; n];
+    for (r, &p) in perm.iter().enumerate() {
+        ranks[p] = r;
+    }
+    let as_f64 = |v: &[usize]| v.iter().map(|&x| x as f64).collect::<Vec<f64>>();
+    let widen = |v: Vec<i64>| v.into_iter().map(|x| x as f64).collect::<Vec<f64>>();
+    let key_index = d.index(keys)?;
+    let mut got = widen(d.index_to_vec(&d.sort_by_key(&key_index, num_keys)?)?);
+    let mut want = as_f64(&perm);
+    let (p, r) = d.sort_by_key_ranked(&key_index, num_keys)?;
+    got.extend(widen(d.index_to_vec(&p)?));
+    got.extend(widen(d.index_to_vec(&r)?));
+    want.extend(as_f64(&perm));
+    want.extend(as_f64(&ranks));
+    let idx: Vec<i64> = perm.iter().map(|&p| p as i64).chain([n as i64, -1]).collect();
+    got.extend(widen(d.index_to_vec(&d.gather_index(&key_index, &d.index(&idx)?)?)?));
+    want.extend(perm.iter().map(|&p| keys[p] as f64).chain([-1.0, -1.0]));
+    Ok((got, want))
 }
 
 /// `*`'s rule kernel `prod_vals_adjoint` (`out_i = v_i == 0 ? c1[bin_i] : (v_i infinite ?
