@@ -369,8 +369,7 @@ fn mul_rule<B: Ops>(b: &B, dest: &B::T, inds: &B::I, vals: &B::T) -> Result<(B::
         let c0 = match &zero_tangents {
             // (An infinite hist_bar leaves the 0 constant: never inf x 0.)
             Some(z) => {
-                let finite_g = b.select(&b.binary(BinaryOp::Eq, &b.unary(UnaryOp::Abs, g)?, &inf)?, &zero, g)?;
-                let one_zero_c0 = b.select(&one_zero_at_all, &b.mul(&finite_g, &z.bin)?, &zero)?;
+                let one_zero_c0 = b.select(&one_zero_at_all, &b.mul(&zero_where_infinite(b, g)?, &z.bin)?, &zero)?;
                 b.select(&no_nan, &b.select(&no_zero_at_all, &others, &one_zero_c0)?, &nan_g)?
             }
             None => per_bin(&no_zero_at_all, &others)?,
@@ -415,17 +414,16 @@ impl<B: Ops> MulZeroTangents<B> {
         one_zero: &B::T,
     ) -> Result<Self> {
         let (dt, k, shape) = (dest.dtype(), dest.numel(), dest.shape().to_vec());
-        let (zero, one, inf) = (b.scalar(0.0, dt)?, b.scalar(1.0, dt)?, b.scalar(f64::INFINITY, dt)?);
+        let (zero, one) = (b.scalar(0.0, dt)?, b.scalar(1.0, dt)?);
         let is_zero = |x: &B::T| b.binary(BinaryOp::Eq, x, &zero);
-        let not_inf = |x: &B::T| b.sub(&one, &b.binary(BinaryOp::Eq, &b.unary(UnaryOp::Abs, x)?, &inf)?);
         let zero_factors = |x: &B::T| b.select(&is_zero(x)?, x, &zero);
         let dest_zero = is_zero(dest)?;
         let vals_zeros_sum = b.reduce_by_index(&b.full(&shape, 0.0, dt)?, HistOp::Add, inds, &zero_factors(vals)?)?;
         let zeros_sum = b.add(&zero_factors(dest)?, &vals_zeros_sum)?;
         // (An overflowed product absorbed by the zero keeps a constant 0: no inf x 0 anywhere.)
         let nonzero_prod = b.select(&dest_zero, p, finite_prod)?;
-        let nonzero_prod = b.select(&not_inf(&nonzero_prod)?, &nonzero_prod, &zero)?;
-        let p_finite = b.select(&not_inf(p)?, p, &zero)?;
+        let nonzero_prod = zero_where_infinite(b, &nonzero_prod)?;
+        let p_finite = zero_where_infinite(b, p)?;
         let two_zeros = b.add(
             &b.mul(&b.reshape(&b.index_eq(zeros, 2, dt)?, &shape)?, &b.sub(&one, &dest_zero)?)?,
             &b.mul(one_zero, &dest_zero)?,
@@ -443,9 +441,8 @@ impl<B: Ops> MulZeroTangents<B> {
     /// non-zero product; 0 elsewhere, and where hist_bar is infinite.
     fn second_zero_adjoint(&self, b: &B, g: &B::T, inds: &B::I, vals: &B::T) -> Result<B::T> {
         let (dt, k) = (g.dtype(), g.numel());
-        let (zero, inf) = (b.scalar(0.0, dt)?, b.scalar(f64::INFINITY, dt)?);
-        let infinite_g = b.binary(BinaryOp::Eq, &b.unary(UnaryOp::Abs, g)?, &inf)?;
-        let finite_g = b.reshape(&b.select(&infinite_g, &zero, g)?, &[k])?;
+        let zero = b.scalar(0.0, dt)?;
+        let finite_g = b.reshape(&zero_where_infinite(b, g)?, &[k])?;
         let per_bin = b.mul(&finite_g, &self.two_zeros_prod)?;
         let at_value = |x: &B::T| b.reshape(&b.gather(x, inds, OutOfRange::Fill(0.0))?, vals.shape());
         // Selected before the product, so no NaN or infinite value meets a 0 (nor its adjoint).
@@ -453,6 +450,14 @@ impl<B: Ops> MulZeroTangents<B> {
         let other_zero = b.select(&zero_value, &b.sub(&at_value(&self.zeros_sum)?, vals)?, &zero)?;
         b.mul(&at_value(&per_bin)?, &other_zero)
     }
+}
+
+/// x with its infinite entries replaced by 0 (a selected 0: an engine nesting through it sees no
+/// inf in the branch it keeps).
+fn zero_where_infinite<B: Ops>(b: &B, x: &B::T) -> Result<B::T> {
+    let dt = x.dtype();
+    let infinite = b.binary(BinaryOp::Eq, &b.unary(UnaryOp::Abs, x)?, &b.scalar(f64::INFINITY, dt)?)?;
+    b.select(&infinite, &b.scalar(0.0, dt)?, x)
 }
 
 /// x times inf where `mask` is 1 and x is non-zero (an absorbing product: never 0 x inf = NaN).
