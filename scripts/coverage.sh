@@ -34,8 +34,10 @@ out="${COVERAGE_OUT:-target/coverage}"
 devices="${COVERAGE_DEVICES:-cpu cpu-staged cpu-traced cpu-jit opencl}"
 binary="$out/build/release/adgauge"
 if [ -z "${COVERAGE_REPORT_ONLY:-}" ]; then
+  # The instrumented build scripts and proc macros write profiles as they run (in rustc's
+  # working directory unless told where): those go beside the build, not into the checkout.
   RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }-C instrument-coverage" CARGO_TARGET_DIR="$out/build" \
-    cargo build --release --quiet --bin adgauge
+    LLVM_PROFILE_FILE="$PWD/$out/build/build-%p-%m.profraw" cargo build --release --quiet --bin adgauge
   rm -rf "$out/profiles"
   mkdir -p "$out/profiles"
 else
