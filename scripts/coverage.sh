@@ -37,7 +37,7 @@ if [ -z "${COVERAGE_REPORT_ONLY:-}" ]; then
   # The instrumented build scripts and proc macros write profiles as they run (in rustc's
   # working directory unless told where): those go beside the build, not into the checkout.
   RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }-C instrument-coverage" CARGO_TARGET_DIR="$out/build" \
-    LLVM_PROFILE_FILE="$PWD/$out/build/build-%p-%m.profraw" cargo build --release --quiet --bin adgauge
+    LLVM_PROFILE_FILE="$(realpath -m "$out")/build/build-%p-%m.profraw" cargo build --release --quiet --bin adgauge
   rm -rf "$out/profiles"
   mkdir -p "$out/profiles"
 else
