@@ -4,7 +4,7 @@
 //! lock file, `.cargo` and the embedded suites: [`SOURCES`]) differ from HEAD when this script
 //! runs. Cargo reruns it whenever anything under those paths changes, HEAD moves or the index
 //! changes, so a build after an unstaged edit is labelled `-dirty` and a build after the edit is
-//! undone or committed is not (`harness/tests/build_label.rs` builds a copy of this script to
+//! undone or committed is not (`harness/tests/it/build_label.rs` builds a copy of this script to
 //! show it). Outside a git checkout (a source tarball, `cargo install` from a registry) or
 //! without git it is "unknown"; the build never fails for want of git.
 //!
@@ -27,8 +27,21 @@ fn git(args: &[&str]) -> Option<String> {
 /// What the build reads, relative to the workspace root: the crates (sources, embedded data,
 /// manifests), the root manifest and lock file, cargo's configuration and the embedded suites.
 /// Paths that do not exist are left out (cargo would rerun the script on every build for them).
-const SOURCES: [&str; 9] =
-    ["Cargo.toml", "Cargo.lock", ".cargo", "backends", "datasets", "workloads", "reports", "harness", "suites"];
+const SOURCES: [&str; 13] = [
+    "Cargo.toml",
+    "Cargo.lock",
+    ".cargo",
+    "ops",
+    "ad",
+    "cpu",
+    "kernels",
+    "backends",
+    "datasets",
+    "workloads",
+    "reports",
+    "harness",
+    "suites",
+];
 
 fn main() {
     let manifest_dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_default());

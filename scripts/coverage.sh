@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What `adgauge check` alone reaches of the engine: region, function and line coverage of the
-# backends and workloads crates under `check` on each device, with no unit test running, per
+# engine's crates (ops, ad, cpu, kernels, backends) and the workloads under `check` on each device, with no unit test running, per
 # file, and the functions it never enters.
 #
 #   scripts/coverage.sh            # every CPU device and OpenCL (PoCL here)
@@ -93,7 +93,7 @@ for fn in data["functions"]:
     if not fn["filenames"] or not fn["regions"]:
         continue
     key = (fn["filenames"][0].replace(root, ""), fn["regions"][0][0])
-    if not key[0].startswith(("backends/", "workloads/")):
+    if not key[0].startswith(("ops/", "ad/", "cpu/", "kernels/", "backends/", "workloads/")):
         continue
     entered, name = by_position.get(key, (False, fn["name"]))
     by_position[key] = (entered or fn["count"] > 0, name)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs adgauge's fuzz targets (fuzz/, cargo-fuzz + libFuzzer) for SECONDS each (default 60).
 # Needs a nightly toolchain and cargo-fuzz (`cargo install cargo-fuzz`). Crashes land in
-# fuzz/artifacts/<target>/; every one becomes a regression test (harness/tests/hardening.rs).
+# fuzz/artifacts/<target>/; every one becomes a regression test (harness/tests/it/hardening.rs).
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]
 #

@@ -10,7 +10,7 @@
 #   scripts/gpu-kit.sh run             on the GPU machine, from the repository root: the steps
 #                                      below, results in $OUT (at most 8 files), under 8 minutes
 #   scripts/gpu-kit.sh run --dry-run   here: the same steps on OpenCL (PoCL) at tiny sizes, so
-#                                      that CI keeps the kit working (harness/tests/gpu_kit.rs)
+#                                      that CI keeps the kit working (harness/tests/it/gpu_kit.rs)
 #
 # `run`'s steps, each under its own `timeout` (a step that fails or runs out of time is recorded
 # and the kit goes on): the environment (nvidia-smi: driver, clocks), `adgauge backends`; then, side
@@ -59,9 +59,12 @@ build() {
     log "building the release binary and the test binaries (CARGO_TARGET_DIR=$CARGO_TARGET_DIR)"
     cargo build --release -p adgauge --message-format=json-render-diagnostics >"$stage/cargo-bin.json" ||
         die "cargo build --release -p adgauge failed"
-    cargo test --release -p adgauge-backends --test conformance --test nvrtc --no-run \
+    cargo test --release -p adgauge-backends --test conformance --no-run \
         --message-format=json-render-diagnostics >"$stage/cargo-tests.json" ||
         die "cargo test --release -p adgauge-backends --no-run failed"
+    cargo test --release -p adgauge-kernels --test nvrtc --no-run \
+        --message-format=json-render-diagnostics >>"$stage/cargo-tests.json" ||
+        die "cargo test --release -p adgauge-kernels --no-run failed"
     # shellcheck disable=SC2015 # either failing dies
     python3 "$HELPER" artifacts "$stage/cargo-bin.json" adgauge >"$stage/artifacts" &&
         python3 "$HELPER" artifacts "$stage/cargo-tests.json" conformance nvrtc >>"$stage/artifacts" ||

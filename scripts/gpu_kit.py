@@ -76,7 +76,7 @@ def hist_cases(tiny):
     rng = random.Random(SEED)
     cases = [
         # Ties with dest and between elements, bins with 0, 1 and 2+ zeros, an empty bin,
-        # indices -1 and >= k (harness/tests/eval.rs' "mixed" case).
+        # indices -1 and >= k (harness/tests/it/eval.rs' "mixed" case).
         ("adversarial", 5, [0, 1, 0, 1, 2, 2, 2, -1, 5, 9, 0, 1, 3],
          [1.0, 0.0, 0.3, 0.0, 2.5, 0.0, 0.7, 4.0, 5.0, 6.0, 1.0, 0.0, -1.0], [1.0, 0.0, 2.5, -1.0, 3.0]),
     ]

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GradBench's source at the pinned commit, fetched once into $ADGAUGE_GRADBENCH_DIR/src (default
 # ~/.cache/adgauge-gradbench/src); prints that directory. Used by scripts/gradbench-interop.sh
-# and by the test that drives GradBench's own JAX tool (harness/tests/python_tools.rs).
+# and by the test that drives GradBench's own JAX tool (harness/tests/it/python_tools.rs).
 #
 # $GRADBENCH_SRC: a URL or git repository (default https://github.com/gradbench/gradbench), or a
 # directory holding an export of that commit, for a machine that cannot reach GitHub (its commit

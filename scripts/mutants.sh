@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Mutation testing of adgauge's AD code (.cargo/mutants.toml: rules, engines, general operators,
 # CPU histogram kernels, the histogram workload), judged by `adgauge check` alone
-# (harness/tests/check_oracle.rs). cargo-mutants 27 runs its unmutated baseline on the mutated
+# (harness/tests/it/check_oracle.rs). cargo-mutants 27 runs its unmutated baseline on the mutated
 # packages' tests only, where check_oracle does not exist, so the baseline is skipped (CI runs
 # check_oracle on main every push) and the test timeout is explicit (`adgauge check` takes ~7 s
 # in the dev profile). Prints caught/missed/timeout/unviable, the kill rate and the
 # surviving mutants; survivors do not fail the script (each is to be explained in
 # docs/mutants.md or killed by a better check).
 #
-#   scripts/mutants.sh rules [OUT]          every mutant of backends/src/rules/ (~130; nightly)
+#   scripts/mutants.sh rules [OUT]          every mutant of the rules (ad/src/rules/, ops/src/composed/; ~130; nightly)
 #   scripts/mutants.sh rest K/N [OUT]       shard K of N (round-robin) of the other files
 #   scripts/mutants.sh sample K/N [OUT]     shard K of N of the rule files (a quick estimate)
 #   scripts/mutants.sh tests [OUT]          the rule files judged by the backends tests instead
@@ -20,9 +20,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:?rules, rest K/N or sample K/N}"
 case "$what" in
-  rules) select=(--re 'backends/src/rules/'); out="${2:-mutants-out}" ;;
-  rest) select=(--exclude-re 'backends/src/rules/' --shard "${2:?K/N}" --sharding round-robin); out="${3:-mutants-out}" ;;
-  sample) select=(--re 'backends/src/rules/' --shard "${2:?K/N}" --sharding round-robin); out="${3:-mutants-out}" ;;
+  rules) select=(--re 'ad/src/rules/|ops/src/composed/'); out="${2:-mutants-out}" ;;
+  rest) select=(--exclude-re 'ad/src/rules/|ops/src/composed/' --shard "${2:?K/N}" --sharding round-robin); out="${3:-mutants-out}" ;;
+  sample) select=(--re 'ad/src/rules/|ops/src/composed/' --shard "${2:?K/N}" --sharding round-robin); out="${3:-mutants-out}" ;;
   tests)
     out="${2:-mutants-out}"
     # shellcheck disable=SC2086
@@ -39,7 +39,7 @@ dir="$out/mutants.out"
 count() { if [ -f "$dir/$1.txt" ]; then wc -l <"$dir/$1.txt"; else echo 0; fi; }
 caught=$(count caught); missed=$(count missed); timeout=$(count timeout); unviable=$(count unviable)
 judged=$((caught + missed + timeout))
-if [ "$what" = tests ]; then judge="the backends tests"; else judge="adgauge check"; fi
+if [ "$what" = tests ]; then judge="the engine's tests"; else judge="adgauge check"; fi
 echo "## cargo-mutants ($what ${2:-}), judged by $judge"
 echo "caught $caught, missed $missed, timeout $timeout, unviable $unviable"
 if [ "$judged" -gt 0 ]; then

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs NVRTC (NVIDIA's runtime CUDA compiler, libnvrtc.so.12) without a GPU, a driver or the
 # CUDA toolkit: the nvidia-cuda-nvrtc-cu12 Python wheel in a virtualenv. With its lib folder on
-# LD_LIBRARY_PATH, the NVRTC test (backends/tests/nvrtc.rs) compiles every CUDA kernel to PTX.
+# LD_LIBRARY_PATH, the NVRTC test (kernels/tests/nvrtc.rs) compiles every CUDA kernel to PTX.
 # libcuda (the driver) is never needed for that. Idempotent; needs root (or sudo) only to
 # install python3-venv.
 #
@@ -9,7 +9,7 @@
 #   export LD_LIBRARY_PATH="$(scripts/setup-nvrtc.sh)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 #
 # The wheel version is pinned together with cudarc's CUDA-version feature in
-# backends/Cargo.toml (cuda-12080 <-> 12.8.x): cudarc resolves NVRTC symbols of that version.
+# kernels/Cargo.toml (cuda-12080 <-> 12.8.x): cudarc resolves NVRTC symbols of that version.
 set -euo pipefail
 
 NVRTC_WHEEL_VERSION="12.8.93"

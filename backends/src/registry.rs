@@ -214,3 +214,9 @@ pub fn open_device(name: &str, threads: Option<usize>) -> Result<AnyDevice> {
         None => Err(OpError::Unsupported(format!("unknown backend '{name}' (known: {})", device_names().join(", ")))),
     }
 }
+
+/// Probes every device kind adgauge knows (what `adgauge backends` prints). Never panics: an
+/// absent driver is a reported state.
+pub fn probe_devices() -> Vec<DeviceStatus> {
+    DEVICES.iter().map(|d| (d.probe)()).collect()
+}

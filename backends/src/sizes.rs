@@ -7,10 +7,11 @@
 //! therefore fails that test until it is listed.
 
 use crate::HistOp;
-use crate::cpu::hist_sizes::{MIN_CHUNK, PARTITION_MIN_BINS_BYTES, SMALL_K, SPLIT_PAIR_ROW_BYTES};
-use crate::cpu::kernels::PAR_MIN;
-use crate::cpu::scan::PARALLEL_SCAN_MIN;
-use crate::cpu::staged::STAGE_MIN;
+pub use adgauge_cpu::hist_sizes::{AUTO_MUL_MAX_N, AUTO_MUL_VALUES_PER_BIN, COUNTING_MAX};
+use adgauge_cpu::hist_sizes::{
+    MIN_CHUNK, PAR_MIN, PARALLEL_SCAN_MIN, PARTITION_MIN_BINS_BYTES, SMALL_K, SPLIT_PAIR_ROW_BYTES, STAGE_MIN,
+};
+pub use adgauge_kernels::gpu::{LOCAL_MAX_K as GPU_LOCAL_MAX_K, MIN_CHUNK as GPU_MIN_CHUNK};
 
 /// One size switch: a histogram just before it and one just past it (with f32 and f64 values).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,20 +27,6 @@ pub struct SizeSwitch {
     /// The operator it concerns; None for every operator.
     pub op: Option<HistOp>,
 }
-
-/// Bins from which the GPU devices' `reduce_by_index` folds into global memory atomically
-/// rather than into per-group sub-histograms in local memory (also bounded by the local memory
-/// and by n >= 4 k).
-pub const GPU_LOCAL_MAX_K: usize = 1024;
-/// Fewest elements per chunk of the GPU devices' chunked kernels.
-pub const GPU_MIN_CHUNK: usize = 1024;
-/// The CPU's `auto` takes general-chunked for `*` up to this many values...
-pub const AUTO_MUL_MAX_N: usize = 1 << 20;
-/// ...with at least one bin per this many values (docs/performance.md).
-pub const AUTO_MUL_VALUES_PER_BIN: usize = 16;
-/// Buckets up to which the CPU's stable sort by bin runs one counting pass (radix passes above,
-/// unless n is at least 4 times the buckets).
-pub const COUNTING_MAX: usize = 1 << 16;
 
 /// Elements from which the CPU scans in parallel blocks with carries: `check` runs every
 /// operator's scans and reduction at this length (no histogram rule scans there: general-sort
@@ -101,14 +88,14 @@ pub fn hist_size_switches() -> Vec<SizeSwitch> {
             op: None,
         },
         SizeSwitch {
-            constants: &["sizes::COUNTING_MAX"],
+            constants: &["cpu::sort::COUNTING_MAX"],
             path: "CPU: the sort by bin in radix passes",
             before: (counting_n, COUNTING_MAX - 2),
             past: (counting_n, COUNTING_MAX + 1),
             op: None,
         },
         SizeSwitch {
-            constants: &["sizes::AUTO_MUL_MAX_N", "sizes::AUTO_MUL_VALUES_PER_BIN"],
+            constants: &["cpu::AUTO_MUL_MAX_N", "cpu::AUTO_MUL_VALUES_PER_BIN"],
             path: "CPU: auto takes general-chunked for *",
             before: (4096, 4096 / AUTO_MUL_VALUES_PER_BIN - 1),
             past: (4096, 4096 / AUTO_MUL_VALUES_PER_BIN),
@@ -122,14 +109,14 @@ pub fn hist_size_switches() -> Vec<SizeSwitch> {
             op: None,
         },
         SizeSwitch {
-            constants: &["sizes::GPU_LOCAL_MAX_K"],
+            constants: &["gpu::LOCAL_MAX_K"],
             path: "GPU: sub-histograms in local memory",
             before: (4 * GPU_LOCAL_MAX_K + 4, GPU_LOCAL_MAX_K + 1),
             past: (4 * GPU_LOCAL_MAX_K + 4, GPU_LOCAL_MAX_K),
             op: None,
         },
         SizeSwitch {
-            constants: &["sizes::GPU_MIN_CHUNK"],
+            constants: &["gpu::MIN_CHUNK"],
             path: "GPU: more than one chunk in the chunked kernels",
             before: (2 * GPU_MIN_CHUNK - 1, 16),
             past: (2 * GPU_MIN_CHUNK, 16),
@@ -192,15 +179,15 @@ mod tests {
     /// The files whose `const NAME: usize` declarations are histogram size constants, with the
     /// module path the lists name them by.
     const FILES: &[(&str, &str)] = &[
-        ("cpu::hist", include_str!("cpu/hist.rs")),
-        ("cpu::kernels", include_str!("cpu/kernels.rs")),
-        ("cpu::lae", include_str!("cpu/lae.rs")),
-        ("cpu::scan", include_str!("cpu/scan.rs")),
-        ("cpu::sort", include_str!("cpu/sort.rs")),
-        ("cpu::segments", include_str!("cpu/segments.rs")),
-        ("cpu::staged", include_str!("cpu/staged.rs")),
-        ("gpu", include_str!("gpu/mod.rs")),
-        ("sizes", include_str!("sizes.rs")),
+        ("cpu", include_str!("../../cpu/src/lib.rs")),
+        ("cpu::hist", include_str!("../../cpu/src/hist.rs")),
+        ("cpu::kernels", include_str!("../../cpu/src/kernels.rs")),
+        ("cpu::lae", include_str!("../../cpu/src/lae.rs")),
+        ("cpu::scan", include_str!("../../cpu/src/scan.rs")),
+        ("cpu::sort", include_str!("../../cpu/src/sort.rs")),
+        ("cpu::segments", include_str!("../../cpu/src/segments.rs")),
+        ("cpu::staged", include_str!("../../cpu/src/staged.rs")),
+        ("gpu", include_str!("../../kernels/src/gpu/mod.rs")),
     ];
 
     fn declared() -> Vec<String> {
@@ -247,7 +234,7 @@ mod tests {
             assert!(s.past.0 <= 1 << 18 && s.past.1 <= 1 << 20 && s.before.0 <= 1 << 18, "{}: {s:?}", s.path);
         }
         // The forward histograms' two passes: before for both dtypes, past for both.
-        use crate::cpu::hist_sizes::split_pair_rows;
+        use adgauge_cpu::hist_sizes::split_pair_rows;
         let split: Vec<SizeSwitch> =
             hist_size_switches().into_iter().filter(|s| s.constants == ["cpu::hist::SPLIT_PAIR_ROW_BYTES"]).collect();
         assert_eq!(split.len(), 2);
@@ -257,16 +244,16 @@ mod tests {
         }
         // The CPU's choices on each side (the device's own predicates, not the list's numbers).
         let cpu = crate::Cpu::new(Some(1)).unwrap();
-        use crate::ops::HistOps;
+        use crate::HistOps;
         let auto = hist_size_switches().into_iter().find(|s| s.op == Some(HistOp::Mul)).unwrap();
         assert_eq!(cpu.auto_hist_rule(HistOp::Mul, auto.before.0, auto.before.1), None);
         assert!(cpu.auto_hist_rule(HistOp::Mul, auto.past.0, auto.past.1).is_some());
-        let plan = |(n, k)| crate::cpu::hist_sizes::Plan::new(n, k);
+        let plan = |(n, k)| adgauge_cpu::hist_sizes::Plan::new(n, k);
         let par = &hist_size_switches()[2];
         assert_eq!(plan(par.before).chunks, 1);
         assert!(plan(par.past).chunks > 1);
         let small = &hist_size_switches()[3];
-        assert_eq!((plan(small.before).subs, plan(small.past).subs), (1, crate::cpu::hist_sizes::SUBS));
+        assert_eq!((plan(small.before).subs, plan(small.past).subs), (1, adgauge_cpu::hist_sizes::SUBS));
         // The parallel merge: several rows on both sides, k crossing PAR_MIN.
         let merge = hist_size_switches().into_iter().find(|s| s.path.contains("merged in parallel")).unwrap();
         assert!(plan(merge.before).rows() > 1 && plan(merge.past).rows() > 1);
@@ -277,9 +264,9 @@ mod tests {
         assert!(p.chunks > 1 && p.chunk_len % 4 != 0 && last % 4 != 0, "{p:?}, last chunk {last}");
         let win = |(n, k): (usize, usize), f64: bool| {
             if f64 {
-                crate::cpu::hist_sizes::adjoint_window_bins::<f64>(k, n)
+                adgauge_cpu::hist_sizes::adjoint_window_bins::<f64>(k, n)
             } else {
-                crate::cpu::hist_sizes::adjoint_window_bins::<f32>(k, n)
+                adgauge_cpu::hist_sizes::adjoint_window_bins::<f32>(k, n)
             }
         };
         let part =

@@ -643,7 +643,7 @@ impl<D: Traceable> Traced<D> {
     /// Replays the trace in `cell` (recorded by this device) and returns what it read back, as
     /// [`Traced::last_eager_readbacks`] does: `check` holds the two to the same numbers.
     pub fn replay_readbacks(&self, cell: &TraceCell) -> Result<Vec<f64>> {
-        let held = lock(&cell.0);
+        let held = lock(cell.slot());
         let trace = held
             .as_ref()
             .and_then(|b| b.downcast_ref::<Trace<D>>())
@@ -1011,7 +1011,7 @@ impl<D: Traceable> HistOps for Traced<D> {
     }
     fn relative_inputs(
         &self,
-        kind: crate::rules::hist::Relative,
+        kind: crate::Relative,
         dest: &TT<D>,
         inds: &TI<D>,
         vals: &TT<D>,
@@ -1022,7 +1022,7 @@ impl<D: Traceable> HistOps for Traced<D> {
     }
     fn relative_reduce_by_index_dual(
         &self,
-        kind: crate::rules::hist::Relative,
+        kind: crate::Relative,
         dest: &TT<D>,
         dest_dot: &TT<D>,
         op: HistOp,
@@ -1267,7 +1267,7 @@ impl<D: Traceable> Device for Traced<D> {
         cell: &TraceCell,
         body: &mut dyn FnMut() -> std::result::Result<(), E>,
     ) -> std::result::Result<(), E> {
-        let mut held = lock(&cell.0);
+        let mut held = lock(cell.slot());
         if let Some(trace) = held.as_ref().and_then(|b| b.downcast_ref::<Trace<D>>()) {
             self.replay(trace, Keep::Nothing)?;
             return Ok(());
@@ -1328,7 +1328,7 @@ mod tests {
     }
 
     fn trace_of<D: Traceable>(cell: &TraceCell) -> MutexGuard<'_, Option<Box<dyn Any + Send>>> {
-        let held = lock(&cell.0);
+        let held = lock(cell.slot());
         assert!(held.as_ref().is_some_and(|b| b.is::<Trace<D>>()), "the cell holds a trace of this device");
         held
     }
@@ -1618,7 +1618,7 @@ mod tests {
         let cell = TraceCell::default();
         let e = d.run_traced(&cell, &mut || -> Result<()> { d.binary(BinaryOp::Add, &x, &y).map(drop) });
         assert!(matches!(e, Err(OpError::Shape { op: "binary", .. })), "{e:?}");
-        assert!(lock(&cell.0).is_none());
+        assert!(lock(cell.slot()).is_none());
         assert!(d.recording().is_none(), "the recording ended with the body");
     }
 }

@@ -40,7 +40,8 @@ use crate::exit::{Code, bad_input, unavailable};
 use crate::external::{DEFAULT_MAX_RESPONSE_BYTES, ExternalSpec, Plausibility, ProcessTool, RemoteCase};
 use crate::pipeline::Case;
 use crate::sinks::Console;
-use crate::tool::{Tool, Tools};
+use crate::tool::Tool;
+use crate::tools::Tools;
 
 #[derive(Args, Debug)]
 pub struct CompareArgs {

@@ -93,34 +93,6 @@ impl RunWriter {
     }
 }
 
-/// `run --json`: each finished case as the lines its run file holds, as typed JSON objects
-/// (`store::json_lines`), so that a pipe gets the same rows as the files.
-pub struct FileRowsJsonSink {
-    console: crate::sinks::Console,
-    run: Option<RunInfo>,
-}
-
-impl FileRowsJsonSink {
-    pub fn new(console: crate::sinks::Console) -> FileRowsJsonSink {
-        FileRowsJsonSink { console, run: None }
-    }
-}
-
-impl crate::sinks::Sink for FileRowsJsonSink {
-    fn run_started(&mut self, run: &crate::sinks::RunStart) -> anyhow::Result<()> {
-        self.run = Some(RunInfo { suite: run.suite.to_string(), ..run.info.clone() });
-        Ok(())
-    }
-    fn case_finished(&mut self, row: &ResultRow) -> anyhow::Result<()> {
-        let run =
-            self.run.as_ref().ok_or_else(|| anyhow::anyhow!("internal: a case finished before its run started"))?;
-        for line in store::json_lines(run, std::slice::from_ref(row)) {
-            self.console.line(&line);
-        }
-        Ok(())
-    }
-}
-
 /// The history `adgauge run` saves into when given no --out or --history: `$ADGAUGE_RESULTS`,
 /// or `./adgauge-results`.
 pub fn default_history() -> PathBuf {
@@ -445,7 +417,7 @@ pub fn gate_command(args: &GateArgs) -> anyhow::Result<Code> {
     if nothing.is_some() {
         code = Code::BadInput;
     }
-    let console = crate::sinks::Console::new(0, true);
+    let console = crate::console::Console::new(0, true);
     if args.json {
         console.line(&report.json(&baseline, &info, code as u8).to_string());
     } else {
@@ -699,7 +671,7 @@ pub fn merge_command(args: &MergeArgs) -> anyhow::Result<Code> {
     if !partial.is_empty() {
         info.run_id.push_str(adgauge_reports::PARTIAL_RUN_SUFFIX);
     }
-    let console = crate::sinks::Console::new(0, true);
+    let console = crate::console::Console::new(0, true);
     // The same measurements merged again (a re-run CI job, `merge H --out H`): nothing to add.
     if args.out.is_dir() {
         for (path, held, held_rows) in history_runs(&args.out)? {
@@ -770,7 +742,7 @@ pub fn report_command(args: &ReportArgs) -> anyhow::Result<Code> {
     };
     let path = args.out.join("index.html");
     store::write_atomic(&path, adgauge_reports::html::render_with_paired(&runs, baseline.as_ref(), paired.as_ref()))?;
-    crate::sinks::Console::new(0, true).line(&format!("wrote {} ({} runs)", path.display(), runs.len()));
+    crate::console::Console::new(0, true).line(&format!("wrote {} ({} runs)", path.display(), runs.len()));
     Ok(Code::Success)
 }
 
@@ -872,7 +844,7 @@ fn set_aside_command(
     let entry = store::SetAside { time, action: action.to_string(), run_id: run_id.clone(), why };
     store::record_set_aside(dir, &entry).map_err(|e| anyhow::anyhow!("{e}"))?;
     let done = if action == "set-aside" { "set aside: never a baseline until restored" } else { "restored" };
-    crate::sinks::Console::new(0, true).line(&format!(
+    crate::console::Console::new(0, true).line(&format!(
         "run {run_id} {done} (recorded in {}; its files stay)",
         dir.join(store::SET_ASIDE_FILE).display()
     ));
@@ -964,7 +936,7 @@ pub fn history_command(args: &HistoryArgs) -> anyhow::Result<Code> {
         }
         return Ok(Code::Success);
     }
-    let console = crate::sinks::Console::new(0, true);
+    let console = crate::console::Console::new(0, true);
     for line in text.lines() {
         console.line(line);
     }

@@ -8,6 +8,7 @@
 //! [`memory::Counting`] too.
 
 pub mod compare;
+pub mod console;
 pub mod endpoint;
 pub mod environment;
 pub mod eval;
@@ -25,4 +26,5 @@ pub mod sinks;
 pub mod suite;
 pub mod timing;
 pub mod tool;
+pub mod tools;
 pub mod validation;

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use clap::{Arg, ArgAction, ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use adgauge_harness::exit::{Code, bad_input, code_of};
-use adgauge_harness::{compare, environment, eval, history, interrupt, memory, run, serve, sinks, tool};
+use adgauge_harness::{compare, environment, eval, history, interrupt, memory, run, serve, sinks, tools};
 
 #[global_allocator]
 static ALLOCATOR: memory::Counting = memory::Counting;
@@ -161,7 +161,7 @@ fn backends(json: bool, bandwidth: Option<u64>, roofline: bool, threads: Option<
     let cpu = adgauge_backends::Cpu::new(threads)?;
     let roofline =
         roofline.then(|| cpu.roofline(&adgauge_backends::cpu::roofline::DEFAULT_BINS, environment::ROOFLINE_SEED));
-    let tools = tool::Tools::builtin(threads, cpu);
+    let tools = tools::Tools::builtin(threads, cpu);
     let console = sinks::Console::new(0, true);
     let width = adgauge_backends::DEVICES.iter().map(|d| d.name.len()).max().unwrap_or(0);
     let mut code = Code::Success;

@@ -14,7 +14,8 @@ use adgauge_reports::{Check, ResultRow, Status, Timing};
 use adgauge_workloads::{CheckSettings, Mode, ParamKind, Params, Workload, WorkloadError};
 
 use crate::timing::Budget;
-use crate::tool::{Tool, Tools};
+use crate::tool::Tool;
+use crate::tools::Tools;
 use crate::validation::{self, CheckKind, Outcome};
 
 /// One case: a workload's parameters, evaluated by one tool in one dtype (and rule).

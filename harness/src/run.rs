@@ -15,7 +15,7 @@ use crate::sinks::{
     Console, Fanout, HistorySink, JsonLinesSink, ProgressSink, RunStart, Sink, TableSink, ToolsComparedSink,
 };
 use crate::suite::{DEFAULT_SEED, Suite, default_suite, parse_suite_with};
-use crate::tool::Tools;
+use crate::tools::Tools;
 use crate::validation::Outcome;
 
 #[derive(Args, Debug, Default)]
@@ -201,7 +201,7 @@ pub fn run(args: &RunArgs, threads: Option<usize>) -> anyhow::Result<Code> {
         // A child of --isolate reports its one row to the parent in the rows' own JSON.
         sink.push(JsonLinesSink::new(console.clone()));
     } else if args.json {
-        sink.push(crate::history::FileRowsJsonSink::new(console.clone()));
+        sink.push(crate::sinks::FileRowsJsonSink::new(console.clone()));
     } else {
         sink.push(TableSink::new(console.clone(), args.wide));
         sink.push(ToolsComparedSink::new(console.clone()));

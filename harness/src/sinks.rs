@@ -3,20 +3,16 @@
 //! report, a remote store) is one more sink, not one more `println!` in the runner (criterion's
 //! `Report` fan-out is the model).
 //!
-//! Sinks that print share a [`Console`]: it writes above the progress bar, and a closed pipe
-//! (`adgauge run | head`) silences it instead of ending the run, so results still reach the
-//! history.
+//! Sinks that print share a [`Console`] (`console.rs`): it writes above the progress bar, and a
+//! closed pipe (`adgauge run | head`) silences it instead of ending the run, so results still
+//! reach the history.
 
 use std::collections::BTreeMap;
-use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use adgauge_reports::{ResultRow, Roofline, RunInfo, Status, Timing};
 
+pub use crate::console::Console;
 use crate::history::RunWriter;
 
 /// What a run is, for its header.
@@ -80,41 +76,31 @@ impl Sink for Fanout {
     }
 }
 
-/// Standard output shared by the printing sinks and the progress bar.
-#[derive(Clone)]
-pub struct Console {
-    bar: ProgressBar,
-    closed: Arc<AtomicBool>,
+/// `run --json`: each finished case as the lines its run file holds, as typed JSON objects
+/// (`adgauge_reports::store::json_lines`), so that a pipe gets the same rows as the files.
+pub struct FileRowsJsonSink {
+    console: Console,
+    run: Option<RunInfo>,
 }
 
-impl Console {
-    /// A console whose progress bar is drawn only when stderr is a terminal and not `quiet`.
-    pub fn new(len: usize, quiet: bool) -> Console {
-        let bar = ProgressBar::new(len as u64);
-        if quiet || !std::io::stderr().is_terminal() {
-            bar.set_draw_target(ProgressDrawTarget::hidden());
-        } else if let Ok(style) =
-            ProgressStyle::with_template("{bar:30} {pos}/{len} cases  elapsed {elapsed}  eta {eta}  {msg}")
-        {
-            bar.set_style(style);
-        }
-        Console { bar, closed: Arc::new(AtomicBool::new(false)) }
+impl FileRowsJsonSink {
+    pub fn new(console: Console) -> FileRowsJsonSink {
+        FileRowsJsonSink { console, run: None }
     }
+}
 
-    /// Prints one line (flushed); after a write error (a closed pipe) prints nothing more.
-    /// Control characters but newline and tab are printed escaped (`\u{1b}`): a tool's stderr
-    /// in a row's message never drives the terminal (`adgauge_reports::text`).
-    pub fn line(&self, text: &str) {
-        let text = adgauge_reports::text::escape_controls(text, &['\n', '\t']);
-        if self.closed.load(Ordering::Relaxed) {
-            return;
+impl Sink for FileRowsJsonSink {
+    fn run_started(&mut self, run: &RunStart) -> anyhow::Result<()> {
+        self.run = Some(RunInfo { suite: run.suite.to_string(), ..run.info.clone() });
+        Ok(())
+    }
+    fn case_finished(&mut self, row: &ResultRow) -> anyhow::Result<()> {
+        let run =
+            self.run.as_ref().ok_or_else(|| anyhow::anyhow!("internal: a case finished before its run started"))?;
+        for line in adgauge_reports::store::json_lines(run, std::slice::from_ref(row)) {
+            self.console.line(&line);
         }
-        self.bar.suspend(|| {
-            let mut out = std::io::stdout().lock();
-            if writeln!(out, "{text}").and_then(|_| out.flush()).is_err() {
-                self.closed.store(true, Ordering::Relaxed);
-            }
-        });
+        Ok(())
     }
 }
 

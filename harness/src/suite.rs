@@ -39,7 +39,7 @@ use adgauge_workloads::{Mode, ParamKind, ParamSpec, Params, Value, Workload};
 use crate::external::{ExternalSpec, parse_tool_cmd};
 use crate::pipeline::Case;
 use crate::timing::Budget;
-use crate::tool::Tools;
+use crate::tools::Tools;
 use crate::validation::CheckKind;
 
 /// The default suite, embedded.

@@ -4,6 +4,7 @@
 //! This crate depends on no other adgauge crate.
 
 pub mod charts;
+pub mod columns;
 pub mod gate;
 pub mod html;
 pub mod paired;

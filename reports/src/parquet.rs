@@ -1,7 +1,7 @@
 //! Parquet beside the CSV, through the `parquet` crate's column writer (no Arrow, no compression
 //! codecs: the files are small and the crate builds in seconds where a data-frame library took
 //! minutes). A run's Parquet file holds the same table as its CSV, typed by
-//! [`store::column_kind`]: counts as unsigned 64-bit integers, times and ratios as doubles,
+//! [`column_kind`]: counts as unsigned 64-bit integers, times and ratios as doubles,
 //! `sample_s` as a list of doubles, checks' `passed` as booleans, parameters as integers or
 //! doubles where every value parses as one, text as UTF-8 strings, empty fields as null. Every
 //! column is optional (nullable), so readers such as polars, pandas or DuckDB see the CSV's
@@ -18,9 +18,8 @@ use parquet::file::properties::WriterProperties;
 use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::types::{Type, TypePtr};
 
+use crate::columns::{Kind, column_kind};
 use crate::query::{Cell, Table};
-use crate::schema::{ResultRow, RunInfo};
-use crate::store::{self, Kind};
 
 /// One column's values, typed; `None` is null.
 enum Values {
@@ -45,7 +44,7 @@ impl Column {
     fn from_fields(name: &str, fields: &[&str]) -> Column {
         let present = |v: &&str| !v.is_empty();
         let reals = |v: &str| v.split_whitespace().filter_map(|x| x.parse().ok()).collect::<Vec<f64>>();
-        let values = match store::column_kind(name, fields) {
+        let values = match column_kind(name, fields) {
             Kind::Text => Values::Text(fields.iter().map(|v| present(v).then(|| v.to_string())).collect()),
             Kind::Count => Values::Count(fields.iter().map(|v| v.parse().ok()).collect()),
             Kind::Real => Values::Real(fields.iter().map(|v| v.parse().ok()).collect()),
@@ -165,10 +164,9 @@ fn parquet_bytes(columns: &[Column]) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-/// A run's Parquet file: its file's columns, one row per case and mode.
-pub fn run_parquet(run: &RunInfo, rows: &[ResultRow]) -> Result<Vec<u8>> {
-    let header = store::header(rows);
-    let records: Vec<Vec<String>> = rows.iter().flat_map(|r| store::case_records(run, r, &header)).collect();
+/// A table of text fields (a run file's header and records; empty is null) as a Parquet file,
+/// each column typed by its [`Kind`].
+pub fn fields_parquet(header: &[String], records: &[Vec<String>]) -> Result<Vec<u8>> {
     let columns: Vec<Column> = header
         .iter()
         .enumerate()
@@ -216,7 +214,7 @@ pub fn table_parquet(table: &Table) -> Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::schema::{Check, Status, Timing};
+    use crate::schema::{Check, ResultRow, RunInfo, Status, Timing};
     use parquet::file::reader::{FileReader, SerializedFileReader};
     use parquet::record::{Field, Row};
     use std::collections::BTreeMap;
@@ -284,7 +282,7 @@ mod tests {
         row.vjp = Some(Timing { median_s: 5e-3, sample_s: vec![], ..row.primal.clone().unwrap() });
         row.checks = vec![Check { name: "fd-vjp".into(), worst: 1e-9, tolerance: 1e-6, passed: true }];
         row.status = Status::Ok;
-        let rows = read_rows(run_parquet(&run, &[row]).unwrap());
+        let rows = read_rows(crate::store::run_parquet(&run, &[row]).unwrap());
         assert_eq!(rows.len(), 2); // primal and vjp
         assert_eq!(field(&rows[0], "median_s"), &Field::Double(2e-3));
         assert_eq!(field(&rows[1], "median_s"), &Field::Double(5e-3));
@@ -328,7 +326,7 @@ mod tests {
         };
         // 10^6 x 8 + 2 x 1000 x 4 = 8 008 000 bytes in 1 ms: 8.008 GB/s, 40.04% of 20 GB/s.
         (row.primal, row.vjp) = (Some(t(1e-3)), Some(t(3e-3)));
-        let rows = read_rows(run_parquet(&run, std::slice::from_ref(&row)).unwrap());
+        let rows = read_rows(crate::store::run_parquet(&run, std::slice::from_ref(&row)).unwrap());
         assert_eq!(field(&rows[0], "roofline_threads"), &Field::ULong(2));
         assert_eq!(field(&rows[0], "roofline_seq_read_gb_s"), &Field::Double(20.0));
         assert_eq!(doubles(field(&rows[0], "roofline_bins")), vec![1000.0]);
@@ -339,7 +337,7 @@ mod tests {
         assert!((gb_s - 8.008).abs() < 1e-9 && (fraction - 0.4004).abs() < 1e-9, "{gb_s} {fraction}");
         assert_eq!(field(&rows[1], "achieved_gb_s"), &Field::Null, "the vjp line has none");
         run.roofline = None;
-        let rows = read_rows(run_parquet(&run, &[row]).unwrap());
+        let rows = read_rows(crate::store::run_parquet(&run, &[row]).unwrap());
         for column in ["roofline_threads", "roofline_bins", "roofline_random_reads_per_s", "roofline_fraction"] {
             assert_eq!(field(&rows[0], column), &Field::Null, "{column}");
         }

@@ -27,6 +27,7 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+pub use crate::columns::{CHECK_PREFIX, Kind, PARAM_PREFIX, column_kind};
 use crate::roofline::{self, RandomRate, Roofline};
 use crate::schema::{Check, ResultRow, RunInfo, SCHEMA_VERSION, Status, Timing};
 
@@ -167,10 +168,6 @@ const CASE_COLUMNS: &[&str] = &[
 /// The modes a [`ResultRow`] holds, in file order.
 pub const MODES: [&str; 3] = ["primal", "vjp", "jvp"];
 
-/// Prefix of the parameter columns.
-pub const PARAM_PREFIX: &str = "param.";
-/// Prefix of the check columns (`check.<name>.worst|tolerance|passed`).
-pub const CHECK_PREFIX: &str = "check.";
 const CHECK_FIELDS: [&str; 3] = ["worst", "tolerance", "passed"];
 
 /// The columns of schema 2 (one line per case); schema 1 had all but the last.
@@ -413,54 +410,6 @@ fn parse_roofline(get: &dyn Fn(&str) -> String) -> Result<Option<Roofline>, Stri
         .collect();
     let tools = fields[5].split_whitespace().map(String::from).collect();
     Ok(Some(Roofline { threads, seq_read_gb_s, random, tools }))
-}
-
-/// How a column's values are typed outside the CSV (JSON lines, Parquet).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    Text,
-    Count,
-    Real,
-    Flag,
-    /// Space-separated reals in the CSV, a list elsewhere (empty: an empty list).
-    Samples,
-    /// Space-separated reals in the CSV, a list elsewhere (empty: null, nothing measured).
-    Reals,
-}
-
-/// The type of a file column, given its (text) values: fixed by name for the fixed and check
-/// columns; a parameter is a count or a real where every value present parses as one.
-pub fn column_kind(column: &str, values: &[&str]) -> Kind {
-    match column {
-        "schema_version" | "cores" | "threads" | "seed" | "samples" | "batch" | "peak_bytes" | "roofline_threads" => {
-            Kind::Count
-        }
-        "compile_s"
-        | "min_s"
-        | "median_s"
-        | "max_s"
-        | "cv"
-        | "overhead"
-        | "memory_ratio"
-        | "roofline_seq_read_gb_s"
-        | "achieved_gb_s"
-        | "roofline_fraction" => Kind::Real,
-        "sample_s" => Kind::Samples,
-        "roofline_bins" | "roofline_random_reads_per_s" | "roofline_random_updates_per_s" => Kind::Reals,
-        c if c.starts_with(CHECK_PREFIX) && c.ends_with(".passed") => Kind::Flag,
-        c if c.starts_with(CHECK_PREFIX) => Kind::Real,
-        c if c.starts_with(PARAM_PREFIX) => {
-            let present = || values.iter().filter(|v| !v.is_empty());
-            if present().all(|v| v.parse::<u64>().is_ok()) {
-                Kind::Count
-            } else if present().all(|v| v.parse::<f64>().is_ok()) {
-                Kind::Real
-            } else {
-                Kind::Text
-            }
-        }
-        _ => Kind::Text,
-    }
 }
 
 /// A CSV field as a typed JSON value (empty is null).
@@ -1122,6 +1071,13 @@ pub fn write_atomic(path: &Path, contents: impl AsRef<[u8]>) -> Result<(), Store
     commit(&mut RealDisk, &[(path.to_path_buf(), contents.as_ref().to_vec())])
 }
 
+/// A run's Parquet file: its file's columns, one row per case and mode.
+pub fn run_parquet(run: &RunInfo, rows: &[ResultRow]) -> ::parquet::errors::Result<Vec<u8>> {
+    let header = header(rows);
+    let records: Vec<Vec<String>> = rows.iter().flat_map(|r| case_records(run, r, &header)).collect();
+    crate::parquet::fields_parquet(&header, &records)
+}
+
 /// Adds a run to a history directory as `<run_id>.csv`, the run's record, with the same table as
 /// `<run_id>.parquet` beside it for dataframe tools. All or nothing: both are encoded first,
 /// written to temporaries (CSV, then Parquet) and only then renamed into place (CSV first); a
@@ -1146,7 +1102,7 @@ fn append_run_on(disk: &mut dyn Disk, dir: &Path, run: &RunInfo, rows: &[ResultR
             });
         }
     }
-    let bytes = crate::parquet::run_parquet(run, rows).map_err(|e| StoreError::Parse {
+    let bytes = run_parquet(run, rows).map_err(|e| StoreError::Parse {
         path: parquet.clone(),
         line: 0,
         message: format!("writing Parquet: {e}"),

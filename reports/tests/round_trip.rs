@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use adgauge_reports::parquet::run_parquet;
+use adgauge_reports::store::run_parquet;
 use adgauge_reports::store::{json_lines, parse_csv, parse_partial, rows_from_json_lines, to_csv};
 use adgauge_reports::{Check, RandomRate, ResultRow, Roofline, RunInfo, SCHEMA_VERSION, Status, Timing};
 use parquet::file::reader::{FileReader, SerializedFileReader};

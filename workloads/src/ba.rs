@@ -52,6 +52,7 @@ use std::sync::Arc;
 use serde_json::Value as Json;
 
 use crate::json::{format_array, format_number, parse_number, parse_rows, rows_json};
+use crate::validate::CheckedInput;
 use crate::workload::{
     CheckKind, CheckSettings, Comparison, EvalRequest, FlatFn, FullJacobian, Mode, ModeTraces, ParamKind, ParamSpec,
     Params, Prepared, Problem, Remote, RemoteCall, Validation, WResult, Workload, WorkloadError, rounded,
@@ -1214,6 +1215,16 @@ impl<D: Ops> FlatFn for BaFlat<D> {
         // Smooth near x0: the only branch (the small-angle fallback) is taken at a rotation of
         // exactly zero, and the validation problems have none.
         None
+    }
+}
+
+impl CheckedInput for BaInput {
+    fn float_fields(&self) -> Vec<(&'static str, &[f64])> {
+        vec![("cams", &self.cams), ("x", &self.x), ("w", &self.w), ("feats", &self.feats)]
+    }
+    fn footprint(&self) -> Option<(String, crate::workload::Footprint)> {
+        let fields = format!("sizes n m p = {} {} {}", self.n, self.m, self.p);
+        Some((fields, crate::ba::ba_footprint(self.n, self.m, self.p)))
     }
 }
 

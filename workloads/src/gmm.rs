@@ -47,6 +47,7 @@ use serde_json::Value as Json;
 
 use crate::json::{format_array, format_number, format_rows, objective_json, parse_number, parse_rows, rows_json};
 use crate::objective::{ObjectiveProblem, RemoteModule, ScalarObjective};
+use crate::validate::CheckedInput;
 use crate::workload::{
     EvalOption, EvalRequest, Mode, ParamSpec, Params, Problem, WResult, Workload, WorkloadError, rounded, sizes,
 };
@@ -690,6 +691,16 @@ impl<const GRADBENCH: bool> ScalarObjective for GmmOf<GRADBENCH> {
     }
     fn remote_gradient(output: &Json, g: &GmmInput) -> Result<Vec<f64>> {
         parse_gradbench_gradient(output, g.d, g.k)
+    }
+}
+
+impl CheckedInput for GmmInput {
+    fn float_fields(&self) -> Vec<(&'static str, &[f64])> {
+        vec![("alpha", &self.alphas), ("means", &self.means), ("icf", &self.icf), ("x", &self.x)]
+    }
+    fn footprint(&self) -> Option<(String, crate::workload::Footprint)> {
+        let fields = format!("sizes d k n = {} {} {}", self.d, self.k, self.n);
+        Some((fields, crate::gmm::gmm_footprint(self.d, self.k, self.n)))
     }
 }
 

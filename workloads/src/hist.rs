@@ -293,7 +293,7 @@ impl Workload for HistFamily {
             })
             .collect()
     }
-    /// Measured in f64 (harness/tests/footprints.rs), the widest dtype, per operator: the
+    /// Measured in f64 (harness/tests/it/footprints.rs), the widest dtype, per operator: the
     /// generator's f64 values and i64 indices, the inputs on the device, the adjoints and
     /// tangents, and the private rows of the parallel fold (chunks x k, at most n / 2 entries).
     fn footprint(&self, params: &Params) -> Option<crate::workload::Footprint> {

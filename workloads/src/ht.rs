@@ -45,6 +45,7 @@ use adgauge_datasets::ht::{HandInput, HandModel, N_THETA};
 use serde_json::Value as Json;
 
 use crate::json::{format_array, format_rows, kind, parse_number};
+use crate::validate::CheckedInput;
 use crate::workload::{
     CheckKind, CheckSettings, Comparison, EvalOption, EvalRequest, FlatFn, Footprint, FullJacobian, GradbenchCall,
     Mode, ModeTraces, ParamKind, ParamSpec, Params, Prepared, Problem, Remote, RemoteCall, Validation, Value, WResult,
@@ -886,7 +887,7 @@ pub fn parse_gradbench_input(input: &Json, source: &str) -> WResult<HandInput> {
         _ => floats("us", &[Some(c), Some(2)])?.1,
     };
     let h = HandInput { model, correspondences, points, theta, us };
-    crate::validate::check_ht(&h).map_err(bad)?;
+    check_ht(&h).map_err(bad)?;
     Ok(h)
 }
 
@@ -1293,6 +1294,60 @@ impl<D: Ops> FlatFn for HtFlat<D> {
     fn input_parts(&self) -> Vec<(&'static str, usize)> {
         if self.input.complicated() { vec![("theta", N_THETA), ("us", self.x0.len() - N_THETA)] } else { Vec::new() }
     }
+}
+
+impl CheckedInput for HandInput {
+    fn float_fields(&self) -> Vec<(&'static str, &[f64])> {
+        let m = &self.model;
+        vec![
+            ("theta", &self.theta),
+            ("us", &self.us),
+            ("data.points", &self.points),
+            ("data.model.base_relatives", &m.base_relatives),
+            ("data.model.inverse_base_absolutes", &m.inverse_base_absolutes),
+            ("data.model.base_positions", &m.base_positions),
+            ("data.model.weights", &m.weights),
+        ]
+    }
+    fn sizes(&self) -> Result<(), String> {
+        check_ht(self)
+    }
+    fn footprint(&self) -> Option<(String, crate::workload::Footprint)> {
+        Some((format!("field data.correspondences: c = {}", self.points()), crate::ht::ht_footprint(self.points())))
+    }
+}
+
+/// HT's rule (GradBench's field names): the model's sizes ([`HandInput::model`]'s
+/// `check_sizes`), 26 pose parameters, 3 coordinates per point, us empty (simple) or 2 per
+/// point, correspondences within the vertices (simple) or triangles (complicated), and every
+/// number finite.
+pub fn check_ht(h: &HandInput) -> Result<(), String> {
+    h.model.check_sizes().map_err(|e| e.replacen("field model.", "field data.model.", 1))?;
+    let c = h.points();
+    if h.theta.len() != N_THETA {
+        return Err(format!("field theta: {} numbers, expected {N_THETA}", h.theta.len()));
+    }
+    if h.points.len() != 3 * c {
+        return Err(format!(
+            "field data.points: {} numbers, expected 3 per correspondence = {}",
+            h.points.len(),
+            3 * c
+        ));
+    }
+    if !h.us.is_empty() && h.us.len() != 2 * c {
+        return Err(format!("field us: {} numbers, expected none (simple) or 2 per point = {}", h.us.len(), 2 * c));
+    }
+    let (limit, what) =
+        if h.complicated() { (h.model.triangles.len(), "triangles") } else { (h.model.vertices(), "vertices") };
+    if let Some(i) = h.correspondences.iter().position(|&k| k >= limit) {
+        return Err(format!("field data.correspondences[{i}]: {}, but there are {limit} {what}", h.correspondences[i]));
+    }
+    for (field, xs) in h.float_fields() {
+        if let Some(i) = xs.iter().position(|x| !x.is_finite()) {
+            return Err(format!("field {field}[{i}]: must be finite, got {}", xs[i]));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

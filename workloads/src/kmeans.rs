@@ -25,6 +25,7 @@ use std::sync::Arc;
 
 use crate::json::{format_number, format_rows, parse_rows, rows_json};
 use crate::objective::GivenGradient;
+use crate::validate::CheckedInput;
 use crate::workload::{
     CheckKind, CheckSettings, Comparison, EvalRequest, FlatFn, Mode, ModeTraces, ParamSpec, Params, Prepared, Problem,
     Remote, RemoteCall, Validation, WResult, Workload, WorkloadError, rounded, sizes,
@@ -221,7 +222,7 @@ impl Workload for Kmeans {
         let (n, d, points) = parse_rows(input, "points", &source, None)?;
         let (k, _, centres) = parse_rows(input, "centroids", &source, Some(d))?;
         let data = KmeansData { n, k, d, points, centres };
-        crate::validate::validate(&crate::validate::GradbenchKmeans(&data), &source, dtype)?;
+        crate::validate::validate(&GradbenchKmeans(&data), &source, dtype)?;
         let bad = WorkloadError::from_input;
         with_device!(device, |dev| {
             let x = upload(dev, &data, dtype).map_err(bad)?;
@@ -569,6 +570,21 @@ impl<D: Device> FlatFn for KmeansFlat<D> {
             }
         }
         None
+    }
+}
+
+impl CheckedInput for KmeansData {
+    fn float_fields(&self) -> Vec<(&'static str, &[f64])> {
+        vec![("points", &self.points), ("centres", &self.centres)]
+    }
+}
+
+/// k-means data as GradBench's module names its fields (`centroids`).
+pub struct GradbenchKmeans<'a>(pub &'a KmeansData);
+
+impl CheckedInput for GradbenchKmeans<'_> {
+    fn float_fields(&self) -> Vec<(&'static str, &[f64])> {
+        vec![("points", &self.0.points), ("centroids", &self.0.centres)]
     }
 }
 

@@ -23,6 +23,7 @@ use serde_json::Value as Json;
 
 use crate::json::{format_array, format_number, kind, objective_json, parse_number};
 use crate::objective::{ObjectiveProblem, RemoteModule, ScalarObjective};
+use crate::validate::CheckedInput;
 use crate::workload::{
     EvalRequest, Mode, ParamSpec, Params, Problem, WResult, Workload, WorkloadError, rounded, sizes,
 };
@@ -333,6 +334,15 @@ impl ScalarObjective for LlsqObjective {
             gradient: "gradient",
             input: serde_json::json!({"x": input.x, "n": input.n}),
         })
+    }
+}
+
+impl CheckedInput for LlsqInput {
+    fn float_fields(&self) -> Vec<(&'static str, &[f64])> {
+        vec![("x", &self.x)]
+    }
+    fn footprint(&self) -> Option<(String, crate::workload::Footprint)> {
+        Some((format!("field n = {}", self.n), crate::llsq::llsq_footprint(self.n, self.x.len())))
     }
 }
 

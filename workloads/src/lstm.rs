@@ -50,6 +50,7 @@ use serde_json::Value as Json;
 
 use crate::json::{format_array, format_number, objective_json, parse_rows, rows_json};
 use crate::objective::{ObjectiveProblem, RemoteModule, ScalarObjective};
+use crate::validate::CheckedInput;
 use crate::workload::{
     EvalRequest, Mode, ParamKind, ParamSpec, Params, Problem, WResult, Workload, WorkloadError, rounded, sizes,
 };
@@ -517,6 +518,26 @@ impl ScalarObjective for LstmObjective {
     }
     fn remote(s: &LstmInput) -> Option<RemoteModule> {
         Some(RemoteModule { primal: "objective", gradient: "jacobian", input: gradbench_input(s) })
+    }
+}
+
+impl CheckedInput for LstmInput {
+    fn float_fields(&self) -> Vec<(&'static str, &[f64])> {
+        vec![
+            ("main_params", &self.main_params),
+            ("extra_params", &self.extra_params),
+            ("state", &self.state),
+            ("sequence", &self.sequence),
+        ]
+    }
+    fn sizes(&self) -> Result<(), String> {
+        if self.c < 2 {
+            return Err(format!(
+                "field sequence: {} character(s); at least 2 (the loss predicts each character from the one before)",
+                self.c
+            ));
+        }
+        Ok(())
     }
 }
 

@@ -7,14 +7,8 @@
 //! character has no prediction), and a footprint beyond `--max-memory`.
 
 use adgauge_backends::DType;
-use adgauge_datasets::ba::BaInput;
-use adgauge_datasets::gmm::GmmInput;
-use adgauge_datasets::ht::{HandInput, N_THETA};
-use adgauge_datasets::kmeans::KmeansData;
-use adgauge_datasets::lstm::LstmInput;
 
 use crate::json::check_representable;
-use crate::llsq::LlsqInput;
 use crate::workload::{Footprint, WResult, WorkloadError};
 
 /// What [`validate`] needs to know about an input type.
@@ -45,127 +39,14 @@ pub fn validate(input: &dyn CheckedInput, source: &str, dtype: DType) -> WResult
     Ok(())
 }
 
-impl CheckedInput for LlsqInput {
-    fn float_fields(&self) -> Vec<(&'static str, &[f64])> {
-        vec![("x", &self.x)]
-    }
-    fn footprint(&self) -> Option<(String, Footprint)> {
-        Some((format!("field n = {}", self.n), crate::llsq::llsq_footprint(self.n, self.x.len())))
-    }
-}
-
-impl CheckedInput for KmeansData {
-    fn float_fields(&self) -> Vec<(&'static str, &[f64])> {
-        vec![("points", &self.points), ("centres", &self.centres)]
-    }
-}
-
-/// k-means data as GradBench's module names its fields (`centroids`).
-pub struct GradbenchKmeans<'a>(pub &'a KmeansData);
-
-impl CheckedInput for GradbenchKmeans<'_> {
-    fn float_fields(&self) -> Vec<(&'static str, &[f64])> {
-        vec![("points", &self.0.points), ("centroids", &self.0.centres)]
-    }
-}
-
-impl CheckedInput for GmmInput {
-    fn float_fields(&self) -> Vec<(&'static str, &[f64])> {
-        vec![("alpha", &self.alphas), ("means", &self.means), ("icf", &self.icf), ("x", &self.x)]
-    }
-    fn footprint(&self) -> Option<(String, Footprint)> {
-        let fields = format!("sizes d k n = {} {} {}", self.d, self.k, self.n);
-        Some((fields, crate::gmm::gmm_footprint(self.d, self.k, self.n)))
-    }
-}
-
-impl CheckedInput for LstmInput {
-    fn float_fields(&self) -> Vec<(&'static str, &[f64])> {
-        vec![
-            ("main_params", &self.main_params),
-            ("extra_params", &self.extra_params),
-            ("state", &self.state),
-            ("sequence", &self.sequence),
-        ]
-    }
-    fn sizes(&self) -> Result<(), String> {
-        if self.c < 2 {
-            return Err(format!(
-                "field sequence: {} character(s); at least 2 (the loss predicts each character from the one before)",
-                self.c
-            ));
-        }
-        Ok(())
-    }
-}
-
-impl CheckedInput for BaInput {
-    fn float_fields(&self) -> Vec<(&'static str, &[f64])> {
-        vec![("cams", &self.cams), ("x", &self.x), ("w", &self.w), ("feats", &self.feats)]
-    }
-    fn footprint(&self) -> Option<(String, Footprint)> {
-        let fields = format!("sizes n m p = {} {} {}", self.n, self.m, self.p);
-        Some((fields, crate::ba::ba_footprint(self.n, self.m, self.p)))
-    }
-}
-
-impl CheckedInput for HandInput {
-    fn float_fields(&self) -> Vec<(&'static str, &[f64])> {
-        let m = &self.model;
-        vec![
-            ("theta", &self.theta),
-            ("us", &self.us),
-            ("data.points", &self.points),
-            ("data.model.base_relatives", &m.base_relatives),
-            ("data.model.inverse_base_absolutes", &m.inverse_base_absolutes),
-            ("data.model.base_positions", &m.base_positions),
-            ("data.model.weights", &m.weights),
-        ]
-    }
-    fn sizes(&self) -> Result<(), String> {
-        check_ht(self)
-    }
-    fn footprint(&self) -> Option<(String, Footprint)> {
-        Some((format!("field data.correspondences: c = {}", self.points()), crate::ht::ht_footprint(self.points())))
-    }
-}
-
-/// HT's rule (GradBench's field names): the model's sizes ([`HandInput::model`]'s
-/// `check_sizes`), 26 pose parameters, 3 coordinates per point, us empty (simple) or 2 per
-/// point, correspondences within the vertices (simple) or triangles (complicated), and every
-/// number finite.
-pub fn check_ht(h: &HandInput) -> Result<(), String> {
-    h.model.check_sizes().map_err(|e| e.replacen("field model.", "field data.model.", 1))?;
-    let c = h.points();
-    if h.theta.len() != N_THETA {
-        return Err(format!("field theta: {} numbers, expected {N_THETA}", h.theta.len()));
-    }
-    if h.points.len() != 3 * c {
-        return Err(format!(
-            "field data.points: {} numbers, expected 3 per correspondence = {}",
-            h.points.len(),
-            3 * c
-        ));
-    }
-    if !h.us.is_empty() && h.us.len() != 2 * c {
-        return Err(format!("field us: {} numbers, expected none (simple) or 2 per point = {}", h.us.len(), 2 * c));
-    }
-    let (limit, what) =
-        if h.complicated() { (h.model.triangles.len(), "triangles") } else { (h.model.vertices(), "vertices") };
-    if let Some(i) = h.correspondences.iter().position(|&k| k >= limit) {
-        return Err(format!("field data.correspondences[{i}]: {}, but there are {limit} {what}", h.correspondences[i]));
-    }
-    for (field, xs) in h.float_fields() {
-        if let Some(i) = xs.iter().position(|x| !x.is_finite()) {
-            return Err(format!("field {field}[{i}]: must be finite, got {}", xs[i]));
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
+    use adgauge_datasets::kmeans::KmeansData;
+    use adgauge_datasets::lstm::LstmInput;
+
     use super::*;
+    use crate::kmeans::GradbenchKmeans;
+    use crate::llsq::LlsqInput;
 
     #[test]
     fn every_rule_names_its_field() {

@@ -1,0 +1,386 @@
+//! Elementwise, reduction and indexing kernels of the CPU device, generic over the element type.
+//!
+//! Work is split into fixed-size blocks (independent of the thread count, so results never
+//! depend on it) and run on rayon below `PAR_MIN` elements sequentially.
+
+use rayon::prelude::*;
+
+use crate::{BinaryOp, Elem, HistOp, Operand, UnaryOp, general};
+
+/// Below this many elements a kernel runs sequentially: spawning costs more than it saves.
+/// Measured here (2 cores): at 2^15, BA ba2's ops (36455 observations, just above it) ran in
+/// parallel and took 2.3x as long as sequentially (primal 6.6 -> 2.9 ms at 2^16), and 2^14 made
+/// ba1 (31843) 2x slower; GMM, LSTM and k-means did not move.
+pub const PAR_MIN: usize = 1 << 16;
+/// Below this much work a loop whose steps are cheaper than an elementwise op's element (a
+/// multiply-add of a register-tiled matrix product, an instruction of a fused staged loop) runs
+/// on the calling thread. At `PAR_MIN` such loops took ~50 us and were handed to the pool: GMM
+/// d10's objective (a 1000 x 10 x 50 product) took 0.155 or 0.22 ms from run to run, by whether
+/// the pool's workers were awake, and its tangent loops (a few instructions over 50k elements)
+/// ran 1.8x slower staged.
+pub const PAR_MIN_WORK: usize = 8 * PAR_MIN;
+/// Block length of parallel elementwise loops.
+pub const BLOCK: usize = 1 << 14;
+
+/// `out[i] = f(i)` for every i, in parallel blocks.
+#[inline]
+pub fn fill_with<T: Send, F: Fn(usize) -> T + Sync>(out: &mut [T], f: F) {
+    if out.len() < PAR_MIN {
+        fill_block(out, 0, &f);
+    } else {
+        out.par_chunks_mut(BLOCK).enumerate().for_each(|(c, block)| fill_block(block, c * BLOCK, &f));
+    }
+}
+
+/// `block[j] = f(base + j)`. Never inlined, for its signature: `block` is a `&mut` parameter,
+/// so the compiler knows its stores alias nothing that `f` reads, and keeps `f`'s slices in
+/// registers (inlined into the chunk closure, the loop reloaded them after every store: `*`'s
+/// adjoint gather ran at about half speed).
+#[inline(never)]
+fn fill_block<T, F: Fn(usize) -> T>(block: &mut [T], base: usize, f: &F) {
+    for (j, o) in block.iter_mut().enumerate() {
+        *o = f(base + j);
+    }
+}
+
+/// `out[i] = f(i, out[i])`, in the blocks of [`fill_with`].
+pub fn update_with<T: Copy + Send, F: Fn(usize, T) -> T + Sync>(out: &mut [T], f: F) {
+    if out.len() < PAR_MIN {
+        update_block(out, 0, &f);
+    } else {
+        out.par_chunks_mut(BLOCK).enumerate().for_each(|(c, block)| update_block(block, c * BLOCK, &f));
+    }
+}
+
+/// `block[j] = f(base + j, block[j])`; never inlined, as [`fill_block`].
+#[inline(never)]
+fn update_block<T: Copy, F: Fn(usize, T) -> T>(block: &mut [T], base: usize, f: &F) {
+    for (j, o) in block.iter_mut().enumerate() {
+        *o = f(base + j, *o);
+    }
+}
+
+/// `acc[i] = acc[i] + c[i]` over equal lengths, in the blocks of [`fill_with`].
+pub fn add_into<T: Elem + Send + Sync>(acc: &mut [T], c: &[T]) {
+    debug_assert_eq!(acc.len(), c.len());
+    let add = |a: &mut [T], c: &[T]| a.iter_mut().zip(c).for_each(|(a, &c)| *a = *a + c);
+    if acc.len() < PAR_MIN {
+        add(acc, c);
+    } else {
+        acc.par_chunks_mut(BLOCK).zip(c.par_chunks(BLOCK)).for_each(|(a, c)| add(a, c));
+    }
+}
+
+/// Expands to a `match` on a [`UnaryOp`] with one arm per operator, each running `$body` with
+/// `$op` bound to that operator as a constant: a loop in an arm inlines one function (and
+/// vectorises where that function can) instead of matching on the operator per element.
+macro_rules! per_unary_op {
+    ($u:expr, |$op:ident| $body:expr) => {
+        match $u {
+            UnaryOp::Neg => {
+                let $op = UnaryOp::Neg;
+                $body
+            }
+            UnaryOp::Exp => {
+                let $op = UnaryOp::Exp;
+                $body
+            }
+            UnaryOp::Log => {
+                let $op = UnaryOp::Log;
+                $body
+            }
+            UnaryOp::Log1p => {
+                let $op = UnaryOp::Log1p;
+                $body
+            }
+            UnaryOp::Sin => {
+                let $op = UnaryOp::Sin;
+                $body
+            }
+            UnaryOp::Cos => {
+                let $op = UnaryOp::Cos;
+                $body
+            }
+            UnaryOp::Sqrt => {
+                let $op = UnaryOp::Sqrt;
+                $body
+            }
+            UnaryOp::Tanh => {
+                let $op = UnaryOp::Tanh;
+                $body
+            }
+            UnaryOp::Sigmoid => {
+                let $op = UnaryOp::Sigmoid;
+                $body
+            }
+            UnaryOp::Abs => {
+                let $op = UnaryOp::Abs;
+                $body
+            }
+            UnaryOp::Sign => {
+                let $op = UnaryOp::Sign;
+                $body
+            }
+            UnaryOp::Recip => {
+                let $op = UnaryOp::Recip;
+                $body
+            }
+            UnaryOp::Square => {
+                let $op = UnaryOp::Square;
+                $body
+            }
+        }
+    };
+}
+
+/// `out[i] = unary(op, x[i])`, one loop per operator ([`per_unary_op`]).
+pub fn unary_map<T: Elem>(op: UnaryOp, xs: &[T], out: &mut [T]) {
+    per_unary_op!(op, |u| out.iter_mut().zip(xs).for_each(|(o, &x)| *o = unary(u, x)))
+}
+
+/// `out[i] = unary_adjoint(op, x[i], y[i], g[i])`, one loop per operator ([`per_unary_op`]).
+pub fn unary_adjoint_map<T: Elem>(op: UnaryOp, xs: &[T], ys: &[T], gs: &[T], out: &mut [T]) {
+    per_unary_op!(op, |u| out
+        .iter_mut()
+        .zip(xs.iter().zip(ys).zip(gs))
+        .for_each(|(o, ((&x, &y), &g))| *o = unary_adjoint(u, x, y, g)))
+}
+
+/// Sets every element to `value`, in parallel blocks.
+pub fn par_fill<T: Copy + Send + Sync>(out: &mut [T], value: T) {
+    if out.len() < PAR_MIN {
+        out.fill(value);
+    } else {
+        out.par_chunks_mut(BLOCK).for_each(|b| b.fill(value));
+    }
+}
+
+/// Copies `src` into `out`, in parallel blocks.
+pub fn par_copy<T: Copy + Send + Sync>(out: &mut [T], src: &[T]) {
+    if out.len() < PAR_MIN {
+        out.copy_from_slice(src);
+    } else {
+        out.par_chunks_mut(BLOCK).zip(src.par_chunks(BLOCK)).for_each(|(o, s)| o.copy_from_slice(s));
+    }
+}
+
+/// A raw pointer that parallel tasks share to write disjoint elements of one buffer (scatters
+/// by a permutation, whose targets never collide).
+#[derive(Clone, Copy)]
+pub struct SyncPtr<T>(*mut T);
+
+// SAFETY: the pointer is only used for writes to disjoint elements (see `write`).
+unsafe impl<T: Send> Send for SyncPtr<T> {}
+unsafe impl<T: Send> Sync for SyncPtr<T> {}
+
+impl<T> SyncPtr<T> {
+    pub fn new(s: &mut [T]) -> SyncPtr<T> {
+        SyncPtr(s.as_mut_ptr())
+    }
+
+    /// The elements `[start, start + len)`, to read.
+    ///
+    /// # Safety
+    /// They must be in bounds of the slice the pointer came from, that slice must outlive the
+    /// borrow, and no task may write them meanwhile.
+    #[inline(always)]
+    pub unsafe fn slice<'a>(self, start: usize, len: usize) -> &'a [T] {
+        // SAFETY: guaranteed by the caller.
+        unsafe { std::slice::from_raw_parts(self.0.add(start), len) }
+    }
+
+    /// The elements `[start, start + len)`, to write.
+    ///
+    /// # Safety
+    /// As [`SyncPtr::slice`], and no other borrow of them may exist meanwhile.
+    #[inline(always)]
+    pub unsafe fn slice_mut<'a>(self, start: usize, len: usize) -> &'a mut [T] {
+        // SAFETY: guaranteed by the caller.
+        unsafe { std::slice::from_raw_parts_mut(self.0.add(start), len) }
+    }
+
+    /// Writes `x` at `i`.
+    ///
+    /// # Safety
+    /// `i` must be in bounds of the slice the pointer came from, that slice must outlive every
+    /// use, and no other task may access element `i` concurrently.
+    #[inline(always)]
+    pub unsafe fn write(self, i: usize, x: T) {
+        // SAFETY: guaranteed by the caller.
+        unsafe { *self.0.add(i) = x }
+    }
+}
+
+#[inline]
+/// `g * op'(x)` for y = op(x), with the operations in the order of
+/// [`crate::composed::elementwise::unary_vjp_composed`] so that both round alike. `sign` has no
+/// adjoint (the caller returns None).
+pub fn unary_adjoint<T: Elem>(op: UnaryOp, x: T, y: T, g: T) -> T {
+    let one = T::one();
+    match op {
+        UnaryOp::Neg => -g,
+        UnaryOp::Exp => g * y,
+        UnaryOp::Log => g / x,
+        UnaryOp::Log1p => g / (x + one),
+        UnaryOp::Sin => g * x.cos(),
+        UnaryOp::Cos => -(g * x.sin()),
+        UnaryOp::Sqrt => (g * T::of_f64(0.5)) / y,
+        UnaryOp::Tanh => g * (one - y * y),
+        UnaryOp::Sigmoid => g * (y * (one - y)),
+        UnaryOp::Abs => g * unary(UnaryOp::Sign, x),
+        UnaryOp::Sign => T::zero(),
+        UnaryOp::Recip => -(g * (y * y)),
+        UnaryOp::Square => (g * T::of_f64(2.0)) * x,
+    }
+}
+
+pub fn unary<T: Elem>(op: UnaryOp, x: T) -> T {
+    let one = T::one();
+    match op {
+        UnaryOp::Neg => -x,
+        // exp, ln, tanh and sigmoid are vmath's branch-free versions (their loops vectorise).
+        UnaryOp::Exp => super::vmath::exp(x),
+        UnaryOp::Log => super::vmath::ln(x),
+        UnaryOp::Log1p => x.ln_1p(),
+        UnaryOp::Sin => x.sin(),
+        UnaryOp::Cos => x.cos(),
+        UnaryOp::Sqrt => x.sqrt(),
+        UnaryOp::Tanh => super::vmath::tanh(x),
+        UnaryOp::Sigmoid => super::vmath::sigmoid(x),
+        UnaryOp::Abs => x.abs(),
+        UnaryOp::Sign => {
+            if x > T::zero() {
+                one
+            } else if x < T::zero() {
+                -one
+            } else {
+                T::zero()
+            }
+        }
+        UnaryOp::Recip => one / x,
+        UnaryOp::Square => x * x,
+    }
+}
+
+#[inline]
+fn truth<T: Elem>(b: bool) -> T {
+    if b { T::one() } else { T::zero() }
+}
+
+#[inline]
+pub fn binary<T: Elem>(op: BinaryOp, a: T, b: T) -> T {
+    match op {
+        BinaryOp::Add => a + b,
+        BinaryOp::Sub => a - b,
+        BinaryOp::Mul => a * b,
+        BinaryOp::Div => a / b,
+        BinaryOp::Pow => a.powf(b),
+        // The left operand wins ties, matching the asymmetric partials of min and max.
+        BinaryOp::Min => {
+            if b < a {
+                b
+            } else {
+                a
+            }
+        }
+        BinaryOp::Max => {
+            if b > a {
+                b
+            } else {
+                a
+            }
+        }
+        BinaryOp::Lt => truth(a < b),
+        BinaryOp::Le => truth(a <= b),
+        BinaryOp::Gt => truth(a > b),
+        BinaryOp::Ge => truth(a >= b),
+        BinaryOp::Eq => truth(a == b),
+    }
+}
+
+/// The histogram operator on elements.
+#[inline]
+pub fn combine<T: Elem>(op: HistOp, a: T, b: T) -> T {
+    match op {
+        HistOp::Add => a + b,
+        HistOp::Mul => crate::general::mul_absorbing(a, b),
+        HistOp::Min => crate::general::min_combine(a, b),
+        HistOp::Max => crate::general::max_combine(a, b),
+        HistOp::General(g) => (g.fns::<T>().combine)(a, b),
+    }
+}
+
+/// `out[i] = combine(op, a[i], b[i])`, the operator chosen once: matched per element, it stayed
+/// a jump table inside the loop.
+pub fn combine_into<T: Elem>(op: HistOp, a: &[T], b: &[T], out: &mut [T]) {
+    match op {
+        HistOp::Add => fill_with(out, |i| a[i] + b[i]),
+        HistOp::Mul => fill_with(out, |i| general::mul_absorbing(a[i], b[i])),
+        HistOp::Min => fill_with(out, |i| general::min_combine(a[i], b[i])),
+        HistOp::Max => fill_with(out, |i| general::max_combine(a[i], b[i])),
+        HistOp::General(g) => {
+            let f = g.fns::<T>().combine;
+            fill_with(out, |i| f(a[i], b[i]))
+        }
+    }
+}
+
+/// The partial of `a op b` with respect to one operand (asymmetric for min/max: the left
+/// operand wins ties).
+#[inline]
+pub fn partial<T: Elem>(op: HistOp, side: Operand, a: T, b: T) -> T {
+    match (op, side) {
+        (HistOp::Add, _) => T::one(),
+        (HistOp::Mul, Operand::Left) => general::mul_d1(a, b),
+        (HistOp::Mul, Operand::Right) => general::mul_d2(a, b),
+        (HistOp::Min, Operand::Left) => general::min_d1(a, b),
+        (HistOp::Min, Operand::Right) => general::min_d2(a, b),
+        (HistOp::Max, Operand::Left) => general::max_d1(a, b),
+        (HistOp::Max, Operand::Right) => general::max_d2(a, b),
+        (HistOp::General(g), Operand::Left) => (g.fns::<T>().d1)(a, b),
+        (HistOp::General(g), Operand::Right) => (g.fns::<T>().d2)(a, b),
+    }
+}
+
+/// Reduces a slice with `op` over fixed blocks (deterministic for any thread count).
+pub fn reduce<T: Elem>(op: HistOp, x: &[T]) -> T {
+    let neutral = T::of_f64(op.neutral());
+    let fold = |s: &[T]| s.iter().fold(neutral, |acc, &v| combine(op, acc, v));
+    if x.len() < PAR_MIN {
+        return fold(x);
+    }
+    let partials: Vec<T> = x.par_chunks(BLOCK).map(fold).collect();
+    partials.iter().fold(neutral, |acc, &v| combine(op, acc, v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sigmoid_does_not_overflow_at_either_end() {
+        assert_eq!(unary(UnaryOp::Sigmoid, -1000.0f32), 0.0);
+        assert_eq!(unary(UnaryOp::Sigmoid, 1000.0f32), 1.0);
+        assert!((unary(UnaryOp::Sigmoid, 0.0f64) - 0.5).abs() < 1e-15);
+    }
+
+    #[test]
+    fn min_and_max_keep_the_left_operand_on_ties() {
+        let l = binary(BinaryOp::Min, 0.0f64, -0.0);
+        assert!(l.is_sign_positive());
+        let r = binary(BinaryOp::Max, -0.0f64, 0.0);
+        assert!(r.is_sign_negative());
+    }
+
+    #[test]
+    fn blocked_reduction_is_independent_of_the_thread_count() {
+        let x: Vec<f32> = (0..200_000).map(|i| ((i * 7919) % 1000) as f32 * 1e-3).collect();
+        let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+        let three = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
+        let a = one.install(|| reduce(HistOp::Add, &x));
+        let b = three.install(|| reduce(HistOp::Add, &x));
+        assert_eq!(a.to_bits(), b.to_bits());
+        let exact: f64 = x.iter().map(|&v| v as f64).sum();
+        assert!((a as f64 - exact).abs() / exact < 1e-5);
+    }
+}

@@ -1,0 +1,57 @@
+//! Wider vectors for the hottest dense loops, chosen at run time. The crate is compiled for
+//! baseline x86-64 (SSE2: two f64 per vector) so that one binary runs on any x86-64 machine,
+//! including the machines the release binaries are carried to. A kernel is written once as an
+//! `#[inline(always)]` function; [`wider!`] compiles a copy of it with AVX2 and FMA enabled
+//! (four f64 per vector) and [`dispatch!`] calls that copy when the running CPU has both. Only
+//! the vector width changes: Rust never contracts `a * b + c` into a fused multiply-add, an
+//! explicit `mul_add` is correctly rounded in both copies (an instruction in the wide one, libm's
+//! `fma` in the baseline one), and the kernels fix their order of additions, so both copies give
+//! bit-identical results.
+
+/// Whether the running CPU has AVX2 and FMA (std caches the answers).
+#[inline]
+pub fn avx2_fma() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// `wider!(kernel, kernel_avx2, <T: Bound>(arg: Type, ..))` defines `kernel_avx2`: `kernel`
+/// inlined into a function compiled with AVX2 and FMA (x86-64 only).
+macro_rules! wider {
+    ($base:ident, $wide:ident, <$t:ident: $bound:path>($($arg:ident: $ty:ty),* $(,)?)) => {
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx2,fma")]
+        #[allow(clippy::too_many_arguments)]
+        fn $wide<$t: $bound>($($arg: $ty),*) {
+            $base($($arg),*)
+        }
+    };
+}
+
+/// `dispatch!(kernel | kernel_avx2 (args..))`: the AVX2 copy when the CPU has AVX2 and FMA,
+/// else the baseline one.
+macro_rules! dispatch {
+    ($base:ident | $wide:ident ($($arg:expr),* $(,)?)) => {{
+        #[cfg(target_arch = "x86_64")]
+        {
+            if $crate::simd::avx2_fma() {
+                // SAFETY: the running CPU has AVX2 and FMA, the features `$wide` is compiled with.
+                unsafe { $wide($($arg),*) }
+            } else {
+                $base($($arg),*)
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            $base($($arg),*)
+        }
+    }};
+}
+
+pub(crate) use {dispatch, wider};

@@ -1,0 +1,393 @@
+//! Branch-free `exp`, `ln`, `tanh` and `sigmoid` for the CPU's kernels. libm's versions are scalar
+//! calls with branches, so a loop over them runs one element at a time: the LSTM's cells spent
+//! two thirds of their time in glibc's `expm1` and `exp`. These are written so that a loop over
+//! them vectorises (selects instead of branches, the integer part of the exponent taken from
+//! the bits of a shifted float rather than a float-to-int conversion), and [`map_unary`] runs
+//! them over a slice, with an AVX2 copy chosen at run time (`simd.rs`).
+//!
+//! Accuracy: Cody-Waite reduction `x = n ln2 + r`, `|r| <= ln2 / 2`, then Taylor to degree 13
+//! for `expm1(r)` (truncation below 1e-17 relative), scaled by `2^n` as two exact halves so
+//! that subnormal results round once: exp within 1 ulp of libm's over its whole range, tanh
+//! within 3 and sigmoid within 2 (the tests below). `ln` is fdlibm's algorithm (the mantissa
+//! brought into [sqrt 2 / 2, sqrt 2), `ln(1 + f)` from `s = f / (2 + f)` and a degree-14 even
+//! polynomial in s, error below 1 ulp) with its branches turned into selects: within 1 ulp of
+//! libm's over the whole range, subnormal arguments included. f32 computes in f64 and rounds. Every CPU path
+//! (eager, staged, fused kernels) calls these same functions, so their results stay
+//! bit-identical to one another; they differ from libm's in the last bit at times.
+
+use super::simd;
+use crate::{DType, Elem, UnaryOp};
+
+const LOG2E: f64 = std::f64::consts::LOG2_E;
+// fdlibm's split of ln 2 (by bits: 6.93147180369123816490e-01 and 1.90821492927058770002e-10):
+// LN2_HI has 32 significant bits, so n * LN2_HI is exact for the |n| <= 1100 used here.
+const LN2_HI: f64 = f64::from_bits(0x3fe6_2e42_fee0_0000);
+const LN2_LO: f64 = f64::from_bits(0x3dea_39ef_3579_3c76);
+/// 1.5 * 2^52: adding it rounds to an integer, which then sits in the low mantissa bits.
+const SHIFTER: f64 = 6_755_399_441_055_744.0;
+
+/// 1/k! for k = 2..=13.
+const INV_FACT: [f64; 12] = [
+    1.0 / 2.0,
+    1.0 / 6.0,
+    1.0 / 24.0,
+    1.0 / 120.0,
+    1.0 / 720.0,
+    1.0 / 5040.0,
+    1.0 / 40320.0,
+    1.0 / 362_880.0,
+    1.0 / 3_628_800.0,
+    1.0 / 39_916_800.0,
+    1.0 / 479_001_600.0,
+    1.0 / 6_227_020_800.0,
+];
+
+/// `2^k` for the integer-valued `k + SHIFTER` (`k` in [-1022, 1023]).
+#[inline(always)]
+fn pow2_of_shifted(shifted: f64) -> f64 {
+    let k = shifted.to_bits().wrapping_sub(SHIFTER.to_bits());
+    f64::from_bits(k.wrapping_add(1023) << 52)
+}
+
+/// Cody-Waite: `x = n ln2 + r` with `|r| <= ln2 / 2`, as `(n + SHIFTER, n, r)`.
+#[inline(always)]
+fn split_ln2(x: f64) -> (f64, f64, f64) {
+    let shifted = x * LOG2E + SHIFTER;
+    let n = shifted - SHIFTER;
+    (shifted, n, (x - n * LN2_HI) - n * LN2_LO)
+}
+
+/// `1/2! + r/3! + ... + r^7/9!` (the Taylor terms of `expm1(r)` from r^2 to r^9, over r^2) by
+/// Estrin's scheme: the terms in pairs, pairs of pairs, ..., a short dependency chain. The
+/// LSTM's 14-lane cells evaluate five exps per lane in short loops, which wait on that chain
+/// rather than on throughput.
+#[inline(always)]
+fn taylor_to_9(r: f64, r2: f64, r4: f64) -> f64 {
+    let pair = |k: usize| INV_FACT[k] + INV_FACT[k + 1] * r;
+    (pair(0) + pair(2) * r2) + (pair(4) + pair(6) * r2) * r4
+}
+
+/// `(expm1(r), 2^n)` as the two exact halves of the scale, for `x = n ln2 + r`; x must be in
+/// [-746, 710] (callers clamp; NaN passes through as NaN in the first).
+#[inline(always)]
+fn reduce(x: f64) -> (f64, f64, f64) {
+    let (_, n, r) = split_ln2(x);
+    // Taylor to degree 13: the terms past r^9 in one more pair of pairs (a dependency chain of
+    // 8 operations where Horner's is 22).
+    let (r2, pair) = (r * r, |k: usize| INV_FACT[k] + INV_FACT[k + 1] * r);
+    let r4 = r2 * r2;
+    let high = pair(8) + pair(10) * r2;
+    let p = taylor_to_9(r, r2, r4) + high * (r4 * r4);
+    let em1 = r + r2 * p;
+    // n = n1 + n2 with both halves in the normal range of 2^k.
+    let half = (n * 0.5 + SHIFTER) - SHIFTER;
+    (em1, pow2_of_shifted(half + SHIFTER), pow2_of_shifted((n - half) + SHIFTER))
+}
+
+/// e^x in f64 (module docs: accuracy and special values: exp(NaN) = NaN, exp(-inf) = 0,
+/// exp(+inf) = +inf, overflow to +inf above 709.78, gradual underflow below -708.4).
+#[inline(always)]
+pub fn exp_f64(x: f64) -> f64 {
+    let x = if x > 710.0 { 710.0 } else { x };
+    let x = if x < -746.0 { -746.0 } else { x };
+    let (em1, s1, s2) = reduce(x);
+    ((1.0 + em1) * s1) * s2
+}
+
+/// e^x for an f32 argument, in f64, for rounding to f32: the reduction of [`exp_f64`] with
+/// one scale (each 2^n an f32 result needs, n in [-151, 129], is a normal f64) and Taylor to
+/// degree 9 (`taylor_to_9`, the first four pairs of `reduce`'s; truncation below 2^-36 relative, far under half
+/// an f32 ulp, 2^-25). Half the operations of [`exp_f64`]: a logaddexp histogram's f32 exp
+/// passes are bound by them, not by memory.
+#[inline(always)]
+fn exp_single_f64(x: f64) -> f64 {
+    // Beyond these the rounded result is +inf (e^89 > f32::MAX) or 0 (e^-104 is under half
+    // the smallest subnormal); NaN passes the compares and stays NaN.
+    let x = if x > 89.0 { 89.0 } else { x };
+    let x = if x < -104.0 { -104.0 } else { x };
+    let (shifted, _, r) = split_ln2(x);
+    let r2 = r * r;
+    (1.0 + (r + r2 * taylor_to_9(r, r2, r2 * r2))) * pow2_of_shifted(shifted)
+}
+
+/// e^x - 1 for x <= 0 (what tanh needs), accurate near 0.
+#[inline(always)]
+fn expm1_nonpos_f64(x: f64) -> f64 {
+    let x = if x < -746.0 { -746.0 } else { x };
+    let (em1, s1, s2) = reduce(x);
+    let s = s1 * s2;
+    em1 * s + (s - 1.0)
+}
+
+/// tanh(x) = sign(x) (-t / (t + 2)) with t = expm1(-2|x|) (no cancellation at any x).
+#[inline(always)]
+pub fn tanh_f64(x: f64) -> f64 {
+    let t = expm1_nonpos_f64(-2.0 * x.abs());
+    (-t / (t + 2.0)).copysign(x)
+}
+
+/// 1 / (1 + e^-x), as `e / (1 + e)` with `e = e^x` below 0, so that nothing overflows.
+#[inline(always)]
+pub fn sigmoid_f64(x: f64) -> f64 {
+    let e = exp_f64(-x.abs());
+    if x >= 0.0 { 1.0 / (1.0 + e) } else { e / (1.0 + e) }
+}
+
+/// fdlibm's coefficients of `R(z) = Lg1 z + ... + Lg7 z^7`, `ln(1 + f) = f - f^2/2 + s (f^2/2 +
+/// R(s^2))` with `s = f / (2 + f)` (by bits, as fdlibm states them).
+const LG: [f64; 7] = [
+    f64::from_bits(0x3fe5_5555_5555_5593),
+    f64::from_bits(0x3fd9_9999_9997_fa04),
+    f64::from_bits(0x3fd2_4924_9422_9359),
+    f64::from_bits(0x3fcc_71c5_1d8e_78af),
+    f64::from_bits(0x3fc7_4664_96cb_03de),
+    f64::from_bits(0x3fc3_9a09_d078_c69f),
+    f64::from_bits(0x3fc2_f112_df3e_5244),
+];
+/// 2^54: brings a subnormal argument into the normal range.
+const TWO54: f64 = 18_014_398_509_481_984.0;
+
+/// ln(x) in f64 (module docs: accuracy; ln(NaN) = NaN, ln(x < 0) = NaN, ln(+-0) = -inf,
+/// ln(+inf) = +inf).
+#[inline(always)]
+pub fn ln_f64(x: f64) -> f64 {
+    let subnormal = x < f64::MIN_POSITIVE;
+    let scaled = if subnormal { x * TWO54 } else { x };
+    let bits = scaled.to_bits();
+    // x = 2^k m with m in [sqrt 2 / 2, sqrt 2): the high word shifted so that the exponent
+    // field carries k once the mantissa passes sqrt 2 (0x3fe6a09e is sqrt 2 / 2's high word).
+    let high = ((bits >> 32) as u32).wrapping_add(0x3ff0_0000 - 0x3fe6_a09e);
+    let k = (high >> 20) as i32 - 0x3ff - if subnormal { 54 } else { 0 };
+    let high = (high & 0x000f_ffff) + 0x3fe6_a09e;
+    let m = f64::from_bits(((high as u64) << 32) | (bits & 0xffff_ffff));
+    let f = m - 1.0;
+    let hfsq = 0.5 * f * f;
+    let s = f / (2.0 + f);
+    let z = s * s;
+    let w = z * z;
+    let t1 = w * (LG[1] + w * (LG[3] + w * LG[5]));
+    let t2 = z * (LG[0] + w * (LG[2] + w * (LG[4] + w * LG[6])));
+    let dk = k as f64;
+    let r = s * (hfsq + (t2 + t1)) + dk * LN2_LO - hfsq + f + dk * LN2_HI;
+    // The special values, as selects (the reduction above gives finite garbage for them).
+    let r = if x == f64::INFINITY { x } else { r };
+    let r = if x == 0.0 { f64::NEG_INFINITY } else { r };
+    if x < 0.0 || x.is_nan() { f64::NAN } else { r }
+}
+
+/// [`ln_f64`] in `T` (f32 in f64, rounded).
+#[inline(always)]
+pub fn ln<T: Elem>(x: T) -> T {
+    T::of_f64(ln_f64(x.as_f64()))
+}
+
+/// e^x in `T`: [`exp_f64`], or for f32 [`exp_single_f64`], rounded.
+#[inline(always)]
+pub fn exp<T: Elem>(x: T) -> T {
+    T::of_f64(if matches!(T::DTYPE, DType::F32) { exp_single_f64(x.as_f64()) } else { exp_f64(x.as_f64()) })
+}
+
+/// [`tanh_f64`] in `T`.
+#[inline(always)]
+pub fn tanh<T: Elem>(x: T) -> T {
+    T::of_f64(tanh_f64(x.as_f64()))
+}
+
+/// [`sigmoid_f64`] in `T`.
+#[inline(always)]
+pub fn sigmoid<T: Elem>(x: T) -> T {
+    T::of_f64(sigmoid_f64(x.as_f64()))
+}
+
+/// Whether [`map_unary`] has a vector loop for `op`.
+pub fn vectorised(op: UnaryOp) -> bool {
+    matches!(op, UnaryOp::Exp | UnaryOp::Log | UnaryOp::Tanh | UnaryOp::Sigmoid)
+}
+
+#[inline(always)]
+fn map_with<T: Elem>(xs: &[T], out: &mut [T], f: impl Fn(T) -> T) {
+    for (o, &x) in out.iter_mut().zip(xs) {
+        *o = f(x);
+    }
+}
+
+#[inline(always)]
+fn map_unary_base<T: Elem>(op: UnaryOp, xs: &[T], out: &mut [T]) {
+    match op {
+        UnaryOp::Exp => map_with(xs, out, exp),
+        UnaryOp::Log => map_with(xs, out, ln),
+        UnaryOp::Tanh => map_with(xs, out, tanh),
+        _ => map_with(xs, out, sigmoid),
+    }
+}
+
+simd::wider!(map_unary_base, map_unary_avx2, <T: Elem>(op: UnaryOp, xs: &[T], out: &mut [T]));
+
+/// `out[i] = op(xs[i])` for an op with a vector loop ([`vectorised`]; others are an error of
+/// the caller: sigmoid runs instead).
+pub fn map_unary<T: Elem>(op: UnaryOp, xs: &[T], out: &mut [T]) {
+    simd::dispatch!(map_unary_base | map_unary_avx2(op, xs, out))
+}
+
+/// `v[i] = exp(v[i])` in the vector loop.
+pub fn map_exp_in_place<T: Elem>(v: &mut [T]) {
+    simd::dispatch!(exp_in_place_base | exp_in_place_avx2(v))
+}
+
+#[inline(always)]
+fn exp_in_place_base<T: Elem>(v: &mut [T]) {
+    v.iter_mut().for_each(|x| *x = exp(*x));
+}
+
+simd::wider!(exp_in_place_base, exp_in_place_avx2, <T: Elem>(v: &mut [T]));
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_split_of_ln2_is_ln2() {
+        assert_eq!(LN2_HI.to_bits() & 0x1f_ffff, 0, "LN2_HI must leave the low mantissa bits free");
+        assert!((LN2_HI + LN2_LO - std::f64::consts::LN_2).abs() <= f64::EPSILON * 0.5);
+    }
+
+    /// Distance in units in the last place between two finite f64 of one sign.
+    fn ulps(a: f64, b: f64) -> u64 {
+        if a == b {
+            return 0;
+        }
+        (a.to_bits() as i64 - b.to_bits() as i64).unsigned_abs()
+    }
+
+    /// Points spread over [lo, hi]: a fixed irrational stride, so no pattern hides errors.
+    fn points(lo: f64, hi: f64, n: usize) -> impl Iterator<Item = f64> {
+        (0..n).map(move |i| lo + (hi - lo) * ((i as f64 * 0.618_033_988_749_894_9) % 1.0))
+    }
+
+    #[test]
+    fn exp_is_within_one_ulp_of_libm_over_the_whole_range() {
+        let mut worst = 0;
+        for x in points(-708.0, 709.7, 200_000).chain(points(-1.0, 1.0, 50_000)) {
+            worst = worst.max(ulps(exp_f64(x), x.exp()));
+        }
+        assert!(worst <= 1, "worst {worst} ulps");
+        // Subnormal results: within one unit of the smallest subnormal.
+        for x in points(-745.0, -708.5, 10_000) {
+            let (a, b) = (exp_f64(x), x.exp());
+            assert!((a - b).abs() <= f64::from_bits(1), "exp({x}) = {a:e} vs {b:e}");
+        }
+    }
+
+    /// f32 bits of one sign are ordered as the values, subnormals included.
+    fn ulps32(a: f32, b: f32) -> u32 {
+        (a.to_bits() as i32 - b.to_bits() as i32).unsigned_abs()
+    }
+
+    #[test]
+    fn f32_exp_is_within_one_ulp_of_libm_and_mostly_the_double_exp_rounded() {
+        let (mut worst, mut differ, mut total) = (0, 0, 0);
+        // Normal results, then subnormal ones (below e^-87.34), then the edges of overflow.
+        for x in points(-87.0, 88.7, 400_000).chain(points(-1.0, 1.0, 100_000)).chain(points(-103.9, -87.4, 50_000)) {
+            let x = x as f32;
+            let (got, libm) = (exp(x), x.exp());
+            worst = worst.max(ulps32(got, libm));
+            differ += usize::from(got != exp_f64(x as f64) as f32);
+            total += 1;
+        }
+        assert!(worst <= 1, "worst {worst} ulps");
+        // The degree-9 polynomial moves the rounding of few values (5 of these 550 000; at
+        // degree 7, 3391).
+        assert!(differ * 10_000 <= total, "{differ} of {total} differ from exp_f64 rounded");
+        assert_eq!((exp(88.72f32).is_finite(), exp(88.73f32)), (true, f32::INFINITY));
+        assert_eq!((exp(200.0f32), exp(f32::INFINITY)), (f32::INFINITY, f32::INFINITY));
+        assert_eq!((exp(-103.0f32) > 0.0, exp(-104.0f32), exp(f32::NEG_INFINITY)), (true, 0.0, 0.0));
+        assert_eq!(exp(-103.0f32).to_bits(), ((-103.0f64).exp() as f32).to_bits());
+        assert!(exp(f32::NAN).is_nan());
+        assert_eq!((exp(0.0f32), exp(-0.0f32)), (1.0, 1.0));
+    }
+
+    #[test]
+    fn exp_special_values() {
+        assert!(exp_f64(f64::NAN).is_nan());
+        assert_eq!(exp_f64(f64::INFINITY), f64::INFINITY);
+        assert_eq!(exp_f64(f64::NEG_INFINITY), 0.0);
+        assert_eq!(exp_f64(709.8), f64::INFINITY);
+        assert!(exp_f64(709.78).is_finite());
+        assert_eq!(exp_f64(-746.0), 0.0);
+        assert_eq!(exp_f64(0.0), 1.0);
+        assert_eq!(exp_f64(-0.0), 1.0);
+        assert!(ulps(exp_f64(1.0), std::f64::consts::E) <= 1);
+        assert_eq!(exp(1.0f32), std::f32::consts::E);
+    }
+
+    #[test]
+    fn ln_is_within_one_ulp_of_libm_over_the_whole_range() {
+        let mut worst = 0;
+        // Magnitudes from the smallest subnormal to the largest finite, evenly in the exponent;
+        // then around 1, where ln's result is small and its relative error shows most; then
+        // arguments with long runs of ones and zeros in the mantissa.
+        let wide = points(-1074.0, 1023.99, 300_000).map(f64::exp2);
+        let near_one = points(-1e-3, 1e-3, 50_000).map(|d| 1.0 + d).chain(points(0.7, 1.5, 50_000));
+        let patterns = (0..4096u64)
+            .map(|i| f64::from_bits(0x3ff0_0000_0000_0000 | ((i * 0x0001_0000_0100_0011) & 0x000f_ffff_ffff_ffff)));
+        for x in wide.chain(near_one).chain(patterns) {
+            worst = worst.max(ulps(ln_f64(x), x.ln()));
+        }
+        assert!(worst <= 1, "worst {worst} ulps");
+        // f32: the f64 result rounded, within 1 ulp of libm's f32 ln.
+        let mut worst32 = 0;
+        for x in points(-149.0, 127.99, 200_000).map(|e| e.exp2() as f32).filter(|x| *x > 0.0) {
+            worst32 = worst32.max(ulps32(ln(x), x.ln()));
+        }
+        assert!(worst32 <= 1, "f32 worst {worst32} ulps");
+    }
+
+    #[test]
+    fn ln_special_values() {
+        assert!(ln_f64(f64::NAN).is_nan() && ln_f64(-1.0).is_nan() && ln_f64(f64::NEG_INFINITY).is_nan());
+        assert!(ln_f64(-f64::from_bits(1)).is_nan());
+        assert_eq!((ln_f64(0.0), ln_f64(-0.0)), (f64::NEG_INFINITY, f64::NEG_INFINITY));
+        assert_eq!(ln_f64(f64::INFINITY), f64::INFINITY);
+        assert_eq!(ln_f64(1.0).to_bits(), 0.0f64.to_bits());
+        assert!(ulps(ln_f64(std::f64::consts::E), 1.0) <= 1);
+        assert!(ulps(ln_f64(2.0), std::f64::consts::LN_2) <= 1);
+        assert!(ulps(ln_f64(f64::MAX), f64::MAX.ln()) <= 1);
+        assert!(ulps(ln_f64(f64::from_bits(1)), -744.4400719213812) <= 1);
+        assert_eq!((ln(0.0f32), ln(1.0f32)), (f32::NEG_INFINITY, 0.0));
+        assert!(ln(-1.0f32).is_nan() && ln(f32::NAN).is_nan());
+    }
+
+    #[test]
+    fn tanh_and_sigmoid_are_within_three_ulps_of_their_definitions() {
+        let (mut wt, mut ws) = (0, 0);
+        for x in points(-25.0, 25.0, 200_000).chain(points(-1e-3, 1e-3, 20_000)) {
+            wt = wt.max(ulps(tanh_f64(x), x.tanh()));
+            let want = if x >= 0.0 { 1.0 / (1.0 + (-x).exp()) } else { x.exp() / (1.0 + x.exp()) };
+            ws = ws.max(ulps(sigmoid_f64(x), want));
+        }
+        assert!(wt <= 3 && ws <= 2, "tanh worst {wt} ulps, sigmoid worst {ws}");
+        assert_eq!(tanh_f64(1e-300), 1e-300);
+        assert_eq!(tanh_f64(-0.0).to_bits(), (-0.0f64).to_bits());
+        assert_eq!((tanh_f64(40.0), tanh_f64(f64::NEG_INFINITY)), (1.0, -1.0));
+        assert!(tanh_f64(f64::NAN).is_nan() && sigmoid_f64(f64::NAN).is_nan());
+        assert_eq!((sigmoid_f64(-1000.0), sigmoid_f64(1000.0), sigmoid_f64(0.0)), (0.0, 1.0, 0.5));
+        assert_eq!((sigmoid(-1000.0f32), sigmoid(1000.0f32)), (0.0, 1.0));
+    }
+
+    #[test]
+    fn the_slice_loops_equal_the_scalar_functions() {
+        let xs: Vec<f64> = points(-30.0, 30.0, 1001).chain([f64::NAN, f64::INFINITY, -0.0]).collect();
+        let mut out = vec![0.0; xs.len()];
+        for (op, f) in [
+            (UnaryOp::Exp, exp_f64 as fn(f64) -> f64),
+            (UnaryOp::Log, ln_f64),
+            (UnaryOp::Tanh, tanh_f64),
+            (UnaryOp::Sigmoid, sigmoid_f64),
+        ] {
+            map_unary(op, &xs, &mut out);
+            for (x, y) in xs.iter().zip(&out) {
+                assert_eq!(y.to_bits(), f(*x).to_bits(), "{op:?}({x})");
+            }
+        }
+    }
+}
