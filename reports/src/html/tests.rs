@@ -486,3 +486,302 @@ fn a_history_of_huge_times_renders_with_labelled_axes() {
 fn an_empty_history_still_renders() {
     assert!(render(&[], None).contains("holds no runs"));
 }
+
+// The view models, without markup: each section's figures as computed from the fixtures by hand.
+
+/// The newest run of `runs` gated against the run before it, as `report` gates it.
+fn gated(runs: &[(RunInfo, Vec<ResultRow>)]) -> (Baseline, crate::gate::GateReport) {
+    let (before, now) = (&runs[runs.len() - 2], &runs[runs.len() - 1]);
+    let base = Baseline::run("previous run".into(), before.0.clone(), before.1.clone());
+    let gate = crate::gate::gate_runs(&base, &now.0, &now.1, &crate::gate::GateConfig::default());
+    (base, gate)
+}
+
+/// The second run: 2 cases ok and one failed (hist-mul's fd-vjp); of its 9 timings only
+/// hist-add k=10's vjp moved (2 ms to 5 ms), the one regression, shown in the banner with its
+/// medians in ms and its anchor.
+#[test]
+fn the_verdict_counts_the_statuses_and_lists_the_regression() {
+    let runs = two_runs();
+    let (base, gate) = gated(&runs);
+    let v = view::verdict(&runs[1].1, Some(&base), Some(&gate));
+    assert_eq!(v.class, "fail");
+    assert_eq!(v.statuses, view::StatusCounts { cases: 3, ok: 2, failed: 1, error: 0, timeout: 0, skipped: 0 });
+    let c = v.comparison.expect("a baseline");
+    assert_eq!((c.compared, c.confidence_pct.as_str(), c.resamples), (3, "95", 10000));
+    assert!(c.not_judged.is_none() && v.warnings.is_empty());
+    let top = v.regressed.expect("one regression");
+    assert_eq!((top.count, top.rows.len(), top.more), (1, 1, None));
+    let r = &top.rows[0];
+    assert_eq!(r.anchor, "hist-add-k-10-n-1000000--cpu-f32-auto");
+    assert_eq!(r.mode.0, "vjp");
+    assert_eq!((r.baseline_ms.as_str(), r.now_ms.as_str()), ("2", "5"));
+    // Without a baseline: the failed case fails the run, and nothing is compared.
+    let alone = view::verdict(&runs[1].1, None, None);
+    assert_eq!(alone.class, "fail");
+    assert_eq!(alone.headline.0, "FAIL: 1 case(s) failed, errored or timed out");
+    assert!(alone.comparison.is_none() && alone.regressed.is_none());
+}
+
+/// Without a baseline the findings are the broken cases, each with its message and failed
+/// checks; skipped cases are grouped per tool and reason.
+#[test]
+fn findings_on_their_own_name_the_broken_cases_and_group_the_skipped() {
+    let mut rows = two_runs().remove(1).1;
+    for k in [10, 1000, 100_000] {
+        let mut r = row("hist-mul", k, 1.0, true);
+        r.backend = "pytorch".into();
+        r.status = Status::Skipped;
+        r.message = Some("tool pytorch unavailable".into());
+        rows.push(r);
+    }
+    let f = view::findings(&rows, None);
+    let view::FindingsBody::Lines(lines) = &f.body else { panic!("one broken case") };
+    assert_eq!(lines.len(), 1);
+    assert_eq!((lines[0].class, lines[0].kind.0.as_str()), ("bad", "failed"));
+    assert_eq!(
+        lines[0].summary.0,
+        "hist-mul[k=10,n=1000000]/cpu/f32/auto: fd-vjp worst 3.000e-1 — fd-vjp worst 3.00e-1 > 1e-6"
+    );
+    assert!(lines[0].cases.is_empty() && lines[0].more.is_none());
+    let skipped = f.skipped.expect("three skipped");
+    assert_eq!((skipped.cases, skipped.reason_count()), (3, 1));
+    let reason = &skipped.reasons[0];
+    assert_eq!(
+        (reason.tool.0.as_str(), reason.why.0.as_str(), reason.cases),
+        ("pytorch", "tool pytorch unavailable", 3)
+    );
+    assert_eq!(reason.shown[2].0, "hist-mul[k=100000,n=1000000] f32 auto");
+    // Against the previous run, where the first run had no failure: the gate's findings instead.
+    let runs = two_runs();
+    let (_, gate) = gated(&runs);
+    let f = view::findings(&runs[1].1, Some(&gate));
+    let view::FindingsBody::Lines(lines) = &f.body else { panic!("findings") };
+    assert_eq!(lines.last().map(|l| (l.class, l.kind.0.as_str())), Some(("warn", "slower")));
+    assert!(lines.last().unwrap().summary.0.starts_with("1 timing(s) regressed"));
+}
+
+/// The table of changes: the regressed case first, n (the same in both hist-add cases) left
+/// out of its label, medians in ms with the samples' ±1% spread, 7 samples the usual count.
+#[test]
+fn the_changes_view_sorts_the_regression_first_with_its_cells() {
+    let runs = two_runs();
+    let (_, gate) = gated(&runs);
+    let c = view::changes(&runs[1].1, Some(&gate), None);
+    assert_eq!((c.cases, c.usual_samples, c.histograms), (3, 7, true));
+    assert_eq!(c.fixed.as_ref().map(|f| f.0.as_str()), Some("hist-add: n=1000000"));
+    let first = &c.rows[0];
+    assert_eq!(first.label.0, "hist-add[k=10] f32 auto");
+    let primal = first.modes[0].time.as_ref().expect("timed");
+    assert_eq!((primal.median_ms.as_str(), primal.spread.0.as_str()), ("1", "±1%"));
+    let vjp = first.modes[1].change.as_ref().expect("compared");
+    assert_eq!((vjp.class, vjp.verdict), ("bad", "regressed"));
+    assert!(vjp.text.0.starts_with("2.5x ["), "{}", vjp.text.0);
+    assert_eq!(first.modes[2].change.as_ref().map(|c| c.class), Some(""));
+    // 12 008 000 bytes in the primal's 1 ms: 12.0 GB/s, no roofline measured.
+    assert_eq!(first.roofline.as_ref().map(|r| r.0.as_str()), Some("12.0 GB/s –"));
+    assert_eq!((first.status_class, first.status.0.as_str()), ("ok", "ok"));
+    let mul = c.rows.iter().find(|r| r.label.0.starts_with("hist-mul")).expect("hist-mul");
+    assert_eq!(mul.status.0, "failed: fd-vjp worst 3.000e-1");
+    assert!(mul.modes.iter().all(|m| m.change.is_none()), "a failed case is not judged on speed");
+}
+
+/// Grids of geometric means: hist-add's vjp over primal is 5 and 2 (sqrt 10 = 3.16), its jvp
+/// 1.5 and 1.5; memory 3 MB and 2 MB over 1 MB; hist-mul's group has the failed check.
+#[test]
+fn the_overhead_view_holds_geometric_means_shaded_and_marked() {
+    let rows = two_runs().remove(1).1;
+    let o = view::overheads(&rows);
+    let titles: Vec<&str> = o.grids.iter().map(|g| g.title).collect();
+    assert_eq!(titles, ["vjp / primal time", "jvp / primal time", "vjp / primal memory", "jvp / primal memory"]);
+    let values = |grid: usize| -> Vec<(String, usize, &str)> {
+        o.grids[grid]
+            .rows
+            .iter()
+            .map(|r| r.cells[0].as_ref().map(|c| (c.value.clone(), c.cases, c.marks)).unwrap())
+            .collect()
+    };
+    assert_eq!(values(0), [("3.16".to_string(), 2, ""), ("2.5".to_string(), 1, "*")]);
+    assert_eq!(values(1), [("1.5".to_string(), 2, ""), ("1.5".to_string(), 1, "*")]);
+    assert_eq!(values(2), [("3".to_string(), 2, ""), ("3".to_string(), 1, "*")]);
+    assert_eq!(values(3), [("2".to_string(), 2, ""), ("2".to_string(), 1, "*")]);
+    assert_eq!(o.grids[0].rows[0].cells[0].as_ref().unwrap().colour, heat(10f64.sqrt()));
+    assert_eq!(view::geo_mean(&[2.0, 8.0, f64::NAN, -1.0]), Some(4.0));
+    assert_eq!(view::geo_mean(&[0.0]), None);
+}
+
+#[test]
+fn the_status_grid_view_tallies_each_mode() {
+    let rows = two_runs().remove(1).1;
+    let workloads = rows.iter().map(|r| r.workload.as_str()).collect();
+    let g = view::status_grid(&rows, &workloads);
+    assert_eq!(g.tools.len(), 1);
+    let tally = |class, mark, passed, cases| view::ModeTally { class, mark, passed, cases };
+    let add = g.rows[0].cells[0].as_ref().expect("hist-add on cpu");
+    assert_eq!(*add, [tally("ok", "✓", 2, 2), tally("ok", "✓", 2, 2), tally("ok", "✓", 2, 2)]);
+    let mul = g.rows[1].cells[0].as_ref().expect("hist-mul on cpu");
+    assert_eq!(*mul, [tally("ok", "✓", 1, 1), tally("bad", "✗", 0, 1), tally("ok", "✓", 1, 1)]);
+}
+
+/// jax's vjp of 8 ms is 4x the CPU engine's 2 ms; its primal and jvp match (1x).
+#[test]
+fn the_tools_view_times_each_tool_against_the_cpu_engine() {
+    let mut cpu = row("hist-max", 10, 2.0, true);
+    cpu.checks.clear();
+    let mut jax = cpu.clone();
+    jax.backend = "jax".into();
+    jax.vjp = t(8.0);
+    jax.message = Some("ties: convention: tie-policy split".into());
+    let mut pytorch = cpu.clone();
+    pytorch.backend = "pytorch".into();
+    pytorch.status = Status::Skipped;
+    pytorch.message = Some("unsupported: no jvp".into());
+    let solo = row("hist-min", 10, 2.0, true);
+    let v = view::tools_compared(&[cpu, jax, pytorch, solo]);
+    assert_eq!(v.cases.len(), 1, "hist-min ran on one tool");
+    assert_eq!(v.cases[0].case.0, "hist-max[k=10,n=1000000] f32 auto");
+    let [cpu, jax, pytorch] = &v.cases[0].tools[..] else { panic!("three tools") };
+    assert_eq!(cpu.times, ["1", "2", "1.5"]);
+    assert_eq!(jax.times, ["1 (1x)", "8 (4x)", "1.5 (1x)"]);
+    assert_eq!((jax.vjp_overhead.as_str(), jax.jvp_overhead.as_str()), ("8", "1.5"));
+    assert_eq!((jax.class, jax.finding.0.as_str()), ("ok", "convention — ties: convention: tie-policy split"));
+    assert_eq!((pytorch.class, pytorch.finding.0.as_str()), ("skip", "unsupported — unsupported: no jvp"));
+    assert_eq!(cpu.finding.0, "ok");
+}
+
+/// Memory in MB (1, 3 and 2 of 10^6 bytes) and its ratios; checks failed first, in the page's
+/// number formats.
+#[test]
+fn the_memory_and_validation_views_hold_every_case_and_check() {
+    let rows = two_runs().remove(1).1;
+    let m = view::memory(&rows);
+    assert_eq!(m.cases(), 3);
+    let mul = m.rows.iter().find(|r| r.label.0.starts_with("hist-mul")).expect("hist-mul");
+    assert_eq!(mul.mb, ["1", "3", "2"]);
+    assert_eq!((mul.vjp_ratio.as_str(), mul.jvp_ratio.as_str()), ("3", "2"));
+    let v = view::validation(&rows);
+    assert_eq!((v.total, v.failed), (3, 1));
+    let first = &v.rows[0];
+    assert_eq!(first.case_id.0, "hist-mul[k=10,n=1000000]/cpu/f32/auto");
+    assert_eq!((first.worst.as_str(), first.tolerance.as_str(), first.result()), ("3.00e-1", "1e-6", ("bad", "FAIL")));
+    assert_eq!(v.rows[1].result(), ("ok", "pass"));
+}
+
+/// The sections in page order, the paired comparison first where there is one; the
+/// navigation and the body are both laid out from this list.
+#[test]
+fn the_sections_are_one_list_in_page_order() {
+    let anchors = |r: view::Report| match r {
+        view::Report::Run(run) => run.sections.iter().map(view::Section::anchor).collect::<Vec<_>>(),
+        view::Report::Empty => Vec::new(),
+    };
+    let runs = two_runs();
+    let expected = [
+        "findings",
+        "changes",
+        "overheads",
+        "grid",
+        "tools",
+        "trends",
+        "scaling",
+        "environment",
+        "memory",
+        "validation",
+    ];
+    assert_eq!(anchors(view::report(&runs, None, None)), expected);
+    assert!(anchors(view::report(&[], None, None)).is_empty());
+}
+
+/// The environment side by side with the baseline's: only what differs (here the run id, time
+/// and revision, and the threads) is marked.
+#[test]
+fn the_environment_view_marks_what_differs_from_the_baseline() {
+    let mut runs = two_runs();
+    for r in &mut runs[1].1 {
+        r.threads = 1;
+    }
+    let (base, _) = gated(&runs);
+    let view::EnvironmentView::Compared(rows) = view::environment(&runs[1].0, &runs[1].1, Some(&base)) else {
+        panic!("a baseline")
+    };
+    let differing: Vec<&str> = rows.iter().filter(|r| r.differs).map(|r| r.field).collect();
+    assert_eq!(differing, ["run id", "time (UTC)", "git revision", "threads"]);
+    let threads = rows.iter().find(|r| r.field == "threads").expect("threads");
+    assert_eq!((threads.now.0.as_str(), threads.baseline.0.as_str()), ("1", "2"));
+}
+
+/// Regressions first, then not judged, improved, no change; 1 ms and 1.25 ms in ms with four
+/// decimals, the change and its interval with three.
+#[test]
+fn the_paired_view_orders_by_verdict_and_formats_the_pairs() {
+    use crate::paired::{PAIRED_SCHEMA, PairedHeader, PairedRow};
+    let header = PairedHeader {
+        schema: PAIRED_SCHEMA.into(),
+        id: "p".into(),
+        timestamp: "t".into(),
+        baseline: "b".into(),
+        candidate: "c".into(),
+        suite: "quick".into(),
+        machine: "m".into(),
+        cpu_model: "cpu".into(),
+        cores: 2,
+        load_start: None,
+        load_end: Some(3.254),
+        max_slowdown: 1.1,
+        alpha: 0.01,
+        confidence: 0.95,
+        wall_s: 1.0,
+        complete: true,
+    };
+    let paired = |id: &str, verdict: &str, ratio: Option<f64>| PairedRow {
+        case_id: id.into(),
+        workload: "w".into(),
+        tool: "cpu".into(),
+        dtype: "f32".into(),
+        rule: "auto".into(),
+        mode: "vjp".into(),
+        verdict: verdict.into(),
+        ratio,
+        ci_low: ratio.map(|r| r - 0.05),
+        ci_high: ratio.map(|r| r + 0.05),
+        p: None,
+        pairs: 12,
+        processes: 3,
+        runs_per_block: 1,
+        baseline_s: Some(1e-3),
+        candidate_s: ratio.map(|r| r * 1e-3),
+        why: String::new(),
+        baseline_blocks: vec![],
+        candidate_blocks: vec![],
+        block_process: vec![],
+    };
+    let rows = vec![
+        paired("same", "no change", Some(1.0)),
+        paired("fast", "improved", Some(0.8)),
+        paired("unsure", "not judged", None),
+        paired("slow", "regressed", Some(1.25)),
+    ];
+    let v = view::paired_view(&(header, rows));
+    assert_eq!((v.regressed, v.improved, v.no_change, v.not_judged, v.timings), (1, 1, 1, 1, 4));
+    assert_eq!((v.load_start.as_str(), v.load_end.as_str()), ("?", "3.25"));
+    assert_eq!((v.confidence_pct.as_str(), v.max_slowdown.as_str(), v.alpha.as_str()), ("95", "1.1", "0.01"));
+    let order: Vec<&str> = v.rows.iter().map(|r| r.case_id.0.as_str()).collect();
+    assert_eq!(order, ["slow", "unsure", "fast", "same"]);
+    let slow = &v.rows[0];
+    assert_eq!(slow.class, Some("bad"));
+    assert_eq!(
+        [&slow.baseline_ms, &slow.candidate_ms, &slow.change, &slow.interval],
+        ["1.0000", "1.2500", "1.250x", "[1.200, 1.300]"]
+    );
+    let unsure = &v.rows[1];
+    assert_eq!((unsure.class, unsure.change.as_str(), unsure.interval.as_str()), (None, "–", "–"));
+    assert_eq!(v.rows[2].class, Some("better"));
+}
+
+/// Outside text renders as `crate::text::html` writes it: entities, and control characters
+/// (a tool's colour escapes) written out, where maud's own escaping would leave them raw.
+#[test]
+fn outside_text_is_escaped_control_characters_included() {
+    let text = view::Text("a \"<b>\" & \u{1b}[31mred\u{7}\tx".into());
+    assert_eq!(maud::html! { (text) }.into_string(), "a &quot;&lt;b&gt;&quot; &amp; \\u{1b}[31mred\\u{7}\tx");
+}
