@@ -8,8 +8,9 @@
 #    (unit, integration and doc-test binaries: its "Running" and "Doc-tests" lines);
 # 2. one CPU kernel file touched (the CPU device's histogram kernels), then `cargo test` of the
 #    crate that holds it: wall and CPU seconds;
-# 3. one report section touched (the HTML report's writer), then `cargo test` of the reports
-#    crate: wall and CPU seconds.
+# 3. one report section touched (the HTML report's templates, or its writer before it had
+#    templates), then `cargo test` of the reports crate: wall and CPU seconds.
+# Steps 2 and 3 first build their package's tests once untimed (see below).
 # Touching appends a comment line, so the compiler sees a changed file as an edit would make it.
 # Prints one Markdown table; the logs stay in the temporary folder, whose path it prints.
 set -euo pipefail
@@ -34,10 +35,15 @@ timed() {
 # The CPU kernel file and its crate, before and after the CPU device had a crate of its own.
 if [ -f cpu/src/hist.rs ]; then kernel=cpu/src/hist.rs; kernel_crate=adgauge-cpu
 else kernel=backends/src/cpu/hist.rs; kernel_crate=adgauge-backends; fi
-section=reports/src/html.rs
+# The report section: its template once the report had templates, the one writer before.
+if [ -f reports/src/html/markup.rs ]; then section=reports/src/html/markup.rs; else section=reports/src/html.rs; fi
 
 read -r full_wall full_cpu < <(timed "$work/full.log" cargo test)
 binaries=$(grep -cE '^ +(Running|Doc-tests) ' "$work/full.log" || true)
+# `cargo test -p` resolves the features of one package's dependencies, not the workspace's: its
+# first run rebuilds what those differ in. Built once untimed, as a developer's loop has it.
+cargo test -p "$kernel_crate" --no-run >"$work/warm.log" 2>&1
+cargo test -p adgauge-reports --no-run >>"$work/warm.log" 2>&1
 echo "// touched by scripts/test-times.sh" >>"$kernel"
 read -r kernel_wall kernel_cpu < <(timed "$work/kernel.log" cargo test -p "$kernel_crate")
 echo "// touched by scripts/test-times.sh" >>"$section"
