@@ -47,7 +47,7 @@ def main():
     jax.block_until_ready(jit_grad(x))
     print(f"a chain of {n} steps (2 ops each) on one f64 element, median of {reps}, JAX {jax.__version__}")
     for name, f in [("eager", value), ("jit", jit_value), ("eager grad", grad), ("jit grad", jit_grad)]:
-        print(f"jax {name:<11} {median_s(reps, lambda: f(x)) * 1e9 / ops:>9.1} ns/op")
+        print(f"jax {name:<11} {median_s(reps, lambda: f(x)) * 1e9 / ops:>9.1f} ns/op")
 
 
 if __name__ == "__main__":
