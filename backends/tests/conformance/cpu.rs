@@ -106,7 +106,7 @@ fn cpu_follows_the_extreme_value_semantics() {
 }
 
 #[test]
-#[ignore = "slow tier, 74 s in a debug build on 2 cores: .ci/run runs it (cargo test -- --ignored)"]
+#[ignore = "slow tier, 74 s in a debug build on 2 cores: .ci/run runs it"]
 fn cpu_conforms_to_itself_and_the_oracle() {
     // The suite's own sanity check: the reference device against the oracle.
     let c = cpu();

@@ -92,7 +92,7 @@ macro_rules! device_suite {
             }
 
             #[test]
-            #[ignore = "slow tier, 82 s in a debug build on 2 cores: .ci/run runs it (cargo test -- --ignored)"]
+            #[ignore = "slow tier, 82 s in a debug build on 2 cores: .ci/run runs it"]
             fn histogram_rules_match_the_cpu_and_the_oracle() {
                 let Some(d) = open::<$runtime>() else { return };
                 let f64_ok = d.has_f64();

@@ -20,7 +20,7 @@ fn staged_primitives_match_the_cpu() {
 }
 
 #[test]
-#[ignore = "slow tier, 158 s in a debug build on 2 cores: .ci/run runs it (cargo test -- --ignored)"]
+#[ignore = "slow tier, 158 s in a debug build on 2 cores: .ci/run runs it"]
 fn staged_rules_match_the_cpu_and_the_oracle() {
     for d in staged_devices() {
         each_dtype(&d, true, "cpu-staged rules", both_index(rules::<CpuStaged>));

@@ -38,7 +38,7 @@ pub(crate) fn recorded_check<D: Traceable>(d: &Traced<D>, label: &str, check: im
 /// device's kernels, which the CPU and staged suites cover, and each recorded run of them costs
 /// tens of seconds of an unoptimised test build.
 #[test]
-#[ignore = "slow tier, 86 s in a debug build on 2 cores: .ci/run runs it (cargo test -- --ignored)"]
+#[ignore = "slow tier, 86 s in a debug build on 2 cores: .ci/run runs it"]
 fn traced_devices_match_the_cpu_eagerly_and_in_replays() {
     let on_cpu = Traced::new(Cpu::new(Some(2)).unwrap());
     traced_check(&on_cpu, "cpu-traced primitives", both_index(primitives::<Traced<Cpu>>));

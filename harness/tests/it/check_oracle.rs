@@ -7,7 +7,7 @@ use crate::common;
 use common::{adgauge, stderr, stdout};
 
 #[test]
-#[ignore = "slow tier, 268 s in a debug build on 2 cores: .ci/run runs it (cargo test -- --ignored)"]
+#[ignore = "slow tier, 268 s in a debug build on 2 cores: .ci/run runs it"]
 fn check_passes_on_every_workload_in_both_dtypes() {
     let out = adgauge(&["check"]);
     assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));

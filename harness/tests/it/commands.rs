@@ -9,7 +9,7 @@ use serde_json::Value;
 use common::{adgauge, opencl_available, stderr, stdout};
 
 #[test]
-#[ignore = "slow tier, 49 s in a debug build on 2 cores: .ci/run runs it (cargo test -- --ignored)"]
+#[ignore = "slow tier, 49 s in a debug build on 2 cores: .ci/run runs it"]
 fn check_passes_on_the_real_rules_in_both_dtypes() {
     let out = adgauge(&["check", "--workload", "hist-add", "--workload", "hist-min"]);
     assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
@@ -202,7 +202,7 @@ fn backends_lists_every_device_with_a_reason() {
 /// rate, and random read and update rates at each default bin count, in order, on the threads
 /// asked for, with its seed.
 #[test]
-#[ignore = "slow tier, 32 s in a debug build on 2 cores: .ci/run runs it (cargo test -- --ignored)"]
+#[ignore = "slow tier, 32 s in a debug build on 2 cores: .ci/run runs it"]
 fn backends_roofline_measures_the_cpu_on_its_threads() {
     let out = adgauge(&["--threads", "2", "backends", "--json", "--roofline"]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));

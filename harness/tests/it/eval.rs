@@ -252,7 +252,7 @@ fn usage_errors_exit_2_and_unavailable_backends_exit_4() {
 }
 
 #[test]
-#[ignore = "slow tier, 26 s in a debug build on 2 cores: .ci/run runs it (cargo test -- --ignored)"]
+#[ignore = "slow tier, 26 s in a debug build on 2 cores: .ci/run runs it"]
 fn gpu_eval_matches_cpu_on_adversarial_input_when_available() {
     let mut gpus = Vec::new();
     if common::opencl_available() {

@@ -448,7 +448,7 @@ fn compare_sleepers(base_ms: &str, cand_ms: &str, extra: &[&str]) -> (Option<i32
 }
 
 #[test]
-#[ignore = "slow tier, 54 s in a debug build on 2 cores: .ci/run runs it (cargo test -- --ignored)"]
+#[ignore = "slow tier, 54 s in a debug build on 2 cores: .ci/run runs it"]
 fn compare_flags_a_slower_tool_on_every_timing_and_a_faster_one_as_improved() {
     if !python_available() {
         return;

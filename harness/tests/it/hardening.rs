@@ -132,7 +132,7 @@ fn absurd_suite_settings_are_refused_naming_the_field() {
 /// chunks) against the oracle: a line per case (every rule, on i32 and on i64 indices), all
 /// within the oracle's tolerance.
 #[test]
-#[ignore = "slow tier, 32 s in a debug build on 2 cores: .ci/run runs it (cargo test -- --ignored)"]
+#[ignore = "slow tier, 32 s in a debug build on 2 cores: .ci/run runs it"]
 fn check_runs_the_stress_comparison_for_every_rule() {
     let out = adgauge(&["check", "--workload", "hist-max", "--workload", "hist-logaddexp", "--dtype", "f64"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));

@@ -142,7 +142,7 @@ fn a_killed_run_leaves_the_history_intact_and_no_half_written_run() {
 }
 
 #[test]
-#[ignore = "slow tier, 78 s in a debug build on 2 cores: .ci/run runs it (cargo test -- --ignored)"]
+#[ignore = "slow tier, 78 s in a debug build on 2 cores: .ci/run runs it"]
 fn shards_cover_the_suite_once_and_merge_back() {
     let (a, b, merged) = (temp("shard-a"), temp("shard-b"), temp("merged"));
     let filter = "k=10,";

@@ -96,7 +96,7 @@ fn a_tool_line_beyond_the_memory_limit_is_refused_naming_the_bound() {
 /// now taken step by step, in a few tens of MB. The three run at once (each takes up to a
 /// minute in a debug build).
 #[test]
-#[ignore = "slow tier, 90 s in a debug build on 2 cores: .ci/run runs it (cargo test -- --ignored)"]
+#[ignore = "slow tier, 90 s in a debug build on 2 cores: .ci/run runs it"]
 fn particle_s_reverse_derivative_answers_under_a_3_gb_cap_at_any_w() {
     let cap: u64 = 3_000_000_000;
     let runs: Vec<_> = ["-0.9", "0", "100"]

@@ -44,7 +44,7 @@ fn check_passes_both_workloads_on_the_cpu() {
 }
 
 #[test]
-#[ignore = "slow tier, 27 s in a debug build on 2 cores: .ci/run runs it (cargo test -- --ignored)"]
+#[ignore = "slow tier, 27 s in a debug build on 2 cores: .ci/run runs it"]
 fn check_passes_both_workloads_on_opencl() {
     if opencl_available() {
         passes_every_check_on("opencl");
@@ -76,7 +76,7 @@ fn confused_nesting_fails_perturbation_and_nothing_else() {
 /// GradBench's messages, as its evals send them (`min_runs`, `min_seconds` included; the
 /// functions in its order rr, ff, fr, rf), answered with its expected outputs.
 #[test]
-#[ignore = "slow tier, 35 s in a debug build on 2 cores: .ci/run runs it (cargo test -- --ignored)"]
+#[ignore = "slow tier, 35 s in a debug build on 2 cores: .ci/run runs it"]
 fn adgauge_tool_answers_gradbench_s_particle_and_saddle_messages() {
     let mut lines = vec![serde_json::json!({"id": 0, "kind": "start", "eval": "particle"})];
     let mut id = 1;

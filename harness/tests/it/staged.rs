@@ -15,7 +15,7 @@ fn staged(args: &[&str]) -> Output {
 }
 
 #[test]
-#[ignore = "slow tier, 365 s in a debug build on 2 cores: .ci/run runs it (cargo test -- --ignored)"]
+#[ignore = "slow tier, 365 s in a debug build on 2 cores: .ci/run runs it"]
 fn check_passes_on_the_staged_device_with_every_elementwise_op_fused() {
     let out = staged(&["check", "--backend", "cpu-staged"]);
     assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));

@@ -25,13 +25,13 @@ fn check_passes_with_traced_eager_on_every_case(backend: &str, extra: &[&str]) {
 }
 
 #[test]
-#[ignore = "slow tier, 510 s in a debug build on 2 cores: .ci/run runs it (cargo test -- --ignored)"]
+#[ignore = "slow tier, 510 s in a debug build on 2 cores: .ci/run runs it"]
 fn check_passes_on_the_traced_device_and_its_replays_read_back_the_eager_numbers() {
     check_passes_with_traced_eager_on_every_case("cpu-traced", &[]);
 }
 
 #[test]
-#[ignore = "slow tier, 46 s in a debug build on 2 cores: .ci/run runs it (cargo test -- --ignored)"]
+#[ignore = "slow tier, 46 s in a debug build on 2 cores: .ci/run runs it"]
 fn check_passes_on_the_traced_staged_device_with_every_elementwise_op_fused() {
     for workload in ["gmm", "ba", "lstm", "hist-mul"] {
         check_passes_with_traced_eager_on_every_case("cpu-jit", &["--workload", workload]);
