@@ -222,8 +222,10 @@ pub fn unary_adjoint<T: Elem>(op: UnaryOp, x: T, y: T, g: T) -> T {
         UnaryOp::Exp => g * y,
         UnaryOp::Log => g / x,
         UnaryOp::Log1p => g / (x + one),
-        UnaryOp::Sin => g * x.cos(),
-        UnaryOp::Cos => -(g * x.sin()),
+        // vmath's sin and cos, the functions of `unary` (module docs of `crate::vmath`): the
+        // composed adjoint multiplies by the device's own cos, and the two must round alike.
+        UnaryOp::Sin => g * super::vmath::cos(x),
+        UnaryOp::Cos => -(g * super::vmath::sin(x)),
         UnaryOp::Sqrt => (g * T::of_f64(0.5)) / y,
         UnaryOp::Tanh => g * (one - y * y),
         UnaryOp::Sigmoid => g * (y * (one - y)),
@@ -238,12 +240,13 @@ pub fn unary<T: Elem>(op: UnaryOp, x: T) -> T {
     let one = T::one();
     match op {
         UnaryOp::Neg => -x,
-        // exp, ln, tanh and sigmoid are vmath's branch-free versions (their loops vectorise).
+        // exp, ln, tanh, sigmoid, sin and cos are vmath's branch-free versions (their loops
+        // vectorise; `vmath::map_unary` runs them over the eager device's slices).
         UnaryOp::Exp => super::vmath::exp(x),
         UnaryOp::Log => super::vmath::ln(x),
         UnaryOp::Log1p => x.ln_1p(),
-        UnaryOp::Sin => x.sin(),
-        UnaryOp::Cos => x.cos(),
+        UnaryOp::Sin => super::vmath::sin(x),
+        UnaryOp::Cos => super::vmath::cos(x),
         UnaryOp::Sqrt => x.sqrt(),
         UnaryOp::Tanh => super::vmath::tanh(x),
         UnaryOp::Sigmoid => super::vmath::sigmoid(x),

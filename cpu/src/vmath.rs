@@ -1,9 +1,9 @@
-//! Branch-free `exp`, `ln`, `tanh` and `sigmoid` for the CPU's kernels. libm's versions are scalar
-//! calls with branches, so a loop over them runs one element at a time: the LSTM's cells spent
-//! two thirds of their time in glibc's `expm1` and `exp`. These are written so that a loop over
-//! them vectorises (selects instead of branches, the integer part of the exponent taken from
-//! the bits of a shifted float rather than a float-to-int conversion), and [`map_unary`] runs
-//! them over a slice, with an AVX2 copy chosen at run time (`simd.rs`).
+//! Branch-free `exp`, `ln`, `tanh`, `sigmoid`, `sin` and `cos` for the CPU's kernels. libm's
+//! versions are scalar calls with branches, so a loop over them runs one element at a time: the
+//! LSTM's cells spent two thirds of their time in glibc's `expm1` and `exp`. These are written so
+//! that a loop over them vectorises (selects instead of branches, the integer part of the
+//! exponent taken from the bits of a shifted float rather than a float-to-int conversion), and
+//! [`map_unary`] runs them over a slice, with an AVX2 copy chosen at run time (`simd.rs`).
 //!
 //! Accuracy: Cody-Waite reduction `x = n ln2 + r`, `|r| <= ln2 / 2`, then Taylor to degree 13
 //! for `expm1(r)` (truncation below 1e-17 relative), scaled by `2^n` as two exact halves so
@@ -11,9 +11,16 @@
 //! within 3 and sigmoid within 2 (the tests below). `ln` is fdlibm's algorithm (the mantissa
 //! brought into [sqrt 2 / 2, sqrt 2), `ln(1 + f)` from `s = f / (2 + f)` and a degree-14 even
 //! polynomial in s, error below 1 ulp) with its branches turned into selects: within 1 ulp of
-//! libm's over the whole range, subnormal arguments included. f32 computes in f64 and rounds. Every CPU path
-//! (eager, staged, fused kernels) calls these same functions, so their results stay
-//! bit-identical to one another; they differ from libm's in the last bit at times.
+//! libm's over the whole range, subnormal arguments included. `sin` and `cos`: `x = n π/2 + r`
+//! by Cody-Waite with π/2 in four parts (152 bits) and the remainder kept as `r + tail`, then
+//! fdlibm's kernels (degree-13 and degree-14 minimax polynomials on |r| <= π/4, taking the
+//! tail), the quadrant `n mod 4` choosing kernel and sign by selects: within 1 ulp of libm's for
+//! |x| <= B = 2^20 π/2 (~1.647e6), where the reduction is exact enough (1 ulp apart on about 2%
+//! of the tests' 980 000 points, equal on the rest; f32 within 1 ulp of libm's f32); beyond B, and
+//! for NaN and the infinities, libm's own value, which the slice loop fills in after its
+//! branch-free pass (`map_trig`). f32 computes in f64 and rounds. Every CPU path (eager, staged,
+//! fused kernels) calls these same functions, so their results stay bit-identical to one
+//! another; they differ from libm's in the last bit at times.
 
 use super::simd;
 use crate::{DType, Elem, UnaryOp};
@@ -199,9 +206,169 @@ pub fn sigmoid<T: Elem>(x: T) -> T {
     T::of_f64(sigmoid_f64(x.as_f64()))
 }
 
+// sin and cos. The reduction by π/2 is exact enough only up to `TRIG_RANGE`; beyond it (and for
+// NaN and the infinities) the functions return libm's value, which the slice loop fills in a
+// second pass (`map_trig`) so that its main loop stays without branches.
+
+/// π/2 in four parts, fdlibm's `pio2_1`, `pio2_2`, `pio2_3` and `pio2_3t` (by bits): the first
+/// three have 33 significant bits each, so `n * PIO2_k` is exact for `|n| <= 2^20`; with the
+/// fourth they carry 152 bits of π/2.
+const PIO2_1: f64 = f64::from_bits(0x3ff9_21fb_5440_0000);
+const PIO2_2: f64 = f64::from_bits(0x3dd0_b461_1a60_0000);
+const PIO2_3: f64 = f64::from_bits(0x3ba3_198a_2e00_0000);
+const PIO2_3T: f64 = f64::from_bits(0x397b_839a_2520_49c1);
+/// The bound B of the fast reduction: 2^20 π/2 (~1.647e6), where `n = round(x 2/π)` reaches
+/// 2^20 and the products `n * PIO2_k` stop being exact.
+pub const TRIG_RANGE: f64 = f64::from_bits(0x4139_21fb_5444_2d18);
+
+/// fdlibm's minimax coefficients of `sin(r) = r + S1 r^3 + ... + S6 r^13` on |r| <= π/4.
+const SIN_C: [f64; 6] = [
+    f64::from_bits(0xbfc5_5555_5555_5549),
+    f64::from_bits(0x3f81_1111_1110_f8a6),
+    f64::from_bits(0xbf2a_01a0_19c1_61d5),
+    f64::from_bits(0x3ec7_1de3_57b1_fe7d),
+    f64::from_bits(0xbe5a_e5e6_8a2b_9ceb),
+    f64::from_bits(0x3de5_d93a_5acf_d57c),
+];
+/// fdlibm's minimax coefficients of `cos(r) = 1 - r^2/2 + C1 r^4 + ... + C6 r^14` on |r| <= π/4.
+const COS_C: [f64; 6] = [
+    f64::from_bits(0x3fa5_5555_5555_554c),
+    f64::from_bits(0xbf56_c16c_16c1_5177),
+    f64::from_bits(0x3efa_01a0_19cb_1590),
+    f64::from_bits(0xbe92_7e4f_809c_52ad),
+    f64::from_bits(0x3e21_ee9e_bdb4_b1c4),
+    f64::from_bits(0xbda8_fae9_be88_38d4),
+];
+
+/// Whether `x` is within the fast reduction's range, |x| <= B (false for NaN).
+#[inline(always)]
+fn in_trig_range(x: f64) -> bool {
+    x.abs() <= TRIG_RANGE
+}
+
+/// Cody-Waite by π/2 for |x| <= B: `x = n π/2 + r + tail` with |r| <= π/4 (a hair more where
+/// `x 2/π` rounds across a half) and |tail| <= half an ulp of r, as `(n + SHIFTER, r, tail)`.
+///
+/// Why it is exact enough: `n * PIO2_k` is exact (33 + 20 bits), and `x - n * PIO2_1` too
+/// (within a factor 2 of each other: Sterbenz). Where n != 0, |x| >= ~π/4 lies on the grid of
+/// 2^-53, so `t1` and `s2` lie on the grid of 2^-66, and `n * PIO2_2 < 2^-13`,
+/// `n * PIO2_3 < 2^-48` on those of 2^-66 and 2^-101: each subtraction below either is exact or
+/// has a result far larger than what it subtracts, so its rounding error `(a - s) - w` is
+/// computed exactly and goes into the tail. The tail's own roundings and `n * PIO2_3T`'s are
+/// below 2^-130, against an |r| that for doubles never falls below about 2^-61 (the closest a
+/// double comes to a multiple of π/2), so r + tail is good to ~2^-69 relative at worst.
+#[inline(always)]
+fn split_pio2(x: f64) -> (f64, f64, f64) {
+    let shifted = x * std::f64::consts::FRAC_2_PI + SHIFTER;
+    let n = shifted - SHIFTER;
+    let t1 = x - n * PIO2_1;
+    let w2 = n * PIO2_2;
+    let s2 = t1 - w2;
+    let e2 = (t1 - s2) - w2;
+    let w3 = n * PIO2_3;
+    let s3 = s2 - w3;
+    let e3 = (s2 - s3) - w3;
+    let tail = (e2 + e3) - n * PIO2_3T;
+    let r = s3 + tail;
+    (shifted, r, (s3 - r) + tail)
+}
+
+/// sin(r + y) for |r| <= ~π/4 and a tail |y| <= half an ulp of r (fdlibm's `__kernel_sin`:
+/// `r + S1 r^3 + r^5 P(r^2)`, plus `y cos r ~ y (1 - r^2 / 2)`), the polynomial in two halves
+/// for a shorter dependency chain.
+#[inline(always)]
+fn sin_kernel(r: f64, y: f64) -> f64 {
+    let z = r * r;
+    let z2 = z * z;
+    let p = (SIN_C[1] + z * (SIN_C[2] + z * SIN_C[3])) + z * z2 * (SIN_C[4] + z * SIN_C[5]);
+    let v = z * r;
+    r - ((z * (0.5 * y - v * p) - y) - v * SIN_C[0])
+}
+
+/// cos(r + y) for |r| <= ~π/4 (fdlibm's `__kernel_cos`, FreeBSD's form: `1 - r^2/2` as `w` plus
+/// its exact rounding error, so that the result rounds once near 1; `- r y` for the tail).
+#[inline(always)]
+fn cos_kernel(r: f64, y: f64) -> f64 {
+    let z = r * r;
+    let z2 = z * z;
+    let p = z * (COS_C[0] + z * (COS_C[1] + z * COS_C[2])) + z2 * z2 * (COS_C[3] + z * (COS_C[4] + z * COS_C[5]));
+    let half_z = 0.5 * z;
+    let w = 1.0 - half_z;
+    w + (((1.0 - w) - half_z) + (z * p - r * y))
+}
+
+/// sin(x) for |x| <= B, or cos(x) with `quadrant_shift` 1 (cos x = sin(x + π/2)): both kernels,
+/// the one of quadrant `n mod 4` chosen and its sign flipped by selects and bit operations on
+/// the low bits of `n + SHIFTER`, which hold n in two's complement. Garbage beyond B.
+#[inline(always)]
+fn sin_quadrant_f64(x: f64, quadrant_shift: u64) -> f64 {
+    let (shifted, r, y) = split_pio2(x);
+    let q = shifted.to_bits().wrapping_add(quadrant_shift);
+    let (s, c) = (sin_kernel(r, y), cos_kernel(r, y));
+    let v = if q & 1 == 0 { s } else { c };
+    f64::from_bits(v.to_bits() ^ ((q & 2) << 62))
+}
+
+/// sin(x) for |x| <= B (garbage beyond it, NaN for NaN): the loop body of [`map_trig`].
+#[inline(always)]
+fn sin_in_range_f64(x: f64) -> f64 {
+    // The reduction adds +0 to r, which turns -0 into +0: sin(-0) is -0.
+    if x == 0.0 { x } else { sin_quadrant_f64(x, 0) }
+}
+
+/// cos(x) for |x| <= B (garbage beyond it).
+#[inline(always)]
+fn cos_in_range_f64(x: f64) -> f64 {
+    sin_quadrant_f64(x, 1)
+}
+
+/// sin(x) in f64 (module docs: accuracy): the branch-free reduction and kernels for |x| <= B,
+/// libm's `sin` beyond (and for NaN and the infinities, NaN).
+#[inline(always)]
+pub fn sin_f64(x: f64) -> f64 {
+    if in_trig_range(x) { sin_in_range_f64(x) } else { x.sin() }
+}
+
+/// cos(x) in f64, as [`sin_f64`].
+#[inline(always)]
+pub fn cos_f64(x: f64) -> f64 {
+    if in_trig_range(x) { cos_in_range_f64(x) } else { x.cos() }
+}
+
+/// sin(x) in `T`: [`sin_f64`], for f32 computed in f64 and rounded (beyond B too: libm's f64
+/// sin rounded, within an ulp of its f32 sin and as the f64 path).
+#[inline(always)]
+pub fn sin<T: Elem>(x: T) -> T {
+    T::of_f64(sin_f64(x.as_f64()))
+}
+
+/// cos(x) in `T`, as [`sin`].
+#[inline(always)]
+pub fn cos<T: Elem>(x: T) -> T {
+    T::of_f64(cos_f64(x.as_f64()))
+}
+
+/// `out[i] = sin(xs[i])` or cos, equal to [`sin`] / [`cos`] element for element. A select of
+/// libm's value in the main loop would call libm for every element, and a branch would stop the
+/// loop vectorising; so the main loop computes the in-range result for every element, a second
+/// one (an or of compares, which vectorises) finds whether any lies beyond B, and only then a
+/// third replaces those few by libm's. The workloads' angles are a few radians: the third loop
+/// does not run for them.
+#[inline(always)]
+fn map_trig<T: Elem>(xs: &[T], out: &mut [T], in_range: impl Fn(f64) -> f64, libm: impl Fn(f64) -> f64) {
+    map_with(xs, out, |x| T::of_f64(in_range(x.as_f64())));
+    if xs.iter().fold(false, |beyond, x| beyond | !in_trig_range(x.as_f64())) {
+        for (o, &x) in out.iter_mut().zip(xs) {
+            if !in_trig_range(x.as_f64()) {
+                *o = T::of_f64(libm(x.as_f64()));
+            }
+        }
+    }
+}
+
 /// Whether [`map_unary`] has a vector loop for `op`.
 pub fn vectorised(op: UnaryOp) -> bool {
-    matches!(op, UnaryOp::Exp | UnaryOp::Log | UnaryOp::Tanh | UnaryOp::Sigmoid)
+    matches!(op, UnaryOp::Exp | UnaryOp::Log | UnaryOp::Tanh | UnaryOp::Sigmoid | UnaryOp::Sin | UnaryOp::Cos)
 }
 
 #[inline(always)]
@@ -217,6 +384,8 @@ fn map_unary_base<T: Elem>(op: UnaryOp, xs: &[T], out: &mut [T]) {
         UnaryOp::Exp => map_with(xs, out, exp),
         UnaryOp::Log => map_with(xs, out, ln),
         UnaryOp::Tanh => map_with(xs, out, tanh),
+        UnaryOp::Sin => map_trig(xs, out, sin_in_range_f64, f64::sin),
+        UnaryOp::Cos => map_trig(xs, out, cos_in_range_f64, f64::cos),
         _ => map_with(xs, out, sigmoid),
     }
 }
@@ -375,18 +544,166 @@ mod tests {
     }
 
     #[test]
+    fn the_split_of_pio2_is_pio2() {
+        for part in [PIO2_1, PIO2_2, PIO2_3] {
+            assert_eq!(part.to_bits() & 0xf_ffff, 0, "{part:e} must have at most 33 significant bits");
+        }
+        // libm's sin(fl(π)) is π - fl(π) (to 2^-160), so π/2 - fl(π/2) is half of it; the parts
+        // past fl(π/2) must add up to that, to the last bit of a double.
+        let beyond = ((PIO2_1 - std::f64::consts::FRAC_PI_2) + PIO2_2) + (PIO2_3 + PIO2_3T);
+        assert!(ulps(beyond, std::f64::consts::PI.sin() / 2.0) <= 1, "{beyond:e}");
+        assert_eq!(TRIG_RANGE, 1_048_576.0 * std::f64::consts::FRAC_PI_2);
+    }
+
+    // fdlibm's decimals, with all 21 of their digits.
+    #[allow(clippy::excessive_precision)]
+    #[test]
+    fn the_kernel_coefficients_are_fdlibms() {
+        // fdlibm states them in decimal too (k_sin.c, k_cos.c); the bits must be those numbers.
+        let sin_c = [
+            -1.666_666_666_666_663_243_48e-1,
+            8.333_333_333_322_489_461_24e-3,
+            -1.984_126_982_985_794_931_34e-4,
+            2.755_731_370_707_006_767_89e-6,
+            -2.505_076_025_340_686_341_95e-8,
+            1.589_690_995_211_550_102_21e-10,
+        ];
+        let cos_c = [
+            4.166_666_666_666_660_190_37e-2,
+            -1.388_888_888_887_410_957_49e-3,
+            2.480_158_728_947_672_941_78e-5,
+            -2.755_731_435_139_066_330_35e-7,
+            2.087_572_321_298_174_827_90e-9,
+            -1.135_964_755_778_819_482_65e-11,
+        ];
+        assert_eq!((SIN_C, COS_C), (sin_c, cos_c));
+    }
+
+    /// Arguments for sin and cos up to the bound: evenly spread; magnitudes from the smallest
+    /// subnormal up, evenly in the exponent, both signs; the doubles nearest multiples of π/2 and
+    /// their neighbours (r far smaller than x: the reduction's cancellation) and points around
+    /// the odd multiples of π/4 (where the quadrant changes); and around the small multiples of
+    /// π/2 at a little distance.
+    fn trig_points() -> impl Iterator<Item = f64> {
+        let even = points(-TRIG_RANGE, TRIG_RANGE, 300_000);
+        let top = TRIG_RANGE.log2();
+        let wide =
+            points(-1074.0, top, 100_000).enumerate().map(|(i, e)| if i % 2 == 0 { e.exp2() } else { -e.exp2() });
+        let multiples = points(-1_048_576.0, 1_048_576.0, 40_000).flat_map(|k| {
+            let k = k.round();
+            let at = k * std::f64::consts::FRAC_PI_2;
+            let between = (k + 0.5) * std::f64::consts::FRAC_PI_2;
+            [at, at.next_up(), at.next_down(), between, between.next_up(), between.next_down()]
+        });
+        let small =
+            points(-1e-4, 1e-4, 20_000).flat_map(|d| (-8..=8).map(move |k| k as f64 * std::f64::consts::FRAC_PI_2 + d));
+        even.chain(wide).chain(multiples).chain(small).filter(|x| x.abs() <= TRIG_RANGE)
+    }
+
+    #[test]
+    fn sin_and_cos_are_within_one_ulp_of_libm_up_to_the_bound() {
+        let (mut ws, mut wc, mut total) = (0, 0, 0);
+        for x in trig_points() {
+            let (s, c) = (sin_f64(x), cos_f64(x));
+            let (ds, dc) = (ulps(s, x.sin()), ulps(c, x.cos()));
+            assert!(ds <= 1 && dc <= 1, "x = {x:e}: sin {s:e} vs {:e}, cos {c:e} vs {:e}", x.sin(), x.cos());
+            (ws, wc, total) = (ws.max(ds), wc.max(dc), total + 1);
+        }
+        assert!(total > 700_000 && ws <= 1 && wc <= 1, "sin worst {ws} ulps, cos worst {wc}");
+        // Values worked out elsewhere: sin(fl(π)) = π - fl(π), cos(fl(π/2)) = π/2 - fl(π/2).
+        assert!(ulps(sin_f64(std::f64::consts::PI), 1.224_646_799_147_353_2e-16) <= 1);
+        assert!(ulps(cos_f64(std::f64::consts::FRAC_PI_2), 6.123_233_995_736_766e-17) <= 1);
+        assert_eq!((sin_f64(std::f64::consts::FRAC_PI_2), cos_f64(std::f64::consts::PI)), (1.0, -1.0));
+    }
+
+    #[test]
+    fn f32_sin_and_cos_are_within_one_ulp_of_libm() {
+        let (mut ws, mut wc) = (0, 0);
+        let multiples = points(-1e6, 1e6, 50_000).map(|k| (k.round() * std::f64::consts::FRAC_PI_2) as f32);
+        let wide = points(-149.0, 20.6, 100_000)
+            .enumerate()
+            .map(|(i, e)| e.exp2() as f32 * if i % 2 == 0 { 1.0 } else { -1.0 });
+        let xs = points(-TRIG_RANGE, TRIG_RANGE, 300_000)
+            .map(|x| x as f32)
+            .chain(wide)
+            .chain(points(-10.0, 10.0, 100_000).map(|x| x as f32))
+            .chain(multiples.flat_map(|x| [x, x.next_up(), x.next_down()]))
+            .filter(|x| in_trig_range(*x as f64));
+        for x in xs {
+            let (ds, dc) = (ulps32(sin(x), x.sin()), ulps32(cos(x), x.cos()));
+            assert!(
+                ds <= 1 && dc <= 1,
+                "x = {x:e}: sin {:e} vs {:e}, cos {:e} vs {:e}",
+                sin(x),
+                x.sin(),
+                cos(x),
+                x.cos()
+            );
+            (ws, wc) = (ws.max(ds), wc.max(dc));
+        }
+        assert!(ws <= 1 && wc <= 1, "f32 sin worst {ws} ulps, cos worst {wc}");
+    }
+
+    #[test]
+    fn sin_and_cos_special_values() {
+        assert_eq!((sin_f64(0.0).to_bits(), sin_f64(-0.0).to_bits()), (0.0f64.to_bits(), (-0.0f64).to_bits()));
+        assert_eq!((cos_f64(0.0), cos_f64(-0.0)), (1.0, 1.0));
+        assert_eq!((sin(-0.0f32).to_bits(), cos(-0.0f32)), ((-0.0f32).to_bits(), 1.0));
+        for x in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+            assert!(sin_f64(x).is_nan() && cos_f64(x).is_nan(), "{x}");
+            assert!(sin(x as f32).is_nan() && cos(x as f32).is_nan(), "{x}");
+        }
+        // Tiny arguments: sin x = x (x^3/6 is under half an ulp), cos x = 1, subnormals too.
+        for x in [f64::from_bits(1), 1e-310, 2.2e-308, 1e-200, 1e-9, 3.7e-9] {
+            assert_eq!((sin_f64(x), sin_f64(-x), cos_f64(x), cos_f64(-x)), (x, -x, 1.0, 1.0), "{x:e}");
+        }
+        assert_eq!((sin(1e-45f32), sin(-1e-40f32), cos(1e-40f32)), (1e-45, -1e-40, 1.0));
+        // Beyond the bound, libm's values bit for bit; in f32 libm's f64 values rounded, within an
+        // ulp of libm's f32 sin and cos.
+        let beyond = [TRIG_RANGE.next_up(), 1.7e6, 1e7, 3.0e9, 1e22, 1e300, f64::MAX];
+        for x in beyond.into_iter().flat_map(|x| [x, -x]) {
+            assert_eq!(sin_f64(x).to_bits(), x.sin().to_bits(), "sin {x:e}");
+            assert_eq!(cos_f64(x).to_bits(), x.cos().to_bits(), "cos {x:e}");
+        }
+        for x in points(1.7e6, 3e38, 10_000).flat_map(|x| [x as f32, -x as f32]) {
+            let wide = x as f64;
+            assert_eq!((sin(x), cos(x)), (wide.sin() as f32, wide.cos() as f32), "f32 {x:e}");
+            assert!(ulps32(sin(x), x.sin()) <= 1 && ulps32(cos(x), x.cos()) <= 1, "f32 {x:e}");
+        }
+        assert!(sin(f32::MAX).is_finite() && ulps32(cos(f32::MAX), f32::MAX.cos()) <= 1);
+        // At the bound itself, the fast path.
+        assert!(ulps(sin_f64(TRIG_RANGE), TRIG_RANGE.sin()) <= 1 && ulps(cos_f64(-TRIG_RANGE), TRIG_RANGE.cos()) <= 1);
+    }
+
+    #[test]
     fn the_slice_loops_equal_the_scalar_functions() {
-        let xs: Vec<f64> = points(-30.0, 30.0, 1001).chain([f64::NAN, f64::INFINITY, -0.0]).collect();
-        let mut out = vec![0.0; xs.len()];
-        for (op, f) in [
-            (UnaryOp::Exp, exp_f64 as fn(f64) -> f64),
-            (UnaryOp::Log, ln_f64),
-            (UnaryOp::Tanh, tanh_f64),
-            (UnaryOp::Sigmoid, sigmoid_f64),
-        ] {
-            map_unary(op, &xs, &mut out);
-            for (x, y) in xs.iter().zip(&out) {
-                assert_eq!(y.to_bits(), f(*x).to_bits(), "{op:?}({x})");
+        // In range only (sin and cos: no fix-up pass), then with the values beyond sin and cos's
+        // bound among them.
+        let near: Vec<f64> = points(-30.0, 30.0, 1001).chain([f64::MIN_POSITIVE, -0.0]).collect();
+        let far = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 1e7, -3e9, 1e300, TRIG_RANGE, -TRIG_RANGE.next_up()];
+        let mixed: Vec<f64> = near.iter().copied().chain(far).chain(points(-1e6, 1e6, 999)).collect();
+        for xs in [near, mixed] {
+            let mut out = vec![0.0; xs.len()];
+            for (op, f) in [
+                (UnaryOp::Exp, exp_f64 as fn(f64) -> f64),
+                (UnaryOp::Log, ln_f64),
+                (UnaryOp::Tanh, tanh_f64),
+                (UnaryOp::Sigmoid, sigmoid_f64),
+                (UnaryOp::Sin, sin_f64),
+                (UnaryOp::Cos, cos_f64),
+            ] {
+                map_unary(op, &xs, &mut out);
+                for (x, y) in xs.iter().zip(&out) {
+                    assert_eq!(y.to_bits(), f(*x).to_bits(), "{op:?}({x})");
+                }
+            }
+            let xs32: Vec<f32> = xs.iter().map(|&x| x as f32).collect();
+            let mut out32 = vec![0.0f32; xs.len()];
+            for (op, f) in [(UnaryOp::Sin, sin::<f32> as fn(f32) -> f32), (UnaryOp::Cos, cos::<f32>)] {
+                map_unary(op, &xs32, &mut out32);
+                for (x, y) in xs32.iter().zip(&out32) {
+                    assert_eq!(y.to_bits(), f(*x).to_bits(), "f32 {op:?}({x})");
+                }
             }
         }
     }
