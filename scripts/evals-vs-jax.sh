@@ -23,7 +23,14 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 for i in $(seq 1 "$runs"); do
     load_start="$(cut -d' ' -f1 /proc/loadavg)"
-    "$bin" run --suite suites/evals-vs-jax.yaml --no-save --json --quiet "$@" >"$work/run-$i.jsonl"
+    # Exit 1 is a case that failed its checks or a tool that did not answer: its rows say which
+    # (listed under the table as not timed), and the other cells are still compared.
+    rc=0
+    "$bin" run --suite suites/evals-vs-jax.yaml --no-save --json --quiet "$@" >"$work/run-$i.jsonl" || rc=$?
+    if [ "$rc" -gt 1 ]; then
+        echo "evals-vs-jax: adgauge run exited $rc" >&2
+        exit "$rc"
+    fi
     echo "$load_start $(cut -d' ' -f1 /proc/loadavg)" >"$work/load-$i"
 done
 python3 - "$work" "$runs" <<'PY'
