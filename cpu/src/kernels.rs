@@ -133,8 +133,14 @@ macro_rules! per_unary_op {
     };
 }
 
-/// `out[i] = unary(op, x[i])`, one loop per operator ([`per_unary_op`]).
+/// `out[i] = unary(op, x[i])`: vmath's vector loop where it has one, else one loop per operator
+/// ([`per_unary_op`]).
 pub fn unary_map<T: Elem>(op: UnaryOp, xs: &[T], out: &mut [T]) {
+    // vmath's vector loop where it has one: the same functions as `unary`, so every path that
+    // maps an operator (eager, in place, staged) gets the same bits and the vector loop.
+    if super::vmath::vectorised(op) {
+        return super::vmath::map_unary(op, xs, out);
+    }
     per_unary_op!(op, |u| out.iter_mut().zip(xs).for_each(|(o, &x)| *o = unary(u, x)))
 }
 

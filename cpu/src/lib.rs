@@ -334,13 +334,11 @@ mod ops;
 /// the stack (the loops read one slice and write another). The operators are elementwise, so
 /// the values do not depend on how the elements are split.
 fn unary_in_place<T: CpuElem>(op: UnaryOp, v: &mut [T]) {
-    let map: fn(UnaryOp, &[T], &mut [T]) =
-        if vmath::vectorised(op) { vmath::map_unary::<T> } else { kernels::unary_map::<T> };
     let run = |block: &mut [T]| {
         let mut copy = [T::zero(); 256];
         for part in block.chunks_mut(256) {
             copy[..part.len()].copy_from_slice(part);
-            map(op, &copy[..part.len()], part);
+            kernels::unary_map(op, &copy[..part.len()], part);
         }
     };
     if v.len() < kernels::PAR_MIN {

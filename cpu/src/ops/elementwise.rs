@@ -7,14 +7,12 @@ impl Cpu {
     pub(crate) fn unary_t<T: CpuElem>(&self, op: UnaryOp, x: &CpuTensor) -> Result<CpuTensor> {
         let xs = x.slice::<T>()?;
         let mut out = self.pool().take::<T>(xs.len());
-        // vmath's vector loop where it has one (the same functions as `kernels::unary`), else
-        // one loop per operator.
-        let map: fn(UnaryOp, &[T], &mut [T]) =
-            if vmath::vectorised(op) { vmath::map_unary::<T> } else { kernels::unary_map::<T> };
         if xs.len() < kernels::PAR_MIN {
-            map(op, xs, &mut out);
+            kernels::unary_map(op, xs, &mut out);
         } else {
-            out.par_chunks_mut(kernels::BLOCK).zip(xs.par_chunks(kernels::BLOCK)).for_each(|(o, x)| map(op, x, o));
+            out.par_chunks_mut(kernels::BLOCK)
+                .zip(xs.par_chunks(kernels::BLOCK))
+                .for_each(|(o, x)| kernels::unary_map(op, x, o));
         }
         Ok(self.wrap(out, x.shape.clone()))
     }
