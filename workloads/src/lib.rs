@@ -20,6 +20,7 @@ pub mod nested;
 pub mod objective;
 pub mod ode;
 pub mod particle;
+pub mod primitives;
 pub mod saddle;
 pub mod validate;
 pub mod workload;

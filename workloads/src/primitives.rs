@@ -1,0 +1,268 @@
+//! The engine's elementwise primitives that no workload differentiates, as one `primitives`
+//! comparison of `check` (run by k-means next to its dense products): every differentiable
+//! binary op in every broadcast layout and with either operand constant, the comparisons and
+//! `select` (their masks used as values too, so that an adjoint reaches the comparison), `sign`,
+//! and `scatter`, by the reverse and the forward engine and, for the binary ops, to second order
+//! (forward over reverse), against derivatives by hand.
+//!
+//! The workloads use `+`, `-`, `*` and `/` mostly on equal shapes with both operands moving;
+//! `pow`, `min` and `max`, the comparisons' rules and a scatter's pullback are reached by no
+//! workload at all. A rule that forgets to sum a broadcast operand's adjoint, saves the wrong
+//! operand when only one moves, or breaks a tie the other way than its forward rule passes every
+//! other check; here it fails.
+
+use adgauge_backends::prelude::*;
+use adgauge_backends::{BinaryOp, DType, Forward, Ops, Result, Reverse, UnaryOp};
+use rand::RngExt;
+
+use crate::workload::{CheckKind, Comparison};
+
+/// The differentiable binary ops (the comparisons have their own part).
+const BINARY: [BinaryOp; 7] =
+    [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Pow, BinaryOp::Min, BinaryOp::Max];
+
+/// Operand shapes, each pair broadcast to the larger: equal, a scalar on either side, and a row
+/// against a matrix on either side. Output element `o` reads element `o % numel` of each
+/// operand in every one of these layouts.
+const LAYOUTS: [(&[usize], &[usize]); 5] =
+    [(&[12], &[12]), (&[12], &[1]), (&[1], &[12]), (&[3, 4], &[4]), (&[4], &[3, 4])];
+
+/// `[f, df/da, df/dc, d2f/da2, d2f/dadc, d2f/dc2]` of `f = a op c`, by hand. Ties go to the
+/// left operand in `min` and `max`, as the engine's rules define.
+fn binary_derivatives(op: BinaryOp, a: f64, c: f64) -> [f64; 6] {
+    match op {
+        BinaryOp::Add => [a + c, 1.0, 1.0, 0.0, 0.0, 0.0],
+        BinaryOp::Sub => [a - c, 1.0, -1.0, 0.0, 0.0, 0.0],
+        BinaryOp::Mul => [a * c, c, a, 0.0, 1.0, 0.0],
+        BinaryOp::Div => [a / c, 1.0 / c, -a / (c * c), 0.0, -1.0 / (c * c), 2.0 * a / (c * c * c)],
+        BinaryOp::Pow => {
+            let (y, ln) = (a.powf(c), a.ln());
+            [
+                y,
+                c * a.powf(c - 1.0),
+                y * ln,
+                c * (c - 1.0) * a.powf(c - 2.0),
+                a.powf(c - 1.0) * (1.0 + c * ln),
+                y * ln * ln,
+            ]
+        }
+        BinaryOp::Min if a <= c => [a, 1.0, 0.0, 0.0, 0.0, 0.0],
+        BinaryOp::Min => [c, 0.0, 1.0, 0.0, 0.0, 0.0],
+        BinaryOp::Max if a >= c => [a, 1.0, 0.0, 0.0, 0.0, 0.0],
+        BinaryOp::Max => [c, 0.0, 1.0, 0.0, 0.0, 0.0],
+        BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge | BinaryOp::Eq => [0.0; 6],
+    }
+}
+
+/// `a cmp c` as 1 or 0.
+fn compare(cmp: BinaryOp, a: f64, c: f64) -> f64 {
+    let holds = match cmp {
+        BinaryOp::Lt => a < c,
+        BinaryOp::Le => a <= c,
+        BinaryOp::Gt => a > c,
+        BinaryOp::Ge => a >= c,
+        _ => a == c,
+    };
+    if holds { 1.0 } else { 0.0 }
+}
+
+/// The elementwise `primitives` comparison on `d` (module docs), at inputs seeded by `seed`.
+pub fn elementwise_probe<D: Ops>(d: &D, dt: DType, seed: u64) -> Result<Comparison> {
+    let mut rng = adgauge_datasets::rng(seed ^ 0xe1e3e7);
+    let mut uniform =
+        |len: usize, lo: f64, hi: f64| -> Vec<f64> { (0..len).map(|_| dt.round(rng.random_range(lo..hi))).collect() };
+    let (mut got, mut want) = (Vec::new(), Vec::new());
+    let numel = |s: &[usize]| s.iter().product::<usize>();
+    for op in BINARY {
+        for (sa, sc) in LAYOUTS {
+            let out: &[usize] = if numel(sa) >= numel(sc) { sa } else { sc };
+            let (na, nc, no) = (numel(sa), numel(sc), numel(out));
+            // Both in [0.5, 1.5] (pow's base and div's divisor away from 0), every third
+            // right operand equal to its left one, so that min and max meet ties.
+            let a = uniform(na, 0.5, 1.5);
+            let mut c = uniform(nc, 0.5, 1.5);
+            if na == nc {
+                c.iter_mut().step_by(3).zip(a.iter().step_by(3)).for_each(|(c, a)| *c = *a);
+            }
+            let (w, da, dc) = (uniform(no, -1.0, 1.0), uniform(na, -1.0, 1.0), uniform(nc, -1.0, 1.0));
+            let parts: Vec<[f64; 6]> = (0..no).map(|o| binary_derivatives(op, a[o % na], c[o % nc])).collect();
+            for need in [[true, true], [true, false], [false, true]] {
+                // Reverse: the gradient of sum(w * (a op c)) with respect to the moving operands.
+                let r = Reverse::new(d.clone());
+                let moving = |m: bool, x: &[f64], s: &[usize]| -> Result<_> {
+                    let t = d.tensor(x, s, dt)?;
+                    Ok(if m { r.var(t) } else { r.lift(t) })
+                };
+                let (av, cv) = (moving(need[0], &a, sa)?, moving(need[1], &c, sc)?);
+                let y = r.sum(&r.mul(&r.broadcast_binary(op, &av, &cv)?, &r.tensor(&w, out, dt)?)?)?;
+                let grads = r.backward(&y, d.full(&[1], 1.0, dt)?)?;
+                for (side, (v, n)) in [(&av, na), (&cv, nc)].into_iter().enumerate() {
+                    if !need[side] {
+                        continue;
+                    }
+                    got.extend(d.to_vec(&grads.get_or_zeros(d, v)?)?);
+                    let mut bar = vec![0.0; n];
+                    (0..no).for_each(|o| bar[o % n] += w[o] * parts[o][1 + side]);
+                    want.extend(bar);
+                }
+                // Forward: the tangent of a op c along the moving operands' tangents.
+                let f = Forward::new(d.clone());
+                let dual = |m: bool, x: &[f64], dx: &[f64], s: &[usize]| -> Result<_> {
+                    let t = d.tensor(x, s, dt)?;
+                    if m { f.dual(t, d.tensor(dx, s, dt)?) } else { Ok(f.lift(t)) }
+                };
+                let y = f.broadcast_binary(op, &dual(need[0], &a, &da, sa)?, &dual(need[1], &c, &dc, sc)?)?;
+                got.extend(d.to_vec(&f.tangent(&y)?)?);
+                want.extend((0..no).map(|o| {
+                    let ta = if need[0] { parts[o][1] * da[o % na] } else { 0.0 };
+                    let tc = if need[1] { parts[o][2] * dc[o % nc] } else { 0.0 };
+                    ta + tc
+                }));
+            }
+            if na != nc {
+                continue;
+            }
+            // Second order: the gradient's tangent along (da, dc), by forward over reverse.
+            let fw = Forward::new(d.clone());
+            let r = Reverse::new(fw.clone());
+            let av = r.var(fw.dual(d.tensor(&a, sa, dt)?, d.tensor(&da, sa, dt)?)?);
+            let cv = r.var(fw.dual(d.tensor(&c, sc, dt)?, d.tensor(&dc, sc, dt)?)?);
+            let y = r.sum(&r.mul(&r.binary(op, &av, &cv)?, &r.tensor(&w, out, dt)?)?)?;
+            let grads = r.backward(&y, fw.full(&[1], 1.0, dt)?)?;
+            for v in [&av, &cv] {
+                got.extend(d.to_vec(&fw.tangent(&grads.get_or_zeros(&fw, v)?)?)?);
+            }
+            want.extend((0..no).map(|o| w[o] * (parts[o][3] * da[o] + parts[o][4] * dc[o])));
+            want.extend((0..no).map(|o| w[o] * (parts[o][4] * da[o] + parts[o][5] * dc[o])));
+        }
+    }
+    let n = 12;
+    let a = uniform(n, -1.0, 1.0);
+    let mut c = uniform(n, -1.0, 1.0);
+    c.iter_mut().step_by(3).zip(a.iter().step_by(3)).for_each(|(c, a)| *c = *a);
+    let (w, da, dc) = (uniform(n, -1.0, 1.0), uniform(n, -1.0, 1.0), uniform(n, -1.0, 1.0));
+    // Comparisons and select: z = m * a + select(m, a, c) with m = (a cmp c), whose mask is
+    // also a value (the product's adjoint reaches the comparison, whose own adjoints are zero):
+    // dz/da = 2m, dz/dc = 1 - m.
+    for cmp in [BinaryOp::Lt, BinaryOp::Le, BinaryOp::Gt, BinaryOp::Ge, BinaryOp::Eq] {
+        let m: Vec<f64> = (0..n).map(|i| compare(cmp, a[i], c[i])).collect();
+        let r = Reverse::new(d.clone());
+        let (av, cv) = (r.var(d.tensor(&a, &[n], dt)?), r.var(d.tensor(&c, &[n], dt)?));
+        let mask = r.binary(cmp, &av, &cv)?;
+        let z = r.add(&r.mul(&mask, &av)?, &r.select(&mask, &av, &cv)?)?;
+        let grads = r.backward(&r.sum(&r.mul(&z, &r.tensor(&w, &[n], dt)?)?)?, d.full(&[1], 1.0, dt)?)?;
+        got.extend(d.to_vec(&grads.get_or_zeros(d, &av)?)?);
+        got.extend(d.to_vec(&grads.get_or_zeros(d, &cv)?)?);
+        want.extend((0..n).map(|i| 2.0 * w[i] * m[i]));
+        want.extend((0..n).map(|i| w[i] * (1.0 - m[i])));
+        let f = Forward::new(d.clone());
+        let (ad, cd) = (
+            f.dual(d.tensor(&a, &[n], dt)?, d.tensor(&da, &[n], dt)?)?,
+            f.dual(d.tensor(&c, &[n], dt)?, d.tensor(&dc, &[n], dt)?)?,
+        );
+        let mask = f.binary(cmp, &ad, &cd)?;
+        let z = f.add(&f.mul(&mask, &ad)?, &f.select(&mask, &ad, &cd)?)?;
+        got.extend(d.to_vec(&f.tangent(&z)?)?);
+        want.extend((0..n).map(|i| m[i] * da[i] + if m[i] == 1.0 { da[i] } else { dc[i] }));
+    }
+    // sign: z = sign(a) * a has dz/da = sign(a) (sign's own derivative is zero), at nonzero a.
+    let s: Vec<f64> = a
+        .iter()
+        .map(|&x| {
+            if x > 0.0 {
+                1.0
+            } else if x < 0.0 {
+                -1.0
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    let r = Reverse::new(d.clone());
+    let av = r.var(d.tensor(&a, &[n], dt)?);
+    let z = r.mul(&r.unary(UnaryOp::Sign, &av)?, &av)?;
+    let grads = r.backward(&r.sum(&r.mul(&z, &r.tensor(&w, &[n], dt)?)?)?, d.full(&[1], 1.0, dt)?)?;
+    got.extend(d.to_vec(&grads.get_or_zeros(d, &av)?)?);
+    want.extend((0..n).map(|i| w[i] * s[i]));
+    let f = Forward::new(d.clone());
+    let ad = f.dual(d.tensor(&a, &[n], dt)?, d.tensor(&da, &[n], dt)?)?;
+    got.extend(d.to_vec(&f.tangent(&f.mul(&f.unary(UnaryOp::Sign, &ad)?, &ad)?)?)?);
+    want.extend((0..n).map(|i| s[i] * da[i]));
+    // scatter(dest, idx, vals), distinct positions: dest's adjoint is w off the positions, the
+    // values' is w at them; the tangent is the scatter of the tangents (dest's alone when the
+    // values are constant).
+    let idx: Vec<i64> = vec![7, 2, 10, 0, 5];
+    let k = idx.len();
+    let (vals, dvals) = (uniform(k, -1.0, 1.0), uniform(k, -1.0, 1.0));
+    let ix = d.index(&idx)?;
+    let r = Reverse::new(d.clone());
+    let (dv, vv) = (r.var(d.tensor(&a, &[n], dt)?), r.var(d.tensor(&vals, &[k], dt)?));
+    let z = r.scatter(&dv, &ix, &vv)?;
+    let grads = r.backward(&r.sum(&r.mul(&z, &r.tensor(&w, &[n], dt)?)?)?, d.full(&[1], 1.0, dt)?)?;
+    got.extend(d.to_vec(&grads.get_or_zeros(d, &dv)?)?);
+    got.extend(d.to_vec(&grads.get_or_zeros(d, &vv)?)?);
+    let scattered = |dest: &[f64], vals: &[f64]| {
+        let mut out = dest.to_vec();
+        idx.iter().zip(vals).for_each(|(&i, &v)| out[i as usize] = v);
+        out
+    };
+    want.extend(scattered(&w, &vec![0.0; k]));
+    want.extend(idx.iter().map(|&i| w[i as usize]));
+    let f = Forward::new(d.clone());
+    for values_move in [true, false] {
+        let vals_t = d.tensor(&vals, &[k], dt)?;
+        let vd = if values_move { f.dual(vals_t, d.tensor(&dvals, &[k], dt)?)? } else { f.lift(vals_t) };
+        let z = f.scatter(&f.dual(d.tensor(&a, &[n], dt)?, d.tensor(&da, &[n], dt)?)?, &ix, &vd)?;
+        got.extend(d.to_vec(&f.tangent(&z)?)?);
+        want.extend(scattered(&da, if values_move { &dvals } else { &[0.0; 5] }));
+    }
+    Ok(Comparison { check: CheckKind::Primitives, got, want, convention: None })
+}
+
+#[cfg(test)]
+mod tests {
+    use adgauge_backends::Cpu;
+
+    use super::*;
+
+    #[test]
+    fn every_rule_of_the_probe_agrees_with_the_derivatives_by_hand() {
+        let cpu = Cpu::new(Some(1)).unwrap();
+        for (dt, tol) in [(DType::F64, 1e-13), (DType::F32, 1e-5)] {
+            let c = elementwise_probe(&cpu, dt, 7).unwrap();
+            assert_eq!(c.got.len(), c.want.len());
+            // 7 ops x (3 equal-shape and 12 broadcast checks' values), 5 comparisons x 36,
+            // sign 24, scatter 53: the length says every part ran.
+            let per_op: usize = [(12, 12), (12, 1), (1, 12), (12, 4), (4, 12)]
+                .iter()
+                .map(|&(na, nc): &(usize, usize)| {
+                    let no = na.max(nc);
+                    (na + nc + no) + (na + no) + (nc + no) + if na == nc { 2 * no } else { 0 }
+                })
+                .sum();
+            assert_eq!(c.want.len(), 7 * per_op + 5 * 36 + 24 + 12 + 5 + 24);
+            // Most partials are away from zero: the comparison is not of zeros with zeros.
+            assert!(c.want.iter().filter(|x| x.abs() > 1e-3).count() > c.want.len() / 2);
+            for (i, (g, w)) in c.got.iter().zip(&c.want).enumerate() {
+                assert!((g - w).abs() <= tol * w.abs().max(1.0), "{dt} value {i}: {g} vs {w}");
+            }
+        }
+    }
+
+    #[test]
+    fn min_and_max_give_ties_to_the_left_operand() {
+        // The hand-derived reference the probe judges by: a tie's whole derivative goes left.
+        assert_eq!(binary_derivatives(BinaryOp::Min, 0.5, 0.5)[1..3], [1.0, 0.0]);
+        assert_eq!(binary_derivatives(BinaryOp::Max, 0.5, 0.5)[1..3], [1.0, 0.0]);
+        assert_eq!(binary_derivatives(BinaryOp::Min, 0.7, 0.5)[1..3], [0.0, 1.0]);
+        // pow's second derivatives against central differences of its first ones.
+        let (a, c, h) = (1.3, -0.6, 1e-6);
+        let p = |a, c| binary_derivatives(BinaryOp::Pow, a, c);
+        let faa = (p(a + h, c)[1] - p(a - h, c)[1]) / (2.0 * h);
+        let fac = (p(a, c + h)[1] - p(a, c - h)[1]) / (2.0 * h);
+        let fcc = (p(a, c + h)[2] - p(a, c - h)[2]) / (2.0 * h);
+        for (fd, hand) in [(faa, p(a, c)[3]), (fac, p(a, c)[4]), (fcc, p(a, c)[5])] {
+            assert!((fd - hand).abs() < 1e-8, "{fd} vs {hand}");
+        }
+    }
+}
