@@ -267,6 +267,7 @@ impl Problem for KmeansProblem {
                 Comparison { check: CheckKind::ManualHessian, got: ad, want: manual, convention: None },
                 dense_primitives_probe(d, s.dtype, s.seed)?,
                 crate::primitives::elementwise_probe(d, s.dtype, s.seed)?,
+                crate::primitives::dense_switches_probe(d, s.dtype, s.seed)?,
             ];
             Ok(Validation { flat: Box::new(f), full_jacobian: None, comparisons })
         })

@@ -12,7 +12,7 @@
 //! other check; here it fails.
 
 use adgauge_backends::prelude::*;
-use adgauge_backends::{BinaryOp, DType, Forward, Ops, Result, Reverse, UnaryOp};
+use adgauge_backends::{BinaryOp, DType, Extremum, Forward, Ops, Result, Reverse, UnaryOp};
 use rand::RngExt;
 
 use crate::workload::{CheckKind, Comparison};
@@ -219,6 +219,176 @@ pub fn elementwise_probe<D: Ops>(d: &D, dt: DType, seed: u64) -> Result<Comparis
     Ok(Comparison { check: CheckKind::Primitives, got, want, convention: None })
 }
 
+/// Small integers (-2..=2) as `len` values: every sum and product the dense probe forms of them
+/// is exact in f32 and f64, so a device's order of additions cannot move it, and ties abound.
+fn small_integers(rng: &mut impl rand::Rng, len: usize) -> Vec<f64> {
+    (0..len).map(|_| rng.random_range(-2i32..=2) as f64).collect()
+}
+
+/// The dense `primitives` comparison on `d`: the dense kernels past the sizes where the CPU
+/// changes path (`PAR_MIN` elements, `R_BLOCK` long sums, `MM_PAR_MIN` multiply-adds), and in
+/// the layouts no workload forms (a broadcast in two separate runs, a logsumexp along a leading
+/// axis, a squared difference of rows longer than four or broadcast along the middle), each
+/// with its reverse rule, against host loops. The inputs are small integers, so the
+/// comparison is exact whatever the order of the device's sums; inputs cost at most 90 000
+/// elements.
+pub fn dense_switches_probe<D: Ops>(d: &D, dt: DType, seed: u64) -> Result<Comparison> {
+    let mut rng = adgauge_datasets::rng(seed ^ 0xd5e5);
+    let (mut got, mut want) = (Vec::new(), Vec::new());
+    let numel = |s: &[usize]| s.iter().product::<usize>();
+    // The offset in a broadcast operand (shape `small`, right-aligned) of element `i` of `big`.
+    let offset = |small: &[usize], big: &[usize], mut i: usize| {
+        let (mut off, mut stride) = (0, 1);
+        for (j, &n) in big.iter().enumerate().rev() {
+            let digit = i % n;
+            i /= n;
+            let sj = (j + small.len()).checked_sub(big.len()).map_or(1, |j| small[j]);
+            if sj != 1 {
+                off += digit * stride;
+            }
+            stride *= sj;
+        }
+        off
+    };
+    // broadcast_to and its adjoint sum_to: a row down many rows (parallel copies), a column
+    // across them (q = 1), two outputs of 40 000 terms each (blocked sums) and twenty of 4 000,
+    // and a broadcast in two runs (no (o, r, q) view).
+    let layouts: [(&[usize], &[usize]); 5] = [
+        (&[1, 300], &[300, 300]),
+        (&[300, 1], &[300, 300]),
+        (&[2, 1], &[2, 40_000]),
+        (&[20, 1], &[20, 4_000]),
+        (&[1, 40, 1], &[30, 40, 60]),
+    ];
+    for (small, big) in layouts {
+        let (x, w) = (small_integers(&mut rng, numel(small)), small_integers(&mut rng, numel(big)));
+        let r = Reverse::new(d.clone());
+        let xv = r.var(d.tensor(&x, small, dt)?);
+        let y = r.broadcast_to(&xv, big)?;
+        let grads = r.backward(&r.sum(&r.mul(&y, &r.tensor(&w, big, dt)?)?)?, d.full(&[1], 1.0, dt)?)?;
+        got.extend(d.to_vec(y.value())?);
+        got.extend(d.to_vec(&grads.get_or_zeros(d, &xv)?)?);
+        want.extend((0..numel(big)).map(|i| x[offset(small, big, i)]));
+        let mut bar = vec![0.0; x.len()];
+        (0..numel(big)).for_each(|i| bar[offset(small, big, i)] += w[i]);
+        want.extend(bar);
+    }
+    // Maxima and minima along an axis, in parallel lines, with ties (the lowest position wins)
+    // and their adjoints (the winners' scatter).
+    for (shape, axis) in [([300usize, 300, 1], 1usize), ([4, 200, 100], 1), ([300, 300, 1], 0)] {
+        let (o, len, q) =
+            (shape[..axis].iter().product::<usize>(), shape[axis], shape[axis + 1..].iter().product::<usize>());
+        let x = small_integers(&mut rng, numel(&shape));
+        for ext in [Extremum::Max, Extremum::Min] {
+            let w = small_integers(&mut rng, o * q);
+            let r = Reverse::new(d.clone());
+            let xv = r.var(d.tensor(&x, &shape, dt)?);
+            let y = if ext == Extremum::Max { r.max_axis(&xv, axis)? } else { r.min_axis(&xv, axis)? };
+            let mut kept = shape.to_vec();
+            kept[axis] = 1;
+            let grads = r.backward(&r.sum(&r.mul(&y, &r.tensor(&w, &kept, dt)?)?)?, d.full(&[1], 1.0, dt)?)?;
+            got.extend(d.to_vec(y.value())?);
+            got.extend(d.to_vec(&grads.get_or_zeros(d, &xv)?)?);
+            let mut bar = vec![0.0; x.len()];
+            for a in 0..o {
+                for c in 0..q {
+                    let at = |b: usize| (a * len + b) * q + c;
+                    let better = |u: f64, v: f64| if ext == Extremum::Max { u > v } else { u < v };
+                    let best = (1..len).fold(0, |best, b| if better(x[at(b)], x[at(best)]) { b } else { best });
+                    want.push(x[at(best)]);
+                    bar[at(best)] += w[a * q + c];
+                }
+            }
+            want.extend(bar);
+        }
+    }
+    // A product past MM_PAR_MIN (64 x 128 x 64 multiply-adds), both operands moving.
+    let (m, k, n) = (64, 128, 64);
+    let (a, b, g) = (small_integers(&mut rng, m * k), small_integers(&mut rng, k * n), small_integers(&mut rng, m * n));
+    let r = Reverse::new(d.clone());
+    let (av, bv) = (r.var(d.tensor(&a, &[m, k], dt)?), r.var(d.tensor(&b, &[k, n], dt)?));
+    let y = r.matmul(&av, false, &bv, false)?;
+    let grads = r.backward(&y, d.tensor(&g, &[m, n], dt)?)?;
+    got.extend(d.to_vec(y.value())?);
+    got.extend(d.to_vec(&grads.get_or_zeros(d, &av)?)?);
+    got.extend(d.to_vec(&grads.get_or_zeros(d, &bv)?)?);
+    want.extend((0..m * n).map(|o| (0..k).map(|p| a[(o / n) * k + p] * b[p * n + o % n]).sum::<f64>()));
+    want.extend((0..m * k).map(|o| (0..n).map(|j| g[(o / k) * n + j] * b[(o % k) * n + j]).sum::<f64>()));
+    want.extend((0..k * n).map(|o| (0..m).map(|i| a[i * k + o / n] * g[i * n + o % n]).sum::<f64>()));
+    // Squared distances past the parallel size, rows of 11 (eight lanes and a tail).
+    let (rows, centres, len) = (512, 24, 11);
+    let (a, c, g) = (
+        small_integers(&mut rng, rows * len),
+        small_integers(&mut rng, centres * len),
+        small_integers(&mut rng, rows * centres),
+    );
+    let r = Reverse::new(d.clone());
+    let (av, cv) = (r.var(d.tensor(&a, &[rows, len], dt)?), r.var(d.tensor(&c, &[centres, len], dt)?));
+    let y = r.sq_dist(&av, &cv)?;
+    let grads = r.backward(&y, d.tensor(&g, &[rows, centres], dt)?)?;
+    got.extend(d.to_vec(y.value())?);
+    got.extend(d.to_vec(&grads.get_or_zeros(d, &av)?)?);
+    got.extend(d.to_vec(&grads.get_or_zeros(d, &cv)?)?);
+    let diff = |i: usize, j: usize, l: usize| a[i * len + l] - c[j * len + l];
+    want.extend((0..rows * centres).map(|o| (0..len).map(|l| diff(o / centres, o % centres, l).powi(2)).sum::<f64>()));
+    let (mut a_bar, mut c_bar) = (vec![0.0; a.len()], vec![0.0; c.len()]);
+    for i in 0..rows {
+        for j in 0..centres {
+            for l in 0..len {
+                a_bar[i * len + l] += 2.0 * g[i * centres + j] * diff(i, j, l);
+                c_bar[j * len + l] -= 2.0 * g[i * centres + j] * diff(i, j, l);
+            }
+        }
+    }
+    want.extend(a_bar);
+    want.extend(c_bar);
+    // sum over the last axis of (a - b)^2: rows of 5 (no unrolled form) with b broadcast along
+    // the middle axis (not cyclic), and rows of 3 against one shared row past the parallel size.
+    for (sa, sb) in [(&[4usize, 4_000, 5][..], &[4usize, 1, 5][..]), (&[30_000, 3], &[1, 3])] {
+        let (a, b) = (small_integers(&mut rng, numel(sa)), small_integers(&mut rng, numel(sb)));
+        let width = *sa.last().unwrap_or(&1);
+        let out = numel(sa) / width;
+        let g = small_integers(&mut rng, out);
+        let r = Reverse::new(d.clone());
+        let (av, bv) = (r.var(d.tensor(&a, sa, dt)?), r.var(d.tensor(&b, sb, dt)?));
+        let y = r.sum_sq_diff(&av, &bv)?;
+        let kept = [&sa[..sa.len() - 1], &[1]].concat();
+        let grads = r.backward(&y, d.tensor(&g, &kept, dt)?)?;
+        got.extend(d.to_vec(y.value())?);
+        got.extend(d.to_vec(&grads.get_or_zeros(d, &av)?)?);
+        got.extend(d.to_vec(&grads.get_or_zeros(d, &bv)?)?);
+        let pair = |i: usize| (a[i], b[offset(sb, sa, i)]);
+        want.extend(
+            (0..out).map(|o| (0..width).map(|l| (pair(o * width + l).0 - pair(o * width + l).1).powi(2)).sum::<f64>()),
+        );
+        let mut b_bar = vec![0.0; b.len()];
+        want.extend((0..numel(sa)).map(|i| {
+            let (x, z) = pair(i);
+            b_bar[offset(sb, sa, i)] -= 2.0 * g[i / width] * (x - z);
+            2.0 * g[i / width] * (x - z)
+        }));
+        want.extend(b_bar);
+    }
+    // logsumexp along a leading axis (lines strided by q = 3) and its adjoint.
+    let shape = [5usize, 7, 3];
+    let x: Vec<f64> = (0..numel(&shape)).map(|_| dt.round(rng.random_range(-3.0..3.0))).collect();
+    let g: Vec<f64> = (0..15).map(|_| dt.round(rng.random_range(-1.0..1.0))).collect();
+    let r = Reverse::new(d.clone());
+    let xv = r.var(d.tensor(&x, &shape, dt)?);
+    let y = r.logsumexp_axis(&xv, 1)?;
+    let grads = r.backward(&y, d.tensor(&g, &[5, 1, 3], dt)?)?;
+    got.extend(d.to_vec(y.value())?);
+    got.extend(d.to_vec(&grads.get_or_zeros(d, &xv)?)?);
+    let lse: Vec<f64> =
+        (0..15).map(|o| (0..7).map(|b| x[((o / 3) * 7 + b) * 3 + o % 3].exp()).sum::<f64>().ln()).collect();
+    want.extend(lse.iter().copied());
+    want.extend((0..x.len()).map(|i| {
+        let (a, c) = (i / 21, i % 3);
+        g[a * 3 + c] * (x[i] - lse[a * 3 + c]).exp()
+    }));
+    Ok(Comparison { check: CheckKind::Primitives, got, want, convention: None })
+}
+
 #[cfg(test)]
 mod tests {
     use adgauge_backends::Cpu;
@@ -243,6 +413,20 @@ mod tests {
             assert_eq!(c.want.len(), 7 * per_op + 5 * 36 + 24 + 12 + 5 + 24);
             // Most partials are away from zero: the comparison is not of zeros with zeros.
             assert!(c.want.iter().filter(|x| x.abs() > 1e-3).count() > c.want.len() / 2);
+            for (i, (g, w)) in c.got.iter().zip(&c.want).enumerate() {
+                assert!((g - w).abs() <= tol * w.abs().max(1.0), "{dt} value {i}: {g} vs {w}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_dense_kernels_past_their_size_switches_agree_with_host_loops() {
+        let cpu = Cpu::new(Some(2)).unwrap();
+        for dt in DType::ALL {
+            let c = dense_switches_probe(&cpu, dt, 3).unwrap();
+            assert_eq!(c.got.len(), c.want.len());
+            assert!(c.want.len() > 700_000, "{}", c.want.len());
+            let tol = if dt == DType::F64 { 1e-13 } else { 1e-5 };
             for (i, (g, w)) in c.got.iter().zip(&c.want).enumerate() {
                 assert!((g - w).abs() <= tol * w.abs().max(1.0), "{dt} value {i}: {g} vs {w}");
             }
