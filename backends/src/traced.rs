@@ -59,6 +59,10 @@ struct Shared<D: Traceable> {
     /// Generations of recordings: a slot reference belongs to the recording of its generation.
     generation: std::sync::atomic::AtomicU64,
     last: Mutex<Ledger>,
+    /// Primitive calls since [`Traced::inject_fault`] last armed or disarmed the device.
+    calls: std::sync::atomic::AtomicU64,
+    /// The call that fails (`u64::MAX`: none).
+    fail_at: std::sync::atomic::AtomicU64,
 }
 
 /// What the device's recordings leave behind.
@@ -620,8 +624,26 @@ impl<D: Traceable> Traced<D> {
                 recording: Mutex::new(None),
                 generation: std::sync::atomic::AtomicU64::new(0),
                 last: Mutex::new(Ledger::default()),
+                calls: std::sync::atomic::AtomicU64::new(0),
+                fail_at: std::sync::atomic::AtomicU64::new(u64::MAX),
             }),
         }
+    }
+
+    /// Makes primitive call `at` (counted from zero from now on, by this device and its clones)
+    /// fail with an error after the inner device has run it, as a device error would surface;
+    /// `None` disarms. Counting restarts either way. `check`'s `faults` check makes every call of
+    /// a VJP and a JVP fail in turn: the error must come back as an error, never as a panic or
+    /// a value.
+    pub fn inject_fault(&self, at: Option<u64>) {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.shared.fail_at.store(at.unwrap_or(u64::MAX), SeqCst);
+        self.shared.calls.store(0, SeqCst);
+    }
+
+    /// Primitive calls since [`Traced::inject_fault`] last armed or disarmed the device.
+    pub fn calls(&self) -> u64 {
+        self.shared.calls.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// The inner device.
@@ -691,6 +713,10 @@ impl<D: Traceable> Traced<D> {
         r: R,
         replay: impl FnOnce([Arg; N], [Arg; M], Writes) -> Run<D>,
     ) -> Result<R::Out> {
+        let call = self.shared.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if call == self.shared.fail_at.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(OpError::Device(format!("injected fault: primitive call {call} ({name}) failed")));
+        }
         let mut guard = self.recording();
         let Some(rec) = guard.as_mut() else { return Ok(r.plain()) };
         let targs = ts.map(|t| rec.arg_t(t));
@@ -1620,5 +1646,28 @@ mod tests {
         assert!(matches!(e, Err(OpError::Shape { op: "binary", .. })), "{e:?}");
         assert!(lock(cell.slot()).is_none());
         assert!(d.recording().is_none(), "the recording ended with the body");
+    }
+
+    #[test]
+    fn an_injected_fault_fails_exactly_the_chosen_call_and_disarming_restores_the_device() {
+        let d = Traced::new(cpu());
+        let x = d.tensor(&ramp(64), &[64], DType::F64).unwrap();
+        d.inject_fault(None);
+        let clean = gradient(&d, &x).unwrap();
+        let calls = d.calls();
+        assert!(calls >= 5, "the gradient makes several primitive calls: {calls}");
+        for at in 0..calls {
+            d.inject_fault(Some(at));
+            match gradient(&d, &x) {
+                Err(OpError::Device(m)) => assert!(m.contains(&format!("primitive call {at} ")), "{m}"),
+                other => panic!("call {at} of {calls}: {other:?}"),
+            }
+            assert!(d.calls() > at, "the counting reached the failing call");
+        }
+        // Past the last call nothing fails; disarmed, the same bits as before.
+        d.inject_fault(Some(calls));
+        assert_eq!(gradient(&d, &x).unwrap(), clean);
+        d.inject_fault(None);
+        assert_eq!(gradient(&d, &x).unwrap(), clean);
     }
 }

@@ -226,10 +226,12 @@ impl Tool for EngineTool {
             AnyDevice::CpuTraced(d) => {
                 v.comparisons.push(traced_vs_eager(d, &v, settings.seed)?);
                 v.comparisons.push(timed_replays(d, device, problem, settings)?);
+                v.comparisons.push(fault_sweep(d, &v, settings)?);
             }
             AnyDevice::CpuJit(d) => {
                 v.comparisons.push(traced_vs_eager(d, &v, settings.seed)?);
                 v.comparisons.push(timed_replays(d, device, problem, settings)?);
+                v.comparisons.push(fault_sweep(d, &v, settings)?);
             }
             _ => {}
         }
@@ -292,6 +294,48 @@ fn traced_vs_eager<D: adgauge_backends::traced::Traceable>(
     }
     anyhow::ensure!(!want.is_empty(), "traced-eager: the recorded VJP read nothing back");
     Ok(Comparison { check: CheckKind::TracedEager, got, want, convention: None })
+}
+
+/// The `faults` check on a traced device: the VJP and the JVP (where the case has one) run once
+/// clean, counting their primitive calls, then once per chosen call with that call failing
+/// (16 evenly spaced calls, or every call up to 256 under `--thorough`). Each must return an
+/// error: a value means a device error was swallowed and a result computed without the failed
+/// op, a panic that an error path unwraps. Then the clean derivative is computed again and
+/// must equal the first, bit for bit (a failure left nothing behind in the device's buffers).
+/// One value per run: 1 where it behaved, 0 where not.
+fn fault_sweep<D: adgauge_backends::traced::Traceable>(
+    d: &adgauge_backends::Traced<D>,
+    v: &Validation,
+    settings: &CheckSettings,
+) -> anyhow::Result<Comparison> {
+    let f = &v.flat;
+    let (w, x) = probe_vectors(&**f, settings.seed);
+    let derivatives: [&dyn Fn() -> adgauge_backends::Result<Vec<f64>>; 2] = [&|| f.vjp(&w), &|| f.jvp(&x)];
+    let (mut got, mut want) = (Vec::new(), Vec::new());
+    for derivative in derivatives {
+        d.inject_fault(None);
+        let Ok(clean) = derivative() else { continue };
+        let calls = d.calls();
+        let most = if settings.thorough { 256 } else { 16 };
+        let points: Vec<u64> = if calls <= most {
+            (0..calls).collect()
+        } else {
+            (0..most).map(|i| i * (calls - 1) / (most - 1)).collect()
+        };
+        for at in points {
+            d.inject_fault(Some(at));
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(derivative));
+            got.push(if matches!(outcome, Ok(Err(_))) { 1.0 } else { 0.0 });
+            want.push(1.0);
+        }
+        d.inject_fault(None);
+        let again = derivative()?;
+        let same = again.len() == clean.len() && again.iter().zip(&clean).all(|(a, b)| a.to_bits() == b.to_bits());
+        got.push(if same { 1.0 } else { 0.0 });
+        want.push(1.0);
+    }
+    anyhow::ensure!(!want.is_empty(), "faults: neither the VJP nor the JVP ran");
+    Ok(Comparison { check: CheckKind::Faults, got, want, convention: None })
 }
 
 /// The recordings a timed call replays, on a traced device: the problem prepared as `run`
@@ -413,5 +457,80 @@ mod tests {
         let again = staged_vs_eager(&validation(&[1.0, 2.0, 3.0]), &validation(&[1.0, 2.0, 3.0]), 7).unwrap();
         assert_eq!(again.got, again.want);
         assert_eq!(again.got, c.got, "the vectors are seeded");
+    }
+
+    use adgauge_backends::prelude::*;
+
+    /// sum(x * x) on a traced CPU, its VJP by reverse mode; `swallow` turns an error into zeros
+    /// (the bug the `faults` check is for), `panic_on_error` into a panic.
+    struct OnTraced {
+        d: adgauge_backends::Traced<Cpu>,
+        x: Vec<f64>,
+        swallow: bool,
+        panic_on_error: bool,
+    }
+
+    impl OnTraced {
+        fn gradient(&self) -> adgauge_backends::Result<Vec<f64>> {
+            let r = adgauge_backends::Reverse::new(self.d.clone());
+            let xv = r.var(self.d.tensor(&self.x, &[self.x.len()], DType::F64)?);
+            let y = r.sum(&r.mul(&xv, &xv)?)?;
+            let g = r.backward(&y, self.d.full(&[1], 1.0, DType::F64)?)?;
+            self.d.to_vec(&g.get_or_zeros(&self.d, &xv)?)
+        }
+    }
+
+    impl adgauge_workloads::FlatFn for OnTraced {
+        fn n_in(&self) -> usize {
+            self.x.len()
+        }
+        fn n_out(&self) -> usize {
+            1
+        }
+        fn x0(&self) -> &[f64] {
+            &self.x
+        }
+        fn eval_f64(&self, x: &[f64]) -> adgauge_backends::Result<Vec<f64>> {
+            Ok(vec![x.iter().map(|x| x * x).sum()])
+        }
+        fn vjp(&self, _w: &[f64]) -> adgauge_backends::Result<Vec<f64>> {
+            match self.gradient() {
+                Err(_) if self.swallow => Ok(vec![0.0; self.x.len()]),
+                Err(e) if self.panic_on_error => panic!("an error path that unwraps: {e}"),
+                other => other,
+            }
+        }
+        fn jvp(&self, _v: &[f64]) -> adgauge_backends::Result<Vec<f64>> {
+            Err(adgauge_backends::OpError::Unsupported("no forward mode here".into()))
+        }
+        fn fd_unsafe(&self, _h: f64) -> Option<String> {
+            None
+        }
+    }
+
+    #[test]
+    fn the_fault_sweep_passes_propagated_errors_and_fails_swallowed_or_panicking_ones() {
+        let settings = CheckSettings {
+            dtype: DType::F64,
+            rule: "-".into(),
+            seed: 1,
+            fault: None,
+            conventions: BTreeMap::new(),
+            thorough: false,
+        };
+        let sweep = |swallow: bool, panic_on_error: bool| {
+            let d = adgauge_backends::Traced::new(Cpu::new(Some(1)).unwrap());
+            let flat = OnTraced { d: d.clone(), x: vec![0.5, -1.0, 2.0], swallow, panic_on_error };
+            let v = Validation { flat: Box::new(flat), full_jacobian: None, comparisons: Vec::new() };
+            fault_sweep(&d, &v, &settings).unwrap()
+        };
+        let honest = sweep(false, false);
+        assert!(honest.want.len() >= 6, "every call of the VJP failed in turn, then one clean run: {:?}", honest.want);
+        assert_eq!(honest.got, honest.want);
+        // Every injected failure swallowed: every run but the final clean one is a 0.
+        let swallowed = sweep(true, false);
+        assert_eq!(swallowed.got.iter().filter(|&&g| g == 0.0).count(), swallowed.want.len() - 1);
+        let panicking = sweep(false, true);
+        assert_eq!(panicking.got.iter().filter(|&&g| g == 0.0).count(), panicking.want.len() - 1);
     }
 }

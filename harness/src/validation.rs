@@ -28,7 +28,7 @@ pub fn tolerance(check: CheckKind, dtype: DType) -> f64 {
         (CheckKind::DotProduct, DType::F32) => 1e-5,
         (CheckKind::FdJvp | CheckKind::FdVjp | CheckKind::FdJacobian | CheckKind::SecondOrder, DType::F64) => 1e-6,
         (CheckKind::FdJvp | CheckKind::FdVjp | CheckKind::FdJacobian | CheckKind::SecondOrder, DType::F32) => 1e-3,
-        (CheckKind::TracedEager, _) => 0.0,
+        (CheckKind::TracedEager | CheckKind::Faults, _) => 0.0,
         (CheckKind::FullJacobian | CheckKind::StagedEager, DType::F64) => 1e-12,
         (CheckKind::FullJacobian | CheckKind::StagedEager, DType::F32) => 1e-5,
         (

@@ -317,10 +317,15 @@ pub enum CheckKind {
     /// exactly equal); and the recordings a timed call replays, every timed mode, recorded
     /// (their first replay checked bit for bit) and replayed.
     TracedEager,
+    /// On a traced device: every primitive call of a VJP and of a JVP made to fail in turn
+    /// (evenly spaced calls by default, every call up to 256 under `--thorough`): each must
+    /// end the derivative with an error, neither a value nor a panic, and the device must
+    /// compute the same derivative as before once disarmed.
+    Faults,
 }
 
 impl CheckKind {
-    pub const ALL: [CheckKind; 20] = [
+    pub const ALL: [CheckKind; 21] = [
         CheckKind::DotProduct,
         CheckKind::FdJvp,
         CheckKind::FdVjp,
@@ -341,6 +346,7 @@ impl CheckKind {
         CheckKind::SecondOrder,
         CheckKind::StagedEager,
         CheckKind::TracedEager,
+        CheckKind::Faults,
     ];
 
     pub fn from_name(name: &str) -> Option<CheckKind> {
@@ -373,6 +379,7 @@ impl CheckKind {
             CheckKind::SecondOrder => "second-order",
             CheckKind::StagedEager => "staged-eager",
             CheckKind::TracedEager => "traced-eager",
+            CheckKind::Faults => "faults",
         }
     }
 }
