@@ -1879,6 +1879,32 @@ fn nested_hvps<D: Ops, F: NestedScalar>(
         }
         Ok(out)
     };
+    // Reverse over reverse: the gradient on an inner tape whose values live on an outer one,
+    // then the outer gradient of <gradient, v>; the reverse rules' own reverse rules (`*`'s
+    // `prod_nonzero_by_index_vjp`) are taken only here.
+    let reverse_over_reverse = || -> Result<Vec<f64>> {
+        let outer = Reverse::new(d.clone()).with_hist_rule(rule);
+        let inner = Reverse::new(outer.clone()).with_hist_rule(rule);
+        let outer_vars = x.iter().map(|x| Ok(outer.var(d.tensor(x, &[x.len()], dt)?))).collect::<Result<Vec<_>>>()?;
+        let vars: Vec<_> = outer_vars.iter().map(|o| inner.var(o.clone())).collect();
+        let s = f.eval(&inner, &vars, dt)?;
+        let g = inner.backward(&s, outer.full(s.value().shape(), 1.0, dt)?)?;
+        let mut dot: Option<adgauge_backends::Var<D>> = None;
+        for (var, v) in vars.iter().zip(v) {
+            let term = outer.sum(&outer.mul(&g.get_or_zeros(&outer, var)?, &outer.tensor(v, &[v.len()], dt)?)?)?;
+            dot = Some(match dot {
+                None => term,
+                Some(acc) => outer.add(&acc, &term)?,
+            });
+        }
+        let Some(dot) = dot else { return Ok(Vec::new()) };
+        let h = outer.backward(&dot, d.full(&[1], 1.0, dt)?)?;
+        let mut out = Vec::new();
+        for var in &outer_vars {
+            out.extend(d.to_vec(&h.get_or_zeros(d, var)?)?);
+        }
+        Ok(out)
+    };
     let gradient = |shift: f64| -> Result<Vec<f64>> {
         let r = Reverse::new(cpu.clone());
         let vars = x
@@ -1898,7 +1924,7 @@ fn nested_hvps<D: Ops, F: NestedScalar>(
         Ok(out)
     };
     // The nestings first: the reference is only worth computing for one that runs.
-    let nested = supported([forward_over_reverse(), reverse_over_forward()])?;
+    let nested = supported([forward_over_reverse(), reverse_over_forward(), reverse_over_reverse()])?;
     let h = 1e-5;
     let (plus, minus) = (gradient(h)?, gradient(-h)?);
     let hv: Vec<f64> = plus.iter().zip(&minus).map(|(p, m)| (p - m) / (2.0 * h)).collect();

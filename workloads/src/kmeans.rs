@@ -268,6 +268,7 @@ impl Problem for KmeansProblem {
                 dense_primitives_probe(d, s.dtype, s.seed)?,
                 crate::primitives::elementwise_probe(d, s.dtype, s.seed)?,
                 crate::primitives::dense_switches_probe(d, s.dtype, s.seed)?,
+                crate::primitives::lstm_cell_probe(d, s.dtype, s.seed)?,
             ];
             Ok(Validation { flat: Box::new(f), full_jacobian: None, comparisons })
         })

@@ -389,6 +389,47 @@ pub fn dense_switches_probe<D: Ops>(d: &D, dt: DType, seed: u64) -> Result<Compa
     Ok(Comparison { check: CheckKind::Primitives, got, want, convention: None })
 }
 
+/// The LSTM cell's fused adjoint and tangent kernels, on `d`: the ones that recompute the gates
+/// (which an engine calls when its inner device saved none: the staged device, nested engines)
+/// and, where the device saves gates, the ones that read them, against the cell's composed
+/// rules (`adgauge_ops::composed::lstm`, elementwise ops each checked on their own) on the same
+/// device. The workload's engines take the gate-reading kernels on the CPU, so the recomputing
+/// ones are reached here only.
+pub fn lstm_cell_probe<D: Ops>(d: &D, dt: DType, seed: u64) -> Result<Comparison> {
+    use adgauge_backends::composed::lstm as composed;
+    let mut rng = adgauge_datasets::rng(seed ^ 0x15c3);
+    let b = 6;
+    let mut tensor = |shape: &[usize]| -> Result<D::T> {
+        let x: Vec<f64> = (0..shape.iter().product()).map(|_| dt.round(rng.random_range(-1.0..1.0))).collect();
+        d.tensor(&x, shape, dt)
+    };
+    let (x, s, p, g) = (tensor(&[b])?, tensor(&[2, b])?, tensor(&[8, b])?, tensor(&[2, b])?);
+    let (dx, ds, dp) = (tensor(&[b])?, tensor(&[2, b])?, tensor(&[8, b])?);
+    let (mut got, mut want) = (Vec::new(), Vec::new());
+    let mut both = |fused: &[&D::T], reference: &[&D::T]| -> Result<()> {
+        for (f, r) in fused.iter().zip(reference) {
+            got.extend(d.to_vec(f)?);
+            want.extend(d.to_vec(r)?);
+        }
+        Ok(())
+    };
+    let (fx, fs, fp) = d.lstm_cell_vjp(&x, &s, &p, &g)?;
+    let (cx, cs, cp) = composed::lstm_cell_vjp_composed(d, &x, &s, &p, &g)?;
+    both(&[&fx, &fs, &fp], &[&cx, &cs, &cp])?;
+    let (fj, cj) =
+        (d.lstm_cell_jvp(&x, &s, &p, &dx, &ds, &dp)?, composed::lstm_cell_jvp_composed(d, &x, &s, &p, &dx, &ds, &dp)?);
+    both(&[&fj], &[&cj])?;
+    let (y, gates) = d.lstm_cell_gates(&x, &s, &p)?;
+    both(&[&y], &[&composed::lstm_cell_composed(d, &x, &s, &p)?])?;
+    if let Some(gates) = gates {
+        both(&[&gates], &[&composed::lstm_cell_gates_composed(d, &x, &s, &p)?])?;
+        let (fx, fs, fp) = d.lstm_cell_vjp_saved(&x, &s, &p, &gates, &g)?;
+        both(&[&fx, &fs, &fp], &[&cx, &cs, &cp])?;
+        both(&[&d.lstm_cell_jvp_saved(&x, &s, &p, &gates, &dx, &ds, &dp)?], &[&cj])?;
+    }
+    Ok(Comparison { check: CheckKind::Primitives, got, want, convention: None })
+}
+
 #[cfg(test)]
 mod tests {
     use adgauge_backends::Cpu;
@@ -430,6 +471,19 @@ mod tests {
             for (i, (g, w)) in c.got.iter().zip(&c.want).enumerate() {
                 assert!((g - w).abs() <= tol * w.abs().max(1.0), "{dt} value {i}: {g} vs {w}");
             }
+        }
+    }
+
+    #[test]
+    fn the_lstm_cell_kernels_agree_with_the_composed_rules() {
+        let cpu = Cpu::new(Some(1)).unwrap();
+        for dt in DType::ALL {
+            let c = lstm_cell_probe(&cpu, dt, 5).unwrap();
+            // Recomputing VJP (6 + 12 + 48) and JVP (12), the cell (12), and on the CPU the
+            // saved gates (30) and the gate-reading VJP and JVP.
+            assert_eq!(c.want.len(), 66 + 12 + 12 + 30 + 66 + 12);
+            assert!(c.want.iter().filter(|x| x.abs() > 1e-3).count() > c.want.len() / 2);
+            assert_eq!(c.got, c.want, "{dt}: the CPU's fused kernels are the composed forms' operations in order");
         }
     }
 
