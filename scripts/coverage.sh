@@ -6,6 +6,9 @@
 #   scripts/coverage.sh            # every CPU device and OpenCL (PoCL here)
 #   COVERAGE_DEVICES="cpu" scripts/coverage.sh
 #   COVERAGE_REPORT_ONLY=1 scripts/coverage.sh   # the report of the profiles already there
+#   COVERAGE_FLOOR=85 scripts/coverage.sh         # exit 1 when the rules, the engines or the
+#                                                 # CPU device reach fewer regions (percent)
+#   COVERAGE_CHECK_ARGS=--thorough scripts/coverage.sh
 #
 # Needs llvm-profdata and llvm-cov of the compiler's own LLVM major version, so that the
 # profiles' format matches: the toolchain's llvm-tools (`rustup component add llvm-tools`), or
@@ -158,5 +161,20 @@ for name in sorted(never):
     if len(missing) > 60:
         lines.append(f"  - ... {len(missing) - 60} more")
 open(os.path.join(out, "summary.md"), "w").write("\n".join(lines) + "\n")
+# The floor the nightly keeps: the rules, the engines and the CPU device, regions.
+floor = os.environ.get("COVERAGE_FLOOR")
+below = []
+if floor:
+    for label, member in areas[:3]:
+        c = n = 0
+        for f in data["files"]:
+            if member(f["filename"].replace(root, "")):
+                c += f["summary"]["regions"]["covered"]
+                n += f["summary"]["regions"]["count"]
+        if n and 100.0 * c / n < float(floor):
+            below.append(f"{label}: {100.0 * c / n:.1f}% < {floor}%")
 print("\n".join(lines[: len(data['files']) + len(area_lines) + 6]))
+if below:
+    print("coverage below the floor: " + "; ".join(below), file=sys.stderr)
+    sys.exit(1)
 PY

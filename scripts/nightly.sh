@@ -3,8 +3,10 @@
 # its own process, rows flushed as they finish), time the last nightly's build against this one
 # interleaved (`adgauge compare`, the speed verdict), write the HTML report, and gate the new run
 # against the best of the last 7 nightlies (checks, coverage, statuses; its speed verdicts are the
-# trend where the paired step ran). Exit code: the lowest non-zero of the run's, the paired
-# step's and the gate's (README: 1 failed checks, 3 slower, 4 backend unavailable).
+# trend where the paired step ran), validate every device with `check --thorough` and, on request,
+# measure what `check` reaches. Exit code: the lowest non-zero of the run's, the paired step's,
+# the gate's, the checks' and the coverage floor's (README: 1 failed checks or coverage below its
+# floor, 3 slower, 4 backend unavailable).
 #
 # Environment (docs/guide.md lists them all):
 #   ADGAUGE_HISTORY          the history directory (default ~/adgauge-history)
@@ -17,6 +19,12 @@
 #                            left out when there is none or it is this commit
 #   ADGAUGE_BASELINE_CACHE   where baseline binaries are kept, one per commit (default
 #                            ~/.cache/adgauge-baselines; scripts/build-baseline.sh)
+#   ADGAUGE_CHECK_DEVICES    the devices `check --thorough` validates (default: every CPU device
+#                            and OpenCL; a device that does not load is reported, not a failure)
+#   ADGAUGE_COVERAGE=1       also measure what `check` reaches (scripts/coverage.sh into
+#                            $ADGAUGE_HISTORY/coverage, the summary kept as coverage-DATE.md), failing
+#                            below ADGAUGE_COVERAGE_FLOOR percent of regions (default 85) in the
+#                            rules, the engines or the CPU device (docs/coverage.md)
 #   ADGAUGE_BENCH=1          also run the criterion benches (n from ADGAUGE_BENCH_N, default 10^7)
 # CARGO_TARGET_DIR is honoured.
 set -uo pipefail
@@ -81,14 +89,35 @@ else
   echo "no previous nightly in $history: nothing to gate against"
 fi
 
+# The checks too long for every CI run (docs/guide.md, `check --thorough`), on every device.
+check_status=0
+for device in ${ADGAUGE_CHECK_DEVICES:-cpu cpu-staged cpu-traced cpu-jit opencl}; do
+  "$bin" "${threads[@]}" check --thorough --backend "$device" > "$history/last-check-$device.txt" 2>&1
+  s=$?
+  tail -n 1 "$history/last-check-$device.txt"
+  if [ "$s" = 4 ]; then
+    echo "check --thorough --backend $device: the device is not available here"
+  elif [ "$s" -ne 0 ]; then
+    echo "check --thorough --backend $device: exit $s ($history/last-check-$device.txt)"
+    { [ "$check_status" -eq 0 ] || [ "$s" -lt "$check_status" ]; } && check_status=$s
+  fi
+done
+
+coverage_status=0
+if [ "${ADGAUGE_COVERAGE:-0}" = 1 ]; then
+  COVERAGE_OUT="$history/coverage" COVERAGE_FLOOR="${ADGAUGE_COVERAGE_FLOOR:-85}" scripts/coverage.sh
+  coverage_status=$?
+  [ -f "$history/coverage/summary.md" ] && cp "$history/coverage/summary.md" "$history/coverage-$(date -u +%Y-%m-%d).md"
+fi
+
 if [ "${ADGAUGE_BENCH:-0}" = 1 ]; then
   ADGAUGE_BENCH_N="${ADGAUGE_BENCH_N:-10000000}" cargo bench -p adgauge --bench hist | tee "$history/last-bench.txt"
 fi
 
 # The lowest non-zero code wins.
 status=0
-for s in "$run_status" "$paired_status" "$gate_status"; do
+for s in "$run_status" "$paired_status" "$gate_status" "$check_status" "$coverage_status"; do
   if [ "$s" -ne 0 ] && { [ "$status" -eq 0 ] || [ "$s" -lt "$status" ]; }; then status=$s; fi
 done
-echo "report: $report/index.html (run $run_status, paired $paired_status, gate $gate_status)"
+echo "report: $report/index.html (run $run_status, paired $paired_status, gate $gate_status, check $check_status, coverage $coverage_status)"
 exit "$status"

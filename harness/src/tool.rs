@@ -298,7 +298,7 @@ fn traced_vs_eager<D: adgauge_backends::traced::Traceable>(
 
 /// The `faults` check on a traced device: the VJP and the JVP (where the case has one) run once
 /// clean, counting their primitive calls, then once per chosen call with that call failing
-/// (16 evenly spaced calls, or every call up to 256 under `--thorough`). Each must return an
+/// (every call up to 64, else 64 evenly spaced; up to 512 under `--thorough`). Each must return an
 /// error: a value means a device error was swallowed and a result computed without the failed
 /// op, a panic that an error path unwraps. Then the clean derivative is computed again and
 /// must equal the first, bit for bit (a failure left nothing behind in the device's buffers).
@@ -316,7 +316,7 @@ fn fault_sweep<D: adgauge_backends::traced::Traceable>(
         d.inject_fault(None);
         let Ok(clean) = derivative() else { continue };
         let calls = d.calls();
-        let most = if settings.thorough { 256 } else { 16 };
+        let most = if settings.thorough { 512 } else { 64 };
         let points: Vec<u64> = if calls <= most {
             (0..calls).collect()
         } else {

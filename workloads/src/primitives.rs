@@ -315,6 +315,46 @@ pub fn dense_switches_probe<D: Ops>(d: &D, dt: DType, seed: u64) -> Result<Compa
     want.extend((0..m * n).map(|o| (0..k).map(|p| a[(o / n) * k + p] * b[p * n + o % n]).sum::<f64>()));
     want.extend((0..m * k).map(|o| (0..n).map(|j| g[(o / k) * n + j] * b[(o % k) * n + j]).sum::<f64>()));
     want.extend((0..k * n).map(|o| (0..m).map(|i| a[i * k + o / n] * g[i * n + o % n]).sum::<f64>()));
+    // Batched products past MM_PAR_MIN (three batches of 64 x 64 x 64: one task per batch).
+    let (batch, side) = (3, 64);
+    let cube = batch * side * side;
+    let (a, b, g) = (small_integers(&mut rng, cube), small_integers(&mut rng, cube), small_integers(&mut rng, cube));
+    let r = Reverse::new(d.clone());
+    let shape = [batch, side, side];
+    let (av, bv) = (r.var(d.tensor(&a, &shape, dt)?), r.var(d.tensor(&b, &shape, dt)?));
+    let y = r.matmul(&av, false, &bv, false)?;
+    let grads = r.backward(&y, d.tensor(&g, &shape, dt)?)?;
+    got.extend(d.to_vec(y.value())?);
+    got.extend(d.to_vec(&grads.get_or_zeros(d, &av)?)?);
+    got.extend(d.to_vec(&grads.get_or_zeros(d, &bv)?)?);
+    let at = |t: usize, i: usize, j: usize| (t * side + i) * side + j;
+    let (mut y, mut a_bar, mut b_bar) = (vec![0.0; cube], vec![0.0; cube], vec![0.0; cube]);
+    for t in 0..batch {
+        for i in 0..side {
+            for j in 0..side {
+                for p in 0..side {
+                    y[at(t, i, j)] += a[at(t, i, p)] * b[at(t, p, j)];
+                    a_bar[at(t, i, p)] += g[at(t, i, j)] * b[at(t, p, j)];
+                    b_bar[at(t, p, j)] += a[at(t, i, p)] * g[at(t, i, j)];
+                }
+            }
+        }
+    }
+    want.extend(y);
+    want.extend(a_bar);
+    want.extend(b_bar);
+    // A unary op's adjoint past PAR_MIN elements (parallel blocks): sum(w * tanh(x)).
+    let len = 70_000;
+    let x: Vec<f64> = (0..len).map(|i| dt.round((i % 97) as f64 / 48.0 - 1.0)).collect();
+    let w = small_integers(&mut rng, len);
+    let r = Reverse::new(d.clone());
+    let xv = r.var(d.tensor(&x, &[len], dt)?);
+    let grads = r.backward(
+        &r.sum(&r.mul(&r.unary(UnaryOp::Tanh, &xv)?, &r.tensor(&w, &[len], dt)?)?)?,
+        d.full(&[1], 1.0, dt)?,
+    )?;
+    got.extend(d.to_vec(&grads.get_or_zeros(d, &xv)?)?);
+    want.extend(x.iter().zip(&w).map(|(x, w)| w * (1.0 - x.tanh().powi(2))));
     // Squared distances past the parallel size, rows of 11 (eight lanes and a tail).
     let (rows, centres, len) = (512, 24, 11);
     let (a, c, g) = (

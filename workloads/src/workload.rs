@@ -318,7 +318,7 @@ pub enum CheckKind {
     /// (their first replay checked bit for bit) and replayed.
     TracedEager,
     /// On a traced device: every primitive call of a VJP and of a JVP made to fail in turn
-    /// (evenly spaced calls by default, every call up to 256 under `--thorough`): each must
+    /// (every call up to 64, else 64 evenly spaced; up to 512 under `--thorough`): each must
     /// end the derivative with an error, neither a value nor a panic, and the device must
     /// compute the same derivative as before once disarmed.
     Faults,
