@@ -315,8 +315,8 @@ pub fn dense_switches_probe<D: Ops>(d: &D, dt: DType, seed: u64) -> Result<Compa
     want.extend((0..m * n).map(|o| (0..k).map(|p| a[(o / n) * k + p] * b[p * n + o % n]).sum::<f64>()));
     want.extend((0..m * k).map(|o| (0..n).map(|j| g[(o / k) * n + j] * b[(o % k) * n + j]).sum::<f64>()));
     want.extend((0..k * n).map(|o| (0..m).map(|i| a[i * k + o / n] * g[i * n + o % n]).sum::<f64>()));
-    // Batched products past MM_PAR_MIN (three batches of 64 x 64 x 64: one task per batch).
-    let (batch, side) = (3, 64);
+    // Small products in parallel by batch (three of 32 x 32 x 32: one task per batch).
+    let (batch, side) = (3, 32);
     let cube = batch * side * side;
     let (a, b, g) = (small_integers(&mut rng, cube), small_integers(&mut rng, cube), small_integers(&mut rng, cube));
     let r = Reverse::new(d.clone());
