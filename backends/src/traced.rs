@@ -636,14 +636,16 @@ impl<D: Traceable> Traced<D> {
     /// a VJP and a JVP fail in turn: the error must come back as an error, never as a panic or
     /// a value.
     pub fn inject_fault(&self, at: Option<u64>) {
-        use std::sync::atomic::Ordering::SeqCst;
-        self.shared.fail_at.store(at.unwrap_or(u64::MAX), SeqCst);
-        self.shared.calls.store(0, SeqCst);
+        // Relaxed: a device records one body at a time (module docs), so the count needs no
+        // ordering with other memory, and every primitive call pays for it.
+        use std::sync::atomic::Ordering::Relaxed;
+        self.shared.fail_at.store(at.unwrap_or(u64::MAX), Relaxed);
+        self.shared.calls.store(0, Relaxed);
     }
 
     /// Primitive calls since [`Traced::inject_fault`] last armed or disarmed the device.
     pub fn calls(&self) -> u64 {
-        self.shared.calls.load(std::sync::atomic::Ordering::SeqCst)
+        self.shared.calls.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The inner device.
@@ -713,8 +715,8 @@ impl<D: Traceable> Traced<D> {
         r: R,
         replay: impl FnOnce([Arg; N], [Arg; M], Writes) -> Run<D>,
     ) -> Result<R::Out> {
-        let call = self.shared.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        if call == self.shared.fail_at.load(std::sync::atomic::Ordering::SeqCst) {
+        let call = self.shared.calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if call == self.shared.fail_at.load(std::sync::atomic::Ordering::Relaxed) {
             return Err(OpError::Device(format!("injected fault: primitive call {call} ({name}) failed")));
         }
         let mut guard = self.recording();

@@ -476,6 +476,13 @@ mod tests {
 
     use super::*;
 
+    /// Every value of the comparison within `tol`, relative where the reference exceeds 1.
+    fn assert_within(c: &Comparison, dt: DType, tol: f64) {
+        for (i, (g, w)) in c.got.iter().zip(&c.want).enumerate() {
+            assert!((g - w).abs() <= tol * w.abs().max(1.0), "{dt} value {i}: {g} vs {w}");
+        }
+    }
+
     #[test]
     fn every_rule_of_the_probe_agrees_with_the_derivatives_by_hand() {
         let cpu = Cpu::new(Some(1)).unwrap();
@@ -494,9 +501,7 @@ mod tests {
             assert_eq!(c.want.len(), 7 * per_op + 5 * 36 + 24 + 12 + 5 + 24);
             // Most partials are away from zero: the comparison is not of zeros with zeros.
             assert!(c.want.iter().filter(|x| x.abs() > 1e-3).count() > c.want.len() / 2);
-            for (i, (g, w)) in c.got.iter().zip(&c.want).enumerate() {
-                assert!((g - w).abs() <= tol * w.abs().max(1.0), "{dt} value {i}: {g} vs {w}");
-            }
+            assert_within(&c, dt, tol);
         }
     }
 
@@ -508,9 +513,7 @@ mod tests {
             assert_eq!(c.got.len(), c.want.len());
             assert!(c.want.len() > 700_000, "{}", c.want.len());
             let tol = if dt == DType::F64 { 1e-13 } else { 1e-5 };
-            for (i, (g, w)) in c.got.iter().zip(&c.want).enumerate() {
-                assert!((g - w).abs() <= tol * w.abs().max(1.0), "{dt} value {i}: {g} vs {w}");
-            }
+            assert_within(&c, dt, tol);
         }
     }
 
