@@ -87,7 +87,7 @@ fn cpu_traced_on(cpu: Cpu) -> Result<AnyDevice> {
 }
 
 fn cpu_jit_on(cpu: Cpu) -> Result<AnyDevice> {
-    Ok(AnyDevice::CpuJit(Traced::new(CpuStaged::on(cpu)?)))
+    Ok(AnyDevice::CpuJit(Traced::compiling(CpuStaged::on(cpu)?)))
 }
 
 /// Every device adgauge knows, in the order `adgauge backends` lists them.

@@ -36,6 +36,9 @@ use crate::ops::{ChunkedHist, Extremum, IndexMeta, Operand, OutOfRange, ScanSpec
 use crate::ops::{DenseOps, ElementwiseOps, HistOps, IndexOps, ReduceOps, RuleKernels, ScanOps, TensorOps};
 use crate::{BinaryOp, DType, HistOp, IndexDType, OpError, Result, UnaryOp};
 
+mod lower;
+use lower::{SlotKind, Sym, index_kind, tensor_kind};
+
 /// An inner device a trace can wrap: its tensors are shared across threads (a trace lives in a
 /// prepared case).
 pub trait Traceable: Device + TensorOps<T: Send + Sync, I: Send + Sync> + Send + Sync {}
@@ -63,6 +66,8 @@ struct Shared<D: Traceable> {
     calls: std::sync::atomic::AtomicU64,
     /// The call that fails (`u64::MAX`: none).
     fail_at: std::sync::atomic::AtomicU64,
+    /// Whether new traces are compiled for the host (`Traced::compiling`).
+    compile: bool,
 }
 
 /// What the device's recordings leave behind.
@@ -75,6 +80,8 @@ struct Ledger {
     /// Time spent in recording calls (the eager run, the analysis and the checking replay),
     /// reported as this device's compile time.
     recording_time: std::time::Duration,
+    /// Why the last trace was not compiled, on a compiling device.
+    compile_note: Option<String>,
 }
 
 impl<D: Traceable> Clone for Traced<D> {
@@ -95,6 +102,8 @@ pub struct TraceStats {
     pub externals: usize,
     /// Values compared bit for bit between the eager run and the checking replay.
     pub verified: usize,
+    /// Instructions of the compiled program replays run instead, if the trace was compiled.
+    pub compiled: Option<usize>,
 }
 
 /// Where a value came from: a slot of the recording of some generation, or outside every
@@ -223,6 +232,9 @@ struct Meta {
     name: &'static str,
     reads: Vec<u32>,
     writes: Vec<u32>,
+    /// What the instruction computes, where the compiler knows it, and its operands.
+    sym: Sym,
+    args: Vec<Arg>,
 }
 
 /// A host copy made inside the body (`to_vec`, `index_to_vec`).
@@ -259,6 +271,8 @@ struct Recording<D: Traceable> {
     /// The eager run's values, hashed as they were produced, by slot.
     hashes: HashMap<u32, u64>,
     readbacks: Vec<Readback>,
+    /// Per slot: its element count and kind.
+    slot_kinds: Vec<SlotKind>,
 }
 
 /// A finished recording, kept in a [`TraceCell`].
@@ -277,6 +291,11 @@ struct Trace<D: Traceable> {
     /// The slots of the last replay, all released again, kept for the next: a replay allocates
     /// no slot table (a fresh one of an LSTM's thousands of slots cost a page fault per page).
     spare: Mutex<Vec<Option<Value<D>>>>,
+    /// Per slot: its element count and kind (what the compiler lowers by).
+    slot_kinds: Vec<SlotKind>,
+    /// The trace compiled for the host (`Traced::compiling`), checked against the eager run;
+    /// replays run it instead of the recorded calls.
+    compiled: Option<adgauge_cpu::compiled::Program>,
 }
 
 /// The state of one replay.
@@ -392,7 +411,7 @@ fn next<'a>(writes: &mut std::slice::Iter<'a, u32>) -> Result<u32> {
 
 /// A device tensor: one slot, fingerprinted from its host copy while recording.
 macro_rules! produce_tensor {
-    ($mark:ident, $assoc:ident, $traced:ident, $variant:ident, $read:ident, $hash:ident) => {
+    ($mark:ident, $assoc:ident, $traced:ident, $variant:ident, $read:ident, $hash:ident, $kind:ident) => {
         impl<D: Traceable> Produce<D> for $mark<D::$assoc> {
             type Out = $traced<D>;
             fn plain(self) -> $traced<D> {
@@ -400,7 +419,9 @@ macro_rules! produce_tensor {
             }
             fn record(self, rec: &mut Recording<D>, d: &D, writes: &mut Writes) -> Result<$traced<D>> {
                 let id = rec.new_slot();
-                rec.hashes.insert(id, $hash(&d.$read(&self.0)?));
+                let host = d.$read(&self.0)?;
+                rec.slot_kinds[id as usize] = $kind(host.len(), &self.0);
+                rec.hashes.insert(id, $hash(&host));
                 writes.push(id);
                 Ok($traced { value: self.0, origin: Origin::Slot { generation: rec.generation, id } })
             }
@@ -412,8 +433,8 @@ macro_rules! produce_tensor {
     };
 }
 
-produce_tensor!(T, T, TracedTensor, T, to_vec, hash_f);
-produce_tensor!(I, I, TracedIndex, I, index_to_vec, hash_i);
+produce_tensor!(T, T, TracedTensor, T, to_vec, hash_f, tensor_kind);
+produce_tensor!(I, I, TracedIndex, I, index_to_vec, hash_i, index_kind);
 
 /// A host copy: no slot; the recording keeps it for the checking replay, and a replay keeps it
 /// only where its caller asked (`Frame::readbacks`).
@@ -526,9 +547,11 @@ impl<D: Traceable> Recording<D> {
             ext_of: HashMap::new(),
             hashes: HashMap::new(),
             readbacks: Vec::new(),
+            slot_kinds: Vec::new(),
         }
     }
     fn new_slot(&mut self) -> u32 {
+        self.slot_kinds.push(SlotKind::Unknown);
         self.slots += 1;
         self.slots - 1
     }
@@ -564,12 +587,18 @@ impl<D: Traceable> Recording<D> {
     fn arg_i(&mut self, i: &TracedIndex<D>) -> Arg {
         self.arg(i.origin, || Value::I(i.value.clone()))
     }
-    fn push(&mut self, name: &'static str, args: &[Arg], writes: &Writes, run: Run<D>) {
+    fn push(&mut self, name: &'static str, sym: Sym, args: &[Arg], writes: &Writes, run: Run<D>) {
         let reads = args.iter().filter_map(|a| match a {
             Arg::Slot(s) => Some(*s),
             Arg::Ext(_) => None,
         });
-        self.meta.push(Meta { name, reads: reads.collect(), writes: writes.as_slice().to_vec() });
+        self.meta.push(Meta {
+            name,
+            reads: reads.collect(),
+            writes: writes.as_slice().to_vec(),
+            sym,
+            args: args.to_vec(),
+        });
         self.runs.push(run);
     }
 
@@ -598,6 +627,7 @@ impl<D: Traceable> Recording<D> {
             slots,
             externals: self.ext_t.len() + self.ext_i.len(),
             verified: 0,
+            compiled: None,
         };
         let trace = Trace {
             runs: self.runs,
@@ -610,6 +640,8 @@ impl<D: Traceable> Recording<D> {
             free_at,
             stats,
             spare: Mutex::new(Vec::new()),
+            slot_kinds: self.slot_kinds,
+            compiled: None,
         };
         (trace, self.hashes, self.readbacks)
     }
@@ -626,8 +658,24 @@ impl<D: Traceable> Traced<D> {
                 last: Mutex::new(Ledger::default()),
                 calls: std::sync::atomic::AtomicU64::new(0),
                 fail_at: std::sync::atomic::AtomicU64::new(u64::MAX),
+                compile: false,
             }),
         }
+    }
+
+    /// `inner`, traced as by [`Traced::new`], and each new trace compiled into a host program
+    /// ([`adgauge_cpu::compiled`]) where every op of it has a compiled form, every value is an
+    /// f64 tensor of at most [`adgauge_cpu::compiled::MAX_LEN`] elements and the inner device
+    /// computes those ops as the CPU does; the program's read-backs and final values must equal
+    /// the eager run's bit for bit before a replay runs it. A trace that cannot be compiled,
+    /// or whose program differs, replays its recorded calls, and the reason is kept
+    /// ([`Traced::last_compile_note`]).
+    pub fn compiling(inner: D) -> Traced<D> {
+        let mut t = Traced::new(inner);
+        if let Some(shared) = Arc::get_mut(&mut t.shared) {
+            shared.compile = true;
+        }
+        t
     }
 
     /// Makes primitive call `at` (counted from zero from now on, by this device and its clones)
@@ -672,9 +720,29 @@ impl<D: Traceable> Traced<D> {
             .as_ref()
             .and_then(|b| b.downcast_ref::<Trace<D>>())
             .ok_or_else(|| internal("the cell holds no trace of this device".into()))?;
+        if let Some(program) = &trace.compiled {
+            return Ok(program.run(false).read_backs.concat());
+        }
         let (readbacks, _) = self.replay(trace, Keep::ReadBacks)?;
         self.inner.synchronize()?;
         Ok(flatten(&readbacks))
+    }
+
+    /// Why the last trace of this compiling device was not compiled ([`Traced::compiling`]);
+    /// `None` when it was, or on a device that does not compile.
+    pub fn last_compile_note(&self) -> Option<String> {
+        lock(&self.shared.last).compile_note.clone()
+    }
+
+    /// Lowers `trace` into a host program and checks it against the eager run; on success the
+    /// trace keeps it for its replays.
+    fn compile(&self, trace: &mut Trace<D>, hashes: &HashMap<u32, u64>, readbacks: &[Readback]) -> Result<()> {
+        let program = lower::lower(&self.inner, trace)?;
+        let producer = |slot: u32| trace.meta.iter().find(|m| m.writes.contains(&slot)).map_or("?", |m| m.name);
+        lower::check(&program, producer, hashes, readbacks)?;
+        trace.stats.compiled = Some(program.instructions());
+        trace.compiled = Some(program);
+        Ok(())
     }
 
     fn recording(&self) -> MutexGuard<'_, Option<Recording<D>>> {
@@ -695,8 +763,20 @@ impl<D: Traceable> Traced<D> {
         is: [&TracedIndex<D>; M],
         f: impl Fn(&D, [&D::T; N], [&D::I; M]) -> Result<R> + Send + Sync + 'static,
     ) -> Result<R::Out> {
+        self.op_sym(name, Sym::Opaque, ts, is, f)
+    }
+
+    /// [`Traced::op`] for an op the compiler knows as `sym`.
+    fn op_sym<const N: usize, const M: usize, R: Produce<D>>(
+        &self,
+        name: &'static str,
+        sym: Sym,
+        ts: [&TracedTensor<D>; N],
+        is: [&TracedIndex<D>; M],
+        f: impl Fn(&D, [&D::T; N], [&D::I; M]) -> Result<R> + Send + Sync + 'static,
+    ) -> Result<R::Out> {
         let r = f(&self.inner, ts.map(|t| &t.value), is.map(|i| &i.value))?;
-        self.record(name, ts, is, r, move |targs, iargs, slots| {
+        self.record(name, sym, ts, is, r, move |targs, iargs, slots| {
             Box::new(move |d, fr| {
                 let r = f(d, fr.tensors(&targs)?, fr.indices(&iargs)?)?;
                 r.store(fr, &mut slots.as_slice().iter())
@@ -710,6 +790,7 @@ impl<D: Traceable> Traced<D> {
     fn record<const N: usize, const M: usize, R: Produce<D>>(
         &self,
         name: &'static str,
+        sym: Sym,
         ts: [&TracedTensor<D>; N],
         is: [&TracedIndex<D>; M],
         r: R,
@@ -727,7 +808,7 @@ impl<D: Traceable> Traced<D> {
         let out = r.record(rec, &self.inner, &mut writes)?;
         let args: Vec<Arg> = targs.iter().chain(&iargs).copied().collect();
         let run = replay(targs, iargs, writes.clone());
-        rec.push(name, &args, &writes, run);
+        rec.push(name, sym, &args, &writes, run);
         Ok(out)
     }
 
@@ -831,6 +912,7 @@ impl<D: Traceable> Traced<D> {
     fn op_slice<R: Produce<D>>(
         &self,
         name: &'static str,
+        sym: Sym,
         parts: &[TT<D>],
         f: impl Fn(&D, &[D::T]) -> Result<R> + Send + Sync + 'static,
     ) -> Result<R::Out> {
@@ -847,7 +929,7 @@ impl<D: Traceable> Traced<D> {
             // the one built for the eager call is kept rather than cloned part by part at each
             // replay.
             let run: Run<D> = Box::new(move |d, fr| f(d, &values)?.store(fr, &mut slots.as_slice().iter()));
-            rec.push(name, &args, &writes, run);
+            rec.push(name, sym, &args, &writes, run);
             return Ok(out);
         }
         // Each operand's last occurrence in the list may be moved out of its slot; earlier ones
@@ -866,7 +948,7 @@ impl<D: Traceable> Traced<D> {
                 .collect::<Result<Vec<_>>>()?;
             f(d, &values)?.store(fr, &mut slots.as_slice().iter())
         });
-        rec.push(name, &args, &writes, run);
+        rec.push(name, sym, &args, &writes, run);
         Ok(out)
     }
 }
@@ -888,28 +970,30 @@ impl<D: Traceable> TensorOps for Traced<D> {
             return Ok(T(self.inner.tensor(data, shape, dtype)?).plain());
         }
         let (data, shape) = (data.to_vec(), shape.to_vec());
-        self.op("tensor", [], [], move |d, [], []| d.tensor(&data, &shape, dtype).map(T))
+        let sym = Sym::Tensor(data.clone().into());
+        self.op_sym("tensor", sym, [], [], move |d, [], []| d.tensor(&data, &shape, dtype).map(T))
     }
     fn full(&self, shape: &[usize], value: f64, dtype: DType) -> Result<TT<D>> {
         let shape = shape.to_vec();
-        self.op("full", [], [], move |d, [], []| d.full(&shape, value, dtype).map(T))
+        self.op_sym("full", Sym::Full(value), [], [], move |d, [], []| d.full(&shape, value, dtype).map(T))
     }
     fn index_as(&self, data: &[i64], dtype: IndexDType) -> Result<TI<D>> {
         if !self.is_recording() {
             return Ok(I(self.inner.index_as(data, dtype)?).plain());
         }
         let data = data.to_vec();
-        self.op("index", [], [], move |d, [], []| d.index_as(&data, dtype).map(I))
+        let sym = Sym::Index(data.clone().into());
+        self.op_sym("index", sym, [], [], move |d, [], []| d.index_as(&data, dtype).map(I))
     }
     fn to_vec(&self, t: &TT<D>) -> Result<Vec<f64>> {
-        self.op("to_vec", [t], [], |d, [t], []| d.to_vec(t).map(HostF))
+        self.op_sym("to_vec", Sym::ToVec, [t], [], |d, [t], []| d.to_vec(t).map(HostF))
     }
     fn index_to_vec(&self, i: &TI<D>) -> Result<Vec<i64>> {
         self.op("index_to_vec", [], [i], |d, [], [i]| d.index_to_vec(i).map(HostI))
     }
     fn reshape(&self, t: &TT<D>, shape: &[usize]) -> Result<TT<D>> {
         let shape = shape.to_vec();
-        self.op("reshape", [t], [], move |d, [t], []| d.reshape(t, &shape).map(T))
+        self.op_sym("reshape", Sym::Reshape, [t], [], move |d, [t], []| d.reshape(t, &shape).map(T))
     }
 }
 
@@ -918,7 +1002,7 @@ impl<D: Traceable> ElementwiseOps for Traced<D> {
     /// the inner device may write the result into its buffer.
     fn unary(&self, op: UnaryOp, x: &TT<D>) -> Result<TT<D>> {
         let r = T(self.inner.unary(op, &x.value)?);
-        self.record("unary", [x], [], r, move |[x], [], slots| {
+        self.record("unary", Sym::Unary(op), [x], [], r, move |[x], [], slots| {
             Box::new(move |d, fr| {
                 let y = if fr.dies_here(x) { d.unary_donated(op, fr.take_t(x)?)? } else { d.unary(op, fr.t(x)?)? };
                 T(y).store(fr, &mut slots.as_slice().iter())
@@ -929,7 +1013,7 @@ impl<D: Traceable> ElementwiseOps for Traced<D> {
     /// ([`ElementwiseOps::binary_donated`]); an operand read twice is not given up.
     fn binary(&self, op: BinaryOp, a: &TT<D>, b: &TT<D>) -> Result<TT<D>> {
         let r = T(self.inner.binary(op, &a.value, &b.value)?);
-        self.record("binary", [a, b], [], r, move |[a, b], [], slots| {
+        self.record("binary", Sym::Binary(op), [a, b], [], r, move |[a, b], [], slots| {
             let twice = matches!((a, b), (Arg::Slot(x), Arg::Slot(y)) if x == y);
             Box::new(move |d, fr| {
                 let y = if !twice && fr.dies_here(a) {
@@ -946,7 +1030,7 @@ impl<D: Traceable> ElementwiseOps for Traced<D> {
         })
     }
     fn select(&self, mask: &TT<D>, a: &TT<D>, b: &TT<D>) -> Result<TT<D>> {
-        self.op("select", [mask, a, b], [], |d, [m, a, b], []| d.select(m, a, b).map(T))
+        self.op_sym("select", Sym::Select, [mask, a, b], [], |d, [m, a, b], []| d.select(m, a, b).map(T))
     }
     fn index_eq(&self, i: &TI<D>, value: i64, dtype: DType) -> Result<TT<D>> {
         self.op("index_eq", [], [i], move |d, [], [i]| d.index_eq(i, value, dtype).map(T))
@@ -976,20 +1060,21 @@ impl<D: Traceable> ElementwiseOps for Traced<D> {
             let y = d.accumulate(acc, fr.t(c_arg)?)?;
             T(y).store(fr, &mut slots.as_slice().iter())
         });
-        rec.push("accumulate", &[acc_arg, c_arg], &writes, run);
+        // The CPU adds `acc + c` in place or, where it cannot, by `binary`: the same sum.
+        rec.push("accumulate", Sym::Binary(BinaryOp::Add), &[acc_arg, c_arg], &writes, run);
         Ok(out)
     }
 }
 
 impl<D: Traceable> ReduceOps for Traced<D> {
     fn reduce(&self, op: HistOp, x: &TT<D>) -> Result<TT<D>> {
-        self.op("reduce", [x], [], move |d, [x], []| d.reduce(op, x).map(T))
+        self.op_sym("reduce", Sym::Reduce(op), [x], [], move |d, [x], []| d.reduce(op, x).map(T))
     }
 }
 
 impl<D: Traceable> IndexOps for Traced<D> {
     fn gather(&self, src: &TT<D>, idx: &TI<D>, oob: OutOfRange) -> Result<TT<D>> {
-        self.op("gather", [src], [idx], move |d, [s], [i]| d.gather(s, i, oob).map(T))
+        self.op_sym("gather", Sym::Gather(oob), [src], [idx], move |d, [s], [i]| d.gather(s, i, oob).map(T))
     }
     fn scatter(&self, dest: &TT<D>, idx: &TI<D>, vals: &TT<D>) -> Result<TT<D>> {
         self.op("scatter", [dest, vals], [idx], |d, [dest, v], [i]| d.scatter(dest, i, v).map(T))
@@ -1006,10 +1091,12 @@ impl<D: Traceable> IndexOps for Traced<D> {
         self.op("gather_index", [], [src, idx], |d, [], [s, i]| d.gather_index(s, i).map(I))
     }
     fn stack(&self, parts: &[TT<D>]) -> Result<TT<D>> {
-        self.op_slice("stack", parts, |d, parts| d.stack(parts).map(T))
+        self.op_slice("stack", Sym::Stack, parts, |d, parts| d.stack(parts).map(T))
     }
     fn unstack(&self, x: &TT<D>) -> Result<Vec<TT<D>>> {
-        self.op("unstack", [x], [], |d, [x], []| Ok(d.unstack(x)?.into_iter().map(T).collect::<Vec<_>>()))
+        self.op_sym("unstack", Sym::Unstack, [x], [], |d, [x], []| {
+            Ok(d.unstack(x)?.into_iter().map(T).collect::<Vec<_>>())
+        })
     }
 }
 
@@ -1123,13 +1210,17 @@ type Triple<D> = (TT<D>, TT<D>, TT<D>);
 
 impl<D: Traceable> RuleKernels for Traced<D> {
     fn unary_adjoint(&self, op: UnaryOp, x: &TT<D>, y: &TT<D>, g: &TT<D>) -> Result<Option<TT<D>>> {
-        self.op("unary_adjoint", [x, y, g], [], move |d, [x, y, g], []| Ok(d.unary_adjoint(op, x, y, g)?.map(T)))
+        self.op_sym("unary_adjoint", Sym::UnaryAdjoint(op), [x, y, g], [], move |d, [x, y, g], []| {
+            Ok(d.unary_adjoint(op, x, y, g)?.map(T))
+        })
     }
     fn logsumexp_adjoint(&self, x: &TT<D>, y: &TT<D>, g: &TT<D>, axis: usize) -> Result<TT<D>> {
         self.op("logsumexp_adjoint", [x, y, g], [], move |d, [x, y, g], []| d.logsumexp_adjoint(x, y, g, axis).map(T))
     }
     fn gather_adjoint(&self, src: &TT<D>, idx: &TI<D>, g: &TT<D>) -> Result<TT<D>> {
-        self.op("gather_adjoint", [src, g], [idx], |d, [src, g], [i]| d.gather_adjoint(src, i, g).map(T))
+        self.op_sym("gather_adjoint", Sym::GatherAdjoint, [src, g], [idx], |d, [src, g], [i]| {
+            d.gather_adjoint(src, i, g).map(T)
+        })
     }
     fn sum_sq_diff_adjoint(&self, a: &TT<D>, c: &TT<D>, g: &TT<D>) -> Result<TT<D>> {
         self.op("sum_sq_diff_adjoint", [a, c, g], [], |d, [a, c, g], []| d.sum_sq_diff_adjoint(a, c, g).map(T))
@@ -1297,7 +1388,10 @@ impl<D: Traceable> Device for Traced<D> {
     ) -> std::result::Result<(), E> {
         let mut held = lock(cell.slot());
         if let Some(trace) = held.as_ref().and_then(|b| b.downcast_ref::<Trace<D>>()) {
-            self.replay(trace, Keep::Nothing)?;
+            match &trace.compiled {
+                Some(program) => drop(program.run(false)),
+                None => drop(self.replay(trace, Keep::Nothing)?),
+            }
             return Ok(());
         }
         let started = std::time::Instant::now();
@@ -1322,7 +1416,9 @@ impl<D: Traceable> Device for Traced<D> {
         self.inner.synchronize()?;
         let (mut trace, hashes, readbacks) = rec.finish();
         self.verify(&mut trace, &hashes, &readbacks)?;
+        let compile_note = if self.shared.compile { self.compile(&mut trace, &hashes, &readbacks).err() } else { None };
         let mut last = lock(&self.shared.last);
+        last.compile_note = compile_note.map(|e| e.to_string());
         last.stats = Some(trace.stats);
         last.readbacks = readbacks;
         last.recording_time += started.elapsed();
@@ -1398,6 +1494,53 @@ mod tests {
         drop(held);
         assert_eq!(d.last_eager_readbacks(), eager);
         assert_eq!(d.replay_readbacks(&cell).unwrap(), eager);
+    }
+
+    /// A compiling device runs small f64 traces as host programs that repeat the eager run;
+    /// others keep their recorded calls and say why.
+    #[test]
+    fn small_traces_compile_to_programs_that_repeat_the_eager_run() {
+        fn check<D: Traceable>(d: Traced<D>) {
+            let data = ramp(3);
+            let x = d.tensor(&data, &[3], DType::F64).unwrap();
+            let cell = TraceCell::default();
+            let mut eager = Vec::new();
+            for _ in 0..3 {
+                d.run_traced(&cell, &mut || -> Result<()> {
+                    eager = gradient(&d, &x)?;
+                    Ok(())
+                })
+                .unwrap();
+            }
+            let stats = d.last_trace().unwrap();
+            assert_eq!(d.last_compile_note(), None);
+            let compiled = stats.compiled.expect("compiled");
+            assert!(compiled > 0 && compiled <= stats.instructions, "{stats:?}");
+            assert_eq!(d.replay_readbacks(&cell).unwrap(), eager);
+            for (g, x) in eager.iter().zip(&data) {
+                assert!((g - (x.cos() * x * x + 2.0 * x * x.sin())).abs() < 1e-12, "{g} at {x}");
+            }
+            // Past the size limit: the recorded calls, and the reason.
+            let big = d.tensor(&ramp(5000), &[5000], DType::F64).unwrap();
+            let cell = TraceCell::default();
+            d.run_traced(&cell, &mut || -> Result<()> { gradient(&d, &big).map(drop) }).unwrap();
+            assert_eq!(d.last_trace().unwrap().compiled, None);
+            let note = d.last_compile_note().expect("a reason");
+            assert!(note.contains("5000"), "{note}");
+            // An op the compiler does not know.
+            let m = d.tensor(&ramp(4), &[2, 2], DType::F64).unwrap();
+            let cell = TraceCell::default();
+            d.run_traced(&cell, &mut || -> Result<()> { d.to_vec(&d.matmul(&m, false, &m, true)?).map(drop) }).unwrap();
+            assert!(d.last_compile_note().is_some_and(|n| n.contains("matmul")), "{:?}", d.last_compile_note());
+        }
+        check(Traced::compiling(cpu()));
+        check(Traced::compiling(CpuStaged::on(cpu()).unwrap()));
+        // A plain traced device never compiles.
+        let d = Traced::new(cpu());
+        let x = d.tensor(&ramp(3), &[3], DType::F64).unwrap();
+        d.run_traced(&TraceCell::default(), &mut || -> Result<()> { gradient(&d, &x).map(drop) }).unwrap();
+        assert_eq!(d.last_trace().unwrap().compiled, None);
+        assert_eq!(d.last_compile_note(), None);
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! memory; [`CpuStaged`] defers elementwise chains and runs each as one fused pass. This crate
 //! depends on the op API only: the AD engines are not reachable from it.
 
+pub mod compiled;
 pub mod dense;
 mod fold;
 mod hist;

@@ -1,0 +1,870 @@
+//! Compiled host programs: a straight-line program of small f64 tensors (a traced device's
+//! recording, lowered by `adgauge_backends::Traced` on `cpu-jit`), optimised once and then run
+//! by a register-style interpreter over one flat buffer, with no tensor handles, allocations
+//! or dispatch per op.
+//!
+//! What building a program does, as the ops arrive ([`Builder`]):
+//! - constants (uploads, fills, tensors made outside the recording) go into one pool,
+//!   interned by their bits, so a constant recorded a thousand times is stored once;
+//! - an op whose operands are all constants runs at once, by the same kernels the interpreter
+//!   uses, and its result is a constant (constant folding);
+//! - exact identities: `x * 1`, `x / 1`, `x + (-0)` and `x - 0` are `x` for every value,
+//!   NaN and -0 included; reshapes, and the rows of a stack taken apart again, are views of
+//!   their operand, not copies;
+//! - an op on the same operands as an earlier one is that one (common subexpressions).
+//!
+//! [`Builder::finish`] then keeps only what a read-back or an output needs (dead code), and
+//! gives every value a place in one f64 buffer, reused after its last reader: the working set
+//! of a scalar program of millions of ops is a few kilobytes.
+//!
+//! Every element is computed by the CPU device's own kernels in the eager order, on their
+//! sequential paths (no value reaches [`MAX_LEN`] elements, below `PAR_MIN` and `STAGE_MIN`),
+//! so a compiled run repeats the eager run's bits; the traced device checks that on every new
+//! program before it times one.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use crate::{BinaryOp, HistOp, OpError, OutOfRange, Result, UnaryOp, kernels};
+
+/// The most elements a value of a compiled program may have: larger programs stay on their
+/// device, whose parallel and fused paths pay off there.
+pub const MAX_LEN: usize = 4096;
+
+/// A value of a program being built.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Val(u32);
+
+/// An index table of a program being built (an upload of indices).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Idx(u32);
+
+/// Where a value lives while the program is built.
+#[derive(Clone, Copy, Debug)]
+enum Place {
+    /// `len` elements of the constant pool from `at`.
+    Const { at: u32 },
+    /// `len` elements of the inputs from `at`: copied into the buffer at each run, never folded.
+    Input { at: u32 },
+    /// The result of node `node`.
+    Node { node: u32 },
+    /// `len` elements of node `node`'s result from `at` (a row of a stack, taken apart).
+    View { node: u32, at: u32 },
+}
+
+#[derive(Clone, Copy, Debug)]
+struct ValInfo {
+    len: u32,
+    place: Place,
+}
+
+/// What a node computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Kind {
+    Unary(UnaryOp),
+    Binary(BinaryOp),
+    Select,
+    Reduce(HistOp),
+    /// From table `table` (bins of the source's length), `fill` (bits) out of range.
+    Gather {
+        table: u32,
+        fill: u64,
+    },
+    /// The adjoint of a gather: the cotangents summed into zeros, in order.
+    GatherAdjoint {
+        table: u32,
+    },
+    UnaryAdjoint(UnaryOp),
+    /// The operands one after the other.
+    Stack,
+    /// A copy for the caller, in program order.
+    ReadBack,
+}
+
+struct Node {
+    kind: Kind,
+    args: Vec<Val>,
+    len: u32,
+}
+
+/// A program being built: ops arrive in the eager run's order.
+#[derive(Default)]
+pub struct Builder {
+    vals: Vec<ValInfo>,
+    consts: Vec<f64>,
+    const_of: HashMap<Vec<u64>, Val>,
+    inputs: Vec<f64>,
+    input_of: HashMap<Vec<u64>, Val>,
+    nodes: Vec<Node>,
+    cse: HashMap<(Kind, Vec<Val>), Val>,
+    /// Index uploads, interned.
+    indices: Vec<Vec<i64>>,
+    index_of: HashMap<Vec<i64>, Idx>,
+    /// Bins of an index upload at a source length (`u32::MAX` out of range), interned.
+    tables: Vec<Vec<u32>>,
+    table_of: HashMap<(Idx, u32), u32>,
+    /// Values that must be computed though nothing reads them, with the caller's tag.
+    outputs: Vec<(Val, u64)>,
+}
+
+fn unsupported(what: String) -> OpError {
+    OpError::Unsupported(format!("compiled program: {what}"))
+}
+
+fn len_u32(n: usize) -> Result<u32> {
+    if n > MAX_LEN {
+        return Err(unsupported(format!("a value of {n} elements (at most {MAX_LEN})")));
+    }
+    Ok(n as u32)
+}
+
+impl Builder {
+    /// An empty program.
+    pub fn new() -> Builder {
+        Builder::default()
+    }
+
+    /// The number of elements of `v`.
+    pub fn len(&self, v: Val) -> usize {
+        self.vals[v.0 as usize].len as usize
+    }
+
+    /// Ops kept so far (after folding, identities and common subexpressions).
+    pub fn nodes(&self) -> usize {
+        self.nodes.len()
+    }
+
+    fn push_val(&mut self, len: u32, place: Place) -> Val {
+        self.vals.push(ValInfo { len, place });
+        Val(self.vals.len() as u32 - 1)
+    }
+
+    /// The constant `data` (interned by its bits).
+    pub fn constant(&mut self, data: &[f64]) -> Result<Val> {
+        let len = len_u32(data.len())?;
+        let key: Vec<u64> = data.iter().map(|x| x.to_bits()).collect();
+        if let Some(&v) = self.const_of.get(&key) {
+            return Ok(v);
+        }
+        let at = self.consts.len() as u32;
+        self.consts.extend_from_slice(data);
+        let v = self.push_val(len, Place::Const { at });
+        self.const_of.insert(key, v);
+        Ok(v)
+    }
+
+    /// An input of the program: the data a run starts from (an upload, a tensor made outside
+    /// the recording). Unlike a constant it is copied in at each run and nothing computed from
+    /// it is folded, as a jitted function's arguments are not: the run does the work. Equal
+    /// inputs are one input.
+    pub fn input(&mut self, data: &[f64]) -> Result<Val> {
+        let len = len_u32(data.len())?;
+        let key: Vec<u64> = data.iter().map(|x| x.to_bits()).collect();
+        if let Some(&v) = self.input_of.get(&key) {
+            return Ok(v);
+        }
+        let at = self.inputs.len() as u32;
+        self.inputs.extend_from_slice(data);
+        let v = self.push_val(len, Place::Input { at });
+        self.input_of.insert(key, v);
+        Ok(v)
+    }
+
+    /// An upload of indices.
+    pub fn index(&mut self, data: &[i64]) -> Idx {
+        if let Some(&i) = self.index_of.get(data) {
+            return i;
+        }
+        self.indices.push(data.to_vec());
+        let i = Idx(self.indices.len() as u32 - 1);
+        self.index_of.insert(data.to_vec(), i);
+        i
+    }
+
+    fn const_data(&self, v: Val) -> Option<&[f64]> {
+        let info = self.vals[v.0 as usize];
+        match info.place {
+            Place::Const { at } => Some(&self.consts[at as usize..(at + info.len) as usize]),
+            _ => None,
+        }
+    }
+
+    fn table(&mut self, idx: Idx, src_len: u32) -> u32 {
+        if let Some(&t) = self.table_of.get(&(idx, src_len)) {
+            return t;
+        }
+        let bins =
+            self.indices[idx.0 as usize].iter().map(|&b| if (b as u64) < src_len as u64 { b as u32 } else { u32::MAX });
+        self.tables.push(bins.collect());
+        let t = self.tables.len() as u32 - 1;
+        self.table_of.insert((idx, src_len), t);
+        t
+    }
+
+    /// A node of `kind` over `args` with `len` elements: folded when every operand is a
+    /// constant, else the earlier equal node or a new one.
+    fn node(&mut self, kind: Kind, args: Vec<Val>, len: usize) -> Result<Val> {
+        let len = len_u32(len)?;
+        let key = (kind, args);
+        if let Some(&v) = self.cse.get(&key) {
+            return Ok(v);
+        }
+        let (kind, args) = key;
+        if kind != Kind::ReadBack && args.iter().all(|&a| self.const_data(a).is_some()) {
+            let ins: Vec<&[f64]> = args.iter().map(|&a| self.const_data(a).unwrap_or(&[])).collect();
+            let mut out = vec![0.0; len as usize];
+            compute(kind, &ins, &mut out, &self.tables);
+            let v = self.constant(&out)?;
+            self.cse.insert((kind, args), v);
+            return Ok(v);
+        }
+        self.nodes.push(Node { kind, args: args.clone(), len });
+        let v = self.push_val(len, Place::Node { node: self.nodes.len() as u32 - 1 });
+        if kind != Kind::ReadBack {
+            self.cse.insert((kind, args), v);
+        }
+        Ok(v)
+    }
+
+    /// The same elements (a reshape).
+    pub fn view(&mut self, x: Val) -> Val {
+        x
+    }
+
+    pub fn unary(&mut self, op: UnaryOp, x: Val) -> Result<Val> {
+        let n = self.len(x);
+        self.node(Kind::Unary(op), vec![x], n)
+    }
+
+    /// `a op b`, a one-element operand broadcast (the CPU device's `binary`).
+    pub fn binary(&mut self, op: BinaryOp, a: Val, b: Val) -> Result<Val> {
+        let (la, lb) = (self.len(a), self.len(b));
+        let n = la.max(lb);
+        if (la != n && la != 1) || (lb != n && lb != 1) {
+            return Err(unsupported(format!("binary operands of {la} and {lb} elements")));
+        }
+        // Identities exact for every x: the result is x itself.
+        let is_all = |s: Option<&[f64]>, bits: u64| s.is_some_and(|s| s.iter().all(|v| v.to_bits() == bits));
+        let (one, neg_zero, zero) = (1f64.to_bits(), (-0f64).to_bits(), 0f64.to_bits());
+        let keeps_a = la == n
+            && match op {
+                BinaryOp::Mul | BinaryOp::Div => is_all(self.const_data(b), one),
+                BinaryOp::Add => is_all(self.const_data(b), neg_zero),
+                BinaryOp::Sub => is_all(self.const_data(b), zero),
+                _ => false,
+            };
+        if keeps_a {
+            return Ok(a);
+        }
+        let keeps_b = lb == n
+            && match op {
+                BinaryOp::Mul => is_all(self.const_data(a), one),
+                BinaryOp::Add => is_all(self.const_data(a), neg_zero),
+                _ => false,
+            };
+        if keeps_b {
+            return Ok(b);
+        }
+        self.node(Kind::Binary(op), vec![a, b], n)
+    }
+
+    /// `mask != 0 ? a : b`, `a` and `b` of the mask's length or one element.
+    pub fn select(&mut self, mask: Val, a: Val, b: Val) -> Result<Val> {
+        let n = self.len(mask);
+        for x in [a, b] {
+            if self.len(x) != n && self.len(x) != 1 {
+                return Err(unsupported(format!("select of {} elements under a mask of {n}", self.len(x))));
+            }
+        }
+        self.node(Kind::Select, vec![mask, a, b], n)
+    }
+
+    /// The whole of `x` reduced by `op`, one element.
+    pub fn reduce(&mut self, op: HistOp, x: Val) -> Result<Val> {
+        if let HistOp::General(_) = op {
+            return Err(unsupported("a reduction by a general operator".into()));
+        }
+        self.node(Kind::Reduce(op), vec![x], 1)
+    }
+
+    /// `src[idx[i]]`: out of range an error (`OutOfRange::Error`, as the eager op: the
+    /// recording would have failed) or the fill value.
+    pub fn gather(&mut self, src: Val, idx: Idx, oob: OutOfRange) -> Result<Val> {
+        let k = self.len(src) as u32;
+        let table = self.table(idx, k);
+        let fill = match oob {
+            OutOfRange::Fill(v) => v,
+            OutOfRange::Error => {
+                if self.tables[table as usize].contains(&u32::MAX) {
+                    return Err(unsupported("a gather out of range".into()));
+                }
+                0.0
+            }
+        };
+        let n = self.tables[table as usize].len();
+        self.node(Kind::Gather { table, fill: fill.to_bits() }, vec![src], n)
+    }
+
+    /// The adjoint of gathering from `src_len` elements: `g` summed by index into zeros, in
+    /// order (the CPU's one-row path: the caller checks the size plan takes it).
+    pub fn gather_adjoint(&mut self, src_len: usize, idx: Idx, g: Val) -> Result<Val> {
+        let table = self.table(idx, len_u32(src_len)?);
+        if self.tables[table as usize].len() != self.len(g) {
+            return Err(unsupported("a gather adjoint of another length than its indices".into()));
+        }
+        self.node(Kind::GatherAdjoint { table }, vec![g], src_len)
+    }
+
+    /// The adjoint kernel of a unary op, `g` times its derivative at `x` (result `y`).
+    pub fn unary_adjoint(&mut self, op: UnaryOp, x: Val, y: Val, g: Val) -> Result<Val> {
+        let n = self.len(g);
+        if self.len(x) != n || self.len(y) != n {
+            return Err(unsupported("a unary adjoint of unequal lengths".into()));
+        }
+        self.node(Kind::UnaryAdjoint(op), vec![x, y, g], n)
+    }
+
+    /// The parts one after the other.
+    pub fn stack(&mut self, parts: &[Val]) -> Result<Val> {
+        let n = parts.iter().map(|&p| self.len(p)).sum();
+        self.node(Kind::Stack, parts.to_vec(), n)
+    }
+
+    /// `len` elements of `x` from `at` (a row of `unstack`).
+    pub fn slice(&mut self, x: Val, at: usize, len: usize) -> Result<Val> {
+        let info = self.vals[x.0 as usize];
+        if at + len > info.len as usize {
+            return Err(unsupported("a slice past its operand".into()));
+        }
+        if at == 0 && len == info.len as usize {
+            return Ok(x);
+        }
+        // A row of a stack is its part again.
+        if let Place::Node { node } = info.place {
+            let stacked = &self.nodes[node as usize];
+            if stacked.kind == Kind::Stack {
+                let mut start = 0;
+                for &p in &stacked.args {
+                    let pl = self.len(p);
+                    if start == at && pl == len {
+                        return Ok(p);
+                    }
+                    start += pl;
+                }
+            }
+        }
+        let place = match info.place {
+            Place::Const { at: c } => {
+                let data = self.consts[(c as usize + at)..(c as usize + at + len)].to_vec();
+                return self.constant(&data);
+            }
+            Place::Input { at: i } => Place::Input { at: i + at as u32 },
+            Place::Node { node } => Place::View { node, at: at as u32 },
+            Place::View { node, at: a } => Place::View { node, at: a + at as u32 },
+        };
+        Ok(self.push_val(len as u32, place))
+    }
+
+    /// A copy of `x` for the caller, in program order (a read-back).
+    pub fn read_back(&mut self, x: Val) -> Result<()> {
+        let n = self.len(x);
+        self.node(Kind::ReadBack, vec![x], n).map(drop)
+    }
+
+    /// `x` must be computed though nothing reads it (a result the caller drops): a check run
+    /// shows it to the caller with `tag`.
+    pub fn output(&mut self, x: Val, tag: u64) {
+        self.outputs.push((x, tag));
+    }
+
+    /// The program: dead nodes dropped, places in one buffer assigned by liveness.
+    pub fn finish(self) -> Program {
+        let Builder { vals, consts, inputs, nodes, tables, outputs, .. } = self;
+        let node_of = |v: Val| match vals[v.0 as usize].place {
+            Place::Node { node } | Place::View { node, .. } => Some(node as usize),
+            Place::Const { .. } | Place::Input { .. } => None,
+        };
+        // Live: read-backs, outputs, and what they read.
+        let mut live = vec![false; nodes.len()];
+        for (i, n) in nodes.iter().enumerate() {
+            live[i] = n.kind == Kind::ReadBack;
+        }
+        for &(v, _) in &outputs {
+            if let Some(n) = node_of(v) {
+                live[n] = true;
+            }
+        }
+        for i in (0..nodes.len()).rev() {
+            if live[i] {
+                for &a in &nodes[i].args {
+                    if let Some(n) = node_of(a) {
+                        live[n] = true;
+                    }
+                }
+            }
+        }
+        let mut last_use: Vec<usize> = (0..nodes.len()).collect();
+        for (i, n) in nodes.iter().enumerate() {
+            if live[i] {
+                for &a in &n.args {
+                    if let Some(j) = node_of(a) {
+                        last_use[j] = i;
+                    }
+                }
+            }
+        }
+        // Outputs are observed right after their node runs, so they need no longer life.
+        let mut free: HashMap<u32, Vec<u32>> = HashMap::new();
+        // The buffer: constants, inputs, then the computed values.
+        let inputs_at = consts.len() as u32;
+        let mut top = inputs_at + inputs.len() as u32;
+        let mut at_of = vec![u32::MAX; nodes.len()];
+        let mut code = Vec::new();
+        let mut ends: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
+        for (j, &u) in last_use.iter().enumerate() {
+            if live[j] {
+                ends[u].push(j);
+            }
+        }
+        let loc = |v: Val, at_of: &[u32]| -> u32 {
+            let info = vals[v.0 as usize];
+            match info.place {
+                Place::Const { at } => at,
+                Place::Input { at } => inputs_at + at,
+                Place::Node { node } => at_of[node as usize],
+                Place::View { node, at } => at_of[node as usize] + at,
+            }
+        };
+        for (i, n) in nodes.iter().enumerate() {
+            if !live[i] {
+                continue;
+            }
+            let args: Vec<(u32, u32)> = n.args.iter().map(|&a| (loc(a, &at_of), vals[a.0 as usize].len)).collect();
+            let out = if n.kind == Kind::ReadBack {
+                0
+            } else {
+                let place = free.get_mut(&n.len).and_then(|f| f.pop()).unwrap_or_else(|| {
+                    top += n.len;
+                    top - n.len
+                });
+                at_of[i] = place;
+                place
+            };
+            let mut inline = [(0, 0); 3];
+            for (k, &a) in args.iter().take(3).enumerate() {
+                inline[k] = a;
+            }
+            let more = if args.len() > 3 { args } else { Vec::new() };
+            code.push(Ins { kind: n.kind, args: inline, nargs: n.args.len() as u32, more, out, len: n.len });
+            for &j in &ends[i] {
+                if nodes[j].kind != Kind::ReadBack {
+                    free.entry(nodes[j].len).or_default().push(at_of[j]);
+                }
+            }
+        }
+        // Where each output is, and after which instruction to look (constants: before any).
+        let mut pc_of = vec![0u32; nodes.len()];
+        let mut pc = 0u32;
+        for (i, &l) in live.iter().enumerate() {
+            if l {
+                pc_of[i] = pc;
+                pc += 1;
+            }
+        }
+        let mut observed: Vec<Observed> = outputs
+            .iter()
+            .map(|&(v, tag)| {
+                let len = vals[v.0 as usize].len;
+                let after = node_of(v).map(|n| pc_of[n]);
+                Observed { after, at: loc(v, &at_of), len, tag }
+            })
+            .collect();
+        observed.sort_by_key(|o| o.after.map_or(0, |p| p as u64 + 1));
+        let inputs_at = inputs_at as usize;
+        let mut init = consts;
+        init.extend_from_slice(&inputs);
+        init.resize(top as usize, 0.0);
+        let inputs = inputs_at..inputs_at + inputs.len();
+        Program { code, init, inputs, tables, observed, buffer: Mutex::new(Vec::new()) }
+    }
+}
+
+/// An instruction over places of the buffer: operands (place, length) inline, the rest of a
+/// long stack's in `more`; the result's place and length.
+struct Ins {
+    kind: Kind,
+    args: [(u32, u32); 3],
+    nargs: u32,
+    more: Vec<(u32, u32)>,
+    out: u32,
+    len: u32,
+}
+
+struct Observed {
+    /// The instruction after which the value is complete (none: a constant).
+    after: Option<u32>,
+    at: u32,
+    len: u32,
+    tag: u64,
+}
+
+/// A compiled program (module docs).
+pub struct Program {
+    code: Vec<Ins>,
+    /// The buffer a run starts from: the constants, the inputs, then room for the computed
+    /// values.
+    init: Vec<f64>,
+    /// Where the inputs lie in it.
+    inputs: std::ops::Range<usize>,
+    tables: Vec<Vec<u32>>,
+    observed: Vec<Observed>,
+    /// The last run's buffer (a run that finds it taken works in a copy of `init`).
+    buffer: Mutex<Vec<f64>>,
+}
+
+/// What a run gives back: the read-backs in order and, on request, the outputs by tag.
+pub struct Ran {
+    pub read_backs: Vec<Vec<f64>>,
+    pub outputs: Vec<(u64, Vec<f64>)>,
+}
+
+impl Program {
+    /// Instructions the program runs.
+    pub fn instructions(&self) -> usize {
+        self.code.len()
+    }
+
+    /// Elements of the buffer a run works in (constants included).
+    pub fn buffer_len(&self) -> usize {
+        self.init.len()
+    }
+
+    /// Runs the program, keeping the outputs when `observe`. The buffer of the last run is
+    /// reused (no instruction writes a constant's place, and each place is written before it
+    /// is read).
+    pub fn run(&self, observe: bool) -> Ran {
+        let mut held = self.buffer.try_lock().ok();
+        let mut fresh;
+        let buffer: &mut Vec<f64> = match held.as_deref_mut() {
+            Some(b) => {
+                if b.len() == self.init.len() {
+                    // The arguments, as a jitted function is handed them at each call.
+                    b[self.inputs.clone()].copy_from_slice(&self.init[self.inputs.clone()]);
+                } else {
+                    b.clone_from(&self.init);
+                }
+                b
+            }
+            None => {
+                fresh = self.init.clone();
+                &mut fresh
+            }
+        };
+        let mut read_backs = Vec::new();
+        let mut outputs = Vec::new();
+        let mut next = 0;
+        let mut look = |buffer: &[f64], after: Option<u32>, outputs: &mut Vec<(u64, Vec<f64>)>| {
+            while next < self.observed.len() && self.observed[next].after == after {
+                let o = &self.observed[next];
+                outputs.push((o.tag, buffer[o.at as usize..(o.at + o.len) as usize].to_vec()));
+                next += 1;
+            }
+        };
+        if observe {
+            look(buffer, None, &mut outputs);
+        }
+        let base = buffer.as_mut_ptr();
+        for (pc, ins) in self.code.iter().enumerate() {
+            // SAFETY: every place lies inside the buffer (`finish` assigned them below its
+            // length), and a result's place is disjoint from its operands' (an operand's place
+            // is freed only after the instruction that reads it last has been given its own).
+            unsafe { step(ins, base, &self.tables, &mut read_backs) };
+            if observe {
+                look(buffer, Some(pc as u32), &mut outputs);
+            }
+        }
+        drop(held);
+        Ran { read_backs, outputs }
+    }
+}
+
+/// # Safety
+/// `ins`'s places lie inside the buffer at `base`, its result's disjoint from its operands'.
+#[inline]
+unsafe fn step(ins: &Ins, base: *mut f64, tables: &[Vec<u32>], read_backs: &mut Vec<Vec<f64>>) {
+    let arg = |k: usize| -> &[f64] {
+        let (at, len) = if ins.more.is_empty() { ins.args[k] } else { ins.more[k] };
+        // SAFETY: the caller's contract.
+        unsafe { std::slice::from_raw_parts(base.add(at as usize), len as usize) }
+    };
+    if ins.kind == Kind::ReadBack {
+        read_backs.push(arg(0).to_vec());
+        return;
+    }
+    // SAFETY: the caller's contract.
+    let out = unsafe { std::slice::from_raw_parts_mut(base.add(ins.out as usize), ins.len as usize) };
+    match ins.nargs {
+        1 => compute(ins.kind, &[arg(0)], out, tables),
+        2 => compute(ins.kind, &[arg(0), arg(1)], out, tables),
+        3 => compute(ins.kind, &[arg(0), arg(1), arg(2)], out, tables),
+        n => {
+            let parts: Vec<&[f64]> = (0..n as usize).map(arg).collect();
+            compute(ins.kind, &parts, out, tables)
+        }
+    }
+}
+
+/// One op over host slices: the CPU device's kernels on their sequential paths.
+fn compute(kind: Kind, ins: &[&[f64]], out: &mut [f64], tables: &[Vec<u32>]) {
+    match kind {
+        Kind::Unary(op) => kernels::unary_map(op, ins[0], out),
+        Kind::Binary(op) => binary(op, ins[0], ins[1], out),
+        Kind::Select => {
+            let (m, a, b) = (ins[0], ins[1], ins[2]);
+            let n = out.len();
+            let (sa, sb) = (usize::from(a.len() == n && n != 1), usize::from(b.len() == n && n != 1));
+            for (i, o) in out.iter_mut().enumerate() {
+                *o = if m[i] != 0.0 { a[i * sa] } else { b[i * sb] };
+            }
+        }
+        Kind::Reduce(op) => out[0] = kernels::reduce(op, ins[0]),
+        Kind::Gather { table, fill } => {
+            let (s, bins, fill) = (ins[0], &tables[table as usize], f64::from_bits(fill));
+            for (o, &b) in out.iter_mut().zip(bins) {
+                *o = if b == u32::MAX { fill } else { s[b as usize] };
+            }
+        }
+        Kind::GatherAdjoint { table } => {
+            out.fill(HistOp::Add.neutral());
+            for (&g, &b) in ins[0].iter().zip(&tables[table as usize]) {
+                if b != u32::MAX {
+                    out[b as usize] += g;
+                }
+            }
+        }
+        Kind::UnaryAdjoint(op) => kernels::unary_adjoint_map(op, ins[0], ins[1], ins[2], out),
+        Kind::Stack => {
+            let mut at = 0;
+            for p in ins {
+                out[at..at + p.len()].copy_from_slice(p);
+                at += p.len();
+            }
+        }
+        Kind::ReadBack => {}
+    }
+}
+
+/// `out = a op b`, a one-element operand broadcast: the operator's own loop, as the CPU
+/// device's `binary` (`per_binary_op!`).
+fn binary(op: BinaryOp, a: &[f64], b: &[f64], out: &mut [f64]) {
+    #[inline(always)]
+    fn zip(a: &[f64], b: &[f64], out: &mut [f64], f: impl Fn(f64, f64) -> f64) {
+        let n = out.len();
+        match (a.len() == n, b.len() == n) {
+            (true, true) => {
+                for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+                    *o = f(x, y);
+                }
+            }
+            (false, true) => {
+                let x = a[0];
+                for (o, &y) in out.iter_mut().zip(b) {
+                    *o = f(x, y);
+                }
+            }
+            (true, false) => {
+                let y = b[0];
+                for (o, &x) in out.iter_mut().zip(a) {
+                    *o = f(x, y);
+                }
+            }
+            (false, false) => {}
+        }
+    }
+    match op {
+        BinaryOp::Add => zip(a, b, out, |x, y| x + y),
+        BinaryOp::Sub => zip(a, b, out, |x, y| x - y),
+        BinaryOp::Mul => zip(a, b, out, |x, y| x * y),
+        BinaryOp::Div => zip(a, b, out, |x, y| x / y),
+        other => zip(a, b, out, |x, y| kernels::binary(other, x, y)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Cpu, DType, TensorOps};
+    use adgauge_ops::{ElementwiseOps, IndexOps, ReduceOps, RuleKernels};
+
+    const BINARY: [BinaryOp; 12] = [
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Div,
+        BinaryOp::Pow,
+        BinaryOp::Min,
+        BinaryOp::Max,
+        BinaryOp::Lt,
+        BinaryOp::Le,
+        BinaryOp::Gt,
+        BinaryOp::Ge,
+        BinaryOp::Eq,
+    ];
+
+    /// Values with ties, signed zeros, a NaN and infinities among ordinary numbers.
+    fn awkward(n: usize, salt: usize) -> Vec<f64> {
+        let special = [0.0, -0.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 1.0, -1.0];
+        (0..n)
+            .map(|i| match (i * 7 + salt) % 13 {
+                k if k < special.len() && i % 3 == 0 => special[k],
+                k => (k as f64 - 6.0) * 0.37 + salt as f64 * 0.01,
+            })
+            .collect()
+    }
+
+    fn bits(v: &[f64]) -> Vec<u64> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
+    /// Every op the compiler knows, on inputs (which it must not fold), against the eager CPU
+    /// device on the same data: the read-backs agree bit for bit.
+    #[test]
+    fn a_program_repeats_the_cpu_device_bit_for_bit() {
+        let cpu = Cpu::new(Some(1)).unwrap();
+        let n = 23;
+        let (xs, ys, one) = (awkward(n, 0), awkward(n, 5), vec![0.75]);
+        let up = |v: &[f64]| cpu.tensor(v, &[v.len()], DType::F64).unwrap();
+        let (cx, cy, c1) = (up(&xs), up(&ys), up(&one));
+        let mut b = Builder::new();
+        let (x, y, s) = (b.input(&xs).unwrap(), b.input(&ys).unwrap(), b.input(&one).unwrap());
+        let mut want: Vec<Vec<f64>> = Vec::new();
+        let mut read = |b: &mut Builder, v: Val, eager: Vec<f64>| {
+            b.read_back(v).unwrap();
+            want.push(eager);
+        };
+        for op in UnaryOp::ALL {
+            let v = b.unary(op, x).unwrap();
+            read(&mut b, v, cpu.to_vec(&cpu.unary(op, &cx).unwrap()).unwrap());
+            let adj = cpu.unary_adjoint(op, &cx, &cpu.unary(op, &cx).unwrap(), &cy).unwrap();
+            if let Some(adj) = adj {
+                let v = b.unary_adjoint(op, x, v, y).unwrap();
+                read(&mut b, v, cpu.to_vec(&adj).unwrap());
+            }
+        }
+        for op in BINARY {
+            for (l, r, cl, cr) in [(x, y, &cx, &cy), (s, y, &c1, &cy), (x, s, &cx, &c1)] {
+                let v = b.binary(op, l, r).unwrap();
+                read(&mut b, v, cpu.to_vec(&cpu.binary(op, cl, cr).unwrap()).unwrap());
+            }
+        }
+        let mask = b.binary(BinaryOp::Lt, x, y).unwrap();
+        let cmask = cpu.binary(BinaryOp::Lt, &cx, &cy).unwrap();
+        for (l, r, cl, cr) in [(x, y, &cx, &cy), (s, y, &c1, &cy), (x, s, &cx, &c1)] {
+            let v = b.select(mask, l, r).unwrap();
+            read(&mut b, v, cpu.to_vec(&cpu.select(&cmask, cl, cr).unwrap()).unwrap());
+        }
+        for op in HistOp::ALL {
+            let v = b.reduce(op, y).unwrap();
+            read(&mut b, v, cpu.to_vec(&cpu.reduce(op, &cy).unwrap()).unwrap());
+        }
+        let idx: Vec<i64> = (0..40).map(|i| (i * 5) % 29 - 3).collect();
+        let cidx = cpu.index(&idx).unwrap();
+        let i = b.index(&idx);
+        let v = b.gather(x, i, OutOfRange::Fill(-2.5)).unwrap();
+        read(&mut b, v, cpu.to_vec(&cpu.gather(&cx, &cidx, OutOfRange::Fill(-2.5)).unwrap()).unwrap());
+        let g = b.input(&awkward(40, 2)).unwrap();
+        let cg = up(&awkward(40, 2));
+        let v = b.gather_adjoint(n, i, g).unwrap();
+        read(&mut b, v, cpu.to_vec(&cpu.gather_adjoint(&cx, &cidx, &cg).unwrap()).unwrap());
+        let stacked = b.stack(&[x, y, s]).unwrap();
+        let v = b.slice(stacked, n, n).unwrap();
+        assert_eq!(v, y, "a row of a stack is its part");
+        let v = b.slice(stacked, 3, 30).unwrap();
+        let mut cat = xs.clone();
+        cat.extend_from_slice(&ys);
+        read(&mut b, v, cat[3..33].to_vec());
+        let program = b.finish();
+        let ran = program.run(false);
+        assert_eq!(ran.read_backs.len(), want.len());
+        for (k, (got, want)) in ran.read_backs.iter().zip(&want).enumerate() {
+            assert_eq!(bits(got), bits(want), "read-back {k}");
+        }
+        // A second run in the same buffer gives the same.
+        let again = program.run(false);
+        for (a, b) in again.read_backs.iter().zip(&ran.read_backs) {
+            assert_eq!(bits(a), bits(b));
+        }
+    }
+
+    /// Constants fold, inputs do not; the identities hold only where exact; a repeated op is
+    /// the first.
+    #[test]
+    fn constants_fold_and_repeats_and_identities_vanish() {
+        let mut b = Builder::new();
+        let two = b.constant(&[2.0, 2.0]).unwrap();
+        let folded = b.unary(UnaryOp::Sqrt, two).unwrap();
+        assert_eq!(b.nodes(), 0, "an op on constants runs at once");
+        assert_eq!(b.const_data(folded), Some(&[2f64.sqrt(), 2f64.sqrt()][..]));
+        let x = b.input(&[-0.0, 3.0]).unwrap();
+        assert_eq!(b.input(&[-0.0, 3.0]).unwrap(), x, "equal inputs are one");
+        assert_ne!(b.input(&[0.0, 3.0]).unwrap(), x, "inputs are told apart by their bits");
+        let (one, zero, neg_zero) =
+            (b.constant(&[1.0]).unwrap(), b.constant(&[0.0]).unwrap(), b.constant(&[-0.0]).unwrap());
+        assert_eq!(b.binary(BinaryOp::Mul, x, one).unwrap(), x);
+        assert_eq!(b.binary(BinaryOp::Mul, one, x).unwrap(), x);
+        assert_eq!(b.binary(BinaryOp::Div, x, one).unwrap(), x);
+        assert_eq!(b.binary(BinaryOp::Add, x, neg_zero).unwrap(), x);
+        assert_eq!(b.binary(BinaryOp::Sub, x, zero).unwrap(), x);
+        assert_eq!(b.nodes(), 0);
+        // -0 + 0 is +0: not an identity, so a node.
+        let plus_zero = b.binary(BinaryOp::Add, x, zero).unwrap();
+        let sq = b.unary(UnaryOp::Square, x).unwrap();
+        assert_eq!(b.unary(UnaryOp::Square, x).unwrap(), sq, "the same op on the same operand is the first");
+        assert_eq!(b.nodes(), 2);
+        b.read_back(plus_zero).unwrap();
+        b.read_back(sq).unwrap();
+        let ran = b.finish().run(false);
+        assert_eq!(bits(&ran.read_backs[0]), bits(&[0.0, 3.0]));
+        assert_eq!(ran.read_backs[1], vec![0.0, 9.0]);
+    }
+
+    /// Only what a read-back or an output needs runs; outputs are computed and shown to a
+    /// checking run; places are reused, so a long chain works in a small buffer.
+    #[test]
+    fn dead_ops_drop_outputs_stay_and_places_are_reused() {
+        let mut b = Builder::new();
+        let x = b.input(&[0.5; 4]).unwrap();
+        let mut y = x;
+        for _ in 0..1000 {
+            y = b.unary(UnaryOp::Sin, y).unwrap();
+        }
+        let unused = b.unary(UnaryOp::Exp, x).unwrap();
+        let dropped = b.unary(UnaryOp::Cos, x).unwrap();
+        b.output(dropped, 7);
+        b.read_back(y).unwrap();
+        let _ = unused;
+        let program = b.finish();
+        assert_eq!(program.instructions(), 1000 + 1 + 1, "the chain, the output, the read-back");
+        assert!(program.buffer_len() <= 4 + 3 * 4, "buffer of {} elements", program.buffer_len());
+        let ran = program.run(true);
+        let mut want = 0.5f64;
+        for _ in 0..1000 {
+            want = crate::kernels::unary(UnaryOp::Sin, want);
+        }
+        assert_eq!(ran.read_backs, vec![vec![want; 4]]);
+        assert_eq!(ran.outputs, vec![(7, vec![crate::kernels::unary(UnaryOp::Cos, 0.5); 4])]);
+        assert!(program.run(false).outputs.is_empty());
+    }
+
+    #[test]
+    fn values_past_the_limit_and_gathers_out_of_range_are_refused() {
+        let mut b = Builder::new();
+        assert!(b.input(&vec![1.0; MAX_LEN + 1]).is_err());
+        let x = b.input(&[1.0, 2.0]).unwrap();
+        let i = b.index(&[0, 2]);
+        let e = b.gather(x, i, OutOfRange::Error).unwrap_err();
+        assert!(e.to_string().contains("out of range"), "{e}");
+        let a = b.input(&[1.0, 2.0, 3.0]).unwrap();
+        assert!(b.binary(BinaryOp::Add, x, a).is_err(), "2 against 3 elements");
+    }
+}
