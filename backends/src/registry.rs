@@ -86,8 +86,12 @@ fn cpu_traced_on(cpu: Cpu) -> Result<AnyDevice> {
     Ok(AnyDevice::CpuTraced(Traced::new(cpu)))
 }
 
+/// `ADGAUGE_JIT=replay` keeps `cpu-jit`'s recordings as calls (no compiled programs): the
+/// compiler's A/B in one build.
 fn cpu_jit_on(cpu: Cpu) -> Result<AnyDevice> {
-    Ok(AnyDevice::CpuJit(Traced::compiling(CpuStaged::on(cpu)?)))
+    let staged = CpuStaged::on(cpu)?;
+    let replay_only = std::env::var("ADGAUGE_JIT").is_ok_and(|v| v == "replay");
+    Ok(AnyDevice::CpuJit(if replay_only { Traced::new(staged) } else { Traced::compiling(staged) }))
 }
 
 /// Every device adgauge knows, in the order `adgauge backends` lists them.

@@ -1177,15 +1177,18 @@ impl<D: Traceable> ScanOps for Traced<D> {
 
 impl<D: Traceable> DenseOps for Traced<D> {
     fn broadcast_to(&self, x: &TT<D>, shape: &[usize]) -> Result<TT<D>> {
+        let sym = Sym::BroadcastTo(x.shape().into(), shape.into());
         let shape = shape.to_vec();
-        self.op("broadcast_to", [x], [], move |d, [x], []| d.broadcast_to(x, &shape).map(T))
+        self.op_sym("broadcast_to", sym, [x], [], move |d, [x], []| d.broadcast_to(x, &shape).map(T))
     }
     fn sum_to(&self, x: &TT<D>, shape: &[usize]) -> Result<TT<D>> {
+        let sym = Sym::SumTo(x.shape().into(), shape.into());
         let shape = shape.to_vec();
-        self.op("sum_to", [x], [], move |d, [x], []| d.sum_to(x, &shape).map(T))
+        self.op_sym("sum_to", sym, [x], [], move |d, [x], []| d.sum_to(x, &shape).map(T))
     }
     fn matmul(&self, a: &TT<D>, ta: bool, b: &TT<D>, tb: bool) -> Result<TT<D>> {
-        self.op("matmul", [a, b], [], move |d, [a, b], []| d.matmul(a, ta, b, tb).map(T))
+        let sym = Sym::Matmul(a.shape().into(), ta, b.shape().into(), tb);
+        self.op_sym("matmul", sym, [a, b], [], move |d, [a, b], []| d.matmul(a, ta, b, tb).map(T))
     }
     fn arg_reduce_axis(&self, ext: Extremum, x: &TT<D>, axis: usize) -> Result<(TT<D>, TI<D>)> {
         self.op("arg_reduce_axis", [x], [], move |d, [x], []| {

@@ -17,19 +17,23 @@
 //! gives every value a place in one f64 buffer, reused after its last reader: the working set
 //! of a scalar program of millions of ops is a few kilobytes.
 //!
-//! Every element is computed by the CPU device's own kernels in the eager order, on their
-//! sequential paths (no value reaches [`MAX_LEN`] elements, below `PAR_MIN` and `STAGE_MIN`),
-//! so a compiled run repeats the eager run's bits; the traced device checks that on every new
-//! program before it times one.
+//! Every element is computed by the CPU device's own kernels in the eager order (their
+//! results never depend on how work is split, and the staged device computes each element as
+//! the CPU does), so a compiled run repeats the eager run's bits; the traced device checks
+//! that on every new program before it times one.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use crate::{BinaryOp, HistOp, OpError, OutOfRange, Result, UnaryOp, kernels};
+use std::sync::Arc;
 
-/// The most elements a value of a compiled program may have: larger programs stay on their
-/// device, whose parallel and fused paths pay off there.
-pub const MAX_LEN: usize = 4096;
+use crate::shape::{MatmulPlan, matmul_plan};
+use crate::{BinaryOp, HistOp, OpError, OutOfRange, Pool, Result, UnaryOp, dense, kernels};
+
+/// The most elements a value of a compiled program may have: programs with larger values stay
+/// on their device, whose parallel and fused loops pay off there. ht's Jacobian at c = 100 has
+/// products of 16384 elements; the interpreter runs one thread.
+pub const MAX_LEN: usize = 1 << 14;
 
 /// A value of a program being built.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -75,6 +79,18 @@ enum Kind {
         table: u32,
     },
     UnaryAdjoint(UnaryOp),
+    /// A broadcast from the first shape of `shapes` entry `shapes` to the second.
+    Broadcast {
+        shapes: u32,
+    },
+    /// The sum of the first shape of the entry down to the second.
+    SumTo {
+        shapes: u32,
+    },
+    /// A matrix product by plan `plan`.
+    Matmul {
+        plan: u32,
+    },
     /// The operands one after the other.
     Stack,
     /// A copy for the caller, in program order.
@@ -101,8 +117,11 @@ pub struct Builder {
     indices: Vec<Vec<i64>>,
     index_of: HashMap<Vec<i64>, Idx>,
     /// Bins of an index upload at a source length (`u32::MAX` out of range), interned.
-    tables: Vec<Vec<u32>>,
     table_of: HashMap<(Idx, u32), u32>,
+    /// Bins, shape pairs of broadcasts and sums, and matrix products' plans, interned.
+    side: Side,
+    shape_of: HashMap<(Vec<usize>, Vec<usize>), u32>,
+    plan_of: HashMap<(Vec<usize>, bool, Vec<usize>, bool), u32>,
     /// Values that must be computed though nothing reads them, with the caller's tag.
     outputs: Vec<(Val, u64)>,
 }
@@ -195,8 +214,8 @@ impl Builder {
         }
         let bins =
             self.indices[idx.0 as usize].iter().map(|&b| if (b as u64) < src_len as u64 { b as u32 } else { u32::MAX });
-        self.tables.push(bins.collect());
-        let t = self.tables.len() as u32 - 1;
+        self.side.bins.push(bins.collect());
+        let t = self.side.bins.len() as u32 - 1;
         self.table_of.insert((idx, src_len), t);
         t
     }
@@ -213,7 +232,7 @@ impl Builder {
         if kind != Kind::ReadBack && args.iter().all(|&a| self.const_data(a).is_some()) {
             let ins: Vec<&[f64]> = args.iter().map(|&a| self.const_data(a).unwrap_or(&[])).collect();
             let mut out = vec![0.0; len as usize];
-            compute(kind, &ins, &mut out, &self.tables);
+            compute(kind, &ins, &mut out, &self.side);
             let v = self.constant(&out)?;
             self.cse.insert((kind, args), v);
             return Ok(v);
@@ -226,9 +245,57 @@ impl Builder {
         Ok(v)
     }
 
-    /// The same elements (a reshape).
-    pub fn view(&mut self, x: Val) -> Val {
-        x
+    fn shape_pair(&mut self, from: &[usize], to: &[usize]) -> u32 {
+        let key = (from.to_vec(), to.to_vec());
+        if let Some(&i) = self.shape_of.get(&key) {
+            return i;
+        }
+        self.side.shapes.push(key.clone());
+        self.shape_of.insert(key, self.side.shapes.len() as u32 - 1);
+        self.side.shapes.len() as u32 - 1
+    }
+
+    fn check_len(&self, x: Val, shape: &[usize], what: &str) -> Result<()> {
+        if self.len(x) != shape.iter().product::<usize>() {
+            return Err(unsupported(format!("{what} of {} elements as shape {shape:?}", self.len(x))));
+        }
+        Ok(())
+    }
+
+    /// `x` of shape `from` broadcast to `to` (the CPU device's `broadcast_to`).
+    pub fn broadcast_to(&mut self, x: Val, from: &[usize], to: &[usize]) -> Result<Val> {
+        self.check_len(x, from, "a broadcast")?;
+        let n: usize = to.iter().product();
+        // The shapes' checks, once: the kernel fails only on shapes that do not broadcast.
+        dense::broadcast_to(&vec![0.0f64; self.len(x)], from, to, &mut vec![0.0; n])?;
+        let shapes = self.shape_pair(from, to);
+        self.node(Kind::Broadcast { shapes }, vec![x], n)
+    }
+
+    /// `x` of shape `from` summed down to `to` (the CPU device's `sum_to`).
+    pub fn sum_to(&mut self, x: Val, from: &[usize], to: &[usize]) -> Result<Val> {
+        self.check_len(x, from, "a sum")?;
+        let n: usize = to.iter().product();
+        dense::sum_to(&vec![0.0f64; self.len(x)], from, to, &mut vec![0.0; n])?;
+        let shapes = self.shape_pair(from, to);
+        self.node(Kind::SumTo { shapes }, vec![x], n)
+    }
+
+    /// `op(a) op(b)` (the CPU device's `matmul`).
+    pub fn matmul(&mut self, a: Val, a_shape: &[usize], ta: bool, b: Val, b_shape: &[usize], tb: bool) -> Result<Val> {
+        self.check_len(a, a_shape, "a matrix")?;
+        self.check_len(b, b_shape, "a matrix")?;
+        let key = (a_shape.to_vec(), ta, b_shape.to_vec(), tb);
+        let plan = match self.plan_of.get(&key) {
+            Some(&p) => p,
+            None => {
+                self.side.plans.push((matmul_plan(a_shape, ta, b_shape, tb)?, ta, tb));
+                self.plan_of.insert(key, self.side.plans.len() as u32 - 1);
+                self.side.plans.len() as u32 - 1
+            }
+        };
+        let n = self.side.plans[plan as usize].0.out_shape.iter().product();
+        self.node(Kind::Matmul { plan }, vec![a, b], n)
     }
 
     pub fn unary(&mut self, op: UnaryOp, x: Val) -> Result<Val> {
@@ -295,13 +362,13 @@ impl Builder {
         let fill = match oob {
             OutOfRange::Fill(v) => v,
             OutOfRange::Error => {
-                if self.tables[table as usize].contains(&u32::MAX) {
+                if self.side.bins[table as usize].contains(&u32::MAX) {
                     return Err(unsupported("a gather out of range".into()));
                 }
                 0.0
             }
         };
-        let n = self.tables[table as usize].len();
+        let n = self.side.bins[table as usize].len();
         self.node(Kind::Gather { table, fill: fill.to_bits() }, vec![src], n)
     }
 
@@ -309,7 +376,7 @@ impl Builder {
     /// order (the CPU's one-row path: the caller checks the size plan takes it).
     pub fn gather_adjoint(&mut self, src_len: usize, idx: Idx, g: Val) -> Result<Val> {
         let table = self.table(idx, len_u32(src_len)?);
-        if self.tables[table as usize].len() != self.len(g) {
+        if self.side.bins[table as usize].len() != self.len(g) {
             return Err(unsupported("a gather adjoint of another length than its indices".into()));
         }
         self.node(Kind::GatherAdjoint { table }, vec![g], src_len)
@@ -379,7 +446,7 @@ impl Builder {
 
     /// The program: dead nodes dropped, places in one buffer assigned by liveness.
     pub fn finish(self) -> Program {
-        let Builder { vals, consts, inputs, nodes, tables, outputs, .. } = self;
+        let Builder { vals, consts, inputs, nodes, outputs, side, .. } = self;
         let node_of = |v: Val| match vals[v.0 as usize].place {
             Place::Node { node } | Place::View { node, .. } => Some(node as usize),
             Place::Const { .. } | Place::Input { .. } => None,
@@ -419,7 +486,8 @@ impl Builder {
         let inputs_at = consts.len() as u32;
         let mut top = inputs_at + inputs.len() as u32;
         let mut at_of = vec![u32::MAX; nodes.len()];
-        let mut code = Vec::new();
+        let mut pc_of = vec![0u32; nodes.len()];
+        let (mut code, mut wide) = (Vec::new(), Vec::new());
         let mut ends: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
         for (j, &u) in last_use.iter().enumerate() {
             if live[j] {
@@ -450,12 +518,9 @@ impl Builder {
                 at_of[i] = place;
                 place
             };
-            let mut inline = [(0, 0); 3];
-            for (k, &a) in args.iter().take(3).enumerate() {
-                inline[k] = a;
-            }
-            let more = if args.len() > 3 { args } else { Vec::new() };
-            code.push(Ins { kind: n.kind, args: inline, nargs: n.args.len() as u32, more, out, len: n.len });
+            encode(n.kind, &args, out, n.len, &mut code, &mut wide);
+            // The node's value is complete after its last instruction.
+            pc_of[i] = code.len() as u32 - 1;
             for &j in &ends[i] {
                 if nodes[j].kind != Kind::ReadBack {
                     free.entry(nodes[j].len).or_default().push(at_of[j]);
@@ -463,14 +528,6 @@ impl Builder {
             }
         }
         // Where each output is, and after which instruction to look (constants: before any).
-        let mut pc_of = vec![0u32; nodes.len()];
-        let mut pc = 0u32;
-        for (i, &l) in live.iter().enumerate() {
-            if l {
-                pc_of[i] = pc;
-                pc += 1;
-            }
-        }
         let mut observed: Vec<Observed> = outputs
             .iter()
             .map(|&(v, tag)| {
@@ -485,19 +542,180 @@ impl Builder {
         init.extend_from_slice(&inputs);
         init.resize(top as usize, 0.0);
         let inputs = inputs_at..inputs_at + inputs.len();
-        Program { code, init, inputs, tables, observed, buffer: Mutex::new(Vec::new()) }
+        Program { code, wide, init, inputs, side, observed, buffer: Mutex::new(Vec::new()) }
     }
 }
 
-/// An instruction over places of the buffer: operands (place, length) inline, the rest of a
-/// long stack's in `more`; the result's place and length.
+/// An instruction: 16 bytes, so that a scalar program of millions of them streams as little
+/// code as it can (the code, not the arithmetic, is what a run of particle's reads most). `a`,
+/// `b`, `out` are places in the buffer, `n` the result's length (an operand of `BinarySV` /
+/// `BinaryVS` broadcasts its one element; `Reduce`'s is its operand's), `op` the operator's
+/// index in [`UnaryOp::ALL`], [`BINARY_OPS`] or [`HistOp::ALL`]. Everything else is a [`Wide`]
+/// instruction, `a` its index.
+#[derive(Clone, Copy, Debug)]
 struct Ins {
-    kind: Kind,
-    args: [(u32, u32); 3],
-    nargs: u32,
-    more: Vec<(u32, u32)>,
+    code: Code,
+    op: u8,
+    n: u16,
+    a: u32,
+    b: u32,
     out: u32,
-    len: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<Ins>() == 16);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Code {
+    Add1,
+    Sub1,
+    Mul1,
+    Div1,
+    Binary1,
+    Unary1,
+    Unary,
+    BinaryVV,
+    BinarySV,
+    BinaryVS,
+    Reduce,
+    Copy,
+    Wide,
+}
+
+/// The binary operators by index (an [`Ins`]'s `op`).
+const BINARY_OPS: [BinaryOp; 12] = [
+    BinaryOp::Add,
+    BinaryOp::Sub,
+    BinaryOp::Mul,
+    BinaryOp::Div,
+    BinaryOp::Pow,
+    BinaryOp::Min,
+    BinaryOp::Max,
+    BinaryOp::Lt,
+    BinaryOp::Le,
+    BinaryOp::Gt,
+    BinaryOp::Ge,
+    BinaryOp::Eq,
+];
+
+fn op_index<X: PartialEq + Copy>(all: &[X], op: X) -> u8 {
+    all.iter().position(|&o| o == op).unwrap_or(0) as u8
+}
+
+/// An instruction with more operands or parameters than an [`Ins`] holds (`n` elements; `a`,
+/// `b` the operands' places, with their lengths where one may be broadcast).
+#[derive(Clone, Copy, Debug)]
+enum Wide {
+    Select {
+        m: u32,
+        a: u32,
+        la: u32,
+        b: u32,
+        lb: u32,
+        out: u32,
+        n: u32,
+    },
+    Gather {
+        src: u32,
+        table: u32,
+        fill: u64,
+        out: u32,
+        n: u32,
+    },
+    GatherAdjoint {
+        g: u32,
+        table: u32,
+        out: u32,
+        k: u32,
+    },
+    UnaryAdjoint {
+        op: UnaryOp,
+        x: u32,
+        y: u32,
+        g: u32,
+        out: u32,
+        n: u32,
+    },
+    ReadBack {
+        x: u32,
+        n: u32,
+    },
+    /// A broadcast, a sum to a shape or a matrix product (`b` unused but by the product).
+    Dense {
+        kind: Kind,
+        a: u32,
+        la: u32,
+        b: u32,
+        lb: u32,
+        out: u32,
+        n: u32,
+    },
+}
+
+/// The instructions of a node whose operands lie at `args` (place, length) and whose result
+/// goes to `out`.
+fn encode(kind: Kind, args: &[(u32, u32)], out: u32, n: u32, code: &mut Vec<Ins>, wide: &mut Vec<Wide>) {
+    let at = |k: usize| args[k].0;
+    let len = |k: usize| args[k].1;
+    let ins = |code: Code, op: u8, n: u32, a: u32, b: u32| Ins { code, op, n: n as u16, a, b, out };
+    let long = |w: Wide, wide: &mut Vec<Wide>| {
+        wide.push(w);
+        Ins { code: Code::Wide, op: 0, n: 0, a: wide.len() as u32 - 1, b: 0, out }
+    };
+    code.push(match kind {
+        Kind::Binary(op) if n == 1 => {
+            let c = match op {
+                BinaryOp::Add => Code::Add1,
+                BinaryOp::Sub => Code::Sub1,
+                BinaryOp::Mul => Code::Mul1,
+                BinaryOp::Div => Code::Div1,
+                _ => Code::Binary1,
+            };
+            ins(c, op_index(&BINARY_OPS, op), 1, at(0), at(1))
+        }
+        Kind::Binary(op) => {
+            let c = match (len(0) == n, len(1) == n) {
+                (true, true) => Code::BinaryVV,
+                (false, _) => Code::BinarySV,
+                (true, false) => Code::BinaryVS,
+            };
+            ins(c, op_index(&BINARY_OPS, op), n, at(0), at(1))
+        }
+        Kind::Unary(op) if n == 1 => ins(Code::Unary1, op_index(&UnaryOp::ALL, op), 1, at(0), 0),
+        Kind::Unary(op) => ins(Code::Unary, op_index(&UnaryOp::ALL, op), n, at(0), 0),
+        Kind::Reduce(op) => ins(Code::Reduce, op_index(&HistOp::ALL, op), len(0), at(0), 0),
+        Kind::Select => long(Wide::Select { m: at(0), a: at(1), la: len(1), b: at(2), lb: len(2), out, n }, wide),
+        Kind::Gather { table, fill } => long(Wide::Gather { src: at(0), table, fill, out, n }, wide),
+        Kind::GatherAdjoint { table } => long(Wide::GatherAdjoint { g: at(0), table, out, k: n }, wide),
+        Kind::UnaryAdjoint(op) => long(Wide::UnaryAdjoint { op, x: at(0), y: at(1), g: at(2), out, n }, wide),
+        Kind::Broadcast { .. } | Kind::SumTo { .. } => {
+            long(Wide::Dense { kind, a: at(0), la: len(0), b: 0, lb: 0, out, n }, wide)
+        }
+        Kind::Matmul { .. } => long(Wide::Dense { kind, a: at(0), la: len(0), b: at(1), lb: len(1), out, n }, wide),
+        Kind::Stack => {
+            let mut to = out;
+            for &(src, len) in args {
+                code.push(Ins { code: Code::Copy, op: 0, n: len as u16, a: src, b: 0, out: to });
+                to += len;
+            }
+            return;
+        }
+        Kind::ReadBack => long(Wide::ReadBack { x: at(0), n: len(0) }, wide),
+    });
+}
+
+/// What instructions read besides the buffer: gathers' bins, shapes, matrix plans, and the
+/// pool the matrix product takes its transposed copies from.
+struct Side {
+    bins: Vec<Vec<u32>>,
+    shapes: Vec<(Vec<usize>, Vec<usize>)>,
+    plans: Vec<(MatmulPlan, bool, bool)>,
+    pool: Arc<Pool>,
+}
+
+impl Default for Side {
+    fn default() -> Side {
+        Side { bins: Vec::new(), shapes: Vec::new(), plans: Vec::new(), pool: Pool::new() }
+    }
 }
 
 struct Observed {
@@ -511,12 +729,13 @@ struct Observed {
 /// A compiled program (module docs).
 pub struct Program {
     code: Vec<Ins>,
+    wide: Vec<Wide>,
     /// The buffer a run starts from: the constants, the inputs, then room for the computed
     /// values.
     init: Vec<f64>,
     /// Where the inputs lie in it.
     inputs: std::ops::Range<usize>,
-    tables: Vec<Vec<u32>>,
+    side: Side,
     observed: Vec<Observed>,
     /// The last run's buffer (a run that finds it taken works in a copy of `init`).
     buffer: Mutex<Vec<f64>>,
@@ -578,7 +797,7 @@ impl Program {
             // SAFETY: every place lies inside the buffer (`finish` assigned them below its
             // length), and a result's place is disjoint from its operands' (an operand's place
             // is freed only after the instruction that reads it last has been given its own).
-            unsafe { step(ins, base, &self.tables, &mut read_backs) };
+            unsafe { step(ins, &self.wide, base, &self.side, &mut read_backs) };
             if observe {
                 look(buffer, Some(pc as u32), &mut outputs);
             }
@@ -588,34 +807,65 @@ impl Program {
     }
 }
 
+/// Runs one instruction.
+///
 /// # Safety
 /// `ins`'s places lie inside the buffer at `base`, its result's disjoint from its operands'.
-#[inline]
-unsafe fn step(ins: &Ins, base: *mut f64, tables: &[Vec<u32>], read_backs: &mut Vec<Vec<f64>>) {
-    let arg = |k: usize| -> &[f64] {
-        let (at, len) = if ins.more.is_empty() { ins.args[k] } else { ins.more[k] };
-        // SAFETY: the caller's contract.
-        unsafe { std::slice::from_raw_parts(base.add(at as usize), len as usize) }
+#[inline(always)]
+unsafe fn step(ins: &Ins, wide: &[Wide], base: *mut f64, side: &Side, read_backs: &mut Vec<Vec<f64>>) {
+    // SAFETY (all four): the caller's contract.
+    let get = |at: u32| unsafe { *base.add(at as usize) };
+    let put = |at: u32, v: f64| unsafe { *base.add(at as usize) = v };
+    let slice =
+        |at: u32, n: u32| -> &[f64] { unsafe { std::slice::from_raw_parts(base.add(at as usize), n as usize) } };
+    let slice_mut = |at: u32, n: u32| -> &mut [f64] {
+        unsafe { std::slice::from_raw_parts_mut(base.add(at as usize), n as usize) }
     };
-    if ins.kind == Kind::ReadBack {
-        read_backs.push(arg(0).to_vec());
-        return;
-    }
-    // SAFETY: the caller's contract.
-    let out = unsafe { std::slice::from_raw_parts_mut(base.add(ins.out as usize), ins.len as usize) };
-    match ins.nargs {
-        1 => compute(ins.kind, &[arg(0)], out, tables),
-        2 => compute(ins.kind, &[arg(0), arg(1)], out, tables),
-        3 => compute(ins.kind, &[arg(0), arg(1), arg(2)], out, tables),
-        n => {
-            let parts: Vec<&[f64]> = (0..n as usize).map(arg).collect();
-            compute(ins.kind, &parts, out, tables)
-        }
+    let Ins { code, op, n, a, b, out } = *ins;
+    let n = n as u32;
+    match code {
+        Code::Add1 => put(out, get(a) + get(b)),
+        Code::Sub1 => put(out, get(a) - get(b)),
+        Code::Mul1 => put(out, get(a) * get(b)),
+        Code::Div1 => put(out, get(a) / get(b)),
+        Code::Binary1 => put(out, kernels::binary(BINARY_OPS[op as usize], get(a), get(b))),
+        Code::Unary1 => put(out, kernels::unary(UnaryOp::ALL[op as usize], get(a))),
+        Code::Unary => kernels::unary_map(UnaryOp::ALL[op as usize], slice(a, n), slice_mut(out, n)),
+        Code::BinaryVV => binary(BINARY_OPS[op as usize], slice(a, n), slice(b, n), slice_mut(out, n)),
+        Code::BinarySV => binary(BINARY_OPS[op as usize], slice(a, 1), slice(b, n), slice_mut(out, n)),
+        Code::BinaryVS => binary(BINARY_OPS[op as usize], slice(a, n), slice(b, 1), slice_mut(out, n)),
+        Code::Reduce => put(out, kernels::reduce(HistOp::ALL[op as usize], slice(a, n))),
+        Code::Copy => slice_mut(out, n).copy_from_slice(slice(a, n)),
+        Code::Wide => match wide[a as usize] {
+            Wide::Select { m, a, la, b, lb, out, n } => {
+                compute(Kind::Select, &[slice(m, n), slice(a, la), slice(b, lb)], slice_mut(out, n), side)
+            }
+            Wide::Dense { kind, a, la, b, lb, out, n } => {
+                compute(kind, &[slice(a, la), slice(b, lb)], slice_mut(out, n), side)
+            }
+            Wide::Gather { src, table, fill, out, n } => {
+                // The source's length is the table's: its bins were resolved against it.
+                let bins = &side.bins[table as usize];
+                let fill = f64::from_bits(fill);
+                for (o, &b) in slice_mut(out, n).iter_mut().zip(bins) {
+                    *o = if b == u32::MAX { fill } else { get(src + b) };
+                }
+            }
+            Wide::GatherAdjoint { g, table, out, k } => {
+                let bins = &side.bins[table as usize];
+                compute(Kind::GatherAdjoint { table }, &[slice(g, bins.len() as u32)], slice_mut(out, k), side)
+            }
+            Wide::UnaryAdjoint { op, x, y, g, out, n } => {
+                kernels::unary_adjoint_map(op, slice(x, n), slice(y, n), slice(g, n), slice_mut(out, n))
+            }
+            Wide::ReadBack { x, n } => read_backs.push(slice(x, n).to_vec()),
+        },
     }
 }
 
 /// One op over host slices: the CPU device's kernels on their sequential paths.
-fn compute(kind: Kind, ins: &[&[f64]], out: &mut [f64], tables: &[Vec<u32>]) {
+fn compute(kind: Kind, ins: &[&[f64]], out: &mut [f64], side: &Side) {
+    let tables = &side.bins;
     match kind {
         Kind::Unary(op) => kernels::unary_map(op, ins[0], out),
         Kind::Binary(op) => binary(op, ins[0], ins[1], out),
@@ -643,6 +893,19 @@ fn compute(kind: Kind, ins: &[&[f64]], out: &mut [f64], tables: &[Vec<u32>]) {
             }
         }
         Kind::UnaryAdjoint(op) => kernels::unary_adjoint_map(op, ins[0], ins[1], ins[2], out),
+        // The shapes were checked when the node was made.
+        Kind::Broadcast { shapes } => {
+            let (from, to) = &side.shapes[shapes as usize];
+            let _ = dense::broadcast_to(ins[0], from, to, out);
+        }
+        Kind::SumTo { shapes } => {
+            let (from, to) = &side.shapes[shapes as usize];
+            let _ = dense::sum_to(ins[0], from, to, out);
+        }
+        Kind::Matmul { plan } => {
+            let (p, ta, tb) = &side.plans[plan as usize];
+            dense::matmul(ins[0], *ta, ins[1], *tb, p, out, &side.pool);
+        }
         Kind::Stack => {
             let mut at = 0;
             for p in ins {
@@ -694,22 +957,9 @@ fn binary(op: BinaryOp, a: &[f64], b: &[f64], out: &mut [f64]) {
 mod tests {
     use super::*;
     use crate::{Cpu, DType, TensorOps};
-    use adgauge_ops::{ElementwiseOps, IndexOps, ReduceOps, RuleKernels};
+    use adgauge_ops::{DenseOps, ElementwiseOps, IndexOps, ReduceOps, RuleKernels};
 
-    const BINARY: [BinaryOp; 12] = [
-        BinaryOp::Add,
-        BinaryOp::Sub,
-        BinaryOp::Mul,
-        BinaryOp::Div,
-        BinaryOp::Pow,
-        BinaryOp::Min,
-        BinaryOp::Max,
-        BinaryOp::Lt,
-        BinaryOp::Le,
-        BinaryOp::Gt,
-        BinaryOp::Ge,
-        BinaryOp::Eq,
-    ];
+    const BINARY: [BinaryOp; 12] = BINARY_OPS;
 
     /// Values with ties, signed zeros, a NaN and infinities among ordinary numbers.
     fn awkward(n: usize, salt: usize) -> Vec<f64> {
@@ -732,17 +982,20 @@ mod tests {
     fn a_program_repeats_the_cpu_device_bit_for_bit() {
         let cpu = Cpu::new(Some(1)).unwrap();
         let n = 23;
-        let (xs, ys, one) = (awkward(n, 0), awkward(n, 5), vec![0.75]);
+        let (xs, ys, one, other) = (awkward(n, 0), awkward(n, 5), vec![0.75], vec![-2.0]);
         let up = |v: &[f64]| cpu.tensor(v, &[v.len()], DType::F64).unwrap();
-        let (cx, cy, c1) = (up(&xs), up(&ys), up(&one));
+        let (cx, cy, c1, ct) = (up(&xs), up(&ys), up(&one), up(&other));
         let mut b = Builder::new();
         let (x, y, s) = (b.input(&xs).unwrap(), b.input(&ys).unwrap(), b.input(&one).unwrap());
+        let t = b.input(&other).unwrap();
         let mut want: Vec<Vec<f64>> = Vec::new();
         let mut read = |b: &mut Builder, v: Val, eager: Vec<f64>| {
             b.read_back(v).unwrap();
             want.push(eager);
         };
         for op in UnaryOp::ALL {
+            let v = b.unary(op, s).unwrap();
+            read(&mut b, v, cpu.to_vec(&cpu.unary(op, &c1).unwrap()).unwrap());
             let v = b.unary(op, x).unwrap();
             read(&mut b, v, cpu.to_vec(&cpu.unary(op, &cx).unwrap()).unwrap());
             let adj = cpu.unary_adjoint(op, &cx, &cpu.unary(op, &cx).unwrap(), &cy).unwrap();
@@ -752,7 +1005,7 @@ mod tests {
             }
         }
         for op in BINARY {
-            for (l, r, cl, cr) in [(x, y, &cx, &cy), (s, y, &c1, &cy), (x, s, &cx, &c1)] {
+            for (l, r, cl, cr) in [(x, y, &cx, &cy), (s, y, &c1, &cy), (x, s, &cx, &c1), (s, t, &c1, &ct)] {
                 let v = b.binary(op, l, r).unwrap();
                 read(&mut b, v, cpu.to_vec(&cpu.binary(op, cl, cr).unwrap()).unwrap());
             }
@@ -776,6 +1029,22 @@ mod tests {
         let cg = up(&awkward(40, 2));
         let v = b.gather_adjoint(n, i, g).unwrap();
         read(&mut b, v, cpu.to_vec(&cpu.gather_adjoint(&cx, &cidx, &cg).unwrap()).unwrap());
+        // Dense ops: a broadcast and its sum, products with either operand transposed.
+        let m = b.input(&awkward(24, 3)).unwrap();
+        let cm = cpu.tensor(&awkward(24, 3), &[4, 6], DType::F64).unwrap();
+        let row = b.input(&awkward(6, 4)).unwrap();
+        let crow = cpu.tensor(&awkward(6, 4), &[1, 6], DType::F64).unwrap();
+        let v = b.broadcast_to(row, &[1, 6], &[4, 6]).unwrap();
+        read(&mut b, v, cpu.to_vec(&cpu.broadcast_to(&crow, &[4, 6]).unwrap()).unwrap());
+        let v = b.sum_to(m, &[4, 6], &[1, 6]).unwrap();
+        read(&mut b, v, cpu.to_vec(&cpu.sum_to(&cm, &[1, 6]).unwrap()).unwrap());
+        let v = b.sum_to(m, &[4, 6], &[4, 1]).unwrap();
+        read(&mut b, v, cpu.to_vec(&cpu.sum_to(&cm, &[4, 1]).unwrap()).unwrap());
+        for (ta, tb) in [(false, true), (true, false)] {
+            let v = b.matmul(m, &[4, 6], ta, m, &[4, 6], tb).unwrap();
+            read(&mut b, v, cpu.to_vec(&cpu.matmul(&cm, ta, &cm, tb).unwrap()).unwrap());
+        }
+        assert!(b.matmul(m, &[4, 6], false, m, &[4, 6], false).is_err(), "6 against 4");
         let stacked = b.stack(&[x, y, s]).unwrap();
         let v = b.slice(stacked, n, n).unwrap();
         assert_eq!(v, y, "a row of a stack is its part");
@@ -866,5 +1135,35 @@ mod tests {
         assert!(e.to_string().contains("out of range"), "{e}");
         let a = b.input(&[1.0, 2.0, 3.0]).unwrap();
         assert!(b.binary(BinaryOp::Add, x, a).is_err(), "2 against 3 elements");
+    }
+
+    /// Folding runs the interpreter's kernels: an op on constants gives the bits the same op
+    /// on inputs gives at run time, for one element and many.
+    #[test]
+    fn folded_constants_have_the_run_time_bits() {
+        for n in [1, 9] {
+            let (xs, ys) = (awkward(n, 1), awkward(n, 4));
+            let (mut folded, mut run) = (Builder::new(), Builder::new());
+            let (cx, cy) = (folded.constant(&xs).unwrap(), folded.constant(&ys).unwrap());
+            let (ix, iy) = (run.input(&xs).unwrap(), run.input(&ys).unwrap());
+            for op in UnaryOp::ALL {
+                let v = folded.unary(op, cx).unwrap();
+                folded.read_back(v).unwrap();
+                let v = run.unary(op, ix).unwrap();
+                run.read_back(v).unwrap();
+            }
+            for op in BINARY {
+                let v = folded.binary(op, cx, cy).unwrap();
+                folded.read_back(v).unwrap();
+                let v = run.binary(op, ix, iy).unwrap();
+                run.read_back(v).unwrap();
+            }
+            assert_eq!(folded.nodes(), UnaryOp::ALL.len() + BINARY.len(), "only the read-backs are left");
+            let (a, b) = (folded.finish().run(false), run.finish().run(false));
+            assert_eq!(a.read_backs.len(), b.read_backs.len());
+            for (k, (x, y)) in a.read_backs.iter().zip(&b.read_backs).enumerate() {
+                assert_eq!(bits(x), bits(y), "n = {n}, read-back {k}");
+            }
+        }
     }
 }

@@ -33,6 +33,11 @@ pub(super) enum Sym {
     UnaryAdjoint(UnaryOp),
     Stack,
     Unstack,
+    /// From the operand's shape to the given one.
+    BroadcastTo(Arc<[usize]>, Arc<[usize]>),
+    SumTo(Arc<[usize]>, Arc<[usize]>),
+    /// The operands' shapes and transpositions.
+    Matmul(Arc<[usize]>, bool, Arc<[usize]>, bool),
 }
 
 /// A slot's value as the recording saw it.
@@ -153,6 +158,18 @@ pub(super) fn lower<D: Traceable>(inner: &D, trace: &Trace<D>) -> Result<Program
                     let (x, y, g) = (t(&mut b, a[0])?, t(&mut b, a[1])?, t(&mut b, a[2])?);
                     Some(b.unary_adjoint(*op, x, y, g)?)
                 }
+            }
+            Sym::BroadcastTo(from, to) => {
+                let x = t(&mut b, a[0])?;
+                Some(b.broadcast_to(x, from, to)?)
+            }
+            Sym::SumTo(from, to) => {
+                let x = t(&mut b, a[0])?;
+                Some(b.sum_to(x, from, to)?)
+            }
+            Sym::Matmul(sa, ta, sb, tb) => {
+                let (x, y) = (t(&mut b, a[0])?, t(&mut b, a[1])?);
+                Some(b.matmul(x, sa, *ta, y, sb, *tb)?)
             }
             Sym::Stack => {
                 let parts = a.iter().map(|&p| t(&mut b, p)).collect::<Result<Vec<_>>>()?;
