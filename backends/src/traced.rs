@@ -1524,17 +1524,33 @@ mod tests {
                 assert!((g - (x.cos() * x * x + 2.0 * x * x.sin())).abs() < 1e-12, "{g} at {x}");
             }
             // Past the size limit: the recorded calls, and the reason.
-            let big = d.tensor(&ramp(5000), &[5000], DType::F64).unwrap();
+            let n = adgauge_cpu::compiled::MAX_LEN + 1;
+            let big = d.tensor(&ramp(n), &[n], DType::F64).unwrap();
             let cell = TraceCell::default();
             d.run_traced(&cell, &mut || -> Result<()> { gradient(&d, &big).map(drop) }).unwrap();
             assert_eq!(d.last_trace().unwrap().compiled, None);
             let note = d.last_compile_note().expect("a reason");
-            assert!(note.contains("5000"), "{note}");
-            // An op the compiler does not know.
-            let m = d.tensor(&ramp(4), &[2, 2], DType::F64).unwrap();
+            assert!(note.contains(&n.to_string()), "{note}");
+            // A matrix product compiles; an op the compiler does not know does not.
+            let m = d.tensor(&ramp(6), &[2, 3], DType::F64).unwrap();
             let cell = TraceCell::default();
-            d.run_traced(&cell, &mut || -> Result<()> { d.to_vec(&d.matmul(&m, false, &m, true)?).map(drop) }).unwrap();
-            assert!(d.last_compile_note().is_some_and(|n| n.contains("matmul")), "{:?}", d.last_compile_note());
+            let mut product = Vec::new();
+            for _ in 0..2 {
+                d.run_traced(&cell, &mut || -> Result<()> {
+                    product = d.to_vec(&d.matmul(&m, false, &m, true)?)?;
+                    Ok(())
+                })
+                .unwrap();
+            }
+            assert!(d.last_trace().unwrap().compiled.is_some(), "{:?}", d.last_compile_note());
+            assert_eq!(d.replay_readbacks(&cell).unwrap(), product);
+            let cell = TraceCell::default();
+            d.run_traced(&cell, &mut || -> Result<()> {
+                d.to_vec(&d.arg_reduce_axis(Extremum::Max, &m, 1)?.0).map(drop)
+            })
+            .unwrap();
+            let note = d.last_compile_note();
+            assert!(note.as_ref().is_some_and(|n| n.contains("arg_reduce_axis")), "{note:?}");
         }
         check(Traced::compiling(cpu()));
         check(Traced::compiling(CpuStaged::on(cpu()).unwrap()));
