@@ -4,8 +4,10 @@
 //! - `eager`: the ops run as they are called;
 //! - `reverse`: recorded under `Reverse` and differentiated (the forward sweep, the tape and the
 //!   backward sweep, per op of the primal chain);
-//! - `replay`: the reverse gradient recorded once by a traced device and replayed (`cpu-traced`
-//!   over the CPU, `cpu-jit` over the staged CPU).
+//! - `replay`: the reverse gradient recorded once by a traced device and replayed call by call
+//!   (`cpu-traced` over the CPU, `cpu-jit` over the staged CPU with `ADGAUGE_JIT=replay`);
+//! - `compiled`: the chain, and its reverse gradient, recorded once and run as compiled host
+//!   programs (`cpu-jit`: `Traced::compiling`).
 //!
 //! Scalar programs (GradBench's particle and ode at small n) pay this per op, where JAX's jitted
 //! function pays it once per call: `scripts/per_op_jax.py` measures JAX's eager and jitted
@@ -80,6 +82,31 @@ fn replay<D: adgauge_backends::traced::Traceable>(name: &str, inner: D, n: usize
     Ok(())
 }
 
+/// The chain and its reverse gradient, each recorded once and compiled, then run: ns per op
+/// of the primal chain (the program's instruction count beside it).
+fn compiled<D: adgauge_backends::traced::Traceable>(name: &str, inner: D, n: usize, reps: usize) -> Result<()> {
+    let d = Traced::compiling(inner);
+    let x = d.tensor(&[0.25], &[1], DType::F64)?;
+    let ops = (2 * n) as f64;
+    let mut line = format!("{name:<12}");
+    for (what, grad) in [("the chain", false), ("the reverse gradient", true)] {
+        let cell = TraceCell::default();
+        let mut body = || -> Result<()> {
+            let y = if grad { gradient(&d, &x, n)? } else { d.to_vec(&chain(&d, &x, n)?)? };
+            std::hint::black_box(y);
+            Ok(())
+        };
+        d.run_traced(&cell, &mut body)?;
+        let program = d.last_trace().and_then(|t| t.compiled).ok_or_else(|| {
+            adgauge_backends::OpError::Unsupported(format!("not compiled: {:?}", d.last_compile_note()))
+        })?;
+        let t = median(reps, || d.run_traced(&cell, &mut body))?;
+        line += &format!(" compiled {:>6.1} ns/op ({what}, {program} instructions)", t * 1e9 / ops);
+    }
+    println!("{line}");
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
     let n = args.first().copied().unwrap_or(1000).max(1);
@@ -90,6 +117,7 @@ fn main() -> Result<()> {
     eager_and_reverse("cpu", &cpu, n, reps)?;
     eager_and_reverse("cpu-staged", &staged, n, reps)?;
     replay("cpu-traced", cpu, n, reps)?;
-    replay("cpu-jit", staged, n, reps)?;
+    replay("cpu-jit", staged.clone(), n, reps)?;
+    compiled("cpu-jit", staged, n, reps)?;
     Ok(())
 }

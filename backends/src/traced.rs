@@ -667,9 +667,9 @@ impl<D: Traceable> Traced<D> {
     /// ([`adgauge_cpu::compiled`]) where every op of it has a compiled form, every value is an
     /// f64 tensor of at most [`adgauge_cpu::compiled::MAX_LEN`] elements and the inner device
     /// computes those ops as the CPU does; the program's read-backs and final values must equal
-    /// the eager run's bit for bit before a replay runs it. A trace that cannot be compiled,
-    /// or whose program differs, replays its recorded calls, and the reason is kept
-    /// ([`Traced::last_compile_note`]).
+    /// the eager run's bit for bit before a replay runs it, or the recording fails naming the
+    /// difference. A trace that cannot be compiled replays its recorded calls, and the reason
+    /// is kept ([`Traced::last_compile_note`]).
     pub fn compiling(inner: D) -> Traced<D> {
         let mut t = Traced::new(inner);
         if let Some(shared) = Arc::get_mut(&mut t.shared) {
@@ -734,10 +734,15 @@ impl<D: Traceable> Traced<D> {
         lock(&self.shared.last).compile_note.clone()
     }
 
-    /// Lowers `trace` into a host program and checks it against the eager run; on success the
-    /// trace keeps it for its replays.
-    fn compile(&self, trace: &mut Trace<D>, hashes: &HashMap<u32, u64>, readbacks: &[Readback]) -> Result<()> {
-        let program = lower::lower(&self.inner, trace)?;
+    /// Checks `program`, lowered from `trace`, against the eager run; the trace keeps it for
+    /// its replays.
+    fn adopt(
+        &self,
+        trace: &mut Trace<D>,
+        program: adgauge_cpu::compiled::Program,
+        hashes: &HashMap<u32, u64>,
+        readbacks: &[Readback],
+    ) -> Result<()> {
         let producer = |slot: u32| trace.meta.iter().find(|m| m.writes.contains(&slot)).map_or("?", |m| m.name);
         lower::check(&program, producer, hashes, readbacks)?;
         trace.stats.compiled = Some(program.instructions());
@@ -1419,7 +1424,19 @@ impl<D: Traceable> Device for Traced<D> {
         self.inner.synchronize()?;
         let (mut trace, hashes, readbacks) = rec.finish();
         self.verify(&mut trace, &hashes, &readbacks)?;
-        let compile_note = if self.shared.compile { self.compile(&mut trace, &hashes, &readbacks).err() } else { None };
+        // A trace the compiler does not take replays its calls (the note says why); a program
+        // that differs from the eager run is an error, as a replay that differs is.
+        let compile_note = if self.shared.compile {
+            match lower::lower(&self.inner, &trace) {
+                Ok(program) => {
+                    self.adopt(&mut trace, program, &hashes, &readbacks)?;
+                    None
+                }
+                Err(e) => Some(e),
+            }
+        } else {
+            None
+        };
         let mut last = lock(&self.shared.last);
         last.compile_note = compile_note.map(|e| e.to_string());
         last.stats = Some(trace.stats);

@@ -918,8 +918,25 @@ fn compute(kind: Kind, ins: &[&[f64]], out: &mut [f64], side: &Side) {
 }
 
 /// `out = a op b`, a one-element operand broadcast: the operator's own loop, as the CPU
-/// device's `binary` (`per_binary_op!`).
+/// device's `binary` (`per_binary_op!`), four f64 to a vector where the CPU has AVX2 (only
+/// the width changes, not a bit of the results: `simd`).
 fn binary(op: BinaryOp, a: &[f64], b: &[f64], out: &mut [f64]) {
+    #[cfg(target_arch = "x86_64")]
+    if out.len() >= 8 && crate::simd::avx2_fma() {
+        // SAFETY: the running CPU has AVX2 and FMA, the features `binary_avx2` is compiled with.
+        return unsafe { binary_avx2(op, a, b, out) };
+    }
+    binary_base(op, a, b, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn binary_avx2(op: BinaryOp, a: &[f64], b: &[f64], out: &mut [f64]) {
+    binary_base(op, a, b, out)
+}
+
+#[inline(always)]
+fn binary_base(op: BinaryOp, a: &[f64], b: &[f64], out: &mut [f64]) {
     #[inline(always)]
     fn zip(a: &[f64], b: &[f64], out: &mut [f64], f: impl Fn(f64, f64) -> f64) {
         let n = out.len();

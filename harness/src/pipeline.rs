@@ -240,12 +240,16 @@ fn run_phases(
         Mode::TIMED.into_iter().filter(|&m| case.modes.contains(&m) && prepared.supports(m)).collect();
     let mut timings: [Option<Timing>; 3] = [None, None, None];
     let mut untimed = Vec::new();
+    let mut traces = Vec::new();
     for &mode in &timed {
         if over(row, &format!("timing {mode}")) {
             return Ok(());
         }
         match prepared.timing(mode, &settings.budget) {
-            Ok(t) => timings[slot(mode)] = Some(t),
+            Ok(t) => {
+                timings[slot(mode)] = Some(t);
+                traces.extend(prepared.trace_note().map(|note| format!("{mode} {note}")));
+            }
             // A mode the tool turns down leaves its column empty; the others are still measured.
             Err(e) if is_unsupported(&e) => {
                 untimed.push(mode);
@@ -255,6 +259,10 @@ fn run_phases(
             Err(e) => return Err(e),
         }
         [row.primal, row.vjp, row.jvp] = timings.clone();
+    }
+    if !traces.is_empty() {
+        let note = traces.join("; ");
+        row.message = Some(row.message.take().map_or(note.clone(), |m| format!("{m}; {note}")));
     }
     // A tool's own timings that its exchanges' wall times make implausible fail the row.
     if let Some((check, message)) = prepared.timing_check() {

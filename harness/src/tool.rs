@@ -83,6 +83,11 @@ pub trait PreparedCase {
     fn rule_taken(&self) -> Option<String> {
         None
     }
+    /// How the timed calls of the mode timed last ran, where the tool has a say in it: on
+    /// `cpu-jit`, whether its recording became a compiled program (and its size) or why not.
+    fn trace_note(&self) -> Option<String> {
+        None
+    }
     /// A check of the timings themselves, where the tool times itself (an external tool: do its
     /// reported runs fit the wall time adgauge measured around them?), with the message of a
     /// failure.
@@ -388,6 +393,14 @@ impl PreparedCase for EnginePrepared {
     }
     fn rule_taken(&self) -> Option<String> {
         self.prepared.rule_taken()
+    }
+    fn trace_note(&self) -> Option<String> {
+        let AnyDevice::CpuJit(d) = &self.device else { return None };
+        let trace = d.last_trace()?;
+        Some(match trace.compiled {
+            Some(n) => format!("compiled, {n} instructions from {} calls", trace.instructions),
+            None => format!("replayed, {}", d.last_compile_note().unwrap_or_else(|| "not compiled".into())),
+        })
     }
     /// The mode's peak footprint: its resident inputs plus the high-water mark of what the
     /// evaluation adds (outputs, tapes, temporaries). The host's counting allocator sees every

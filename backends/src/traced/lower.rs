@@ -229,7 +229,8 @@ fn index<D: Traceable>(
 }
 
 /// Runs `program` once and holds its read-backs and final values to the eager run's, bit for
-/// bit; `Err` names the first difference.
+/// bit; `Err` names the first difference (a compiler bug: the case fails, as a replay that
+/// differs does).
 pub(super) fn check(
     program: &Program,
     meta_name: impl Fn(u32) -> &'static str,
@@ -237,7 +238,7 @@ pub(super) fn check(
     readbacks: &[Readback],
 ) -> Result<()> {
     let ran = program.run(true);
-    let differs = |what: String| not_lowered(format!("the program differs from the eager run: {what}"));
+    let differs = |what: String| OpError::Device(format!("compiled program differs from the eager run: {what}"));
     if ran.read_backs.len() != readbacks.len() {
         return Err(differs(format!("{} read-backs, eager {}", ran.read_backs.len(), readbacks.len())));
     }
