@@ -160,16 +160,7 @@ impl Builder {
 
     /// The constant `data` (interned by its bits).
     pub fn constant(&mut self, data: &[f64]) -> Result<Val> {
-        let len = len_u32(data.len())?;
-        let key: Vec<u64> = data.iter().map(|x| x.to_bits()).collect();
-        if let Some(&v) = self.const_of.get(&key) {
-            return Ok(v);
-        }
-        let at = self.consts.len() as u32;
-        self.consts.extend_from_slice(data);
-        let v = self.push_val(len, Place::Const { at });
-        self.const_of.insert(key, v);
-        Ok(v)
+        self.interned(data, false)
     }
 
     /// An input of the program: the data a run starts from (an upload, a tensor made outside
@@ -177,15 +168,22 @@ impl Builder {
     /// it is folded, as a jitted function's arguments are not: the run does the work. Equal
     /// inputs are one input.
     pub fn input(&mut self, data: &[f64]) -> Result<Val> {
+        self.interned(data, true)
+    }
+
+    /// `data` in the inputs or the constants, once per distinct bits.
+    fn interned(&mut self, data: &[f64], input: bool) -> Result<Val> {
         let len = len_u32(data.len())?;
         let key: Vec<u64> = data.iter().map(|x| x.to_bits()).collect();
-        if let Some(&v) = self.input_of.get(&key) {
+        let (pool, map) =
+            if input { (&mut self.inputs, &mut self.input_of) } else { (&mut self.consts, &mut self.const_of) };
+        if let Some(&v) = map.get(&key) {
             return Ok(v);
         }
-        let at = self.inputs.len() as u32;
-        self.inputs.extend_from_slice(data);
-        let v = self.push_val(len, Place::Input { at });
-        self.input_of.insert(key, v);
+        let at = pool.len() as u32;
+        pool.extend_from_slice(data);
+        let v = self.push_val(len, if input { Place::Input { at } } else { Place::Const { at } });
+        if input { &mut self.input_of } else { &mut self.const_of }.insert(key, v);
         Ok(v)
     }
 
@@ -550,7 +548,7 @@ impl Builder {
 /// code as it can (the code, not the arithmetic, is what a run of particle's reads most). `a`,
 /// `b`, `out` are places in the buffer, `n` the result's length (an operand of `BinarySV` /
 /// `BinaryVS` broadcasts its one element; `Reduce`'s is its operand's), `op` the operator's
-/// index in [`UnaryOp::ALL`], [`BINARY_OPS`] or [`HistOp::ALL`]. Everything else is a [`Wide`]
+/// index in [`UnaryOp::ALL`], [`BinaryOp::ALL`] or [`HistOp::ALL`]. Everything else is a [`Wide`]
 /// instruction, `a` its index.
 #[derive(Clone, Copy, Debug)]
 struct Ins {
@@ -580,22 +578,6 @@ enum Code {
     Copy,
     Wide,
 }
-
-/// The binary operators by index (an [`Ins`]'s `op`).
-const BINARY_OPS: [BinaryOp; 12] = [
-    BinaryOp::Add,
-    BinaryOp::Sub,
-    BinaryOp::Mul,
-    BinaryOp::Div,
-    BinaryOp::Pow,
-    BinaryOp::Min,
-    BinaryOp::Max,
-    BinaryOp::Lt,
-    BinaryOp::Le,
-    BinaryOp::Gt,
-    BinaryOp::Ge,
-    BinaryOp::Eq,
-];
 
 fn op_index<X: PartialEq + Copy>(all: &[X], op: X) -> u8 {
     all.iter().position(|&o| o == op).unwrap_or(0) as u8
@@ -670,7 +652,7 @@ fn encode(kind: Kind, args: &[(u32, u32)], out: u32, n: u32, code: &mut Vec<Ins>
                 BinaryOp::Div => Code::Div1,
                 _ => Code::Binary1,
             };
-            ins(c, op_index(&BINARY_OPS, op), 1, at(0), at(1))
+            ins(c, op_index(&BinaryOp::ALL, op), 1, at(0), at(1))
         }
         Kind::Binary(op) => {
             let c = match (len(0) == n, len(1) == n) {
@@ -678,7 +660,7 @@ fn encode(kind: Kind, args: &[(u32, u32)], out: u32, n: u32, code: &mut Vec<Ins>
                 (false, _) => Code::BinarySV,
                 (true, false) => Code::BinaryVS,
             };
-            ins(c, op_index(&BINARY_OPS, op), n, at(0), at(1))
+            ins(c, op_index(&BinaryOp::ALL, op), n, at(0), at(1))
         }
         Kind::Unary(op) if n == 1 => ins(Code::Unary1, op_index(&UnaryOp::ALL, op), 1, at(0), 0),
         Kind::Unary(op) => ins(Code::Unary, op_index(&UnaryOp::ALL, op), n, at(0), 0),
@@ -828,12 +810,12 @@ unsafe fn step(ins: &Ins, wide: &[Wide], base: *mut f64, side: &Side, read_backs
         Code::Sub1 => put(out, get(a) - get(b)),
         Code::Mul1 => put(out, get(a) * get(b)),
         Code::Div1 => put(out, get(a) / get(b)),
-        Code::Binary1 => put(out, kernels::binary(BINARY_OPS[op as usize], get(a), get(b))),
+        Code::Binary1 => put(out, kernels::binary(BinaryOp::ALL[op as usize], get(a), get(b))),
         Code::Unary1 => put(out, kernels::unary(UnaryOp::ALL[op as usize], get(a))),
         Code::Unary => kernels::unary_map(UnaryOp::ALL[op as usize], slice(a, n), slice_mut(out, n)),
-        Code::BinaryVV => binary(BINARY_OPS[op as usize], slice(a, n), slice(b, n), slice_mut(out, n)),
-        Code::BinarySV => binary(BINARY_OPS[op as usize], slice(a, 1), slice(b, n), slice_mut(out, n)),
-        Code::BinaryVS => binary(BINARY_OPS[op as usize], slice(a, n), slice(b, 1), slice_mut(out, n)),
+        Code::BinaryVV => binary(BinaryOp::ALL[op as usize], slice(a, n), slice(b, n), slice_mut(out, n)),
+        Code::BinarySV => binary(BinaryOp::ALL[op as usize], slice(a, 1), slice(b, n), slice_mut(out, n)),
+        Code::BinaryVS => binary(BinaryOp::ALL[op as usize], slice(a, n), slice(b, 1), slice_mut(out, n)),
         Code::Reduce => put(out, kernels::reduce(HistOp::ALL[op as usize], slice(a, n))),
         Code::Copy => slice_mut(out, n).copy_from_slice(slice(a, n)),
         Code::Wide => match wide[a as usize] {
@@ -976,8 +958,6 @@ mod tests {
     use crate::{Cpu, DType, TensorOps};
     use adgauge_ops::{DenseOps, ElementwiseOps, IndexOps, ReduceOps, RuleKernels};
 
-    const BINARY: [BinaryOp; 12] = BINARY_OPS;
-
     /// Values with ties, signed zeros, a NaN and infinities among ordinary numbers.
     fn awkward(n: usize, salt: usize) -> Vec<f64> {
         let special = [0.0, -0.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 1.0, -1.0];
@@ -1021,7 +1001,7 @@ mod tests {
                 read(&mut b, v, cpu.to_vec(&adj).unwrap());
             }
         }
-        for op in BINARY {
+        for op in BinaryOp::ALL {
             for (l, r, cl, cr) in [(x, y, &cx, &cy), (s, y, &c1, &cy), (x, s, &cx, &c1), (s, t, &c1, &ct)] {
                 let v = b.binary(op, l, r).unwrap();
                 read(&mut b, v, cpu.to_vec(&cpu.binary(op, cl, cr).unwrap()).unwrap());
@@ -1169,13 +1149,13 @@ mod tests {
                 let v = run.unary(op, ix).unwrap();
                 run.read_back(v).unwrap();
             }
-            for op in BINARY {
+            for op in BinaryOp::ALL {
                 let v = folded.binary(op, cx, cy).unwrap();
                 folded.read_back(v).unwrap();
                 let v = run.binary(op, ix, iy).unwrap();
                 run.read_back(v).unwrap();
             }
-            assert_eq!(folded.nodes(), UnaryOp::ALL.len() + BINARY.len(), "only the read-backs are left");
+            assert_eq!(folded.nodes(), UnaryOp::ALL.len() + BinaryOp::ALL.len(), "only the read-backs are left");
             let (a, b) = (folded.finish().run(false), run.finish().run(false));
             assert_eq!(a.read_backs.len(), b.read_backs.len());
             for (k, (x, y)) in a.read_backs.iter().zip(&b.read_backs).enumerate() {

@@ -23,20 +23,7 @@ pub(crate) fn primitives<D: Ops>(d: &D, dt: DType, it: IndexDType, f: &mut Fails
         let (a, ca) = if matches!(op, UnaryOp::Log | UnaryOp::Sqrt) { (&p, &cp) } else { (&x, &cx) };
         cmp(f, &tag(&format!("unary {op:?}")), d, d.unary(op, a), c, c.unary(op, ca), ut);
     }
-    for op in [
-        BinaryOp::Add,
-        BinaryOp::Sub,
-        BinaryOp::Mul,
-        BinaryOp::Div,
-        BinaryOp::Pow,
-        BinaryOp::Min,
-        BinaryOp::Max,
-        BinaryOp::Lt,
-        BinaryOp::Le,
-        BinaryOp::Gt,
-        BinaryOp::Ge,
-        BinaryOp::Eq,
-    ] {
+    for op in BinaryOp::ALL {
         let (a, ca) = if op == BinaryOp::Pow { (&p, &cp) } else { (&x, &cx) };
         cmp(f, &tag(&format!("binary {op:?}")), d, d.binary(op, a, &y), c, c.binary(op, ca, &cy), ut);
         cmp(f, &tag(&format!("binary {op:?} bcast right")), d, d.binary(op, a, &one), c, c.binary(op, ca, &cone), ut);
