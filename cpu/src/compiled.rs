@@ -262,21 +262,28 @@ impl Builder {
 
     /// `x` of shape `from` broadcast to `to` (the CPU device's `broadcast_to`).
     pub fn broadcast_to(&mut self, x: Val, from: &[usize], to: &[usize]) -> Result<Val> {
-        self.check_len(x, from, "a broadcast")?;
-        let n: usize = to.iter().product();
-        // The shapes' checks, once: the kernel fails only on shapes that do not broadcast.
-        dense::broadcast_to(&vec![0.0f64; self.len(x)], from, to, &mut vec![0.0; n])?;
-        let shapes = self.shape_pair(from, to);
-        self.node(Kind::Broadcast { shapes }, vec![x], n)
+        self.shape_op(x, from, to, true)
     }
 
     /// `x` of shape `from` summed down to `to` (the CPU device's `sum_to`).
     pub fn sum_to(&mut self, x: Val, from: &[usize], to: &[usize]) -> Result<Val> {
-        self.check_len(x, from, "a sum")?;
+        self.shape_op(x, from, to, false)
+    }
+
+    /// A broadcast (`widen`) or a sum down to a shape. The shapes are checked here, once, by
+    /// the kernel itself on zeros: at run time it cannot fail.
+    fn shape_op(&mut self, x: Val, from: &[usize], to: &[usize], widen: bool) -> Result<Val> {
+        self.check_len(x, from, if widen { "a broadcast" } else { "a sum" })?;
         let n: usize = to.iter().product();
-        dense::sum_to(&vec![0.0f64; self.len(x)], from, to, &mut vec![0.0; n])?;
+        let (zeros, mut out) = (vec![0.0f64; self.len(x)], vec![0.0; n]);
+        if widen {
+            dense::broadcast_to(&zeros, from, to, &mut out)?;
+        } else {
+            dense::sum_to(&zeros, from, to, &mut out)?;
+        }
         let shapes = self.shape_pair(from, to);
-        self.node(Kind::SumTo { shapes }, vec![x], n)
+        let kind = if widen { Kind::Broadcast { shapes } } else { Kind::SumTo { shapes } };
+        self.node(kind, vec![x], n)
     }
 
     /// `op(a) op(b)` (the CPU device's `matmul`).
