@@ -26,6 +26,11 @@
 //! read-back and every final value (each slot that no later instruction reads: the objective,
 //! the gradient, dropped results) is compared bit for bit with the eager run, whose values were
 //! hashed as it went. A difference is an error naming the instruction, and the case fails.
+//!
+//! A compiling device ([`Traced::compiling`], `cpu-jit`) then lowers the checked trace into a
+//! host program ([`adgauge_cpu::compiled`]; the lowering is `lower.rs`) where it can, checks
+//! that program against the eager run the same way, and runs it at every later call instead of
+//! the recorded instructions.
 
 use std::any::Any;
 use std::collections::HashMap;
