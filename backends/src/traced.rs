@@ -1443,7 +1443,10 @@ impl<D: Traceable> Device for Traced<D> {
             None
         };
         let mut last = lock(&self.shared.last);
-        last.compile_note = compile_note.map(|e| e.to_string());
+        last.compile_note = compile_note.map(|e| match e {
+            OpError::Unsupported(why) => why,
+            other => other.to_string(),
+        });
         last.stats = Some(trace.stats);
         last.readbacks = readbacks;
         last.recording_time += started.elapsed();

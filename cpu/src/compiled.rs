@@ -127,7 +127,7 @@ pub struct Builder {
 }
 
 fn unsupported(what: String) -> OpError {
-    OpError::Unsupported(format!("compiled program: {what}"))
+    OpError::Unsupported(format!("not compiled: {what}"))
 }
 
 fn len_u32(n: usize) -> Result<u32> {

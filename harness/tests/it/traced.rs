@@ -61,3 +61,32 @@ fn run_times_every_mode_of_the_classic_workloads_through_replays() {
         assert!(r["median_s"].as_f64().is_some_and(|t| t > 0.0), "{r}");
     }
 }
+
+/// `cpu-jit` rows say per timed mode how the calls ran: ode's small traces as compiled
+/// programs, the LSTM's (its cell kernels have no compiled form) as replayed calls, and why.
+#[test]
+fn cpu_jit_rows_say_whether_each_mode_ran_compiled() {
+    let suite = temp_file(
+        "compiled",
+        "compiled.yaml",
+        "name: compiled\nseed: 7\ntiming: {samples: 2, min_sample_ms: 1, time_limit_s: 1}\ncases:\n\
+         - {workload: ode, n: [8], s: [3], dtypes: [f64], modes: [primal, vjp], tools: [cpu-jit]}\n\
+         - {workload: lstm, l: [1], c: [6], dtypes: [f64], modes: [primal], tools: [cpu-jit]}\n",
+    );
+    let out = adgauge(&["run", "--suite", suite.to_str().unwrap(), "--no-save", "--json"]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
+    let rows: Vec<serde_json::Value> = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let message = |workload: &str| -> String {
+        let row =
+            rows.iter().find(|r| r["workload"] == workload).unwrap_or_else(|| panic!("no {workload} row: {text}"));
+        row["message"].as_str().unwrap_or_default().to_string()
+    };
+    let ode = message("ode");
+    for mode in ["primal compiled, ", "vjp compiled, "] {
+        assert!(ode.contains(mode), "{ode}");
+    }
+    assert!(ode.contains(" instructions from "), "{ode}");
+    let lstm = message("lstm");
+    assert!(lstm.starts_with("primal replayed, not compiled: lstm_cell"), "{lstm}");
+}
