@@ -235,11 +235,21 @@ type Run<D> = Box<dyn Fn(&D, &mut Frame<'_, D>) -> Result<()> + Send + Sync>;
 /// What the analysis and the error messages know of an instruction (a replay reads none of it).
 struct Meta {
     name: &'static str,
-    reads: Vec<u32>,
     writes: Vec<u32>,
-    /// What the instruction computes, where the compiler knows it, and its operands.
+    /// What the instruction computes, where the compiler knows it.
     sym: Sym,
+    /// Its operands, in the op's order.
     args: Vec<Arg>,
+}
+
+impl Meta {
+    /// The slots the instruction reads.
+    fn reads(&self) -> impl Iterator<Item = u32> + '_ {
+        self.args.iter().filter_map(|a| match a {
+            Arg::Slot(s) => Some(*s),
+            Arg::Ext(_) => None,
+        })
+    }
 }
 
 /// A host copy made inside the body (`to_vec`, `index_to_vec`).
@@ -593,17 +603,7 @@ impl<D: Traceable> Recording<D> {
         self.arg(i.origin, || Value::I(i.value.clone()))
     }
     fn push(&mut self, name: &'static str, sym: Sym, args: &[Arg], writes: &Writes, run: Run<D>) {
-        let reads = args.iter().filter_map(|a| match a {
-            Arg::Slot(s) => Some(*s),
-            Arg::Ext(_) => None,
-        });
-        self.meta.push(Meta {
-            name,
-            reads: reads.collect(),
-            writes: writes.as_slice().to_vec(),
-            sym,
-            args: args.to_vec(),
-        });
+        self.meta.push(Meta { name, writes: writes.as_slice().to_vec(), sym, args: args.to_vec() });
         self.runs.push(run);
     }
 
@@ -614,7 +614,7 @@ impl<D: Traceable> Recording<D> {
             for &w in m.writes.iter().filter(|&&w| w != u32::MAX) {
                 last_use[w as usize] = pc as u32;
             }
-            for &r in &m.reads {
+            for r in m.reads() {
                 last_use[r as usize] = pc as u32;
             }
         }
@@ -1479,6 +1479,20 @@ mod tests {
         d.to_vec(g.get(&xv).expect("x is a variable"))
     }
 
+    /// [`gradient`] of `x` as the body of `cell`, called three times (recorded, then replayed):
+    /// what the eager run read back.
+    fn recorded_gradient<D: Traceable>(d: &Traced<D>, x: &TT<D>, cell: &TraceCell) -> Vec<f64> {
+        let mut eager = Vec::new();
+        for _ in 0..3 {
+            d.run_traced(cell, &mut || -> Result<()> {
+                eager = gradient(d, x)?;
+                Ok(())
+            })
+            .unwrap();
+        }
+        eager
+    }
+
     fn trace_of<D: Traceable>(cell: &TraceCell) -> MutexGuard<'_, Option<Box<dyn Any + Send>>> {
         let held = lock(cell.slot());
         assert!(held.as_ref().is_some_and(|b| b.is::<Trace<D>>()), "the cell holds a trace of this device");
@@ -1532,14 +1546,7 @@ mod tests {
             let data = ramp(3);
             let x = d.tensor(&data, &[3], DType::F64).unwrap();
             let cell = TraceCell::default();
-            let mut eager = Vec::new();
-            for _ in 0..3 {
-                d.run_traced(&cell, &mut || -> Result<()> {
-                    eager = gradient(&d, &x)?;
-                    Ok(())
-                })
-                .unwrap();
-            }
+            let eager = recorded_gradient(&d, &x, &cell);
             let stats = d.last_trace().unwrap();
             assert_eq!(d.last_compile_note(), None);
             let compiled = stats.compiled.expect("compiled");
@@ -1593,14 +1600,7 @@ mod tests {
         let d = Traced::new(cpu());
         let x = d.tensor(&ramp(100_000), &[100_000], DType::F64).unwrap();
         let cell = TraceCell::default();
-        let mut grad = Vec::new();
-        for _ in 0..3 {
-            d.run_traced(&cell, &mut || -> Result<()> {
-                grad = gradient(&d, &x)?;
-                Ok(())
-            })
-            .unwrap();
-        }
+        let grad = recorded_gradient(&d, &x, &cell);
         let warm = d.inner().fresh_buffers();
         assert!(warm >= 8, "the recording allocated its buffers: {warm}");
         let held = trace_of::<Cpu>(&cell);
@@ -1626,8 +1626,8 @@ mod tests {
         assert_eq!(freed, (0..trace.slots as u32).collect::<Vec<_>>());
         for pc in 0..trace.meta.len() {
             for &s in &trace.free_list[trace.free_at[pc] as usize..trace.free_at[pc + 1] as usize] {
-                assert!(trace.meta[pc].reads.contains(&s) || trace.meta[pc].writes.contains(&s));
-                assert!(trace.meta[pc + 1..].iter().all(|m| !m.reads.contains(&s)), "slot {s} read after {pc}");
+                assert!(trace.meta[pc].reads().any(|r| r == s) || trace.meta[pc].writes.contains(&s));
+                assert!(trace.meta[pc + 1..].iter().all(|m| m.reads().all(|r| r != s)), "slot {s} read after {pc}");
             }
         }
     }

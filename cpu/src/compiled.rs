@@ -590,54 +590,15 @@ fn op_index<X: PartialEq + Copy>(all: &[X], op: X) -> u8 {
     all.iter().position(|&o| o == op).unwrap_or(0) as u8
 }
 
-/// An instruction with more operands or parameters than an [`Ins`] holds (`n` elements; `a`,
-/// `b` the operands' places, with their lengths where one may be broadcast).
+/// An instruction with more operands or parameters than an [`Ins`] holds: its node's kind,
+/// up to three operands (place, length) and its result's place and length, run by [`compute`].
 #[derive(Clone, Copy, Debug)]
-enum Wide {
-    Select {
-        m: u32,
-        a: u32,
-        la: u32,
-        b: u32,
-        lb: u32,
-        out: u32,
-        n: u32,
-    },
-    Gather {
-        src: u32,
-        table: u32,
-        fill: u64,
-        out: u32,
-        n: u32,
-    },
-    GatherAdjoint {
-        g: u32,
-        table: u32,
-        out: u32,
-        k: u32,
-    },
-    UnaryAdjoint {
-        op: UnaryOp,
-        x: u32,
-        y: u32,
-        g: u32,
-        out: u32,
-        n: u32,
-    },
-    ReadBack {
-        x: u32,
-        n: u32,
-    },
-    /// A broadcast, a sum to a shape or a matrix product (`b` unused but by the product).
-    Dense {
-        kind: Kind,
-        a: u32,
-        la: u32,
-        b: u32,
-        lb: u32,
-        out: u32,
-        n: u32,
-    },
+struct Wide {
+    kind: Kind,
+    args: [(u32, u32); 3],
+    nargs: u32,
+    out: u32,
+    n: u32,
 }
 
 /// The instructions of a node whose operands lie at `args` (place, length) and whose result
@@ -646,10 +607,6 @@ fn encode(kind: Kind, args: &[(u32, u32)], out: u32, n: u32, code: &mut Vec<Ins>
     let at = |k: usize| args[k].0;
     let len = |k: usize| args[k].1;
     let ins = |code: Code, op: u8, n: u32, a: u32, b: u32| Ins { code, op, n: n as u16, a, b, out };
-    let long = |w: Wide, wide: &mut Vec<Wide>| {
-        wide.push(w);
-        Ins { code: Code::Wide, op: 0, n: 0, a: wide.len() as u32 - 1, b: 0, out }
-    };
     code.push(match kind {
         Kind::Binary(op) if n == 1 => {
             let c = match op {
@@ -672,14 +629,19 @@ fn encode(kind: Kind, args: &[(u32, u32)], out: u32, n: u32, code: &mut Vec<Ins>
         Kind::Unary(op) if n == 1 => ins(Code::Unary1, op_index(&UnaryOp::ALL, op), 1, at(0), 0),
         Kind::Unary(op) => ins(Code::Unary, op_index(&UnaryOp::ALL, op), n, at(0), 0),
         Kind::Reduce(op) => ins(Code::Reduce, op_index(&HistOp::ALL, op), len(0), at(0), 0),
-        Kind::Select => long(Wide::Select { m: at(0), a: at(1), la: len(1), b: at(2), lb: len(2), out, n }, wide),
-        Kind::Gather { table, fill } => long(Wide::Gather { src: at(0), table, fill, out, n }, wide),
-        Kind::GatherAdjoint { table } => long(Wide::GatherAdjoint { g: at(0), table, out, k: n }, wide),
-        Kind::UnaryAdjoint(op) => long(Wide::UnaryAdjoint { op, x: at(0), y: at(1), g: at(2), out, n }, wide),
-        Kind::Broadcast { .. } | Kind::SumTo { .. } => {
-            long(Wide::Dense { kind, a: at(0), la: len(0), b: 0, lb: 0, out, n }, wide)
+        Kind::Select
+        | Kind::Gather { .. }
+        | Kind::GatherAdjoint { .. }
+        | Kind::UnaryAdjoint(_)
+        | Kind::Broadcast { .. }
+        | Kind::SumTo { .. }
+        | Kind::Matmul { .. }
+        | Kind::ReadBack => {
+            let mut inline = [(0, 0); 3];
+            inline[..args.len()].copy_from_slice(args);
+            wide.push(Wide { kind, args: inline, nargs: args.len() as u32, out, n });
+            Ins { code: Code::Wide, op: 0, n: 0, a: wide.len() as u32 - 1, b: 0, out }
         }
-        Kind::Matmul { .. } => long(Wide::Dense { kind, a: at(0), la: len(0), b: at(1), lb: len(1), out, n }, wide),
         Kind::Stack => {
             let mut to = out;
             for &(src, len) in args {
@@ -688,7 +650,6 @@ fn encode(kind: Kind, args: &[(u32, u32)], out: u32, n: u32, code: &mut Vec<Ins>
             }
             return;
         }
-        Kind::ReadBack => long(Wide::ReadBack { x: at(0), n: len(0) }, wide),
     });
 }
 
@@ -825,30 +786,20 @@ unsafe fn step(ins: &Ins, wide: &[Wide], base: *mut f64, side: &Side, read_backs
         Code::BinaryVS => binary(BinaryOp::ALL[op as usize], slice(a, n), slice(b, 1), slice_mut(out, n)),
         Code::Reduce => put(out, kernels::reduce(HistOp::ALL[op as usize], slice(a, n))),
         Code::Copy => slice_mut(out, n).copy_from_slice(slice(a, n)),
-        Code::Wide => match wide[a as usize] {
-            Wide::Select { m, a, la, b, lb, out, n } => {
-                compute(Kind::Select, &[slice(m, n), slice(a, la), slice(b, lb)], slice_mut(out, n), side)
+        Code::Wide => {
+            let w = &wide[a as usize];
+            let arg = |k: usize| slice(w.args[k].0, w.args[k].1);
+            if w.kind == Kind::ReadBack {
+                read_backs.push(arg(0).to_vec());
+                return;
             }
-            Wide::Dense { kind, a, la, b, lb, out, n } => {
-                compute(kind, &[slice(a, la), slice(b, lb)], slice_mut(out, n), side)
+            let out = slice_mut(w.out, w.n);
+            match w.nargs {
+                1 => compute(w.kind, &[arg(0)], out, side),
+                2 => compute(w.kind, &[arg(0), arg(1)], out, side),
+                _ => compute(w.kind, &[arg(0), arg(1), arg(2)], out, side),
             }
-            Wide::Gather { src, table, fill, out, n } => {
-                // The source's length is the table's: its bins were resolved against it.
-                let bins = &side.bins[table as usize];
-                let fill = f64::from_bits(fill);
-                for (o, &b) in slice_mut(out, n).iter_mut().zip(bins) {
-                    *o = if b == u32::MAX { fill } else { get(src + b) };
-                }
-            }
-            Wide::GatherAdjoint { g, table, out, k } => {
-                let bins = &side.bins[table as usize];
-                compute(Kind::GatherAdjoint { table }, &[slice(g, bins.len() as u32)], slice_mut(out, k), side)
-            }
-            Wide::UnaryAdjoint { op, x, y, g, out, n } => {
-                kernels::unary_adjoint_map(op, slice(x, n), slice(y, n), slice(g, n), slice_mut(out, n))
-            }
-            Wide::ReadBack { x, n } => read_backs.push(slice(x, n).to_vec()),
-        },
+        }
     }
 }
 

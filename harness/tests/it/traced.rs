@@ -38,22 +38,30 @@ fn check_passes_on_the_traced_staged_device_with_every_elementwise_op_fused() {
     }
 }
 
+/// `run --json` of a suite of `cases` (YAML lines) with short timings: its rows, and its output
+/// for messages. The run must exit 0.
+fn run_rows(name: &str, cases: &str) -> (Vec<serde_json::Value>, String) {
+    let suite = temp_file(
+        name,
+        &format!("{name}.yaml"),
+        &format!("name: {name}\nseed: 7\ntiming: {{samples: 2, min_sample_ms: 1, time_limit_s: 1}}\ncases:\n{cases}"),
+    );
+    let out = adgauge(&["run", "--suite", suite.to_str().unwrap(), "--no-save", "--json"]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
+    (text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect(), text)
+}
+
 #[test]
 fn run_times_every_mode_of_the_classic_workloads_through_replays() {
-    let suite = temp_file(
+    let (rows, text) = run_rows(
         "traced",
-        "traced.yaml",
-        "name: traced\nseed: 7\ntiming: {samples: 2, min_sample_ms: 1, time_limit_s: 1}\ncases:\n\
-         - {workload: gmm, d: [3], k: [4], n: [50], dtypes: [f64], tools: [cpu-traced, cpu-jit]}\n\
+        "- {workload: gmm, d: [3], k: [4], n: [50], dtypes: [f64], tools: [cpu-traced, cpu-jit]}\n\
          - {workload: kmeans, k: [3], n: [200], d: [4], dtypes: [f32], tools: [cpu-traced, cpu-jit]}\n\
          - {workload: lstm, l: [1], c: [6], dtypes: [f64], tools: [cpu-traced, cpu-jit]}\n\
          - {workload: ba, sizes: [[3, 20, 60]], dtypes: [f64], tools: [cpu-traced, cpu-jit]}\n\
          - {workload: hist, ops: [max], n: [3000], k: [40], rules: [auto, general-chunked], dtypes: [f32], tools: [cpu-traced, cpu-jit]}\n",
     );
-    let out = adgauge(&["run", "--suite", suite.to_str().unwrap(), "--no-save", "--json"]);
-    let text = stdout(&out);
-    assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
-    let rows: Vec<serde_json::Value> = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
     // gmm, kmeans, lstm and ba 3 modes each, hist 3 x 2 rules: 18 per tool.
     assert_eq!(rows.len(), 36, "{text}");
     for r in &rows {
@@ -66,17 +74,11 @@ fn run_times_every_mode_of_the_classic_workloads_through_replays() {
 /// programs, the LSTM's (its cell kernels have no compiled form) as replayed calls, and why.
 #[test]
 fn cpu_jit_rows_say_whether_each_mode_ran_compiled() {
-    let suite = temp_file(
+    let (rows, text) = run_rows(
         "compiled",
-        "compiled.yaml",
-        "name: compiled\nseed: 7\ntiming: {samples: 2, min_sample_ms: 1, time_limit_s: 1}\ncases:\n\
-         - {workload: ode, n: [8], s: [3], dtypes: [f64], modes: [primal, vjp], tools: [cpu-jit]}\n\
+        "- {workload: ode, n: [8], s: [3], dtypes: [f64], modes: [primal, vjp], tools: [cpu-jit]}\n\
          - {workload: lstm, l: [1], c: [6], dtypes: [f64], modes: [primal], tools: [cpu-jit]}\n",
     );
-    let out = adgauge(&["run", "--suite", suite.to_str().unwrap(), "--no-save", "--json"]);
-    let text = stdout(&out);
-    assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
-    let rows: Vec<serde_json::Value> = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
     let message = |workload: &str| -> String {
         let row =
             rows.iter().find(|r| r["workload"] == workload).unwrap_or_else(|| panic!("no {workload} row: {text}"));
