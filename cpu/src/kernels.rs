@@ -351,15 +351,54 @@ pub fn partial<T: Elem>(op: HistOp, side: Operand, a: T, b: T) -> T {
     }
 }
 
-/// Reduces a slice with `op` over fixed blocks (deterministic for any thread count).
+/// Reduces a slice with `op` over fixed blocks (deterministic for any thread count): below
+/// [`PAR_MIN`] elements one [`fold_lanes`] of the whole slice, else one per [`BLOCK`] (in
+/// parallel), their results folded in order.
 pub fn reduce<T: Elem>(op: HistOp, x: &[T]) -> T {
-    let neutral = T::of_f64(op.neutral());
-    let fold = |s: &[T]| s.iter().fold(neutral, |acc, &v| combine(op, acc, v));
     if x.len() < PAR_MIN {
-        return fold(x);
+        return fold_lanes(op, x);
     }
-    let partials: Vec<T> = x.par_chunks(BLOCK).map(fold).collect();
+    let partials: Vec<T> = x.par_chunks(BLOCK).map(|s| fold_lanes(op, s)).collect();
+    let neutral = T::of_f64(op.neutral());
     partials.iter().fold(neutral, |acc, &v| combine(op, acc, v))
+}
+
+/// Independent accumulators of [`fold_lanes`]: two AVX2 vectors of f64, so that the adds
+/// overlap instead of waiting on one another (a single running sum is one add's latency per
+/// element: the two passes of lse's primal were 55% of it).
+pub const REDUCE_LANES: usize = 8;
+
+/// `x` folded by `op`. `+`: element i goes to accumulator `i mod REDUCE_LANES` while whole groups of
+/// [`REDUCE_LANES`] last, the accumulators are summed as a balanced tree ((0+1)+(2+3))+((4+5)+(6+7)),
+/// then the rest are added in order: a fixed order for a given length, so every CPU path that
+/// calls this gets the same bits. min/max: the same lanes, which give the left fold's own
+/// result whenever the extremum is a nonzero number (values equal by `==` are then equal bit
+/// for bit, so which of them wins does not show); where it is ±0 or NaN, whose equals differ
+/// in their bits, the block is folded again from the left so that the earliest winner is the
+/// one kept. `*` and general operators fold from the left.
+pub fn fold_lanes<T: Elem>(op: HistOp, x: &[T]) -> T {
+    let neutral = T::of_f64(op.neutral());
+    let left_fold = |s: &[T]| s.iter().fold(neutral, |acc, &v| combine(op, acc, v));
+    let lanes = |f: fn(T, T) -> T| {
+        let mut acc = [neutral; REDUCE_LANES];
+        let mut groups = x.chunks_exact(REDUCE_LANES);
+        for g in &mut groups {
+            for j in 0..REDUCE_LANES {
+                acc[j] = f(acc[j], g[j]);
+            }
+        }
+        let pairs = [f(acc[0], acc[1]), f(acc[2], acc[3]), f(acc[4], acc[5]), f(acc[6], acc[7])];
+        let total = f(f(pairs[0], pairs[1]), f(pairs[2], pairs[3]));
+        groups.remainder().iter().fold(total, |acc, &v| f(acc, v))
+    };
+    match op {
+        HistOp::Add => lanes(|a, b| a + b),
+        HistOp::Min | HistOp::Max => {
+            let r = lanes(if op == HistOp::Min { general::min_combine } else { general::max_combine });
+            if r == T::zero() || r.is_nan() { left_fold(x) } else { r }
+        }
+        HistOp::Mul | HistOp::General(_) => left_fold(x),
+    }
 }
 
 #[cfg(test)]
@@ -379,6 +418,56 @@ mod tests {
         assert!(l.is_sign_positive());
         let r = binary(BinaryOp::Max, -0.0f64, 0.0);
         assert!(r.is_sign_negative());
+    }
+
+    /// The lanes' order written out for a length of 8k + 3: accumulator j sums elements j,
+    /// j + 8, ... of the groups, the tree of the eight, then the three left over.
+    #[test]
+    fn sums_follow_the_documented_lane_order() {
+        let x: Vec<f64> =
+            (0..8 * 5 + 3).map(|i| 1.0 / (i as f64 + 0.37) * if i % 3 == 0 { -1e3 } else { 1.0 }).collect();
+        let mut acc = [0.0f64; 8];
+        for g in 0..5 {
+            for j in 0..8 {
+                acc[j] += x[8 * g + j];
+            }
+        }
+        let tree = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+        let want = ((tree + x[40]) + x[41]) + x[42];
+        assert_eq!(fold_lanes(HistOp::Add, &x).to_bits(), want.to_bits());
+        // Shorter than one group: a left fold from 0.
+        assert_eq!(fold_lanes(HistOp::Add, &x[..5]).to_bits(), x[..5].iter().fold(0.0, |s, &v| s + v).to_bits());
+        assert_eq!(fold_lanes(HistOp::Add, &[] as &[f64]), 0.0);
+    }
+
+    /// min and max by lanes are the left fold's result bit for bit, on data full of the
+    /// values whose equals differ in their bits: ±0 and NaNs of different payloads.
+    #[test]
+    fn lane_extrema_equal_the_left_fold_bit_for_bit() {
+        let nan_a = f64::from_bits(0x7ff8_0000_0000_0001);
+        let nan_b = f64::from_bits(0xfff8_0000_0000_0002);
+        let pool = [0.0, -0.0, 1.5, -1.5, 2.0, -7.0, f64::INFINITY, f64::NEG_INFINITY, nan_a, nan_b, 1e-310];
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut cases = 0;
+        for len in [0usize, 1, 3, 7, 8, 9, 16, 17, 31, 64, 100] {
+            for kinds in [2usize, 4, 6, 8, 11] {
+                for _ in 0..40 {
+                    let x: Vec<f64> = (0..len)
+                        .map(|_| {
+                            state =
+                                state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                            pool[(state >> 33) as usize % kinds]
+                        })
+                        .collect();
+                    for op in [HistOp::Min, HistOp::Max] {
+                        let left = x.iter().fold(op.neutral(), |a, &v| combine(op, a, v));
+                        assert_eq!(fold_lanes(op, &x).to_bits(), left.to_bits(), "{op:?} of {x:?}");
+                        cases += 1;
+                    }
+                }
+            }
+        }
+        assert_eq!(cases, 11 * 5 * 40 * 2);
     }
 
     #[test]
