@@ -259,14 +259,16 @@ enum Readback {
     I(Vec<i64>),
 }
 
-/// Read-backs compare by bits (a NaN equals itself, 0 and -0 differ): a replay must repeat
-/// the eager run exactly. A replay keeps its values as read, without a converted copy (BA's
+/// Read-backs compare by bits (0 and -0 differ), any NaN equal to any NaN: a replay must
+/// repeat the eager run exactly, but which NaN an op on two NaNs returns is the machine's
+/// choice of operand order (a vector loop and a scalar one may pick differently). A replay keeps its values as read, without a converted copy (BA's
 /// reverse Jacobian reads back 15 MB a call).
 impl PartialEq for Readback {
     fn eq(&self, other: &Readback) -> bool {
         match (self, other) {
             (Readback::F(a), Readback::F(b)) => {
-                a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+                a.len() == b.len()
+                    && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
             }
             (Readback::I(a), Readback::I(b)) => a == b,
             _ => false,
@@ -392,8 +394,9 @@ fn fingerprint(len: usize, words: impl Iterator<Item = u64>) -> u64 {
     words.fold(len as u64, |h, w| (h.rotate_left(5) ^ w).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95))
 }
 
+/// NaNs hash alike (as read-backs compare: [`Readback`]).
 fn hash_f(v: &[f64]) -> u64 {
-    fingerprint(v.len(), v.iter().map(|x| x.to_bits()))
+    fingerprint(v.len(), v.iter().map(|x| if x.is_nan() { f64::NAN.to_bits() } else { x.to_bits() }))
 }
 
 fn hash_i(v: &[i64]) -> u64 {

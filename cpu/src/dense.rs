@@ -282,21 +282,42 @@ const MM_KC: usize = 128;
 /// blocks of the inner dimension all keep that chain, so the result does not depend on where
 /// an element falls, on the thread count or on the vector width.
 #[inline(always)]
-fn matmul_rows<T: Elem>(a1: &[T], (rs, cs): (usize, usize), b1: &[T], k: usize, n: usize, i0: usize, o: &mut [T]) {
+fn matmul_rows<T: Elem>(a1: &[T], strides: (usize, usize), b1: &[T], k: usize, n: usize, i0: usize, o: &mut [T]) {
     if k == 0 || n == 0 {
         o.iter_mut().for_each(|v| *v = T::zero());
         return;
     }
+    // The packed block is zeroed on every call: 4 KiB at MM_KC, which a product of a short
+    // inner dimension never reads (ht's 4 x 4 transforms spent more time zeroing it than
+    // multiplying). Any block keeps each element's chain, so the result is the same.
+    if k <= 16 {
+        matmul_rows_blocked::<T, 16>(a1, strides, b1, k, n, i0, o)
+    } else {
+        matmul_rows_blocked::<T, MM_KC>(a1, strides, b1, k, n, i0, o)
+    }
+}
+
+/// [`matmul_rows`] with inner blocks of `KC`.
+#[inline(always)]
+fn matmul_rows_blocked<T: Elem, const KC: usize>(
+    a1: &[T],
+    (rs, cs): (usize, usize),
+    b1: &[T],
+    k: usize,
+    n: usize,
+    i0: usize,
+    o: &mut [T],
+) {
     let rows = o.len() / n;
     // A block of R rows of a, packed along l (R values per l, contiguous), and which of them
     // count (bit r for row r): the tiles read one slice per l and branch once on it. A
     // subnormal a[i, l] counts as zero: its term is below 2^-1022 |b[l, j]|, and computing it
     // costs a microcode assist per multiply-add on x86 (GMM's Q adjoint, whose left operand
     // holds posterior weights that underflow gradually, took 4x as long with them).
-    let mut packed = [[T::zero(); MM_MR]; MM_KC];
-    let mut nonzero = [0u8; MM_KC];
-    for l0 in (0..k).step_by(MM_KC) {
-        let l1 = (l0 + MM_KC).min(k);
+    let mut packed = [[T::zero(); MM_MR]; KC];
+    let mut nonzero = [0u8; KC];
+    for l0 in (0..k).step_by(KC) {
+        let l1 = (l0 + KC).min(k);
         let mut r0 = 0;
         while r0 < rows {
             let r = if rows - r0 >= MM_MR { MM_MR } else { 1 };

@@ -67,6 +67,7 @@ fn not_lowered(what: String) -> OpError {
 /// The trace as a host program; `Err` says why it cannot be one.
 pub(super) fn lower<D: Traceable>(inner: &D, trace: &Trace<D>) -> Result<Program> {
     let mut b = Builder::new();
+    b.set_threads(inner.threads());
     let mut vals: Vec<Option<Val>> = vec![None; trace.slots];
     let mut idxs: Vec<Option<Idx>> = vec![None; trace.slots];
     let mut ext_vals: Vec<Option<Val>> = vec![None; trace.ext_t.len()];
@@ -203,7 +204,7 @@ pub(super) fn lower<D: Traceable>(inner: &D, trace: &Trace<D>) -> Result<Program
             }
         }
     }
-    Ok(b.finish())
+    b.finish()
 }
 
 /// The index operand `a`, interned in the program.
