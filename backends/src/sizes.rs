@@ -146,6 +146,10 @@ pub const NOT_SWITCHES: &[(&str, &str)] = &[
     ),
     ("cpu::hist::WINDOW_BYTES", "the window size of the partitioned path PARTITION_MIN_BINS_BYTES selects"),
     ("cpu::kernels::BLOCK", "the block of the parallel reductions PAR_MIN selects"),
+    (
+        "cpu::kernels::REDUCE_LANES",
+        "the reductions' accumulators: a length below it is a left fold of its tail alone, one code path",
+    ),
     ("cpu::scan::SCAN_BLOCK", "the block of the parallel scans PARALLEL_SCAN_MIN selects"),
     ("cpu::kernels::PAR_MIN_WORK", "matrix products (PAR_MIN times 8), not histograms"),
     ("cpu::sort::MAX_SORT_CHUNKS", "a cap on the counting pass's chunks"),

@@ -1558,14 +1558,8 @@ mod tests {
             for (g, x) in eager.iter().zip(&data) {
                 assert!((g - (x.cos() * x * x + 2.0 * x * x.sin())).abs() < 1e-12, "{g} at {x}");
             }
-            // Past the size limit: the recorded calls, and the reason.
-            let n = adgauge_cpu::compiled::MAX_LEN + 1;
-            let big = d.tensor(&ramp(n), &[n], DType::F64).unwrap();
-            let cell = TraceCell::default();
-            d.run_traced(&cell, &mut || -> Result<()> { gradient(&d, &big).map(drop) }).unwrap();
-            assert_eq!(d.last_trace().unwrap().compiled, None);
-            let note = d.last_compile_note().expect("a reason");
-            assert!(note.contains(&n.to_string()), "{note}");
+            // The size limit's refusal is `compiled.rs`'s to test (2^24 elements); an op the
+            // compiler does not know shows the note below.
             // A matrix product compiles; an op the compiler does not know does not.
             let m = d.tensor(&ramp(6), &[2, 3], DType::F64).unwrap();
             let cell = TraceCell::default();
