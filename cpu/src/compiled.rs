@@ -1060,6 +1060,21 @@ impl Runs {
         Some(Runs { dst, src })
     }
 
+    /// The gather's adjoint: `g` added into `out` run by run. Within a run the bins are
+    /// distinct and the runs go in order, so each bin receives its terms in the order of the
+    /// element loop, and the sums have its bits.
+    fn add_back(&self, g: &[f64], out: &mut [f64]) {
+        for (r, &s) in self.src.iter().enumerate() {
+            if s == u32::MAX {
+                continue;
+            }
+            let (d0, d1, s) = (self.dst[r] as usize, self.dst[r + 1] as usize, s as usize);
+            for (o, &v) in out[s..s + (d1 - d0)].iter_mut().zip(&g[d0..d1]) {
+                *o += v;
+            }
+        }
+    }
+
     /// Result elements `[start, start + out.len())` gathered from `from`.
     fn copy(&self, from: &[f64], fill: f64, start: usize, out: &mut [f64]) {
         let end = start + out.len();
@@ -1282,9 +1297,14 @@ fn compute(kind: Kind, ins: &[&[f64]], out: &mut [f64], side: &Side) {
         }
         Kind::GatherAdjoint { table } => {
             out.fill(HistOp::Add.neutral());
-            for (&g, &b) in ins[0].iter().zip(&tables[table as usize]) {
-                if b != u32::MAX {
-                    out[b as usize] += g;
+            match &side.runs[table as usize] {
+                Some(runs) => runs.add_back(ins[0], out),
+                None => {
+                    for (&g, &b) in ins[0].iter().zip(&tables[table as usize]) {
+                        if b != u32::MAX {
+                            out[b as usize] += g;
+                        }
+                    }
                 }
             }
         }
@@ -1539,8 +1559,9 @@ mod tests {
     /// Chains of elementwise ops fused into loops give the eager device's bits: registers,
     /// values stored because something after the loop reads them, one-element operands on
     /// either side, gathers from outside the loop (a gather of a value the loop computes
-    /// closes it; gathers by runs of consecutive bins, copied), select and a rule kernel; at lengths that end inside a block, on one thread
-    /// and split across threads.
+    /// closes it; gathers by runs of consecutive bins, copied, and a gather's adjoint added
+    /// back run by run), select and a rule kernel; at lengths that end inside a block, on one
+    /// thread and split across threads.
     #[test]
     fn fused_loops_repeat_the_cpu_device_bit_for_bit() {
         let cpu = Cpu::new(Some(2)).unwrap();
@@ -1559,11 +1580,15 @@ mod tests {
                 .collect();
             let (cx, cy, ch, cidx) = (up(&xs), up(&ys), up(&[0.5]), cpu.index(&shift).unwrap());
             let cruns = cpu.index(&runs).unwrap();
+            // ode's `i - 1` (bin 0 twice): its adjoint adds two terms into bin 0, in order.
+            let previous: Vec<i64> = (0..n as i64).map(|i| (i - 1).max(0)).collect();
+            let cprevious = cpu.index(&previous).unwrap();
             let mut b = Builder::new();
             b.set_threads(2);
             let (x, y, h, idx) =
                 (b.input(&xs).unwrap(), b.input(&ys).unwrap(), b.input(&[0.5]).unwrap(), b.index(&shift));
             let runs = b.index(&runs);
+            let previous = b.index(&previous);
             // The eager chain, op by op.
             let e = |t: Result<crate::CpuTensor>| t.unwrap();
             let e_g = e(cpu.gather(&cx, &cidx, OutOfRange::Error));
@@ -1580,6 +1605,7 @@ mod tests {
             let e_w = e(cpu.gather(&cy, &cruns, OutOfRange::Fill(-2.5)));
             let e_r = e(cpu.binary(BinaryOp::Add, &e_r, &e_w));
             let e_sum = e(cpu.reduce(HistOp::Add, &e_r));
+            let e_back = e(cpu.gather_adjoint(&cx, &cprevious, &e_r));
             // The same, compiled.
             let g = b.gather(x, idx, OutOfRange::Error).unwrap();
             let p = b.binary(BinaryOp::Mul, g, y).unwrap();
@@ -1594,9 +1620,11 @@ mod tests {
             let w = b.gather(y, runs, OutOfRange::Fill(-2.5)).unwrap();
             let r = b.binary(BinaryOp::Add, r, w).unwrap();
             let sum = b.reduce(HistOp::Add, r).unwrap();
+            let back = b.gather_adjoint(n, previous, r).unwrap();
             b.output(p, 1);
             b.read_back(r).unwrap();
             b.read_back(sum).unwrap();
+            b.read_back(back).unwrap();
             let program = b.finish().unwrap();
             // Two loops: the gather of `d` closes the first.
             assert_eq!(program.loops(), (2, 12), "n = {n}");
@@ -1605,7 +1633,7 @@ mod tests {
             let want_runs = if n >= 8 * 16 { Some(8) } else { None };
             assert_eq!(
                 program.side.runs.iter().map(|r| r.as_ref().map(|r| r.src.len())).collect::<Vec<_>>(),
-                [None, want_runs]
+                [None, want_runs, Some(2)]
             );
             // Stored: the inputs, p (an output), t (read by the second loop), d (gathered) and
             // r (read back); the other values live in registers.
@@ -1626,6 +1654,7 @@ mod tests {
                 let ran = program.run(true);
                 same(&ran.read_backs[0], &e_r, "r");
                 same(&ran.read_backs[1], &e_sum, "the sum");
+                same(&ran.read_backs[2], &e_back, "the gather's adjoint");
                 assert_eq!(ran.outputs.len(), 1);
                 same(&ran.outputs[0].1, &e_p, "p");
             }
