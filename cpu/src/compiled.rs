@@ -145,8 +145,8 @@ pub struct Builder {
     plan_of: HashMap<(Vec<usize>, bool, Vec<usize>, bool), u32>,
     /// Values that must be computed though nothing reads them, with the caller's tag.
     outputs: Vec<(Val, u64)>,
-    /// Threads of the pool that long loops and reductions split over (0: rayon's current
-    /// count).
+    /// Threads of the pool that long loops and reductions split over (0: rayon's default,
+    /// one per core).
     threads: usize,
 }
 
@@ -625,13 +625,16 @@ impl Builder {
         }
         let scratch = top as usize;
         init.resize(scratch + registers * LOOP_LANES, 0.0);
-        // A pool of the device's size, for the loops and reductions long enough to split.
-        let pool = nodes
-            .iter()
-            .zip(&live)
-            .any(|(n, &l)| l && n.len as usize >= kernels::PAR_MIN)
-            .then(|| rayon::ThreadPoolBuilder::new().num_threads(threads.max(1)).build().ok())
-            .flatten();
+        // A pool of the device's size, for the loops and reductions (and the matrix products'
+        // rows) long enough to split.
+        let pool = (nodes.iter().zip(&live).any(|(n, &l)| l && n.len as usize >= kernels::PAR_MIN)
+            || loops.iter().any(|l| l.task_span().is_some())
+            || side
+                .plans
+                .iter()
+                .any(|(p, ..)| [p.m, p.k, p.n].iter().fold(p.batch, |w, &d| w.saturating_mul(d)) >= kernels::PAR_MIN))
+        .then(|| rayon::ThreadPoolBuilder::new().num_threads(threads).build().ok())
+        .flatten();
         Ok(Program { code, wide, loops, init, scratch, side, observed, pool, buffer: Mutex::new(Vec::new()) })
     }
 }
@@ -941,6 +944,18 @@ struct Loop {
     steps: Vec<Step>,
 }
 
+impl Loop {
+    /// The elements of each task where the loop is worth splitting (as the staged device's
+    /// loops: by the whole work, not only the length; at least eight tasks while blocks last).
+    fn task_span(&self) -> Option<usize> {
+        let n = self.n as usize;
+        let work = n.saturating_mul(self.steps.len());
+        let span = LOOP_LANES * TASK_BLOCKS.min(n.div_ceil(LOOP_LANES * 8).max(1));
+        let split = (n >= kernels::PAR_MIN || work >= kernels::PAR_MIN_WORK) && n > span;
+        split.then_some(span)
+    }
+}
+
 /// The buffer's address, shared by the tasks of a parallel loop.
 #[derive(Clone, Copy)]
 struct Base(*mut f64);
@@ -977,12 +992,10 @@ unsafe fn run_loop(l: &Loop, base: *mut f64, scratch: *mut f64, side: &Side) {
             start += len;
         }
     };
-    let work = n.saturating_mul(l.steps.len());
-    let span = LOOP_LANES * TASK_BLOCKS.min(n.div_ceil(LOOP_LANES * 8).max(1));
-    if (n < kernels::PAR_MIN && work < kernels::PAR_MIN_WORK) || n <= span {
+    let Some(span) = l.task_span() else {
         blocks(0, n, scratch);
         return;
-    }
+    };
     use rayon::prelude::*;
     (0..n.div_ceil(span)).into_par_iter().for_each(|t| {
         let mut regs = vec![0.0f64; l.registers * LOOP_LANES];
