@@ -259,16 +259,14 @@ enum Readback {
     I(Vec<i64>),
 }
 
-/// Read-backs compare by bits (0 and -0 differ), any NaN equal to any NaN: a replay must
-/// repeat the eager run exactly, but which NaN an op on two NaNs returns is the machine's
-/// choice of operand order (a vector loop and a scalar one may pick differently). A replay keeps its values as read, without a converted copy (BA's
-/// reverse Jacobian reads back 15 MB a call).
+/// Read-backs compare by bits ([`compared_bits`]): a replay must repeat the eager run exactly.
+/// A replay keeps its values as read, without a converted copy (BA's reverse Jacobian reads
+/// back 15 MB a call).
 impl PartialEq for Readback {
     fn eq(&self, other: &Readback) -> bool {
         match (self, other) {
             (Readback::F(a), Readback::F(b)) => {
-                a.len() == b.len()
-                    && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
+                a.len() == b.len() && a.iter().zip(b).all(|(x, y)| compared_bits(*x) == compared_bits(*y))
             }
             (Readback::I(a), Readback::I(b)) => a == b,
             _ => false,
@@ -394,9 +392,15 @@ fn fingerprint(len: usize, words: impl Iterator<Item = u64>) -> u64 {
     words.fold(len as u64, |h, w| (h.rotate_left(5) ^ w).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95))
 }
 
-/// NaNs hash alike (as read-backs compare: [`Readback`]).
+/// The bits a replay is held to: 0 and -0 differ, but every NaN is one NaN, since which NaN an
+/// op on two NaNs returns is the machine code's choice of operand order (a vector loop and a
+/// scalar one may pick differently).
+fn compared_bits(x: f64) -> u64 {
+    if x.is_nan() { f64::NAN.to_bits() } else { x.to_bits() }
+}
+
 fn hash_f(v: &[f64]) -> u64 {
-    fingerprint(v.len(), v.iter().map(|x| if x.is_nan() { f64::NAN.to_bits() } else { x.to_bits() }))
+    fingerprint(v.len(), v.iter().map(|&x| compared_bits(x)))
 }
 
 fn hash_i(v: &[i64]) -> u64 {
@@ -1558,9 +1562,8 @@ mod tests {
             for (g, x) in eager.iter().zip(&data) {
                 assert!((g - (x.cos() * x * x + 2.0 * x * x.sin())).abs() < 1e-12, "{g} at {x}");
             }
-            // The size limit's refusal is `compiled.rs`'s to test (2^24 elements); an op the
-            // compiler does not know shows the note below.
-            // A matrix product compiles; an op the compiler does not know does not.
+            // A matrix product compiles; an op the compiler does not know does not, and says
+            // why (the size limit's refusal is `compiled.rs`'s to test: 2^24 elements).
             let m = d.tensor(&ramp(6), &[2, 3], DType::F64).unwrap();
             let cell = TraceCell::default();
             let mut product = Vec::new();

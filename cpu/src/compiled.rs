@@ -1025,17 +1025,7 @@ unsafe fn run_step(s: &Step, base: *mut f64, regs: *mut f64, start: usize, len: 
         Dst::Mem(p) => at_mut(base, p as usize + start, len),
     };
     match (s.kind, s.nargs) {
-        (Kind::Gather { table, fill }, _) => {
-            let (from, fill) = (src(0), f64::from_bits(fill));
-            match &side.runs[table as usize] {
-                Some(runs) => runs.copy(from, fill, start, out),
-                None => {
-                    for (o, &b) in out.iter_mut().zip(&side.bins[table as usize][start..start + len]) {
-                        *o = if b == u32::MAX { fill } else { from[b as usize] };
-                    }
-                }
-            }
-        }
+        (Kind::Gather { table, fill }, _) => side.gather(table, f64::from_bits(fill), src(0), start, out),
         (kind, 1) => compute(kind, &[src(0)], out, side),
         (kind, 2) => compute(kind, &[src(0), src(1)], out, side),
         (kind, _) => compute(kind, &[src(0), src(1), src(2)], out, side),
@@ -1118,6 +1108,21 @@ struct Side {
     shapes: Vec<(Vec<usize>, Vec<usize>)>,
     plans: Vec<(MatmulPlan, bool, bool)>,
     pool: Arc<Pool>,
+}
+
+impl Side {
+    /// Elements `[start, start + out.len())` of the gather from `from` by table `table`: run
+    /// by run where the table has runs, else element by element.
+    fn gather(&self, table: u32, fill: f64, from: &[f64], start: usize, out: &mut [f64]) {
+        match &self.runs[table as usize] {
+            Some(runs) => runs.copy(from, fill, start, out),
+            None => {
+                for (o, &b) in out.iter_mut().zip(&self.bins[table as usize][start..]) {
+                    *o = if b == u32::MAX { fill } else { from[b as usize] };
+                }
+            }
+        }
+    }
 }
 
 impl Default for Side {
@@ -1302,12 +1307,7 @@ fn compute(kind: Kind, ins: &[&[f64]], out: &mut [f64], side: &Side) {
             }
         }
         Kind::Reduce(op) => out[0] = kernels::reduce(op, ins[0]),
-        Kind::Gather { table, fill } => {
-            let (s, bins, fill) = (ins[0], &tables[table as usize], f64::from_bits(fill));
-            for (o, &b) in out.iter_mut().zip(bins) {
-                *o = if b == u32::MAX { fill } else { s[b as usize] };
-            }
-        }
+        Kind::Gather { table, fill } => side.gather(table, f64::from_bits(fill), ins[0], 0, out),
         Kind::GatherAdjoint { table } => {
             out.fill(HistOp::Add.neutral());
             match &side.runs[table as usize] {
