@@ -53,6 +53,10 @@ pub const FUSE_MIN: usize = 32;
 /// block stay in L1.
 const LOOP_LANES: usize = crate::staged::LANES;
 
+// A loop's tasks of BLOCK elements are whole blocks, each a whole number of a sum's lane
+// groups but the last (`kernels::SumLanes`).
+const _: () = assert!(kernels::BLOCK.is_multiple_of(LOOP_LANES) && LOOP_LANES.is_multiple_of(kernels::REDUCE_LANES));
+
 /// Blocks per parallel task of a long fused loop.
 const TASK_BLOCKS: usize = 64;
 
@@ -523,7 +527,9 @@ impl Builder {
                 fused[i] = matches!(item, Item::Loop(_));
             }
         }
-        let mut stored: Vec<bool> = (0..nodes.len()).map(|i| live[i] && !fused[i]).collect();
+        // A loop's sum is written to the buffer once the loop ends, whoever reads it.
+        let mut stored: Vec<bool> =
+            (0..nodes.len()).map(|i| live[i] && (!fused[i] || sums_in_loop(&nodes[i]))).collect();
         let mut last_use: Vec<u32> = item_of.clone();
         for &(v, _) in &outputs {
             if let Some(n) = node_of(v) {
@@ -654,6 +660,12 @@ impl Item {
     }
 }
 
+/// Whether a node is a sum that joins the loop computing its operand, added up block by block
+/// ([`kernels::SumLanes`]) rather than read back in a pass of its own.
+fn sums_in_loop(n: &Node) -> bool {
+    n.kind == Kind::Reduce(HistOp::Add)
+}
+
 /// Whether a node can be a step of a fused loop: elementwise (a gather reads its whole source,
 /// which the loop must not write) and long enough that a loop pays for itself.
 fn fusible(n: &Node) -> bool {
@@ -699,11 +711,18 @@ fn schedule(nodes: &[Node], live: &[bool], vals: &[ValInfo]) -> Vec<Item> {
             };
             if in_open[node] {
                 reads_open = true;
-                let whole = matches!(n.kind, Kind::Gather { .. }) && k == 0;
+                // A sum of the loop is complete only after the loop.
+                let whole = (matches!(n.kind, Kind::Gather { .. }) && k == 0) || sums_in_loop(&nodes[node]);
                 only_elementwise &= direct && !whole;
             }
         }
-        let joins = fusible(n) && !open.is_empty() && nodes[open[0]].len == n.len && only_elementwise;
+        let loop_len = open.first().map(|&m| nodes[m].len);
+        let joins = only_elementwise
+            && if sums_in_loop(n) {
+                reads_open && loop_len == Some(vals[n.args[0].0 as usize].len)
+            } else {
+                fusible(n) && loop_len == Some(n.len)
+            };
         if joins {
             in_open[i] = true;
             open.push(i);
@@ -751,6 +770,7 @@ fn fuse(
     }
     let (mut reg_of, mut spare, mut registers) = (HashMap::new(), Vec::new(), 0u32);
     let mut steps = Vec::with_capacity(members.len());
+    let mut sums = Vec::new();
     for (x, &m) in members.iter().enumerate() {
         let node = &nodes[m];
         let mut src = [Src::Vec(0); 3];
@@ -763,7 +783,10 @@ fn fuse(
                 _ => Src::Vec(loc(a)),
             };
         }
-        let dst = if stored[m] {
+        let dst = if sums_in_loop(node) {
+            sums.push(at_of[m]);
+            Dst::Sum(sums.len() as u32 - 1)
+        } else if stored[m] {
             Dst::Mem(at_of[m])
         } else {
             let r = spare.pop().unwrap_or_else(|| {
@@ -786,7 +809,7 @@ fn fuse(
             }
         }
     }
-    Loop { n, registers: registers as usize, steps }
+    Loop { n, registers: registers as usize, steps, sums }
 }
 
 /// An instruction: 16 bytes, so that a scalar program of millions of them streams as little
@@ -926,6 +949,9 @@ enum Dst {
     Reg(u32),
     /// The buffer from this place, at the block's elements (a result read after the loop).
     Mem(u32),
+    /// The loop's `k`-th sum: its operand added up block by block, the total stored at
+    /// `Loop::sums[k]` once the loop ends.
+    Sum(u32),
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -942,6 +968,8 @@ struct Loop {
     n: u32,
     registers: usize,
     steps: Vec<Step>,
+    /// Where each sum's total goes.
+    sums: Vec<u32>,
 }
 
 impl Loop {
@@ -949,6 +977,11 @@ impl Loop {
     /// loops: by the whole work, not only the length; at least eight tasks while blocks last).
     fn task_span(&self) -> Option<usize> {
         let n = self.n as usize;
+        if !self.sums.is_empty() {
+            // A sum's order is `kernels::reduce`'s: one lane sum of the whole below PAR_MIN,
+            // else one per BLOCK, so tasks are BLOCKs or the whole.
+            return (n >= kernels::PAR_MIN).then_some(kernels::BLOCK);
+        }
         let work = n.saturating_mul(self.steps.len());
         let span = LOOP_LANES * TASK_BLOCKS.min(n.div_ceil(LOOP_LANES * 8).max(1));
         let split = (n >= kernels::PAR_MIN || work >= kernels::PAR_MIN_WORK) && n > span;
@@ -981,26 +1014,43 @@ impl Base {
 unsafe fn run_loop(l: &Loop, base: *mut f64, scratch: *mut f64, side: &Side) {
     let n = l.n as usize;
     let base = Base(base);
+    // The elements [lo, hi) block by block; the sums' lanes of the task come back.
     let blocks = move |lo: usize, hi: usize, regs: *mut f64| {
+        let mut sums = vec![kernels::SumLanes::default(); l.sums.len()];
         let mut start = lo;
         while start < hi {
             let len = LOOP_LANES.min(hi - start);
             for s in &l.steps {
                 // SAFETY: the caller's contract; a block's elements are its task's alone.
-                unsafe { run_step(s, base.ptr(), regs, start, len, side) };
+                unsafe { run_step(s, base.ptr(), regs, start, len, side, &mut sums) };
             }
             start += len;
         }
+        sums
+    };
+    let put = |k: usize, v: f64| {
+        // SAFETY: the caller's contract (a sum's place is in the buffer, apart from the loop's
+        // operands).
+        unsafe { *base.ptr().add(l.sums[k] as usize) = v };
     };
     let Some(span) = l.task_span() else {
-        blocks(0, n, scratch);
+        for (k, lanes) in blocks(0, n, scratch).iter().enumerate() {
+            put(k, lanes.total());
+        }
         return;
     };
     use rayon::prelude::*;
-    (0..n.div_ceil(span)).into_par_iter().for_each(|t| {
-        let mut regs = vec![0.0f64; l.registers * LOOP_LANES];
-        blocks(t * span, ((t + 1) * span).min(n), regs.as_mut_ptr());
-    });
+    let tasks: Vec<Vec<kernels::SumLanes>> = (0..n.div_ceil(span))
+        .into_par_iter()
+        .map(|t| {
+            let mut regs = vec![0.0f64; l.registers * LOOP_LANES];
+            blocks(t * span, ((t + 1) * span).min(n), regs.as_mut_ptr())
+        })
+        .collect();
+    // As `kernels::reduce`: the BLOCKs' sums folded in order from the neutral element.
+    for k in 0..l.sums.len() {
+        put(k, tasks.iter().fold(HistOp::Add.neutral(), |s, t| s + t[k].total()));
+    }
 }
 
 /// One step of a loop over elements `[start, start + len)`.
@@ -1008,7 +1058,15 @@ unsafe fn run_loop(l: &Loop, base: *mut f64, scratch: *mut f64, side: &Side) {
 /// # Safety
 /// As [`run_loop`]'s, `regs` the registers of this block.
 #[inline(always)]
-unsafe fn run_step(s: &Step, base: *mut f64, regs: *mut f64, start: usize, len: usize, side: &Side) {
+unsafe fn run_step(
+    s: &Step,
+    base: *mut f64,
+    regs: *mut f64,
+    start: usize,
+    len: usize,
+    side: &Side,
+    sums: &mut [kernels::SumLanes],
+) {
     // SAFETY (both): the caller's contract.
     let at = |p: *mut f64, from: usize, n: usize| -> &[f64] { unsafe { std::slice::from_raw_parts(p.add(from), n) } };
     let at_mut = |p: *mut f64, from: usize, n: usize| -> &mut [f64] {
@@ -1023,6 +1081,10 @@ unsafe fn run_step(s: &Step, base: *mut f64, regs: *mut f64, start: usize, len: 
     let out = match s.dst {
         Dst::Reg(r) => at_mut(regs, r as usize * LOOP_LANES, len),
         Dst::Mem(p) => at_mut(base, p as usize + start, len),
+        Dst::Sum(k) => {
+            sums[k as usize].add(src(0));
+            return;
+        }
     };
     match (s.kind, s.nargs) {
         (Kind::Gather { table, fill }, _) => side.gather(table, f64::from_bits(fill), src(0), start, out),
@@ -1347,22 +1409,16 @@ fn compute(kind: Kind, ins: &[&[f64]], out: &mut [f64], side: &Side) {
 }
 
 /// `out = a op b`, a one-element operand broadcast: the operator's own loop, as the CPU
-/// device's `binary` (`per_binary_op!`), four f64 to a vector where the CPU has AVX2 (only
-/// the width changes, not a bit of the results: `simd`).
+/// device's `binary` (`per_binary_op!`), four or eight f64 to a vector where the CPU has AVX2
+/// or AVX-512 (only the width changes, not a bit of the results: `simd`).
 fn binary(op: BinaryOp, a: &[f64], b: &[f64], out: &mut [f64]) {
-    #[cfg(target_arch = "x86_64")]
-    if out.len() >= 8 && crate::simd::avx2_fma() {
-        // SAFETY: the running CPU has AVX2 and FMA, the features `binary_avx2` is compiled with.
-        return unsafe { binary_avx2(op, a, b, out) };
+    if out.len() < 8 {
+        return binary_base(op, a, b, out);
     }
-    binary_base(op, a, b, out)
+    crate::simd::dispatch!(binary_base | binary_avx2(op, a, b, out))
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn binary_avx2(op: BinaryOp, a: &[f64], b: &[f64], out: &mut [f64]) {
-    binary_base(op, a, b, out)
-}
+crate::simd::wider!(binary_base, binary_avx2, (op: BinaryOp, a: &[f64], b: &[f64], out: &mut [f64]));
 
 #[inline(always)]
 fn binary_base(op: BinaryOp, a: &[f64], b: &[f64], out: &mut [f64]) {
@@ -1569,6 +1625,54 @@ mod tests {
         assert!(program.run(false).outputs.is_empty());
     }
 
+    /// Sums that join the loop computing their operand give `kernels::reduce`'s bits: below
+    /// PAR_MIN one lane sum of the whole, above it one per BLOCK folded in order (tasks of
+    /// BLOCK elements, not the loop's usual span), at lengths that end inside a block and a
+    /// group.
+    /// A value that reads a sum waits for the loop to end.
+    #[test]
+    fn fused_sums_repeat_the_cpu_reduce_bit_for_bit() {
+        let cpu = Cpu::new(Some(2)).unwrap();
+        for n in
+            [FUSE_MIN + 3, 3 * LOOP_LANES + 17, kernels::PAR_MIN - 5, kernels::PAR_MIN + 1000, 3 * kernels::BLOCK + 77]
+        {
+            // Finite, of mixed signs and magnitudes, so that the order of the additions shows.
+            let xs: Vec<f64> = (0..n).map(|i| (i as f64 * 0.37).sin() * 10f64.powi((i % 7) as i32 - 3)).collect();
+            let ys: Vec<f64> = (0..n).map(|i| (i as f64 * 0.11).cos() - 0.25).collect();
+            let up = |v: &[f64]| cpu.tensor(v, &[v.len()], DType::F64).unwrap();
+            let (cx, cy, ch) = (up(&xs), up(&ys), up(&[0.5]));
+            let e = |t: Result<crate::CpuTensor>| t.unwrap();
+            let e_d = e(cpu.binary(BinaryOp::Sub, &cx, &ch));
+            let e_x = e(cpu.unary(UnaryOp::Exp, &e_d));
+            let e_p = e(cpu.binary(BinaryOp::Mul, &e_d, &cy));
+            let (e_s1, e_s2) = (e(cpu.reduce(HistOp::Add, &e_x)), e(cpu.reduce(HistOp::Add, &e_p)));
+            let e_q = e(cpu.binary(BinaryOp::Div, &e_p, &e_s1));
+            let mut b = Builder::new();
+            b.set_threads(2);
+            let (x, y, h) = (b.input(&xs).unwrap(), b.input(&ys).unwrap(), b.input(&[0.5]).unwrap());
+            let d = b.binary(BinaryOp::Sub, x, h).unwrap();
+            let ex = b.unary(UnaryOp::Exp, d).unwrap();
+            let p = b.binary(BinaryOp::Mul, d, y).unwrap();
+            let (s1, s2) = (b.reduce(HistOp::Add, ex).unwrap(), b.reduce(HistOp::Add, p).unwrap());
+            let q = b.binary(BinaryOp::Div, p, s1).unwrap();
+            b.read_back(s1).unwrap();
+            b.read_back(s2).unwrap();
+            b.read_back(q).unwrap();
+            let program = b.finish().unwrap();
+            // d, exp, p and both sums in one loop; q after it (a loop of one step, or alone).
+            let loops = program.loops();
+            assert!(loops == (1, 5) || loops == (2, 6), "n = {n}: {loops:?}");
+            assert_eq!(program.loops[0].sums.len(), 2);
+            for _ in 0..2 {
+                let ran = program.run(false);
+                let want = |t: &crate::CpuTensor| bits(&cpu.to_vec(t).unwrap());
+                assert_eq!(bits(&ran.read_backs[0]), want(&e_s1), "n = {n}: the sum of exp");
+                assert_eq!(bits(&ran.read_backs[1]), want(&e_s2), "n = {n}: the sum of a stored value");
+                assert_eq!(bits(&ran.read_backs[2]), want(&e_q), "n = {n}: a value of a sum");
+            }
+        }
+    }
+
     /// Chains of elementwise ops fused into loops give the eager device's bits: registers,
     /// values stored because something after the loop reads them, one-element operands on
     /// either side, gathers from outside the loop (a gather of a value the loop computes
@@ -1639,8 +1743,9 @@ mod tests {
             b.read_back(sum).unwrap();
             b.read_back(back).unwrap();
             let program = b.finish().unwrap();
-            // Two loops: the gather of `d` closes the first.
-            assert_eq!(program.loops(), (2, 12), "n = {n}");
+            // Two loops: the gather of `d` closes the first; the sum of `r` is a step of the
+            // second.
+            assert_eq!(program.loops(), (2, 13), "n = {n}");
             // The second table is runs where they are few: 0, 1..9, 9..13 (one each), 13..,
             // the fill at the end.
             let want_runs = if n >= 8 * 16 { Some(8) } else { None };

@@ -377,6 +377,13 @@ pub const REDUCE_LANES: usize = 8;
 /// in their bits, the block is folded again from the left so that the earliest winner is the
 /// one kept. `*` and general operators fold from the left.
 pub fn fold_lanes<T: Elem>(op: HistOp, x: &[T]) -> T {
+    crate::simd::dispatch!(fold_lanes_base | fold_lanes_avx2(op, x))
+}
+
+crate::simd::wider!(fold_lanes_base, fold_lanes_avx2, <T: Elem>(op: HistOp, x: &[T]) -> T);
+
+#[inline(always)]
+fn fold_lanes_base<T: Elem>(op: HistOp, x: &[T]) -> T {
     let neutral = T::of_f64(op.neutral());
     let left_fold = |s: &[T]| s.iter().fold(neutral, |acc, &v| combine(op, acc, v));
     let lanes = |f: fn(T, T) -> T| {
@@ -401,6 +408,48 @@ pub fn fold_lanes<T: Elem>(op: HistOp, x: &[T]) -> T {
     }
 }
 
+/// A sum in [`fold_lanes`]'s order, fed a block at a time (a fused loop adds each block of a
+/// value while the block is in L1, without storing the value): every block but the last must
+/// be a whole number of [`REDUCE_LANES`] groups, as fold_lanes's groups are counted from the
+/// start of its slice. [`SumLanes::total`] is then `fold_lanes(HistOp::Add, ..)` of the
+/// blocks joined, bit for bit.
+#[derive(Clone, Copy, Debug)]
+pub struct SumLanes {
+    acc: [f64; REDUCE_LANES],
+    rest: [f64; REDUCE_LANES],
+    rest_len: usize,
+}
+
+impl Default for SumLanes {
+    fn default() -> Self {
+        SumLanes { acc: [0.0; REDUCE_LANES], rest: [0.0; REDUCE_LANES], rest_len: 0 }
+    }
+}
+
+impl SumLanes {
+    /// Adds the next block.
+    #[inline(always)]
+    pub fn add(&mut self, x: &[f64]) {
+        debug_assert_eq!(self.rest_len, 0, "only the last block may end inside a group");
+        let mut groups = x.chunks_exact(REDUCE_LANES);
+        for g in &mut groups {
+            for (a, &v) in self.acc.iter_mut().zip(g) {
+                *a += v;
+            }
+        }
+        let rest = groups.remainder();
+        self.rest[..rest.len()].copy_from_slice(rest);
+        self.rest_len = rest.len();
+    }
+
+    /// The sum of every block added.
+    pub fn total(&self) -> f64 {
+        let a = &self.acc;
+        let tree = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+        self.rest[..self.rest_len].iter().fold(tree, |s, &v| s + v)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -418,6 +467,20 @@ mod tests {
         assert!(l.is_sign_positive());
         let r = binary(BinaryOp::Max, -0.0f64, 0.0);
         assert!(r.is_sign_negative());
+    }
+
+    /// Fed block by block (whole groups, then a last block that ends inside one), the lanes
+    /// give fold_lanes's sum of the whole, at lengths either side of a group.
+    #[test]
+    fn sums_fed_by_blocks_equal_fold_lanes_bit_for_bit() {
+        let x: Vec<f64> = (0..1000).map(|i| (i as f64 * 0.731).sin() * 10f64.powi(i % 9 - 4)).collect();
+        for (len, block) in [(0, 8), (5, 8), (8, 8), (43, 16), (256 * 3 + 5, 256), (1000, 256), (1000, 8)] {
+            let mut lanes = SumLanes::default();
+            for b in x[..len].chunks(block) {
+                lanes.add(b);
+            }
+            assert_eq!(lanes.total().to_bits(), fold_lanes(HistOp::Add, &x[..len]).to_bits(), "length {len}");
+        }
     }
 
     /// The lanes' order written out for a length of 8k + 3: accumulator j sums elements j,

@@ -21,15 +21,51 @@ pub fn avx2_fma() -> bool {
     }
 }
 
-/// `wider!(kernel, kernel_avx2, <T: Bound>(arg: Type, ..))` defines `kernel_avx2`: `kernel`
-/// inlined into a function compiled with AVX2 and FMA (x86-64 only).
+/// Whether the running CPU has the AVX-512 subsets the widest copies are compiled with
+/// (F, DQ and VL).
+#[inline]
+pub fn avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512dq")
+            && std::is_x86_feature_detected!("avx512vl")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// `wider!(kernel, kernel_avx2, <T: Bound>(arg: Type, ..) -> Ret)` (the generic parameter and
+/// the result optional) defines `kernel_avx2`: `kernel` inlined into a function compiled with
+/// AVX2 and FMA, and into one compiled with AVX-512 (F, DQ, VL) as well, which it calls where
+/// the running CPU has AVX-512 (x86-64 only).
 macro_rules! wider {
-    ($base:ident, $wide:ident, <$t:ident: $bound:path>($($arg:ident: $ty:ty),* $(,)?)) => {
+    ($base:ident, $wide:ident, $(<$t:ident: $bound:path>)?($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)?) => {
+        /// # Safety
+        /// The running CPU has AVX2 and FMA.
         #[cfg(target_arch = "x86_64")]
-        #[target_feature(enable = "avx2,fma")]
         #[allow(clippy::too_many_arguments)]
-        fn $wide<$t: $bound>($($arg: $ty),*) {
-            $base($($arg),*)
+        #[inline(always)]
+        unsafe fn $wide$(<$t: $bound>)?($($arg: $ty),*) $(-> $ret)? {
+            #[target_feature(enable = "avx2,fma")]
+            #[allow(clippy::too_many_arguments)]
+            fn avx2$(<$t: $bound>)?($($arg: $ty),*) $(-> $ret)? {
+                $base($($arg),*)
+            }
+            #[target_feature(enable = "avx512f,avx512dq,avx512vl,avx2,fma")]
+            #[allow(clippy::too_many_arguments)]
+            fn avx512$(<$t: $bound>)?($($arg: $ty),*) $(-> $ret)? {
+                $base($($arg),*)
+            }
+            if $crate::simd::avx512() {
+                // SAFETY: the running CPU has AVX-512 (and, by the caller, AVX2 and FMA).
+                unsafe { avx512($($arg),*) }
+            } else {
+                // SAFETY: the caller's contract.
+                unsafe { avx2($($arg),*) }
+            }
         }
     };
 }
