@@ -57,6 +57,11 @@ const LOOP_LANES: usize = crate::staged::LANES;
 // groups but the last (`kernels::SumLanes`).
 const _: () = assert!(kernels::BLOCK.is_multiple_of(LOOP_LANES) && LOOP_LANES.is_multiple_of(kernels::REDUCE_LANES));
 
+/// The most elements of a loop's own values that gathers in the loop may read: they are
+/// stored, in places the loop holds till it ends (ode's RK4 steps would otherwise chain
+/// into one loop that stores every stage of every step).
+const GATHERED_MAX: usize = 1 << 14;
+
 /// Blocks per parallel task of a long fused loop.
 const TASK_BLOCKS: usize = 64;
 
@@ -516,7 +521,7 @@ impl Builder {
                 }
             }
         }
-        let items = schedule(&nodes, &live, &vals);
+        let items = schedule(&nodes, &live, &vals, &side.bins);
         // A value is stored (given a place in the buffer) unless it is a fused op's result that
         // only later ops of its own loop read, directly: those live in the loop's registers.
         let mut item_of = vec![u32::MAX; nodes.len()];
@@ -540,10 +545,12 @@ impl Builder {
             if !live[i] {
                 continue;
             }
-            for &a in &n.args {
+            for (k, &a) in n.args.iter().enumerate() {
                 let Some(j) = node_of(a) else { continue };
                 let direct = matches!(vals[a.0 as usize].place, Place::Node { .. });
-                if !(fused[i] && item_of[i] == item_of[j] && direct) {
+                // A gather reads its source from the buffer, its loop's own values too.
+                let gathered = matches!(n.kind, Kind::Gather { .. }) && k == 0;
+                if !(fused[i] && item_of[i] == item_of[j] && direct) || gathered {
                     stored[j] = true;
                 }
                 last_use[j] = last_use[j].max(item_of[i]);
@@ -682,11 +689,14 @@ fn fusible(n: &Node) -> bool {
 /// node that reads the loop's values closes it first; any other node runs before it (it reads
 /// nothing the loop computes, and the loop runs where its last step stood). A loop of one step
 /// too short to split runs as that node alone.
-fn schedule(nodes: &[Node], live: &[bool], vals: &[ValInfo]) -> Vec<Item> {
+fn schedule(nodes: &[Node], live: &[bool], vals: &[ValInfo], bins: &[Vec<u32>]) -> Vec<Item> {
     let mut items = Vec::new();
     let mut open: Vec<usize> = Vec::new();
     let mut in_open = vec![false; nodes.len()];
-    let close = |open: &mut Vec<usize>, in_open: &mut [bool], items: &mut Vec<Item>| {
+    // The elements of the open loop's values that gathers in it read (stored for them).
+    let mut gathered = 0usize;
+    let close = |open: &mut Vec<usize>, in_open: &mut [bool], items: &mut Vec<Item>, gathered: &mut usize| {
+        *gathered = 0;
         for &m in open.iter() {
             in_open[m] = false;
         }
@@ -703,6 +713,7 @@ fn schedule(nodes: &[Node], live: &[bool], vals: &[ValInfo]) -> Vec<Item> {
         }
         let mut reads_open = false;
         let mut only_elementwise = true;
+        let mut gathers_open = 0;
         for (k, &a) in n.args.iter().enumerate() {
             let (node, direct) = match vals[a.0 as usize].place {
                 Place::Node { node } => (node as usize, true),
@@ -711,8 +722,18 @@ fn schedule(nodes: &[Node], live: &[bool], vals: &[ValInfo]) -> Vec<Item> {
             };
             if in_open[node] {
                 reads_open = true;
-                // A sum of the loop is complete only after the loop.
-                let whole = (matches!(n.kind, Kind::Gather { .. }) && k == 0) || sums_in_loop(&nodes[node]);
+                // A gather of the loop's own value joins where it reads no later element (the
+                // loop then runs its blocks in order), within a budget of stored elements; a sum
+                // of the loop is complete only after the loop.
+                let whole = match n.kind {
+                    Kind::Gather { table, .. } if k == 0 => {
+                        gathers_open = nodes[node].len as usize;
+                        !(gathered + gathers_open <= GATHERED_MAX
+                            && (nodes[node].len as usize) < kernels::PAR_MIN
+                            && causal(&bins[table as usize]))
+                    }
+                    _ => sums_in_loop(&nodes[node]),
+                };
                 only_elementwise &= direct && !whole;
             }
         }
@@ -726,10 +747,11 @@ fn schedule(nodes: &[Node], live: &[bool], vals: &[ValInfo]) -> Vec<Item> {
         if joins {
             in_open[i] = true;
             open.push(i);
+            gathered += gathers_open;
             continue;
         }
         if reads_open || (fusible(n) && !open.is_empty()) {
-            close(&mut open, &mut in_open, &mut items);
+            close(&mut open, &mut in_open, &mut items, &mut gathered);
         }
         if fusible(n) {
             in_open[i] = true;
@@ -738,8 +760,15 @@ fn schedule(nodes: &[Node], live: &[bool], vals: &[ValInfo]) -> Vec<Item> {
             items.push(Item::One(i));
         }
     }
-    close(&mut open, &mut in_open, &mut items);
+    close(&mut open, &mut in_open, &mut items, &mut gathered);
     items
+}
+
+/// Whether every bin of a gather's table reads an element at or before its own (or none):
+/// such a gather can read a value of its own loop, whose blocks then run in order, each
+/// reading what this block and the ones before it stored.
+fn causal(bins: &[u32]) -> bool {
+    bins.iter().enumerate().all(|(i, &b)| b == u32::MAX || b as usize <= i)
 }
 
 /// The body of a fused loop over `members` (elementwise nodes of one length, in order): each
@@ -771,11 +800,13 @@ fn fuse(
     let (mut reg_of, mut spare, mut registers) = (HashMap::new(), Vec::new(), 0u32);
     let mut steps = Vec::with_capacity(members.len());
     let mut sums = Vec::new();
+    let mut in_order = false;
     for (x, &m) in members.iter().enumerate() {
         let node = &nodes[m];
         let mut src = [Src::Vec(0); 3];
         for (k, &a) in node.args.iter().enumerate() {
             let len = vals[a.0 as usize].len;
+            in_order |= matches!(node.kind, Kind::Gather { .. }) && member(a).is_some();
             src[k] = match member(a) {
                 Some((j, _)) if !stored[j] => Src::Reg(reg_of[&j]),
                 _ if matches!(node.kind, Kind::Gather { .. }) => Src::Whole(loc(a), len),
@@ -809,7 +840,7 @@ fn fuse(
             }
         }
     }
-    Loop { n, registers: registers as usize, steps, sums }
+    Loop { n, registers: registers as usize, steps, sums, in_order }
 }
 
 /// An instruction: 16 bytes, so that a scalar program of millions of them streams as little
@@ -970,6 +1001,8 @@ struct Loop {
     steps: Vec<Step>,
     /// Where each sum's total goes.
     sums: Vec<u32>,
+    /// A gather reads a value of the loop: the blocks run in order, on one thread.
+    in_order: bool,
 }
 
 impl Loop {
@@ -977,6 +1010,9 @@ impl Loop {
     /// loops: by the whole work, not only the length; at least eight tasks while blocks last).
     fn task_span(&self) -> Option<usize> {
         let n = self.n as usize;
+        if self.in_order {
+            return None;
+        }
         if !self.sums.is_empty() {
             // A sum's order is `kernels::reduce`'s: one lane sum of the whole below PAR_MIN,
             // else one per BLOCK, so tasks are BLOCKs or the whole.
@@ -1623,6 +1659,61 @@ mod tests {
         assert_eq!(ran.read_backs, vec![vec![want; 4]]);
         assert_eq!(ran.outputs, vec![(7, vec![crate::kernels::unary(UnaryOp::Cos, 0.5); 4])]);
         assert!(program.run(false).outputs.is_empty());
+    }
+
+    /// A gather of the loop's own value that reads no later element (ode's `y[i - 1]`) joins
+    /// the loop, whose blocks then run in order on one thread: the eager device's bits, at
+    /// lengths that end inside a block. A gather that reads a later element (`y[i + 1]`)
+    /// closes the loop, as do causal ones at PAR_MIN elements and more (whose loops split).
+    #[test]
+    fn causal_gathers_of_a_loop_join_it() {
+        let cpu = Cpu::new(Some(2)).unwrap();
+        for n in [FUSE_MIN, 3 * LOOP_LANES + 17, kernels::PAR_MIN + 1000] {
+            let xs: Vec<f64> = (0..n).map(|i| 0.25 + (i as f64 * 0.37).sin() * 0.5).collect();
+            let up = |v: &[f64]| cpu.tensor(v, &[v.len()], DType::F64).unwrap();
+            let previous: Vec<i64> = (0..n as i64).map(|i| (i - 1).max(0)).collect();
+            let next: Vec<i64> = (0..n as i64).map(|i| i + 1).collect();
+            let (cx, ch, cprev, cnext) =
+                (up(&xs), up(&[0.125]), cpu.index(&previous).unwrap(), cpu.index(&next).unwrap());
+            let e = |t: Result<crate::CpuTensor>| t.unwrap();
+            let mut b = Builder::new();
+            b.set_threads(2);
+            let (x, h) = (b.input(&xs).unwrap(), b.input(&[0.125]).unwrap());
+            let (prev, nxt) = (b.index(&previous), b.index(&next));
+            // Three explicit Euler steps of y_i' = x_i y_{i-1} + x_i, from y = x.
+            let (mut ey, mut y) = (cx.clone(), x);
+            for _ in 0..3 {
+                let eg = e(cpu.gather(&ey, &cprev, OutOfRange::Error));
+                let ek = e(cpu.binary(BinaryOp::Add, &e(cpu.binary(BinaryOp::Mul, &cx, &eg)), &cx));
+                ey = e(cpu.binary(BinaryOp::Add, &ey, &e(cpu.binary(BinaryOp::Mul, &ek, &ch))));
+                let g = b.gather(y, prev, OutOfRange::Error).unwrap();
+                let xg = b.binary(BinaryOp::Mul, x, g).unwrap();
+                let k = b.binary(BinaryOp::Add, xg, x).unwrap();
+                let hk = b.binary(BinaryOp::Mul, k, h).unwrap();
+                y = b.binary(BinaryOp::Add, y, hk).unwrap();
+            }
+            // Then a gather of a later element, and one more op on it.
+            let ez = e(cpu.binary(BinaryOp::Mul, &e(cpu.gather(&ey, &cnext, OutOfRange::Fill(0.5))), &cx));
+            let z = b.gather(y, nxt, OutOfRange::Fill(0.5)).unwrap();
+            let z = b.binary(BinaryOp::Mul, z, x).unwrap();
+            b.read_back(y).unwrap();
+            b.read_back(z).unwrap();
+            let program = b.finish().unwrap();
+            let in_order: Vec<bool> = program.loops.iter().map(|l| l.in_order).collect();
+            if n < kernels::PAR_MIN {
+                // The three steps in one loop; the gather of `y[i + 1]` starts the second.
+                assert_eq!(in_order, [true, false], "n = {n}");
+                assert_eq!(program.loops(), (2, 3 * 5 + 2), "n = {n}");
+            } else {
+                // Each gather closes a loop (the first gather reads an input: it joins).
+                assert_eq!(in_order, [false; 4], "n = {n}");
+            }
+            for _ in 0..2 {
+                let ran = program.run(false);
+                assert_eq!(bits(&ran.read_backs[0]), bits(&cpu.to_vec(&ey).unwrap()), "n = {n}: y");
+                assert_eq!(bits(&ran.read_backs[1]), bits(&cpu.to_vec(&ez).unwrap()), "n = {n}: z");
+            }
+        }
     }
 
     /// Sums that join the loop computing their operand give `kernels::reduce`'s bits: below
