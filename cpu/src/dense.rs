@@ -433,6 +433,10 @@ pub fn matmul<T: Elem>(a: &[T], ta: bool, b: &[T], tb: bool, p: &MatmulPlan, out
     if m * n == 0 {
         return;
     }
+    if p.batch > 1 && m * k * n <= TINY_PRODUCT {
+        let b_strides = if tb { (1, k) } else { (n, 1) };
+        return simd::dispatch!(tiny_products | tiny_products_avx2(a, ta, b, b_strides, p, out));
+    }
     // Small products in parallel by batch, when there is enough of them (a pool handoff per
     // batch of tiny products cost GMM d = 2 a third of its time in task switches).
     if p.batch > 1 && m * k * n < PAR_MIN * 4 && p.batch * m * k * n >= PAR_MIN {
@@ -441,6 +445,37 @@ pub fn matmul<T: Elem>(a: &[T], ta: bool, b: &[T], tb: bool, p: &MatmulPlan, out
         out.chunks_mut(m * n).enumerate().for_each(|(bi, o)| one_batch(bi, o));
     }
 }
+
+/// Products of at most this many multiply-adds, in batches, run by [`tiny_products`]: the
+/// blocked kernel's setup per product (its packing, its split into tasks) cost ht's Jacobian
+/// more than the arithmetic of its 544 per-vertex 4x4 by 4x1 products.
+const TINY_PRODUCT: usize = 64;
+
+/// Every batch's `op(a) op(b)` by the element chains of [`matmul_rows`] (from zero, a
+/// multiply-add per `l` whose `a[i, l]` counts: neither zero nor subnormal, or NaN), written out
+/// as plain loops with no packing or tasks: the same bits. `b_strides`: of b's rows and columns.
+#[inline(always)]
+fn tiny_products<T: Elem>(a: &[T], ta: bool, b: &[T], (brs, bcs): (usize, usize), p: &MatmulPlan, out: &mut [T]) {
+    let (m, k, n) = (p.m, p.k, p.n);
+    let (ars, acs) = if ta { (1, m) } else { (k, 1) };
+    for (bi, o) in out.chunks_exact_mut(m * n).enumerate().take(p.batch) {
+        let a0 = if p.a_batched { &a[bi * m * k..(bi + 1) * m * k] } else { &a[..m * k] };
+        let b0 = if p.b_batched { &b[bi * k * n..(bi + 1) * k * n] } else { &b[..k * n] };
+        for i in 0..m {
+            for j in 0..n {
+                let mut acc = T::zero();
+                for l in 0..k {
+                    let x = a0[i * ars + l * acs];
+                    if x.abs() >= T::min_positive_value() || x.is_nan() {
+                        acc = x.mul_add(b0[l * brs + j * bcs], acc);
+                    }
+                }
+                o[i * n + j] = acc;
+            }
+        }
+    }
+}
+simd::wider!(tiny_products, tiny_products_avx2, <T: Elem>(a: &[T], ta: bool, b: &[T], b_strides: (usize, usize), p: &MatmulPlan, out: &mut [T]));
 
 /// Squared distance between two rows: two blocks of four running sums of fused multiply-adds
 /// over the row (so the loop vectorises without reassociating anything the compiler may not;
@@ -728,6 +763,61 @@ mod tests {
         }
         assert!(matmul_plan(&[2, 3], false, &[4, 2], false).is_err());
         assert_eq!(matmul_plan(&[5, 3], false, &[2, 3, 4], false).unwrap().out_shape, vec![2, 5, 4]);
+    }
+
+    /// Batches of tiny products (`tiny_products`) give the blocked kernel's bits: each batch
+    /// against the same product alone (one batch, the blocked path) and against the fused
+    /// chain, with transposes, a shared left operand, zeros, subnormals and NaNs in a and
+    /// infinities in b.
+    #[test]
+    fn tiny_batched_products_equal_the_blocked_kernel_bit_for_bit() {
+        let awkward = |i: usize| match i % 9 {
+            0 => 0.0,
+            1 => -2e-310,
+            2 if i.is_multiple_of(5) => f64::NAN,
+            _ => ((i * 37) % 101) as f64 / 7.3 - 6.1,
+        };
+        for (ta, tb, m, k, n, a_batched) in [
+            (false, false, 4, 4, 1, true),
+            (false, true, 3, 3, 3, true),
+            (true, false, 2, 5, 4, true),
+            (false, false, 4, 4, 4, false),
+        ] {
+            let bt = 6;
+            let a: Vec<f64> = (0..if a_batched { bt } else { 1 } * m * k).map(awkward).collect();
+            // Infinities of b: a zero or subnormal a[i, l] skips its term, so they give no NaN.
+            let b: Vec<f64> = (0..bt * k * n)
+                .map(|i| if i % 13 == 4 { f64::INFINITY } else { awkward(i + 3) * 0.5 + 0.25 })
+                .collect();
+            let ashape: Vec<usize> = if ta { vec![k, m] } else { vec![m, k] };
+            let bshape = if tb { [n, k] } else { [k, n] };
+            let batched = |s: &[usize]| [&[bt][..], s].concat();
+            let p = matmul_plan(&if a_batched { batched(&ashape) } else { ashape.clone() }, ta, &batched(&bshape), tb)
+                .unwrap();
+            assert!(p.batch > 1 && m * k * n <= TINY_PRODUCT);
+            let mut out = vec![0.0; bt * m * n];
+            matmul(&a, ta, &b, tb, &p, &mut out, &Pool::new());
+            let one = matmul_plan(&ashape, ta, &bshape, tb).unwrap();
+            for s in 0..bt {
+                let a0 = if a_batched { &a[s * m * k..(s + 1) * m * k] } else { &a[..] };
+                let b0 = &b[s * k * n..(s + 1) * k * n];
+                let mut alone = vec![0.0; m * n];
+                matmul(a0, ta, b0, tb, &one, &mut alone, &Pool::new());
+                for i in 0..m {
+                    for j in 0..n {
+                        let av = |l: usize| if ta { a0[l * m + i] } else { a0[i * k + l] };
+                        let bv = |l: usize| if tb { b0[j * k + l] } else { b0[l * n + j] };
+                        let got = out[s * m * n + i * n + j];
+                        assert_eq!(got.to_bits(), alone[i * n + j].to_bits(), "batch {s} ({i}, {j})");
+                        let want = fused_chain(av, bv, k);
+                        assert!(
+                            got.to_bits() == want.to_bits() || got.is_nan() && want.is_nan(),
+                            "batch {s} ({i}, {j})"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]
