@@ -455,8 +455,27 @@ const TINY_PRODUCT: usize = 64;
 /// multiply-add per `l` whose `a[i, l]` counts: neither zero nor subnormal, or NaN), written out
 /// as plain loops with no packing or tasks: the same bits. `b_strides`: of b's rows and columns.
 #[inline(always)]
-fn tiny_products<T: Elem>(a: &[T], ta: bool, b: &[T], (brs, bcs): (usize, usize), p: &MatmulPlan, out: &mut [T]) {
-    let (m, k, n) = (p.m, p.k, p.n);
+fn tiny_products<T: Elem>(a: &[T], ta: bool, b: &[T], b_strides: (usize, usize), p: &MatmulPlan, out: &mut [T]) {
+    // ht's shapes with their sizes known, so that the loops unroll and the chains overlap.
+    match (p.m, p.k, p.n) {
+        (4, 4, 1) => tiny_products_of::<T, 4, 4, 1>(a, ta, b, b_strides, p, out),
+        (4, 4, 4) => tiny_products_of::<T, 4, 4, 4>(a, ta, b, b_strides, p, out),
+        (3, 3, 3) => tiny_products_of::<T, 3, 3, 3>(a, ta, b, b_strides, p, out),
+        _ => tiny_products_of::<T, 0, 0, 0>(a, ta, b, b_strides, p, out),
+    }
+}
+
+/// [`tiny_products`] for `M x K` by `K x N` products, or any (all three 0: the plan's).
+#[inline(always)]
+fn tiny_products_of<T: Elem, const M: usize, const K: usize, const N: usize>(
+    a: &[T],
+    ta: bool,
+    b: &[T],
+    (brs, bcs): (usize, usize),
+    p: &MatmulPlan,
+    out: &mut [T],
+) {
+    let (m, k, n) = if M == 0 { (p.m, p.k, p.n) } else { (M, K, N) };
     let (ars, acs) = if ta { (1, m) } else { (k, 1) };
     for (bi, o) in out.chunks_exact_mut(m * n).enumerate().take(p.batch) {
         let a0 = if p.a_batched { &a[bi * m * k..(bi + 1) * m * k] } else { &a[..m * k] };
@@ -466,9 +485,10 @@ fn tiny_products<T: Elem>(a: &[T], ta: bool, b: &[T], (brs, bcs): (usize, usize)
                 let mut acc = T::zero();
                 for l in 0..k {
                     let x = a0[i * ars + l * acs];
-                    if x.abs() >= T::min_positive_value() || x.is_nan() {
-                        acc = x.mul_add(b0[l * brs + j * bcs], acc);
-                    }
+                    // A select, not a branch: which terms count follows the data (tangents
+                    // that are zero on most vertices), and a branch on it mispredicts.
+                    let with = x.mul_add(b0[l * brs + j * bcs], acc);
+                    acc = if x.abs() >= T::min_positive_value() || x.is_nan() { with } else { acc };
                 }
                 o[i * n + j] = acc;
             }
