@@ -1454,7 +1454,7 @@ fn binary(op: BinaryOp, a: &[f64], b: &[f64], out: &mut [f64]) {
     crate::simd::dispatch!(binary_base | binary_avx2(op, a, b, out))
 }
 
-crate::simd::wider!(binary_base, binary_avx2, (op: BinaryOp, a: &[f64], b: &[f64], out: &mut [f64]));
+crate::simd::widest!(binary_base, binary_avx2, (op: BinaryOp, a: &[f64], b: &[f64], out: &mut [f64]));
 
 #[inline(always)]
 fn binary_base(op: BinaryOp, a: &[f64], b: &[f64], out: &mut [f64]) {

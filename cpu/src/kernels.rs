@@ -380,7 +380,7 @@ pub fn fold_lanes<T: Elem>(op: HistOp, x: &[T]) -> T {
     crate::simd::dispatch!(fold_lanes_base | fold_lanes_avx2(op, x))
 }
 
-crate::simd::wider!(fold_lanes_base, fold_lanes_avx2, <T: Elem>(op: HistOp, x: &[T]) -> T);
+crate::simd::widest!(fold_lanes_base, fold_lanes_avx2, <T: Elem>(op: HistOp, x: &[T]) -> T);
 
 #[inline(always)]
 fn fold_lanes_base<T: Elem>(op: HistOp, x: &[T]) -> T {

@@ -390,7 +390,7 @@ fn map_unary_base<T: Elem>(op: UnaryOp, xs: &[T], out: &mut [T]) {
     }
 }
 
-simd::wider!(map_unary_base, map_unary_avx2, <T: Elem>(op: UnaryOp, xs: &[T], out: &mut [T]));
+simd::widest!(map_unary_base, map_unary_avx2, <T: Elem>(op: UnaryOp, xs: &[T], out: &mut [T]));
 
 /// `out[i] = op(xs[i])` for an op with a vector loop ([`vectorised`]; others are an error of
 /// the caller: sigmoid runs instead).
