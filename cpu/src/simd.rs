@@ -2,11 +2,12 @@
 //! baseline x86-64 (SSE2: two f64 per vector) so that one binary runs on any x86-64 machine,
 //! including the machines the release binaries are carried to. A kernel is written once as an
 //! `#[inline(always)]` function; [`wider!`] compiles a copy of it with AVX2 and FMA enabled
-//! (four f64 per vector) and [`dispatch!`] calls that copy when the running CPU has both. Only
-//! the vector width changes: Rust never contracts `a * b + c` into a fused multiply-add, an
-//! explicit `mul_add` is correctly rounded in both copies (an instruction in the wide one, libm's
-//! `fma` in the baseline one), and the kernels fix their order of additions, so both copies give
-//! bit-identical results.
+//! (four f64 per vector) and [`dispatch!`] calls that copy when the running CPU has both;
+//! [`widest!`] adds a copy with AVX-512 (eight f64 per vector) beside it, for the kernels that
+//! measured faster with it. Only the vector width changes: Rust never contracts `a * b + c`
+//! into a fused multiply-add, an explicit `mul_add` is correctly rounded in every copy (an
+//! instruction in the wide ones, libm's `fma` in the baseline one), and the kernels fix their
+//! order of additions, so every copy gives bit-identical results.
 
 /// Whether the running CPU has AVX2 and FMA (std caches the answers).
 #[inline]
