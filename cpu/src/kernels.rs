@@ -399,7 +399,11 @@ fn fold_lanes_base<T: Elem>(op: HistOp, x: &[T]) -> T {
         groups.remainder().iter().fold(total, |acc, &v| f(acc, v))
     };
     match op {
-        HistOp::Add => lanes(|a, b| a + b),
+        HistOp::Add => {
+            let mut sum = SumLanes::default();
+            sum.add(x);
+            sum.total()
+        }
         HistOp::Min | HistOp::Max => {
             let r = lanes(if op == HistOp::Min { general::min_combine } else { general::max_combine });
             if r == T::zero() || r.is_nan() { left_fold(x) } else { r }
@@ -408,33 +412,33 @@ fn fold_lanes_base<T: Elem>(op: HistOp, x: &[T]) -> T {
     }
 }
 
-/// A sum in [`fold_lanes`]'s order, fed a block at a time (a fused loop adds each block of a
-/// value while the block is in L1, without storing the value): every block but the last must
-/// be a whole number of [`REDUCE_LANES`] groups, as fold_lanes's groups are counted from the
-/// start of its slice. [`SumLanes::total`] is then `fold_lanes(HistOp::Add, ..)` of the
-/// blocks joined, bit for bit.
+/// The sum in [`fold_lanes`]'s order (its `+` is one block of this), fed a block at a time:
+/// a fused loop adds each block of a value while the block is in L1, without storing the
+/// value. Every block but the last must be a whole number of [`REDUCE_LANES`] groups, as the
+/// groups are counted from the start; [`SumLanes::total`] is then `fold_lanes(HistOp::Add,
+/// ..)` of the blocks joined, bit for bit.
 #[derive(Clone, Copy, Debug)]
-pub struct SumLanes {
-    acc: [f64; REDUCE_LANES],
-    rest: [f64; REDUCE_LANES],
+pub struct SumLanes<T = f64> {
+    acc: [T; REDUCE_LANES],
+    rest: [T; REDUCE_LANES],
     rest_len: usize,
 }
 
-impl Default for SumLanes {
+impl<T: Elem> Default for SumLanes<T> {
     fn default() -> Self {
-        SumLanes { acc: [0.0; REDUCE_LANES], rest: [0.0; REDUCE_LANES], rest_len: 0 }
+        SumLanes { acc: [T::zero(); REDUCE_LANES], rest: [T::zero(); REDUCE_LANES], rest_len: 0 }
     }
 }
 
-impl SumLanes {
+impl<T: Elem> SumLanes<T> {
     /// Adds the next block.
     #[inline(always)]
-    pub fn add(&mut self, x: &[f64]) {
+    pub fn add(&mut self, x: &[T]) {
         debug_assert_eq!(self.rest_len, 0, "only the last block may end inside a group");
         let mut groups = x.chunks_exact(REDUCE_LANES);
         for g in &mut groups {
             for (a, &v) in self.acc.iter_mut().zip(g) {
-                *a += v;
+                *a = *a + v;
             }
         }
         let rest = groups.remainder();
@@ -443,7 +447,8 @@ impl SumLanes {
     }
 
     /// The sum of every block added.
-    pub fn total(&self) -> f64 {
+    #[inline(always)]
+    pub fn total(&self) -> T {
         let a = &self.acc;
         let tree = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
         self.rest[..self.rest_len].iter().fold(tree, |s, &v| s + v)

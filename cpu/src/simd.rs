@@ -65,11 +65,7 @@ macro_rules! widest {
         #[allow(clippy::too_many_arguments)]
         #[inline(always)]
         unsafe fn $wide$(<$t: $bound>)?($($arg: $ty),*) $(-> $ret)? {
-            #[target_feature(enable = "avx2,fma")]
-            #[allow(clippy::too_many_arguments)]
-            fn avx2$(<$t: $bound>)?($($arg: $ty),*) $(-> $ret)? {
-                $base($($arg),*)
-            }
+            $crate::simd::wider!($base, avx2, $(<$t: $bound>)?($($arg: $ty),*) $(-> $ret)?);
             #[target_feature(enable = "avx512f,avx512dq,avx512vl,avx2,fma")]
             #[allow(clippy::too_many_arguments)]
             fn avx512$(<$t: $bound>)?($($arg: $ty),*) $(-> $ret)? {
