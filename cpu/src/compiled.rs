@@ -18,10 +18,14 @@
 //! runs of elementwise ops of one length (at least [`FUSE_MIN`] elements) into loops that take
 //! each block of elements through every op while it is in L1, results that nothing after the
 //! loop reads kept in the loop's registers (a gather whose bins are a few runs of consecutive
-//! indices, as ode's `y[i - 1]`, is a copy), and gives every other value a place in one f64
-//! buffer, reused after its last reader: the working set of a scalar program of millions of
-//! ops is a few kilobytes. Loops and reductions long enough to split run on a pool of the
-//! device's thread count, in blocks fixed by the length alone.
+//! indices is a copy; one of the loop's own values by a shift, as ode's `y[i - 1]`, reads the
+//! block where the loop computes it and keeps the last elements for the next block), and
+//! gives every other value a place in one f64 buffer, reused after its last reader: the
+//! working set of a scalar program of millions of ops is a few kilobytes. Loops and
+//! reductions long enough to split run on a pool of the device's thread count, in blocks
+//! fixed by the length alone; a task of a loop with shifts first runs the blocks before its
+//! own that its shifts reach back to (a warm-up that stores nothing), so ode's RK4 steps are
+//! one loop at every length.
 //!
 //! Every element is computed by the CPU device's own kernels in the eager order (their
 //! results never depend on how work is split, and the staged device computes each element as
@@ -64,6 +68,10 @@ const GATHERED_MAX: usize = 1 << 14;
 
 /// Blocks per parallel task of a long fused loop.
 const TASK_BLOCKS: usize = 64;
+
+/// The most blocks of warm-up a task of a loop with sums (whose tasks are `kernels::BLOCK`s)
+/// may run; more, and the loop runs on one thread.
+const WARM_MAX: usize = kernels::BLOCK / LOOP_LANES / 8;
 
 /// A value of a program being built.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -256,6 +264,7 @@ impl Builder {
             self.indices[idx.0 as usize].iter().map(|&b| if (b as u64) < src_len as u64 { b as u32 } else { u32::MAX });
         let bins: Vec<u32> = bins.collect();
         self.side.runs.push(Runs::of(&bins));
+        self.side.shifts.push(Shift::of(&bins));
         self.side.bins.push(bins);
         let t = self.side.bins.len() as u32 - 1;
         self.table_of.insert((idx, src_len), t);
@@ -521,7 +530,7 @@ impl Builder {
                 }
             }
         }
-        let items = schedule(&nodes, &live, &vals, &side.bins);
+        let items = schedule(&nodes, &live, &vals, &side);
         // A value is stored (given a place in the buffer) unless it is a fused op's result that
         // only later ops of its own loop read, directly: those live in the loop's registers.
         let mut item_of = vec![u32::MAX; nodes.len()];
@@ -548,9 +557,14 @@ impl Builder {
             for (k, &a) in n.args.iter().enumerate() {
                 let Some(j) = node_of(a) else { continue };
                 let direct = matches!(vals[a.0 as usize].place, Place::Node { .. });
-                // A gather reads its source from the buffer, its loop's own values too.
-                let gathered = matches!(n.kind, Kind::Gather { .. }) && k == 0;
-                if !(fused[i] && item_of[i] == item_of[j] && direct) || gathered {
+                // A gather reads its source from the buffer, its loop's own values too, but
+                // for a shift's (its step keeps the elements before the block).
+                let same_loop = fused[i] && item_of[i] == item_of[j] && direct;
+                let gathered = match n.kind {
+                    Kind::Gather { table, .. } if k == 0 => !(same_loop && side.shifts[table as usize].is_some()),
+                    _ => false,
+                };
+                if !same_loop || gathered {
                     stored[j] = true;
                 }
                 last_use[j] = last_use[j].max(item_of[i]);
@@ -587,7 +601,7 @@ impl Builder {
                 (top - u64::from(len)) as u32
             })
         };
-        let mut registers = 0;
+        let mut scratch_len = 0;
         for (k, item) in items.iter().enumerate() {
             match item {
                 Item::One(i) => {
@@ -606,8 +620,8 @@ impl Builder {
                             at_of[m] = place(nodes[m].len, &mut free);
                         }
                     }
-                    let body = fuse(members, &nodes, &vals, &stored, &|v| loc(v, &at_of), &at_of);
-                    registers = registers.max(body.registers);
+                    let body = fuse(members, &nodes, &vals, &stored, &|v| loc(v, &at_of), &at_of, &side);
+                    scratch_len = scratch_len.max(body.scratch_len());
                     loops.push(body);
                     code.push(Ins { code: Code::Loop, op: 0, n: 0, a: loops.len() as u32 - 1, b: 0, out: 0 });
                     for &m in members {
@@ -632,12 +646,12 @@ impl Builder {
         let mut init = consts;
         init.extend_from_slice(&inputs);
         // The loops' registers for a run on one thread follow the values.
-        let total = top + (registers * LOOP_LANES) as u64;
+        let total = top + scratch_len as u64;
         if total > BUFFER_MAX as u64 {
             return Err(unsupported(format!("a buffer of {total} elements (at most {BUFFER_MAX})")));
         }
         let scratch = top as usize;
-        init.resize(scratch + registers * LOOP_LANES, 0.0);
+        init.resize(scratch + scratch_len, 0.0);
         // A pool of the device's size, for the loops and reductions (and the matrix products'
         // rows) long enough to split.
         let pool = (nodes.iter().zip(&live).any(|(n, &l)| l && n.len as usize >= kernels::PAR_MIN)
@@ -689,7 +703,7 @@ fn fusible(n: &Node) -> bool {
 /// node that reads the loop's values closes it first; any other node runs before it (it reads
 /// nothing the loop computes, and the loop runs where its last step stood). A loop of one step
 /// too short to split runs as that node alone.
-fn schedule(nodes: &[Node], live: &[bool], vals: &[ValInfo], bins: &[Vec<u32>]) -> Vec<Item> {
+fn schedule(nodes: &[Node], live: &[bool], vals: &[ValInfo], side: &Side) -> Vec<Item> {
     let mut items = Vec::new();
     let mut open: Vec<usize> = Vec::new();
     let mut in_open = vec![false; nodes.len()];
@@ -726,11 +740,12 @@ fn schedule(nodes: &[Node], live: &[bool], vals: &[ValInfo], bins: &[Vec<u32>]) 
                 // loop then runs its blocks in order), within a budget of stored elements; a sum
                 // of the loop is complete only after the loop.
                 let whole = match n.kind {
+                    Kind::Gather { table, .. } if k == 0 && side.shifts[table as usize].is_some() => false,
                     Kind::Gather { table, .. } if k == 0 => {
                         gathers_open = nodes[node].len as usize;
                         !(gathered + gathers_open <= GATHERED_MAX
                             && (nodes[node].len as usize) < kernels::PAR_MIN
-                            && causal(&bins[table as usize]))
+                            && causal(&side.bins[table as usize]))
                     }
                     _ => sums_in_loop(&nodes[node]),
                 };
@@ -782,6 +797,7 @@ fn fuse(
     stored: &[bool],
     loc: &dyn Fn(Val) -> u32,
     at_of: &[u32],
+    side: &Side,
 ) -> Loop {
     let n = nodes[members[0]].len;
     let pos: HashMap<usize, usize> = members.iter().enumerate().map(|(x, &m)| (m, x)).collect();
@@ -801,15 +817,30 @@ fn fuse(
     let mut steps = Vec::with_capacity(members.len());
     let mut sums = Vec::new();
     let mut in_order = false;
+    // How far back (in elements) each member's value reads through the loop's shifts.
+    let mut depth = vec![0usize; members.len()];
+    let mut carries = 0u32;
     for (x, &m) in members.iter().enumerate() {
         let node = &nodes[m];
         let mut src = [Src::Vec(0); 3];
+        let shift = match node.kind {
+            Kind::Gather { table, .. } if member(node.args[0]).is_some() => side.shifts[table as usize].as_ref(),
+            _ => None,
+        };
+        let mut carry = NO_CARRY;
         for (k, &a) in node.args.iter().enumerate() {
             let len = vals[a.0 as usize].len;
-            in_order |= matches!(node.kind, Kind::Gather { .. }) && member(a).is_some();
+            if let Some((_, y)) = member(a) {
+                depth[x] = depth[x].max(depth[y] + shift.map_or(0, |s| s.d as usize));
+            }
+            in_order |= matches!(node.kind, Kind::Gather { .. }) && member(a).is_some() && shift.is_none();
+            if shift.is_some() {
+                carry = carries;
+                carries += 1;
+            }
             src[k] = match member(a) {
                 Some((j, _)) if !stored[j] => Src::Reg(reg_of[&j]),
-                _ if matches!(node.kind, Kind::Gather { .. }) => Src::Whole(loc(a), len),
+                _ if matches!(node.kind, Kind::Gather { .. }) && shift.is_none() => Src::Whole(loc(a), len),
                 _ if len != n => Src::One(loc(a)),
                 _ => Src::Vec(loc(a)),
             };
@@ -827,7 +858,7 @@ fn fuse(
             reg_of.insert(m, r);
             Dst::Reg(r)
         };
-        steps.push(Step { kind: node.kind, src, nargs: node.args.len() as u8, dst });
+        steps.push(Step { kind: node.kind, src, nargs: node.args.len() as u8, dst, carry });
         // Registers whose value this step read last (or a result no step reads) are free.
         let mut done: Vec<usize> =
             node.args.iter().filter_map(|&a| member(a)).filter(|&(_, y)| last_read[y] == x).map(|(j, _)| j).collect();
@@ -840,7 +871,58 @@ fn fuse(
             }
         }
     }
-    Loop { n, registers: registers as usize, steps, sums, in_order }
+    let registers = registers as usize;
+    // The warm-up: the steps again, each stored result that later steps read kept in a register
+    // of its own (a shadow) rather than the buffer, whose elements there are another task's to
+    // write; results only read after the loop, and sums, are left out.
+    let reach = depth.iter().copied().max().unwrap_or(0);
+    let mut read_in_loop = vec![false; members.len()];
+    for &m in members.iter().filter(|&&m| !sums_in_loop(&nodes[m])) {
+        for &a in &nodes[m].args {
+            if let Some((_, y)) = member(a) {
+                read_in_loop[y] = true;
+            }
+        }
+    }
+    // Shadows are reused after their value's last reader, as registers are.
+    let (mut shadow_of, mut spare, mut shadows) = (HashMap::new(), Vec::new(), 0u32);
+    let mut warm_steps = Vec::new();
+    if reach > 0 && !in_order {
+        for (x, st) in steps.iter().enumerate() {
+            let src = st.src.map(|a| match a {
+                Src::Vec(p) => shadow_of.get(&p).map_or(a, |&k| Src::Reg(k)),
+                a => a,
+            });
+            let dst = match st.dst {
+                Dst::Sum(_) => None,
+                Dst::Mem(_) if !read_in_loop[x] => None,
+                Dst::Mem(p) => {
+                    let k = spare.pop().unwrap_or_else(|| {
+                        shadows += 1;
+                        registers as u32 + shadows - 1
+                    });
+                    shadow_of.insert(p, k);
+                    Some(Dst::Reg(k))
+                }
+                d => Some(d),
+            };
+            if let Some(dst) = dst {
+                warm_steps.push(Step { dst, src, ..*st });
+            }
+            // Shadows whose value this step read last are free (after its result has its own).
+            for &a in &nodes[members[x]].args {
+                let last = member(a).filter(|&(_, y)| last_read[y] == x);
+                if let Some(k) = last.and_then(|(j, _)| shadow_of.remove(&at_of[j])) {
+                    spare.push(k);
+                }
+            }
+        }
+    }
+    let shadows = shadows as usize;
+    // Too many shadows: the loop runs in order on one thread, its carries passed block to block.
+    let in_order = in_order || shadows > SHADOWS_MAX;
+    let warm = if in_order { 0 } else { reach.div_ceil(LOOP_LANES) };
+    Loop { n, registers, steps, sums, in_order, shadows, carries: carries as usize, warm, warm_steps }
 }
 
 /// An instruction: 16 bytes, so that a scalar program of millions of them streams as little
@@ -991,7 +1073,16 @@ struct Step {
     src: [Src; 3],
     nargs: u8,
     dst: Dst,
+    /// A shift's carry (the loop's `carry`-th), or [`NO_CARRY`].
+    carry: u32,
 }
+
+/// A step that keeps no carry.
+const NO_CARRY: u32 = u32::MAX;
+
+/// The most stored values a loop's warm-up keeps in registers of its own; a loop that would
+/// need more runs in order.
+const SHADOWS_MAX: usize = 256;
 
 /// Elementwise ops of one length fused into one loop: each block of [`LOOP_LANES`] elements
 /// goes through every step before the next block starts.
@@ -1001,11 +1092,27 @@ struct Loop {
     steps: Vec<Step>,
     /// Where each sum's total goes.
     sums: Vec<u32>,
-    /// A gather reads a value of the loop: the blocks run in order, on one thread.
+    /// A gather reads a value of the loop, not by a shift: the blocks run in order, on one
+    /// thread.
     in_order: bool,
+    /// Registers of the warm-up's own, after `registers`.
+    shadows: usize,
+    /// The shifts' carries: `SHIFT_MAX` elements each, after the shadows.
+    carries: usize,
+    /// Blocks each task but the first runs `warm_steps` over before its own, so that its
+    /// shifts' carries hold what the blocks before its own compute: as many as the longest
+    /// chain of shifts reaches back.
+    warm: usize,
+    warm_steps: Vec<Step>,
 }
 
 impl Loop {
+    /// Elements of the scratch a task of the loop works in: its registers, its warm-up's
+    /// shadows, then its carries.
+    fn scratch_len(&self) -> usize {
+        (self.registers + self.shadows) * LOOP_LANES + self.carries * SHIFT_MAX
+    }
+
     /// The elements of each task where the loop is worth splitting (as the staged device's
     /// loops: by the whole work, not only the length; at least eight tasks while blocks last).
     fn task_span(&self) -> Option<usize> {
@@ -1016,10 +1123,11 @@ impl Loop {
         if !self.sums.is_empty() {
             // A sum's order is `kernels::reduce`'s: one lane sum of the whole below PAR_MIN,
             // else one per BLOCK, so tasks are BLOCKs or the whole.
-            return (n >= kernels::PAR_MIN).then_some(kernels::BLOCK);
+            return (n >= kernels::PAR_MIN && self.warm <= WARM_MAX).then_some(kernels::BLOCK);
         }
         let work = n.saturating_mul(self.steps.len());
-        let span = LOOP_LANES * TASK_BLOCKS.min(n.div_ceil(LOOP_LANES * 8).max(1));
+        // A task at least eight times its warm-up.
+        let span = LOOP_LANES * TASK_BLOCKS.min(n.div_ceil(LOOP_LANES * 8).max(1)).max(8 * self.warm);
         let split = (n >= kernels::PAR_MIN || work >= kernels::PAR_MIN_WORK) && n > span;
         split.then_some(span)
     }
@@ -1045,7 +1153,7 @@ impl Base {
 /// registers of its own.
 ///
 /// # Safety
-/// Every place of `l` lies in the buffer, `scratch` holds `l.registers * LOOP_LANES` elements
+/// Every place of `l` lies in the buffer, `scratch` holds `l.scratch_len()` elements
 /// apart from every place, and a step's result is disjoint from its operands.
 unsafe fn run_loop(l: &Loop, base: *mut f64, scratch: *mut f64, side: &Side) {
     let n = l.n as usize;
@@ -1053,12 +1161,23 @@ unsafe fn run_loop(l: &Loop, base: *mut f64, scratch: *mut f64, side: &Side) {
     // The elements [lo, hi) block by block; the sums' lanes of the task come back.
     let blocks = move |lo: usize, hi: usize, regs: *mut f64| {
         let mut sums = vec![kernels::SumLanes::default(); l.sums.len()];
-        let mut start = lo;
+        // SAFETY: the caller's contract: the scratch holds the carries after the registers.
+        let carries = unsafe { regs.add((l.registers + l.shadows) * LOOP_LANES) };
+        // The warm-up (a task but the first): the blocks before `lo` that the carries at `lo`
+        // depend on, their stored results in shadows, their sums dropped.
+        let mut start = lo.saturating_sub(l.warm * LOOP_LANES);
+        while start < lo {
+            for s in &l.warm_steps {
+                // SAFETY: the caller's contract; the warm-up writes only the task's scratch.
+                unsafe { run_step(s, base.ptr(), regs, carries, start, LOOP_LANES, side, &mut sums) };
+            }
+            start += LOOP_LANES;
+        }
         while start < hi {
             let len = LOOP_LANES.min(hi - start);
             for s in &l.steps {
                 // SAFETY: the caller's contract; a block's elements are its task's alone.
-                unsafe { run_step(s, base.ptr(), regs, start, len, side, &mut sums) };
+                unsafe { run_step(s, base.ptr(), regs, carries, start, len, side, &mut sums) };
             }
             start += len;
         }
@@ -1079,7 +1198,7 @@ unsafe fn run_loop(l: &Loop, base: *mut f64, scratch: *mut f64, side: &Side) {
     let tasks: Vec<Vec<kernels::SumLanes>> = (0..n.div_ceil(span))
         .into_par_iter()
         .map(|t| {
-            let mut regs = vec![0.0f64; l.registers * LOOP_LANES];
+            let mut regs = vec![0.0f64; l.scratch_len()];
             blocks(t * span, ((t + 1) * span).min(n), regs.as_mut_ptr())
         })
         .collect();
@@ -1094,10 +1213,12 @@ unsafe fn run_loop(l: &Loop, base: *mut f64, scratch: *mut f64, side: &Side) {
 /// # Safety
 /// As [`run_loop`]'s, `regs` the registers of this block.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 unsafe fn run_step(
     s: &Step,
     base: *mut f64,
     regs: *mut f64,
+    carries: *mut f64,
     start: usize,
     len: usize,
     side: &Side,
@@ -1123,6 +1244,13 @@ unsafe fn run_step(
         }
     };
     match (s.kind, s.nargs) {
+        // A step has a carry only where its table is a shift.
+        (Kind::Gather { table, fill }, _) if s.carry != NO_CARRY => {
+            if let Some(shift) = &side.shifts[table as usize] {
+                let carry = at_mut(carries, s.carry as usize * SHIFT_MAX, SHIFT_MAX);
+                shift.take(src(0), f64::from_bits(fill), start, carry, out);
+            }
+        }
         (Kind::Gather { table, fill }, _) => side.gather(table, f64::from_bits(fill), src(0), start, out),
         (kind, 1) => compute(kind, &[src(0)], out, side),
         (kind, 2) => compute(kind, &[src(0), src(1)], out, side),
@@ -1197,12 +1325,74 @@ impl Runs {
     }
 }
 
+/// A gather's bins as a shift: element `i` reads element `i - d` of the source, but for a few
+/// exceptions, each reading an element of its own block of [`LOOP_LANES`] (or none: the
+/// fill). ode's `y[i - 1]` is a shift by one whose one exception is element 0 (it reads
+/// element 0). In a loop, such a gather reads its source's block where the loop computes it
+/// and the `d` elements before the block from a carry the step kept of the previous block:
+/// the source needs no place in the buffer, and the loop's blocks need not run in order, given
+/// a warm-up before each task ([`Loop::warm`]).
+struct Shift {
+    d: u32,
+    /// (element, bin) for each element that does not read `element - d`, ascending.
+    exceptions: Vec<(u32, u32)>,
+}
+
+/// The largest shift a loop's gather may have: its carry holds that many elements.
+const SHIFT_MAX: usize = 8;
+
+/// The most exceptions a shift may have.
+const SHIFT_EXCEPTIONS: usize = 8;
+
+impl Shift {
+    fn of(bins: &[u32]) -> Option<Shift> {
+        // The shift is what the last bin says; every other bin must agree or be an exception.
+        let last = bins.len().checked_sub(1)?;
+        let d = (last as u64).checked_sub(u64::from(*bins.last()?)).filter(|&d| d as usize <= SHIFT_MAX)? as u32;
+        let mut exceptions = Vec::new();
+        for (i, &b) in bins.iter().enumerate() {
+            if (i as u64).checked_sub(u64::from(d)) == Some(u64::from(b)) {
+                continue;
+            }
+            let same_block = b as usize <= i && b as usize / LOOP_LANES == i / LOOP_LANES;
+            if exceptions.len() == SHIFT_EXCEPTIONS || !(b == u32::MAX || same_block) {
+                return None;
+            }
+            exceptions.push((i as u32, b));
+        }
+        Some(Shift { d, exceptions })
+    }
+
+    /// Result elements `[start, start + src.len())` from the block's source `src` and the
+    /// `carry` of the previous block, whose last `SHIFT_MAX` source elements then replace
+    /// the carry. `start` is a multiple of [`LOOP_LANES`].
+    fn take(&self, src: &[f64], fill: f64, start: usize, carry: &mut [f64], out: &mut [f64]) {
+        let (d, len) = (self.d as usize, src.len());
+        let head = d.min(len);
+        out[..head].copy_from_slice(&carry[SHIFT_MAX - d..SHIFT_MAX - d + head]);
+        out[head..].copy_from_slice(&src[..len - head]);
+        let from = self.exceptions.partition_point(|&(i, _)| (i as usize) < start);
+        for &(i, b) in &self.exceptions[from..] {
+            let i = i as usize;
+            if i >= start + len {
+                break;
+            }
+            out[i - start] = if b == u32::MAX { fill } else { src[b as usize - start] };
+        }
+        if len >= SHIFT_MAX {
+            carry.copy_from_slice(&src[len - SHIFT_MAX..]);
+        }
+    }
+}
+
 /// What instructions read besides the buffer: gathers' bins, shapes, matrix plans, and the
 /// pool the matrix product takes its transposed copies from.
 struct Side {
     bins: Vec<Vec<u32>>,
     /// Each table's runs, where they are few.
     runs: Vec<Option<Runs>>,
+    /// Each table as a shift, where it is one.
+    shifts: Vec<Option<Shift>>,
     shapes: Vec<(Vec<usize>, Vec<usize>)>,
     plans: Vec<(MatmulPlan, bool, bool)>,
     pool: Arc<Pool>,
@@ -1225,7 +1415,14 @@ impl Side {
 
 impl Default for Side {
     fn default() -> Side {
-        Side { bins: Vec::new(), runs: Vec::new(), shapes: Vec::new(), plans: Vec::new(), pool: Pool::new() }
+        Side {
+            bins: Vec::new(),
+            runs: Vec::new(),
+            shifts: Vec::new(),
+            shapes: Vec::new(),
+            plans: Vec::new(),
+            pool: Pool::new(),
+        }
     }
 }
 
@@ -1661,12 +1858,12 @@ mod tests {
         assert!(program.run(false).outputs.is_empty());
     }
 
-    /// A gather of the loop's own value that reads no later element (ode's `y[i - 1]`) joins
-    /// the loop, whose blocks then run in order on one thread: the eager device's bits, at
-    /// lengths that end inside a block. A gather that reads a later element (`y[i + 1]`)
-    /// closes the loop, as do causal ones at PAR_MIN elements and more (whose loops split).
+    /// A gather of the loop's own value by a shift (ode's `y[i - 1]`) joins the loop at every
+    /// length, its source kept in no place of the buffer; long loops still split, each task
+    /// warming up over the block before its own: the eager device's bits, at lengths that end
+    /// inside a block. A gather that reads a later element (`y[i + 1]`) closes the loop.
     #[test]
-    fn causal_gathers_of_a_loop_join_it() {
+    fn shifted_gathers_of_a_loop_join_it_at_every_length() {
         let cpu = Cpu::new(Some(2)).unwrap();
         for n in [FUSE_MIN, 3 * LOOP_LANES + 17, kernels::PAR_MIN + 1000] {
             let xs: Vec<f64> = (0..n).map(|i| 0.25 + (i as f64 * 0.37).sin() * 0.5).collect();
@@ -1699,21 +1896,150 @@ mod tests {
             b.read_back(y).unwrap();
             b.read_back(z).unwrap();
             let program = b.finish().unwrap();
+            // The three steps in one loop, its blocks in any order; the gather of `y[i + 1]`
+            // starts the second.
             let in_order: Vec<bool> = program.loops.iter().map(|l| l.in_order).collect();
-            if n < kernels::PAR_MIN {
-                // The three steps in one loop; the gather of `y[i + 1]` starts the second.
-                assert_eq!(in_order, [true, false], "n = {n}");
-                assert_eq!(program.loops(), (2, 3 * 5 + 2), "n = {n}");
-            } else {
-                // Each gather closes a loop (the first gather reads an input: it joins).
-                assert_eq!(in_order, [false; 4], "n = {n}");
-            }
+            assert_eq!(in_order, [false, false], "n = {n}");
+            assert_eq!(program.loops(), (2, 3 * 5 + 2), "n = {n}");
+            let first = &program.loops[0];
+            // The first gather reads the input; the other two are shifts by one, two back.
+            assert_eq!((first.carries, first.warm), (2, 1), "n = {n}");
+            assert_eq!(first.task_span().is_some(), n >= kernels::PAR_MIN, "n = {n}");
             for _ in 0..2 {
                 let ran = program.run(false);
                 assert_eq!(bits(&ran.read_backs[0]), bits(&cpu.to_vec(&ey).unwrap()), "n = {n}: y");
                 assert_eq!(bits(&ran.read_backs[1]), bits(&cpu.to_vec(&ez).unwrap()), "n = {n}: z");
             }
         }
+    }
+
+    /// A gather of the loop's own value that reads no later element but is no shift
+    /// (`y[i / 2]`) joins the loop below PAR_MIN elements, whose blocks then run in order on
+    /// one thread; at PAR_MIN and more (where loops split) it closes the loop.
+    #[test]
+    fn causal_gathers_that_are_no_shift_join_in_order() {
+        let cpu = Cpu::new(Some(2)).unwrap();
+        for n in [FUSE_MIN, 3 * LOOP_LANES + 17, kernels::PAR_MIN + 1000] {
+            let xs: Vec<f64> = (0..n).map(|i| 0.5 + (i as f64 * 0.61).cos() * 0.25).collect();
+            let half: Vec<i64> = (0..n as i64).map(|i| i / 2).collect();
+            let (cx, chalf) = (cpu.tensor(&xs, &[n], DType::F64).unwrap(), cpu.index(&half).unwrap());
+            let e = |t: Result<crate::CpuTensor>| t.unwrap();
+            let mut b = Builder::new();
+            b.set_threads(2);
+            let x = b.input(&xs).unwrap();
+            let halves = b.index(&half);
+            let (mut ey, mut y) = (cx.clone(), x);
+            for _ in 0..2 {
+                let eg = e(cpu.gather(&e(cpu.binary(BinaryOp::Mul, &ey, &cx)), &chalf, OutOfRange::Error));
+                ey = e(cpu.binary(BinaryOp::Sub, &ey, &eg));
+                let yx = b.binary(BinaryOp::Mul, y, x).unwrap();
+                let g = b.gather(yx, halves, OutOfRange::Error).unwrap();
+                y = b.binary(BinaryOp::Sub, y, g).unwrap();
+            }
+            b.read_back(y).unwrap();
+            let program = b.finish().unwrap();
+            let in_order: Vec<bool> = program.loops.iter().map(|l| l.in_order).collect();
+            if n < kernels::PAR_MIN {
+                assert_eq!(in_order, [true], "n = {n}");
+                assert_eq!(program.loops(), (1, 6), "n = {n}");
+            } else {
+                // Each gather closes a loop: mul; gather, sub, mul; gather, sub.
+                assert_eq!(in_order, [false; 3], "n = {n}");
+                assert_eq!(program.loops(), (3, 6), "n = {n}");
+            }
+            assert_eq!(bits(&program.run(false).read_backs[0]), bits(&cpu.to_vec(&ey).unwrap()), "n = {n}");
+        }
+    }
+
+    /// Shifts of up to `SHIFT_MAX` elements, with exceptions (the fill value, a bin of the same
+    /// block) at the start, chained further back than a block: the warm-up runs two blocks,
+    /// keeps the stored results that later steps read in shadows and drops the sums, and the
+    /// results (a stored value, a sum, the last value) have the eager device's bits, split or
+    /// not.
+    #[test]
+    fn chains_of_shifts_warm_up_over_blocks() {
+        let cpu = Cpu::new(Some(2)).unwrap();
+        for n in [3 * LOOP_LANES + 17, kernels::PAR_MIN + 1000, 2 * kernels::BLOCK + 333] {
+            let xs: Vec<f64> = (0..n).map(|i| 0.125 + (i as f64 * 0.13).sin() * 0.75).collect();
+            // Back 8 (fill for the first 8); back 3 (element 0 reads 0, 1 reads 1, 2 the fill).
+            let back8: Vec<i64> = (0..n as i64).map(|i| if i < 8 { -1 } else { i - 8 }).collect();
+            let back3: Vec<i64> = (0..n as i64).map(|i| [0, 1, -1].get(i as usize).copied().unwrap_or(i - 3)).collect();
+            let up = |v: &[f64]| cpu.tensor(v, &[v.len()], DType::F64).unwrap();
+            let (cx, c8, c3) = (up(&xs), cpu.index(&back8).unwrap(), cpu.index(&back3).unwrap());
+            let e = |t: Result<crate::CpuTensor>| t.unwrap();
+            let mut b = Builder::new();
+            b.set_threads(2);
+            let x = b.input(&xs).unwrap();
+            let (t8, t3) = (b.index(&back8), b.index(&back3));
+            let (mut ey, mut y) = (cx.clone(), x);
+            let (mut ekept, mut kept) = (None, None);
+            // 25 rounds of both shifts: 275 elements back.
+            for round in 0..25 {
+                let eg = e(cpu.gather(&ey, &c8, OutOfRange::Fill(0.5)));
+                let eg = e(cpu.gather(&e(cpu.binary(BinaryOp::Mul, &eg, &cx)), &c3, OutOfRange::Fill(-0.25)));
+                ey = e(cpu.binary(BinaryOp::Sub, &ey, &e(cpu.binary(BinaryOp::Mul, &eg, &cx))));
+                let g = b.gather(y, t8, OutOfRange::Fill(0.5)).unwrap();
+                let gx = b.binary(BinaryOp::Mul, g, x).unwrap();
+                let g = b.gather(gx, t3, OutOfRange::Fill(-0.25)).unwrap();
+                let gx = b.binary(BinaryOp::Mul, g, x).unwrap();
+                y = b.binary(BinaryOp::Sub, y, gx).unwrap();
+                if round == 12 {
+                    // Read by the loop's later steps and after it: stored, a shadow in the
+                    // warm-up.
+                    (ekept, kept) = (Some(ey.clone()), Some(y));
+                }
+            }
+            let esum = e(cpu.reduce(HistOp::Add, &ey));
+            let (kept, ekept) = (kept.unwrap(), ekept.unwrap());
+            let sum = b.reduce(HistOp::Add, y).unwrap();
+            b.read_back(y).unwrap();
+            b.read_back(kept).unwrap();
+            b.read_back(sum).unwrap();
+            let program = b.finish().unwrap();
+            assert_eq!(program.loops(), (1, 25 * 5 + 1), "n = {n}");
+            let l = &program.loops[0];
+            // The first gather reads the input: 49 shifts, 12 * 11 + 8 + ... = 272 back.
+            assert_eq!((l.carries, l.warm, l.shadows, l.in_order), (49, 2, 1, false), "n = {n}");
+            // Left out of the warm-up: the sum, and the last value, stored and read in the
+            // loop only by the sum.
+            assert_eq!(l.warm_steps.len(), 25 * 5 - 1, "n = {n}");
+            assert_eq!(l.task_span().is_some(), n >= kernels::PAR_MIN, "n = {n}");
+            for _ in 0..2 {
+                let ran = program.run(false);
+                assert_eq!(bits(&ran.read_backs[0]), bits(&cpu.to_vec(&ey).unwrap()), "n = {n}: y");
+                assert_eq!(bits(&ran.read_backs[1]), bits(&cpu.to_vec(&ekept).unwrap()), "n = {n}: kept");
+                assert_eq!(bits(&ran.read_backs[2]), bits(&cpu.to_vec(&esum).unwrap()), "n = {n}: sum");
+            }
+        }
+    }
+
+    /// Tables are shifts where every bin but at most `SHIFT_EXCEPTIONS` reads `d` elements
+    /// back, `d` at most `SHIFT_MAX`, and each exception reads the fill or an element of its
+    /// own block at or before it.
+    #[test]
+    fn shifts_are_recognised_with_their_exceptions() {
+        let back = |d: u32, n: u32| -> Vec<u32> { (0..n).map(|i| i.checked_sub(d).unwrap_or(u32::MAX)).collect() };
+        let s = Shift::of(&back(1, 100)).unwrap();
+        assert_eq!((s.d, s.exceptions), (1, vec![(0, u32::MAX)]));
+        let s = Shift::of(&back(0, 100)).unwrap();
+        assert_eq!((s.d, s.exceptions.len()), (0, 0));
+        assert!(Shift::of(&back(9, 100)).is_none(), "too far back");
+        let mut bins = back(2, 1000);
+        bins[0] = 0;
+        bins[600] = 512;
+        let s = Shift::of(&bins).unwrap();
+        assert_eq!((s.d, s.exceptions), (2, vec![(0, 0), (1, u32::MAX), (600, 512)]));
+        bins[600] = 500;
+        assert!(Shift::of(&bins).is_none(), "an exception reading the block before its own");
+        bins[600] = 601;
+        assert!(Shift::of(&bins).is_none(), "an exception reading a later element");
+        let mut bins = back(1, 1000);
+        for i in (100..1000).step_by(100) {
+            bins[i] = u32::MAX;
+        }
+        assert!(Shift::of(&bins).is_none(), "ten exceptions");
+        assert!(Shift::of(&[]).is_none());
+        assert!(Shift::of(&[3, u32::MAX]).is_none(), "the last bin out of range");
     }
 
     /// Sums that join the loop computing their operand give `kernels::reduce`'s bits: below
