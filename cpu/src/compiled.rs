@@ -858,7 +858,7 @@ fn fuse(
             reg_of.insert(m, r);
             Dst::Reg(r)
         };
-        steps.push(Step { kind: node.kind, src, nargs: node.args.len() as u8, dst, carry });
+        steps.push(Step { kind: node.kind, src, nargs: node.args.len() as u8, dst, carry, then: None });
         // Registers whose value this step read last (or a result no step reads) are free.
         let mut done: Vec<usize> =
             node.args.iter().filter_map(|&a| member(a)).filter(|&(_, y)| last_read[y] == x).map(|(j, _)| j).collect();
@@ -921,6 +921,7 @@ fn fuse(
     let shadows = shadows as usize;
     // Too many shadows: the loop runs in order on one thread, its carries passed block to block.
     let in_order = in_order || shadows > SHADOWS_MAX;
+    let (steps, warm_steps) = (pair_up(steps), pair_up(warm_steps));
     let warm = if in_order { 0 } else { reach.div_ceil(LOOP_LANES) };
     Loop { n, registers, steps, sums, in_order, shadows, carries: carries as usize, warm, warm_steps }
 }
@@ -1075,10 +1076,62 @@ struct Step {
     dst: Dst,
     /// A shift's carry (the loop's `carry`-th), or [`NO_CARRY`].
     carry: u32,
+    /// A pair ([`pair_up`]): the result is `then(kind's result, src[2])`.
+    then: Option<BinaryOp>,
 }
 
 /// A step that keeps no carry.
 const NO_CARRY: u32 = u32::MAX;
+
+impl Step {
+    /// The ops the step runs (two for a pair).
+    fn ops(&self) -> usize {
+        1 + usize::from(self.then.is_some())
+    }
+}
+
+/// The binary ops a pair may hold: those `pair` has loops for.
+fn pairable(op: BinaryOp) -> bool {
+    matches!(op, BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div)
+}
+
+/// Steps with a binary op whose result only the next step reads, itself a binary op, made one
+/// step (a pair, `then`): each element's intermediate stays in a register of the CPU, not a
+/// loop register, so a pair makes one pass over the block where the two steps made two (two
+/// loads and a store saved per element; ode's RK4 steps are mostly such pairs: a scaling then
+/// an addition). The intermediate is the second op's left operand, or its right one where the
+/// op commutes (IEEE addition and multiplication do, bit for bit).
+fn pair_up(steps: Vec<Step>) -> Vec<Step> {
+    let mut out: Vec<Step> = Vec::with_capacity(steps.len());
+    let mut i = 0;
+    while i < steps.len() {
+        let first = steps[i];
+        if let (Some(second), Kind::Binary(op1), Dst::Reg(t)) = (steps.get(i + 1), first.kind, first.dst)
+            && let Kind::Binary(op2) = second.kind
+            && pairable(op1)
+            && pairable(op2)
+            && first.then.is_none()
+        {
+            let is_t = |a: Src| matches!(a, Src::Reg(r) if r == t);
+            let (left, right) = (is_t(second.src[0]), is_t(second.src[1]));
+            let commutes = matches!(op2, BinaryOp::Add | BinaryOp::Mul);
+            // No later step reads the intermediate before its register is written again.
+            let unread_after = steps[i + 2..]
+                .iter()
+                .take_while(|s| !matches!(s.dst, Dst::Reg(r) if r == t))
+                .all(|s| !s.src[..s.nargs as usize].iter().any(|&a| is_t(a)));
+            if left != right && (left || commutes) && unread_after {
+                let other = if left { second.src[1] } else { second.src[0] };
+                out.push(Step { src: [first.src[0], first.src[1], other], dst: second.dst, then: Some(op2), ..first });
+                i += 2;
+                continue;
+            }
+        }
+        out.push(first);
+        i += 1;
+    }
+    out
+}
 
 /// The most stored values a loop's warm-up keeps in registers of its own; a loop that would
 /// need more runs in order.
@@ -1244,6 +1297,7 @@ unsafe fn run_step(
         }
     };
     match (s.kind, s.nargs) {
+        (Kind::Binary(op), _) if let Some(then) = s.then => pair(op, src(0), src(1), then, src(2), out),
         // A step has a carry only where its table is a shift.
         (Kind::Gather { table, fill }, _) if s.carry != NO_CARRY => {
             if let Some(shift) = &side.shifts[table as usize] {
@@ -1466,7 +1520,7 @@ impl Program {
 
     /// Fused loops, and the ops they hold.
     pub fn loops(&self) -> (usize, usize) {
-        (self.loops.len(), self.loops.iter().map(|l| l.steps.len()).sum())
+        (self.loops.len(), self.loops.iter().flat_map(|l| &l.steps).map(Step::ops).sum())
     }
 
     /// Elements of the buffer a run works in (constants included).
@@ -1688,6 +1742,71 @@ fn binary_base(op: BinaryOp, a: &[f64], b: &[f64], out: &mut [f64]) {
     }
 }
 
+/// `out = then(a op b, c)`, one-element operands broadcast, each op rounded on its own (no
+/// contraction into a fused multiply-add): the bits of `binary` twice.
+fn pair(op: BinaryOp, a: &[f64], b: &[f64], then: BinaryOp, c: &[f64], out: &mut [f64]) {
+    if out.len() < 8 {
+        return pair_base(op, a, b, then, c, out);
+    }
+    crate::simd::dispatch!(pair_base | pair_avx2(op, a, b, then, c, out))
+}
+
+crate::simd::widest!(pair_base, pair_avx2, (op: BinaryOp, a: &[f64], b: &[f64], then: BinaryOp, c: &[f64], out: &mut [f64]));
+
+#[inline(always)]
+fn pair_base(op: BinaryOp, a: &[f64], b: &[f64], then: BinaryOp, c: &[f64], out: &mut [f64]) {
+    /// The loop for one shape of operands: `S*` a one-element operand.
+    #[inline(always)]
+    fn shaped<const SA: bool, const SB: bool, const SC: bool>(
+        a: &[f64],
+        b: &[f64],
+        c: &[f64],
+        out: &mut [f64],
+        f: impl Fn(f64, f64) -> f64,
+        g: impl Fn(f64, f64) -> f64,
+    ) {
+        let n = out.len();
+        let (a, b, c) = (&a[..if SA { 1 } else { n }], &b[..if SB { 1 } else { n }], &c[..if SC { 1 } else { n }]);
+        for (i, o) in out.iter_mut().enumerate() {
+            let x = if SA { a[0] } else { a[i] };
+            let y = if SB { b[0] } else { b[i] };
+            let z = if SC { c[0] } else { c[i] };
+            *o = g(f(x, y), z);
+        }
+    }
+    #[inline(always)]
+    fn ops(a: &[f64], b: &[f64], c: &[f64], out: &mut [f64], f: impl Fn(f64, f64) -> f64, g: impl Fn(f64, f64) -> f64) {
+        let n = out.len();
+        match (a.len() != n, b.len() != n, c.len() != n) {
+            (false, false, false) => shaped::<false, false, false>(a, b, c, out, f, g),
+            (false, false, true) => shaped::<false, false, true>(a, b, c, out, f, g),
+            (false, true, false) => shaped::<false, true, false>(a, b, c, out, f, g),
+            (false, true, true) => shaped::<false, true, true>(a, b, c, out, f, g),
+            (true, false, false) => shaped::<true, false, false>(a, b, c, out, f, g),
+            (true, false, true) => shaped::<true, false, true>(a, b, c, out, f, g),
+            (true, true, false) => shaped::<true, true, false>(a, b, c, out, f, g),
+            (true, true, true) => shaped::<true, true, true>(a, b, c, out, f, g),
+        }
+    }
+    macro_rules! second {
+        ($f:expr) => {
+            match then {
+                BinaryOp::Add => ops(a, b, c, out, $f, |t, z| t + z),
+                BinaryOp::Sub => ops(a, b, c, out, $f, |t, z| t - z),
+                BinaryOp::Mul => ops(a, b, c, out, $f, |t, z| t * z),
+                _ => ops(a, b, c, out, $f, |t, z| t / z),
+            }
+        };
+    }
+    // `pair_up` pairs only these four.
+    match op {
+        BinaryOp::Add => second!(|x, y| x + y),
+        BinaryOp::Sub => second!(|x, y| x - y),
+        BinaryOp::Mul => second!(|x, y| x * y),
+        _ => second!(|x, y| x / y),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1856,6 +1975,58 @@ mod tests {
         assert_eq!(ran.read_backs, vec![vec![want; 4]]);
         assert_eq!(ran.outputs, vec![(7, vec![crate::kernels::unary(UnaryOp::Cos, 0.5); 4])]);
         assert!(program.run(false).outputs.is_empty());
+    }
+
+    /// Two binary ops where the second alone reads the first's result are one step (a pair),
+    /// for every pair of `+ - * /`, every shape of operands (vectors, one-element ones) and
+    /// either side of the second op where it commutes: the eager device's bits, awkward
+    /// values (signed zeros, NaN, infinities) included. Where the intermediate is the right
+    /// operand of `-` or `/`, the steps stay two.
+    #[test]
+    fn pairs_of_binary_ops_repeat_the_cpu_device_bit_for_bit() {
+        let cpu = Cpu::new(Some(1)).unwrap();
+        let n = LOOP_LANES + 45;
+        let (xs, ys, zs) = (awkward(n, 1), awkward(n, 2), awkward(n, 3));
+        let ops = [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div];
+        let e = |t: Result<crate::CpuTensor>| t.unwrap();
+        for (op1, op2) in ops.iter().flat_map(|&a| ops.iter().map(move |&b| (a, b))) {
+            // Operand shapes: (a, b, c) each a vector or the one element -0.75.
+            for shape in 0..8u32 {
+                if shape & 3 == 3 {
+                    continue; // a and b both one element: a one-element result, no loop
+                }
+                for t_left in [true, false] {
+                    let pick = |bit: u32, v: &[f64]| if shape & bit != 0 { vec![-0.75] } else { v.to_vec() };
+                    let (av, bv, cv) = (pick(1, &xs), pick(2, &ys), pick(4, &zs));
+                    let up = |v: &[f64]| cpu.tensor(v, &[v.len()], DType::F64).unwrap();
+                    let et = e(cpu.binary(op1, &up(&av), &up(&bv)));
+                    let er = if t_left { e(cpu.binary(op2, &et, &up(&cv))) } else { e(cpu.binary(op2, &up(&cv), &et)) };
+                    let mut b = Builder::new();
+                    let (a, bb, c) = (b.input(&av).unwrap(), b.input(&bv).unwrap(), b.input(&cv).unwrap());
+                    let t = b.binary(op1, a, bb).unwrap();
+                    let r = if t_left { b.binary(op2, t, c) } else { b.binary(op2, c, t) }.unwrap();
+                    // A third op, which reads the pair's result on the right of `-`: no pair.
+                    let r = b.binary(BinaryOp::Sub, a, r).unwrap();
+                    b.read_back(r).unwrap();
+                    let program = b.finish().unwrap();
+                    let paired = t_left || matches!(op2, BinaryOp::Add | BinaryOp::Mul);
+                    let what = format!("{op1:?} then {op2:?}, shape {shape}, t left {t_left}");
+                    assert_eq!(program.loops(), (1, 3), "{what}");
+                    assert_eq!(program.loops[0].steps.len(), if paired { 2 } else { 3 }, "{what}");
+                    let er = e(cpu.binary(BinaryOp::Sub, &up(&av), &er));
+                    // Any NaN for any NaN: which of two NaNs an op returns is the machine's choice.
+                    let nan_blind =
+                        |v: &[f64]| bits(&v.iter().map(|&x| if x.is_nan() { f64::NAN } else { x }).collect::<Vec<_>>());
+                    let want = nan_blind(&cpu.to_vec(&er).unwrap());
+                    assert_eq!(nan_blind(&program.run(false).read_backs[0]), want, "{what}");
+                    assert!(
+                        want.iter().any(|&w| f64::from_bits(w).is_nan())
+                            && want.iter().any(|&w| f64::from_bits(w).is_finite()),
+                        "{what}"
+                    );
+                }
+            }
+        }
     }
 
     /// A gather of the loop's own value by a shift (ode's `y[i - 1]`) joins the loop at every
