@@ -2144,7 +2144,7 @@ mod tests {
             let (t8, t3) = (b.index(&back8), b.index(&back3));
             let (mut ey, mut y) = (cx.clone(), x);
             let (mut ekept, mut kept) = (None, None);
-            // 25 rounds of both shifts: 275 elements back.
+            // 25 rounds of both shifts, more than a block back.
             for round in 0..25 {
                 let eg = e(cpu.gather(&ey, &c8, OutOfRange::Fill(0.5)));
                 let eg = e(cpu.gather(&e(cpu.binary(BinaryOp::Mul, &eg, &cx)), &c3, OutOfRange::Fill(-0.25)));
@@ -2169,7 +2169,7 @@ mod tests {
             let program = b.finish().unwrap();
             assert_eq!(program.loops(), (1, 25 * 5 + 1), "n = {n}");
             let l = &program.loops[0];
-            // The first gather reads the input: 49 shifts, 12 * 11 + 8 + ... = 272 back.
+            // The first gather reads the input: 49 shifts, 3 + 24 * (8 + 3) = 267 elements back.
             assert_eq!((l.carries, l.warm, l.shadows, l.in_order), (49, 2, 1, false), "n = {n}");
             // Left out of the warm-up: the sum, and the last value, stored and read in the
             // loop only by the sum.
