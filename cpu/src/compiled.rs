@@ -1211,14 +1211,15 @@ impl Base {
 unsafe fn run_loop(l: &Loop, base: *mut f64, scratch: *mut f64, side: &Side) {
     let n = l.n as usize;
     let base = Base(base);
-    // The elements [lo, hi) block by block; the sums' lanes of the task come back.
-    let blocks = move |lo: usize, hi: usize, regs: *mut f64| {
+    // The elements [lo, hi) block by block, after the warm-up where `warm_up` (the carries
+    // at `lo` not yet there); the sums' lanes of the task come back.
+    let blocks = move |lo: usize, hi: usize, regs: *mut f64, warm_up: bool| {
         let mut sums = vec![kernels::SumLanes::default(); l.sums.len()];
         // SAFETY: the caller's contract: the scratch holds the carries after the registers.
         let carries = unsafe { regs.add((l.registers + l.shadows) * LOOP_LANES) };
         // The warm-up (a task but the first): the blocks before `lo` that the carries at `lo`
         // depend on, their stored results in shadows, their sums dropped.
-        let mut start = lo.saturating_sub(l.warm * LOOP_LANES);
+        let mut start = if warm_up { lo.saturating_sub(l.warm * LOOP_LANES) } else { lo };
         while start < lo {
             for s in &l.warm_steps {
                 // SAFETY: the caller's contract; the warm-up writes only the task's scratch.
@@ -1241,20 +1242,29 @@ unsafe fn run_loop(l: &Loop, base: *mut f64, scratch: *mut f64, side: &Side) {
         // operands).
         unsafe { *base.ptr().add(l.sums[k] as usize) = v };
     };
-    let Some(span) = l.task_span() else {
-        for (k, lanes) in blocks(0, n, scratch).iter().enumerate() {
-            put(k, lanes.total());
+    let tasks: Vec<Vec<kernels::SumLanes>> = match l.task_span() {
+        // On this thread, in order (the carries pass from block to block): one lane sum of
+        // the whole below PAR_MIN, else one per BLOCK, as `kernels::reduce`.
+        None if l.sums.is_empty() || n < kernels::PAR_MIN => {
+            for (k, lanes) in blocks(0, n, scratch, false).iter().enumerate() {
+                put(k, lanes.total());
+            }
+            return;
         }
-        return;
+        None => (0..n.div_ceil(kernels::BLOCK))
+            .map(|t| blocks(t * kernels::BLOCK, ((t + 1) * kernels::BLOCK).min(n), scratch, false))
+            .collect(),
+        Some(span) => {
+            use rayon::prelude::*;
+            (0..n.div_ceil(span))
+                .into_par_iter()
+                .map(|t| {
+                    let mut regs = vec![0.0f64; l.scratch_len()];
+                    blocks(t * span, ((t + 1) * span).min(n), regs.as_mut_ptr(), true)
+                })
+                .collect()
+        }
     };
-    use rayon::prelude::*;
-    let tasks: Vec<Vec<kernels::SumLanes>> = (0..n.div_ceil(span))
-        .into_par_iter()
-        .map(|t| {
-            let mut regs = vec![0.0f64; l.scratch_len()];
-            blocks(t * span, ((t + 1) * span).min(n), regs.as_mut_ptr())
-        })
-        .collect();
     // As `kernels::reduce`: the BLOCKs' sums folded in order from the neutral element.
     for k in 0..l.sums.len() {
         put(k, tasks.iter().fold(HistOp::Add.neutral(), |s, t| s + t[k].total()));
@@ -2180,6 +2190,44 @@ mod tests {
                 assert_eq!(bits(&ran.read_backs[0]), bits(&cpu.to_vec(&ey).unwrap()), "n = {n}: y");
                 assert_eq!(bits(&ran.read_backs[1]), bits(&cpu.to_vec(&ekept).unwrap()), "n = {n}: kept");
                 assert_eq!(bits(&ran.read_backs[2]), bits(&cpu.to_vec(&esum).unwrap()), "n = {n}: sum");
+            }
+        }
+    }
+
+    /// A loop with sums whose shifts reach back further than `WARM_MAX` blocks does not split:
+    /// it runs in order on one thread, and past PAR_MIN elements its sums still go by BLOCK,
+    /// as `kernels::reduce`'s, so the bits stay the eager device's.
+    #[test]
+    fn sums_of_loops_too_long_to_warm_up_keep_the_reduce_order() {
+        let cpu = Cpu::new(Some(2)).unwrap();
+        for n in [3 * LOOP_LANES + 17, kernels::PAR_MIN + 1000] {
+            let xs: Vec<f64> = (0..n).map(|i| 0.5 + (i as f64 * 0.29).sin() * 0.375).collect();
+            let back8: Vec<i64> = (0..n as i64).map(|i| if i < 8 { -1 } else { i - 8 }).collect();
+            let (cx, c8) = (cpu.tensor(&xs, &[n], DType::F64).unwrap(), cpu.index(&back8).unwrap());
+            let e = |t: Result<crate::CpuTensor>| t.unwrap();
+            let mut b = Builder::new();
+            b.set_threads(2);
+            let x = b.input(&xs).unwrap();
+            let t8 = b.index(&back8);
+            let (mut ey, mut y) = (cx.clone(), x);
+            // 300 shifts by 8: 2392 elements back, ten blocks of warm-up.
+            for _ in 0..300 {
+                let eg = e(cpu.gather(&ey, &c8, OutOfRange::Fill(0.25)));
+                ey = e(cpu.binary(BinaryOp::Add, &e(cpu.binary(BinaryOp::Mul, &eg, &cx)), &cx));
+                let g = b.gather(y, t8, OutOfRange::Fill(0.25)).unwrap();
+                let gx = b.binary(BinaryOp::Mul, g, x).unwrap();
+                y = b.binary(BinaryOp::Add, gx, x).unwrap();
+            }
+            let esum = e(cpu.reduce(HistOp::Add, &ey));
+            let sum = b.reduce(HistOp::Add, y).unwrap();
+            b.read_back(sum).unwrap();
+            let program = b.finish().unwrap();
+            let l = &program.loops[0];
+            assert_eq!((program.loops.len(), l.warm, l.sums.len()), (1, 10, 1), "n = {n}");
+            assert_eq!(l.task_span(), None, "n = {n}");
+            for _ in 0..2 {
+                let ran = program.run(false);
+                assert_eq!(bits(&ran.read_backs[0]), bits(&cpu.to_vec(&esum).unwrap()), "n = {n}");
             }
         }
     }
