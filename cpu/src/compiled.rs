@@ -561,7 +561,7 @@ impl Builder {
                 // for a shift's (its step keeps the elements before the block).
                 let same_loop = fused[i] && item_of[i] == item_of[j] && direct;
                 let gathered = match n.kind {
-                    Kind::Gather { table, .. } if k == 0 => !(same_loop && side.shifts[table as usize].is_some()),
+                    Kind::Gather { .. } if k == 0 => !(same_loop && side.shift(n.kind).is_some()),
                     _ => false,
                 };
                 if !same_loop || gathered {
@@ -740,7 +740,7 @@ fn schedule(nodes: &[Node], live: &[bool], vals: &[ValInfo], side: &Side) -> Vec
                 // loop then runs its blocks in order), within a budget of stored elements; a sum
                 // of the loop is complete only after the loop.
                 let whole = match n.kind {
-                    Kind::Gather { table, .. } if k == 0 && side.shifts[table as usize].is_some() => false,
+                    Kind::Gather { .. } if k == 0 && side.shift(n.kind).is_some() => false,
                     Kind::Gather { table, .. } if k == 0 => {
                         gathers_open = nodes[node].len as usize;
                         !(gathered + gathers_open <= GATHERED_MAX
@@ -823,21 +823,20 @@ fn fuse(
     for (x, &m) in members.iter().enumerate() {
         let node = &nodes[m];
         let mut src = [Src::Vec(0); 3];
-        let shift = match node.kind {
-            Kind::Gather { table, .. } if member(node.args[0]).is_some() => side.shifts[table as usize].as_ref(),
-            _ => None,
+        let shift = side.shift(node.kind).filter(|_| member(node.args[0]).is_some());
+        let carry = match shift {
+            Some(_) => {
+                carries += 1;
+                carries - 1
+            }
+            None => NO_CARRY,
         };
-        let mut carry = NO_CARRY;
         for (k, &a) in node.args.iter().enumerate() {
             let len = vals[a.0 as usize].len;
             if let Some((_, y)) = member(a) {
                 depth[x] = depth[x].max(depth[y] + shift.map_or(0, |s| s.d as usize));
             }
             in_order |= matches!(node.kind, Kind::Gather { .. }) && member(a).is_some() && shift.is_none();
-            if shift.is_some() {
-                carry = carries;
-                carries += 1;
-            }
             src[k] = match member(a) {
                 Some((j, _)) if !stored[j] => Src::Reg(reg_of[&j]),
                 _ if matches!(node.kind, Kind::Gather { .. }) && shift.is_none() => Src::Whole(loc(a), len),
@@ -1309,8 +1308,8 @@ unsafe fn run_step(
     match (s.kind, s.nargs) {
         (Kind::Binary(op), _) if let Some(then) = s.then => pair(op, src(0), src(1), then, src(2), out),
         // A step has a carry only where its table is a shift.
-        (Kind::Gather { table, fill }, _) if s.carry != NO_CARRY => {
-            if let Some(shift) = &side.shifts[table as usize] {
+        (Kind::Gather { fill, .. }, _) if s.carry != NO_CARRY => {
+            if let Some(shift) = side.shift(s.kind) {
                 let carry = at_mut(carries, s.carry as usize * SHIFT_MAX, SHIFT_MAX);
                 shift.take(src(0), f64::from_bits(fill), start, carry, out);
             }
@@ -1463,6 +1462,14 @@ struct Side {
 }
 
 impl Side {
+    /// The shift a gather of `kind` reads by, where its table is one.
+    fn shift(&self, kind: Kind) -> Option<&Shift> {
+        match kind {
+            Kind::Gather { table, .. } => self.shifts[table as usize].as_ref(),
+            _ => None,
+        }
+    }
+
     /// Elements `[start, start + out.len())` of the gather from `from` by table `table`: run
     /// by run where the table has runs, else element by element.
     fn gather(&self, table: u32, fill: f64, from: &[f64], start: usize, out: &mut [f64]) {
