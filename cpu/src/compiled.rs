@@ -506,30 +506,10 @@ impl Builder {
     /// buffer assigned by liveness.
     /// Refused (an `Unsupported` error) when the buffer would pass [`BUFFER_MAX`] elements.
     pub fn finish(self) -> Result<Program> {
-        let Builder { vals, consts, inputs, nodes, outputs, side, threads, .. } = self;
-        let node_of = |v: Val| match vals[v.0 as usize].place {
-            Place::Node { node } | Place::View { node, .. } => Some(node as usize),
-            Place::Const { .. } | Place::Input { .. } => None,
-        };
-        // Live: read-backs, outputs, and what they read.
-        let mut live = vec![false; nodes.len()];
-        for (i, n) in nodes.iter().enumerate() {
-            live[i] = n.kind == Kind::ReadBack;
-        }
-        for &(v, _) in &outputs {
-            if let Some(n) = node_of(v) {
-                live[n] = true;
-            }
-        }
-        for i in (0..nodes.len()).rev() {
-            if live[i] {
-                for &a in &nodes[i].args {
-                    if let Some(n) = node_of(a) {
-                        live[n] = true;
-                    }
-                }
-            }
-        }
+        let Builder { mut vals, consts, inputs, nodes, outputs, mut side, threads, .. } = self;
+        let nodes = batch_products(nodes, &mut vals, &mut side, &outputs);
+        let node_of = |v: Val| node_of(&vals, v);
+        let live = liveness(&nodes, &vals, &outputs);
         let items = schedule(&nodes, &live, &vals, &side);
         // A value is stored (given a place in the buffer) unless it is a fused op's result that
         // only later ops of its own loop read, directly: those live in the loop's registers.
@@ -664,6 +644,229 @@ impl Builder {
         .flatten();
         Ok(Program { code, wide, loops, init, scratch, side, observed, pool, buffer: Mutex::new(Vec::new()) })
     }
+}
+
+/// The node whose result holds `v` (none: a constant or an input).
+fn node_of(vals: &[ValInfo], v: Val) -> Option<usize> {
+    match vals[v.0 as usize].place {
+        Place::Node { node } | Place::View { node, .. } => Some(node as usize),
+        Place::Const { .. } | Place::Input { .. } => None,
+    }
+}
+
+/// Live nodes: read-backs, outputs, and what they read.
+fn liveness(nodes: &[Node], vals: &[ValInfo], outputs: &[(Val, u64)]) -> Vec<bool> {
+    let mut live: Vec<bool> = nodes.iter().map(|n| n.kind == Kind::ReadBack).collect();
+    for &(v, _) in outputs {
+        if let Some(n) = node_of(vals, v) {
+            live[n] = true;
+        }
+    }
+    for i in (0..nodes.len()).rev() {
+        if live[i] {
+            for &a in &nodes[i].args {
+                if let Some(n) = node_of(vals, a) {
+                    live[n] = true;
+                }
+            }
+        }
+    }
+    live
+}
+
+/// The most groups of products [`batch_products`] looks at (each costs a pass over the
+/// program).
+const PRODUCT_GROUPS_MAX: usize = 64;
+
+/// Matrix products of one plan (two-dimensional operands) that share an operand and do not
+/// feed one another become one product: what vector forward mode does to a Jacobian's sweeps,
+/// done on the recording (ht's Jacobian multiplies the one weight matrix by a tangent per
+/// coordinate of theta, 26 products each too small to run near the machine's speed alone).
+/// - A shared left operand `a`: `a b_1, .., a b_K` is one batched product of `a` by the right
+///   operands stacked, which packs `a` once for all of them (`dense::matmul`).
+/// - A shared right operand `b`: `a_1 b, .., a_K b` is one product of the left operands
+///   stacked as rows.
+///
+/// Each member's result is a view of the batched one, and each of its elements is the same
+/// chain of multiply-adds as in the member's own product, so the bits do not change. The
+/// batched product runs where the last member stood; whatever read the earlier members'
+/// results moves after it, by a stable topological order that keeps read-backs in theirs. A
+/// member whose varying operand depends on an earlier member stays a product of its own.
+fn batch_products(mut nodes: Vec<Node>, vals: &mut Vec<ValInfo>, side: &mut Side, outputs: &[(Val, u64)]) -> Vec<Node> {
+    let live = liveness(&nodes, vals, outputs);
+    // (plan, shared operand, shared on the left) -> the products, in order.
+    let mut groups: HashMap<(u32, Val, bool), Vec<usize>> = HashMap::new();
+    let mut keys = Vec::new();
+    for (i, n) in nodes.iter().enumerate() {
+        let Kind::Matmul { plan } = n.kind else { continue };
+        let (p, ta, _) = &side.plans[plan as usize];
+        if !live[i] || p.batch != 1 {
+            continue;
+        }
+        // Left operands are stacked as rows, so they must not be transposed.
+        for (shared_left, ok) in [(true, true), (false, !ta)] {
+            if ok {
+                let key = (plan, n.args[usize::from(!shared_left)], shared_left);
+                let members = groups.entry(key).or_default();
+                if members.is_empty() {
+                    keys.push(key);
+                }
+                members.push(i);
+            }
+        }
+    }
+    let mut taken = vec![false; nodes.len()];
+    let mut depends = vec![false; nodes.len()];
+    let mut merges: Vec<(u32, Val, bool, Vec<usize>)> = Vec::new();
+    for key in keys {
+        let (plan, shared, shared_left) = key;
+        let candidates: Vec<usize> = groups[&key].iter().copied().filter(|&i| !taken[i]).collect();
+        if candidates.len() < 2 {
+            continue;
+        }
+        if merges.len() == PRODUCT_GROUPS_MAX {
+            break;
+        }
+        let (p, ..) = &side.plans[plan as usize];
+        let varying_len = if shared_left { p.k * p.n } else { p.m * p.k };
+        let most = MAX_LEN / (p.m * p.n).max(varying_len).max(1);
+        // A member joins unless its varying operand depends on a member already in.
+        let first = candidates[0];
+        depends.fill(false);
+        let (mut members, mut next) = (Vec::new(), 0);
+        for i in first..nodes.len() {
+            let reads = |v: Val| node_of(vals, v).is_some_and(|j| depends[j]);
+            if candidates.get(next) == Some(&i) {
+                next += 1;
+                if members.len() < most && !reads(nodes[i].args[usize::from(shared_left)]) {
+                    members.push(i);
+                    depends[i] = true;
+                    continue;
+                }
+            }
+            depends[i] = nodes[i].args.iter().any(|&a| reads(a));
+            if next == candidates.len() {
+                break;
+            }
+        }
+        if members.len() >= 2 {
+            for &m in &members {
+                taken[m] = true;
+            }
+            merges.push((plan, shared, shared_left, members));
+        }
+    }
+    if merges.is_empty() {
+        return nodes;
+    }
+    // The nodes in their first order, each group's members out and its stack and batched
+    // product where its last member stood.
+    let mut member_of = vec![None; nodes.len()];
+    let mut last_of = HashMap::new();
+    for (g, (.., members)) in merges.iter().enumerate() {
+        for (k, &m) in members.iter().enumerate() {
+            member_of[m] = Some((g, k));
+        }
+        last_of.insert(*members.last().expect("two members"), g);
+    }
+    let old_vals = vals.len();
+    let mut order: Vec<Node> = Vec::with_capacity(nodes.len());
+    let mut new_at = vec![u32::MAX; nodes.len()];
+    let mut product_at = vec![(0u32, 0u32); merges.len()];
+    for i in 0..nodes.len() {
+        if let Some(&g) = last_of.get(&i) {
+            let (plan, shared, shared_left, members) = &merges[g];
+            let (p, ta, tb) = side.plans[*plan as usize].clone();
+            let count = members.len();
+            let varying = usize::from(*shared_left);
+            let len = (members.iter().map(|&m| vals[nodes[m].args[varying].0 as usize].len as usize)).sum::<usize>();
+            order.push(Node {
+                kind: Kind::Stack,
+                args: members.iter().map(|&m| nodes[m].args[varying]).collect(),
+                len: len as u32,
+            });
+            vals.push(ValInfo { len: len as u32, place: Place::Node { node: order.len() as u32 - 1 } });
+            let stacked = Val(vals.len() as u32 - 1);
+            let (batched, args) = if *shared_left {
+                let plan = MatmulPlan {
+                    batch: count,
+                    a_batched: false,
+                    b_batched: true,
+                    out_shape: vec![count, p.m, p.n],
+                    ..p
+                };
+                ((plan, ta, tb), vec![*shared, stacked])
+            } else {
+                let plan = MatmulPlan { m: count * p.m, out_shape: vec![count * p.m, p.n], ..p };
+                ((plan, false, tb), vec![stacked, *shared])
+            };
+            let out = (p.m * p.n) as u32;
+            side.plans.push(batched);
+            let plan = side.plans.len() as u32 - 1;
+            order.push(Node { kind: Kind::Matmul { plan }, args, len: count as u32 * out });
+            product_at[g] = (order.len() as u32 - 1, out);
+        }
+        if member_of[i].is_none() {
+            new_at[i] = order.len() as u32;
+            order.push(Node { kind: nodes[i].kind, args: std::mem::take(&mut nodes[i].args), len: nodes[i].len });
+        }
+    }
+    let moved = |node: u32, at: u32| match member_of[node as usize] {
+        Some((g, k)) => Place::View { node: product_at[g].0, at: at + k as u32 * product_at[g].1 },
+        None if at == 0 => Place::Node { node: new_at[node as usize] },
+        None => Place::View { node: new_at[node as usize], at },
+    };
+    for v in &mut vals[..old_vals] {
+        v.place = match v.place {
+            Place::Node { node } => moved(node, 0),
+            Place::View { node, at } => moved(node, at),
+            other => other,
+        };
+    }
+    // Then a stable topological order: ready nodes run in their first order, read-backs one
+    // after another.
+    let mut readers: Vec<Vec<u32>> = vec![Vec::new(); order.len()];
+    let mut waits = vec![0u32; order.len()];
+    let mut last_read_back = None;
+    for (i, n) in order.iter().enumerate() {
+        for &a in &n.args {
+            if let Some(j) = node_of(vals, a) {
+                readers[j].push(i as u32);
+                waits[i] += 1;
+            }
+        }
+        if n.kind == Kind::ReadBack
+            && let Some(j) = last_read_back.replace(i)
+        {
+            readers[j].push(i as u32);
+            waits[i] += 1;
+        }
+    }
+    let mut ready: std::collections::BinaryHeap<std::cmp::Reverse<u32>> =
+        (0..order.len() as u32).filter(|&i| waits[i as usize] == 0).map(std::cmp::Reverse).collect();
+    let mut rank = vec![u32::MAX; order.len()];
+    let mut ranked = 0;
+    while let Some(std::cmp::Reverse(i)) = ready.pop() {
+        rank[i as usize] = ranked;
+        ranked += 1;
+        for &r in &readers[i as usize] {
+            waits[r as usize] -= 1;
+            if waits[r as usize] == 0 {
+                ready.push(std::cmp::Reverse(r));
+            }
+        }
+    }
+    debug_assert_eq!(ranked as usize, order.len(), "no member reads another");
+    for v in vals.iter_mut() {
+        if let Place::Node { node } | Place::View { node, .. } = &mut v.place {
+            *node = rank[*node as usize];
+        }
+    }
+    let mut sorted: Vec<Option<Node>> = (0..order.len()).map(|_| None).collect();
+    for (i, n) in order.into_iter().enumerate() {
+        sorted[rank[i] as usize] = Some(n);
+    }
+    sorted.into_iter().map(|n| n.expect("every node ranked")).collect()
 }
 
 /// What [`Builder::finish`] runs, in order: a node alone, or a loop fusing elementwise nodes.
@@ -1475,14 +1678,35 @@ impl Side {
     fn gather(&self, table: u32, fill: f64, from: &[f64], start: usize, out: &mut [f64]) {
         match &self.runs[table as usize] {
             Some(runs) => runs.copy(from, fill, start, out),
-            None => {
-                for (o, &b) in out.iter_mut().zip(&self.bins[table as usize][start..]) {
-                    *o = if b == u32::MAX { fill } else { from[b as usize] };
-                }
-            }
+            None => gather_bins(&self.bins[table as usize][start..], fill, from, out),
         }
     }
 }
+
+/// `out[i] = from[bins[i]]`, or `fill` where the bin is `u32::MAX` (every other bin is in
+/// range: the tables are built for their source's length).
+fn gather_bins(bins: &[u32], fill: f64, from: &[f64], out: &mut [f64]) {
+    if from.is_empty() {
+        out.fill(fill);
+        return;
+    }
+    crate::simd::dispatch!(gather_bins_base | gather_bins_avx2(bins, fill, from, out))
+}
+
+/// [`gather_bins`] for a source of at least one element, as a loop that vectorises (AVX2's
+/// gathers; ht's Jacobian gathers its 3 corners and 2 weights per point in each sweep): the
+/// bin clamped into the source, so that the load needs no branch, and the fill selected.
+#[inline(always)]
+fn gather_bins_base(bins: &[u32], fill: f64, from: &[f64], out: &mut [f64]) {
+    let last = from.len() - 1;
+    for (o, &b) in out.iter_mut().zip(bins) {
+        // SAFETY: the index is at most `last`, below the source's length (the caller's check
+        // that it is not empty); the bounds check the compiler kept stopped the vector loop.
+        let v = unsafe { *from.get_unchecked((b as usize).min(last)) };
+        *o = if b == u32::MAX { fill } else { v };
+    }
+}
+crate::simd::wider!(gather_bins_base, gather_bins_avx2, (bins: &[u32], fill: f64, from: &[f64], out: &mut [f64]));
 
 impl Default for Side {
     fn default() -> Side {
@@ -1843,6 +2067,75 @@ mod tests {
 
     fn bits(v: &[f64]) -> Vec<u64> {
         v.iter().map(|x| x.to_bits()).collect()
+    }
+
+    /// Products sharing an operand (the left one, plain and with b transposed; the right one)
+    /// run as one product per group, each read back between them as recorded, with the bits
+    /// of the CPU device's products one by one; a product whose operand reads an earlier
+    /// member's result stays a product of its own.
+    #[test]
+    fn products_sharing_an_operand_run_as_one_with_their_own_bits() {
+        let cpu = Cpu::new(Some(1)).unwrap();
+        let (m, k, n) = (6, 5, 3);
+        let up = |v: &[f64], shape: &[usize]| cpu.tensor(v, shape, DType::F64).unwrap();
+        let e = |r: Result<crate::CpuTensor>| r.unwrap();
+        let mut b = Builder::new();
+        let a_data = awkward(m * k, 1);
+        let (a, ca) = (b.input(&a_data).unwrap(), up(&a_data, &[m, k]));
+        let g_data = awkward(n * k, 2);
+        let (g, cg) = (b.input(&g_data).unwrap(), up(&g_data, &[n, k]));
+        let mut want: Vec<Vec<f64>> = Vec::new();
+        let mut first = None;
+        for s in 0..4 {
+            // b_s = a tangent-like input times 2 (a node, as a sweep's tangent is).
+            let t_data = awkward(k * n, 3 + s);
+            let (t, ct) = (b.input(&t_data).unwrap(), up(&t_data, &[k, n]));
+            let two = b.constant(&[2.0]).unwrap();
+            let (bs, cbs) =
+                (b.binary(BinaryOp::Mul, t, two).unwrap(), e(cpu.binary(BinaryOp::Mul, &ct, &up(&[2.0], &[1]))));
+            // The last sweep's operand reads the first sweep's product: it cannot join.
+            let (bs, cbs) = match (s, first.clone()) {
+                (3, Some((p0, cp0))) => {
+                    let head = b.slice(p0, 0, k * n).unwrap();
+                    let c_head = up(&cpu.to_vec(&cp0).unwrap()[..k * n], &[k, n]);
+                    (b.binary(BinaryOp::Add, bs, head).unwrap(), e(cpu.binary(BinaryOp::Add, &cbs, &c_head)))
+                }
+                _ => (bs, cbs),
+            };
+            let p = b.matmul(a, &[m, k], false, bs, &[k, n], false).unwrap();
+            let cp = e(cpu.matmul(&ca, false, &cbs, false));
+            let q = b.matmul(a, &[m, k], false, g, &[n, k], true).unwrap();
+            let _ = q;
+            let bt_data = awkward(n * k, 9 + s);
+            let (bt, cbt) = (b.input(&bt_data).unwrap(), up(&bt_data, &[n, k]));
+            let bt = b.binary(BinaryOp::Sub, bt, two).unwrap();
+            let cbt = e(cpu.binary(BinaryOp::Sub, &cbt, &up(&[2.0], &[1])));
+            let q = b.matmul(a, &[m, k], false, bt, &[n, k], true).unwrap();
+            let cq = e(cpu.matmul(&ca, false, &cbt, true));
+            // Right operand shared: x_s g^T.
+            let x_data = awkward(m * k, 20 + s);
+            let (x, cx) = (b.input(&x_data).unwrap(), up(&x_data, &[m, k]));
+            let x = b.unary(UnaryOp::Sin, x).unwrap();
+            let cx = e(cpu.unary(UnaryOp::Sin, &cx));
+            let r = b.matmul(x, &[m, k], false, g, &[n, k], true).unwrap();
+            let cr = e(cpu.matmul(&cx, false, &cg, true));
+            for (v, c) in [(p, &cp), (q, &cq), (r, &cr)] {
+                let v = b.unary(UnaryOp::Cos, v).unwrap();
+                b.read_back(v).unwrap();
+                want.push(cpu.to_vec(&e(cpu.unary(UnaryOp::Cos, c))).unwrap());
+            }
+            first.get_or_insert((p, cp));
+        }
+        let program = b.finish().unwrap();
+        let products = program.wide.iter().filter(|w| matches!(w.kind, Kind::Matmul { .. })).count();
+        // a b_s (three, and the fourth alone), a b_s^T (four), x_s g^T (four), a g^T (dead).
+        assert_eq!(products, 4, "one per group and the product that could not join");
+        let ran = program.run(false);
+        assert_eq!(ran.read_backs.len(), want.len());
+        for (i, (got, want)) in ran.read_backs.iter().zip(&want).enumerate() {
+            let same = got.iter().zip(want).all(|(g, w)| g.to_bits() == w.to_bits() || g.is_nan() && w.is_nan());
+            assert!(same, "read-back {i}: {got:?} against {want:?}");
+        }
     }
 
     /// Every op the compiler knows, on inputs (which it must not fold), against the eager CPU

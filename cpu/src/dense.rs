@@ -259,6 +259,19 @@ fn transposed<T: Elem>(x: &[T], rows: usize, cols: usize, pool: &Arc<Pool>) -> B
     out
 }
 
+/// Each of `batches` `rows x cols` row-major matrices -> its transpose (see [`transposed`]).
+fn batches_transposed<T: Elem>(x: &[T], batches: usize, rows: usize, cols: usize, pool: &Arc<Pool>) -> Buf<T> {
+    let mut out = pool.take::<T>(batches * rows * cols);
+    for (x, out) in x.chunks_exact(rows * cols).zip(out.chunks_exact_mut(rows * cols)).take(batches) {
+        for (i, row) in x.chunks_exact(cols).enumerate() {
+            for (j, &v) in row.iter().enumerate() {
+                out[j * rows + i] = v;
+            }
+        }
+    }
+    out
+}
+
 /// Multiply-adds below which a matrix product runs on the calling thread.
 const MM_PAR_MIN: usize = super::kernels::PAR_MIN_WORK;
 
@@ -345,7 +358,7 @@ fn matmul_rows_blocked<T: Elem, const KC: usize>(
 type PackedRows<'a, T> = (&'a [[T; MM_MR]], &'a [u8]);
 
 /// `R` rows of the product across all n columns, for one packed inner block (`b`: its rows of
-/// b1): tiles of `MM_NR` columns, then of four, then single columns. `resume`: the output
+/// b1): tiles of `MM_NR` columns, then of four, then one of the rest. `resume`: the output
 /// holds the chains of the earlier blocks.
 #[inline(always)]
 fn tile_row<T: Elem, const R: usize>(a: PackedRows<T>, b: &[T], n: usize, resume: bool, o: &mut [T]) {
@@ -358,9 +371,13 @@ fn tile_row<T: Elem, const R: usize>(a: PackedRows<T>, b: &[T], n: usize, resume
         tile::<T, R, 4>(a, &b[j0..], n, resume, &mut o[j0..]);
         j0 += 4;
     }
-    while j0 < n {
-        tile::<T, R, 1>(a, &b[j0..], n, resume, &mut o[j0..]);
-        j0 += 1;
+    // The last one to three columns in one tile (ht's 3 x 3 rotations: three tiles of one
+    // column each walked the packed block again).
+    match n - j0 {
+        3 => tile::<T, R, 3>(a, &b[j0..], n, resume, &mut o[j0..]),
+        2 => tile::<T, R, 2>(a, &b[j0..], n, resume, &mut o[j0..]),
+        1 => tile::<T, R, 1>(a, &b[j0..], n, resume, &mut o[j0..]),
+        _ => {}
     }
 }
 
@@ -437,6 +454,30 @@ pub fn matmul<T: Elem>(a: &[T], ta: bool, b: &[T], tb: bool, p: &MatmulPlan, out
         let b_strides = if tb { (1, k) } else { (n, 1) };
         return simd::dispatch!(tiny_products | tiny_products_avx2(a, ta, b, b_strides, p, out));
     }
+    if p.batch > 1 && !p.a_batched && k > 0 && n > 0 {
+        // One a for every batch: its rows are packed once per run of batches, not once per
+        // product. The runs split over the threads (each packs a again) when the work is long.
+        let a_strides = if ta { (1, m) } else { (k, 1) };
+        let bt;
+        let b: &[T] = if tb {
+            bt = batches_transposed(b, p.batch, n, k, pool);
+            &bt
+        } else {
+            b
+        };
+        let threads = if p.batch * m * k * n < MM_PAR_MIN { 1 } else { rayon::current_num_threads() };
+        let run = p.batch.div_ceil(threads);
+        let batches = |(r, o): (usize, &mut [T])| {
+            let b = &b[r * run * k * n..];
+            simd::dispatch!(shared_a_products | shared_a_products_avx2(a, a_strides, b, (m, k, n), o))
+        };
+        if threads == 1 {
+            out.chunks_mut(run * m * n).enumerate().for_each(batches);
+        } else {
+            out.par_chunks_mut(run * m * n).enumerate().for_each(batches);
+        }
+        return;
+    }
     // Small products in parallel by batch, when there is enough of them (a pool handoff per
     // batch of tiny products cost GMM d = 2 a third of its time in task switches).
     if p.batch > 1 && m * k * n < PAR_MIN * 4 && p.batch * m * k * n >= PAR_MIN {
@@ -445,6 +486,64 @@ pub fn matmul<T: Elem>(a: &[T], ta: bool, b: &[T], tb: bool, p: &MatmulPlan, out
         out.chunks_mut(m * n).enumerate().for_each(|(bi, o)| one_batch(bi, o));
     }
 }
+
+/// Every batch's `op(a) b_i` for one `a` (`b` holds the batches' k x n row-major, `out` their m x n,
+/// as many as `out` has room for), by the element chains of [`matmul_rows`]: a's rows are
+/// packed a task of [`MM_ROWS`] at a time, each inner block once, and every batch's tiles run
+/// against the packed block while it is in L1 (ht's Jacobian multiplies one weight matrix by a
+/// tangent per coordinate of theta; packing it per product cost more than the products' own
+/// multiply-adds). The same tiles as [`matmul_rows`], so the same bits.
+#[inline(always)]
+fn shared_a_products<T: Elem>(
+    a1: &[T],
+    (rs, cs): (usize, usize),
+    b: &[T],
+    (m, k, n): (usize, usize, usize),
+    out: &mut [T],
+) {
+    let batches = out.len() / (m * n);
+    // The task's rows in tiles of MM_MR, then single rows, as matmul_rows_blocked takes them.
+    let mut packed = [[T::zero(); MM_MR]; (MM_ROWS / MM_MR + MM_MR) * MM_KC];
+    let mut nonzero = [0u8; (MM_ROWS / MM_MR + MM_MR) * MM_KC];
+    for i0 in (0..m).step_by(MM_ROWS) {
+        let rows = MM_ROWS.min(m - i0);
+        let mut tiles = Vec::with_capacity(MM_ROWS / MM_MR + MM_MR);
+        let mut r0 = 0;
+        while r0 < rows {
+            let r = if rows - r0 >= MM_MR { MM_MR } else { 1 };
+            tiles.push((r0, r));
+            r0 += r;
+        }
+        for l0 in (0..k).step_by(MM_KC) {
+            let l1 = (l0 + MM_KC).min(k);
+            let width = l1 - l0;
+            for (t, &(r0, r)) in tiles.iter().enumerate() {
+                let at = t * MM_KC;
+                for (l, (p, z)) in (l0..l1).zip(packed[at..].iter_mut().zip(nonzero[at..].iter_mut())) {
+                    *z = 0;
+                    for (rr, p) in p.iter_mut().take(r).enumerate() {
+                        *p = a1[(i0 + r0 + rr) * rs + l * cs];
+                        *z |= u8::from(p.abs() >= T::min_positive_value() || p.is_nan()) << rr;
+                    }
+                }
+            }
+            for (bi, o) in out.chunks_exact_mut(m * n).enumerate().take(batches) {
+                let b = &b[bi * k * n + l0 * n..];
+                for (t, &(r0, r)) in tiles.iter().enumerate() {
+                    let at = t * MM_KC;
+                    let blk = (&packed[at..at + width], &nonzero[at..at + width]);
+                    let o = &mut o[(i0 + r0) * n..];
+                    if r == MM_MR {
+                        tile_row::<T, MM_MR>(blk, b, n, l0 > 0, o);
+                    } else {
+                        tile_row::<T, 1>(blk, b, n, l0 > 0, o);
+                    }
+                }
+            }
+        }
+    }
+}
+simd::wider!(shared_a_products, shared_a_products_avx2, <T: Elem>(a1: &[T], strides: (usize, usize), b: &[T], dims: (usize, usize, usize), out: &mut [T]));
 
 /// Products of at most this many multiply-adds, in batches, run by [`tiny_products`]: the
 /// blocked kernel's setup per product (its packing, its split into tasks) cost ht's Jacobian
@@ -834,6 +933,53 @@ mod tests {
                             got.to_bits() == want.to_bits() || got.is_nan() && want.is_nan(),
                             "batch {s} ({i}, {j})"
                         );
+                    }
+                }
+            }
+        }
+    }
+
+    /// Batches sharing their left operand (`shared_a_products`, which packs a once for many
+    /// batches) give each product's bits alone: row tasks with a remainder of single rows,
+    /// two inner blocks, column tiles of eight, four and one, a transposed a or b, zeros,
+    /// subnormals and NaNs in a and infinities in b, on one thread and split over two.
+    #[test]
+    fn batches_sharing_a_equal_each_product_alone_bit_for_bit() {
+        let awkward = |i: usize| match i % 11 {
+            0 | 5 => 0.0,
+            1 => -2e-310,
+            2 if i.is_multiple_of(7) => f64::NAN,
+            _ => ((i * 53) % 97) as f64 / 6.9 - 7.0,
+        };
+        let (bt, m, k, n) = (6, 70, MM_KC + 2, 15);
+        assert!(bt * m * k * n >= MM_PAR_MIN && !(m % MM_ROWS).is_multiple_of(MM_MR));
+        for (ta, tb) in [(false, false), (true, false), (false, true)] {
+            let a: Vec<f64> = (0..m * k).map(awkward).collect();
+            let b: Vec<f64> =
+                (0..bt * k * n).map(|i| if i % 17 == 3 { f64::INFINITY } else { awkward(i + 4) * 0.5 - 0.2 }).collect();
+            let ashape = if ta { [k, m] } else { [m, k] };
+            let bshape = if tb { [n, k] } else { [k, n] };
+            let p = matmul_plan(&ashape, ta, &[&[bt][..], &bshape].concat(), tb).unwrap();
+            assert!(!p.a_batched && p.b_batched && p.batch == bt);
+            let one = matmul_plan(&ashape, ta, &bshape, tb).unwrap();
+            for threads in [1, 2] {
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+                let mut out = vec![0.0; bt * m * n];
+                pool.install(|| matmul(&a, ta, &b, tb, &p, &mut out, &Pool::new()));
+                for s in 0..bt {
+                    let b0 = &b[s * k * n..(s + 1) * k * n];
+                    let mut alone = vec![0.0; m * n];
+                    matmul(&a, ta, b0, tb, &one, &mut alone, &Pool::new());
+                    for i in 0..m {
+                        for j in 0..n {
+                            let got = out[s * m * n + i * n + j];
+                            let at = (threads, ta, tb, s, i, j);
+                            assert_eq!(got.to_bits(), alone[i * n + j].to_bits(), "{at:?}");
+                            let av = |l: usize| if ta { a[l * m + i] } else { a[i * k + l] };
+                            let bv = |l: usize| if tb { b0[j * k + l] } else { b0[l * n + j] };
+                            let want = fused_chain(av, bv, k);
+                            assert!(got.to_bits() == want.to_bits() || got.is_nan() && want.is_nan(), "{at:?}");
+                        }
                     }
                 }
             }
