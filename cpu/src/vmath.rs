@@ -5,10 +5,13 @@
 //! exponent taken from the bits of a shifted float rather than a float-to-int conversion), and
 //! [`map_unary`] runs them over a slice, with an AVX2 copy chosen at run time (`simd.rs`).
 //!
-//! Accuracy: Cody-Waite reduction `x = n ln2 + r`, `|r| <= ln2 / 2`, then Taylor to degree 13
-//! for `expm1(r)` (truncation below 1e-17 relative), scaled by `2^n` as two exact halves so
-//! that subnormal results round once: exp within 1 ulp of libm's over its whole range, tanh
-//! within 3 and sigmoid within 2 (the tests below). `ln` is fdlibm's algorithm (the mantissa
+//! Accuracy: exp reduces by Cody-Waite to `x = (32 n + j) ln2 / 32 + r`, `|r| <= ln2 / 64`,
+//! takes `2^(j/32)` from a table of double-doubles computed when the crate is compiled, and
+//! `expm1(r)` by Taylor to degree 6 (truncation below 2^-58 relative); tanh's `expm1` reduces
+//! to `|r| <= ln2 / 2` and sums Taylor to degree 13 (below 1e-17), which keeps it accurate near
+//! zero. Both scale by `2^n` as two exact halves, so that a subnormal result is rounded once
+//! more: exp within 1 ulp of libm's over its whole range, tanh within 3 and sigmoid within 2
+//! (the tests below). `ln` is fdlibm's algorithm (the mantissa
 //! brought into [sqrt 2 / 2, sqrt 2), `ln(1 + f)` from `s = f / (2 + f)` and a degree-14 even
 //! polynomial in s, error below 1 ulp) with its branches turned into selects: within 1 ulp of
 //! libm's over the whole range, subnormal arguments included. `sin` and `cos`: `x = n π/2 + r`
@@ -91,14 +94,115 @@ fn reduce(x: f64) -> (f64, f64, f64) {
     (em1, pow2_of_shifted(half + SHIFTER), pow2_of_shifted((n - half) + SHIFTER))
 }
 
+/// Entries of [`EXP2_TABLE`]: `2^(j / 32)` for j in 0..32.
+const EXP2_STEPS: usize = 32;
+
+/// A double-double: an unevaluated sum `hi + lo` with `|lo| <= ulp(hi) / 2`.
+#[derive(Clone, Copy)]
+struct DoubleDouble(f64, f64);
+
+/// `a + b` exactly, as a rounded sum and its error (Knuth's two-sum).
+const fn two_sum(a: f64, b: f64) -> DoubleDouble {
+    let s = a + b;
+    let bb = s - a;
+    DoubleDouble(s, (a - (s - bb)) + (b - bb))
+}
+
+/// `a b` exactly, as a rounded product and its error (Dekker's product: each factor split into
+/// halves of 26 bits, whose products are exact).
+const fn two_product(a: f64, b: f64) -> DoubleDouble {
+    const SPLIT: f64 = 134_217_729.0; // 2^27 + 1
+    let (ca, cb) = (SPLIT * a, SPLIT * b);
+    let (ah, bh) = (ca - (ca - a), cb - (cb - b));
+    let (al, bl) = (a - ah, b - bh);
+    let p = a * b;
+    DoubleDouble(p, ((ah * bh - p) + ah * bl + al * bh) + al * bl)
+}
+
+const fn dd_add(a: DoubleDouble, b: DoubleDouble) -> DoubleDouble {
+    let s = two_sum(a.0, b.0);
+    two_sum(s.0, s.1 + a.1 + b.1)
+}
+
+const fn dd_mul(a: DoubleDouble, b: DoubleDouble) -> DoubleDouble {
+    let p = two_product(a.0, b.0);
+    two_sum(p.0, p.1 + a.0 * b.1 + a.1 * b.0)
+}
+
+/// `a / k` for a small positive integer k.
+const fn dd_div(a: DoubleDouble, k: f64) -> DoubleDouble {
+    let q1 = a.0 / k;
+    let back = two_product(q1, k);
+    let rest = (a.0 - back.0 - back.1 + a.1) / k;
+    two_sum(q1, rest)
+}
+
+/// `2^(j / 32)` as a double-double, by the Taylor series of `e^y` at `y = j ln2 / 32` summed in
+/// double-double (28 terms, the last below 2^-120 of the sum): accurate to about 2^-85, the
+/// precision of fdlibm's split of ln 2, which is 2^-32 of an ulp of the rounded entry.
+const fn exp2_step(j: usize) -> DoubleDouble {
+    // LN2_HI has 32 significant bits: j LN2_HI / 32 is exact.
+    let y = two_sum(LN2_HI * j as f64 / EXP2_STEPS as f64, LN2_LO * j as f64 / EXP2_STEPS as f64);
+    let (mut sum, mut term, mut k) = (DoubleDouble(1.0, 0.0), DoubleDouble(1.0, 0.0), 1);
+    while k < 28 {
+        term = dd_div(dd_mul(term, y), k as f64);
+        sum = dd_add(sum, term);
+        k += 1;
+    }
+    sum
+}
+
+/// `2^(j / 32)` for j in 0..32, each as its rounded value and the rest (`[hi, lo]`), computed
+/// when the crate is compiled.
+const EXP2_TABLE: [[f64; 2]; EXP2_STEPS] = {
+    let mut t = [[0.0; 2]; EXP2_STEPS];
+    let mut j = 0;
+    while j < EXP2_STEPS {
+        let v = exp2_step(j);
+        t[j] = [v.0, v.1];
+        j += 1;
+    }
+    t
+};
+
+/// 32 / ln 2.
+const STEPS_PER_LN2: f64 = EXP2_STEPS as f64 * LOG2E;
+/// Added to the step count before its bits are split, so that it is never negative (steps
+/// down to -2^16, below -746 * 32 / ln 2).
+const STEP_BIAS: u64 = 1 << 16;
+
 /// e^x in f64 (module docs: accuracy and special values: exp(NaN) = NaN, exp(-inf) = 0,
 /// exp(+inf) = +inf, overflow to +inf above 709.78, gradual underflow below -708.4).
+///
+/// `x = (32 n + j) ln2 / 32 + r`, `|r| <= ln2 / 64`: `e^x = 2^n 2^(j/32) e^r`, the table
+/// entry as a double-double and `e^r - 1` by Taylor to degree 6 (truncation below 2^-58
+/// relative), so `2^(j/32) e^r` is one rounding of a sum whose other errors are under a
+/// hundredth of an ulp; then the scale `2^n` as two exact halves (see [`reduce`]). Half the
+/// operations of the degree-13 series on `|r| <= ln2 / 2`, for two table loads.
 #[inline(always)]
 pub fn exp_f64(x: f64) -> f64 {
     let x = if x > 710.0 { 710.0 } else { x };
     let x = if x < -746.0 { -746.0 } else { x };
-    let (em1, s1, s2) = reduce(x);
-    ((1.0 + em1) * s1) * s2
+    let shifted = x * STEPS_PER_LN2 + SHIFTER;
+    let m = shifted - SHIFTER;
+    // ln2 / 32 as LN2_HI / 32 (exact, 32 bits: m LN2_HI / 32 is exact for |m| < 2^21) and
+    // LN2_LO / 32.
+    let step_hi = LN2_HI / EXP2_STEPS as f64;
+    let step_lo = LN2_LO / EXP2_STEPS as f64;
+    let r = (x - m * step_hi) - m * step_lo;
+    let steps = shifted.to_bits().wrapping_sub(SHIFTER.to_bits()).wrapping_add(STEP_BIAS);
+    let [hi, lo] = EXP2_TABLE[(steps % EXP2_STEPS as u64) as usize];
+    let r2 = r * r;
+    let em1 = r + r2 * ((INV_FACT[0] + INV_FACT[1] * r) + (INV_FACT[2] + INV_FACT[3] * r + INV_FACT[4] * r2) * r2);
+    let mantissa = hi + (hi * em1 + lo);
+    // 2^n as 2^n1 2^n2, n1 = floor(n / 2), both in the normal range (n in [-1077, 1024]), by
+    // their exponent fields from the biased n = biased - 2048 (unsigned shifts: AVX2 has no
+    // arithmetic shift of 64-bit lanes).
+    let biased = steps / EXP2_STEPS as u64;
+    const { assert!(STEP_BIAS / EXP2_STEPS as u64 == 2048) };
+    let half = biased >> 1;
+    let (field1, field2) = (half.wrapping_sub(1), (biased - half).wrapping_sub(1));
+    (mantissa * f64::from_bits(field1 << 52)) * f64::from_bits(field2 << 52)
 }
 
 /// e^x for an f32 argument, in f64, for rounding to f32: the reduction of [`exp_f64`] with
@@ -473,6 +577,24 @@ mod tests {
         assert_eq!(exp(-103.0f32).to_bits(), ((-103.0f64).exp() as f32).to_bits());
         assert!(exp(f32::NAN).is_nan());
         assert_eq!((exp(0.0f32), exp(-0.0f32)), (1.0, 1.0));
+    }
+
+    /// The table's entries against one another in double-double (`2^(j/32)` squared is the
+    /// entry of 2j, or twice that of 2j - 32: equal to 2^-80, the 85 bits of ln 2 the series
+    /// starts from being the limit, some 2^-27 of an ulp) and against libm's `exp2`.
+    #[test]
+    fn the_exp2_table_is_its_own_square_to_double_double_precision() {
+        let entry = |j: usize| DoubleDouble(EXP2_TABLE[j][0], EXP2_TABLE[j][1]);
+        assert_eq!(EXP2_TABLE[0], [1.0, 0.0]);
+        for j in 0..EXP2_STEPS {
+            let square = dd_mul(entry(j), entry(j));
+            let (k, scale) = if 2 * j < EXP2_STEPS { (2 * j, 1.0) } else { (2 * j - EXP2_STEPS, 2.0) };
+            let want = entry(k);
+            let diff = (square.0 - scale * want.0) + (square.1 - scale * want.1);
+            assert!(diff.abs() <= 2f64.powi(-80), "2^({j}/32) squared is {diff:e} off");
+            assert!(ulps(EXP2_TABLE[j][0], (j as f64 / 32.0).exp2()) <= 1, "entry {j}");
+            assert!(EXP2_TABLE[j][1].abs() <= EXP2_TABLE[j][0] * f64::EPSILON);
+        }
     }
 
     #[test]
