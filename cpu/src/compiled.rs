@@ -507,7 +507,7 @@ impl Builder {
     /// Refused (an `Unsupported` error) when the buffer would pass [`BUFFER_MAX`] elements.
     pub fn finish(self) -> Result<Program> {
         let Builder { mut vals, consts, inputs, nodes, outputs, mut side, threads, .. } = self;
-        let nodes = batch_products(nodes, &mut vals, &mut side, &outputs);
+        let nodes = batch_products(nodes, &mut vals, &mut side, &outputs)?;
         let node_of = |v: Val| node_of(&vals, v);
         let live = liveness(&nodes, &vals, &outputs);
         let items = schedule(&nodes, &live, &vals, &side);
@@ -692,7 +692,12 @@ const PRODUCT_GROUPS_MAX: usize = 64;
 /// batched product runs where the last member stood; whatever read the earlier members'
 /// results moves after it, by a stable topological order that keeps read-backs in theirs. A
 /// member whose varying operand depends on an earlier member stays a product of its own.
-fn batch_products(mut nodes: Vec<Node>, vals: &mut Vec<ValInfo>, side: &mut Side, outputs: &[(Val, u64)]) -> Vec<Node> {
+fn batch_products(
+    mut nodes: Vec<Node>,
+    vals: &mut Vec<ValInfo>,
+    side: &mut Side,
+    outputs: &[(Val, u64)],
+) -> Result<Vec<Node>> {
     let live = liveness(&nodes, vals, outputs);
     // (plan, shared operand, shared on the left) -> the products, in order.
     let mut groups: HashMap<(u32, Val, bool), Vec<usize>> = HashMap::new();
@@ -738,16 +743,17 @@ fn batch_products(mut nodes: Vec<Node>, vals: &mut Vec<ValInfo>, side: &mut Side
             let reads = |v: Val| node_of(vals, v).is_some_and(|j| depends[j]);
             if candidates.get(next) == Some(&i) {
                 next += 1;
-                if members.len() < most && !reads(nodes[i].args[usize::from(shared_left)]) {
+                let joins = members.len() < most && !reads(nodes[i].args[usize::from(shared_left)]);
+                if joins {
                     members.push(i);
-                    depends[i] = true;
-                    continue;
                 }
+                depends[i] = joins || nodes[i].args.iter().any(|&a| reads(a));
+                if next == candidates.len() {
+                    break;
+                }
+                continue;
             }
             depends[i] = nodes[i].args.iter().any(|&a| reads(a));
-            if next == candidates.len() {
-                break;
-            }
         }
         if members.len() >= 2 {
             for &m in &members {
@@ -757,7 +763,7 @@ fn batch_products(mut nodes: Vec<Node>, vals: &mut Vec<ValInfo>, side: &mut Side
         }
     }
     if merges.is_empty() {
-        return nodes;
+        return Ok(nodes);
     }
     // The nodes in their first order, each group's members out and its stack and batched
     // product where its last member stood.
@@ -856,7 +862,11 @@ fn batch_products(mut nodes: Vec<Node>, vals: &mut Vec<ValInfo>, side: &mut Side
             }
         }
     }
-    debug_assert_eq!(ranked as usize, order.len(), "no member reads another");
+    if ranked as usize != order.len() {
+        // Cannot happen (no member's operand reads a member), but a program refused is run
+        // op by op by the traced device, where a wrong order would be a wrong answer.
+        return Err(unsupported("products batched into a cycle".into()));
+    }
     for v in vals.iter_mut() {
         if let Place::Node { node } | Place::View { node, .. } = &mut v.place {
             *node = rank[*node as usize];
@@ -866,7 +876,7 @@ fn batch_products(mut nodes: Vec<Node>, vals: &mut Vec<ValInfo>, side: &mut Side
     for (i, n) in order.into_iter().enumerate() {
         sorted[rank[i] as usize] = Some(n);
     }
-    sorted.into_iter().map(|n| n.expect("every node ranked")).collect()
+    Ok(sorted.into_iter().map(|n| n.expect("every node ranked")).collect())
 }
 
 /// What [`Builder::finish`] runs, in order: a node alone, or a loop fusing elementwise nodes.
