@@ -506,10 +506,12 @@ impl Builder {
     /// buffer assigned by liveness.
     /// Refused (an `Unsupported` error) when the buffer would pass [`BUFFER_MAX`] elements.
     pub fn finish(self) -> Result<Program> {
-        let Builder { mut vals, consts, inputs, nodes, outputs, mut side, threads, .. } = self;
-        let nodes = batch_products(nodes, &mut vals, &mut side, &outputs)?;
+        let Builder { mut vals, consts, inputs, mut nodes, outputs, mut side, threads, .. } = self;
+        let mut live = liveness(&nodes, &vals, &outputs);
+        if batch_products(&mut nodes, &live, &mut vals, &mut side)? {
+            live = liveness(&nodes, &vals, &outputs);
+        }
         let node_of = |v: Val| node_of(&vals, v);
-        let live = liveness(&nodes, &vals, &outputs);
         let items = schedule(&nodes, &live, &vals, &side);
         // A value is stored (given a place in the buffer) unless it is a fused op's result that
         // only later ops of its own loop read, directly: those live in the loop's registers.
@@ -692,13 +694,8 @@ const PRODUCT_GROUPS_MAX: usize = 64;
 /// batched product runs where the last member stood; whatever read the earlier members'
 /// results moves after it, by a stable topological order that keeps read-backs in theirs. A
 /// member whose varying operand depends on an earlier member stays a product of its own.
-fn batch_products(
-    mut nodes: Vec<Node>,
-    vals: &mut Vec<ValInfo>,
-    side: &mut Side,
-    outputs: &[(Val, u64)],
-) -> Result<Vec<Node>> {
-    let live = liveness(&nodes, vals, outputs);
+/// Whether any products were batched (the nodes renumbered).
+fn batch_products(nodes: &mut Vec<Node>, live: &[bool], vals: &mut Vec<ValInfo>, side: &mut Side) -> Result<bool> {
     // (plan, shared operand, shared on the left) -> the products, in order.
     let mut groups: HashMap<(u32, Val, bool), Vec<usize>> = HashMap::new();
     let mut keys = Vec::new();
@@ -763,7 +760,7 @@ fn batch_products(
         }
     }
     if merges.is_empty() {
-        return Ok(nodes);
+        return Ok(false);
     }
     // The nodes in their first order, each group's members out and its stack and batched
     // product where its last member stood.
@@ -876,7 +873,8 @@ fn batch_products(
     for (i, n) in order.into_iter().enumerate() {
         sorted[rank[i] as usize] = Some(n);
     }
-    Ok(sorted.into_iter().map(|n| n.expect("every node ranked")).collect())
+    *nodes = sorted.into_iter().map(|n| n.expect("every node ranked")).collect();
+    Ok(true)
 }
 
 /// What [`Builder::finish`] runs, in order: a node alone, or a loop fusing elementwise nodes.

@@ -245,27 +245,24 @@ pub fn arg_reduce_axis<T: Elem>(
 /// `rows x cols` row-major -> its transpose, in a buffer of the pool (a fresh one would cost
 /// first-touch page faults on every product: a fifth of GMM's gradient time at d = 20).
 fn transposed<T: Elem>(x: &[T], rows: usize, cols: usize, pool: &Arc<Pool>) -> Buf<T> {
-    let mut out = pool.take::<T>(x.len());
-    const TILE: usize = 32;
-    for i0 in (0..rows).step_by(TILE) {
-        for j0 in (0..cols).step_by(TILE) {
-            for i in i0..(i0 + TILE).min(rows) {
-                for j in j0..(j0 + TILE).min(cols) {
-                    out[j * rows + i] = x[i * cols + j];
-                }
-            }
-        }
-    }
-    out
+    batches_transposed(x, 1, rows, cols, pool)
 }
 
 /// Each of `batches` `rows x cols` row-major matrices -> its transpose (see [`transposed`]).
 fn batches_transposed<T: Elem>(x: &[T], batches: usize, rows: usize, cols: usize, pool: &Arc<Pool>) -> Buf<T> {
     let mut out = pool.take::<T>(batches * rows * cols);
+    if rows * cols == 0 {
+        return out;
+    }
+    const TILE: usize = 32;
     for (x, out) in x.chunks_exact(rows * cols).zip(out.chunks_exact_mut(rows * cols)).take(batches) {
-        for (i, row) in x.chunks_exact(cols).enumerate() {
-            for (j, &v) in row.iter().enumerate() {
-                out[j * rows + i] = v;
+        for i0 in (0..rows).step_by(TILE) {
+            for j0 in (0..cols).step_by(TILE) {
+                for i in i0..(i0 + TILE).min(rows) {
+                    for j in j0..(j0 + TILE).min(cols) {
+                        out[j * rows + i] = x[i * cols + j];
+                    }
+                }
             }
         }
     }
@@ -323,33 +320,56 @@ fn matmul_rows_blocked<T: Elem, const KC: usize>(
 ) {
     let rows = o.len() / n;
     // A block of R rows of a, packed along l (R values per l, contiguous), and which of them
-    // count (bit r for row r): the tiles read one slice per l and branch once on it. A
-    // subnormal a[i, l] counts as zero: its term is below 2^-1022 |b[l, j]|, and computing it
-    // costs a microcode assist per multiply-add on x86 (GMM's Q adjoint, whose left operand
-    // holds posterior weights that underflow gradually, took 4x as long with them).
+    // count (bit r for row r): the tiles read one slice per l and branch once on it.
     let mut packed = [[T::zero(); MM_MR]; KC];
     let mut nonzero = [0u8; KC];
     for l0 in (0..k).step_by(KC) {
         let l1 = (l0 + KC).min(k);
-        let mut r0 = 0;
-        while r0 < rows {
-            let r = if rows - r0 >= MM_MR { MM_MR } else { 1 };
-            for (l, (p, z)) in (l0..l1).zip(packed.iter_mut().zip(nonzero.iter_mut())) {
-                *z = 0;
-                for (rr, p) in p.iter_mut().take(r).enumerate() {
-                    *p = a1[(i0 + r0 + rr) * rs + l * cs];
-                    *z |= u8::from(p.abs() >= T::min_positive_value() || p.is_nan()) << rr;
-                }
-            }
+        for (r0, r) in row_tiles(rows) {
+            pack_rows(a1, (rs, cs), (i0 + r0, r), l0..l1, &mut packed, &mut nonzero);
             let blk = (&packed[..l1 - l0], &nonzero[..l1 - l0]);
-            let (b, o) = (&b1[l0 * n..], &mut o[r0 * n..]);
-            if r == MM_MR {
-                tile_row::<T, MM_MR>(blk, b, n, l0 > 0, o);
-            } else {
-                tile_row::<T, 1>(blk, b, n, l0 > 0, o);
-            }
-            r0 += r;
+            tile_rows(blk, r, &b1[l0 * n..], n, l0 > 0, &mut o[r0 * n..]);
         }
+    }
+}
+
+/// The row tiles of a run of `rows` rows: `(first, count)`, tiles of `MM_MR` rows, then
+/// single rows.
+fn row_tiles(rows: usize) -> impl Iterator<Item = (usize, usize)> {
+    let full = rows / MM_MR * MM_MR;
+    (0..full).step_by(MM_MR).map(|r0| (r0, MM_MR)).chain((full..rows).map(|r0| (r0, 1)))
+}
+
+/// Packs rows `first..first + r` of a1 (element (i, l) at `a1[i rs + l cs]`) over the inner
+/// indices `ls`: per l, the rows' values, and in `nonzero` the mask of the ones that count (a
+/// subnormal a[i, l] counts as zero: its term is below 2^-1022 |b[l, j]|, and computing it
+/// costs a microcode assist per multiply-add on x86; GMM's Q adjoint, whose left operand
+/// holds posterior weights that underflow gradually, took 4x as long with them).
+#[inline(always)]
+fn pack_rows<T: Elem>(
+    a1: &[T],
+    (rs, cs): (usize, usize),
+    (first, r): (usize, usize),
+    ls: std::ops::Range<usize>,
+    packed: &mut [[T; MM_MR]],
+    nonzero: &mut [u8],
+) {
+    for (l, (p, z)) in ls.zip(packed.iter_mut().zip(nonzero.iter_mut())) {
+        *z = 0;
+        for (rr, p) in p.iter_mut().take(r).enumerate() {
+            *p = a1[(first + rr) * rs + l * cs];
+            *z |= u8::from(p.abs() >= T::min_positive_value() || p.is_nan()) << rr;
+        }
+    }
+}
+
+/// [`tile_row`] for a tile of `r` rows (`MM_MR` or one).
+#[inline(always)]
+fn tile_rows<T: Elem>(a: PackedRows<T>, r: usize, b: &[T], n: usize, resume: bool, o: &mut [T]) {
+    if r == MM_MR {
+        tile_row::<T, MM_MR>(a, b, n, resume, o);
+    } else {
+        tile_row::<T, 1>(a, b, n, resume, o);
     }
 }
 
@@ -496,48 +516,26 @@ pub fn matmul<T: Elem>(a: &[T], ta: bool, b: &[T], tb: bool, p: &MatmulPlan, out
 #[inline(always)]
 fn shared_a_products<T: Elem>(
     a1: &[T],
-    (rs, cs): (usize, usize),
+    strides: (usize, usize),
     b: &[T],
     (m, k, n): (usize, usize, usize),
     out: &mut [T],
 ) {
-    let batches = out.len() / (m * n);
-    // The task's rows in tiles of MM_MR, then single rows, as matmul_rows_blocked takes them.
+    // The packed tiles of a task's rows, one after another, MM_KC values of l apart.
     let mut packed = [[T::zero(); MM_MR]; (MM_ROWS / MM_MR + MM_MR) * MM_KC];
     let mut nonzero = [0u8; (MM_ROWS / MM_MR + MM_MR) * MM_KC];
     for i0 in (0..m).step_by(MM_ROWS) {
-        let rows = MM_ROWS.min(m - i0);
-        let mut tiles = Vec::with_capacity(MM_ROWS / MM_MR + MM_MR);
-        let mut r0 = 0;
-        while r0 < rows {
-            let r = if rows - r0 >= MM_MR { MM_MR } else { 1 };
-            tiles.push((r0, r));
-            r0 += r;
-        }
+        let tiles = || row_tiles(MM_ROWS.min(m - i0)).enumerate().map(|(t, tile)| (t * MM_KC, tile));
         for l0 in (0..k).step_by(MM_KC) {
             let l1 = (l0 + MM_KC).min(k);
-            let width = l1 - l0;
-            for (t, &(r0, r)) in tiles.iter().enumerate() {
-                let at = t * MM_KC;
-                for (l, (p, z)) in (l0..l1).zip(packed[at..].iter_mut().zip(nonzero[at..].iter_mut())) {
-                    *z = 0;
-                    for (rr, p) in p.iter_mut().take(r).enumerate() {
-                        *p = a1[(i0 + r0 + rr) * rs + l * cs];
-                        *z |= u8::from(p.abs() >= T::min_positive_value() || p.is_nan()) << rr;
-                    }
-                }
+            for (at, (r0, r)) in tiles() {
+                pack_rows(a1, strides, (i0 + r0, r), l0..l1, &mut packed[at..], &mut nonzero[at..]);
             }
-            for (bi, o) in out.chunks_exact_mut(m * n).enumerate().take(batches) {
+            for (bi, o) in out.chunks_exact_mut(m * n).enumerate() {
                 let b = &b[bi * k * n + l0 * n..];
-                for (t, &(r0, r)) in tiles.iter().enumerate() {
-                    let at = t * MM_KC;
-                    let blk = (&packed[at..at + width], &nonzero[at..at + width]);
-                    let o = &mut o[(i0 + r0) * n..];
-                    if r == MM_MR {
-                        tile_row::<T, MM_MR>(blk, b, n, l0 > 0, o);
-                    } else {
-                        tile_row::<T, 1>(blk, b, n, l0 > 0, o);
-                    }
+                for (at, (r0, r)) in tiles() {
+                    let blk = (&packed[at..at + l1 - l0], &nonzero[at..at + l1 - l0]);
+                    tile_rows(blk, r, b, n, l0 > 0, &mut o[(i0 + r0) * n..]);
                 }
             }
         }

@@ -59,12 +59,15 @@ fn pow2_of_shifted(shifted: f64) -> f64 {
     f64::from_bits(k.wrapping_add(1023) << 52)
 }
 
-/// Cody-Waite: `x = n ln2 + r` with `|r| <= ln2 / 2`, as `(n + SHIFTER, n, r)`.
+/// Cody-Waite: `x = n ln2 / STEPS + r` with `|r| <= ln2 / (2 STEPS)`, as `(n + SHIFTER, n,
+/// r)`. STEPS is a power of two: `LN2_HI / STEPS` keeps LN2_HI's 32 significant bits, so
+/// `n LN2_HI / STEPS` is exact for `|n| < 2^21` (exp's n stays below 2^16).
 #[inline(always)]
-fn split_ln2(x: f64) -> (f64, f64, f64) {
-    let shifted = x * LOG2E + SHIFTER;
+fn split_ln2<const STEPS: u32>(x: f64) -> (f64, f64, f64) {
+    let steps = f64::from(STEPS);
+    let shifted = x * (LOG2E * steps) + SHIFTER;
     let n = shifted - SHIFTER;
-    (shifted, n, (x - n * LN2_HI) - n * LN2_LO)
+    (shifted, n, (x - n * (LN2_HI / steps)) - n * (LN2_LO / steps))
 }
 
 /// `1/2! + r/3! + ... + r^7/9!` (the Taylor terms of `expm1(r)` from r^2 to r^9, over r^2) by
@@ -81,7 +84,7 @@ fn taylor_to_9(r: f64, r2: f64, r4: f64) -> f64 {
 /// [-746, 710] (callers clamp; NaN passes through as NaN in the first).
 #[inline(always)]
 fn reduce(x: f64) -> (f64, f64, f64) {
-    let (_, n, r) = split_ln2(x);
+    let (_, n, r) = split_ln2::<1>(x);
     // Taylor to degree 13: the terms past r^9 in one more pair of pairs (a dependency chain of
     // 8 operations where Horner's is 22).
     let (r2, pair) = (r * r, |k: usize| INV_FACT[k] + INV_FACT[k + 1] * r);
@@ -165,8 +168,6 @@ const EXP2_TABLE: [[f64; 2]; EXP2_STEPS] = {
     t
 };
 
-/// 32 / ln 2.
-const STEPS_PER_LN2: f64 = EXP2_STEPS as f64 * LOG2E;
 /// Added to the step count before its bits are split, so that it is never negative (steps
 /// down to -2^16, below -746 * 32 / ln 2).
 const STEP_BIAS: u64 = 1 << 16;
@@ -183,13 +184,7 @@ const STEP_BIAS: u64 = 1 << 16;
 pub fn exp_f64(x: f64) -> f64 {
     let x = if x > 710.0 { 710.0 } else { x };
     let x = if x < -746.0 { -746.0 } else { x };
-    let shifted = x * STEPS_PER_LN2 + SHIFTER;
-    let m = shifted - SHIFTER;
-    // ln2 / 32 as LN2_HI / 32 (exact, 32 bits: m LN2_HI / 32 is exact for |m| < 2^21) and
-    // LN2_LO / 32.
-    let step_hi = LN2_HI / EXP2_STEPS as f64;
-    let step_lo = LN2_LO / EXP2_STEPS as f64;
-    let r = (x - m * step_hi) - m * step_lo;
+    let (shifted, _, r) = split_ln2::<{ EXP2_STEPS as u32 }>(x);
     let steps = shifted.to_bits().wrapping_sub(SHIFTER.to_bits()).wrapping_add(STEP_BIAS);
     let [hi, lo] = EXP2_TABLE[(steps % EXP2_STEPS as u64) as usize];
     let r2 = r * r;
@@ -216,7 +211,7 @@ fn exp_single_f64(x: f64) -> f64 {
     // the smallest subnormal); NaN passes the compares and stays NaN.
     let x = if x > 89.0 { 89.0 } else { x };
     let x = if x < -104.0 { -104.0 } else { x };
-    let (shifted, _, r) = split_ln2(x);
+    let (shifted, _, r) = split_ln2::<1>(x);
     let r2 = r * r;
     (1.0 + (r + r2 * taylor_to_9(r, r2, r2 * r2))) * pow2_of_shifted(shifted)
 }
