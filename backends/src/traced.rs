@@ -1050,7 +1050,7 @@ impl<D: Traceable> ElementwiseOps for Traced<D> {
         self.op_sym("select", Sym::Select, [mask, a, b], [], |d, [m, a, b], []| d.select(m, a, b).map(T))
     }
     fn index_eq(&self, i: &TI<D>, value: i64, dtype: DType) -> Result<TT<D>> {
-        self.op("index_eq", [], [i], move |d, [], [i]| d.index_eq(i, value, dtype).map(T))
+        self.op_sym("index_eq", Sym::IndexEq(value), [], [i], move |d, [], [i]| d.index_eq(i, value, dtype).map(T))
     }
     fn combine(&self, op: HistOp, a: &TT<D>, b: &TT<D>) -> Result<TT<D>> {
         self.op("combine", [a, b], [], move |d, [a, b], []| d.combine(op, a, b).map(T))
@@ -1094,7 +1094,7 @@ impl<D: Traceable> IndexOps for Traced<D> {
         self.op_sym("gather", Sym::Gather(oob), [src], [idx], move |d, [s], [i]| d.gather(s, i, oob).map(T))
     }
     fn scatter(&self, dest: &TT<D>, idx: &TI<D>, vals: &TT<D>) -> Result<TT<D>> {
-        self.op("scatter", [dest, vals], [idx], |d, [dest, v], [i]| d.scatter(dest, i, v).map(T))
+        self.op_sym("scatter", Sym::Scatter, [dest, vals], [idx], |d, [dest, v], [i]| d.scatter(dest, i, v).map(T))
     }
     fn sort_by_key(&self, keys: &TI<D>, num_keys: usize) -> Result<TI<D>> {
         self.op("sort_by_key", [], [keys], move |d, [], [k]| d.sort_by_key(k, num_keys).map(I))
@@ -1127,7 +1127,7 @@ impl<D: Traceable> HistOps for Traced<D> {
         })
     }
     fn arg_reduce_by_index(&self, dest: &TT<D>, ext: Extremum, inds: &TI<D>, vals: &TT<D>) -> Result<(TT<D>, TI<D>)> {
-        self.op("arg_reduce_by_index", [dest, vals], [inds], move |d, [dest, v], [i]| {
+        self.op_sym("arg_reduce_by_index", Sym::ArgReduce(ext), [dest, vals], [inds], move |d, [dest, v], [i]| {
             d.arg_reduce_by_index(dest, ext, i, v).map(|(v, p)| (T(v), I(p)))
         })
     }
@@ -1592,6 +1592,42 @@ mod tests {
         d.run_traced(&TraceCell::default(), &mut || -> Result<()> { gradient(&d, &x).map(drop) }).unwrap();
         assert_eq!(d.last_trace().unwrap().compiled, None);
         assert_eq!(d.last_compile_note(), None);
+    }
+
+    /// The derivatives of a maximum and a minimum (a one-bin arg-histogram, its winner compared
+    /// with -1, scattered into and gathered from) compile, and repeat the eager run: the
+    /// gradient reaches the first of the tied extremes, the tangent is its tangent.
+    #[test]
+    fn the_derivatives_of_an_extremum_compile() {
+        fn check<D: Traceable>(d: Traced<D>) {
+            let x = d.tensor(&[1.0, 3.0, -2.0, 3.0, -2.0], &[5], DType::F64).unwrap();
+            let dx = d.tensor(&[0.5, 0.25, 0.125, 2.0, 4.0], &[5], DType::F64).unwrap();
+            for (ext, first) in [(HistOp::Max, 1), (HistOp::Min, 2)] {
+                let (cell, mut got) = (TraceCell::default(), Vec::new());
+                for _ in 0..2 {
+                    d.run_traced(&cell, &mut || -> Result<()> {
+                        let r = Reverse::new(d.clone());
+                        let xv = r.var(x.clone());
+                        let y = r.reduce(ext, &xv)?;
+                        let g = r.backward(&y, d.full(&[1], 3.0, DType::F64)?)?;
+                        got = d.to_vec(g.get(&xv).expect("x is a variable"))?;
+                        let f = Forward::new(d.clone());
+                        let y = f.reduce(ext, &f.dual(x.clone(), dx.clone())?)?;
+                        got.extend(d.to_vec(&f.tangent(&y)?)?);
+                        Ok(())
+                    })
+                    .unwrap();
+                }
+                let mut want = vec![0.0; 5];
+                want[first] = 3.0;
+                want.push([0.5, 0.25, 0.125, 2.0, 4.0][first]);
+                assert_eq!(got, want, "{ext:?}");
+                assert!(d.last_trace().unwrap().compiled.is_some(), "{:?}", d.last_compile_note());
+                assert_eq!(d.replay_readbacks(&cell).unwrap(), got);
+            }
+        }
+        check(Traced::compiling(cpu()));
+        check(Traced::compiling(CpuStaged::on(cpu()).unwrap()));
     }
 
     #[test]

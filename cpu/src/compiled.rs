@@ -39,7 +39,7 @@ use std::sync::Mutex;
 use std::sync::Arc;
 
 use crate::shape::{MatmulPlan, matmul_plan};
-use crate::{BinaryOp, HistOp, OpError, OutOfRange, Pool, Result, UnaryOp, dense, kernels};
+use crate::{BinaryOp, Extremum, HistOp, OpError, OutOfRange, Pool, Result, UnaryOp, dense, kernels};
 
 /// The most elements a value of a compiled program may have (the buffer's places are `u32`;
 /// 2^24 f64 are 128 MiB a value).
@@ -107,6 +107,17 @@ enum Kind {
     Binary(BinaryOp),
     Select,
     Reduce(HistOp),
+    /// The one-bin arg-histogram of the second operand from the first (one element): the
+    /// winning value, then its position as an f64 (-1 when the first wins).
+    ArgReduce(Extremum),
+    /// The first operand with the element at the position the second holds (one element; -1
+    /// or past the end: none) replaced by the third (one element).
+    ScatterAt,
+    /// The element of the first operand at the position the second holds (one element), or
+    /// `fill` (bits) out of range.
+    GatherAt {
+        fill: u64,
+    },
     /// From table `table` (bins of the source's length), `fill` (bits) out of range.
     Gather {
         table: u32,
@@ -150,7 +161,9 @@ pub struct Builder {
     inputs: Vec<f64>,
     input_of: HashMap<Vec<u64>, Val>,
     nodes: Vec<Node>,
-    cse: HashMap<(Kind, Vec<Val>), Val>,
+    /// Nodes by kind, operands and length (a broadcast of one-element operands has the length
+    /// of the value it stands for).
+    cse: HashMap<(Kind, Vec<Val>, u32), Val>,
     /// Index uploads, interned.
     indices: Vec<Vec<i64>>,
     index_of: HashMap<Vec<i64>, Idx>,
@@ -275,23 +288,23 @@ impl Builder {
     /// constant, else the earlier equal node or a new one.
     fn node(&mut self, kind: Kind, args: Vec<Val>, len: usize) -> Result<Val> {
         let len = len_u32(len)?;
-        let key = (kind, args);
+        let key = (kind, args, len);
         if let Some(&v) = self.cse.get(&key) {
             return Ok(v);
         }
-        let (kind, args) = key;
+        let (kind, args, _) = key;
         if kind != Kind::ReadBack && args.iter().all(|&a| self.const_data(a).is_some()) {
             let ins: Vec<&[f64]> = args.iter().map(|&a| self.const_data(a).unwrap_or(&[])).collect();
             let mut out = vec![0.0; len as usize];
             compute(kind, &ins, &mut out, &self.side);
             let v = self.constant(&out)?;
-            self.cse.insert((kind, args), v);
+            self.cse.insert((kind, args, len), v);
             return Ok(v);
         }
         self.nodes.push(Node { kind, args: args.clone(), len });
         let v = self.push_val(len, Place::Node { node: self.nodes.len() as u32 - 1 });
         if kind != Kind::ReadBack {
-            self.cse.insert((kind, args), v);
+            self.cse.insert((kind, args, len), v);
         }
         Ok(v)
     }
@@ -390,7 +403,21 @@ impl Builder {
         if keeps_b {
             return Ok(b);
         }
+        let (a, b) = (self.splat(a)?, self.splat(b)?);
         self.node(Kind::Binary(op), vec![a, b], n)
+    }
+
+    /// `v` as one element where it is a constant of one value repeated (every element the
+    /// same bits): the ops that broadcast a one-element operand then read that element, not a
+    /// pass over the repeats (the adjoint of a sum broadcasts by adding a scalar to zeros).
+    fn splat(&mut self, v: Val) -> Result<Val> {
+        match self.const_data(v) {
+            Some(data) if data.len() > 1 && data.iter().all(|x| x.to_bits() == data[0].to_bits()) => {
+                let first = data[0];
+                self.constant(&[first])
+            }
+            _ => Ok(v),
+        }
     }
 
     /// `mask != 0 ? a : b`, `a` and `b` of the mask's length or one element.
@@ -401,6 +428,7 @@ impl Builder {
                 return Err(unsupported(format!("select of {} elements under a mask of {n}", self.len(x))));
             }
         }
+        let (a, b) = (self.splat(a)?, self.splat(b)?);
         self.node(Kind::Select, vec![mask, a, b], n)
     }
 
@@ -438,6 +466,48 @@ impl Builder {
             return Err(unsupported("a gather adjoint of another length than its indices".into()));
         }
         self.node(Kind::GatherAdjoint { table }, vec![g], src_len)
+    }
+
+    /// The one-bin arg-histogram (the CPU device's `arg_reduce_by_index` with one bin, as the
+    /// rules of `reduce(max)` and `reduce(min)` call it): the winner among `dest` (one element,
+    /// position -1) and `vals` in order, ties to the earliest, a NaN beating every number. The
+    /// winning value, and its position as an f64 value (exact: positions are below 2^24), each
+    /// one element. Every index of `idx` must be 0, one per value.
+    pub fn arg_reduce(&mut self, ext: Extremum, dest: Val, idx: Idx, vals: Val) -> Result<(Val, Val)> {
+        if self.len(dest) != 1 {
+            return Err(unsupported(format!("an arg-histogram of {} bins", self.len(dest))));
+        }
+        let bins = &self.indices[idx.0 as usize];
+        if bins.len() != self.len(vals) || bins.iter().any(|&b| b != 0) {
+            return Err(unsupported("an arg-histogram with an index other than 0".into()));
+        }
+        let both = self.node(Kind::ArgReduce(ext), vec![dest, vals], 2)?;
+        Ok((self.slice(both, 0, 1)?, self.slice(both, 1, 1)?))
+    }
+
+    /// `dest` with the element at position `pos` (one element, a position as
+    /// [`Builder::arg_reduce`] gives it; out of range: no element) replaced by `v` (one
+    /// element): the CPU device's `scatter` of one value.
+    pub fn scatter_at(&mut self, dest: Val, pos: Val, v: Val) -> Result<Val> {
+        if self.len(pos) != 1 || self.len(v) != 1 {
+            return Err(unsupported(format!("a scatter of {} values", self.len(v))));
+        }
+        let n = self.len(dest);
+        let dest = self.splat(dest)?;
+        self.node(Kind::ScatterAt, vec![dest, pos, v], n)
+    }
+
+    /// `src[pos]` for a position held in a value (one element, as [`Builder::arg_reduce`]
+    /// gives it), the fill value out of range (`OutOfRange::Error` is not compiled: the
+    /// eager op fails there, and a run cannot).
+    pub fn gather_at(&mut self, src: Val, pos: Val, oob: OutOfRange) -> Result<Val> {
+        let OutOfRange::Fill(fill) = oob else {
+            return Err(unsupported("a gather at a computed position that may fail".into()));
+        };
+        if self.len(pos) != 1 {
+            return Err(unsupported(format!("a gather at {} computed positions", self.len(pos))));
+        }
+        self.node(Kind::GatherAt { fill: fill.to_bits() }, vec![src, pos], 1)
     }
 
     /// The adjoint kernel of a unary op, `g` times its derivative at `x` (result `y`).
@@ -904,7 +974,12 @@ fn fusible(n: &Node) -> bool {
     n.len as usize >= FUSE_MIN
         && matches!(
             n.kind,
-            Kind::Unary(_) | Kind::Binary(_) | Kind::Select | Kind::UnaryAdjoint(_) | Kind::Gather { .. }
+            Kind::Unary(_)
+                | Kind::Binary(_)
+                | Kind::Select
+                | Kind::UnaryAdjoint(_)
+                | Kind::Gather { .. }
+                | Kind::ScatterAt
         )
 }
 
@@ -1226,6 +1301,7 @@ fn encode(kind: Kind, args: &[(u32, u32)], out: u32, n: u32, code: &mut Vec<Ins>
             };
             ins(c, op_index(&BinaryOp::ALL, op), 1, at(0), at(1))
         }
+        Kind::Binary(_) if len(0) != n && len(1) != n => wide_ins(kind, args, out, n, wide),
         Kind::Binary(op) => {
             let c = match (len(0) == n, len(1) == n) {
                 (true, true) => Code::BinaryVV,
@@ -1238,20 +1314,26 @@ fn encode(kind: Kind, args: &[(u32, u32)], out: u32, n: u32, code: &mut Vec<Ins>
         Kind::Unary(op) => ins(Code::Unary, op_index(&UnaryOp::ALL, op), n, at(0), 0),
         Kind::Reduce(op) => ins(Code::Reduce, op_index(&HistOp::ALL, op), len(0), at(0), 0),
         Kind::Select
+        | Kind::ArgReduce(_)
+        | Kind::ScatterAt
+        | Kind::GatherAt { .. }
         | Kind::Gather { .. }
         | Kind::GatherAdjoint { .. }
         | Kind::UnaryAdjoint(_)
         | Kind::Broadcast { .. }
         | Kind::SumTo { .. }
         | Kind::Matmul { .. }
-        | Kind::ReadBack => {
-            let mut inline = [(0, 0); 3];
-            inline[..args.len()].copy_from_slice(args);
-            wide.push(Wide { kind, args: inline, nargs: args.len() as u32, out, n });
-            Ins { code: Code::Wide, op: 0, n: 0, a: wide.len() as u32 - 1, b: 0, out }
-        }
+        | Kind::ReadBack => wide_ins(kind, args, out, n, wide),
         Kind::Stack => unreachable!("stacks are copies, above"),
     });
+}
+
+/// An instruction that runs `kind` by [`compute`] over `args` (place, length).
+fn wide_ins(kind: Kind, args: &[(u32, u32)], out: u32, n: u32, wide: &mut Vec<Wide>) -> Ins {
+    let mut inline = [(0, 0); 3];
+    inline[..args.len()].copy_from_slice(args);
+    wide.push(Wide { kind, args: inline, nargs: args.len() as u32, out, n });
+    Ins { code: Code::Wide, op: 0, n: 0, a: wide.len() as u32 - 1, b: 0, out }
 }
 
 /// An operand of a fused loop's step.
@@ -1526,6 +1608,7 @@ unsafe fn run_step(
             }
         }
         (Kind::Gather { table, fill }, _) => side.gather(table, f64::from_bits(fill), src(0), start, out),
+        (Kind::ScatterAt, _) => scatter_at(src(0), src(1)[0], src(2)[0], start, out),
         (kind, 1) => compute(kind, &[src(0)], out, side),
         (kind, 2) => compute(kind, &[src(0), src(1)], out, side),
         (kind, _) => compute(kind, &[src(0), src(1), src(2)], out, side),
@@ -1772,6 +1855,40 @@ impl Program {
         (self.loops.len(), self.loops.iter().flat_map(|l| &l.steps).map(Step::ops).sum())
     }
 
+    /// The program as text, an instruction a line (a loop's steps indented under it): what
+    /// fused, what is stored (`Mem`) and what stays in the loop's registers (`Reg`), for
+    /// reading why a program runs as it does (`ADGAUGE_JIT=listing` prints it).
+    pub fn listing(&self) -> String {
+        let mut text = String::new();
+        for ins in &self.code {
+            let line = match ins.code {
+                Code::Wide => {
+                    let w = &self.wide[ins.a as usize];
+                    format!(
+                        "{:?} of {} -> {} (operands at, length: {:?})",
+                        w.kind,
+                        w.n,
+                        w.out,
+                        &w.args[..w.nargs as usize]
+                    )
+                }
+                Code::Loop => {
+                    let l = &self.loops[ins.a as usize];
+                    let mut head = format!("loop of {}{}", l.n, if l.in_order { ", blocks in order" } else { "" });
+                    for s in &l.steps {
+                        let then = s.then.map(|t| format!(" then {t:?} {:?}", s.src[2])).unwrap_or_default();
+                        head += &format!("\n    {:?} {:?}{then} -> {:?}", s.kind, &s.src[..s.nargs as usize], s.dst);
+                    }
+                    head
+                }
+                code => format!("{code:?} #{} of {}: {}, {} -> {}", ins.op, ins.n, ins.a, ins.b, ins.out),
+            };
+            text += &line;
+            text.push('\n');
+        }
+        text
+    }
+
     /// Elements of the buffer a run works in (constants included).
     pub fn buffer_len(&self) -> usize {
         self.init.len()
@@ -1905,6 +2022,14 @@ fn compute(kind: Kind, ins: &[&[f64]], out: &mut [f64], side: &Side) {
             }
         }
         Kind::Reduce(op) => out[0] = kernels::reduce(op, ins[0]),
+        Kind::ArgReduce(ext) => {
+            let (value, pos) = arg_reduce(ext, ins[0][0], ins[1]);
+            out.copy_from_slice(&[value, pos]);
+        }
+        Kind::ScatterAt => scatter_at(ins[0], ins[1][0], ins[2][0], 0, out),
+        Kind::GatherAt { fill } => {
+            out[0] = position(ins[1][0], ins[0].len()).map_or(f64::from_bits(fill), |p| ins[0][p]);
+        }
         Kind::Gather { table, fill } => side.gather(table, f64::from_bits(fill), ins[0], 0, out),
         Kind::GatherAdjoint { table } => {
             out.fill(HistOp::Add.neutral());
@@ -1944,6 +2069,55 @@ fn compute(kind: Kind, ins: &[&[f64]], out: &mut [f64], side: &Side) {
     }
 }
 
+/// Elements `start..start + out.len()` of a scatter of `v` at position `pos`, from `dest`'s
+/// same elements (or its one element, repeated).
+fn scatter_at(dest: &[f64], pos: f64, v: f64, start: usize, out: &mut [f64]) {
+    match dest.len() {
+        1 => out.fill(dest[0]),
+        _ => out.copy_from_slice(dest),
+    }
+    if let Some(p) = position(pos, start + out.len()).filter(|&p| p >= start) {
+        out[p - start] = v;
+    }
+}
+
+/// A position held as an f64 (as [`arg_reduce`] gives it), if it lies in `0..len`.
+fn position(p: f64, len: usize) -> Option<usize> {
+    (p >= 0.0 && p < len as f64).then_some(p as usize)
+}
+
+/// The winner among `dest` (position -1) and `x` in order, by `ext`: the earliest of the best,
+/// a NaN beating every number (`Extremum::beats`, the arg-histogram's order), as the value and
+/// its position (an f64). Each block's best value comes from the CPU's own reduction, which
+/// keeps the earliest of equals, and its position is that of the first element equal to it
+/// (the first NaN, for NaN); the blocks then meet from the left.
+fn arg_reduce(ext: Extremum, dest: f64, x: &[f64]) -> (f64, f64) {
+    use rayon::prelude::*;
+    let op = match ext {
+        Extremum::Max => HistOp::Max,
+        Extremum::Min => HistOp::Min,
+    };
+    let block_best = |(b, s): (usize, &[f64])| -> (f64, usize) {
+        let best = kernels::fold_lanes(op, s);
+        let at = if best.is_nan() { s.iter().position(|v| v.is_nan()) } else { s.iter().position(|&v| v == best) };
+        // The reduction's result is one of the block's elements: `at` is found.
+        let at = at.unwrap_or(0);
+        (s[at], b * kernels::BLOCK + at)
+    };
+    let bests: Vec<(f64, usize)> = if x.len() < kernels::PAR_MIN {
+        x.chunks(kernels::BLOCK).enumerate().map(block_best).collect()
+    } else {
+        x.par_chunks(kernels::BLOCK).enumerate().map(block_best).collect()
+    };
+    let mut winner = (dest, -1i64);
+    for (v, p) in bests {
+        if !ext.beats(winner.0, winner.1, v, p as i64) {
+            winner = (v, p as i64);
+        }
+    }
+    (winner.0, winner.1 as f64)
+}
+
 /// `out = a op b`, a one-element operand broadcast: the operator's own loop, as the CPU
 /// device's `binary` (`per_binary_op!`), four or eight f64 to a vector where the CPU has AVX2
 /// or AVX-512 (only the width changes, not a bit of the results: `simd`).
@@ -1979,7 +2153,8 @@ fn binary_base(op: BinaryOp, a: &[f64], b: &[f64], out: &mut [f64]) {
                     *o = f(x, y);
                 }
             }
-            (false, false) => {}
+            // Both broadcast: a value of one element repeated (`Builder::splat`).
+            (false, false) => out.fill(f(a[0], b[0])),
         }
     }
     match op {
@@ -2060,7 +2235,7 @@ fn pair_base(op: BinaryOp, a: &[f64], b: &[f64], then: BinaryOp, c: &[f64], out:
 mod tests {
     use super::*;
     use crate::{Cpu, DType, TensorOps};
-    use adgauge_ops::{DenseOps, ElementwiseOps, IndexOps, ReduceOps, RuleKernels};
+    use adgauge_ops::{DenseOps, ElementwiseOps, HistOps, IndexOps, ReduceOps, RuleKernels};
 
     /// Values with ties, signed zeros, a NaN and infinities among ordinary numbers.
     fn awkward(n: usize, salt: usize) -> Vec<f64> {
@@ -2233,6 +2408,125 @@ mod tests {
         for (a, b) in again.read_backs.iter().zip(&ran.read_backs) {
             assert_eq!(bits(a), bits(b));
         }
+    }
+
+    /// The one-bin arg-histogram (the rules of `reduce(max)` and `reduce(min)`), the scatter
+    /// of one value at its winner and the gather from it repeat the CPU device's ops bit for
+    /// bit: ties to the earliest (across blocks too), a NaN beating every number, dest winning
+    /// ties and carrying position -1, on one block, several and a split over threads.
+    #[test]
+    fn one_bin_arg_histograms_and_their_winners_repeat_the_cpu_device_bit_for_bit() {
+        let cpu = Cpu::new(Some(2)).unwrap();
+        let block = kernels::BLOCK;
+        let par = kernels::PAR_MIN + 3 * block + 7;
+        let with = |n: usize, set: &[(usize, f64)]| {
+            let mut v: Vec<f64> = (0..n).map(|i| ((i * 37) % 101) as f64 * 0.25 - 12.0).collect();
+            for &(i, x) in set {
+                v[i] = x;
+            }
+            v
+        };
+        let cases: Vec<(f64, Vec<f64>)> = vec![
+            (f64::NEG_INFINITY, awkward(23, 1)),
+            (f64::INFINITY, awkward(23, 1)),
+            (f64::NEG_INFINITY, vec![-0.0, 0.0, -0.0]),
+            (f64::INFINITY, vec![0.0, -0.0, 0.0]),
+            (0.0, vec![-0.0, -1.0]),
+            (f64::NEG_INFINITY, vec![f64::NEG_INFINITY; 5]),
+            (f64::NAN, vec![1.0, f64::NAN]),
+            (5.0, vec![]),
+            // Equal best values in blocks 0 and 2, and the same again past a split.
+            (f64::NEG_INFINITY, with(3 * block + 9, &[(2 * block + 3, 40.0), (17, 40.0)])),
+            (f64::INFINITY, with(3 * block + 9, &[(2 * block + 3, -40.0), (block + 1, -40.0)])),
+            (f64::NEG_INFINITY, with(par, &[(par - 2, 40.0), (block * 5 + 2, 40.0)])),
+            (-3.0, with(par, &[(par - 3, f64::NAN), (par - 1, f64::NAN), (4, 99.0)])),
+        ];
+        for (case, (dest, vals)) in cases.iter().enumerate() {
+            let n = vals.len();
+            let zeros = vec![0i64; n];
+            let cd = cpu.tensor(&[*dest], &[1], DType::F64).unwrap();
+            let cv = cpu.tensor(vals, &[n], DType::F64).unwrap();
+            let cidx = cpu.index(&zeros).unwrap();
+            let cg = cpu.tensor(&[-2.5], &[1], DType::F64).unwrap();
+            let cz = cpu.full(&[n], 0.0, DType::F64).unwrap();
+            let mut b = Builder::new();
+            b.set_threads(2);
+            let (d, v, g) = (b.input(&[*dest]).unwrap(), b.input(vals).unwrap(), b.input(&[-2.5]).unwrap());
+            let z = b.constant(&vec![0.0; n]).unwrap();
+            let i = b.index(&zeros);
+            let mut want = Vec::new();
+            for ext in [Extremum::Max, Extremum::Min] {
+                let (cw, cpos) = cpu.arg_reduce_by_index(&cd, ext, &cidx, &cv).unwrap();
+                let (w, pos) = b.arg_reduce(ext, d, i, v).unwrap();
+                let p = cpu.index_to_vec(&cpos).unwrap()[0];
+                b.read_back(w).unwrap();
+                want.push(cpu.to_vec(&cw).unwrap());
+                b.read_back(pos).unwrap();
+                want.push(vec![p as f64]);
+                let scattered = b.scatter_at(z, pos, g).unwrap();
+                b.read_back(scattered).unwrap();
+                want.push(cpu.to_vec(&cpu.scatter(&cz, &cpos, &cg).unwrap()).unwrap());
+                let gathered = b.gather_at(v, pos, OutOfRange::Fill(7.5)).unwrap();
+                b.read_back(gathered).unwrap();
+                want.push(cpu.to_vec(&cpu.gather(&cv, &cpos, OutOfRange::Fill(7.5)).unwrap()).unwrap());
+            }
+            let ran = b.finish().unwrap().run(false);
+            for (k, (got, want)) in ran.read_backs.iter().zip(&want).enumerate() {
+                assert_eq!(bits(got), bits(want), "case {case}, read-back {k}");
+            }
+            assert_eq!(ran.read_backs.len(), want.len());
+        }
+        // The adjoint's pattern at the length of a split: the scatter into zeros joins the loop
+        // that adds it, reading the zeros as one element, as does a scalar added to zeros.
+        let (dest, vals) = &cases[11];
+        let n = vals.len();
+        let mut b = Builder::new();
+        b.set_threads(2);
+        let (d, v, g) = (b.input(&[*dest]).unwrap(), b.input(vals).unwrap(), b.input(&[-2.5]).unwrap());
+        let z = b.constant(&vec![0.0; n]).unwrap();
+        let i = b.index(&vec![0; n]);
+        let (_, pos) = b.arg_reduce(Extremum::Max, d, i, v).unwrap();
+        let spread = b.binary(BinaryOp::Add, z, g).unwrap();
+        let scattered = b.scatter_at(z, pos, g).unwrap();
+        let total = b.binary(BinaryOp::Add, spread, scattered).unwrap();
+        let total = b.binary(BinaryOp::Mul, total, v).unwrap();
+        b.read_back(total).unwrap();
+        let program = b.finish().unwrap();
+        let listing = program.listing();
+        assert!(listing.contains("loop of"), "{listing}");
+        assert!(listing.contains("ScatterAt [One("), "the zeros are one element: {listing}");
+        assert_eq!(listing.matches("Vec(").count(), 1, "the loop reads the values alone: {listing}");
+        let mut want = vec![-2.5; n];
+        want[par - 3] = -5.0;
+        let want: Vec<f64> = want.iter().zip(vals).map(|(w, x)| w * x).collect();
+        assert_eq!(bits(&program.run(false).read_backs[0]), bits(&want));
+        // The positions the cases reach, by hand: the earliest of equal maxima across blocks,
+        // dest's -1 on a tie, the first of two NaNs past a split.
+        let at = |dest: f64, vals: &[f64], ext| {
+            let mut b = Builder::new();
+            b.set_threads(2);
+            let (d, v) = (b.input(&[dest]).unwrap(), b.input(vals).unwrap());
+            let i = b.index(&vec![0; vals.len()]);
+            let (_, pos) = b.arg_reduce(ext, d, i, v).unwrap();
+            b.read_back(pos).unwrap();
+            b.finish().unwrap().run(false).read_backs[0][0]
+        };
+        assert_eq!(at(cases[8].0, &cases[8].1, Extremum::Max), 17.0);
+        assert_eq!(at(cases[9].0, &cases[9].1, Extremum::Min), (block + 1) as f64);
+        assert_eq!(at(cases[10].0, &cases[10].1, Extremum::Max), (block * 5 + 2) as f64);
+        assert_eq!(at(cases[11].0, &cases[11].1, Extremum::Max), (par - 3) as f64);
+        assert_eq!(at(cases[5].0, &cases[5].1, Extremum::Max), -1.0);
+        assert_eq!(at(cases[3].0, &cases[3].1, Extremum::Min), 0.0);
+        assert_eq!(at(cases[2].0, &cases[2].1, Extremum::Max), 0.0);
+        // Only one bin, indices 0, compiles.
+        let mut b = Builder::new();
+        let (d, v) = (b.input(&[0.0, 1.0]).unwrap(), b.input(&[2.0, 3.0]).unwrap());
+        let i = b.index(&[0, 1]);
+        assert!(b.arg_reduce(Extremum::Max, d, i, v).is_err(), "two bins");
+        let d = b.input(&[0.0]).unwrap();
+        assert!(b.arg_reduce(Extremum::Max, d, i, v).is_err(), "an index of 1");
+        let pos = b.input(&[0.0]).unwrap();
+        assert!(b.gather_at(v, pos, OutOfRange::Error).is_err(), "a gather that may fail");
     }
 
     /// Constants fold, inputs do not; the identities hold only where exact; a repeated op is

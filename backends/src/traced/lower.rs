@@ -13,7 +13,7 @@ use adgauge_cpu::compiled::{Builder, Idx, MAX_LEN, Program, Val};
 use adgauge_cpu::hist_sizes::Plan;
 
 use super::{Arg, Readback, Trace, Traceable, hash_f};
-use crate::{BinaryOp, DType, HistOp, OpError, OutOfRange, Result, TensorMeta, UnaryOp};
+use crate::{BinaryOp, DType, Extremum, HistOp, OpError, OutOfRange, Result, TensorMeta, UnaryOp};
 
 /// What a recorded instruction computes, for the compiler (`Opaque`: an op it does not know).
 #[derive(Clone, Debug)]
@@ -28,6 +28,12 @@ pub(super) enum Sym {
     Binary(BinaryOp),
     Select,
     Reduce(HistOp),
+    /// `arg_reduce_by_index`: compiled with one bin, its winners a position held in a value.
+    ArgReduce(Extremum),
+    /// `index_eq` with this value, of a computed position.
+    IndexEq(i64),
+    /// `scatter`, of one value at a computed position.
+    Scatter,
     Gather(OutOfRange),
     GatherAdjoint,
     UnaryAdjoint(UnaryOp),
@@ -70,6 +76,9 @@ pub(super) fn lower<D: Traceable>(inner: &D, trace: &Trace<D>) -> Result<Program
     b.set_threads(inner.threads());
     let mut vals: Vec<Option<Val>> = vec![None; trace.slots];
     let mut idxs: Vec<Option<Idx>> = vec![None; trace.slots];
+    // Index slots computed in the program (an arg-histogram's winners): positions held as f64
+    // values, which only the ops that take such a position read.
+    let mut positions: Vec<Option<Val>> = vec![None; trace.slots];
     let mut ext_vals: Vec<Option<Val>> = vec![None; trace.ext_t.len()];
     let mut ext_idxs: Vec<Option<Idx>> = vec![None; trace.ext_i.len()];
     for (pc, m) in trace.meta.iter().enumerate() {
@@ -102,6 +111,10 @@ pub(super) fn lower<D: Traceable>(inner: &D, trace: &Trace<D>) -> Result<Program
             }
         };
         let a = &m.args;
+        let position = |a: Arg| match a {
+            Arg::Slot(s) => positions[s as usize],
+            Arg::Ext(_) => None,
+        };
         let out: Option<Val> = match &m.sym {
             Sym::Opaque => return Err(not_lowered(format!("{name} (instruction {pc})"))),
             Sym::Tensor(data) => {
@@ -136,10 +149,38 @@ pub(super) fn lower<D: Traceable>(inner: &D, trace: &Trace<D>) -> Result<Program
                 let x = t(&mut b, a[0])?;
                 Some(b.reduce(*op, x)?)
             }
+            Sym::ArgReduce(ext) => {
+                let (dest, x) = (t(&mut b, a[0])?, t(&mut b, a[1])?);
+                let i = index(inner, trace, &idxs, &mut ext_idxs, &mut b, a[2])?;
+                let (value, pos) = b.arg_reduce(*ext, dest, i, x)?;
+                if writes.len() != 2 || written_len(0)? != 1 || written_len(1)? != 1 {
+                    return Err(not_lowered(format!("{name} makes other than one bin")));
+                }
+                vals[writes[0] as usize] = Some(value);
+                positions[writes[1] as usize] = Some(pos);
+                None
+            }
+            Sym::IndexEq(c) => {
+                let pos = position(a[0]).ok_or_else(|| not_lowered(format!("{name} of an index table")))?;
+                // Positions are below 2^24 and -1: a value past 2^53 that rounds is equal to
+                // none of them either way.
+                let c = b.constant(&[*c as f64])?;
+                Some(b.binary(BinaryOp::Eq, pos, c)?)
+            }
+            Sym::Scatter => {
+                let (dest, v) = (t(&mut b, a[0])?, t(&mut b, a[1])?);
+                let pos = position(a[2]).ok_or_else(|| not_lowered(format!("{name} by an index table")))?;
+                Some(b.scatter_at(dest, pos, v)?)
+            }
             Sym::Gather(oob) => {
                 let src = t(&mut b, a[0])?;
-                let i = index(inner, trace, &idxs, &mut ext_idxs, &mut b, a[1])?;
-                Some(b.gather(src, i, *oob)?)
+                match position(a[1]) {
+                    Some(pos) => Some(b.gather_at(src, pos, *oob)?),
+                    None => {
+                        let i = index(inner, trace, &idxs, &mut ext_idxs, &mut b, a[1])?;
+                        Some(b.gather(src, i, *oob)?)
+                    }
+                }
             }
             Sym::GatherAdjoint => {
                 let (src, g) = (t(&mut b, a[0])?, t(&mut b, a[1])?);
@@ -204,7 +245,11 @@ pub(super) fn lower<D: Traceable>(inner: &D, trace: &Trace<D>) -> Result<Program
             }
         }
     }
-    b.finish()
+    let program = b.finish()?;
+    if std::env::var("ADGAUGE_JIT").is_ok_and(|v| v == "listing") {
+        eprintln!("compiled program of {} instructions:\n{}", trace.meta.len(), program.listing());
+    }
+    Ok(program)
 }
 
 /// The index operand `a`, interned in the program.
