@@ -3,7 +3,9 @@
 //! LSTM's cells spent two thirds of their time in glibc's `expm1` and `exp`. These are written so
 //! that a loop over them vectorises (selects instead of branches, the integer part of the
 //! exponent taken from the bits of a shifted float rather than a float-to-int conversion), and
-//! [`map_unary`] runs them over a slice, with an AVX2 copy chosen at run time (`simd.rs`).
+//! [`map_unary`] runs them over a slice, with an AVX2 copy chosen at run time (`simd.rs`); f64
+//! exp has a loop of its own for AVX-512, written in intrinsics with the same operations, that
+//! reads its table by register permutes rather than gathers.
 //!
 //! Accuracy: exp reduces by Cody-Waite to `x = (32 n + j) ln2 / 32 + r`, `|r| <= ln2 / 64`,
 //! takes `2^(j/32)` from a table of double-doubles computed when the crate is compiled, and
@@ -494,7 +496,119 @@ simd::widest!(map_unary_base, map_unary_avx2, <T: Elem>(op: UnaryOp, xs: &[T], o
 /// `out[i] = op(xs[i])` for an op with a vector loop ([`vectorised`]; others are an error of
 /// the caller: sigmoid runs instead).
 pub fn map_unary<T: Elem>(op: UnaryOp, xs: &[T], out: &mut [T]) {
+    #[cfg(target_arch = "x86_64")]
+    if op == UnaryOp::Exp
+        && simd::avx512()
+        && let Some((xs, out)) = as_f64(xs, out)
+    {
+        // SAFETY: the running CPU has AVX-512 (F, DQ, VL).
+        return unsafe { exp_f64_avx512(xs, out) };
+    }
     simd::dispatch!(map_unary_base | map_unary_avx2(op, xs, out))
+}
+
+/// `xs` and `out` as f64 slices, when `T` is f64.
+fn as_f64<'a, T: Elem>(xs: &'a [T], out: &'a mut [T]) -> Option<(&'a [f64], &'a mut [f64])> {
+    if std::any::TypeId::of::<T>() != std::any::TypeId::of::<f64>() {
+        return None;
+    }
+    // SAFETY: T is f64.
+    Some(unsafe {
+        (
+            std::slice::from_raw_parts(xs.as_ptr().cast::<f64>(), xs.len()),
+            std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<f64>(), out.len()),
+        )
+    })
+}
+
+/// [`EXP2_TABLE`]'s rounded entries, then its rests, each as four vectors of eight.
+#[cfg(target_arch = "x86_64")]
+const EXP2_COLUMNS: [[f64; EXP2_STEPS]; 2] = {
+    let mut c = [[0.0; EXP2_STEPS]; 2];
+    let mut j = 0;
+    while j < EXP2_STEPS {
+        c[0][j] = EXP2_TABLE[j][0];
+        c[1][j] = EXP2_TABLE[j][1];
+        j += 1;
+    }
+    c
+};
+
+/// [`exp_f64`] over `xs`, eight lanes at a time with AVX-512: the same operations in the same
+/// order (intrinsics are never contracted into fused multiply-adds), so the same bits, but the
+/// table read by permutes of registers that hold it whole, where the compiled loop of
+/// `exp_f64` gathers it (two gathers of eight a vector, the slowest instructions of the loop).
+/// The last elements (fewer than eight) take `exp_f64` itself.
+///
+/// # Safety
+/// The running CPU has AVX-512 F, DQ and VL.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512dq,avx512vl,avx2,fma")]
+unsafe fn exp_f64_avx512(xs: &[f64], out: &mut [f64]) {
+    use std::arch::x86_64::*;
+    const { assert!(EXP2_STEPS == 32 && STEP_BIAS / EXP2_STEPS as u64 == 2048) };
+    let n = xs.len().min(out.len());
+    let col = |c: usize, k: usize| {
+        // SAFETY: eight elements of a row of 32, in bounds.
+        unsafe { _mm512_loadu_pd(EXP2_COLUMNS[c][8 * k..].as_ptr()) }
+    };
+    let (hi, lo) = ([col(0, 0), col(0, 1), col(0, 2), col(0, 3)], [col(1, 0), col(1, 1), col(1, 2), col(1, 3)]);
+    let all = _mm512_set1_pd;
+    let (top, bottom, scale) = (all(710.0), all(-746.0), all(LOG2E * EXP2_STEPS as f64));
+    let (shifter, ln2_hi, ln2_lo) = (all(SHIFTER), all(LN2_HI / EXP2_STEPS as f64), all(LN2_LO / EXP2_STEPS as f64));
+    let c: [__m512d; 5] = std::array::from_fn(|k| all(INV_FACT[k]));
+    const { assert!(SHIFTER.to_bits().is_multiple_of(EXP2_STEPS as u64)) };
+    let shifter_bits = _mm512_set1_epi64(SHIFTER.to_bits() as i64);
+    let (bias, one, sixteen) = (_mm512_set1_epi64(STEP_BIAS as i64), _mm512_set1_epi64(1), _mm512_set1_epi64(16));
+    // Where every lane lies in (-708, 709), no clamp applies and every result is a normal
+    // number, so the scale by 2^n is exact however it is done: one VSCALEFPD by n = floor(k /
+    // 32) for the step count k, instead of exp_f64's two exact halves (which a subnormal
+    // result needs). A NaN fails the test and takes the whole sequence.
+    let (low_end, high_end, per_step) = (all(-708.0), all(709.0), all(1.0 / EXP2_STEPS as f64));
+    let whole = n - n % 8;
+    for i in (0..whole).step_by(8) {
+        // SAFETY: i + 8 <= n, within both slices.
+        let x = unsafe { _mm512_loadu_pd(xs.as_ptr().add(i)) };
+        let plain = _mm512_cmp_pd_mask::<_CMP_GT_OQ>(x, low_end) & _mm512_cmp_pd_mask::<_CMP_LT_OQ>(x, high_end);
+        // `if x > 710 { 710 } else { x }` is min(710, x): MINPD returns its second operand
+        // when the first is not less (a NaN x passes); likewise for the floor.
+        let x = if plain == 0xff { x } else { _mm512_max_pd(bottom, _mm512_min_pd(top, x)) };
+        let shifted = _mm512_add_pd(_mm512_mul_pd(x, scale), shifter);
+        let nn = _mm512_sub_pd(shifted, shifter);
+        let r = _mm512_sub_pd(_mm512_sub_pd(x, _mm512_mul_pd(nn, ln2_hi)), _mm512_mul_pd(nn, ln2_lo));
+        // k mod 32 is the low five bits of the shifted sum's (SHIFTER's are zeros): bits 0-3
+        // pick among sixteen entries of two registers, bit 4 the half.
+        let shifted_bits = _mm512_castpd_si512(shifted);
+        let upper = _mm512_test_epi64_mask(shifted_bits, sixteen);
+        let pick = |t: &[__m512d; 4]| {
+            let low = _mm512_permutex2var_pd(t[0], shifted_bits, t[1]);
+            let high = _mm512_permutex2var_pd(t[2], shifted_bits, t[3]);
+            _mm512_mask_blend_pd(upper, low, high)
+        };
+        let (h, l) = (pick(&hi), pick(&lo));
+        let r2 = _mm512_mul_pd(r, r);
+        let first = _mm512_add_pd(c[0], _mm512_mul_pd(c[1], r));
+        let second = _mm512_add_pd(_mm512_add_pd(c[2], _mm512_mul_pd(c[3], r)), _mm512_mul_pd(c[4], r2));
+        let em1 = _mm512_add_pd(r, _mm512_mul_pd(r2, _mm512_add_pd(first, _mm512_mul_pd(second, r2))));
+        let mantissa = _mm512_add_pd(h, _mm512_add_pd(_mm512_mul_pd(h, em1), l));
+        let y = if plain == 0xff {
+            _mm512_scalef_pd(mantissa, _mm512_mul_pd(nn, per_step))
+        } else {
+            let steps = _mm512_add_epi64(_mm512_sub_epi64(shifted_bits, shifter_bits), bias);
+            let biased = _mm512_srli_epi64::<5>(steps);
+            let half = _mm512_srli_epi64::<1>(biased);
+            let field1 = _mm512_sub_epi64(half, one);
+            let field2 = _mm512_sub_epi64(_mm512_sub_epi64(biased, half), one);
+            let s1 = _mm512_castsi512_pd(_mm512_slli_epi64::<52>(field1));
+            let s2 = _mm512_castsi512_pd(_mm512_slli_epi64::<52>(field2));
+            _mm512_mul_pd(_mm512_mul_pd(mantissa, s1), s2)
+        };
+        // SAFETY: as the load.
+        unsafe { _mm512_storeu_pd(out.as_mut_ptr().add(i), y) };
+    }
+    for (o, &x) in out[whole..n].iter_mut().zip(&xs[whole..n]) {
+        *o = exp_f64(x);
+    }
 }
 
 /// `v[i] = exp(v[i])` in the vector loop.
@@ -790,6 +904,28 @@ mod tests {
         assert!(sin(f32::MAX).is_finite() && ulps32(cos(f32::MAX), f32::MAX.cos()) <= 1);
         // At the bound itself, the fast path.
         assert!(ulps(sin_f64(TRIG_RANGE), TRIG_RANGE.sin()) <= 1 && ulps(cos_f64(-TRIG_RANGE), TRIG_RANGE.cos()) <= 1);
+    }
+
+    /// The AVX-512 loop of exp (table by permutes) gives `exp_f64`'s bits over the whole range:
+    /// overflow, gradual underflow, every table entry, NaN and the infinities, and lengths that
+    /// leave a remainder.
+    #[test]
+    fn the_avx512_exp_equals_the_scalar_exp_bit_for_bit() {
+        if !simd::avx512() {
+            eprintln!("skipped: this CPU has no AVX-512, so map_unary's exp is the generic loop");
+            return;
+        }
+        let specials = [f64::NAN, -f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 0.0, -0.0, 709.78, 709.79, -708.4];
+        let steps = (0..64).map(|j| j as f64 * std::f64::consts::LN_2 / 32.0);
+        let xs: Vec<f64> =
+            points(-800.0, 800.0, 200_001).chain(specials).chain(steps).chain(points(-1e-9, 1e-9, 77)).collect();
+        for len in [xs.len(), xs.len() - 3, 7, 0] {
+            let mut out = vec![1.5; len];
+            map_unary(UnaryOp::Exp, &xs[..len], &mut out);
+            for (x, y) in xs.iter().zip(&out) {
+                assert_eq!(y.to_bits(), exp_f64(*x).to_bits(), "exp({x}) at length {len}");
+            }
+        }
     }
 
     #[test]
