@@ -1409,7 +1409,7 @@ impl<D: Traceable> Device for Traced<D> {
         let mut held = lock(cell.slot());
         if let Some(trace) = held.as_ref().and_then(|b| b.downcast_ref::<Trace<D>>()) {
             match &trace.compiled {
-                Some(program) => drop(program.run(false)),
+                Some(program) => program.run_timed(),
                 None => drop(self.replay(trace, Keep::Nothing)?),
             }
             return Ok(());

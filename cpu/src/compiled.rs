@@ -714,7 +714,8 @@ impl Builder {
                 .any(|(p, ..)| [p.m, p.k, p.n].iter().fold(p.batch, |w, &d| w.saturating_mul(d)) >= kernels::PAR_MIN))
         .then(|| rayon::ThreadPoolBuilder::new().num_threads(threads).build().ok())
         .flatten();
-        Ok(Program { code, wide, loops, init, scratch, side, observed, pool, buffer: Mutex::new(Vec::new()) })
+        let (buffer, read_back_store) = (Mutex::new(Vec::new()), Mutex::new(Vec::new()));
+        Ok(Program { code, wide, loops, init, scratch, side, observed, pool, buffer, read_back_store })
     }
 }
 
@@ -1836,6 +1837,25 @@ pub struct Program {
     observed: Vec<Observed>,
     /// The last run's buffer (a run that finds it taken works in a copy of `init`).
     buffer: Mutex<Vec<f64>>,
+    /// Where a timed run copies its read-backs, one after the other, kept between runs.
+    read_back_store: Mutex<Vec<f64>>,
+}
+
+/// Where a run's read-backs go: each into a vector of its own, for the caller, or one after
+/// the other into a store a timed run keeps between runs (the copies are made either way; a
+/// scalar program of thousands of read-backs would otherwise time an allocation for each).
+enum ReadBacks<'a> {
+    Each(Vec<Vec<f64>>),
+    Store(&'a mut Vec<f64>),
+}
+
+impl ReadBacks<'_> {
+    fn push(&mut self, values: &[f64]) {
+        match self {
+            ReadBacks::Each(each) => each.push(values.to_vec()),
+            ReadBacks::Store(store) => store.extend_from_slice(values),
+        }
+    }
 }
 
 /// What a run gives back: the read-backs in order and, on request, the outputs by tag.
@@ -1898,13 +1918,30 @@ impl Program {
     /// reused (no instruction writes a constant's place, and each place is written before it
     /// is read).
     pub fn run(&self, observe: bool) -> Ran {
+        let mut read_backs = ReadBacks::Each(Vec::new());
+        let outputs = self.run_on_pool(observe, &mut read_backs);
+        let ReadBacks::Each(read_backs) = read_backs else { unreachable!("made Each above") };
+        Ran { read_backs, outputs }
+    }
+
+    /// Runs the program as a timed replay does: every read-back is copied out, as in
+    /// [`Program::run`], but into a store the program keeps, and nothing is returned.
+    pub fn run_timed(&self) {
+        let mut held = self.read_back_store.try_lock().ok();
+        let mut own = Vec::new();
+        let store = held.as_deref_mut().unwrap_or(&mut own);
+        store.clear();
+        self.run_on_pool(false, &mut ReadBacks::Store(store));
+    }
+
+    fn run_on_pool(&self, observe: bool, read_backs: &mut ReadBacks) -> Vec<(u64, Vec<f64>)> {
         match &self.pool {
-            Some(pool) => pool.install(|| self.run_here(observe)),
-            None => self.run_here(observe),
+            Some(pool) => pool.install(|| self.run_here(observe, read_backs)),
+            None => self.run_here(observe, read_backs),
         }
     }
 
-    fn run_here(&self, observe: bool) -> Ran {
+    fn run_here(&self, observe: bool, read_backs: &mut ReadBacks) -> Vec<(u64, Vec<f64>)> {
         let mut held = self.buffer.try_lock().ok();
         let mut fresh;
         let buffer: &mut Vec<f64> = match held.as_deref_mut() {
@@ -1920,7 +1957,6 @@ impl Program {
                 &mut fresh
             }
         };
-        let mut read_backs = Vec::new();
         let mut outputs = Vec::new();
         let mut next = 0;
         let mut look = |buffer: &[f64], after: Option<u32>, outputs: &mut Vec<(u64, Vec<f64>)>| {
@@ -1940,15 +1976,19 @@ impl Program {
             // length, the registers after them), and a result's place is disjoint from its
             // operands' (an operand's place is freed only after the instruction that reads it
             // last has been given its own).
-            unsafe { step(ins, &parts, base, &mut read_backs) };
+            unsafe { step(ins, &parts, base, read_backs) };
             if observe {
                 look(buffer, Some(pc as u32), &mut outputs);
             }
         }
         drop(held);
-        Ran { read_backs, outputs }
+        outputs
     }
 }
+
+/// Reductions of at most this many elements (particle's 2-vectors) call the reduction's
+/// baseline copy directly: choosing the widest copy costs more than the fold.
+const SHORT_REDUCE: u32 = 16;
 
 /// What instructions read besides their own fields.
 struct Parts<'a> {
@@ -1963,7 +2003,7 @@ struct Parts<'a> {
 /// # Safety
 /// `ins`'s places lie inside the buffer at `base`, its result's disjoint from its operands'.
 #[inline(always)]
-unsafe fn step(ins: &Ins, parts: &Parts, base: *mut f64, read_backs: &mut Vec<Vec<f64>>) {
+unsafe fn step(ins: &Ins, parts: &Parts, base: *mut f64, read_backs: &mut ReadBacks) {
     let (wide, side) = (parts.wide, parts.side);
     // SAFETY (all four): the caller's contract.
     let get = |at: u32| unsafe { *base.add(at as usize) };
@@ -1986,6 +2026,7 @@ unsafe fn step(ins: &Ins, parts: &Parts, base: *mut f64, read_backs: &mut Vec<Ve
         Code::BinaryVV => binary(BinaryOp::ALL[op as usize], slice(a, n), slice(b, n), slice_mut(out, n)),
         Code::BinarySV => binary(BinaryOp::ALL[op as usize], slice(a, 1), slice(b, n), slice_mut(out, n)),
         Code::BinaryVS => binary(BinaryOp::ALL[op as usize], slice(a, n), slice(b, 1), slice_mut(out, n)),
+        Code::Reduce if n <= SHORT_REDUCE => put(out, kernels::fold_lanes_short(HistOp::ALL[op as usize], slice(a, n))),
         Code::Reduce => put(out, kernels::reduce(HistOp::ALL[op as usize], slice(a, n))),
         Code::Copy => slice_mut(out, n).copy_from_slice(slice(a, n)),
         // SAFETY: the caller's contract; the registers follow every place.
@@ -1994,7 +2035,7 @@ unsafe fn step(ins: &Ins, parts: &Parts, base: *mut f64, read_backs: &mut Vec<Ve
             let w = &wide[a as usize];
             let arg = |k: usize| slice(w.args[k].0, w.args[k].1);
             if w.kind == Kind::ReadBack {
-                read_backs.push(arg(0).to_vec());
+                read_backs.push(arg(0));
                 return;
             }
             let out = slice_mut(w.out, w.n);
@@ -2527,6 +2568,34 @@ mod tests {
         assert!(b.arg_reduce(Extremum::Max, d, i, v).is_err(), "an index of 1");
         let pos = b.input(&[0.0]).unwrap();
         assert!(b.gather_at(v, pos, OutOfRange::Error).is_err(), "a gather that may fail");
+    }
+
+    /// Short reductions (the baseline copy, called directly) repeat the CPU device's at every
+    /// length about the lanes' width, for every operator; a timed run copies the read-backs one
+    /// after the other into a store it keeps, with the bits a plain run returns.
+    #[test]
+    fn short_reductions_and_timed_runs_repeat_the_plain_run() {
+        let cpu = Cpu::new(Some(1)).unwrap();
+        let mut b = Builder::new();
+        let mut want = Vec::new();
+        for n in 1..=SHORT_REDUCE as usize + 1 {
+            let xs = awkward(n, n);
+            let x = b.input(&xs).unwrap();
+            let cx = cpu.tensor(&xs, &[n], DType::F64).unwrap();
+            for op in HistOp::ALL {
+                let v = b.reduce(op, x).unwrap();
+                b.read_back(v).unwrap();
+                want.extend(cpu.to_vec(&cpu.reduce(op, &cx).unwrap()).unwrap());
+            }
+        }
+        let program = b.finish().unwrap();
+        assert_eq!(bits(&program.run(false).read_backs.concat()), bits(&want));
+        program.run_timed();
+        let first = program.read_back_store.lock().unwrap().as_ptr();
+        program.run_timed();
+        let store = program.read_back_store.lock().unwrap();
+        assert_eq!(bits(&store), bits(&want));
+        assert_eq!(store.as_ptr(), first, "the store is kept, not made again");
     }
 
     /// Constants fold, inputs do not; the identities hold only where exact; a repeated op is

@@ -382,6 +382,13 @@ pub fn fold_lanes<T: Elem>(op: HistOp, x: &[T]) -> T {
 
 crate::simd::widest!(fold_lanes_base, fold_lanes_avx2, <T: Elem>(op: HistOp, x: &[T]) -> T);
 
+/// [`fold_lanes`] of a few elements: the baseline copy, inlined (every copy gives the same
+/// bits, and for a handful of elements choosing one costs more than the fold).
+#[inline]
+pub fn fold_lanes_short<T: Elem>(op: HistOp, x: &[T]) -> T {
+    fold_lanes_base(op, x)
+}
+
 #[inline(always)]
 fn fold_lanes_base<T: Elem>(op: HistOp, x: &[T]) -> T {
     let neutral = T::of_f64(op.neutral());

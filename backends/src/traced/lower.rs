@@ -2,10 +2,12 @@
 //! check that the program repeats the eager run.
 //!
 //! Each recorded instruction carries what it computes ([`Sym`]) where the compiler knows the op;
-//! a trace with any other op (a matrix product, a histogram), a value that is not an f64
-//! tensor, or one past [`MAX_LEN`] elements is not lowered, and its replays stay the recorded
-//! calls. The program's constants are the trace's uploads and fills and the tensors made
-//! outside the body, read once here: a trace is only replayed on the inputs it was made with.
+//! a trace with any other op (a histogram, an arg-histogram of more than one bin), a value that
+//! is not an f64 tensor, or one past [`MAX_LEN`] elements is not lowered, and its replays stay
+//! the recorded calls. An index tensor an op computes (a one-bin arg-histogram's winner) is a
+//! position held in an f64 value, which only the ops that take one read. The program's
+//! constants are the trace's uploads and fills and the tensors made outside the body, read
+//! once here: a trace is only replayed on the inputs it was made with.
 
 use std::sync::Arc;
 
