@@ -12,7 +12,10 @@
 //! - exact identities: `x * 1`, `x / 1`, `x + (-0)` and `x - 0` are `x` for every value,
 //!   NaN and -0 included; reshapes, and the rows of a stack taken apart again, are views of
 //!   their operand, not copies;
-//! - an op on the same operands as an earlier one is that one (common subexpressions).
+//! - an op on the same operands as an earlier one is that one (common subexpressions);
+//! - a constant of one value repeated is read as that one element by the ops that broadcast;
+//! - the one-bin arg-histogram (the rules of `reduce(max)` and `reduce(min)`) holds its
+//!   winner's position in an f64 value, which a one-value scatter and gather read.
 //!
 //! [`Builder::finish`] then keeps only what a read-back or an output needs (dead code), fuses
 //! runs of elementwise ops of one length (at least [`FUSE_MIN`] elements) into loops that take
@@ -1845,7 +1848,7 @@ pub struct Program {
 /// the other into a store a timed run keeps between runs (the copies are made either way; a
 /// scalar program of thousands of read-backs would otherwise time an allocation for each).
 enum ReadBacks<'a> {
-    Each(Vec<Vec<f64>>),
+    Each(&'a mut Vec<Vec<f64>>),
     Store(&'a mut Vec<f64>),
 }
 
@@ -1918,9 +1921,8 @@ impl Program {
     /// reused (no instruction writes a constant's place, and each place is written before it
     /// is read).
     pub fn run(&self, observe: bool) -> Ran {
-        let mut read_backs = ReadBacks::Each(Vec::new());
-        let outputs = self.run_on_pool(observe, &mut read_backs);
-        let ReadBacks::Each(read_backs) = read_backs else { unreachable!("made Each above") };
+        let mut read_backs = Vec::new();
+        let outputs = self.run_on_pool(observe, &mut ReadBacks::Each(&mut read_backs));
         Ran { read_backs, outputs }
     }
 
