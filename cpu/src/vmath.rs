@@ -912,8 +912,8 @@ mod tests {
     #[test]
     fn the_avx512_exp_equals_the_scalar_exp_bit_for_bit() {
         if !simd::avx512() {
-            eprintln!("skipped: this CPU has no AVX-512, so map_unary's exp is the generic loop");
-            return;
+            let why = "this CPU has no AVX-512, so map_unary's exp is the generic loop";
+            return adgauge_testkit::skip("avx512", why, "a CPU with AVX-512 F, DQ and VL");
         }
         let specials = [f64::NAN, -f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 0.0, -0.0, 709.78, 709.79, -708.4];
         let steps = (0..64).map(|j| j as f64 * std::f64::consts::LN_2 / 32.0);
