@@ -150,6 +150,10 @@ pub const NOT_SWITCHES: &[(&str, &str)] = &[
         "cpu::kernels::REDUCE_LANES",
         "the reductions' accumulators: a length below it is a left fold of its tail alone, one code path",
     ),
+    (
+        "cpu::kernels::SHORT_FOLD",
+        "which copy of fold_lanes runs (baseline, AVX2, AVX-512), all with the same order of operations",
+    ),
     ("cpu::scan::SCAN_BLOCK", "the block of the parallel scans PARALLEL_SCAN_MIN selects"),
     ("cpu::kernels::PAR_MIN_WORK", "matrix products (PAR_MIN times 8), not histograms"),
     ("cpu::sort::MAX_SORT_CHUNKS", "a cap on the counting pass's chunks"),

@@ -167,6 +167,8 @@ pub struct Builder {
     /// Nodes by kind, operands and length (a broadcast of one-element operands has the length
     /// of the value it stands for).
     cse: HashMap<(Kind, Vec<Val>, u32), Val>,
+    /// Constants of one value repeated, and that value as a one-element constant.
+    splat_of: HashMap<Val, Val>,
     /// Index uploads, interned.
     indices: Vec<Vec<i64>>,
     index_of: HashMap<Vec<i64>, Idx>,
@@ -249,7 +251,12 @@ impl Builder {
         let at = pool.len() as u32;
         pool.extend_from_slice(data);
         let v = self.push_val(len, if input { Place::Input { at } } else { Place::Const { at } });
+        let repeated = !input && key.len() > 1 && key.iter().all(|&b| b == key[0]);
         if input { &mut self.input_of } else { &mut self.const_of }.insert(key, v);
+        if repeated {
+            let one = self.constant(&data[..1])?;
+            self.splat_of.insert(v, one);
+        }
         Ok(v)
     }
 
@@ -406,21 +413,16 @@ impl Builder {
         if keeps_b {
             return Ok(b);
         }
-        let (a, b) = (self.splat(a)?, self.splat(b)?);
+        let (a, b) = (self.splat(a), self.splat(b));
         self.node(Kind::Binary(op), vec![a, b], n)
     }
 
     /// `v` as one element where it is a constant of one value repeated (every element the
     /// same bits): the ops that broadcast a one-element operand then read that element, not a
     /// pass over the repeats (the adjoint of a sum broadcasts by adding a scalar to zeros).
-    fn splat(&mut self, v: Val) -> Result<Val> {
-        match self.const_data(v) {
-            Some(data) if data.len() > 1 && data.iter().all(|x| x.to_bits() == data[0].to_bits()) => {
-                let first = data[0];
-                self.constant(&[first])
-            }
-            _ => Ok(v),
-        }
+    /// (Found when the constant is interned, whose key holds its bits already.)
+    fn splat(&self, v: Val) -> Val {
+        self.splat_of.get(&v).copied().unwrap_or(v)
     }
 
     /// `mask != 0 ? a : b`, `a` and `b` of the mask's length or one element.
@@ -431,7 +433,7 @@ impl Builder {
                 return Err(unsupported(format!("select of {} elements under a mask of {n}", self.len(x))));
             }
         }
-        let (a, b) = (self.splat(a)?, self.splat(b)?);
+        let (a, b) = (self.splat(a), self.splat(b));
         self.node(Kind::Select, vec![mask, a, b], n)
     }
 
@@ -496,7 +498,7 @@ impl Builder {
             return Err(unsupported(format!("a scatter of {} values", self.len(v))));
         }
         let n = self.len(dest);
-        let dest = self.splat(dest)?;
+        let dest = self.splat(dest);
         self.node(Kind::ScatterAt, vec![dest, pos, v], n)
     }
 
@@ -1988,10 +1990,6 @@ impl Program {
     }
 }
 
-/// Reductions of at most this many elements (particle's 2-vectors) call the reduction's
-/// baseline copy directly: choosing the widest copy costs more than the fold.
-const SHORT_REDUCE: u32 = 16;
-
 /// What instructions read besides their own fields.
 struct Parts<'a> {
     wide: &'a [Wide],
@@ -2028,7 +2026,6 @@ unsafe fn step(ins: &Ins, parts: &Parts, base: *mut f64, read_backs: &mut ReadBa
         Code::BinaryVV => binary(BinaryOp::ALL[op as usize], slice(a, n), slice(b, n), slice_mut(out, n)),
         Code::BinarySV => binary(BinaryOp::ALL[op as usize], slice(a, 1), slice(b, n), slice_mut(out, n)),
         Code::BinaryVS => binary(BinaryOp::ALL[op as usize], slice(a, n), slice(b, 1), slice_mut(out, n)),
-        Code::Reduce if n <= SHORT_REDUCE => put(out, kernels::fold_lanes_short(HistOp::ALL[op as usize], slice(a, n))),
         Code::Reduce => put(out, kernels::reduce(HistOp::ALL[op as usize], slice(a, n))),
         Code::Copy => slice_mut(out, n).copy_from_slice(slice(a, n)),
         // SAFETY: the caller's contract; the registers follow every place.
@@ -2580,7 +2577,7 @@ mod tests {
         let cpu = Cpu::new(Some(1)).unwrap();
         let mut b = Builder::new();
         let mut want = Vec::new();
-        for n in 1..=SHORT_REDUCE as usize + 1 {
+        for n in 1..=kernels::SHORT_FOLD + 1 {
             let xs = awkward(n, n);
             let x = b.input(&xs).unwrap();
             let cx = cpu.tensor(&xs, &[n], DType::F64).unwrap();

@@ -377,17 +377,18 @@ pub const REDUCE_LANES: usize = 8;
 /// in their bits, the block is folded again from the left so that the earliest winner is the
 /// one kept. `*` and general operators fold from the left.
 pub fn fold_lanes<T: Elem>(op: HistOp, x: &[T]) -> T {
+    // Every copy gives the same bits; for a handful of elements (particle's 2-vectors, a
+    // compiled program's scalar reductions) choosing one costs more than the fold.
+    if x.len() <= SHORT_FOLD {
+        return fold_lanes_base(op, x);
+    }
     crate::simd::dispatch!(fold_lanes_base | fold_lanes_avx2(op, x))
 }
 
-crate::simd::widest!(fold_lanes_base, fold_lanes_avx2, <T: Elem>(op: HistOp, x: &[T]) -> T);
+/// Folds of at most this many elements take [`fold_lanes`]'s baseline copy directly.
+pub const SHORT_FOLD: usize = 16;
 
-/// [`fold_lanes`] of a few elements: the baseline copy, inlined (every copy gives the same
-/// bits, and for a handful of elements choosing one costs more than the fold).
-#[inline]
-pub fn fold_lanes_short<T: Elem>(op: HistOp, x: &[T]) -> T {
-    fold_lanes_base(op, x)
-}
+crate::simd::widest!(fold_lanes_base, fold_lanes_avx2, <T: Elem>(op: HistOp, x: &[T]) -> T);
 
 #[inline(always)]
 fn fold_lanes_base<T: Elem>(op: HistOp, x: &[T]) -> T {
