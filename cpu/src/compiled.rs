@@ -64,6 +64,10 @@ const LOOP_LANES: usize = crate::staged::LANES;
 // groups but the last (`kernels::SumLanes`).
 const _: () = assert!(kernels::BLOCK.is_multiple_of(LOOP_LANES) && LOOP_LANES.is_multiple_of(kernels::REDUCE_LANES));
 
+/// f64 to a cache line: values of at least this many elements start on a line, in a buffer
+/// that starts on one ([`Lines`]), so a loop's 64-byte vectors never straddle two lines.
+const LINE: usize = 8;
+
 /// The most elements of a loop's own values that gathers in the loop may read: they are
 /// stored, in places the loop holds till it ends (ode's RK4 steps would otherwise chain
 /// into one loop that stores every stage of every step).
@@ -247,6 +251,9 @@ impl Builder {
         }
         if pool.len() + data.len() > BUFFER_MAX {
             return Err(unsupported(format!("constants or inputs past {BUFFER_MAX} elements")));
+        }
+        if data.len() >= LINE {
+            pool.resize(pool.len().next_multiple_of(LINE), 0.0);
         }
         let at = pool.len() as u32;
         pool.extend_from_slice(data);
@@ -636,7 +643,7 @@ impl Builder {
         // Outputs are observed right after their item runs, so they need no longer life.
         let mut free: HashMap<u32, Vec<u32>> = HashMap::new();
         // The buffer: constants, inputs, then the computed values.
-        let inputs_at = consts.len() as u32;
+        let inputs_at = consts.len().next_multiple_of(LINE) as u32;
         // Places are u64 while they are handed out, so that a buffer past the limit is refused
         // below rather than wrapped.
         let mut top = inputs_at as u64 + inputs.len() as u64;
@@ -654,6 +661,9 @@ impl Builder {
         };
         let mut place = |len: u32, free: &mut HashMap<u32, Vec<u32>>| {
             free.get_mut(&len).and_then(|f| f.pop()).unwrap_or_else(|| {
+                if len as usize >= LINE {
+                    top = top.next_multiple_of(LINE as u64);
+                }
                 top += u64::from(len);
                 (top - u64::from(len)) as u32
             })
@@ -701,8 +711,10 @@ impl Builder {
             .collect();
         observed.sort_by_key(|o| o.after.map_or(0, |p| p as u64 + 1));
         let mut init = consts;
+        init.resize(inputs_at as usize, 0.0);
         init.extend_from_slice(&inputs);
         // The loops' registers for a run on one thread follow the values.
+        let top = top.next_multiple_of(LINE as u64);
         let total = top + scratch_len as u64;
         if total > BUFFER_MAX as u64 {
             return Err(unsupported(format!("a buffer of {total} elements (at most {BUFFER_MAX})")));
@@ -719,7 +731,7 @@ impl Builder {
                 .any(|(p, ..)| [p.m, p.k, p.n].iter().fold(p.batch, |w, &d| w.saturating_mul(d)) >= kernels::PAR_MIN))
         .then(|| rayon::ThreadPoolBuilder::new().num_threads(threads).build().ok())
         .flatten();
-        let (buffer, read_back_store) = (Mutex::new(Vec::new()), Mutex::new(Vec::new()));
+        let (buffer, read_back_store) = (Mutex::new(Lines::default()), Mutex::new(Vec::new()));
         Ok(Program { code, wide, loops, init, scratch, side, observed, pool, buffer, read_back_store })
     }
 }
@@ -1557,8 +1569,8 @@ unsafe fn run_loop(l: &Loop, base: *mut f64, scratch: *mut f64, side: &Side) {
             (0..n.div_ceil(span))
                 .into_par_iter()
                 .map(|t| {
-                    let mut regs = vec![0.0f64; l.scratch_len()];
-                    blocks(t * span, ((t + 1) * span).min(n), regs.as_mut_ptr(), true)
+                    let mut regs = Lines::zeros(l.scratch_len());
+                    blocks(t * span, ((t + 1) * span).min(n), regs.as_mut_slice().as_mut_ptr(), true)
                 })
                 .collect()
         }
@@ -1841,7 +1853,7 @@ pub struct Program {
     pool: Option<rayon::ThreadPool>,
     observed: Vec<Observed>,
     /// The last run's buffer (a run that finds it taken works in a copy of `init`).
-    buffer: Mutex<Vec<f64>>,
+    buffer: Mutex<Lines>,
     /// Where a timed run copies its read-backs, one after the other, kept between runs.
     read_back_store: Mutex<Vec<f64>>,
 }
@@ -1948,17 +1960,17 @@ impl Program {
     fn run_here(&self, observe: bool, read_backs: &mut ReadBacks) -> Vec<(u64, Vec<f64>)> {
         let mut held = self.buffer.try_lock().ok();
         let mut fresh;
-        let buffer: &mut Vec<f64> = match held.as_deref_mut() {
+        let buffer: &mut [f64] = match held.as_deref_mut() {
             // The inputs are where the first run put them: nothing writes their places, as a
             // jitted function's arguments stay where they are between calls.
-            Some(b) if b.len() == self.init.len() => b,
+            Some(b) if b.len == self.init.len() => b.as_mut_slice(),
             Some(b) => {
-                b.clone_from(&self.init);
-                b
+                *b = Lines::from(&self.init[..]);
+                b.as_mut_slice()
             }
             None => {
-                fresh = self.init.clone();
-                &mut fresh
+                fresh = Lines::from(&self.init[..]);
+                fresh.as_mut_slice()
             }
         };
         let mut outputs = Vec::new();
@@ -1987,6 +1999,37 @@ impl Program {
         }
         drop(held);
         outputs
+    }
+}
+
+/// A buffer of f64 that starts on a cache line.
+#[derive(Default)]
+struct Lines {
+    lines: Vec<Line>,
+    len: usize,
+}
+
+#[derive(Clone, Copy, Default)]
+#[repr(C, align(64))]
+struct Line([f64; LINE]);
+
+impl Lines {
+    fn zeros(len: usize) -> Lines {
+        Lines { lines: vec![Line::default(); len.div_ceil(LINE)], len }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [f64] {
+        // SAFETY: a `Line` is `LINE` f64 with no padding (its size is its alignment, 64 bytes),
+        // and the lines hold at least `len` of them.
+        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast::<f64>(), self.len) }
+    }
+}
+
+impl From<&[f64]> for Lines {
+    fn from(data: &[f64]) -> Lines {
+        let mut out = Lines::zeros(data.len());
+        out.as_mut_slice().copy_from_slice(data);
+        out
     }
 }
 
