@@ -56,13 +56,24 @@ pub const BUFFER_MAX: usize = 1 << 28;
 /// millions of ops on one or two).
 pub const FUSE_MIN: usize = 32;
 
-/// Elements per block of a fused loop (the staged device's width): a loop's registers for one
-/// block stay in L1.
+/// The fewest elements per block of a fused loop (the staged device's width). A loop's blocks
+/// are this times a power of two ([`Loop::lanes`]), so that blocks of every loop start on
+/// these ones' bounds.
 const LOOP_LANES: usize = crate::staged::LANES;
+
+/// The most elements per block of a fused loop.
+const LOOP_LANES_MAX: usize = 8 * LOOP_LANES;
+
+/// The bytes a loop's registers for one block may take: a block is as long as keeps them
+/// within this, so that they stay in L1 (48 KiB on the machines measured), and every step
+/// pays its dispatch over as many elements as that allows. ode's RK4 loop at n = 1000 holds
+/// eight registers: blocks of 512, not 256, took its primal from 0.356 to 0.298 ms (min of six
+/// interleaved rounds); blocks of 1024 (64 KiB) measured 0.336.
+const REGISTERS_L1: usize = 32 << 10;
 
 // A loop's tasks of BLOCK elements are whole blocks, each a whole number of a sum's lane
 // groups but the last (`kernels::SumLanes`).
-const _: () = assert!(kernels::BLOCK.is_multiple_of(LOOP_LANES) && LOOP_LANES.is_multiple_of(kernels::REDUCE_LANES));
+const _: () = assert!(kernels::BLOCK.is_multiple_of(LOOP_LANES_MAX) && LOOP_LANES.is_multiple_of(kernels::REDUCE_LANES));
 
 /// f64 to a cache line: values of at least this many elements start on a line, in a buffer
 /// that starts on one ([`Lines`]), so a loop's 64-byte vectors never straddle two lines.
@@ -76,9 +87,9 @@ const GATHERED_MAX: usize = 1 << 14;
 /// Blocks per parallel task of a long fused loop.
 const TASK_BLOCKS: usize = 64;
 
-/// The most blocks of warm-up a task of a loop with sums (whose tasks are `kernels::BLOCK`s)
+/// The most elements of warm-up a task of a loop with sums (whose tasks are `kernels::BLOCK`s)
 /// may run; more, and the loop runs on one thread.
-const WARM_MAX: usize = kernels::BLOCK / LOOP_LANES / 8;
+const WARM_MAX: usize = kernels::BLOCK / 8;
 
 /// A value of a program being built.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -1225,8 +1236,19 @@ fn fuse(
     // Too many shadows: the loop runs in order on one thread, its carries passed block to block.
     let in_order = in_order || shadows > SHADOWS_MAX;
     let (steps, warm_steps) = (pair_up(steps), pair_up(warm_steps));
-    let warm = if in_order { 0 } else { reach.div_ceil(LOOP_LANES) };
-    Loop { n, registers, steps, sums, in_order, shadows, carries: carries as usize, warm, warm_steps }
+    let lanes = lanes_for(registers + shadows);
+    let warm = if in_order { 0 } else { reach.div_ceil(lanes) };
+    Loop { n, lanes, registers, steps, sums, in_order, shadows, carries: carries as usize, warm, warm_steps }
+}
+
+/// Elements per block of a loop of `registers` registers: [`LOOP_LANES`] doubled while they
+/// stay within [`REGISTERS_L1`].
+fn lanes_for(registers: usize) -> usize {
+    let mut lanes = LOOP_LANES;
+    while lanes < LOOP_LANES_MAX && 2 * lanes * registers.max(1) * size_of::<f64>() <= REGISTERS_L1 {
+        lanes *= 2;
+    }
+    lanes
 }
 
 /// An instruction: 16 bytes, so that a scalar program of millions of them streams as little
@@ -1447,10 +1469,12 @@ fn pair_up(steps: Vec<Step>) -> Vec<Step> {
 /// need more runs in order.
 const SHADOWS_MAX: usize = 256;
 
-/// Elementwise ops of one length fused into one loop: each block of [`LOOP_LANES`] elements
-/// goes through every step before the next block starts.
+/// Elementwise ops of one length fused into one loop: each block of `lanes` elements goes
+/// through every step before the next block starts.
 struct Loop {
     n: u32,
+    /// Elements per block: [`LOOP_LANES`] times a power of two ([`lanes_for`]).
+    lanes: usize,
     registers: usize,
     steps: Vec<Step>,
     /// Where each sum's total goes.
@@ -1473,7 +1497,7 @@ impl Loop {
     /// Elements of the scratch a task of the loop works in: its registers, its warm-up's
     /// shadows, then its carries.
     fn scratch_len(&self) -> usize {
-        (self.registers + self.shadows) * LOOP_LANES + self.carries * SHIFT_MAX
+        (self.registers + self.shadows) * self.lanes + self.carries * SHIFT_MAX
     }
 
     /// The elements of each task where the loop is worth splitting (as the staged device's
@@ -1486,11 +1510,13 @@ impl Loop {
         if !self.sums.is_empty() {
             // A sum's order is `kernels::reduce`'s: one lane sum of the whole below PAR_MIN,
             // else one per BLOCK, so tasks are BLOCKs or the whole.
-            return (n >= kernels::PAR_MIN && self.warm <= WARM_MAX).then_some(kernels::BLOCK);
+            return (n >= kernels::PAR_MIN && self.warm * self.lanes <= WARM_MAX).then_some(kernels::BLOCK);
         }
         let work = n.saturating_mul(self.steps.len());
         // A task at least eight times its warm-up.
-        let span = LOOP_LANES * TASK_BLOCKS.min(n.div_ceil(LOOP_LANES * 8).max(1)).max(8 * self.warm);
+        let span = (LOOP_LANES * TASK_BLOCKS.min(n.div_ceil(LOOP_LANES * 8).max(1)))
+            .max(8 * self.warm * self.lanes)
+            .next_multiple_of(self.lanes);
         let split = (n >= kernels::PAR_MIN || work >= kernels::PAR_MIN_WORK) && n > span;
         split.then_some(span)
     }
@@ -1526,22 +1552,22 @@ unsafe fn run_loop(l: &Loop, base: *mut f64, scratch: *mut f64, side: &Side) {
     let blocks = move |lo: usize, hi: usize, regs: *mut f64, warm_up: bool| {
         let mut sums = vec![kernels::SumLanes::default(); l.sums.len()];
         // SAFETY: the caller's contract: the scratch holds the carries after the registers.
-        let carries = unsafe { regs.add((l.registers + l.shadows) * LOOP_LANES) };
+        let carries = unsafe { regs.add((l.registers + l.shadows) * l.lanes) };
         // The warm-up (a task but the first): the blocks before `lo` that the carries at `lo`
         // depend on, their stored results in shadows, their sums dropped.
-        let mut start = if warm_up { lo.saturating_sub(l.warm * LOOP_LANES) } else { lo };
+        let mut start = if warm_up { lo.saturating_sub(l.warm * l.lanes) } else { lo };
         while start < lo {
             for s in &l.warm_steps {
                 // SAFETY: the caller's contract; the warm-up writes only the task's scratch.
-                unsafe { run_step(s, base.ptr(), regs, carries, start, LOOP_LANES, side, &mut sums) };
+                unsafe { run_step(s, base.ptr(), regs, l.lanes, carries, start, l.lanes, side, &mut sums) };
             }
-            start += LOOP_LANES;
+            start += l.lanes;
         }
         while start < hi {
-            let len = LOOP_LANES.min(hi - start);
+            let len = l.lanes.min(hi - start);
             for s in &l.steps {
                 // SAFETY: the caller's contract; a block's elements are its task's alone.
-                unsafe { run_step(s, base.ptr(), regs, carries, start, len, side, &mut sums) };
+                unsafe { run_step(s, base.ptr(), regs, l.lanes, carries, start, len, side, &mut sums) };
             }
             start += len;
         }
@@ -1584,13 +1610,14 @@ unsafe fn run_loop(l: &Loop, base: *mut f64, scratch: *mut f64, side: &Side) {
 /// One step of a loop over elements `[start, start + len)`.
 ///
 /// # Safety
-/// As [`run_loop`]'s, `regs` the registers of this block.
+/// As [`run_loop`]'s, `regs` the registers of this block, `lanes` elements apart.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn run_step(
     s: &Step,
     base: *mut f64,
     regs: *mut f64,
+    lanes: usize,
     carries: *mut f64,
     start: usize,
     len: usize,
@@ -1603,13 +1630,13 @@ unsafe fn run_step(
         unsafe { std::slice::from_raw_parts_mut(p.add(from), n) }
     };
     let src = |k: usize| match s.src[k] {
-        Src::Reg(r) => at(regs, r as usize * LOOP_LANES, len),
+        Src::Reg(r) => at(regs, r as usize * lanes, len),
         Src::Vec(p) => at(base, p as usize + start, len),
         Src::One(p) => at(base, p as usize, 1),
         Src::Whole(p, n) => at(base, p as usize, n as usize),
     };
     let out = match s.dst {
-        Dst::Reg(r) => at_mut(regs, r as usize * LOOP_LANES, len),
+        Dst::Reg(r) => at_mut(regs, r as usize * lanes, len),
         Dst::Mem(p) => at_mut(base, p as usize + start, len),
         Dst::Sum(k) => {
             sums[k as usize].add(src(0));
@@ -2893,7 +2920,7 @@ mod tests {
             assert_eq!(program.loops(), (1, 25 * 5 + 1), "n = {n}");
             let l = &program.loops[0];
             // The first gather reads the input: 49 shifts, 3 + 24 * (8 + 3) = 267 elements back.
-            assert_eq!((l.carries, l.warm, l.shadows, l.in_order), (49, 2, 1, false), "n = {n}");
+            assert_eq!((l.carries, l.warm, l.shadows, l.in_order), (49, 267usize.div_ceil(l.lanes), 1, false), "n = {n}");
             // Left out of the warm-up: the sum, and the last value, stored and read in the
             // loop only by the sum.
             assert_eq!(l.warm_steps.len(), 25 * 5 - 1, "n = {n}");
@@ -2907,7 +2934,19 @@ mod tests {
         }
     }
 
-    /// A loop with sums whose shifts reach back further than `WARM_MAX` blocks does not split:
+    /// A block is as long as keeps the loop's registers within `REGISTERS_L1` bytes, from
+    /// LOOP_LANES up to LOOP_LANES_MAX, always a power of two times LOOP_LANES (so a whole
+    /// number of blocks makes a `kernels::BLOCK`).
+    #[test]
+    fn blocks_are_as_long_as_the_registers_fit_in_l1() {
+        // 32 KiB of f64: 4096 elements over the registers.
+        for (registers, lanes) in [(0, 2048), (1, 2048), (2, 2048), (3, 1024), (4, 1024), (8, 512), (9, 256), (100, 256)] {
+            assert_eq!(lanes_for(registers), lanes, "{registers} registers");
+            assert!(kernels::BLOCK.is_multiple_of(lanes) && lanes.is_multiple_of(LOOP_LANES));
+        }
+    }
+
+    /// A loop with sums whose shifts reach back further than `WARM_MAX` elements does not split:
     /// it runs in order on one thread, and past PAR_MIN elements its sums still go by BLOCK,
     /// as `kernels::reduce`'s, so the bits stay the eager device's.
     #[test]
@@ -2923,7 +2962,7 @@ mod tests {
             let x = b.input(&xs).unwrap();
             let t8 = b.index(&back8);
             let (mut ey, mut y) = (cx.clone(), x);
-            // 300 shifts by 8: 2392 elements back, ten blocks of warm-up.
+            // 300 shifts by 8: 2392 elements back, past WARM_MAX.
             for _ in 0..300 {
                 let eg = e(cpu.gather(&ey, &c8, OutOfRange::Fill(0.25)));
                 ey = e(cpu.binary(BinaryOp::Add, &e(cpu.binary(BinaryOp::Mul, &eg, &cx)), &cx));
@@ -2936,7 +2975,8 @@ mod tests {
             b.read_back(sum).unwrap();
             let program = b.finish().unwrap();
             let l = &program.loops[0];
-            assert_eq!((program.loops.len(), l.warm, l.sums.len()), (1, 10, 1), "n = {n}");
+            assert_eq!((program.loops.len(), l.warm, l.sums.len()), (1, 2392usize.div_ceil(l.lanes), 1), "n = {n}");
+            assert!(l.warm * l.lanes > WARM_MAX, "n = {n}");
             assert_eq!(l.task_span(), None, "n = {n}");
             for _ in 0..2 {
                 let ran = program.run(false);
