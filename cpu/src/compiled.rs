@@ -42,7 +42,7 @@ use std::sync::Mutex;
 use std::sync::Arc;
 
 use crate::shape::{MatmulPlan, matmul_plan};
-use crate::{BinaryOp, Extremum, HistOp, OpError, OutOfRange, Pool, Result, UnaryOp, dense, kernels};
+use crate::{BinaryOp, Extremum, HistOp, OpError, OutOfRange, Pool, Result, UnaryOp, dense, kernels, quotient};
 
 /// The most elements a value of a compiled program may have (the buffer's places are `u32`;
 /// 2^24 f64 are 128 MiB a value).
@@ -2235,6 +2235,9 @@ fn binary(op: BinaryOp, a: &[f64], b: &[f64], out: &mut [f64]) {
     if out.len() < 8 {
         return binary_base(op, a, b, out);
     }
+    if let Some(d) = divisor(op, a, b, out) {
+        return quotient::div_then(a, d, None, &[], out);
+    }
     crate::simd::dispatch!(binary_base | binary_avx2(op, a, b, out))
 }
 
@@ -2276,11 +2279,22 @@ fn binary_base(op: BinaryOp, a: &[f64], b: &[f64], out: &mut [f64]) {
     }
 }
 
+/// The divisor of `a / b` where `b` is one element, `a` is not and `quotient`'s fast path
+/// takes it (the same bits as the divide instruction, several times faster).
+fn divisor(op: BinaryOp, a: &[f64], b: &[f64], out: &[f64]) -> Option<quotient::Divisor> {
+    (op == BinaryOp::Div && b.len() == 1 && a.len() == out.len() && quotient::available())
+        .then(|| quotient::Divisor::of(b[0]))
+        .flatten()
+}
+
 /// `out = then(a op b, c)`, one-element operands broadcast, each op rounded on its own (no
 /// contraction into a fused multiply-add): the bits of `binary` twice.
 fn pair(op: BinaryOp, a: &[f64], b: &[f64], then: BinaryOp, c: &[f64], out: &mut [f64]) {
     if out.len() < 8 {
         return pair_base(op, a, b, then, c, out);
+    }
+    if let Some(d) = divisor(op, a, b, out) {
+        return quotient::div_then(a, d, Some(then), c, out);
     }
     crate::simd::dispatch!(pair_base | pair_avx2(op, a, b, then, c, out))
 }

@@ -13,6 +13,7 @@ pub(crate) mod kernels;
 mod lae;
 mod lstm;
 mod pool;
+mod quotient;
 pub mod roofline;
 pub(crate) mod scan;
 mod segments;
