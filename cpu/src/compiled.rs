@@ -65,15 +65,17 @@ const LOOP_LANES: usize = crate::staged::LANES;
 const LOOP_LANES_MAX: usize = 8 * LOOP_LANES;
 
 /// The bytes a loop's registers for one block may take: a block is as long as keeps them
-/// within this, so that they stay in L1 (48 KiB on the machines measured), and every step
-/// pays its dispatch over as many elements as that allows. ode's RK4 loop at n = 1000 holds
-/// eight registers: blocks of 512, not 256, took its primal from 0.356 to 0.298 ms (min of six
-/// interleaved rounds); blocks of 1024 (64 KiB) measured 0.336.
-const REGISTERS_L1: usize = 32 << 10;
+/// within this, so that they stay in L1 (48 KiB on the machines measured) with room for the
+/// block's inputs, and every step pays its dispatch over as many elements as that allows.
+/// ode's RK4 loop at n = 1000 (nine registers) measured, min of six interleaved rounds: blocks
+/// of 256, 0.301 ms; of 512, 0.231 ms (within 40 KiB, not 32); of 1024 (eight registers
+/// then, 64 KiB), no faster than 512.
+const REGISTERS_L1: usize = 40 << 10;
 
 // A loop's tasks of BLOCK elements are whole blocks, each a whole number of a sum's lane
 // groups but the last (`kernels::SumLanes`).
-const _: () = assert!(kernels::BLOCK.is_multiple_of(LOOP_LANES_MAX) && LOOP_LANES.is_multiple_of(kernels::REDUCE_LANES));
+const _: () =
+    assert!(kernels::BLOCK.is_multiple_of(LOOP_LANES_MAX) && LOOP_LANES.is_multiple_of(kernels::REDUCE_LANES));
 
 /// f64 to a cache line: values of at least this many elements start on a line, in a buffer
 /// that starts on one ([`Lines`]), so a loop's 64-byte vectors never straddle two lines.
@@ -1128,7 +1130,31 @@ fn fuse(
             }
         }
     }
+    // Shifts read as views: a shift by `d` of a register's value, kept in no register of its
+    // own, whose readers read the source's register `d` elements back; its step writes only
+    // the `d` elements before the block (the carry, and exceptions that land there). The
+    // source's register then lives as long as the view's readers. Not for a shift of a view,
+    // a second view of one source, a stored result, or exceptions past the block's first `d`
+    // elements (for every block length: LOOP_LANES_MAX is a multiple of all).
+    let mut view_of_src: Vec<Option<u32>> = vec![None; members.len()];
+    let mut viewed = vec![false; members.len()];
+    let mut is_view = vec![false; members.len()];
+    for (x, &m) in members.iter().enumerate() {
+        let node = &nodes[m];
+        let (Some(shift), Some((j, y))) = (side.shift(node.kind), node.args.first().and_then(|&a| member(a))) else {
+            continue;
+        };
+        let in_prefix = shift.exceptions.iter().all(|&(i, _)| (i as usize) % LOOP_LANES_MAX < shift.d as usize);
+        if !stored[j] && !stored[m] && !is_view[y] && !viewed[y] && in_prefix {
+            (is_view[x], viewed[y]) = (true, true);
+            view_of_src[x] = Some(y as u32);
+            last_read[y] = last_read[y].max(last_read[x]);
+        }
+    }
     let (mut reg_of, mut spare, mut registers) = (HashMap::new(), Vec::new(), 0u32);
+    // Views' sources freed at the previous step: spare only after this step's result has its
+    // register, so that a pair of the two (`pair_up`) does not write the register it views.
+    let mut freed_views: Vec<u32> = Vec::new();
     let mut steps = Vec::with_capacity(members.len());
     let mut sums = Vec::new();
     let mut in_order = false;
@@ -1153,6 +1179,10 @@ fn fuse(
             }
             in_order |= matches!(node.kind, Kind::Gather { .. }) && member(a).is_some() && shift.is_none();
             src[k] = match member(a) {
+                Some((j, y)) if is_view[y] => {
+                    let from = members[view_of_src[y].unwrap_or(0) as usize];
+                    Src::View(reg_of[&from], side.shift(nodes[j].kind).map_or(0, |s| s.d))
+                }
                 Some((j, _)) if !stored[j] => Src::Reg(reg_of[&j]),
                 _ if matches!(node.kind, Kind::Gather { .. }) && shift.is_none() => Src::Whole(loc(a), len),
                 _ if len != n => Src::One(loc(a)),
@@ -1164,6 +1194,12 @@ fn fuse(
             Dst::Sum(sums.len() as u32 - 1)
         } else if stored[m] {
             Dst::Mem(at_of[m])
+        } else if is_view[x] {
+            // The source's register (read for the listing; the step writes before its block).
+            match src[0] {
+                Src::Reg(r) => Dst::Reg(r),
+                _ => Dst::Reg(0),
+            }
         } else {
             let r = spare.pop().unwrap_or_else(|| {
                 registers += 1;
@@ -1172,12 +1208,31 @@ fn fuse(
             reg_of.insert(m, r);
             Dst::Reg(r)
         };
-        steps.push(Step { kind: node.kind, src, nargs: node.args.len() as u8, dst, carry, then: None });
+        steps.push(Step {
+            kind: node.kind,
+            src,
+            nargs: node.args.len() as u8,
+            dst,
+            carry,
+            then: None,
+            view: is_view[x],
+        });
+        spare.append(&mut freed_views);
         // Registers whose value this step read last (or a result no step reads) are free.
         let mut done: Vec<usize> =
             node.args.iter().filter_map(|&a| member(a)).filter(|&(_, y)| last_read[y] == x).map(|(j, _)| j).collect();
         if last_read[x] == x {
             done.push(m);
+        }
+        // A view's source lives as long as the view's readers, and a step more.
+        for &a in &node.args {
+            if let Some((_, v)) = member(a)
+                && let Some(y) = view_of_src[v]
+                && last_read[y as usize] == x
+                && let Some(r) = reg_of.remove(&members[y as usize])
+            {
+                freed_views.push(r);
+            }
         }
         for j in done {
             if let Some(r) = reg_of.remove(&j) {
@@ -1387,6 +1442,8 @@ enum Src {
     One(u32),
     /// A gather's source: all its elements from this place.
     Whole(u32, u32),
+    /// A shift's view: register `.0` from `.1` elements before the block.
+    View(u32, u32),
 }
 
 /// Where a fused loop's step puts its result.
@@ -1410,6 +1467,9 @@ struct Step {
     carry: u32,
     /// A pair ([`pair_up`]): the result is `then(kind's result, src[2])`.
     then: Option<BinaryOp>,
+    /// A shift read as a view ([`fuse`]): the step writes the elements before its source's
+    /// block; its readers read [`Src::View`].
+    view: bool,
 }
 
 /// A step that keeps no carry.
@@ -1444,16 +1504,19 @@ fn pair_up(steps: Vec<Step>) -> Vec<Step> {
             && pairable(op2)
             && first.then.is_none()
         {
-            let is_t = |a: Src| matches!(a, Src::Reg(r) if r == t);
+            let is_t = |a: Src| matches!(a, Src::Reg(r) | Src::View(r, _) if r == t);
             let (left, right) = (is_t(second.src[0]), is_t(second.src[1]));
             let commutes = matches!(op2, BinaryOp::Add | BinaryOp::Mul);
             // No later step reads the intermediate before its register is written again.
             let unread_after = steps[i + 2..]
                 .iter()
-                .take_while(|s| !matches!(s.dst, Dst::Reg(r) if r == t))
+                .take_while(|s| s.view || !matches!(s.dst, Dst::Reg(r) if r == t))
                 .all(|s| !s.src[..s.nargs as usize].iter().any(|&a| is_t(a)));
-            if left != right && (left || commutes) && unread_after {
-                let other = if left { second.src[1] } else { second.src[0] };
+            let other = if left { second.src[1] } else { second.src[0] };
+            // A view read and written in one pass would read elements the pass has written.
+            let viewed = |a: Src| matches!((a, second.dst), (Src::View(r, _), Dst::Reg(w)) if r == w);
+            let in_place_view = [first.src[0], first.src[1], other].into_iter().any(viewed);
+            if left != right && (left || commutes) && unread_after && !in_place_view {
                 out.push(Step { src: [first.src[0], first.src[1], other], dst: second.dst, then: Some(op2), ..first });
                 i += 2;
                 continue;
@@ -1497,7 +1560,7 @@ impl Loop {
     /// Elements of the scratch a task of the loop works in: its registers, its warm-up's
     /// shadows, then its carries.
     fn scratch_len(&self) -> usize {
-        (self.registers + self.shadows) * self.lanes + self.carries * SHIFT_MAX
+        (self.registers + self.shadows) * (self.lanes + SHIFT_MAX) + self.carries * SHIFT_MAX
     }
 
     /// The elements of each task where the loop is worth splitting (as the staged device's
@@ -1552,7 +1615,7 @@ unsafe fn run_loop(l: &Loop, base: *mut f64, scratch: *mut f64, side: &Side) {
     let blocks = move |lo: usize, hi: usize, regs: *mut f64, warm_up: bool| {
         let mut sums = vec![kernels::SumLanes::default(); l.sums.len()];
         // SAFETY: the caller's contract: the scratch holds the carries after the registers.
-        let carries = unsafe { regs.add((l.registers + l.shadows) * l.lanes) };
+        let carries = unsafe { regs.add((l.registers + l.shadows) * (l.lanes + SHIFT_MAX)) };
         // The warm-up (a task but the first): the blocks before `lo` that the carries at `lo`
         // depend on, their stored results in shadows, their sums dropped.
         let mut start = if warm_up { lo.saturating_sub(l.warm * l.lanes) } else { lo };
@@ -1607,6 +1670,13 @@ unsafe fn run_loop(l: &Loop, base: *mut f64, scratch: *mut f64, side: &Side) {
     }
 }
 
+/// Where register `r` of a loop of blocks of `lanes` starts in its scratch: registers are
+/// `SHIFT_MAX` elements before their block and the block, so that a shift's view reads a
+/// register from up to `SHIFT_MAX` elements back.
+fn reg_at(r: u32, lanes: usize) -> usize {
+    r as usize * (lanes + SHIFT_MAX) + SHIFT_MAX
+}
+
 /// One step of a loop over elements `[start, start + len)`.
 ///
 /// # Safety
@@ -1629,14 +1699,29 @@ unsafe fn run_step(
     let at_mut = |p: *mut f64, from: usize, n: usize| -> &mut [f64] {
         unsafe { std::slice::from_raw_parts_mut(p.add(from), n) }
     };
+    if s.view {
+        // SAFETY: the caller's contract; a view's source is a register, whose SHIFT_MAX
+        // elements before the block are its own.
+        if let (Src::Reg(r), Some(shift)) = (s.src[0], side.shift(s.kind)) {
+            let d = shift.d as usize;
+            let fill = match s.kind {
+                Kind::Gather { fill, .. } => f64::from_bits(fill),
+                _ => 0.0,
+            };
+            let carry = at_mut(carries, s.carry as usize * SHIFT_MAX, SHIFT_MAX);
+            shift.before(at_mut(regs, reg_at(r, lanes) - d, d + len), fill, start, carry);
+        }
+        return;
+    }
     let src = |k: usize| match s.src[k] {
-        Src::Reg(r) => at(regs, r as usize * lanes, len),
+        Src::Reg(r) => at(regs, reg_at(r, lanes), len),
+        Src::View(r, d) => at(regs, reg_at(r, lanes) - d as usize, len),
         Src::Vec(p) => at(base, p as usize + start, len),
         Src::One(p) => at(base, p as usize, 1),
         Src::Whole(p, n) => at(base, p as usize, n as usize),
     };
     let out = match s.dst {
-        Dst::Reg(r) => at_mut(regs, r as usize * lanes, len),
+        Dst::Reg(r) => at_mut(regs, reg_at(r, lanes), len),
         Dst::Mem(p) => at_mut(base, p as usize + start, len),
         Dst::Sum(k) => {
             sums[k as usize].add(src(0));
@@ -1763,6 +1848,26 @@ impl Shift {
             exceptions.push((i as u32, b));
         }
         Some(Shift { d, exceptions })
+    }
+
+    /// The `d` elements before the source's block (`block` is those, then the block's `len`)
+    /// for a view of the shift: the previous block's last `d` (the carry), and exceptions,
+    /// which all land there (`fuse`); the carry then takes this block's last elements.
+    fn before(&self, block: &mut [f64], fill: f64, start: usize, carry: &mut [f64]) {
+        let d = self.d as usize;
+        let len = block.len() - d;
+        block[..d].copy_from_slice(&carry[SHIFT_MAX - d..]);
+        let from = self.exceptions.partition_point(|&(i, _)| (i as usize) < start);
+        for &(i, b) in &self.exceptions[from..] {
+            let i = i as usize;
+            if i >= start + d.min(len) {
+                break;
+            }
+            block[i - start] = if b == u32::MAX { fill } else { block[d + b as usize - start] };
+        }
+        if len >= SHIFT_MAX {
+            carry.copy_from_slice(&block[d + len - SHIFT_MAX..]);
+        }
     }
 
     /// Result elements `[start, start + src.len())` from the block's source `src` and the
@@ -1938,10 +2043,18 @@ impl Program {
                 }
                 Code::Loop => {
                     let l = &self.loops[ins.a as usize];
-                    let mut head = format!("loop of {}{}", l.n, if l.in_order { ", blocks in order" } else { "" });
+                    let order = if l.in_order { ", in order" } else { "" };
+                    let mut head = format!(
+                        "loop of {} in blocks of {}{order}, {} registers",
+                        l.n,
+                        l.lanes,
+                        l.registers + l.shadows
+                    );
                     for s in &l.steps {
                         let then = s.then.map(|t| format!(" then {t:?} {:?}", s.src[2])).unwrap_or_default();
-                        head += &format!("\n    {:?} {:?}{then} -> {:?}", s.kind, &s.src[..s.nargs as usize], s.dst);
+                        let view = if s.view { " (a view: writes before the block)" } else { "" };
+                        head +=
+                            &format!("\n    {:?} {:?}{then} -> {:?}{view}", s.kind, &s.src[..s.nargs as usize], s.dst);
                     }
                     head
                 }
@@ -2934,7 +3047,11 @@ mod tests {
             assert_eq!(program.loops(), (1, 25 * 5 + 1), "n = {n}");
             let l = &program.loops[0];
             // The first gather reads the input: 49 shifts, 3 + 24 * (8 + 3) = 267 elements back.
-            assert_eq!((l.carries, l.warm, l.shadows, l.in_order), (49, 267usize.div_ceil(l.lanes), 1, false), "n = {n}");
+            assert_eq!(
+                (l.carries, l.warm, l.shadows, l.in_order),
+                (49, 267usize.div_ceil(l.lanes), 1, false),
+                "n = {n}"
+            );
             // Left out of the warm-up: the sum, and the last value, stored and read in the
             // loop only by the sum.
             assert_eq!(l.warm_steps.len(), 25 * 5 - 1, "n = {n}");
@@ -2948,13 +3065,90 @@ mod tests {
         }
     }
 
+    /// A shift of a register's value whose exceptions land before the block is a view: its
+    /// readers read the source's register a few elements back, with no copy. ode's pattern
+    /// (`y[i - 1]`, element 0 reading element 0) and a shift with fill values both are; one
+    /// with an exception inside the block, or of a view, is a copy. No step writes a register
+    /// it reads through a view, and every result is the eager CPU's, over one block, several,
+    /// and a last block shorter than a shift's carry.
+    #[test]
+    fn shifts_whose_exceptions_precede_the_block_are_views() {
+        let cpu = Cpu::new(Some(1)).unwrap();
+        for n in [FUSE_MIN + 13, 3 * LOOP_LANES + 17, 2 * LOOP_LANES_MAX + 5] {
+            let xs: Vec<f64> = (0..n).map(|i| 0.375 + (i as f64 * 0.21).cos() * 0.5).collect();
+            // Back 1, element 0 reading 0 (ode); back 2, the first two the fill; back 1 with
+            // element 40 reading itself (an exception inside the block: a copy).
+            let back1: Vec<i64> = (0..n as i64).map(|i| (i - 1).max(0)).collect();
+            let back2: Vec<i64> = (0..n as i64).map(|i| if i < 2 { -1 } else { i - 2 }).collect();
+            let odd: Vec<i64> = (0..n as i64).map(|i| if i == 0 || i == 40 { i } else { i - 1 }).collect();
+            let up = |v: &[f64]| cpu.tensor(v, &[v.len()], DType::F64).unwrap();
+            let (cx, c1, c2, codd) =
+                (up(&xs), cpu.index(&back1).unwrap(), cpu.index(&back2).unwrap(), cpu.index(&odd).unwrap());
+            let e = |t: Result<crate::CpuTensor>| t.unwrap();
+            let mut b = Builder::new();
+            let x = b.input(&xs).unwrap();
+            let (t1, t2, todd) = (b.index(&back1), b.index(&back2), b.index(&odd));
+            let (mut ey, mut y) = (cx.clone(), x);
+            for _ in 0..12 {
+                // y = (shift1(y * x) + x) * 0.5 + shift2(y) * x - shift_odd(shift1(y))
+                let ep = e(cpu.binary(BinaryOp::Mul, &ey, &cx));
+                let es1 = e(cpu.gather(&ep, &c1, OutOfRange::Fill(0.0)));
+                let es2 = e(cpu.gather(&ey, &c2, OutOfRange::Fill(0.75)));
+                let eo = e(cpu.gather(&e(cpu.gather(&ey, &c1, OutOfRange::Fill(0.0))), &codd, OutOfRange::Fill(0.0)));
+                let half = up(&[0.5]);
+                let ea = e(cpu.binary(BinaryOp::Mul, &e(cpu.binary(BinaryOp::Add, &es1, &cx)), &half));
+                let ea = e(cpu.binary(BinaryOp::Add, &ea, &e(cpu.binary(BinaryOp::Mul, &es2, &cx))));
+                ey = e(cpu.binary(BinaryOp::Sub, &ea, &eo));
+                let p = b.binary(BinaryOp::Mul, y, x).unwrap();
+                let s1 = b.gather(p, t1, OutOfRange::Fill(0.0)).unwrap();
+                let s2 = b.gather(y, t2, OutOfRange::Fill(0.75)).unwrap();
+                let y1 = b.gather(y, t1, OutOfRange::Fill(0.0)).unwrap();
+                let o = b.gather(y1, todd, OutOfRange::Fill(0.0)).unwrap();
+                let h = b.constant(&[0.5]).unwrap();
+                let s1x = b.binary(BinaryOp::Add, s1, x).unwrap();
+                let a = b.binary(BinaryOp::Mul, s1x, h).unwrap();
+                let s2x = b.binary(BinaryOp::Mul, s2, x).unwrap();
+                let a = b.binary(BinaryOp::Add, a, s2x).unwrap();
+                y = b.binary(BinaryOp::Sub, a, o).unwrap();
+            }
+            b.read_back(y).unwrap();
+            let program = b.finish().unwrap();
+            let l = &program.loops[0];
+            let views = l.steps.iter().filter(|s| s.view).count();
+            let copies = l.steps.iter().filter(|s| !s.view && s.carry != NO_CARRY).count();
+            // Each round shifts y * x by 1 (a view), y by 2 (a view, but in the first round,
+            // whose y is the input: a gather from the buffer, no shift of the loop), y by 1
+            // (y's second shift: a copy; the same first), and that by one with an exception
+            // inside the block (a copy).
+            assert_eq!((views, copies), (1 + 11 * 2, 1 + 11 * 2), "n = {n}");
+            for st in &l.steps {
+                let writes = match st.dst {
+                    Dst::Reg(w) if !st.view => Some(w),
+                    _ => None,
+                };
+                assert!(
+                    !st.src[..st.nargs as usize + usize::from(st.then.is_some())]
+                        .iter()
+                        .any(|a| matches!(a, Src::View(r, _) if Some(*r) == writes)),
+                    "n = {n}: {st:?} writes a register it views"
+                );
+            }
+            for _ in 0..2 {
+                let ran = program.run(false);
+                assert_eq!(bits(&ran.read_backs[0]), bits(&cpu.to_vec(&ey).unwrap()), "n = {n}");
+            }
+        }
+    }
+
     /// A block is as long as keeps the loop's registers within `REGISTERS_L1` bytes, from
     /// LOOP_LANES up to LOOP_LANES_MAX, always a power of two times LOOP_LANES (so a whole
     /// number of blocks makes a `kernels::BLOCK`).
     #[test]
     fn blocks_are_as_long_as_the_registers_fit_in_l1() {
-        // 32 KiB of f64: 4096 elements over the registers.
-        for (registers, lanes) in [(0, 2048), (1, 2048), (2, 2048), (3, 1024), (4, 1024), (8, 512), (9, 256), (100, 256)] {
+        // 40 KiB of f64: 5120 elements over the registers.
+        for (registers, lanes) in
+            [(0, 2048), (1, 2048), (2, 2048), (3, 1024), (5, 1024), (6, 512), (10, 512), (11, 256), (100, 256)]
+        {
             assert_eq!(lanes_for(registers), lanes, "{registers} registers");
             assert!(kernels::BLOCK.is_multiple_of(lanes) && lanes.is_multiple_of(LOOP_LANES));
         }

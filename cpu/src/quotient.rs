@@ -182,7 +182,25 @@ mod tests {
             6.0,
             -3.0,
         ];
-        let divisors = [6.0, 3.0, -7.0, 10.0, 0.1, 1.5, std::f64::consts::PI, 1.0 / 3.0, C_MIN, C_MAX, -C_MAX, 2.0, 0.999_999_999_999_999_9, 1.0 + f64::EPSILON, 12345.678_9, 1e-18, 1e18];
+        let divisors = [
+            6.0,
+            3.0,
+            -7.0,
+            10.0,
+            0.1,
+            1.5,
+            std::f64::consts::PI,
+            1.0 / 3.0,
+            C_MIN,
+            C_MAX,
+            -C_MAX,
+            2.0,
+            0.999_999_999_999_999_9,
+            1.0 + f64::EPSILON,
+            12345.678_9,
+            1e-18,
+            1e18,
+        ];
         for &c in &divisors {
             for round in 0..40 {
                 let n = 8 * 500 + round % 9;
