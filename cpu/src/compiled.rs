@@ -22,13 +22,18 @@
 //! each block of elements through every op while it is in L1, results that nothing after the
 //! loop reads kept in the loop's registers (a gather whose bins are a few runs of consecutive
 //! indices is a copy; one of the loop's own values by a shift, as ode's `y[i - 1]`, reads the
-//! block where the loop computes it and keeps the last elements for the next block), and
+//! block where the loop computes it and keeps the last elements for the next block, and where
+//! it can, is a view of its source's register rather than a copy), and
 //! gives every other value a place in one f64 buffer, reused after its last reader: the
 //! working set of a scalar program of millions of ops is a few kilobytes. Loops and
 //! reductions long enough to split run on a pool of the device's thread count, in blocks
 //! fixed by the length alone; a task of a loop with shifts first runs the blocks before its
 //! own that its shifts reach back to (a warm-up that stores nothing), so ode's RK4 steps are
 //! one loop at every length.
+//!
+//! Blocks are as long as keep a loop's registers in L1, and values of eight or more elements
+//! start on a cache line. A division by one value repeated takes `quotient`'s fast path, the
+//! divide's bits without the divide.
 //!
 //! Every element is computed by the CPU device's own kernels in the eager order (their
 //! results never depend on how work is split, and the staged device computes each element as
