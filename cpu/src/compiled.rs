@@ -1143,15 +1143,14 @@ fn fuse(
     // elements (for every block length: LOOP_LANES_MAX is a multiple of all).
     let mut view_of_src: Vec<Option<u32>> = vec![None; members.len()];
     let mut viewed = vec![false; members.len()];
-    let mut is_view = vec![false; members.len()];
     for (x, &m) in members.iter().enumerate() {
         let node = &nodes[m];
         let (Some(shift), Some((j, y))) = (side.shift(node.kind), node.args.first().and_then(|&a| member(a))) else {
             continue;
         };
         let in_prefix = shift.exceptions.iter().all(|&(i, _)| (i as usize) % LOOP_LANES_MAX < shift.d as usize);
-        if !stored[j] && !stored[m] && !is_view[y] && !viewed[y] && in_prefix {
-            (is_view[x], viewed[y]) = (true, true);
+        if !stored[j] && !stored[m] && view_of_src[y].is_none() && !viewed[y] && in_prefix {
+            viewed[y] = true;
             view_of_src[x] = Some(y as u32);
             last_read[y] = last_read[y].max(last_read[x]);
         }
@@ -1184,9 +1183,9 @@ fn fuse(
             }
             in_order |= matches!(node.kind, Kind::Gather { .. }) && member(a).is_some() && shift.is_none();
             src[k] = match member(a) {
-                Some((j, y)) if is_view[y] => {
-                    let from = members[view_of_src[y].unwrap_or(0) as usize];
-                    Src::View(reg_of[&from], side.shift(nodes[j].kind).map_or(0, |s| s.d))
+                Some((j, y)) if let Some(from) = view_of_src[y] => {
+                    let d = side.shift(nodes[j].kind).map_or(0, |s| s.d);
+                    Src::View(reg_of[&members[from as usize]], d)
                 }
                 Some((j, _)) if !stored[j] => Src::Reg(reg_of[&j]),
                 _ if matches!(node.kind, Kind::Gather { .. }) && shift.is_none() => Src::Whole(loc(a), len),
@@ -1199,7 +1198,7 @@ fn fuse(
             Dst::Sum(sums.len() as u32 - 1)
         } else if stored[m] {
             Dst::Mem(at_of[m])
-        } else if is_view[x] {
+        } else if view_of_src[x].is_some() {
             // The source's register (read for the listing; the step writes before its block).
             match src[0] {
                 Src::Reg(r) => Dst::Reg(r),
@@ -1220,7 +1219,7 @@ fn fuse(
             dst,
             carry,
             then: None,
-            view: is_view[x],
+            view: view_of_src[x].is_some(),
         });
         spare.append(&mut freed_views);
         // Registers whose value this step read last (or a result no step reads) are free.
