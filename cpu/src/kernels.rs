@@ -382,7 +382,125 @@ pub fn fold_lanes<T: Elem>(op: HistOp, x: &[T]) -> T {
     if x.len() <= SHORT_FOLD {
         return fold_lanes_base(op, x);
     }
+    if let (HistOp::Min | HistOp::Max, Some(r)) = (op, extremum_f64(op, x)) {
+        return r;
+    }
     crate::simd::dispatch!(fold_lanes_base | fold_lanes_avx2(op, x))
+}
+
+/// [`fold_lanes`]'s min or max of f64 in explicit vectors, where the running CPU has them.
+///
+/// Why not the generic lanes: the compiler vectorised that loop into full-width vectors in
+/// one build and into 128-bit ones with shuffles in another, from the same source (lse's
+/// primal moved by 0.15 ms, 14%). Any grouping gives the same result here: the lanes' result
+/// is used only where it is a nonzero number, which is then the true extremum whatever the
+/// order (every NaN propagates to it, and a ±0 makes the caller fold again from the left), so
+/// these take 32 lanes (four independent vectors) rather than 8.
+fn extremum_f64<T: Elem>(op: HistOp, x: &[T]) -> Option<T> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::any::TypeId::of::<T>() != std::any::TypeId::of::<f64>() {
+            return None;
+        }
+        // SAFETY: `T` is `f64` (checked just above), so the slice is one of f64.
+        let xs = unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<f64>(), x.len()) };
+        let max = op == HistOp::Max;
+        let r = if crate::simd::avx512() {
+            // SAFETY: the running CPU has AVX-512 F.
+            unsafe { extremum_avx512(xs, max) }
+        } else if crate::simd::avx2_fma() {
+            // SAFETY: the running CPU has AVX2.
+            unsafe { extremum_avx2(xs, max) }
+        } else {
+            return None;
+        };
+        let r = if r == 0.0 || r.is_nan() {
+            let neutral = op.neutral();
+            xs.iter().fold(neutral, |acc, &v| combine(op, acc, v))
+        } else {
+            r
+        };
+        Some(T::of_f64(r))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (op, x);
+        None
+    }
+}
+
+/// Number of f64 lanes [`extremum_avx512`] and [`extremum_avx2`] fold into.
+#[cfg(target_arch = "x86_64")]
+const EXTREMUM_LANES: usize = 32;
+
+/// The extremum lanes' combine, `right_wins` of `general` as a scalar select.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+#[allow(clippy::eq_op, clippy::neg_cmp_op_on_partial_ord)]
+fn extremum_pick(max: bool, a: f64, b: f64) -> f64 {
+    let wins = a == a && if max { !(b <= a) } else { !(b >= a) };
+    if wins { b } else { a }
+}
+
+/// The lanes joined, then the rest of `x` past its whole groups.
+#[cfg(target_arch = "x86_64")]
+fn extremum_finish(max: bool, lanes: &[f64; EXTREMUM_LANES], rest: &[f64]) -> f64 {
+    let folded = lanes.iter().skip(1).fold(lanes[0], |acc, &v| extremum_pick(max, acc, v));
+    rest.iter().fold(folded, |acc, &v| extremum_pick(max, acc, v))
+}
+
+/// # Safety
+/// The running CPU has AVX-512 F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn extremum_avx512(x: &[f64], max: bool) -> f64 {
+    use std::arch::x86_64::*;
+    let neutral = if max { f64::NEG_INFINITY } else { f64::INFINITY };
+    let mut acc = [_mm512_set1_pd(neutral); 4];
+    let mut groups = x.chunks_exact(EXTREMUM_LANES);
+    for g in &mut groups {
+        for (k, a) in acc.iter_mut().enumerate() {
+            // SAFETY: a group holds 4 x 8 elements.
+            let v = unsafe { _mm512_loadu_pd(g.as_ptr().add(8 * k)) };
+            // `a` is a number, and `v` is not at least as good as it (NaN compares unordered).
+            let number = _mm512_cmp_pd_mask::<_CMP_ORD_Q>(*a, *a);
+            let better =
+                if max { _mm512_cmp_pd_mask::<_CMP_NLE_UQ>(v, *a) } else { _mm512_cmp_pd_mask::<_CMP_NGE_UQ>(v, *a) };
+            *a = _mm512_mask_mov_pd(*a, number & better, v);
+        }
+    }
+    let mut lanes = [0.0; EXTREMUM_LANES];
+    for (k, a) in acc.iter().enumerate() {
+        // SAFETY: `lanes` holds 4 x 8 elements.
+        unsafe { _mm512_storeu_pd(lanes.as_mut_ptr().add(8 * k), *a) };
+    }
+    extremum_finish(max, &lanes, groups.remainder())
+}
+
+/// # Safety
+/// The running CPU has AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn extremum_avx2(x: &[f64], max: bool) -> f64 {
+    use std::arch::x86_64::*;
+    let neutral = if max { f64::NEG_INFINITY } else { f64::INFINITY };
+    let mut acc = [_mm256_set1_pd(neutral); 8];
+    let mut groups = x.chunks_exact(EXTREMUM_LANES);
+    for g in &mut groups {
+        for (k, a) in acc.iter_mut().enumerate() {
+            // SAFETY: a group holds 8 x 4 elements.
+            let v = unsafe { _mm256_loadu_pd(g.as_ptr().add(4 * k)) };
+            let number = _mm256_cmp_pd::<_CMP_ORD_Q>(*a, *a);
+            let better = if max { _mm256_cmp_pd::<_CMP_NLE_UQ>(v, *a) } else { _mm256_cmp_pd::<_CMP_NGE_UQ>(v, *a) };
+            *a = _mm256_blendv_pd(*a, v, _mm256_and_pd(number, better));
+        }
+    }
+    let mut lanes = [0.0; EXTREMUM_LANES];
+    for (k, a) in acc.iter().enumerate() {
+        // SAFETY: `lanes` holds 8 x 4 elements.
+        unsafe { _mm256_storeu_pd(lanes.as_mut_ptr().add(4 * k), *a) };
+    }
+    extremum_finish(max, &lanes, groups.remainder())
 }
 
 /// Folds of at most this many elements take [`fold_lanes`]'s baseline copy directly.
@@ -529,7 +647,7 @@ mod tests {
         let pool = [0.0, -0.0, 1.5, -1.5, 2.0, -7.0, f64::INFINITY, f64::NEG_INFINITY, nan_a, nan_b, 1e-310];
         let mut state = 0x9e37_79b9_7f4a_7c15u64;
         let mut cases = 0;
-        for len in [0usize, 1, 3, 7, 8, 9, 16, 17, 31, 64, 100] {
+        for len in [0usize, 1, 3, 7, 8, 9, 16, 17, 31, 32, 33, 64, 100, 131] {
             for kinds in [2usize, 4, 6, 8, 11] {
                 for _ in 0..40 {
                     let x: Vec<f64> = (0..len)
@@ -542,12 +660,29 @@ mod tests {
                     for op in [HistOp::Min, HistOp::Max] {
                         let left = x.iter().fold(op.neutral(), |a, &v| combine(op, a, v));
                         assert_eq!(fold_lanes(op, &x).to_bits(), left.to_bits(), "{op:?} of {x:?}");
+                        assert_eq!(fold_lanes_base(op, &x).to_bits(), left.to_bits(), "{op:?} of {x:?}");
+                        // Each vector copy, where this CPU has it, whichever `fold_lanes` takes.
+                        #[cfg(target_arch = "x86_64")]
+                        for (has, copy) in [
+                            (crate::simd::avx512(), extremum_avx512 as unsafe fn(&[f64], bool) -> f64),
+                            (crate::simd::avx2_fma(), extremum_avx2),
+                        ] {
+                            if has {
+                                // SAFETY: the running CPU has the copy's features.
+                                let r = unsafe { copy(&x, op == HistOp::Max) };
+                                if r != 0.0 && !r.is_nan() {
+                                    assert_eq!(r.to_bits(), left.to_bits(), "{op:?} of {x:?}");
+                                } else {
+                                    assert!(left == 0.0 || left.is_nan(), "{op:?} of {x:?}: {r} for {left}");
+                                }
+                            }
+                        }
                         cases += 1;
                     }
                 }
             }
         }
-        assert_eq!(cases, 11 * 5 * 40 * 2);
+        assert_eq!(cases, 14 * 5 * 40 * 2);
     }
 
     #[test]
