@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GradBench's evals where the engine was behind JAX, side by side in one run per repetition:
-# the engine's cpu and cpu-jit devices against the JAX adapter (suites/evals-vs-jax.yaml), f64,
-# medians in ms, and the ratio of the better engine device to JAX.
+# the engine's cpu and cpu-jit devices and cpu-jit-flush (cpu-jit flushing subnormals to zero,
+# as XLA's CPU code does) against the JAX adapter (suites/evals-vs-jax.yaml), f64, medians in
+# ms, the ratio of the better IEEE engine device to JAX and that of cpu-jit-flush.
 #
 #   export ADGAUGE_TOOLS_PYTHON="$(scripts/setup-tools.sh)"   # JAX for tools/jax/run.py
 #   scripts/evals-vs-jax.sh [RUNS] [-- adgauge run options, e.g. --filter lse]
@@ -37,7 +38,9 @@ python3 - "$work" "$runs" <<'PY'
 import json, pathlib, sys
 
 work, runs = pathlib.Path(sys.argv[1]), int(sys.argv[2])
-ENGINE, PEER = ("cpu", "cpu-jit"), "jax"
+# The engine's IEEE devices, and cpu-jit-flush: cpu-jit in JAX's arithmetic (XLA's CPU code
+# flushes subnormals to zero), judged on its own ratio.
+ENGINE, FLUSH, PEER = ("cpu", "cpu-jit"), "cpu-jit-flush", "jax"
 
 
 def case_name(row):
@@ -50,7 +53,8 @@ def fmt(x):
     return "–" if x is None else f"{x:.3g}"
 
 
-ratios = {}  # (case, mode) -> [ratio per run]
+ratios = {}  # (case, mode) -> [ratio of the better IEEE device per run]
+flush_ratios = {}  # (case, mode) -> [ratio of cpu-jit-flush per run]
 for i in range(1, runs + 1):
     medians, order, problems = {}, [], []
     for line in (work / f"run-{i}.jsonl").read_text().splitlines():
@@ -68,22 +72,26 @@ for i in range(1, runs + 1):
     start, end = (work / f"load-{i}").read_text().split()
     print(f"Run {i} of {runs}: load {start} at the start, {end} at the end; medians in ms")
     print()
-    print("| case | mode | " + " | ".join(ENGINE) + " | JAX | ratio |")
-    print("|---|---|" + "---|" * (len(ENGINE) + 2))
+    print("| case | mode | " + " | ".join(ENGINE) + f" | {FLUSH} | JAX | ratio | ratio, flushing |")
+    print("|---|---|" + "---|" * (len(ENGINE) + 5))
     for key in order:
         engine = [medians.get((key, t)) for t in ENGINE]
+        flush = medians.get((key, FLUSH))
         peer = medians.get((key, PEER))
         best = min((x for x in engine if x is not None), default=None)
         ratio = best / peer if best is not None and peer else None
+        flush_ratio = flush / peer if flush is not None and peer else None
         ratios.setdefault(key, []).append(ratio)
-        cells = " | ".join(fmt(x) for x in engine)
-        print(f"| {key[0]} | {key[1]} | {cells} | {fmt(peer)} | {fmt(ratio)} |")
+        flush_ratios.setdefault(key, []).append(flush_ratio)
+        cells = " | ".join(fmt(x) for x in engine + [flush])
+        print(f"| {key[0]} | {key[1]} | {cells} | {fmt(peer)} | {fmt(ratio)} | {fmt(flush_ratio)} |")
     for p in problems:
         print(f"- not timed: {p}")
     print()
-judged = {k: r for k, r in ratios.items() if all(x is not None for x in r)}
-at_most = sum(1 for r in judged.values() if min(r) <= 1.0)
-within = sum(1 for r in judged.values() if max(r) <= 1.2)
-print(f"{len(judged)} cells timed on both sides in every run: {at_most} at most JAX's time in at least one run, "
-      f"{within} at most 1.2x JAX's in every run")
+for label, table in (("the better IEEE device (cpu, cpu-jit)", ratios), (FLUSH, flush_ratios)):
+    judged = {k: r for k, r in table.items() if all(x is not None for x in r)}
+    at_most = sum(1 for r in judged.values() if min(r) <= 1.0)
+    within = sum(1 for r in judged.values() if max(r) <= 1.2)
+    print(f"{label}: {len(judged)} cells timed on both sides in every run, {at_most} at most JAX's time in at "
+          f"least one run, {within} at most 1.2x JAX's in every run")
 PY

@@ -74,6 +74,17 @@ fn probe_cpu_jit() -> DeviceStatus {
     cpu_status("cpu-jit", "the staged CPU device, each timed call recorded once and replayed")
 }
 
+fn probe_cpu_jit_flush() -> DeviceStatus {
+    if !adgauge_cpu::subnormals::available() {
+        return DeviceStatus {
+            name: "cpu-jit-flush",
+            available: false,
+            detail: "flushing subnormals needs an x86-64 CPU (FTZ and DAZ)".into(),
+        };
+    }
+    cpu_status("cpu-jit-flush", "cpu-jit with subnormals flushed to zero (FTZ and DAZ), as XLA's CPU code computes")
+}
+
 fn cpu_on(cpu: Cpu) -> Result<AnyDevice> {
     Ok(AnyDevice::Cpu(cpu))
 }
@@ -124,6 +135,14 @@ pub const DEVICES: &[DeviceKind] = &[
         on_cpu: Some(cpu_jit_on),
         copy_bandwidth: None,
     },
+    // Its own CPU device: the flushing mode is its worker threads'.
+    DeviceKind {
+        name: "cpu-jit-flush",
+        probe: probe_cpu_jit_flush,
+        open: |t| cpu_jit_on(Cpu::flushing_subnormals(t)?),
+        on_cpu: None,
+        copy_bandwidth: None,
+    },
     DeviceKind {
         name: "opencl",
         probe: crate::opencl::probe,
@@ -169,6 +188,17 @@ impl AnyDevice {
 
     pub fn threads(&self) -> usize {
         with_device!(self, |d| d.threads())
+    }
+
+    /// Whether the device flushes subnormals to zero (`cpu-jit-flush`).
+    pub fn flushes_subnormals(&self) -> bool {
+        with_device!(self, |d| d.flushes_subnormals())
+    }
+
+    /// The calling thread in the device's floating-point mode while the guard lives: a
+    /// flushing device's calls flush on the caller's thread too, where its small ops run.
+    pub fn mode_guard(&self) -> Option<adgauge_cpu::subnormals::Mode> {
+        adgauge_cpu::subnormals::Mode::enter(self.flushes_subnormals())
     }
 
     pub fn synchronize(&self) -> Result<()> {

@@ -154,6 +154,10 @@ pub const NOT_SWITCHES: &[(&str, &str)] = &[
         "cpu::kernels::SHORT_FOLD",
         "which copy of fold_lanes runs (baseline, AVX2, AVX-512), all with the same order of operations",
     ),
+    (
+        "cpu::kernels::EXTREMUM_LANES",
+        "the vector min/max folds' lanes: their tail is a left fold, and lengths either side are in their own test",
+    ),
     ("cpu::scan::SCAN_BLOCK", "the block of the parallel scans PARALLEL_SCAN_MIN selects"),
     ("cpu::kernels::PAR_MIN_WORK", "matrix products (PAR_MIN times 8), not histograms"),
     ("cpu::sort::MAX_SORT_CHUNKS", "a cap on the counting pass's chunks"),

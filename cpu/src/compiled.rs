@@ -205,6 +205,8 @@ pub struct Builder {
     /// Threads of the pool that long loops and reductions split over (0: rayon's default,
     /// one per core).
     threads: usize,
+    /// Subnormals flushed to zero while the program runs ([`Builder::set_flush_subnormals`]).
+    flush: bool,
 }
 
 fn unsupported(what: String) -> OpError {
@@ -228,6 +230,12 @@ impl Builder {
     /// device's own kernels do.
     pub fn set_threads(&mut self, threads: usize) {
         self.threads = threads;
+    }
+
+    /// Subnormals flushed to zero while the program runs, on every thread it runs on (the
+    /// device's mode, whose eager run it must equal; `subnormals`).
+    pub fn set_flush_subnormals(&mut self, flush: bool) {
+        self.flush = flush;
     }
 
     /// The number of elements of `v`.
@@ -606,7 +614,7 @@ impl Builder {
     /// buffer assigned by liveness.
     /// Refused (an `Unsupported` error) when the buffer would pass [`BUFFER_MAX`] elements.
     pub fn finish(self) -> Result<Program> {
-        let Builder { mut vals, consts, inputs, mut nodes, outputs, mut side, threads, .. } = self;
+        let Builder { mut vals, consts, inputs, mut nodes, outputs, mut side, threads, flush, .. } = self;
         let mut live = liveness(&nodes, &vals, &outputs);
         if batch_products(&mut nodes, &live, &mut vals, &mut side)? {
             live = liveness(&nodes, &vals, &outputs);
@@ -747,10 +755,14 @@ impl Builder {
                 .plans
                 .iter()
                 .any(|(p, ..)| [p.m, p.k, p.n].iter().fold(p.batch, |w, &d| w.saturating_mul(d)) >= kernels::PAR_MIN))
-        .then(|| rayon::ThreadPoolBuilder::new().num_threads(threads).build().ok())
+        .then(|| {
+            let b = rayon::ThreadPoolBuilder::new().num_threads(threads);
+            let b = if flush { b.start_handler(|_| crate::subnormals::flush_this_thread()) } else { b };
+            b.build().ok()
+        })
         .flatten();
         let (buffer, read_back_store) = (Mutex::new(Lines::default()), Mutex::new(Vec::new()));
-        Ok(Program { code, wide, loops, init, scratch, side, observed, pool, buffer, read_back_store })
+        Ok(Program { code, wide, loops, init, scratch, side, observed, pool, flush, buffer, read_back_store })
     }
 }
 
@@ -1987,6 +1999,8 @@ pub struct Program {
     side: Side,
     /// The threads long loops and reductions split over (none: no value is long enough).
     pool: Option<rayon::ThreadPool>,
+    /// Subnormals flushed to zero on every thread the program runs on.
+    flush: bool,
     observed: Vec<Observed>,
     /// The last run's buffer (a run that finds it taken works in a copy of `init`).
     buffer: Mutex<Lines>,
@@ -2102,6 +2116,7 @@ impl Program {
     }
 
     fn run_here(&self, observe: bool, read_backs: &mut ReadBacks) -> Vec<(u64, Vec<f64>)> {
+        let _mode = crate::subnormals::Mode::enter(self.flush);
         let mut held = self.buffer.try_lock().ok();
         let mut fresh;
         let buffer: &mut [f64] = match held.as_deref_mut() {
@@ -2491,6 +2506,40 @@ mod tests {
 
     fn bits(v: &[f64]) -> Vec<u64> {
         v.iter().map(|x| x.to_bits()).collect()
+    }
+
+    /// A program built to flush subnormals flushes them on every thread it runs on, the loop
+    /// split over the pool's threads and the reduction included, and leaves the calling
+    /// thread's mode as it was; one built without keeps IEEE subnormals.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn a_flushing_program_flushes_subnormals_on_every_thread() {
+        let n = 3 * kernels::PAR_MIN + 5;
+        let x: Vec<f64> = (0..n).map(|i| if i % 3 == 0 { 1.5 } else { -1e-310 * (1 + i % 7) as f64 }).collect();
+        for flush in [false, true] {
+            let mut b = Builder::new();
+            b.set_threads(2);
+            b.set_flush_subnormals(flush);
+            let v = b.input(&x).unwrap();
+            let half = b.constant(&[0.5]).unwrap();
+            let y = b.binary(BinaryOp::Mul, v, half).unwrap();
+            let y = b.binary(BinaryOp::Add, y, v).unwrap();
+            let total = b.reduce(HistOp::Add, y).unwrap();
+            b.read_back(y).unwrap();
+            b.read_back(total).unwrap();
+            let program = b.finish().unwrap();
+            assert!(program.listing().contains("loop of"), "{}", program.listing());
+            let ran = program.run(false);
+            assert!(!crate::subnormals::flushing(), "the caller's mode is restored");
+            // Flushed, a subnormal operand reads as a zero of its sign: (-0 * 0.5) + -0 is -0.
+            let want: Vec<f64> = x
+                .iter()
+                .map(|&v| if flush && v.abs() < f64::MIN_POSITIVE { 0.0f64.copysign(v) } else { v * 0.5 + v })
+                .collect();
+            assert_eq!(bits(&ran.read_backs[0]), bits(&want), "flush {flush}");
+            // Each lane's sum of 2.25s is exact, and a subnormal is absorbed either way.
+            assert_eq!(ran.read_backs[1], vec![2.25 * n.div_ceil(3) as f64], "flush {flush}");
+        }
     }
 
     /// Products sharing an operand (the left one, plain and with b transposed; the right one)

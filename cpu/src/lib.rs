@@ -20,6 +20,7 @@ mod segments;
 mod simd;
 mod sort;
 pub mod staged;
+pub mod subnormals;
 mod vmath;
 
 pub use staged::CpuStaged;
@@ -259,6 +260,8 @@ struct CpuInner {
     pool: Arc<Pool>,
     threads: rayon::ThreadPool,
     nthreads: usize,
+    /// Subnormals flushed to zero on every thread computing for the device ([`subnormals`]).
+    flush: bool,
 }
 
 /// The CPU device. Cloning is cheap and shares the thread pool and buffer cache.
@@ -571,13 +574,30 @@ fn add_dual_in_two_passes<T: Elem, X: IndexElem>(
 impl Cpu {
     /// A CPU device on `threads` worker threads (all cores when `None`).
     pub fn new(threads: Option<usize>) -> Result<Cpu> {
+        Cpu::open(threads, false)
+    }
+
+    /// A CPU device that flushes subnormal numbers to zero, operands and results, as XLA's CPU
+    /// code does ([`subnormals`]): its worker threads from their start, the calling thread
+    /// for the span of each op.
+    pub fn flushing_subnormals(threads: Option<usize>) -> Result<Cpu> {
+        if !subnormals::available() {
+            return Err(OpError::Unsupported("flushing subnormals needs an x86-64 CPU (FTZ and DAZ)".into()));
+        }
+        Cpu::open(threads, true)
+    }
+
+    fn open(threads: Option<usize>, flush: bool) -> Result<Cpu> {
         let mut b = rayon::ThreadPoolBuilder::new().thread_name(|i| format!("adgauge-cpu-{i}"));
         if let Some(t) = threads {
             b = b.num_threads(t.max(1));
         }
+        if flush {
+            b = b.start_handler(|_| subnormals::flush_this_thread());
+        }
         let pool = b.build().map_err(|e| OpError::Device(format!("cannot start CPU threads: {e}")))?;
         let nthreads = pool.current_num_threads();
-        Ok(Cpu { inner: Arc::new(CpuInner { pool: Pool::new(), threads: pool, nthreads }) })
+        Ok(Cpu { inner: Arc::new(CpuInner { pool: Pool::new(), threads: pool, nthreads, flush }) })
     }
 
     /// How many buffers of 64 KiB or more this device (and its clones) allocated anew rather
@@ -594,7 +614,12 @@ impl Cpu {
     /// the pool costs ~20 us, far more than the op; their kernels take sequential paths anyway),
     /// large ones on the device's thread pool.
     fn run<R: Send>(&self, work: usize, f: impl FnOnce() -> R + Send) -> R {
-        if work < kernels::PAR_MIN { f() } else { self.install(f) }
+        if work < kernels::PAR_MIN {
+            let _mode = subnormals::Mode::enter(self.inner.flush);
+            f()
+        } else {
+            self.install(f)
+        }
     }
 
     fn pool(&self) -> &Arc<Pool> {
@@ -616,6 +641,9 @@ impl Device for Cpu {
     }
     fn threads(&self) -> usize {
         self.inner.nthreads
+    }
+    fn flushes_subnormals(&self) -> bool {
+        self.inner.flush
     }
     fn synchronize(&self) -> Result<()> {
         Ok(()) // every CPU op has finished when it returns

@@ -1060,6 +1060,9 @@ impl Device for CpuStaged {
     fn threads(&self) -> usize {
         self.cpu.threads()
     }
+    fn flushes_subnormals(&self) -> bool {
+        self.cpu.flushes_subnormals()
+    }
     fn synchronize(&self) -> Result<()> {
         self.flush()
     }

@@ -140,20 +140,25 @@ impl Endpoint for EngineEndpoint {
         // The prepared call borrows its function and input: they live here until the next one.
         self.function = function.into();
         self.input = input;
+        let _mode = self.device.mode_guard();
         let call = workload.gradbench_prepare(&self.function, &self.input, &self.device, self.dtype).map_err(reason)?;
-        Ok(Box::new(EngineCall { call }))
+        Ok(Box::new(EngineCall { call, flush: self.device.flushes_subnormals() }))
     }
 }
 
 struct EngineCall<'a> {
     call: Box<dyn adgauge_workloads::GradbenchCall + 'a>,
+    /// The device flushes subnormals: its calls run in that mode on this thread too.
+    flush: bool,
 }
 
 impl Call for EngineCall<'_> {
     fn run(&mut self) -> Result<(), String> {
+        let _mode = adgauge_backends::cpu::subnormals::Mode::enter(self.flush);
         self.call.run().map_err(reason)
     }
     fn output(&mut self) -> Result<Json, String> {
+        let _mode = adgauge_backends::cpu::subnormals::Mode::enter(self.flush);
         let text = self.call.output().map_err(reason)?;
         serde_json::from_str(&text).map_err(|e| format!("the engine printed invalid JSON: {e}"))
     }

@@ -26,7 +26,7 @@ pub struct EvalArgs {
     /// Mode: primal, vjp, jvp or hessian-diag, as the workload offers (default: its first).
     #[arg(long)]
     pub mode: Option<Mode>,
-    /// Backend (tool): cpu, cpu-staged, cpu-traced, cpu-jit, opencl or cuda (`adgauge backends` lists them
+    /// Backend (tool): cpu, cpu-staged, cpu-traced, cpu-jit, cpu-jit-flush, opencl or cuda (`adgauge backends` lists them
     /// with availability).
     #[arg(long, alias = "tool", default_value = "cpu")]
     pub backend: String,

@@ -78,7 +78,7 @@ fn parse_shard(s: &str) -> Result<(usize, usize), String> {
 
 #[derive(Args, Debug, Default)]
 pub struct CheckArgs {
-    /// Tool (backend) to validate: cpu, cpu-staged, cpu-traced, cpu-jit, opencl or cuda (`adgauge backends`
+    /// Tool (backend) to validate: cpu, cpu-staged, cpu-traced, cpu-jit, cpu-jit-flush, opencl or cuda (`adgauge backends`
     /// lists them).
     #[arg(long, alias = "tool", default_value = "cpu")]
     pub backend: String,

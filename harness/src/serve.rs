@@ -23,7 +23,7 @@ use crate::protocol::Message;
 
 #[derive(Args, Debug)]
 pub struct ToolArgs {
-    /// Device of adgauge's engine (cpu, cpu-staged, cpu-traced, cpu-jit, opencl, cuda), or a Rust peer
+    /// Device of adgauge's engine (cpu, cpu-staged, cpu-traced, cpu-jit, cpu-jit-flush, opencl, cuda), or a Rust peer
     /// compiled in (candle, candle-index-add, burn, num-dual, ad-trait).
     #[arg(long, alias = "tool", default_value = "cpu")]
     pub backend: String,

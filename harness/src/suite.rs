@@ -662,7 +662,7 @@ mod tests {
         let e = parse_suite(&bad_tool, "s.yaml").unwrap_err();
         assert!(
             e.starts_with(
-                "s.yaml:7:18: cases[0].tools: unknown tool 'gpu' (known: cpu, cpu-staged, cpu-traced, cpu-jit, opencl, cuda, candle,"
+                "s.yaml:7:18: cases[0].tools: unknown tool 'gpu' (known: cpu, cpu-staged, cpu-traced, cpu-jit, cpu-jit-flush, opencl, cuda, candle,"
             ),
             "{e}"
         );

@@ -202,6 +202,7 @@ impl Tool for EngineTool {
         rule: &str,
     ) -> anyhow::Result<Box<dyn PreparedCase>> {
         let device = self.opened()?.clone();
+        let _mode = device.mode_guard();
         // What the prepared problem keeps resident (its inputs on the device, host and device
         // buffers alike) is part of every mode's peak: see `EnginePrepared::peak_bytes`.
         device.trim_cache();
@@ -222,6 +223,7 @@ impl Tool for EngineTool {
         settings: &CheckSettings,
     ) -> anyhow::Result<Validation> {
         let device = self.opened()?;
+        let _mode = device.mode_guard();
         let mut v = problem.validation(device, &self.cpu, settings)?;
         if let AnyDevice::CpuStaged(_) | AnyDevice::CpuJit(_) = device {
             let eager = problem.validation(&AnyDevice::Cpu(self.cpu.clone()), &self.cpu, settings)?;
@@ -388,6 +390,7 @@ struct EnginePrepared {
 
 impl PreparedCase for EnginePrepared {
     fn evaluate(&mut self, mode: Mode) -> anyhow::Result<Evaluation> {
+        let _mode = self.device.mode_guard();
         self.prepared.run(mode)?;
         Ok(Evaluation::default())
     }
@@ -413,6 +416,7 @@ impl PreparedCase for EnginePrepared {
         self.device.trim_cache();
         self.device.reset_peak_device_memory();
         let resident = self.device.device_memory().map(|m| m.in_use);
+        let _mode = self.device.mode_guard();
         let (r, host) = allocations_during(|| self.prepared.run(mode));
         r?;
         let host = host.peak;

@@ -10,6 +10,11 @@ pub trait Device: Ops {
     fn device_name(&self) -> String;
     /// Worker threads (CPU) or compute units the device uses.
     fn threads(&self) -> usize;
+    /// Whether the device flushes subnormal numbers to zero (operands and results), as XLA's
+    /// CPU code does; IEEE arithmetic, subnormals kept, otherwise.
+    fn flushes_subnormals(&self) -> bool {
+        false
+    }
     /// Waits until every queued op has finished (timing needs this inside the timed region).
     fn synchronize(&self) -> crate::Result<()>;
     /// Releases cached buffers (before a memory measurement).

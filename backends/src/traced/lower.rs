@@ -76,6 +76,7 @@ fn not_lowered(what: String) -> OpError {
 pub(super) fn lower<D: Traceable>(inner: &D, trace: &Trace<D>) -> Result<Program> {
     let mut b = Builder::new();
     b.set_threads(inner.threads());
+    b.set_flush_subnormals(inner.flushes_subnormals());
     let mut vals: Vec<Option<Val>> = vec![None; trace.slots];
     let mut idxs: Vec<Option<Idx>> = vec![None; trace.slots];
     // Index slots computed in the program (an arg-histogram's winners): positions held as f64

@@ -110,7 +110,9 @@ fn unknown_workloads_tools_and_parameters_exit_2_listing_the_valid_names() {
     let out = adgauge(&["check", "--backend", "tpu"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
-        stderr(&out).contains("unknown tool 'tpu' (known: cpu, cpu-staged, cpu-traced, cpu-jit, opencl, cuda, candle,"),
+        stderr(&out).contains(
+            "unknown tool 'tpu' (known: cpu, cpu-staged, cpu-traced, cpu-jit, cpu-jit-flush, opencl, cuda, candle,"
+        ),
         "{}",
         stderr(&out)
     );
