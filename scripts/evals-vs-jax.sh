@@ -73,7 +73,7 @@ for i in range(1, runs + 1):
     print(f"Run {i} of {runs}: load {start} at the start, {end} at the end; medians in ms")
     print()
     print("| case | mode | " + " | ".join(ENGINE) + f" | {FLUSH} | JAX | ratio | ratio, flushing |")
-    print("|---|---|" + "---|" * (len(ENGINE) + 5))
+    print("|---|---|" + "---|" * (len(ENGINE) + 4))
     for key in order:
         engine = [medians.get((key, t)) for t in ENGINE]
         flush = medians.get((key, FLUSH))

@@ -1768,6 +1768,23 @@ struct Runs {
     dst: Vec<u32>,
     /// Its first source (`u32::MAX`: the fill value).
     src: Vec<u32>,
+    /// The gather's adjoint, stretch by stretch in the element order ([`Runs::add_back`]).
+    stretches: Vec<Stretch>,
+    /// The adjoint's elements below `covered` that no bin names (zeros), as ranges.
+    gaps: Vec<(u32, u32)>,
+    /// One past the largest bin named.
+    covered: u32,
+}
+
+/// Cotangents `g[from..from + len]` added into the adjoint's elements `to..to + len`, each the
+/// first term its element receives (`first`: written as `0 + g`, the sum's first add, which
+/// needs no zeros stored before it) or a later one.
+#[derive(Clone, Copy, Debug)]
+struct Stretch {
+    from: u32,
+    to: u32,
+    len: u32,
+    first: bool,
 }
 
 impl Runs {
@@ -1789,20 +1806,47 @@ impl Runs {
             }
         }
         dst.push(bins.len() as u32);
-        Some(Runs { dst, src })
-    }
-
-    /// The gather's adjoint: `g` added into `out` run by run. Within a run the bins are
-    /// distinct and the runs go in order, so each bin receives its terms in the order of the
-    /// element loop, and the sums have its bits.
-    fn add_back(&self, g: &[f64], out: &mut [f64]) {
-        for (r, &s) in self.src.iter().enumerate() {
-            if s == u32::MAX {
+        let covered = bins.iter().filter(|&&b| b != u32::MAX).map(|&b| b + 1).max().unwrap_or(0);
+        let mut touched = vec![false; covered as usize];
+        let mut stretches: Vec<Stretch> = Vec::new();
+        for (k, &b) in bins.iter().enumerate() {
+            if b == u32::MAX {
                 continue;
             }
-            let (d0, d1, s) = (self.dst[r] as usize, self.dst[r + 1] as usize, s as usize);
-            for (o, &v) in out[s..s + (d1 - d0)].iter_mut().zip(&g[d0..d1]) {
-                *o += v;
+            let (k, first) = (k as u32, !std::mem::replace(&mut touched[b as usize], true));
+            match stretches.last_mut() {
+                Some(s) if s.first == first && s.from + s.len == k && s.to + s.len == b => s.len += 1,
+                _ => stretches.push(Stretch { from: k, to: b, len: 1, first }),
+            }
+        }
+        let mut gaps: Vec<(u32, u32)> = Vec::new();
+        for (t, _) in touched.iter().enumerate().filter(|(_, t)| !**t) {
+            match gaps.last_mut() {
+                Some(g) if g.1 == t as u32 => g.1 += 1,
+                _ => gaps.push((t as u32, t as u32 + 1)),
+            }
+        }
+        Some(Runs { dst, src, stretches, gaps, covered })
+    }
+
+    /// The gather's adjoint: `g` summed into zeros, each element's terms in the order of the
+    /// element loop, so the sums have its bits. In one pass: an element's first term is
+    /// written as `0 + g` (what adding it to the zero gives, `-0` becoming `+0`), the others
+    /// added, and only the elements no bin names are zeroed (ode's shifts: one pass over the
+    /// result where the zeroing and the adds took two, a fifth of its VJP's backward loops).
+    fn add_back(&self, g: &[f64], out: &mut [f64]) {
+        let zero = HistOp::Add.neutral();
+        out[self.covered as usize..].fill(zero);
+        for &(a, b) in &self.gaps {
+            out[a as usize..b as usize].fill(zero);
+        }
+        for s in &self.stretches {
+            let (from, to, len) = (s.from as usize, s.to as usize, s.len as usize);
+            let pairs = out[to..to + len].iter_mut().zip(&g[from..from + len]);
+            if s.first {
+                pairs.for_each(|(o, &v)| *o = zero + v);
+            } else {
+                pairs.for_each(|(o, &v)| *o += v);
             }
         }
     }
@@ -2224,6 +2268,14 @@ unsafe fn step(ins: &Ins, parts: &Parts, base: *mut f64, read_backs: &mut ReadBa
         Code::Div1 => put(out, get(a) / get(b)),
         Code::Binary1 => put(out, kernels::binary(BinaryOp::ALL[op as usize], get(a), get(b))),
         Code::Unary1 => put(out, kernels::unary(UnaryOp::ALL[op as usize], get(a))),
+        // A few elements (particle's 2-vectors) one by one: the vector maths' functions are
+        // `unary`'s, so the bits are the same, without choosing a copy of the loop.
+        Code::Unary if n < 8 => {
+            let op = UnaryOp::ALL[op as usize];
+            for (o, &x) in slice_mut(out, n).iter_mut().zip(slice(a, n)) {
+                *o = kernels::unary(op, x);
+            }
+        }
         Code::Unary => kernels::unary_map(UnaryOp::ALL[op as usize], slice(a, n), slice_mut(out, n)),
         Code::BinaryVV => binary(BinaryOp::ALL[op as usize], slice(a, n), slice(b, n), slice_mut(out, n)),
         Code::BinarySV => binary(BinaryOp::ALL[op as usize], slice(a, 1), slice(b, n), slice_mut(out, n)),
@@ -2235,7 +2287,9 @@ unsafe fn step(ins: &Ins, parts: &Parts, base: *mut f64, read_backs: &mut ReadBa
         Code::Wide => {
             let w = &wide[a as usize];
             let arg = |k: usize| slice(w.args[k].0, w.args[k].1);
-            if w.kind == Kind::ReadBack {
+            // `matches!`, not `==`: the derived comparison of a `Kind` was an out-of-line call
+            // per wide instruction, a tenth of particle's scalar programs.
+            if matches!(w.kind, Kind::ReadBack) {
                 read_backs.push(arg(0));
                 return;
             }
@@ -2273,19 +2327,17 @@ fn compute(kind: Kind, ins: &[&[f64]], out: &mut [f64], side: &Side) {
             out[0] = position(ins[1][0], ins[0].len()).map_or(f64::from_bits(fill), |p| ins[0][p]);
         }
         Kind::Gather { table, fill } => side.gather(table, f64::from_bits(fill), ins[0], 0, out),
-        Kind::GatherAdjoint { table } => {
-            out.fill(HistOp::Add.neutral());
-            match &side.runs[table as usize] {
-                Some(runs) => runs.add_back(ins[0], out),
-                None => {
-                    for (&g, &b) in ins[0].iter().zip(&tables[table as usize]) {
-                        if b != u32::MAX {
-                            out[b as usize] += g;
-                        }
+        Kind::GatherAdjoint { table } => match &side.runs[table as usize] {
+            Some(runs) => runs.add_back(ins[0], out),
+            None => {
+                out.fill(HistOp::Add.neutral());
+                for (&g, &b) in ins[0].iter().zip(&tables[table as usize]) {
+                    if b != u32::MAX {
+                        out[b as usize] += g;
                     }
                 }
             }
-        }
+        },
         Kind::UnaryAdjoint(op) => kernels::unary_adjoint_map(op, ins[0], ins[1], ins[2], out),
         // The shapes were checked when the node was made.
         Kind::Broadcast { shapes } => {
@@ -2506,6 +2558,39 @@ mod tests {
 
     fn bits(v: &[f64]) -> Vec<u64> {
         v.iter().map(|x| x.to_bits()).collect()
+    }
+
+    /// The gather's adjoint by runs, in one pass, equals the zeros with every cotangent added
+    /// in element order, bit for bit: on shifts (ode's), runs that name a bin twice, bins no
+    /// element names, fills and a `-0` among the cotangents (whose first add gives `+0`).
+    #[test]
+    fn adjoint_by_runs_equals_the_element_loop_bit_for_bit() {
+        let n = 64usize;
+        let shift: Vec<u32> = (0..n as u32).map(|i| i.saturating_sub(1)).collect();
+        let twice: Vec<u32> = (0..n as u32).map(|i| if i < 32 { i } else { i - 32 }).collect();
+        let gaps: Vec<u32> = (0..n as u32).map(|i| if i < 40 { i + 3 } else { u32::MAX }).collect();
+        let back: Vec<u32> = (0..n as u32).map(|i| if i < 20 { u32::MAX } else { i - 20 }).collect();
+        let g: Vec<f64> = (0..n).map(|i| if i % 5 == 0 { -0.0 } else { (i as f64 - 30.0) * 0.1 }).collect();
+        let mut checked = 0;
+        for bins in [shift, twice, gaps, back] {
+            let runs = Runs::of(&bins).expect("few runs");
+            let len = n + 4;
+            let mut want = vec![0.0; len];
+            for (&v, &b) in g.iter().zip(&bins) {
+                if b != u32::MAX {
+                    want[b as usize] += v;
+                }
+            }
+            let mut got = vec![f64::NAN; len];
+            runs.add_back(&g, &mut got);
+            assert_eq!(bits(&got), bits(&want), "bins {bins:?}");
+            checked += 1;
+        }
+        assert_eq!(checked, 4);
+        // The -0 cotangent of an element that is its bin's only term gives +0, as 0 + -0.
+        let mut one = vec![f64::NAN; 2];
+        Runs::of(&[0, 1]).unwrap().add_back(&[-0.0, 1.0], &mut one);
+        assert_eq!(one[0].to_bits(), 0.0f64.to_bits());
     }
 
     /// A program built to flush subnormals flushes them on every thread it runs on, the loop
