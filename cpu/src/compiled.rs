@@ -2268,14 +2268,6 @@ unsafe fn step(ins: &Ins, parts: &Parts, base: *mut f64, read_backs: &mut ReadBa
         Code::Div1 => put(out, get(a) / get(b)),
         Code::Binary1 => put(out, kernels::binary(BinaryOp::ALL[op as usize], get(a), get(b))),
         Code::Unary1 => put(out, kernels::unary(UnaryOp::ALL[op as usize], get(a))),
-        // A few elements (particle's 2-vectors) one by one: the vector maths' functions are
-        // `unary`'s, so the bits are the same, without choosing a copy of the loop.
-        Code::Unary if n < 8 => {
-            let op = UnaryOp::ALL[op as usize];
-            for (o, &x) in slice_mut(out, n).iter_mut().zip(slice(a, n)) {
-                *o = kernels::unary(op, x);
-            }
-        }
         Code::Unary => kernels::unary_map(UnaryOp::ALL[op as usize], slice(a, n), slice_mut(out, n)),
         Code::BinaryVV => binary(BinaryOp::ALL[op as usize], slice(a, n), slice(b, n), slice_mut(out, n)),
         Code::BinarySV => binary(BinaryOp::ALL[op as usize], slice(a, 1), slice(b, n), slice_mut(out, n)),

@@ -137,8 +137,10 @@ macro_rules! per_unary_op {
 /// ([`per_unary_op`]).
 pub fn unary_map<T: Elem>(op: UnaryOp, xs: &[T], out: &mut [T]) {
     // vmath's vector loop where it has one: the same functions as `unary`, so every path that
-    // maps an operator (eager, in place, staged) gets the same bits and the vector loop.
-    if super::vmath::vectorised(op) {
+    // maps an operator (eager, in place, staged) gets the same bits and the vector loop. Under
+    // a vector's worth of elements (particle's 2-vectors) choosing a copy of the loop costs more
+    // than the elements.
+    if super::vmath::vectorised(op) && xs.len() >= 8 {
         return super::vmath::map_unary(op, xs, out);
     }
     per_unary_op!(op, |u| out.iter_mut().zip(xs).for_each(|(o, &x)| *o = unary(u, x)))
@@ -404,22 +406,16 @@ fn extremum_f64<T: Elem>(op: HistOp, x: &[T]) -> Option<T> {
         }
         // SAFETY: `T` is `f64` (checked just above), so the slice is one of f64.
         let xs = unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<f64>(), x.len()) };
-        let max = op == HistOp::Max;
         let r = if crate::simd::avx512() {
             // SAFETY: the running CPU has AVX-512 F.
-            unsafe { extremum_avx512(xs, max) }
+            unsafe { extremum_avx512(xs, op) }
         } else if crate::simd::avx2_fma() {
             // SAFETY: the running CPU has AVX2.
-            unsafe { extremum_avx2(xs, max) }
+            unsafe { extremum_avx2(xs, op) }
         } else {
             return None;
         };
-        let r = if r == 0.0 || r.is_nan() {
-            let neutral = op.neutral();
-            xs.iter().fold(neutral, |acc, &v| combine(op, acc, v))
-        } else {
-            r
-        };
+        let r = if r == 0.0 || r.is_nan() { xs.iter().fold(op.neutral(), |acc, &v| combine(op, acc, v)) } else { r };
         Some(T::of_f64(r))
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -433,30 +429,20 @@ fn extremum_f64<T: Elem>(op: HistOp, x: &[T]) -> Option<T> {
 #[cfg(target_arch = "x86_64")]
 const EXTREMUM_LANES: usize = 32;
 
-/// The extremum lanes' combine, `right_wins` of `general` as a scalar select.
+/// The lanes joined, then the rest of `x` past its whole groups, by `op`'s own combine.
 #[cfg(target_arch = "x86_64")]
-#[inline(always)]
-#[allow(clippy::eq_op, clippy::neg_cmp_op_on_partial_ord)]
-fn extremum_pick(max: bool, a: f64, b: f64) -> f64 {
-    let wins = a == a && if max { !(b <= a) } else { !(b >= a) };
-    if wins { b } else { a }
-}
-
-/// The lanes joined, then the rest of `x` past its whole groups.
-#[cfg(target_arch = "x86_64")]
-fn extremum_finish(max: bool, lanes: &[f64; EXTREMUM_LANES], rest: &[f64]) -> f64 {
-    let folded = lanes.iter().skip(1).fold(lanes[0], |acc, &v| extremum_pick(max, acc, v));
-    rest.iter().fold(folded, |acc, &v| extremum_pick(max, acc, v))
+fn extremum_finish(op: HistOp, lanes: &[f64; EXTREMUM_LANES], rest: &[f64]) -> f64 {
+    lanes.iter().chain(rest).fold(op.neutral(), |acc, &v| combine(op, acc, v))
 }
 
 /// # Safety
 /// The running CPU has AVX-512 F.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn extremum_avx512(x: &[f64], max: bool) -> f64 {
+unsafe fn extremum_avx512(x: &[f64], op: HistOp) -> f64 {
     use std::arch::x86_64::*;
-    let neutral = if max { f64::NEG_INFINITY } else { f64::INFINITY };
-    let mut acc = [_mm512_set1_pd(neutral); 4];
+    let max = op == HistOp::Max;
+    let mut acc = [_mm512_set1_pd(op.neutral()); 4];
     let mut groups = x.chunks_exact(EXTREMUM_LANES);
     for g in &mut groups {
         for (k, a) in acc.iter_mut().enumerate() {
@@ -474,17 +460,17 @@ unsafe fn extremum_avx512(x: &[f64], max: bool) -> f64 {
         // SAFETY: `lanes` holds 4 x 8 elements.
         unsafe { _mm512_storeu_pd(lanes.as_mut_ptr().add(8 * k), *a) };
     }
-    extremum_finish(max, &lanes, groups.remainder())
+    extremum_finish(op, &lanes, groups.remainder())
 }
 
 /// # Safety
 /// The running CPU has AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn extremum_avx2(x: &[f64], max: bool) -> f64 {
+unsafe fn extremum_avx2(x: &[f64], op: HistOp) -> f64 {
     use std::arch::x86_64::*;
-    let neutral = if max { f64::NEG_INFINITY } else { f64::INFINITY };
-    let mut acc = [_mm256_set1_pd(neutral); 8];
+    let max = op == HistOp::Max;
+    let mut acc = [_mm256_set1_pd(op.neutral()); 8];
     let mut groups = x.chunks_exact(EXTREMUM_LANES);
     for g in &mut groups {
         for (k, a) in acc.iter_mut().enumerate() {
@@ -500,7 +486,7 @@ unsafe fn extremum_avx2(x: &[f64], max: bool) -> f64 {
         // SAFETY: `lanes` holds 8 x 4 elements.
         unsafe { _mm256_storeu_pd(lanes.as_mut_ptr().add(4 * k), *a) };
     }
-    extremum_finish(max, &lanes, groups.remainder())
+    extremum_finish(op, &lanes, groups.remainder())
 }
 
 /// Folds of at most this many elements take [`fold_lanes`]'s baseline copy directly.
@@ -664,12 +650,12 @@ mod tests {
                         // Each vector copy, where this CPU has it, whichever `fold_lanes` takes.
                         #[cfg(target_arch = "x86_64")]
                         for (has, copy) in [
-                            (crate::simd::avx512(), extremum_avx512 as unsafe fn(&[f64], bool) -> f64),
+                            (crate::simd::avx512(), extremum_avx512 as unsafe fn(&[f64], HistOp) -> f64),
                             (crate::simd::avx2_fma(), extremum_avx2),
                         ] {
                             if has {
                                 // SAFETY: the running CPU has the copy's features.
-                                let r = unsafe { copy(&x, op == HistOp::Max) };
+                                let r = unsafe { copy(&x, op) };
                                 if r != 0.0 && !r.is_nan() {
                                     assert_eq!(r.to_bits(), left.to_bits(), "{op:?} of {x:?}");
                                 } else {
