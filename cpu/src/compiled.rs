@@ -23,7 +23,9 @@
 //! loop reads kept in the loop's registers (a gather whose bins are a few runs of consecutive
 //! indices is a copy; one of the loop's own values by a shift, as ode's `y[i - 1]`, reads the
 //! block where the loop computes it and keeps the last elements for the next block, and where
-//! it can, is a view of its source's register rather than a copy), and
+//! it can, is a view of its source's register rather than a copy; the adjoint of such a shift,
+//! a shift the other way, is a step of a loop whose blocks run from the last, so that ode's
+//! backward pass is one loop, not one per RK4 stage), and
 //! gives every other value a place in one f64 buffer, reused after its last reader: the
 //! working set of a scalar program of millions of ops is a few kilobytes. Loops and
 //! reductions long enough to split run on a pool of the device's thread count, in blocks
@@ -321,6 +323,7 @@ impl Builder {
         let bins: Vec<u32> = bins.collect();
         self.side.runs.push(Runs::of(&bins));
         self.side.shifts.push(Shift::of(&bins));
+        self.side.antis.push(AntiShift::of(&bins, src_len));
         self.side.bins.push(bins);
         let t = self.side.bins.len() as u32 - 1;
         self.table_of.insert((idx, src_len), t);
@@ -1043,6 +1046,8 @@ fn schedule(nodes: &[Node], live: &[bool], vals: &[ValInfo], side: &Side) -> Vec
     let mut in_open = vec![false; nodes.len()];
     // The elements of the open loop's values that gathers in it read (stored for them).
     let mut gathered = 0usize;
+    // The order the open loop's blocks must run in, once a member needs one.
+    let mut order = Order::Any;
     let close = |open: &mut Vec<usize>, in_open: &mut [bool], items: &mut Vec<Item>, gathered: &mut usize| {
         *gathered = 0;
         for &m in open.iter() {
@@ -1062,6 +1067,12 @@ fn schedule(nodes: &[Node], live: &[bool], vals: &[ValInfo], side: &Side) -> Vec
         let mut reads_open = false;
         let mut only_elementwise = true;
         let mut gathers_open = 0;
+        // An adjoint by an anti-shift needs the blocks from the last; a shift of the loop's
+        // own value, a causal gather of it or a sum, from the first (`Order`).
+        let mut needs = if side.anti(n.kind).is_some() { Order::FromLast } else { Order::Any };
+        if sums_in_loop(n) {
+            needs = Order::FromFirst;
+        }
         for (k, &a) in n.args.iter().enumerate() {
             let (node, direct) = match vals[a.0 as usize].place {
                 Place::Node { node } => (node as usize, true),
@@ -1070,6 +1081,9 @@ fn schedule(nodes: &[Node], live: &[bool], vals: &[ValInfo], side: &Side) -> Vec
             };
             if in_open[node] {
                 reads_open = true;
+                if matches!(n.kind, Kind::Gather { .. }) && k == 0 {
+                    needs = Order::FromFirst;
+                }
                 // A gather of the loop's own value joins where it reads no later element (the
                 // loop then runs its blocks in order), within a budget of stored elements; a sum
                 // of the loop is complete only after the loop.
@@ -1087,30 +1101,62 @@ fn schedule(nodes: &[Node], live: &[bool], vals: &[ValInfo], side: &Side) -> Vec
             }
         }
         let loop_len = open.first().map(|&m| nodes[m].len);
+        // An adjoint by an anti-shift that cannot join reading nothing of the loop runs before
+        // it, as other nodes do, rather than closing it.
+        let anti = side.anti(n.kind).is_some();
+        let fusible = fusible(n) || (anti && (open.is_empty() || reads_open || order.with(needs).is_some()));
         let joins = only_elementwise
+            && order.with(needs).is_some()
             && if sums_in_loop(n) {
                 reads_open && loop_len == Some(vals[n.args[0].0 as usize].len)
             } else {
-                fusible(n) && loop_len == Some(n.len)
+                fusible && loop_len == Some(n.len)
             };
         if joins {
             in_open[i] = true;
             open.push(i);
             gathered += gathers_open;
+            order = order.with(needs).unwrap_or(order);
             continue;
         }
-        if reads_open || (fusible(n) && !open.is_empty()) {
+        if reads_open || (fusible && !open.is_empty()) {
             close(&mut open, &mut in_open, &mut items, &mut gathered);
+            order = Order::Any;
         }
-        if fusible(n) {
+        if fusible {
             in_open[i] = true;
             open.push(i);
+            // Its operands are now outside the loop: only an anti-shift's order remains.
+            order = if anti { Order::FromLast } else { Order::Any };
         } else {
             items.push(Item::One(i));
         }
     }
     close(&mut open, &mut in_open, &mut items, &mut gathered);
     items
+}
+
+/// The order a fused loop's blocks run in, as its members need it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Order {
+    Any,
+    /// First to last: a shift's carry passes forward, a causal gather reads the blocks
+    /// before, a sum adds up in `kernels::reduce`'s order.
+    FromFirst,
+    /// Last to first: an anti-shift's carry passes backward.
+    FromLast,
+}
+
+impl Order {
+    /// The order of a loop of this order that takes a member needing `needs`: none where the
+    /// two disagree.
+    fn with(self, needs: Order) -> Option<Order> {
+        match (self, needs) {
+            (a, Order::Any) => Some(a),
+            (Order::Any, b) => Some(b),
+            (a, b) => (a == b).then_some(a),
+        }
+    }
 }
 
 /// Whether every bin of a gather's table reads an element at or before its own (or none):
@@ -1181,8 +1227,8 @@ fn fuse(
         let node = &nodes[m];
         let mut src = [Src::Vec(0); 3];
         let shift = side.shift(node.kind).filter(|_| member(node.args[0]).is_some());
-        let carry = match shift {
-            Some(_) => {
+        let carry = match shift.map(|_| ()).or(side.anti(node.kind).map(|_| ())) {
+            Some(()) => {
                 carries += 1;
                 carries - 1
             }
@@ -1304,12 +1350,14 @@ fn fuse(
         }
     }
     let shadows = shadows as usize;
+    // An anti-shift's loop runs from its last block, on one thread.
+    let from_last = members.iter().any(|&m| side.anti(nodes[m].kind).is_some());
     // Too many shadows: the loop runs in order on one thread, its carries passed block to block.
-    let in_order = in_order || shadows > SHADOWS_MAX;
+    let in_order = in_order || from_last || shadows > SHADOWS_MAX;
     let (steps, warm_steps) = (pair_up(steps), pair_up(warm_steps));
     let lanes = lanes_for(registers + shadows);
     let warm = if in_order { 0 } else { reach.div_ceil(lanes) };
-    Loop { n, lanes, registers, steps, sums, in_order, shadows, carries: carries as usize, warm, warm_steps }
+    Loop { n, lanes, registers, steps, sums, in_order, from_last, shadows, carries: carries as usize, warm, warm_steps }
 }
 
 /// Elements per block of a loop of `registers` registers: [`LOOP_LANES`] doubled while they
@@ -1561,6 +1609,9 @@ struct Loop {
     /// A gather reads a value of the loop, not by a shift: the blocks run in order, on one
     /// thread.
     in_order: bool,
+    /// An adjoint by an anti-shift is a step: the blocks run in order from the last (and
+    /// `in_order` holds).
+    from_last: bool,
     /// Registers of the warm-up's own, after `registers`.
     shadows: usize,
     /// The shifts' carries: `SHIFT_MAX` elements each, after the shadows.
@@ -1641,6 +1692,19 @@ unsafe fn run_loop(l: &Loop, base: *mut f64, scratch: *mut f64, side: &Side) {
                 unsafe { run_step(s, base.ptr(), regs, l.lanes, carries, start, l.lanes, side, &mut sums) };
             }
             start += l.lanes;
+        }
+        if l.from_last {
+            // On this thread (`in_order`): the blocks of [lo, hi), the last first.
+            let mut end = hi;
+            while end > lo {
+                let start = lo + (end - lo - 1) / l.lanes * l.lanes;
+                for s in &l.steps {
+                    // SAFETY: the caller's contract.
+                    unsafe { run_step(s, base.ptr(), regs, l.lanes, carries, start, end - start, side, &mut sums) };
+                }
+                end = start;
+            }
+            return sums;
         }
         while start < hi {
             let len = l.lanes.min(hi - start);
@@ -1754,6 +1818,12 @@ unsafe fn run_step(
             }
         }
         (Kind::Gather { table, fill }, _) => side.gather(table, f64::from_bits(fill), src(0), start, out),
+        // Every adjoint in a loop is an anti-shift's, with a carry (`fuse`).
+        (Kind::GatherAdjoint { .. }, _) => {
+            if let Some(anti) = side.anti(s.kind) {
+                anti.take(src(0), start, at_mut(carries, s.carry as usize * SHIFT_MAX, SHIFT_MAX), out);
+            }
+        }
         (Kind::ScatterAt, _) => scatter_at(src(0), src(1)[0], src(2)[0], start, out),
         (kind, 1) => compute(kind, &[src(0)], out, side),
         (kind, 2) => compute(kind, &[src(0), src(1)], out, side),
@@ -1952,6 +2022,103 @@ impl Shift {
     }
 }
 
+/// A gather's adjoint as a shift the other way: where the gather's element `i` reads element
+/// `i - d` (a [`Shift`]), its adjoint's element `j` is `0 + g[j + d]` (the sum's first add,
+/// `-0` becoming `+0`; `0` where `j + d` is past the end), but for a few exceptions, each
+/// summing terms of its own block of [`LOOP_LANES`] in element order. ode's backward pass is
+/// one such adjoint per RK4 stage: in a loop whose blocks run from the last, it reads its
+/// cotangent's block where the loop computes it and the `d` elements after the block from a
+/// carry the step kept of the block before (the next one in memory), so the stages' loops are
+/// one loop.
+struct AntiShift {
+    d: u32,
+    /// The adjoint's length (the gather's, and its source's).
+    n: u32,
+    /// (element, first term, one past its last) for each exception, ascending; the terms (the
+    /// positions of `g` summed, ascending) are `terms[first..last]`.
+    exceptions: Vec<(u32, u32, u32)>,
+    terms: Vec<u32>,
+}
+
+/// The most terms an anti-shift's exceptions may sum in all.
+const ANTI_TERMS_MAX: usize = 64;
+
+impl AntiShift {
+    /// The adjoint of gathering by `bins` from as many elements as there are bins, as an
+    /// anti-shift, where it is one.
+    fn of(bins: &[u32], src_len: u32) -> Option<AntiShift> {
+        let n = bins.len();
+        if n != src_len as usize || !(FUSE_MIN..kernels::PAR_MIN).contains(&n) {
+            return None;
+        }
+        let last = *bins.last()?;
+        let d = (n as u64 - 1).checked_sub(u64::from(last)).filter(|&d| d as usize <= SHIFT_MAX)? as usize;
+        // How many bins name each element, and the first that does.
+        let (mut count, mut first) = (vec![0u32; n], vec![u32::MAX; n]);
+        for (i, &b) in bins.iter().enumerate() {
+            if b != u32::MAX {
+                count[b as usize] += 1;
+                first[b as usize] = first[b as usize].min(i as u32);
+            }
+        }
+        let regular = |j: usize| match count[j] {
+            0 => j + d >= n,
+            1 => first[j] as usize == j + d,
+            _ => false,
+        };
+        let odd: Vec<usize> = (0..n).filter(|&j| !regular(j)).take(SHIFT_EXCEPTIONS + 1).collect();
+        if odd.len() > SHIFT_EXCEPTIONS || odd.iter().map(|&j| count[j] as usize).sum::<usize>() > ANTI_TERMS_MAX {
+            return None;
+        }
+        let (mut exceptions, mut terms) = (Vec::new(), Vec::new());
+        for &j in &odd {
+            let from = terms.len() as u32;
+            for (i, &b) in bins.iter().enumerate() {
+                if b as usize == j {
+                    // Every term lies in the element's own block, which the loop computes with it.
+                    if i / LOOP_LANES != j / LOOP_LANES {
+                        return None;
+                    }
+                    terms.push(i as u32);
+                }
+            }
+            exceptions.push((j as u32, from, terms.len() as u32));
+        }
+        Some(AntiShift { d: d as u32, n: n as u32, exceptions, terms })
+    }
+
+    /// The adjoint's elements `[start, start + g.len())` from the block's cotangents `g` and
+    /// the `carry` of the block after it (the first `d` cotangents there: none after the last
+    /// block), which then takes this block's first `d`.
+    fn take(&self, g: &[f64], start: usize, carry: &mut [f64], out: &mut [f64]) {
+        let zero = HistOp::Add.neutral();
+        let (d, len) = (self.d as usize, g.len());
+        let mut after = [zero; SHIFT_MAX];
+        if start + len < self.n as usize {
+            after[..d].copy_from_slice(&carry[..d]);
+        }
+        let head = len.saturating_sub(d);
+        for (o, &v) in out[..head].iter_mut().zip(&g[d..]) {
+            *o = zero + v;
+        }
+        for (k, o) in out.iter_mut().enumerate().skip(head) {
+            let e = k + d;
+            *o = zero + if e < len { g[e] } else { after[e - len] };
+        }
+        let from = self.exceptions.partition_point(|&(j, ..)| (j as usize) < start);
+        for &(j, a, b) in &self.exceptions[from..] {
+            let j = j as usize;
+            if j >= start + len {
+                break;
+            }
+            out[j - start] = self.terms[a as usize..b as usize].iter().fold(zero, |s, &t| s + g[t as usize - start]);
+        }
+        for (k, c) in carry[..d].iter_mut().enumerate() {
+            *c = if k < len { g[k] } else { after[k - len] };
+        }
+    }
+}
+
 /// What instructions read besides the buffer: gathers' bins, shapes, matrix plans, and the
 /// pool the matrix product takes its transposed copies from.
 struct Side {
@@ -1960,6 +2127,8 @@ struct Side {
     runs: Vec<Option<Runs>>,
     /// Each table as a shift, where it is one.
     shifts: Vec<Option<Shift>>,
+    /// Each table's adjoint as an anti-shift, where it is one.
+    antis: Vec<Option<AntiShift>>,
     shapes: Vec<(Vec<usize>, Vec<usize>)>,
     plans: Vec<(MatmulPlan, bool, bool)>,
     pool: Arc<Pool>,
@@ -1970,6 +2139,14 @@ impl Side {
     fn shift(&self, kind: Kind) -> Option<&Shift> {
         match kind {
             Kind::Gather { table, .. } => self.shifts[table as usize].as_ref(),
+            _ => None,
+        }
+    }
+
+    /// The anti-shift an adjoint of `kind` sums by, where its table's adjoint is one.
+    fn anti(&self, kind: Kind) -> Option<&AntiShift> {
+        match kind {
+            Kind::GatherAdjoint { table } => self.antis[table as usize].as_ref(),
             _ => None,
         }
     }
@@ -2015,6 +2192,7 @@ impl Default for Side {
             bins: Vec::new(),
             runs: Vec::new(),
             shifts: Vec::new(),
+            antis: Vec::new(),
             shapes: Vec::new(),
             plans: Vec::new(),
             pool: Pool::new(),
@@ -2105,7 +2283,11 @@ impl Program {
                 }
                 Code::Loop => {
                     let l = &self.loops[ins.a as usize];
-                    let order = if l.in_order { ", in order" } else { "" };
+                    let order = match (l.from_last, l.in_order) {
+                        (true, _) => ", in order from the last",
+                        (false, true) => ", in order",
+                        (false, false) => "",
+                    };
                     let mut head = format!(
                         "loop of {} in blocks of {}{order}, {} registers",
                         l.n,
@@ -2583,6 +2765,87 @@ mod tests {
         let mut one = vec![f64::NAN; 2];
         Runs::of(&[0, 1]).unwrap().add_back(&[-0.0, 1.0], &mut one);
         assert_eq!(one[0].to_bits(), 0.0f64.to_bits());
+    }
+
+    /// Adjoints of shifts (ode's `y[i - 1]`, whose element 0 reads element 0, and a shift by
+    /// two with fills) in a chain of elementwise ops are steps of one loop whose blocks run
+    /// from the last, each adjoint reading the block where the loop computes it and the block
+    /// after it through its carry; the results are the element loop's sums, bit for bit (a
+    /// `-0` cotangent's first add giving `+0`), at lengths of one block, of blocks and a
+    /// part, and of whole blocks. At `PAR_MIN` and more, the adjoints run alone.
+    #[test]
+    fn adjoints_of_shifts_join_a_loop_that_runs_from_its_last_block() {
+        let both_nan_or_same = |got: &[f64], want: &[f64], what: &str| {
+            assert_eq!(got.len(), want.len(), "{what}");
+            for (k, (a, b)) in got.iter().zip(want).enumerate() {
+                assert!(a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()), "{what}: element {k}: {a} {b}");
+            }
+        };
+        // The adjoint of gathering by `bins`: the cotangents added into zeros in element order.
+        let adjoint = |bins: &[i64], g: &[f64]| {
+            let mut out = vec![0.0; g.len()];
+            for (&v, &b) in g.iter().zip(bins) {
+                if b >= 0 {
+                    out[b as usize] += v;
+                }
+            }
+            out
+        };
+        let zip = |a: &[f64], b: &[f64], f: fn(f64, f64) -> f64| -> Vec<f64> {
+            a.iter().zip(b).map(|(&x, &y)| f(x, y)).collect()
+        };
+        for n in [FUSE_MIN, 3 * LOOP_LANES + 17, 4 * LOOP_LANES_MAX, kernels::PAR_MIN + 1000] {
+            let xs = awkward(n, 3);
+            let previous: Vec<i64> = (0..n as i64).map(|i| (i - 1).max(0)).collect();
+            let back2: Vec<i64> = (0..n as i64).map(|i| if i < 2 { -1 } else { i - 2 }).collect();
+            let mut b = Builder::new();
+            b.set_threads(2);
+            let (x, h) = (b.input(&xs).unwrap(), b.input(&[0.75]).unwrap());
+            let (prev, two) = (b.index(&previous), b.index(&back2));
+            let g0 = b.binary(BinaryOp::Mul, x, h).unwrap();
+            let a = b.gather_adjoint(n, prev, g0).unwrap();
+            let ax = b.binary(BinaryOp::Mul, a, x).unwrap();
+            let c = b.binary(BinaryOp::Sub, ax, x).unwrap();
+            let d = b.gather_adjoint(n, two, c).unwrap();
+            let e = b.gather_adjoint(n, prev, d).unwrap();
+            let f = b.binary(BinaryOp::Mul, e, h).unwrap();
+            b.read_back(a).unwrap();
+            b.read_back(f).unwrap();
+            let program = b.finish().unwrap();
+            let wg0: Vec<f64> = xs.iter().map(|&v| v * 0.75).collect();
+            let wa = adjoint(&previous, &wg0);
+            let wc = zip(&zip(&wa, &xs, |p, q| p * q), &xs, |p, q| p - q);
+            let wf: Vec<f64> = adjoint(&previous, &adjoint(&back2, &wc)).iter().map(|&v| v * 0.75).collect();
+            if n < kernels::PAR_MIN {
+                let from_last: Vec<bool> = program.loops.iter().map(|l| l.from_last).collect();
+                assert_eq!(from_last, [true], "n = {n}");
+                assert_eq!(program.loops(), (1, 7), "n = {n}");
+                assert_eq!(program.loops[0].carries, 3, "n = {n}");
+            } else {
+                // The adjoints alone, the ops between them in loops that need no order.
+                assert!(program.loops.iter().all(|l| !l.from_last && !l.in_order), "n = {n}");
+                assert_eq!(program.loops().1, 4, "n = {n}");
+            }
+            for _ in 0..2 {
+                let ran = program.run(false);
+                both_nan_or_same(&ran.read_backs[0], &wa, &format!("n = {n}: a"));
+                both_nan_or_same(&ran.read_backs[1], &wf, &format!("n = {n}: f"));
+            }
+        }
+        // Element 0's two terms and a -0 cotangent, in one block: 0 + -0 is +0.
+        let anti = AntiShift::of(&[0, 0, 1, 2], 4);
+        assert!(anti.is_none(), "shorter than a loop's fewest elements");
+        let bins: Vec<u32> = (0..FUSE_MIN as u32).map(|i| i.saturating_sub(1)).collect();
+        let anti = AntiShift::of(&bins, FUSE_MIN as u32).expect("a shift's adjoint");
+        assert_eq!((anti.d, anti.exceptions.len()), (1, 1));
+        let mut g = vec![2.0; FUSE_MIN];
+        g[5] = -0.0;
+        let (mut out, mut carry) = (vec![f64::NAN; FUSE_MIN], vec![f64::NAN; SHIFT_MAX]);
+        anti.take(&g, 0, &mut carry, &mut out);
+        assert_eq!(out[0], 4.0);
+        assert_eq!(out[4].to_bits(), 0.0f64.to_bits());
+        assert_eq!(out[FUSE_MIN - 1].to_bits(), 0.0f64.to_bits());
+        assert_eq!(carry[0], 2.0);
     }
 
     /// A program built to flush subnormals flushes them on every thread it runs on, the loop
