@@ -140,14 +140,27 @@ impl Endpoint for EngineEndpoint {
         // The prepared call borrows its function and input: they live here until the next one.
         self.function = function.into();
         self.input = input;
-        let _mode = self.device.mode_guard();
-        let call = workload.gradbench_prepare(&self.function, &self.input, &self.device, self.dtype).map_err(reason)?;
-        Ok(Box::new(EngineCall { call, flush: self.device.flushes_subnormals() }))
+        let this: &'a EngineEndpoint = self;
+        let _mode = this.device.mode_guard();
+        let call = workload.gradbench_prepare(&this.function, &this.input, &this.device, this.dtype).map_err(reason)?;
+        Ok(Box::new(EngineCall {
+            call,
+            device: &this.device,
+            trace: adgauge_backends::TraceCell::default(),
+            flush: this.device.flushes_subnormals(),
+        }))
     }
 }
 
+/// One prepared function of the engine. Its runs go through the device's trace, as `adgauge
+/// run`'s timed calls do: a traced device (`cpu-traced`, `cpu-jit`, `cpu-jit-flush`) records the
+/// first run and replays it, compiled on `cpu-jit`, at the later ones, which repeat the same
+/// function on the same input; the output is the recorded run's (the replays are checked
+/// against it bit for bit when the trace is made). Every other device runs each call eagerly.
 struct EngineCall<'a> {
     call: Box<dyn adgauge_workloads::GradbenchCall + 'a>,
+    device: &'a AnyDevice,
+    trace: adgauge_backends::TraceCell,
     /// The device flushes subnormals: its calls run in that mode on this thread too.
     flush: bool,
 }
@@ -155,11 +168,47 @@ struct EngineCall<'a> {
 impl Call for EngineCall<'_> {
     fn run(&mut self) -> Result<(), String> {
         let _mode = adgauge_backends::cpu::subnormals::Mode::enter(self.flush);
-        self.call.run().map_err(reason)
+        let (call, trace) = (&mut self.call, &self.trace);
+        adgauge_backends::with_device!(self.device, |d| adgauge_backends::Device::run_traced(d, trace, &mut || call
+            .run()))
+        .map_err(reason)
     }
     fn output(&mut self) -> Result<Json, String> {
         let _mode = adgauge_backends::cpu::subnormals::Mode::enter(self.flush);
         let text = self.call.output().map_err(reason)?;
         serde_json::from_str(&text).map_err(|e| format!("the engine printed invalid JSON: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use adgauge_backends::{Cpu, Traced};
+
+    /// On a traced device the first run of a prepared function records and the later runs
+    /// replay (no primitive call passes through the device again), and the output is the
+    /// eager CPU device's.
+    #[test]
+    fn engine_calls_on_a_traced_device_record_once_then_replay() {
+        let cpu = Cpu::new(Some(1)).unwrap();
+        let input = serde_json::json!({"x": [0.5, 1.0, 1.5, 2.0, 0.25, 0.75, 1.25, 1.75], "s": 2});
+        let mut plain = EngineEndpoint::new(AnyDevice::Cpu(cpu.clone()), "cpu", DType::F64);
+        let want = {
+            let mut call = plain.prepare("ode", "gradient", input.clone()).unwrap();
+            call.run().unwrap();
+            call.output().unwrap()
+        };
+        let traced = Traced::new(cpu);
+        let mut endpoint = EngineEndpoint::new(AnyDevice::CpuTraced(traced.clone()), "cpu-traced", DType::F64);
+        let mut call = endpoint.prepare("ode", "gradient", input).unwrap();
+        assert!(traced.last_trace().is_none());
+        call.run().unwrap();
+        let recorded = traced.calls();
+        assert!(recorded > 0 && traced.last_trace().is_some(), "the first run records");
+        for _ in 0..3 {
+            call.run().unwrap();
+        }
+        assert_eq!(traced.calls(), recorded, "the later runs replay");
+        assert_eq!(call.output().unwrap(), want);
     }
 }
