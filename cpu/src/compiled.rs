@@ -1374,8 +1374,9 @@ fn lanes_for(registers: usize) -> usize {
 /// code as it can (the code, not the arithmetic, is what a run of particle's reads most). `a`,
 /// `b`, `out` are places in the buffer, `n` the result's length (an operand of `BinarySV` /
 /// `BinaryVS` broadcasts its one element; `Reduce`'s is its operand's), `op` the operator's
-/// index in [`UnaryOp::ALL`], [`BinaryOp::ALL`] or [`HistOp::ALL`]. Everything else is a [`Wide`]
-/// instruction, `a` its index.
+/// index in [`UnaryOp::ALL`], [`BinaryOp::ALL`] or [`HistOp::ALL`]. A unary adjoint (three
+/// operands) takes a second instruction for its cotangent and result. Everything else is a
+/// [`Wide`] instruction, `a` its index: a 56-byte record more to stream.
 #[derive(Clone, Copy, Debug)]
 struct Ins {
     code: Code,
@@ -1402,6 +1403,15 @@ enum Code {
     BinaryVS,
     Reduce,
     Copy,
+    /// Both operands one element, the result `n` copies of `op` of them.
+    BinarySS,
+    /// `n` elements from `a` read back.
+    ReadBack,
+    /// A unary op's adjoint: `a` its operand, `b` its result, the cotangent at the next
+    /// instruction's `a` (an [`Code::Operand`]).
+    UnaryAdjoint,
+    /// The third operand of the instruction before it; runs nothing.
+    Operand,
     Wide,
     /// A fused loop, `a` its index.
     Loop,
@@ -1443,7 +1453,7 @@ fn encode(kind: Kind, args: &[(u32, u32)], out: u32, n: u32, code: &mut Vec<Ins>
         return;
     }
     let kind_is_short = short(n) && args.iter().all(|&(_, len)| short(len));
-    code.push(match kind {
+    let last = match kind {
         _ if !kind_is_short => {
             let mut inline = [(0, 0); 3];
             inline[..args.len()].copy_from_slice(args);
@@ -1460,6 +1470,9 @@ fn encode(kind: Kind, args: &[(u32, u32)], out: u32, n: u32, code: &mut Vec<Ins>
             };
             ins(c, op_index(&BinaryOp::ALL, op), 1, at(0), at(1))
         }
+        Kind::Binary(op) if len(0) == 1 && len(1) == 1 => {
+            ins(Code::BinarySS, op_index(&BinaryOp::ALL, op), n, at(0), at(1))
+        }
         Kind::Binary(_) if len(0) != n && len(1) != n => wide_ins(kind, args, out, n, wide),
         Kind::Binary(op) => {
             let c = match (len(0) == n, len(1) == n) {
@@ -1472,19 +1485,25 @@ fn encode(kind: Kind, args: &[(u32, u32)], out: u32, n: u32, code: &mut Vec<Ins>
         Kind::Unary(op) if n == 1 => ins(Code::Unary1, op_index(&UnaryOp::ALL, op), 1, at(0), 0),
         Kind::Unary(op) => ins(Code::Unary, op_index(&UnaryOp::ALL, op), n, at(0), 0),
         Kind::Reduce(op) => ins(Code::Reduce, op_index(&HistOp::ALL, op), len(0), at(0), 0),
+        Kind::ReadBack => Ins { code: Code::ReadBack, op: 0, n: len(0) as u16, a: at(0), b: 0, out: 0 },
+        // Two instructions, where a wide one was 16 bytes and a 56-byte record (particle's
+        // programs are a sixth unary adjoints, and stream their code).
+        Kind::UnaryAdjoint(op) => {
+            code.push(ins(Code::UnaryAdjoint, op_index(&UnaryOp::ALL, op), n, at(0), at(1)));
+            Ins { code: Code::Operand, op: 0, n: 0, a: at(2), b: 0, out }
+        }
         Kind::Select
         | Kind::ArgReduce(_)
         | Kind::ScatterAt
         | Kind::GatherAt { .. }
         | Kind::Gather { .. }
         | Kind::GatherAdjoint { .. }
-        | Kind::UnaryAdjoint(_)
         | Kind::Broadcast { .. }
         | Kind::SumTo { .. }
-        | Kind::Matmul { .. }
-        | Kind::ReadBack => wide_ins(kind, args, out, n, wide),
+        | Kind::Matmul { .. } => wide_ins(kind, args, out, n, wide),
         Kind::Stack => unreachable!("stacks are copies, above"),
-    });
+    };
+    code.push(last);
 }
 
 /// An instruction that runs `kind` by [`compute`] over `args` (place, length).
@@ -2377,7 +2396,7 @@ impl Program {
             // length, the registers after them), and a result's place is disjoint from its
             // operands' (an operand's place is freed only after the instruction that reads it
             // last has been given its own).
-            unsafe { step(ins, &parts, base, read_backs) };
+            unsafe { step(ins, self.code.get(pc + 1).unwrap_or(ins), &parts, base, read_backs) };
             if observe {
                 look(buffer, Some(pc as u32), &mut outputs);
             }
@@ -2431,7 +2450,7 @@ struct Parts<'a> {
 /// # Safety
 /// `ins`'s places lie inside the buffer at `base`, its result's disjoint from its operands'.
 #[inline(always)]
-unsafe fn step(ins: &Ins, parts: &Parts, base: *mut f64, read_backs: &mut ReadBacks) {
+unsafe fn step(ins: &Ins, next: &Ins, parts: &Parts, base: *mut f64, read_backs: &mut ReadBacks) {
     let (wide, side) = (parts.wide, parts.side);
     // SAFETY (all four): the caller's contract.
     let get = |at: u32| unsafe { *base.add(at as usize) };
@@ -2456,6 +2475,16 @@ unsafe fn step(ins: &Ins, parts: &Parts, base: *mut f64, read_backs: &mut ReadBa
         Code::BinaryVS => binary(BinaryOp::ALL[op as usize], slice(a, n), slice(b, 1), slice_mut(out, n)),
         Code::Reduce => put(out, kernels::reduce(HistOp::ALL[op as usize], slice(a, n))),
         Code::Copy => slice_mut(out, n).copy_from_slice(slice(a, n)),
+        Code::BinarySS => slice_mut(out, n).fill(kernels::binary(BinaryOp::ALL[op as usize], get(a), get(b))),
+        Code::ReadBack => read_backs.push(slice(a, n)),
+        Code::UnaryAdjoint => kernels::unary_adjoint_map(
+            UnaryOp::ALL[op as usize],
+            slice(a, n),
+            slice(b, n),
+            slice(next.a, n),
+            slice_mut(next.out, n),
+        ),
+        Code::Operand => {}
         // SAFETY: the caller's contract; the registers follow every place.
         Code::Loop => unsafe { run_loop(&parts.loops[a as usize], base, base.add(parts.scratch), side) },
         Code::Wide => {
@@ -2963,6 +2992,9 @@ mod tests {
         let mut b = Builder::new();
         let (x, y, s) = (b.input(&xs).unwrap(), b.input(&ys).unwrap(), b.input(&one).unwrap());
         let t = b.input(&other).unwrap();
+        // A constant of one value repeated, which the ops read as one element: with `s`, both
+        // operands of a binary op are one element and the result `n`.
+        let (k, ck) = (b.constant(&vec![1.5; n]).unwrap(), up(&vec![1.5; n]));
         let mut want: Vec<Vec<f64>> = Vec::new();
         let mut read = |b: &mut Builder, v: Val, eager: Vec<f64>| {
             b.read_back(v).unwrap();
@@ -2980,7 +3012,9 @@ mod tests {
             }
         }
         for op in BinaryOp::ALL {
-            for (l, r, cl, cr) in [(x, y, &cx, &cy), (s, y, &c1, &cy), (x, s, &cx, &c1), (s, t, &c1, &ct)] {
+            for (l, r, cl, cr) in
+                [(x, y, &cx, &cy), (s, y, &c1, &cy), (x, s, &cx, &c1), (s, t, &c1, &ct), (s, k, &c1, &ck)]
+            {
                 let v = b.binary(op, l, r).unwrap();
                 read(&mut b, v, cpu.to_vec(&cpu.binary(op, cl, cr).unwrap()).unwrap());
             }
