@@ -2396,7 +2396,7 @@ impl Program {
             // length, the registers after them), and a result's place is disjoint from its
             // operands' (an operand's place is freed only after the instruction that reads it
             // last has been given its own).
-            unsafe { step(ins, self.code.get(pc + 1).unwrap_or(ins), &parts, base, read_backs) };
+            unsafe { step(ins, &parts, base, read_backs) };
             if observe {
                 look(buffer, Some(pc as u32), &mut outputs);
             }
@@ -2450,7 +2450,7 @@ struct Parts<'a> {
 /// # Safety
 /// `ins`'s places lie inside the buffer at `base`, its result's disjoint from its operands'.
 #[inline(always)]
-unsafe fn step(ins: &Ins, next: &Ins, parts: &Parts, base: *mut f64, read_backs: &mut ReadBacks) {
+unsafe fn step(ins: &Ins, parts: &Parts, base: *mut f64, read_backs: &mut ReadBacks) {
     let (wide, side) = (parts.wide, parts.side);
     // SAFETY (all four): the caller's contract.
     let get = |at: u32| unsafe { *base.add(at as usize) };
@@ -2475,15 +2475,13 @@ unsafe fn step(ins: &Ins, next: &Ins, parts: &Parts, base: *mut f64, read_backs:
         Code::BinaryVS => binary(BinaryOp::ALL[op as usize], slice(a, n), slice(b, 1), slice_mut(out, n)),
         Code::Reduce => put(out, kernels::reduce(HistOp::ALL[op as usize], slice(a, n))),
         Code::Copy => slice_mut(out, n).copy_from_slice(slice(a, n)),
-        Code::BinarySS => slice_mut(out, n).fill(kernels::binary(BinaryOp::ALL[op as usize], get(a), get(b))),
-        Code::ReadBack => read_backs.push(slice(a, n)),
-        Code::UnaryAdjoint => kernels::unary_adjoint_map(
-            UnaryOp::ALL[op as usize],
-            slice(a, n),
-            slice(b, n),
-            slice(next.a, n),
-            slice_mut(next.out, n),
-        ),
+        Code::BinarySS => binary_ss(op, get(a), get(b), slice_mut(out, n)),
+        Code::ReadBack => read_back(read_backs, slice(a, n)),
+        Code::UnaryAdjoint => {
+            // SAFETY: `encode` puts the cotangent's `Operand` right after every `UnaryAdjoint`.
+            let next = unsafe { &*(ins as *const Ins).add(1) };
+            unary_adjoint(op, slice(a, n), slice(b, n), slice(next.a, n), slice_mut(next.out, n))
+        }
         Code::Operand => {}
         // SAFETY: the caller's contract; the registers follow every place.
         Code::Loop => unsafe { run_loop(&parts.loops[a as usize], base, base.add(parts.scratch), side) },
@@ -2504,6 +2502,25 @@ unsafe fn step(ins: &Ins, next: &Ins, parts: &Parts, base: *mut f64, read_backs:
             }
         }
     }
+}
+
+// The rarer instructions' bodies, out of `step`'s line: inlined there, they made every
+// instruction of a one-element chain slower (the per-op benchmark's chain, 6.6-7.2 -> 10.5-10.8
+// ns an op), though none of them runs in it.
+
+#[inline(never)]
+fn binary_ss(op: u8, a: f64, b: f64, out: &mut [f64]) {
+    out.fill(kernels::binary(BinaryOp::ALL[op as usize], a, b));
+}
+
+#[inline(never)]
+fn read_back(read_backs: &mut ReadBacks, values: &[f64]) {
+    read_backs.push(values);
+}
+
+#[inline(never)]
+fn unary_adjoint(op: u8, x: &[f64], y: &[f64], g: &[f64], out: &mut [f64]) {
+    kernels::unary_adjoint_map(UnaryOp::ALL[op as usize], x, y, g, out);
 }
 
 /// One op over host slices: the CPU device's kernels on their sequential paths.
