@@ -1069,7 +1069,8 @@ fn schedule(nodes: &[Node], live: &[bool], vals: &[ValInfo], side: &Side) -> Vec
         let mut gathers_open = 0;
         // An adjoint by an anti-shift needs the blocks from the last; a shift of the loop's
         // own value, a causal gather of it or a sum, from the first (`Order`).
-        let mut needs = if side.anti(n.kind).is_some() { Order::FromLast } else { Order::Any };
+        let anti = side.anti(n.kind).is_some();
+        let mut needs = if anti { Order::FromLast } else { Order::Any };
         if sums_in_loop(n) {
             needs = Order::FromFirst;
         }
@@ -1103,7 +1104,6 @@ fn schedule(nodes: &[Node], live: &[bool], vals: &[ValInfo], side: &Side) -> Vec
         let loop_len = open.first().map(|&m| nodes[m].len);
         // An adjoint by an anti-shift that cannot join reading nothing of the loop runs before
         // it, as other nodes do, rather than closing it.
-        let anti = side.anti(n.kind).is_some();
         let fusible = fusible(n) || (anti && (open.is_empty() || reads_open || order.with(needs).is_some()));
         let joins = only_elementwise
             && order.with(needs).is_some()
@@ -1227,12 +1227,12 @@ fn fuse(
         let node = &nodes[m];
         let mut src = [Src::Vec(0); 3];
         let shift = side.shift(node.kind).filter(|_| member(node.args[0]).is_some());
-        let carry = match shift.map(|_| ()).or(side.anti(node.kind).map(|_| ())) {
-            Some(()) => {
-                carries += 1;
-                carries - 1
-            }
-            None => NO_CARRY,
+        // A shift of the loop's own value and an anti-shift keep a carry between blocks.
+        let carry = if shift.is_some() || side.anti(node.kind).is_some() {
+            carries += 1;
+            carries - 1
+        } else {
+            NO_CARRY
         };
         for (k, &a) in node.args.iter().enumerate() {
             let len = vals[a.0 as usize].len;
@@ -2780,6 +2780,11 @@ mod tests {
         v.iter().map(|x| x.to_bits()).collect()
     }
 
+    /// The same bits, or both NaN: which of two NaNs an op returns is the machine code's choice.
+    fn same_or_both_nan(a: f64, b: f64) -> bool {
+        a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+    }
+
     /// The gather's adjoint by runs, in one pass, equals the zeros with every cotangent added
     /// in element order, bit for bit: on shifts (ode's), runs that name a bin twice, bins no
     /// element names, fills and a `-0` among the cotangents (whose first add gives `+0`).
@@ -2824,7 +2829,7 @@ mod tests {
         let both_nan_or_same = |got: &[f64], want: &[f64], what: &str| {
             assert_eq!(got.len(), want.len(), "{what}");
             for (k, (a, b)) in got.iter().zip(want).enumerate() {
-                assert!(a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()), "{what}: element {k}: {a} {b}");
+                assert!(same_or_both_nan(*a, *b), "{what}: element {k}: {a} {b}");
             }
         };
         // The adjoint of gathering by `bins`: the cotangents added into zeros in element order.
@@ -2992,7 +2997,7 @@ mod tests {
         let ran = program.run(false);
         assert_eq!(ran.read_backs.len(), want.len());
         for (i, (got, want)) in ran.read_backs.iter().zip(&want).enumerate() {
-            let same = got.iter().zip(want).all(|(g, w)| g.to_bits() == w.to_bits() || g.is_nan() && w.is_nan());
+            let same = got.iter().zip(want).all(|(&g, &w)| same_or_both_nan(g, w));
             assert!(same, "read-back {i}: {got:?} against {want:?}");
         }
     }
@@ -3805,8 +3810,7 @@ mod tests {
                 let want = cpu.to_vec(want).unwrap();
                 assert_eq!(got.len(), want.len(), "n = {n}: {what}");
                 // Any NaN for any NaN: which of two NaNs an add returns is the machine's choice.
-                let first =
-                    got.iter().zip(&want).position(|(a, b)| a.to_bits() != b.to_bits() && !(a.is_nan() && b.is_nan()));
+                let first = got.iter().zip(&want).position(|(&a, &b)| !same_or_both_nan(a, b));
                 assert_eq!(first, None, "n = {n}: {what} differs first at {first:?}");
             };
             for _ in 0..2 {

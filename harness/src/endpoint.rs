@@ -169,9 +169,9 @@ impl Call for EngineCall<'_> {
     fn run(&mut self) -> Result<(), String> {
         let _mode = adgauge_backends::cpu::subnormals::Mode::enter(self.flush);
         let (call, trace) = (&mut self.call, &self.trace);
-        adgauge_backends::with_device!(self.device, |d| adgauge_backends::Device::run_traced(d, trace, &mut || call
-            .run()))
-        .map_err(reason)
+        let mut body = || call.run();
+        adgauge_backends::with_device!(self.device, |d| adgauge_backends::Device::run_traced(d, trace, &mut body))
+            .map_err(reason)
     }
     fn output(&mut self) -> Result<Json, String> {
         let _mode = adgauge_backends::cpu::subnormals::Mode::enter(self.flush);
