@@ -6,15 +6,32 @@
 #
 #   export ADGAUGE_TOOLS_PYTHON="$(scripts/setup-tools.sh)"   # JAX for tools/jax/run.py
 #   scripts/evals-vs-jax.sh [RUNS] [-- adgauge run options, e.g. --filter lse]
+#   scripts/evals-vs-jax.sh --paired [-- adgauge compare options, e.g. --filter ode]
 #
 # RUNS (default 2) runs one after the other; each prints its table with the load average at its
 # start and end, and the last lines count the cells at most JAX's time in at least one run and
 # at most 1.2x JAX's in every run. Run it on an idle machine. The binary is $ADGAUGE_BIN, or
 # target/release/adgauge built here.
+#
+# --paired judges the close cells instead of reading two unpaired runs, whose medians swing by
+# more than the differences in question on a shared machine: `adgauge compare` times
+# cpu-jit-flush against the JAX adapter interleaved, in fresh pairs of processes
+# (suites/evals-vs-jax-paired.yaml: lse, ode at n = 1000, ht at c = 100; its comment says why
+# the rest is left out), and the table gives each cell's ratio
+# (engine / JAX, the median of the pairs' ratios) with its 95% interval, read as "at most JAX"
+# (the interval at or below 1), "within 1.2x" (at or below 1.2), "behind" (above 1.2) or
+# "undecided".
 set -euo pipefail
 cd "$(dirname "$0")/.."
-runs="${1:-2}"
-shift || true
+paired=0
+if [ "${1:-}" = "--paired" ]; then
+    paired=1
+    shift
+    runs=1
+else
+    runs="${1:-2}"
+    shift || true
+fi
 [ "${1:-}" = "--" ] && shift
 bin="${ADGAUGE_BIN:-target/release/adgauge}"
 if [ -z "${ADGAUGE_BIN:-}" ]; then
@@ -22,6 +39,54 @@ if [ -z "${ADGAUGE_BIN:-}" ]; then
 fi
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
+if [ "$paired" = 1 ]; then
+    load_start="$(cut -d' ' -f1 /proc/loadavg)"
+    # Exit 3 is a cell where JAX is faster beyond compare's threshold (it calls the candidate
+    # regressed), 1 a cell that could not be timed (its row says why): the table shows both.
+    rc=0
+    "$bin" compare --baseline "tool:${ADGAUGE_TOOLS_PYTHON:-python3} tools/jax/run.py" --candidate "bin:$bin" \
+        --suite suites/evals-vs-jax-paired.yaml --confirm-processes 0 --max-processes 8 --json --quiet "$@" \
+        >"$work/paired.jsonl" || rc=$?
+    if [ "$rc" != 0 ] && [ "$rc" != 1 ] && [ "$rc" != 3 ]; then
+        echo "evals-vs-jax: adgauge compare exited $rc" >&2
+        exit "$rc"
+    fi
+    python3 - "$work/paired.jsonl" "$load_start" "$(cut -d' ' -f1 /proc/loadavg)" <<'PY'
+import json, sys
+
+path, load_start, load_end = sys.argv[1:4]
+print(f"cpu-jit-flush against JAX, paired: load {load_start} at the start, {load_end} at the end; ms are medians")
+print()
+print("| case | mode | JAX ms | engine ms | engine / JAX | 95% CI | pairs (processes) | reading |")
+print("|---|---|---|---|---|---|---|---|")
+counts = {}
+for line in open(path):
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError:
+        continue
+    ratio, low, high = row.get("ratio"), row.get("ci_low"), row.get("ci_high")
+    if ratio is None or low is None or high is None:
+        reading = f"not timed: {row.get('verdict')} {row.get('why') or ''}".strip()
+        cells = "– | – | – | –"
+    else:
+        if high <= 1.0:
+            reading = "at most JAX"
+        elif high <= 1.2:
+            reading = "within 1.2x"
+        elif low > 1.2:
+            reading = "behind"
+        else:
+            reading = "undecided"
+        cells = f"{row['baseline_s'] * 1e3:.3g} | {row['candidate_s'] * 1e3:.3g} | {ratio:.3f} | [{low:.3f}, {high:.3f}]"
+    counts[reading.split(":")[0]] = counts.get(reading.split(":")[0], 0) + 1
+    case = row["case_id"].split("/")[0]
+    print(f"| {case} | {row['mode']} | {cells} | {row.get('pairs', '–')} ({row.get('processes', '–')}) | {reading} |")
+print()
+print("cells: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
+PY
+    exit 0
+fi
 for i in $(seq 1 "$runs"); do
     load_start="$(cut -d' ' -f1 /proc/loadavg)"
     # Exit 1 is a case that failed its checks or a tool that did not answer: its rows say which

@@ -628,6 +628,8 @@ mod tests {
             ("tools-quick", include_str!("../../suites/tools-quick.yaml")),
             ("opencl-classic", include_str!("../../suites/opencl-classic.yaml")),
             ("gradbench", include_str!("../../suites/gradbench.yaml")),
+            ("evals-vs-jax", include_str!("../../suites/evals-vs-jax.yaml")),
+            ("evals-vs-jax-paired", include_str!("../../suites/evals-vs-jax-paired.yaml")),
         ] {
             let s = parse_suite(text, name).unwrap();
             assert!(!s.cases.is_empty(), "{name}");
