@@ -20,6 +20,10 @@ use crate::BinaryOp;
 /// The range of `|x|` the fast path takes.
 const X_MIN: f64 = f64::from_bits((1023 - 900) << 52);
 const X_MAX: f64 = f64::from_bits((1023 + 900) << 52);
+
+/// An f64's sign bit.
+const SIGN: u64 = 1 << 63;
+
 /// The range of `|c|` the fast path takes.
 const C_MIN: f64 = f64::from_bits((1023 - 60) << 52);
 const C_MAX: f64 = f64::from_bits((1023 + 60) << 52);
@@ -95,16 +99,21 @@ fn run<const ONE: bool>(a: &[f64], d: Divisor, z: &[f64], out: &mut [f64], g: im
     let whole = n - n % GROUP;
     for (k, (o, x)) in out[..whole].chunks_exact_mut(GROUP).zip(a[..whole].chunks_exact(GROUP)).enumerate() {
         let zk = zs(k * GROUP);
-        // Every lane in range or a zero: one fold of comparisons kept in vectors.
-        let fast = x.iter().fold(true, |all, &v| all & ((v.abs() >= X_MIN) & (v.abs() <= X_MAX) | (v == 0.0)));
+        // Every lane in range or a zero: one fold of integer comparisons kept in vectors (a
+        // positive f64's bits order as its value; the bits' range test is one compare).
+        let fast = x.iter().fold(true, |all, &v| {
+            let bits = v.to_bits() & !SIGN;
+            all & ((bits.wrapping_sub(X_MIN.to_bits()) <= X_MAX.to_bits() - X_MIN.to_bits()) | (bits == 0))
+        });
         if fast {
             for ((o, &x), &z) in o.iter_mut().zip(x).zip(&zk) {
                 let q = x * d.r;
                 let e = (-q).mul_add(d.c, x);
-                // A zero's quotient is the product (a zero of the right sign); the correction
-                // would add +0 to -0.
-                let q = if x == 0.0 { q } else { e.mul_add(d.r, q) };
-                *o = g(q, z);
+                // The corrected quotient has the product's sign but where `x` is a zero, whose
+                // quotient is the product (a zero of the right sign) and whose correction adds
+                // +0 to -0: the product's sign bit put back makes it so, without a select.
+                let y = e.mul_add(d.r, q);
+                *o = g(f64::from_bits(y.to_bits() | (q.to_bits() & SIGN)), z);
             }
         } else {
             divide(x, d.c, &zk, o, &g);
