@@ -27,7 +27,6 @@ paired=0
 if [ "${1:-}" = "--paired" ]; then
     paired=1
     shift
-    runs=1
 else
     runs="${1:-2}"
     shift || true
@@ -78,8 +77,10 @@ for line in open(path):
             reading = "behind"
         else:
             reading = "undecided"
-        cells = f"{row['baseline_s'] * 1e3:.3g} | {row['candidate_s'] * 1e3:.3g} | {ratio:.3f} | [{low:.3f}, {high:.3f}]"
-    counts[reading.split(":")[0]] = counts.get(reading.split(":")[0], 0) + 1
+        ms = [f"{row[k] * 1e3:.3g}" if row.get(k) is not None else "–" for k in ("baseline_s", "candidate_s")]
+        cells = f"{ms[0]} | {ms[1]} | {ratio:.3f} | [{low:.3f}, {high:.3f}]"
+    kind = reading.split(":")[0]
+    counts[kind] = counts.get(kind, 0) + 1
     case = row["case_id"].split("/")[0]
     print(f"| {case} | {row['mode']} | {cells} | {row.get('pairs', '–')} ({row.get('processes', '–')}) | {reading} |")
 print()
