@@ -2480,6 +2480,7 @@ unsafe fn step(ins: &Ins, parts: &Parts, base: *mut f64, read_backs: &mut ReadBa
         Code::UnaryAdjoint => {
             // SAFETY: `encode` puts the cotangent's `Operand` right after every `UnaryAdjoint`.
             let next = unsafe { &*(ins as *const Ins).add(1) };
+            debug_assert!(matches!(next.code, Code::Operand), "a unary adjoint without its operand");
             unary_adjoint(op, slice(a, n), slice(b, n), slice(next.a, n), slice_mut(next.out, n))
         }
         Code::Operand => {}

@@ -99,12 +99,8 @@ fn run<const ONE: bool>(a: &[f64], d: Divisor, z: &[f64], out: &mut [f64], g: im
     let whole = n - n % GROUP;
     for (k, (o, x)) in out[..whole].chunks_exact_mut(GROUP).zip(a[..whole].chunks_exact(GROUP)).enumerate() {
         let zk = zs(k * GROUP);
-        // Every lane in range or a zero: one fold of integer comparisons kept in vectors (a
-        // positive f64's bits order as its value; the bits' range test is one compare).
-        let fast = x.iter().fold(true, |all, &v| {
-            let bits = v.to_bits() & !SIGN;
-            all & ((bits.wrapping_sub(X_MIN.to_bits()) <= X_MAX.to_bits() - X_MIN.to_bits()) | (bits == 0))
-        });
+        // Every lane in range or a zero: one fold of integer comparisons kept in vectors.
+        let fast = x.iter().fold(true, |all, &v| all & in_range_or_zero(v));
         if fast {
             for ((o, &x), &z) in o.iter_mut().zip(x).zip(&zk) {
                 let q = x * d.r;
@@ -122,6 +118,16 @@ fn run<const ONE: bool>(a: &[f64], d: Divisor, z: &[f64], out: &mut [f64], g: im
     for i in whole..n {
         out[i] = g(a[i] / d.c, if ONE { z0 } else { z[i] });
     }
+}
+
+/// Whether `|x|` is in `[X_MIN, X_MAX]` or zero: a positive f64's bits order as its value, so
+/// the range test is one unsigned compare of the magnitude's bits (below `X_MIN`, the
+/// subtraction wraps past the span; NaN and the infinities lie above `X_MAX`).
+#[inline(always)]
+fn in_range_or_zero(x: f64) -> bool {
+    const SPAN: u64 = X_MAX.to_bits() - X_MIN.to_bits();
+    let bits = x.to_bits() & !SIGN;
+    (bits.wrapping_sub(X_MIN.to_bits()) <= SPAN) | (bits == 0)
 }
 
 /// `out = g(x / c, z)` by the divide instruction: out of line, so that the compiler does not
