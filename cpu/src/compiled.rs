@@ -43,6 +43,9 @@
 //! two NaNs returns, which is the machine code's choice of operand order; the traced device
 //! checks that on every new program before it times one.
 
+mod asm;
+mod native;
+
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -1357,7 +1360,21 @@ fn fuse(
     let (steps, warm_steps) = (pair_up(steps), pair_up(warm_steps));
     let lanes = lanes_for(registers + shadows);
     let warm = if in_order { 0 } else { reach.div_ceil(lanes) };
-    Loop { n, lanes, registers, steps, sums, in_order, from_last, shadows, carries: carries as usize, warm, warm_steps }
+    let native = (!from_last && sums.is_empty()).then(|| native::Kernel::compile(&steps, side, registers)).flatten();
+    Loop {
+        n,
+        lanes,
+        registers,
+        steps,
+        sums,
+        in_order,
+        from_last,
+        shadows,
+        carries: carries as usize,
+        warm,
+        warm_steps,
+        native,
+    }
 }
 
 /// Elements per block of a loop of `registers` registers: [`LOOP_LANES`] doubled while they
@@ -1640,6 +1657,9 @@ struct Loop {
     /// chain of shifts reaches back.
     warm: usize,
     warm_steps: Vec<Step>,
+    /// The steps as native code, where they compile (`native`): a task runs its blocks
+    /// there after its warm-up.
+    native: Option<native::Kernel>,
 }
 
 impl Loop {
@@ -1723,6 +1743,11 @@ unsafe fn run_loop(l: &Loop, base: *mut f64, scratch: *mut f64, side: &Side) {
                 }
                 end = start;
             }
+            return sums;
+        }
+        if let Some(kernel) = &l.native {
+            // SAFETY: the caller's contract; the kernel keeps the carries as `run_step` does.
+            unsafe { kernel.run(base.ptr(), carries, start, hi) };
             return sums;
         }
         while start < hi {
@@ -2306,6 +2331,10 @@ impl Program {
                         (true, _) => ", in order from the last",
                         (false, true) => ", in order",
                         (false, false) => "",
+                    };
+                    let order = match &l.native {
+                        Some(k) => format!("{order}, native ({} vectors in flight)", k.in_flight()),
+                        None => order.to_string(),
                     };
                     let mut head = format!(
                         "loop of {} in blocks of {}{order}, {} registers",
@@ -3360,6 +3389,139 @@ mod tests {
     /// length, its source kept in no place of the buffer; long loops still split, each task
     /// warming up over the block before its own: the eager device's bits, at lengths that end
     /// inside a block. A gather that reads a later element (`y[i + 1]`) closes the loop.
+    /// ode's RK4 loop (shift views with an exception at element 0 and fills, pairs, a
+    /// division by a one-element constant and one by an input) compiled to native code gives
+    /// the interpreter's bits and the CPU device's: at lengths that end on a vector, inside
+    /// one, inside the exceptions' vector, and long enough to split into tasks; over values
+    /// that send the quotient to the divide instruction (zeros, subnormals, infinities, NaN,
+    /// magnitudes beyond its range) and a divisor outside its range.
+    #[test]
+    fn native_loops_repeat_the_interpreter_and_the_cpu_device_bit_for_bit() {
+        let cpu = Cpu::new(Some(2)).unwrap();
+        let lengths =
+            [FUSE_MIN, FUSE_MIN + 3, 8 * 13, 8 * 13 + 7, 1000, 3 * LOOP_LANES_MAX + 5, kernels::PAR_MIN + 1001];
+        for (case, &n) in lengths.iter().enumerate() {
+            // Moderate values, with zeros of both signs, subnormals and magnitudes beyond the
+            // quotient's range spread through, and an infinity and a NaN at the end (so that
+            // what they spread to leaves most results finite).
+            let mut xs: Vec<f64> = (0..n).map(|i| (i as f64 * 0.37 + case as f64).sin() * 0.5).collect();
+            for (i, x) in xs.iter_mut().enumerate() {
+                match i % 29 {
+                    1 => *x = 0.0,
+                    2 => *x = -0.0,
+                    3 => *x = f64::MIN_POSITIVE / 16.0,
+                    7 => *x = 1e290,
+                    11 => *x = -3e-290,
+                    _ => {}
+                }
+            }
+            xs[n - 1] = f64::NAN;
+            xs[n - 2] = f64::INFINITY;
+            // The divisor of the second division: outside the fast path's range in one case.
+            let c = if case % 2 == 0 { 3.0 } else { 2f64.powi(61) };
+            let up = |v: &[f64]| cpu.tensor(v, &[v.len()], DType::F64).unwrap();
+            // Back 1 (element 0 reads itself), back 2 (the first two the fill).
+            let back1: Vec<i64> = (0..n as i64).map(|i| (i - 1).max(0)).collect();
+            let back2: Vec<i64> = (0..n as i64).map(|i| if i < 2 { -1 } else { i - 2 }).collect();
+            let (cx, ch, c6, cc) = (up(&xs), up(&[0.125]), up(&[6.0]), up(&[c]));
+            let (c1, c2) = (cpu.index(&back1).unwrap(), cpu.index(&back2).unwrap());
+            let e = |t: Result<crate::CpuTensor>| t.unwrap();
+            let mut b = Builder::new();
+            b.set_threads(2);
+            let (x, h, six, cv) = (
+                b.input(&xs).unwrap(),
+                b.input(&[0.125]).unwrap(),
+                b.constant(&[6.0]).unwrap(),
+                b.input(&[c]).unwrap(),
+            );
+            let (t1, t2) = (b.index(&back1), b.index(&back2));
+            // f(y) = x * y[i - 1] + y[i - 2] / c (fill 0.5), RK4 with step h, four steps.
+            let ef = |y: &crate::CpuTensor| {
+                let s1 = e(cpu.gather(y, &c1, OutOfRange::Error));
+                let s2 = e(cpu.gather(y, &c2, OutOfRange::Fill(0.5)));
+                e(cpu.binary(
+                    BinaryOp::Add,
+                    &e(cpu.binary(BinaryOp::Mul, &cx, &s1)),
+                    &e(cpu.binary(BinaryOp::Div, &s2, &cc)),
+                ))
+            };
+            let f = |b: &mut Builder, y: Val| {
+                let s1 = b.gather(y, t1, OutOfRange::Error).unwrap();
+                let s2 = b.gather(y, t2, OutOfRange::Fill(0.5)).unwrap();
+                let p = b.binary(BinaryOp::Mul, x, s1).unwrap();
+                let q = b.binary(BinaryOp::Div, s2, cv).unwrap();
+                b.binary(BinaryOp::Add, p, q).unwrap()
+            };
+            // y starts as x * h (signed zeros kept), computed in the loop: a shift of an input
+            // is a gather from the buffer, which native code does not take.
+            let (mut ey, mut y) = (e(cpu.binary(BinaryOp::Mul, &cx, &ch)), b.binary(BinaryOp::Mul, x, h).unwrap());
+            // Its quotients by c read back as they are (signed zeros and all).
+            let eq = e(cpu.binary(BinaryOp::Div, &ey, &cc));
+            let q = b.binary(BinaryOp::Div, y, cv).unwrap();
+            for _ in 0..4 {
+                let ek1 = ef(&ey);
+                let ek2 = ef(&e(cpu.binary(BinaryOp::Add, &ey, &e(cpu.binary(BinaryOp::Mul, &ek1, &ch)))));
+                let ek3 = ef(&e(cpu.binary(BinaryOp::Add, &ey, &e(cpu.binary(BinaryOp::Mul, &ek2, &ch)))));
+                let ek4 = ef(&e(cpu.binary(BinaryOp::Add, &ey, &e(cpu.binary(BinaryOp::Mul, &ek3, &ch)))));
+                let es = e(cpu.binary(
+                    BinaryOp::Add,
+                    &e(cpu.binary(BinaryOp::Add, &ek1, &ek2)),
+                    &e(cpu.binary(BinaryOp::Add, &ek3, &ek4)),
+                ));
+                ey = e(cpu.binary(
+                    BinaryOp::Add,
+                    &ey,
+                    &e(cpu.binary(BinaryOp::Div, &e(cpu.binary(BinaryOp::Mul, &es, &ch)), &c6)),
+                ));
+                let k1 = f(&mut b, y);
+                let a = b.binary(BinaryOp::Mul, k1, h).unwrap();
+                let a = b.binary(BinaryOp::Add, y, a).unwrap();
+                let k2 = f(&mut b, a);
+                let a = b.binary(BinaryOp::Mul, k2, h).unwrap();
+                let a = b.binary(BinaryOp::Add, y, a).unwrap();
+                let k3 = f(&mut b, a);
+                let a = b.binary(BinaryOp::Mul, k3, h).unwrap();
+                let a = b.binary(BinaryOp::Add, y, a).unwrap();
+                let k4 = f(&mut b, a);
+                let s12 = b.binary(BinaryOp::Add, k1, k2).unwrap();
+                let s34 = b.binary(BinaryOp::Add, k3, k4).unwrap();
+                let s = b.binary(BinaryOp::Add, s12, s34).unwrap();
+                let s = b.binary(BinaryOp::Mul, s, h).unwrap();
+                let s = b.binary(BinaryOp::Div, s, six).unwrap();
+                y = b.binary(BinaryOp::Add, y, s).unwrap();
+            }
+            b.read_back(y).unwrap();
+            b.read_back(q).unwrap();
+            let program = b.finish().unwrap();
+            assert_eq!(program.loops.len(), 1, "n = {n}");
+            if !native::enabled() {
+                println!("skipped the native half: no AVX-512 and FMA here (or ADGAUGE_JIT=interpret)");
+            } else {
+                assert!(
+                    program.loops[0].native.is_some(),
+                    "n = {n}: the loop did not compile to native code:\n{}",
+                    program.listing()
+                );
+            }
+            let want = [cpu.to_vec(&ey).unwrap(), cpu.to_vec(&eq).unwrap()].concat();
+            let native = program.run(false).read_backs.concat();
+            let mut interpreted = program;
+            for l in &mut interpreted.loops {
+                l.native = None;
+            }
+            let plain = interpreted.run(false).read_backs.concat();
+            assert_eq!((native.len(), plain.len()), (2 * n, 2 * n));
+            for (i, ((&w, &a), &p)) in want.iter().zip(&native).zip(&plain).enumerate() {
+                assert!(same_or_both_nan(w, p), "n = {n}, element {i}: interpreter {p:e}, cpu {w:e}");
+                assert!(same_or_both_nan(w, a), "n = {n}, element {i}: native {a:e}, cpu {w:e}");
+            }
+            assert!(
+                want.iter().filter(|v| v.is_finite()).count() > n / 4,
+                "n = {n}: too few finite results to mean much"
+            );
+        }
+    }
+
     #[test]
     fn shifted_gathers_of_a_loop_join_it_at_every_length() {
         let cpu = Cpu::new(Some(2)).unwrap();

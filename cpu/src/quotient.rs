@@ -43,6 +43,17 @@ impl Divisor {
     pub(crate) fn of(c: f64) -> Option<Divisor> {
         (C_MIN..=C_MAX).contains(&c.abs()).then(|| Divisor { c, r: 1.0 / c })
     }
+
+    /// `c` and its rounded reciprocal.
+    pub(crate) fn parts(self) -> (f64, f64) {
+        (self.c, self.r)
+    }
+}
+
+/// The bits of the range check's bounds on `|x|` and of the sign: the native loops repeat the
+/// check (`compiled::native`).
+pub(crate) fn range_bits() -> (u64, u64, u64) {
+    (X_MIN.to_bits(), X_MAX.to_bits(), SIGN)
 }
 
 /// Whether the running CPU has the fused multiply-add the fast path needs in hardware (the
