@@ -1360,7 +1360,7 @@ fn fuse(
     let (steps, warm_steps) = (pair_up(steps), pair_up(warm_steps));
     let lanes = lanes_for(registers + shadows);
     let warm = if in_order { 0 } else { reach.div_ceil(lanes) };
-    let native = (!from_last && sums.is_empty()).then(|| native::Kernel::compile(&steps, side, registers)).flatten();
+    let native = sums.is_empty().then(|| native::Kernel::compile(&steps, side, registers, from_last)).flatten();
     Loop {
         n,
         lanes,
@@ -1732,6 +1732,11 @@ unsafe fn run_loop(l: &Loop, base: *mut f64, scratch: *mut f64, side: &Side) {
             }
             start += l.lanes;
         }
+        if let Some(kernel) = &l.native {
+            // SAFETY: the caller's contract; the kernel keeps the carries as `run_step` does.
+            unsafe { kernel.run(base.ptr(), carries, start, hi, n) };
+            return sums;
+        }
         if l.from_last {
             // On this thread (`in_order`): the blocks of [lo, hi), the last first.
             let mut end = hi;
@@ -1743,11 +1748,6 @@ unsafe fn run_loop(l: &Loop, base: *mut f64, scratch: *mut f64, side: &Side) {
                 }
                 end = start;
             }
-            return sums;
-        }
-        if let Some(kernel) = &l.native {
-            // SAFETY: the caller's contract; the kernel keeps the carries as `run_step` does.
-            unsafe { kernel.run(base.ptr(), carries, start, hi) };
             return sums;
         }
         while start < hi {
@@ -2875,7 +2875,7 @@ mod tests {
         let zip = |a: &[f64], b: &[f64], f: fn(f64, f64) -> f64| -> Vec<f64> {
             a.iter().zip(b).map(|(&x, &y)| f(x, y)).collect()
         };
-        for n in [FUSE_MIN, 3 * LOOP_LANES + 17, 4 * LOOP_LANES_MAX, kernels::PAR_MIN + 1000] {
+        for n in [FUSE_MIN, FUSE_MIN + 5, 3 * LOOP_LANES + 17, 4 * LOOP_LANES_MAX, kernels::PAR_MIN + 1000] {
             let xs = awkward(n, 3);
             let previous: Vec<i64> = (0..n as i64).map(|i| (i - 1).max(0)).collect();
             let back2: Vec<i64> = (0..n as i64).map(|i| if i < 2 { -1 } else { i - 2 }).collect();
@@ -2902,6 +2902,8 @@ mod tests {
                 assert_eq!(from_last, [true], "n = {n}");
                 assert_eq!(program.loops(), (1, 7), "n = {n}");
                 assert_eq!(program.loops[0].carries, 3, "n = {n}");
+                // Native code runs it where it can, from the last vector.
+                assert_eq!(program.loops[0].native.is_some(), native::enabled(), "n = {n}");
             } else {
                 // The adjoints alone, the ops between them in loops that need no order.
                 assert!(program.loops.iter().all(|l| !l.from_last && !l.in_order), "n = {n}");
@@ -2912,6 +2914,14 @@ mod tests {
                 both_nan_or_same(&ran.read_backs[0], &wa, &format!("n = {n}: a"));
                 both_nan_or_same(&ran.read_backs[1], &wf, &format!("n = {n}: f"));
             }
+            // The interpreter alone gives the same.
+            let mut interpreted = program;
+            for l in &mut interpreted.loops {
+                l.native = None;
+            }
+            let ran = interpreted.run(false);
+            both_nan_or_same(&ran.read_backs[0], &wa, &format!("n = {n}: a, interpreted"));
+            both_nan_or_same(&ran.read_backs[1], &wf, &format!("n = {n}: f, interpreted"));
         }
         // Element 0's two terms and a -0 cotangent, in one block: 0 + -0 is +0.
         let anti = AntiShift::of(&[0, 0, 1, 2], 4);

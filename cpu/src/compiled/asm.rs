@@ -95,6 +95,16 @@ impl Asm {
         self.evex(MAP_0F, op as u8, dst, a, b, 0, false, None);
     }
 
+    /// `vaddpd` / .. `dst{k}, a, b`: lanes outside `k` keep `dst`'s value.
+    pub(super) fn arith_masked(&mut self, op: Arith, dst: u8, a: u8, b: Rm, mask: u8) {
+        self.evex(MAP_0F, op as u8, dst, a, b, mask, false, None);
+    }
+
+    /// `vmovapd dst{k}, src` (merging), or `dst{k}{z}, src` (zeroing) where `zero`.
+    pub(super) fn mov_masked(&mut self, dst: u8, src: u8, mask: u8, zero: bool) {
+        self.evex(MAP_0F, 0x28, dst, 0, Rm::Z(src), mask, zero, None);
+    }
+
     /// `vmovupd dst{k}{z}, [mem]` (`mask` 0: no mask).
     pub(super) fn load(&mut self, dst: u8, mem: Rm, mask: u8) {
         self.evex(MAP_0F, 0x10, dst, 0, mem, mask, mask != 0, None);
@@ -368,6 +378,12 @@ mod tests {
             (Box::new(|a| a.sub_q(29, 29, Rm::Bcst(Gpr::R8, 8))), &[0x62, 0x41, 0x95, 0x50, 0xFB, 0xA8, 8, 0, 0, 0]),
             // vmovapd zmm3, zmm31
             (Box::new(|a| a.mov(3, 31)), &[0x62, 0x91, 0xFD, 0x48, 0x28, 0xDF]),
+            // vmovapd zmm28{k1}{z}, zmm5
+            (Box::new(|a| a.mov_masked(28, 5, 1, true)), &[0x62, 0x61, 0xFD, 0xC9, 0x28, 0xE5]),
+            // vmovapd zmm7{k3}, zmm31
+            (Box::new(|a| a.mov_masked(7, 31, 3, false)), &[0x62, 0x91, 0xFD, 0x4B, 0x28, 0xFF]),
+            // vaddpd zmm31{k3}, zmm31, zmm29
+            (Box::new(|a| a.arith_masked(Arith::Add, 31, 31, Rm::Z(29), 3)), &[0x62, 0x01, 0x85, 0x43, 0x58, 0xFD]),
             // kortestw k2, k2
             (Box::new(|a| a.kortest(2)), &[0xC5, 0xF8, 0x98, 0xD2]),
             // mov eax, 0x81; kmovw k3, eax

@@ -63,6 +63,8 @@ const X_MIN: usize = 1;
 const SPAN: usize = 2;
 const SIGN: usize = 3;
 const MASK: usize = 4;
+/// +0, which an anti-shift adds (`0 + g`, as the interpreter's sum starts).
+const ZERO: usize = 5;
 
 /// The most bytes of code a kernel may take.
 const CODE_MAX: usize = 16 << 20;
@@ -88,6 +90,10 @@ pub(super) struct Kernel {
     divisors: Vec<(u32, usize)>,
     /// f64 of spill slots a run needs.
     spill: usize,
+    /// The vectors run from the last (the loop's anti-shifts read the vector after).
+    backward: bool,
+    /// The anti-shifts' carries, zeros before the last vector (nothing lies past the end).
+    anti_carries: Vec<u32>,
 }
 
 /// Whether loops compile to native code here: an x86-64 CPU with AVX-512 (F) and FMA, on
@@ -160,6 +166,9 @@ struct Body<'a> {
     masked: bool,
     /// The vector whose shift exceptions this body patches.
     patch: Option<u32>,
+    /// The vectors run from the last (a loop of anti-shifts): the vector after a vector in
+    /// flight is the one the carry or the next in flight holds.
+    backward: bool,
     /// The table word of each step's divisor (quotient steps only).
     slots: &'a [Option<usize>],
 }
@@ -244,9 +253,17 @@ impl Body<'_> {
             })
             .collect();
         for (i, s) in steps.iter().enumerate() {
-            if matches!(s.kind, Kind::Gather { .. }) {
-                self.shift(s, &mut views)?;
-                continue;
+            match s.kind {
+                Kind::Gather { .. } if !self.backward => {
+                    self.shift(s, &mut views)?;
+                    continue;
+                }
+                Kind::GatherAdjoint { .. } if self.backward => {
+                    self.anti(s, &mut views)?;
+                    continue;
+                }
+                Kind::Gather { .. } | Kind::GatherAdjoint { .. } => return None,
+                _ => {}
             }
             for (k, views) in views.iter_mut().enumerate() {
                 self.binary(i, s, k, views)?;
@@ -400,6 +417,116 @@ impl Body<'_> {
         Some(())
     }
 
+    /// An anti-shift (a shift's adjoint, `d` forward) of a register or a buffer for every
+    /// vector in flight: element `j` is `0 + g[j + d]`, the `d` elements after the vector from
+    /// the vector after it (the carry, for the last in flight: zeros past the end), then the
+    /// first one's vector into the carry. In a masked body the lanes past the end are zeros
+    /// first, as the interpreter reads no element past the end.
+    fn anti(&mut self, s: &Step, views: &mut [Views]) -> Option<()> {
+        let anti = self.side.anti(s.kind)?;
+        if s.carry == NO_CARRY || !(1..=8).contains(&anti.d) {
+            return None;
+        }
+        if matches!((s.src[0], s.dst), (Src::Reg(r), Dst::Reg(w)) if r == w) {
+            // The vector before reads this one's source, which the result would overwrite.
+            return None;
+        }
+        let carry = Rm::Mem(Gpr::Rdx, disp(u64::from(s.carry) * 8)?);
+        let last = self.in_flight - 1;
+        let source = |body: &Self, k: usize| match s.src[0] {
+            Src::Reg(r) => body.home(r, k),
+            Src::Vec(p) => Some(Operand::Vec(disp(u64::from(p) + 8 * k as u64)?)),
+            _ => None,
+        };
+        // From the last in flight to the first: each reads the source of the one after, which
+        // no result overwrites (the destination is not the source).
+        for k in (0..self.in_flight).rev() {
+            let after = match k {
+                _ if k == last => carry,
+                _ => match source(self, k + 1)? {
+                    Operand::Z(z) => Rm::Z(z),
+                    Operand::Slot(d) => Rm::Mem(Gpr::R9, d),
+                    Operand::Vec(d) => Rm::Mem(Gpr::Rdi, d),
+                    Operand::One(_) => return None,
+                },
+            };
+            let cur = source(self, k)?;
+            let mut cur = self.in_register(cur, T0);
+            if self.masked {
+                self.asm.mov_masked(T0, cur, K_LANES, true);
+                cur = T0;
+            }
+            let dst = match s.dst {
+                Dst::Reg(w) => self.home(w, k)?,
+                Dst::Mem(p) => Operand::Vec(disp(u64::from(p) + 8 * k as u64)?),
+                Dst::Sum(_) => return None,
+            };
+            let v = match dst {
+                Operand::Z(z) => z,
+                _ => T2,
+            };
+            let after = match after {
+                Rm::Z(z) => z,
+                mem => {
+                    self.asm.load(T1, mem, 0);
+                    T1
+                }
+            };
+            self.asm.align(v, after, Rm::Z(cur), anti.d as u8);
+            self.asm.arith(Arith::Add, v, v, Rm::Bcst(Gpr::R8, (ZERO * 8) as i32));
+            if k == 0 {
+                self.asm.store(carry, cur, 0);
+            }
+            if let Some(e) = self.patch.filter(|_| self.in_flight == 1) {
+                self.anti_patch(anti, e, v, cur)?;
+            }
+            match dst {
+                Operand::Vec(d) => {
+                    let m = self.lane_mask();
+                    self.asm.store(Rm::Mem(Gpr::Rdi, d), v, m);
+                }
+                Operand::Slot(d) => self.asm.store(Rm::Mem(Gpr::R9, d), v, 0),
+                _ => {}
+            }
+            if let Dst::Reg(w) = s.dst
+                && let Some((_, z)) = views[k].of[w as usize].take()
+            {
+                views[k].free.push(z);
+            }
+        }
+        Some(())
+    }
+
+    /// The lanes of anti-shift result `v` that are exceptions in vector `e`: `0` plus their
+    /// terms (lanes of the source vector `cur`) in order.
+    fn anti_patch(&mut self, anti: &super::AntiShift, e: u32, v: u8, cur: u8) -> Option<()> {
+        let mine: Vec<(u32, u32, u32)> = anti.exceptions.iter().copied().filter(|&(j, ..)| j / 8 == e).collect();
+        if mine.is_empty() {
+            return Some(());
+        }
+        let lanes = mine.iter().fold(0u16, |m, &(j, ..)| m | 1 << (j % 8));
+        let most = mine.iter().map(|&(_, a, b)| b - a).max().unwrap_or(0);
+        self.asm.broadcast(T3, Rm::Mem(Gpr::R8, (ZERO * 8) as i32), 0);
+        for m in 0..most {
+            let (mut idx, mut with) = ([0u64; 8], 0u16);
+            for &(j, a, b) in &mine {
+                if a + m < b {
+                    idx[(j % 8) as usize] = u64::from(anti.terms[(a + m) as usize] % 8);
+                    with |= 1 << (j % 8);
+                }
+            }
+            let at = disp(self.table.len() as u64)?;
+            self.table.extend_from_slice(&idx);
+            self.asm.load(T1, Rm::Mem(Gpr::R8, at), 0);
+            self.asm.permute(T1, T1, cur, 0);
+            self.asm.set_mask(K_PATCH, with);
+            self.asm.arith_masked(Arith::Add, T3, T3, Rm::Z(T1), K_PATCH);
+        }
+        self.asm.set_mask(K_PATCH, lanes);
+        self.asm.mov_masked(v, T3, K_PATCH, false);
+        Some(())
+    }
+
     /// The lanes of view `v` (of the source vector `cur`) that are exceptions of `shift` in
     /// vector `e`: from their own lane of `cur`, or the fill.
     fn patch(&mut self, shift: &super::Shift, fill: u64, e: u32, v: u8, cur: u8) -> Option<()> {
@@ -525,7 +652,7 @@ fn layout(steps: &[Step], registers: usize) -> Option<(usize, Layout)> {
 impl Kernel {
     /// `steps` (a loop of `registers` registers) as native code, where every step is one the
     /// kernels take and the CPU has what they need.
-    pub(super) fn compile(steps: &[Step], side: &Side, registers: usize) -> Option<Kernel> {
+    pub(super) fn compile(steps: &[Step], side: &Side, registers: usize, backward: bool) -> Option<Kernel> {
         if !enabled() || steps.is_empty() {
             return None;
         }
@@ -537,7 +664,7 @@ impl Kernel {
             None => Layout { homes: flight.homes.clone(), per: flight.per, spills: flight.spills },
         };
         let (x_min, x_max, sign) = quotient::range_bits();
-        let mut table = vec![(1u64 << 63) - 1, x_min, x_max - x_min, sign, 0];
+        let mut table = vec![(1u64 << 63) - 1, x_min, x_max - x_min, sign, 0, 0];
         // A table slot for each division by one element (the first op of its step).
         let mut divisors = Vec::new();
         let slots: Vec<Option<usize>> = steps
@@ -563,17 +690,30 @@ impl Kernel {
                 peel.insert(i / 8);
             }
         }
+        // So do the vectors holding an anti-shift's exceptions, whose terms must lie in theirs.
+        let mut anti_carries = Vec::new();
+        for s in steps.iter().filter(|s| matches!(s.kind, Kind::GatherAdjoint { .. })) {
+            let anti = side.anti(s.kind)?;
+            for &(j, a, b) in &anti.exceptions {
+                if anti.terms[a as usize..b as usize].iter().any(|&t| t / 8 != j / 8) {
+                    return None;
+                }
+                peel.insert(j / 8);
+            }
+            anti_carries.push(s.carry);
+        }
         let mut asm = Asm::default();
         let body = |asm: &mut Asm, table: &mut Vec<u64>, layout: &Layout, in_flight, patch: Option<u32>| {
             let masked = in_flight == 1;
-            Body { asm, table, side, layout, in_flight, masked, patch, slots: &slots }.emit(steps)
+            Body { asm, table, side, layout, in_flight, masked, patch, backward, slots: &slots }.emit(steps)
         };
         let groups = asm.bytes.len();
         asm.test_rcx();
         let none = asm.jump(0x84);
         let top = asm.bytes.len();
         body(&mut asm, &mut table, &flight, in_flight, None)?;
-        asm.add_rdi(64 * in_flight as i32);
+        let stride = 64 * in_flight as i32;
+        asm.add_rdi(if backward { -stride } else { stride });
         asm.dec_rcx();
         asm.jump_back(0x85, top);
         asm.land(none);
@@ -594,7 +734,7 @@ impl Kernel {
         }
         let spill = 8 * (flight.spills as usize * in_flight).max(single.spills as usize);
         let code = Executable::new(&asm.bytes)?;
-        Some(Kernel { code, groups, in_flight, masked, peeled, table, divisors, spill })
+        Some(Kernel { code, groups, in_flight, masked, peeled, table, divisors, spill, backward, anti_carries })
     }
 
     /// The vectors the loop over whole vectors takes through the steps together.
@@ -602,13 +742,14 @@ impl Kernel {
         self.in_flight
     }
 
-    /// Runs elements `[start, end)` of the loop (`start` a multiple of eight) over the buffer
-    /// at `base`, the shifts' carries at `carries` as the interpreter keeps them.
+    /// Runs elements `[start, end)` of the loop of `n` (`start` a multiple of eight) over the
+    /// buffer at `base`, the shifts' carries at `carries` as the interpreter keeps them; from
+    /// the last vector where the kernel runs backward.
     ///
     /// # Safety
     /// As `run_loop`'s: every place of the loop lies in the buffer and `carries` holds the
     /// loop's carries.
-    pub(super) unsafe fn run(&self, base: *mut f64, carries: *mut f64, start: usize, end: usize) {
+    pub(super) unsafe fn run(&self, base: *mut f64, carries: *mut f64, start: usize, end: usize, n: usize) {
         debug_assert!(start.is_multiple_of(8));
         let mut table = self.table.clone();
         for &(p, w) in &self.divisors {
@@ -636,6 +777,38 @@ impl Kernel {
         let last_lanes = if end.is_multiple_of(8) { 0xFF } else { (1 << (end % 8)) - 1 };
         let lanes = |v: usize| if v < full { 0xFF } else { last_lanes };
         let first = start / 8;
+        let peeled = self.peeled.iter().copied().filter(|&(e, _)| e >= first && e < vectors);
+        if self.backward {
+            if end == n {
+                for &c in &self.anti_carries {
+                    // SAFETY: the caller's contract (the carries hold every carry's elements).
+                    unsafe { std::ptr::write_bytes(carries.add(c as usize * 8), 0, 8) };
+                }
+            }
+            // Whole vectors `[from, to)` from the last: groups, then single vectors.
+            let whole = |call: &mut dyn FnMut(usize, usize, usize, u64), from: usize, to: usize| {
+                let groups = (to - from) / self.in_flight;
+                if groups > 0 {
+                    call(self.groups, to - self.in_flight, groups, 0xFF);
+                }
+                for v in (from..to - groups * self.in_flight).rev() {
+                    call(self.masked, v, 1, 0xFF);
+                }
+            };
+            // The last vector first where it is partial, then whole vectors below `v`.
+            if full < vectors {
+                let entry = self.peeled.iter().find(|&&(e, _)| e == full).map_or(self.masked, |&(_, entry)| entry);
+                call(entry, full, 1, last_lanes);
+            }
+            let mut v = full;
+            for (e, entry) in peeled.filter(|&(e, _)| e < full).rev() {
+                whole(&mut call, e + 1, v);
+                call(entry, e, 1, 0xFF);
+                v = e;
+            }
+            whole(&mut call, first, v);
+            return;
+        }
         // Whole vectors `[from, to)`: groups, then single vectors.
         let whole = |call: &mut dyn FnMut(usize, usize, usize, u64), from: usize, to: usize| {
             let groups = (to - from) / self.in_flight;
@@ -645,7 +818,7 @@ impl Kernel {
             }
         };
         let mut v = first;
-        for &(e, entry) in self.peeled.iter().filter(|&&(e, _)| e >= first && e < vectors) {
+        for (e, entry) in peeled {
             whole(&mut call, v, e);
             call(entry, e, 1, lanes(e));
             v = e + 1;
