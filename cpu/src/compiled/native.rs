@@ -1,32 +1,39 @@
-//! Fused loops as native code: a loop of binary ops and shift views, compiled to AVX-512
-//! machine code that takes each vector of eight elements through every step of the loop with
-//! the values in `zmm` registers.
+//! Fused loops as native code: a loop of binary ops, shifts and anti-shifts compiled to
+//! AVX-512 machine code that takes vectors of eight elements through every step of the loop
+//! with the values in `zmm` registers.
 //!
 //! The interpreter ([`super::run_step`]) takes a block of hundreds of elements through one
 //! step at a time: every step loads its operands from L1 and stores its result there, and
 //! ode's RK4 loop (fourteen steps an RK4 step, a hundred RK4 steps) is bound by those loads
-//! and stores. Here a loop register is a `zmm` register, a step one or two instructions on
-//! it, and only the loop's inputs and its results kept after the loop touch memory. A shift
-//! read as a view (ode's `y[i - 1]`) is one `valignq` of the source's vector and the previous
-//! vector's, which the step keeps in the loop's carry (the interpreter's carry, so the two
-//! paths hand over at any multiple of eight elements).
+//! and stores. Here a loop register is a `zmm` register (or, where they do not all fit, a
+//! spill slot: [`layout`]), a step one or two instructions on it, and only the loop's inputs
+//! and its results kept after the loop touch the buffer. Several vectors are in flight, each
+//! step's instructions for one after the other's, as one vector's steps are one chain of
+//! dependent ops.
+//!
+//! A shift (ode's `y[i - 1]`, a view or a copy) is one `valignq` of the source's vector and
+//! the one before it: the vector before in flight, or for the first the loop's carry (the
+//! interpreter's, so the two paths hand over at any multiple of eight elements). An
+//! anti-shift (a shift's adjoint, in a loop run from its last block) is `0 + ` the `valignq`
+//! of the vector and the one after, and its kernel runs the vectors from the last down.
 //!
 //! A kernel has entries of one signature ([`Entry`]):
-//! - the loop over whole vectors;
-//! - one vector under a mask of lanes (the last vector of a length that is no multiple of
-//!   eight), its loads and stores masked;
-//! - one entry per vector that holds a shift's exceptions (ode's element 0), masked as the
-//!   last and with those lanes patched: from another lane of the source's vector (`vpermq`)
-//!   or the fill value.
+//! - the loop over groups of vectors in flight;
+//! - one vector under a mask of lanes (a vector left over from the groups, or the last of a
+//!   length that is no multiple of eight), its loads and stores masked;
+//! - one entry per vector holding exceptions of a shift or an anti-shift (ode's element 0),
+//!   masked as the last, with those lanes patched: a shift's from another lane of the source's
+//!   vector (`vpermq`) or the fill value, an anti-shift's as `0` plus its terms in order.
 //!
 //! Every op is the instruction the interpreter's loops use, rounded alone (no contraction),
-//! so results are bit for bit the interpreter's. A division by one value repeated takes the
+//! so results are bit for bit the interpreter's (any NaN for any NaN, as there: an operand
+//! from memory goes second where the op commutes). A division by one value repeated takes the
 //! interpreter's quotient (`crate::quotient`: the rounded reciprocal and one correction, with
 //! the same range check, the divide instruction for a vector outside it).
 //!
-//! What a loop needs that is not here (sums, gathers other than shift views, adjoints, unary
-//! ops, more than 24 registers) leaves it to the interpreter; so does a CPU without AVX-512
-//! (F) and FMA, and `ADGAUGE_JIT=interpret`.
+//! What a loop needs that is not here (sums, unary ops, selects, gathers other than shifts,
+//! exceptions reading another vector) leaves it to the interpreter; so does a CPU without
+//! AVX-512 (F) and FMA, and `ADGAUGE_JIT=interpret`.
 
 use std::collections::BTreeSet;
 use std::sync::OnceLock;
