@@ -3395,14 +3395,10 @@ mod tests {
         }
     }
 
-    /// A gather of the loop's own value by a shift (ode's `y[i - 1]`) joins the loop at every
-    /// length, its source kept in no place of the buffer; long loops still split, each task
-    /// warming up over the block before its own: the eager device's bits, at lengths that end
-    /// inside a block. A gather that reads a later element (`y[i + 1]`) closes the loop.
     /// ode's RK4 loop (shift views with an exception at element 0 and fills, pairs, a
     /// division by a one-element constant and one by an input) compiled to native code gives
-    /// the interpreter's bits and the CPU device's: at lengths that end on a vector, inside
-    /// one, inside the exceptions' vector, and long enough to split into tasks; over values
+    /// the interpreter's bits and the CPU device's: at lengths that end on a vector and inside
+    /// one, and long enough to split into tasks (each warming up on the interpreter); over values
     /// that send the quotient to the divide instruction (zeros, subnormals, infinities, NaN,
     /// magnitudes beyond its range) and a divisor outside its range.
     #[test]
@@ -3504,6 +3500,9 @@ mod tests {
             b.read_back(q).unwrap();
             let program = b.finish().unwrap();
             assert_eq!(program.loops.len(), 1, "n = {n}");
+            if n >= kernels::PAR_MIN {
+                assert!(program.loops[0].task_span().is_some(), "n = {n}: the loop runs as one task");
+            }
             if !native::enabled() {
                 println!("skipped the native half: no AVX-512 and FMA here (or ADGAUGE_JIT=interpret)");
             } else {
@@ -3532,6 +3531,10 @@ mod tests {
         }
     }
 
+    /// A gather of the loop's own value by a shift (ode's `y[i - 1]`) joins the loop at every
+    /// length, its source kept in no place of the buffer; long loops still split, each task
+    /// warming up over the block before its own: the eager device's bits, at lengths that end
+    /// inside a block. A gather that reads a later element (`y[i + 1]`) closes the loop.
     #[test]
     fn shifted_gathers_of_a_loop_join_it_at_every_length() {
         let cpu = Cpu::new(Some(2)).unwrap();
