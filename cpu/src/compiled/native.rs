@@ -248,6 +248,37 @@ impl Body<'_> {
         }
     }
 
+    /// Where step destination `dst` of vector `k` in flight lives.
+    fn destination(&self, dst: Dst, k: usize) -> Option<Operand> {
+        match dst {
+            Dst::Reg(r) => self.home(r, k),
+            Dst::Mem(p) => Some(Operand::Vec(disp(u64::from(p) + 8 * k as u64)?)),
+            Dst::Sum(_) => None,
+        }
+    }
+
+    /// The register a result for `dst` is computed in: its own, or `T2` to be stored.
+    fn result_register(dst: Operand) -> u8 {
+        match dst {
+            Operand::Z(z) => z,
+            _ => T2,
+        }
+    }
+
+    /// Result `v` to `dst` (a store under the lane mask for the buffer).
+    fn put(&mut self, dst: Operand, v: u8) {
+        match dst {
+            Operand::Z(z) => self.asm.mov(z, v),
+            Operand::Vec(d) => {
+                let m = self.lane_mask();
+                self.asm.store(Rm::Mem(Gpr::Rdi, d), v, m);
+            }
+            Operand::Slot(d) => self.asm.store(Rm::Mem(Gpr::R9, d), v, 0),
+            // No destination is one element (`destination`).
+            Operand::One(_) => {}
+        }
+    }
+
     fn emit(&mut self, steps: &[Step]) -> Option<()> {
         let views_from = self.layout.homes.iter().filter(|h| matches!(h, Home::Zmm(_))).count() as u8;
         let mut views: Vec<Views> = (0..self.in_flight)
@@ -306,16 +337,8 @@ impl Body<'_> {
             Some(_) => Some(self.operand(s.src[2], k, views)?),
             None => None,
         };
-        let dst = match s.dst {
-            Dst::Reg(r) => self.home(r, k)?,
-            Dst::Mem(p) => Operand::Vec(disp(u64::from(p) + 8 * k as u64)?),
-            Dst::Sum(_) => return None,
-        };
-        // The result's register: the destination's where it is one.
-        let into = match dst {
-            Operand::Z(z) => z,
-            _ => T2,
-        };
+        let dst = self.destination(s.dst, k)?;
+        let into = Self::result_register(dst);
         let x = self.in_register(a, T0);
         let first = match (quotient, b) {
             (Some(slot), Operand::One(pd)) => {
@@ -337,15 +360,7 @@ impl Body<'_> {
             }
             _ => first,
         };
-        match dst {
-            Operand::Z(z) => self.asm.mov(z, result),
-            Operand::Vec(d) => {
-                let m = self.lane_mask();
-                self.asm.store(Rm::Mem(Gpr::Rdi, d), result, m);
-            }
-            Operand::Slot(d) => self.asm.store(Rm::Mem(Gpr::R9, d), result, 0),
-            Operand::One(_) => return None,
-        }
+        self.put(dst, result);
         if let Dst::Reg(r) = s.dst
             && let Some((_, z)) = views.of[r as usize].take()
         {
@@ -382,15 +397,12 @@ impl Body<'_> {
             };
             let cur = self.home(r, k)?;
             let cur = self.in_register(cur, T0);
-            let dst = match s.dst {
-                _ if s.view => None,
-                Dst::Reg(w) => Some(self.home(w, k)?),
-                Dst::Mem(p) => Some(Operand::Vec(disp(u64::from(p) + 8 * k as u64)?)),
-                Dst::Sum(_) => return None,
+            let dst = match s.view {
+                true => None,
+                false => Some(self.destination(s.dst, k)?),
             };
             let v = match dst {
-                Some(Operand::Z(z)) => z,
-                Some(_) => T2,
+                Some(dst) => Self::result_register(dst),
                 None => {
                     if let Some((_, z)) = vs.of[r as usize].take() {
                         vs.free.push(z);
@@ -412,13 +424,8 @@ impl Body<'_> {
             if let Some(e) = self.patch.filter(|_| self.in_flight == 1) {
                 self.patch(shift, fill, e, v, cur)?;
             }
-            match dst {
-                Some(Operand::Vec(d)) => {
-                    let m = self.lane_mask();
-                    self.asm.store(Rm::Mem(Gpr::Rdi, d), v, m);
-                }
-                Some(Operand::Slot(d)) => self.asm.store(Rm::Mem(Gpr::R9, d), v, 0),
-                _ => {}
+            if let Some(dst) = dst {
+                self.put(dst, v);
             }
         }
         Some(())
@@ -463,15 +470,8 @@ impl Body<'_> {
                 self.asm.mov_masked(T0, cur, K_LANES, true);
                 cur = T0;
             }
-            let dst = match s.dst {
-                Dst::Reg(w) => self.home(w, k)?,
-                Dst::Mem(p) => Operand::Vec(disp(u64::from(p) + 8 * k as u64)?),
-                Dst::Sum(_) => return None,
-            };
-            let v = match dst {
-                Operand::Z(z) => z,
-                _ => T2,
-            };
+            let dst = self.destination(s.dst, k)?;
+            let v = Self::result_register(dst);
             let after = match after {
                 Rm::Z(z) => z,
                 mem => {
@@ -487,14 +487,7 @@ impl Body<'_> {
             if let Some(e) = self.patch.filter(|_| self.in_flight == 1) {
                 self.anti_patch(anti, e, v, cur)?;
             }
-            match dst {
-                Operand::Vec(d) => {
-                    let m = self.lane_mask();
-                    self.asm.store(Rm::Mem(Gpr::Rdi, d), v, m);
-                }
-                Operand::Slot(d) => self.asm.store(Rm::Mem(Gpr::R9, d), v, 0),
-                _ => {}
-            }
+            self.put(dst, v);
             if let Dst::Reg(w) = s.dst
                 && let Some((_, z)) = views[k].of[w as usize].take()
             {
