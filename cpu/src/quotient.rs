@@ -24,6 +24,9 @@ const X_MAX: f64 = f64::from_bits((1023 + 900) << 52);
 /// An f64's sign bit.
 const SIGN: u64 = 1 << 63;
 
+/// The magnitudes' bits from `X_MIN`'s to `X_MAX`'s ([`in_range_or_zero`]).
+const SPAN: u64 = X_MAX.to_bits() - X_MIN.to_bits();
+
 /// The range of `|c|` the fast path takes.
 const C_MIN: f64 = f64::from_bits((1023 - 60) << 52);
 const C_MAX: f64 = f64::from_bits((1023 + 60) << 52);
@@ -50,10 +53,10 @@ impl Divisor {
     }
 }
 
-/// The bits of the range check's bounds on `|x|` and of the sign: the native loops repeat the
-/// check (`compiled::native`).
+/// The words of the range check ([`in_range_or_zero`]): `X_MIN`'s bits, the span of the
+/// magnitudes' bits, and the sign bit. The native loops repeat the check (`compiled::native`).
 pub(crate) fn range_bits() -> (u64, u64, u64) {
-    (X_MIN.to_bits(), X_MAX.to_bits(), SIGN)
+    (X_MIN.to_bits(), SPAN, SIGN)
 }
 
 /// Whether the running CPU has the fused multiply-add the fast path needs in hardware (the
@@ -136,7 +139,6 @@ fn run<const ONE: bool>(a: &[f64], d: Divisor, z: &[f64], out: &mut [f64], g: im
 /// subtraction wraps past the span; NaN and the infinities lie above `X_MAX`).
 #[inline(always)]
 fn in_range_or_zero(x: f64) -> bool {
-    const SPAN: u64 = X_MAX.to_bits() - X_MIN.to_bits();
     let bits = x.to_bits() & !SIGN;
     (bits.wrapping_sub(X_MIN.to_bits()) <= SPAN) | (bits == 0)
 }

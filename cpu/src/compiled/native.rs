@@ -33,7 +33,7 @@
 //!
 //! What a loop needs that is not here (sums, unary ops, selects, gathers other than shifts,
 //! exceptions reading another vector) leaves it to the interpreter; so does a CPU without
-//! AVX-512 (F) and FMA, and `ADGAUGE_JIT=interpret`.
+//! AVX-512 (F, DQ, VL) and FMA, and `ADGAUGE_JIT=interpret`.
 
 use std::collections::BTreeSet;
 use std::sync::OnceLock;
@@ -103,17 +103,15 @@ pub(super) struct Kernel {
     anti_carries: Vec<u32>,
 }
 
-/// Whether loops compile to native code here: an x86-64 CPU with AVX-512 (F) and FMA, on
-/// Unix, unless `ADGAUGE_JIT=interpret`.
+/// Whether loops compile to native code here: a CPU with the AVX-512 the widest kernels use
+/// and FMA (`crate::simd`), on Unix (where the code's pages come from), unless
+/// `ADGAUGE_JIT=interpret`. FMA is also what the quotient's
+/// fast path needs (`quotient::available`), so every divisor in its range takes it.
 pub(super) fn enabled() -> bool {
     static ENABLED: OnceLock<bool> = OnceLock::new();
     *ENABLED.get_or_init(|| {
         let interpret = std::env::var("ADGAUGE_JIT").is_ok_and(|v| v == "interpret");
-        #[cfg(all(target_arch = "x86_64", unix))]
-        let cpu = std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("fma");
-        #[cfg(not(all(target_arch = "x86_64", unix)))]
-        let cpu = false;
-        cpu && !interpret
+        cfg!(unix) && crate::simd::avx512() && crate::simd::avx2_fma() && !interpret
     })
 }
 
@@ -154,6 +152,7 @@ enum Home {
 }
 
 /// How a body lays out its vectors in flight.
+#[derive(Clone)]
 struct Layout {
     homes: Vec<Home>,
     /// `zmm`s per vector in flight: its registers', then its views'.
@@ -659,12 +658,9 @@ impl Kernel {
         let (in_flight, flight) = layout(steps, registers)?;
         // One vector at a time (the masked and peeled entries): every register in a `zmm`
         // where they fit.
-        let single = match layout_single(steps, registers) {
-            Some(l) => l,
-            None => Layout { homes: flight.homes.clone(), per: flight.per, spills: flight.spills },
-        };
-        let (x_min, x_max, sign) = quotient::range_bits();
-        let mut table = vec![(1u64 << 63) - 1, x_min, x_max - x_min, sign, 0, 0];
+        let single = layout_single(steps, registers).unwrap_or_else(|| flight.clone());
+        let (x_min, span, sign) = quotient::range_bits();
+        let mut table = vec![!sign, x_min, span, sign, 0, 0];
         // A table slot for each division by one element (the first op of its step).
         let mut divisors = Vec::new();
         let slots: Vec<Option<usize>> = steps
@@ -755,8 +751,8 @@ impl Kernel {
         for &(p, w) in &self.divisors {
             // SAFETY: the caller's contract (the divisor's place is in the buffer).
             let c = unsafe { *base.add(p as usize) };
-            let fast = quotient::Divisor::of(c).filter(|_| quotient::available());
-            if let Some(d) = fast {
+            // `enabled` implies `quotient::available`.
+            if let Some(d) = quotient::Divisor::of(c) {
                 let (c, r) = d.parts();
                 table[w..w + 3].copy_from_slice(&[c.to_bits(), r.to_bits(), 1]);
             }
