@@ -10,6 +10,9 @@ use crate::Extremum;
 use crate::shape::{MatmulPlan, Run, axis_view, matmul_plan, runs};
 use crate::{Elem, OpError, Result};
 
+#[cfg(target_arch = "x86_64")]
+mod tiny_avx512;
+
 use super::kernels::PAR_MIN;
 use super::simd;
 use super::{Buf, Pool, vmath};
@@ -471,6 +474,17 @@ pub fn matmul<T: Elem>(a: &[T], ta: bool, b: &[T], tb: bool, p: &MatmulPlan, out
         return;
     }
     if p.batch > 1 && m * k * n <= TINY_PRODUCT {
+        #[cfg(target_arch = "x86_64")]
+        if std::any::TypeId::of::<T>() == std::any::TypeId::of::<f64>() && tiny_avx512::takes(p, ta, tb) {
+            // SAFETY: `T` is `f64` (checked just above), so the slices are of f64; `takes` checked
+            // that the CPU has AVX-512 and that the plan is one of its shapes.
+            unsafe {
+                let f64s = |x: &[T]| std::slice::from_raw_parts(x.as_ptr().cast::<f64>(), x.len());
+                let out = std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<f64>(), out.len());
+                tiny_avx512::products(f64s(a), f64s(b), p, out);
+            }
+            return;
+        }
         let b_strides = if tb { (1, k) } else { (n, 1) };
         return simd::dispatch!(tiny_products | tiny_products_avx2(a, ta, b, b_strides, p, out));
     }
@@ -485,11 +499,16 @@ pub fn matmul<T: Elem>(a: &[T], ta: bool, b: &[T], tb: bool, p: &MatmulPlan, out
         } else {
             b
         };
-        let threads = if p.batch * m * k * n < MM_PAR_MIN { 1 } else { rayon::current_num_threads() };
+        let sparse = sparse_rows(a, a_strides, m, k);
+        let work = sparse.as_ref().map_or(m * k, |s| s.entries.len()) * n * p.batch;
+        let threads = if work < MM_PAR_MIN { 1 } else { rayon::current_num_threads() };
         let run = p.batch.div_ceil(threads);
         let batches = |(r, o): (usize, &mut [T])| {
             let b = &b[r * run * k * n..];
-            simd::dispatch!(shared_a_products | shared_a_products_avx2(a, a_strides, b, (m, k, n), o))
+            match &sparse {
+                Some(s) => simd::dispatch!(sparse_a_products | sparse_a_products_avx2(s, b, (k, n), o)),
+                None => simd::dispatch!(shared_a_products | shared_a_products_avx2(a, a_strides, b, (m, k, n), o)),
+            }
         };
         if threads == 1 {
             out.chunks_mut(run * m * n).enumerate().for_each(batches);
@@ -542,6 +561,56 @@ fn shared_a_products<T: Elem>(
     }
 }
 simd::wider!(shared_a_products, shared_a_products_avx2, <T: Elem>(a1: &[T], strides: (usize, usize), b: &[T], dims: (usize, usize, usize), out: &mut [T]));
+
+/// The entries of a shared `a` that count (neither zero nor subnormal, or NaN: those whose
+/// terms the chains of [`matmul_rows`] take), row by row in order of l.
+struct SparseRows<T> {
+    /// Row i's entries are `entries[starts[i]..starts[i + 1]]`.
+    starts: Vec<usize>,
+    /// (l, a[i, l]).
+    entries: Vec<(usize, T)>,
+}
+
+/// `a`'s entries that count (m x k, element (i, l) at `a1[i rs + l cs]`), when they are at most
+/// a quarter of it (else `None`: the packed tiles are faster). ht's skinning weights hold 1.7
+/// bones of 22 per vertex, and the tiles walked all 22 for every batch.
+fn sparse_rows<T: Elem>(a1: &[T], (rs, cs): (usize, usize), m: usize, k: usize) -> Option<SparseRows<T>> {
+    let most = m * k / 4;
+    let mut rows = SparseRows { starts: Vec::with_capacity(m + 1), entries: Vec::new() };
+    rows.starts.push(0);
+    for i in 0..m {
+        for l in 0..k {
+            let x = a1[i * rs + l * cs];
+            if x.abs() >= T::min_positive_value() || x.is_nan() {
+                if rows.entries.len() == most {
+                    return None;
+                }
+                rows.entries.push((l, x));
+            }
+        }
+        rows.starts.push(rows.entries.len());
+    }
+    Some(rows)
+}
+
+/// Every batch's `a b_i` for an `a` given by its entries that count ([`sparse_rows`]; `b` and
+/// `out` as in [`shared_a_products`]): each output row is the chain of fused multiply-adds over
+/// the row's entries in order of l, from zero, which is the chain [`matmul_rows`] computes
+/// with the other terms skipped: the same bits.
+#[inline(always)]
+fn sparse_a_products<T: Elem>(a: &SparseRows<T>, b: &[T], (k, n): (usize, usize), out: &mut [T]) {
+    let m = a.starts.len() - 1;
+    for (bi, o) in out.chunks_exact_mut(m * n).enumerate() {
+        let b = &b[bi * k * n..(bi + 1) * k * n];
+        for (row, o) in a.starts.windows(2).zip(o.chunks_exact_mut(n)) {
+            o.fill(T::zero());
+            for &(l, x) in &a.entries[row[0]..row[1]] {
+                o.iter_mut().zip(&b[l * n..(l + 1) * n]).for_each(|(v, &y)| *v = x.mul_add(y, *v));
+            }
+        }
+    }
+}
+simd::wider!(sparse_a_products, sparse_a_products_avx2, <T: Elem>(a: &SparseRows<T>, b: &[T], dims: (usize, usize), out: &mut [T]));
 
 /// Products of at most this many multiply-adds, in batches, run by [`tiny_products`]: the
 /// blocked kernel's setup per product (its packing, its split into tasks) cost ht's Jacobian
@@ -882,9 +951,10 @@ mod tests {
         assert_eq!(matmul_plan(&[5, 3], false, &[2, 3, 4], false).unwrap().out_shape, vec![2, 5, 4]);
     }
 
-    /// Batches of tiny products (`tiny_products`) give the blocked kernel's bits: each batch
-    /// against the same product alone (one batch, the blocked path) and against the fused
-    /// chain, with transposes, a shared left operand, zeros, subnormals and NaNs in a and
+    /// Batches of tiny products (`tiny_products`, and its AVX-512 copies of ht's 4 x 4 by 4 x 1
+    /// and 4 x 4 by 4 x 4 shapes) give the blocked kernel's bits: each batch against the same
+    /// product alone (one batch, the blocked path) and against the fused chain, with
+    /// transposes, a shared operand, an odd batch count, zeros, subnormals and NaNs in a and
     /// infinities in b.
     #[test]
     fn tiny_batched_products_equal_the_blocked_kernel_bit_for_bit() {
@@ -892,32 +962,44 @@ mod tests {
             0 => 0.0,
             1 => -2e-310,
             2 if i.is_multiple_of(5) => f64::NAN,
+            3 if i.is_multiple_of(4) => -0.0,
             _ => ((i * 37) % 101) as f64 / 7.3 - 6.1,
         };
-        for (ta, tb, m, k, n, a_batched) in [
-            (false, false, 4, 4, 1, true),
-            (false, true, 3, 3, 3, true),
-            (true, false, 2, 5, 4, true),
-            (false, false, 4, 4, 4, false),
+        let mut vector_copies = 0;
+        for (ta, tb, m, k, n, a_batched, b_batched) in [
+            (false, false, 4, 4, 1, true, true),
+            (false, true, 4, 4, 1, true, false),
+            (false, false, 4, 4, 1, false, true),
+            (false, true, 3, 3, 3, true, true),
+            (true, false, 2, 5, 4, true, true),
+            (false, false, 4, 4, 4, false, true),
+            (false, false, 4, 4, 4, true, true),
+            (false, false, 4, 4, 4, true, false),
+            (true, false, 4, 4, 4, true, true),
+            (false, true, 4, 4, 4, true, true),
         ] {
-            let bt = 6;
+            let bt = 7;
             let a: Vec<f64> = (0..if a_batched { bt } else { 1 } * m * k).map(awkward).collect();
             // Infinities of b: a zero or subnormal a[i, l] skips its term, so they give no NaN.
-            let b: Vec<f64> = (0..bt * k * n)
+            let b: Vec<f64> = (0..if b_batched { bt } else { 1 } * k * n)
                 .map(|i| if i % 13 == 4 { f64::INFINITY } else { awkward(i + 3) * 0.5 + 0.25 })
                 .collect();
             let ashape: Vec<usize> = if ta { vec![k, m] } else { vec![m, k] };
-            let bshape = if tb { [n, k] } else { [k, n] };
+            let bshape: Vec<usize> = if tb { vec![n, k] } else { vec![k, n] };
             let batched = |s: &[usize]| [&[bt][..], s].concat();
-            let p = matmul_plan(&if a_batched { batched(&ashape) } else { ashape.clone() }, ta, &batched(&bshape), tb)
-                .unwrap();
-            assert!(p.batch > 1 && m * k * n <= TINY_PRODUCT);
+            let shape = |batch: bool, s: &[usize]| if batch { batched(s) } else { s.to_vec() };
+            let p = matmul_plan(&shape(a_batched, &ashape), ta, &shape(b_batched, &bshape), tb).unwrap();
+            assert!(p.batch == bt && m * k * n <= TINY_PRODUCT);
+            #[cfg(target_arch = "x86_64")]
+            if tiny_avx512::takes(&p, ta, tb) {
+                vector_copies += 1;
+            }
             let mut out = vec![0.0; bt * m * n];
             matmul(&a, ta, &b, tb, &p, &mut out, &Pool::new());
             let one = matmul_plan(&ashape, ta, &bshape, tb).unwrap();
             for s in 0..bt {
                 let a0 = if a_batched { &a[s * m * k..(s + 1) * m * k] } else { &a[..] };
-                let b0 = &b[s * k * n..(s + 1) * k * n];
+                let b0 = if b_batched { &b[s * k * n..(s + 1) * k * n] } else { &b[..] };
                 let mut alone = vec![0.0; m * n];
                 matmul(a0, ta, b0, tb, &one, &mut alone, &Pool::new());
                 for i in 0..m {
@@ -934,6 +1016,12 @@ mod tests {
                     }
                 }
             }
+        }
+        if simd::avx512() {
+            assert_eq!(vector_copies, 6, "the 4 x 4 by 4 x 1 and 4 x 4 by 4 x 4 cases without transposes of a");
+        } else {
+            let why = "this CPU has no AVX-512, so the tiny products' AVX-512 copies were not compared";
+            adgauge_testkit::skip("avx512", why, "a CPU with AVX-512 F, DQ and VL");
         }
     }
 
@@ -982,6 +1070,66 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Batches sharing a sparse left operand (`sparse_a_products`: ht's skinning weights) give
+    /// each product's bits alone: a whose entries that count are a quarter or fewer, with
+    /// subnormals, signed zeros and a NaN among them, infinities in b (no NaN where a's term is
+    /// skipped), rows with no entry at all (an output of +0), plain and transposed, on one
+    /// thread and split over two; one entry more and the packed tiles take the product.
+    #[test]
+    fn batches_sharing_a_sparse_a_equal_each_product_alone_bit_for_bit() {
+        let (bt, m, k, n) = (9, 37, 22, 16);
+        // Per row at most four entries that count (row i: l = i, 3i + 1, 5i + 2 mod k, and a
+        // NaN in row 7), row 11 none; everything else zero, -0 or subnormal.
+        let value = |i: usize, l: usize| match () {
+            _ if i == 11 => 0.0,
+            _ if i == 7 && l == 9 => f64::NAN,
+            _ if l == i % k || l == (3 * i + 1) % k || l == (5 * i + 2) % k => {
+                ((i * 31 + l * 7) % 23) as f64 / 3.7 - 3.0
+            }
+            _ if (i + l) % 5 == 0 => -2e-310,
+            _ if (i + l) % 5 == 1 => -0.0,
+            _ => 0.0,
+        };
+        let b: Vec<f64> = (0..bt * k * n)
+            .map(|x| if x % 19 == 6 { f64::INFINITY } else { ((x * 41) % 89) as f64 / 9.1 - 4.3 })
+            .collect();
+        for ta in [false, true] {
+            let a: Vec<f64> = (0..m * k).map(|x| if ta { value(x % m, x / m) } else { value(x / k, x % k) }).collect();
+            let strides = if ta { (1, m) } else { (k, 1) };
+            let rows = sparse_rows(&a, strides, m, k).expect("a quarter or fewer of a's entries count");
+            assert_eq!(rows.starts[12] - rows.starts[11], 0);
+            let ashape = if ta { [k, m] } else { [m, k] };
+            let p = matmul_plan(&ashape, ta, &[bt, k, n], false).unwrap();
+            let one = matmul_plan(&ashape, ta, &[k, n], false).unwrap();
+            for threads in [1, 2] {
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+                let mut out = vec![0.0; bt * m * n];
+                pool.install(|| matmul(&a, ta, &b, false, &p, &mut out, &Pool::new()));
+                for s in 0..bt {
+                    let b0 = &b[s * k * n..(s + 1) * k * n];
+                    let mut alone = vec![0.0; m * n];
+                    matmul(&a, ta, b0, false, &one, &mut alone, &Pool::new());
+                    for i in 0..m {
+                        for j in 0..n {
+                            let got = out[s * m * n + i * n + j];
+                            let at = (threads, ta, s, i, j);
+                            assert_eq!(got.to_bits(), alone[i * n + j].to_bits(), "{at:?}");
+                            let want = fused_chain(|l| value(i, l), |l| b0[l * n + j], k);
+                            assert!(got.to_bits() == want.to_bits() || got.is_nan() && want.is_nan(), "{at:?}");
+                            if i == 11 {
+                                assert_eq!(got.to_bits(), 0.0f64.to_bits(), "{at:?}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // The threshold: m k / 4 entries that count (rounded down) are sparse, one more is not.
+        let counting = |count: usize| -> Vec<f64> { (0..m * k).map(|x| if x < count { 1.5 } else { 0.0 }).collect() };
+        assert!(sparse_rows(&counting(m * k / 4), (k, 1), m, k).is_some());
+        assert!(sparse_rows(&counting(m * k / 4 + 1), (k, 1), m, k).is_none());
     }
 
     #[test]
