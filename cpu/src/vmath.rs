@@ -181,17 +181,27 @@ const STEP_BIAS: u64 = 1 << 16;
 /// entry as a double-double and `e^r - 1` by Taylor to degree 6 (truncation below 2^-58
 /// relative), so `2^(j/32) e^r` is one rounding of a sum whose other errors are under a
 /// hundredth of an ulp; then the scale `2^n` as two exact halves (see [`reduce`]). Half the
-/// operations of the degree-13 series on `|r| <= ln2 / 2`, for two table loads.
+/// operations of the degree-13 series on `|r| <= ln2 / 2`, for two table loads. The reduction
+/// and the polynomial are fused multiply-adds (instructions in the AVX2 and AVX-512 copies,
+/// libm's `fma` in the baseline one, so every copy gives the same bits): 12 floating-point
+/// operations where separate products and sums took 21, and lse's primal, bound by its exps,
+/// took 0.88x the time (0.70 against 0.80 ms at n = 1.28e6).
 #[inline(always)]
 pub fn exp_f64(x: f64) -> f64 {
     let x = if x > 710.0 { 710.0 } else { x };
     let x = if x < -746.0 { -746.0 } else { x };
-    let (shifted, _, r) = split_ln2::<{ EXP2_STEPS as u32 }>(x);
+    // Cody-Waite as `split_ln2`, in fused multiply-adds (n LN2_HI / 32 is exact, so the first
+    // step of r is the same either way).
+    let shifted = x.mul_add(LOG2E * EXP2_STEPS as f64, SHIFTER);
+    let n = shifted - SHIFTER;
+    let r = (-n).mul_add(LN2_LO / EXP2_STEPS as f64, (-n).mul_add(LN2_HI / EXP2_STEPS as f64, x));
     let steps = shifted.to_bits().wrapping_sub(SHIFTER.to_bits()).wrapping_add(STEP_BIAS);
     let [hi, lo] = EXP2_TABLE[(steps % EXP2_STEPS as u64) as usize];
     let r2 = r * r;
-    let em1 = r + r2 * ((INV_FACT[0] + INV_FACT[1] * r) + (INV_FACT[2] + INV_FACT[3] * r + INV_FACT[4] * r2) * r2);
-    let mantissa = hi + (hi * em1 + lo);
+    let first = INV_FACT[1].mul_add(r, INV_FACT[0]);
+    let second = INV_FACT[4].mul_add(r2, INV_FACT[3].mul_add(r, INV_FACT[2]));
+    let em1 = r2.mul_add(second.mul_add(r2, first), r);
+    let mantissa = hi + hi.mul_add(em1, lo);
     // 2^n as 2^n1 2^n2, n1 = floor(n / 2), both in the normal range (n in [-1077, 1024]), by
     // their exponent fields from the biased n = biased - 2048 (unsigned shifts: AVX2 has no
     // arithmetic shift of 64-bit lanes).
@@ -535,7 +545,8 @@ const EXP2_COLUMNS: [[f64; EXP2_STEPS]; 2] = {
 };
 
 /// [`exp_f64`] over `xs`, eight lanes at a time with AVX-512: the same operations in the same
-/// order (intrinsics are never contracted into fused multiply-adds), so the same bits, but the
+/// order (its fused multiply-adds, and intrinsics are never contracted into others), so the
+/// same bits, but the
 /// table read by permutes of registers that hold it whole, where the compiled loop of
 /// `exp_f64` gathers it (two gathers of eight a vector, the slowest instructions of the loop).
 /// The last elements (fewer than eight) take `exp_f64` itself.
@@ -573,9 +584,9 @@ unsafe fn exp_f64_avx512(xs: &[f64], out: &mut [f64]) {
         // `if x > 710 { 710 } else { x }` is min(710, x): MINPD returns its second operand
         // when the first is not less (a NaN x passes); likewise for the floor.
         let x = if plain == 0xff { x } else { _mm512_max_pd(bottom, _mm512_min_pd(top, x)) };
-        let shifted = _mm512_add_pd(_mm512_mul_pd(x, scale), shifter);
+        let shifted = _mm512_fmadd_pd(x, scale, shifter);
         let nn = _mm512_sub_pd(shifted, shifter);
-        let r = _mm512_sub_pd(_mm512_sub_pd(x, _mm512_mul_pd(nn, ln2_hi)), _mm512_mul_pd(nn, ln2_lo));
+        let r = _mm512_fnmadd_pd(nn, ln2_lo, _mm512_fnmadd_pd(nn, ln2_hi, x));
         // k mod 32 is the low five bits of the shifted sum's (SHIFTER's are zeros): bits 0-3
         // pick among sixteen entries of two registers, bit 4 the half.
         let shifted_bits = _mm512_castpd_si512(shifted);
@@ -587,10 +598,10 @@ unsafe fn exp_f64_avx512(xs: &[f64], out: &mut [f64]) {
         };
         let (h, l) = (pick(&hi), pick(&lo));
         let r2 = _mm512_mul_pd(r, r);
-        let first = _mm512_add_pd(c[0], _mm512_mul_pd(c[1], r));
-        let second = _mm512_add_pd(_mm512_add_pd(c[2], _mm512_mul_pd(c[3], r)), _mm512_mul_pd(c[4], r2));
-        let em1 = _mm512_add_pd(r, _mm512_mul_pd(r2, _mm512_add_pd(first, _mm512_mul_pd(second, r2))));
-        let mantissa = _mm512_add_pd(h, _mm512_add_pd(_mm512_mul_pd(h, em1), l));
+        let first = _mm512_fmadd_pd(c[1], r, c[0]);
+        let second = _mm512_fmadd_pd(c[4], r2, _mm512_fmadd_pd(c[3], r, c[2]));
+        let em1 = _mm512_fmadd_pd(r2, _mm512_fmadd_pd(second, r2, first), r);
+        let mantissa = _mm512_add_pd(h, _mm512_fmadd_pd(h, em1, l));
         let y = if plain == 0xff {
             _mm512_scalef_pd(mantissa, _mm512_mul_pd(nn, per_step))
         } else {
