@@ -1200,6 +1200,13 @@ pub fn logsumexp_axis<T: Elem>(x: &[T], (o, r, q): (usize, usize, usize), out: &
         }
         return;
     }
+    simd::dispatch!(logsumexp_strided | logsumexp_strided_avx2(x, (o, r, q), out))
+}
+
+/// [`logsumexp_axis`] on lines whose elements are q apart (`out` holds each line's maximum), in
+/// a copy compiled with FMA where the CPU has it: vmath's exp is fused multiply-adds.
+#[inline(always)]
+fn logsumexp_strided<T: Elem>(x: &[T], (o, r, q): (usize, usize, usize), out: &mut [T]) {
     for a in 0..o {
         for c in 0..q {
             let m = out[a * q + c];
@@ -1208,6 +1215,7 @@ pub fn logsumexp_axis<T: Elem>(x: &[T], (o, r, q): (usize, usize, usize), out: &
         }
     }
 }
+simd::wider!(logsumexp_strided, logsumexp_strided_avx2, <T: Elem>(x: &[T], view: (usize, usize, usize), out: &mut [T]));
 
 /// Elements exponentiated at once by [`logsumexp_axis`].
 const LSE_BLOCK: usize = 1024;

@@ -138,9 +138,19 @@ pub fn hist<T: Elem, X: IndexElem>(
         |a, w| *a = *a + w,
         |a, b| *a = *a + b,
     );
+    let e = dest_weights(pool, d, &shift);
     let mut out = pool.take::<T>(d.len());
-    fill_with(&mut out, |b| shift[b] + (vmath::exp(d[b] - shift[b]) + sums[b]).ln());
+    fill_with(&mut out, |b| shift[b] + (e[b] + sums[b]).ln());
     Some(out)
+}
+
+/// Each bin's `e^(dest - shift)`, by vmath's vector loop (the crate's baseline copy would call
+/// libm's `fma` for each of exp's fused multiply-adds).
+fn dest_weights<T: Elem>(pool: &Arc<Pool>, d: &[T], shift: &[T]) -> Buf<T> {
+    let mut e = pool.take::<T>(d.len());
+    fill_with(&mut e, |b| d[b] - shift[b]);
+    vmath::map_exp_in_place(&mut e);
+    e
 }
 
 /// The histogram and its tangent: `dot = (e^(dest - m) dest_dot + sum of e^(v - m) dv) /
@@ -215,11 +225,11 @@ fn bins_of_sums<T: Elem>(
     sums: impl Fn(usize) -> (T, T) + Sync,
 ) -> (Buf<T>, Buf<T>) {
     let k = d.len();
-    let weight = |b: usize| vmath::exp(d[b] - shift[b]);
+    let weight = dest_weights(pool, d, shift);
     let (mut h, mut hd) = (pool.take::<T>(k), pool.take::<T>(k));
-    fill_with(&mut h, |b| shift[b] + (weight(b) + sums(b).0).ln());
+    fill_with(&mut h, |b| shift[b] + (weight[b] + sums(b).0).ln());
     fill_with(&mut hd, |b| {
-        let (e, (s, sd)) = (weight(b), sums(b));
+        let (e, (s, sd)) = (weight[b], sums(b));
         if e + s == T::zero() { T::zero() } else { (e * dd[b] + sd) / (e + s) }
     });
     (h, hd)
