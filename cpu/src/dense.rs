@@ -572,8 +572,8 @@ struct SparseRows<T> {
 }
 
 /// `a`'s entries that count (m x k, element (i, l) at `a1[i rs + l cs]`), when they are at most
-/// a quarter of it (else `None`: the packed tiles are faster). ht's skinning weights hold 1.7
-/// bones of 22 per vertex, and the tiles walked all 22 for every batch.
+/// a quarter of it (else `None`, and the packed tiles take the product). ht's skinning weights
+/// hold 1.7 bones of 22 per vertex, and the tiles walked all 22 for every batch.
 fn sparse_rows<T: Elem>(a1: &[T], (rs, cs): (usize, usize), m: usize, k: usize) -> Option<SparseRows<T>> {
     let most = m * k / 4;
     let mut rows = SparseRows { starts: Vec::with_capacity(m + 1), entries: Vec::new() };
@@ -1088,7 +1088,7 @@ mod tests {
             _ if l == i % k || l == (3 * i + 1) % k || l == (5 * i + 2) % k => {
                 ((i * 31 + l * 7) % 23) as f64 / 3.7 - 3.0
             }
-            _ if (i + l) % 5 == 0 => -2e-310,
+            _ if (i + l).is_multiple_of(5) => -2e-310,
             _ if (i + l) % 5 == 1 => -0.0,
             _ => 0.0,
         };

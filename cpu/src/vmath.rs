@@ -185,7 +185,7 @@ const STEP_BIAS: u64 = 1 << 16;
 /// and the polynomial are fused multiply-adds (instructions in the AVX2 and AVX-512 copies,
 /// libm's `fma` in the baseline one, so every copy gives the same bits): 12 floating-point
 /// operations where separate products and sums took 21, and lse's primal, bound by its exps,
-/// took 0.88x the time (0.70 against 0.80 ms at n = 1.28e6).
+/// took 0.88x the time (n = 1.28e6, four interleaved rounds on Zen 4: 0.70 against 0.80 ms).
 #[inline(always)]
 pub fn exp_f64(x: f64) -> f64 {
     let x = if x > 710.0 { 710.0 } else { x };
@@ -546,10 +546,9 @@ const EXP2_COLUMNS: [[f64; EXP2_STEPS]; 2] = {
 
 /// [`exp_f64`] over `xs`, eight lanes at a time with AVX-512: the same operations in the same
 /// order (its fused multiply-adds, and intrinsics are never contracted into others), so the
-/// same bits, but the
-/// table read by permutes of registers that hold it whole, where the compiled loop of
-/// `exp_f64` gathers it (two gathers of eight a vector, the slowest instructions of the loop).
-/// The last elements (fewer than eight) take `exp_f64` itself.
+/// same bits, but the table read by permutes of registers that hold it whole, where the
+/// compiled loop of `exp_f64` gathers it (two gathers of eight a vector, the slowest
+/// instructions of the loop). The last elements (fewer than eight) take `exp_f64` itself.
 ///
 /// # Safety
 /// The running CPU has AVX-512 F, DQ and VL.
