@@ -475,14 +475,12 @@ pub fn matmul<T: Elem>(a: &[T], ta: bool, b: &[T], tb: bool, p: &MatmulPlan, out
     }
     if p.batch > 1 && m * k * n <= TINY_PRODUCT {
         #[cfg(target_arch = "x86_64")]
-        if std::any::TypeId::of::<T>() == std::any::TypeId::of::<f64>() && tiny_avx512::takes(p, ta, tb) {
-            // SAFETY: `T` is `f64` (checked just above), so the slices are of f64; `takes` checked
-            // that the CPU has AVX-512 and that the plan is one of its shapes.
-            unsafe {
-                let f64s = |x: &[T]| std::slice::from_raw_parts(x.as_ptr().cast::<f64>(), x.len());
-                let out = std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<f64>(), out.len());
-                tiny_avx512::products(f64s(a), f64s(b), p, out);
-            }
+        if tiny_avx512::takes(p, ta, tb)
+            && let (Some(a), Some(b), Some(out)) = (simd::f64s(a), simd::f64s(b), simd::f64s_mut(out))
+        {
+            // SAFETY: `takes` checked that the CPU has AVX-512 and that the plan is one of its
+            // shapes.
+            unsafe { tiny_avx512::products(a, b, p, out) };
             return;
         }
         let b_strides = if tb { (1, k) } else { (n, 1) };
@@ -1043,33 +1041,47 @@ mod tests {
             let a: Vec<f64> = (0..m * k).map(awkward).collect();
             let b: Vec<f64> =
                 (0..bt * k * n).map(|i| if i % 17 == 3 { f64::INFINITY } else { awkward(i + 4) * 0.5 - 0.2 }).collect();
-            let ashape = if ta { [k, m] } else { [m, k] };
-            let bshape = if tb { [n, k] } else { [k, n] };
-            let p = matmul_plan(&ashape, ta, &[&[bt][..], &bshape].concat(), tb).unwrap();
-            assert!(!p.a_batched && p.b_batched && p.batch == bt);
-            let one = matmul_plan(&ashape, ta, &bshape, tb).unwrap();
-            for threads in [1, 2] {
-                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
-                let mut out = vec![0.0; bt * m * n];
-                pool.install(|| matmul(&a, ta, &b, tb, &p, &mut out, &Pool::new()));
-                for s in 0..bt {
-                    let b0 = &b[s * k * n..(s + 1) * k * n];
-                    let mut alone = vec![0.0; m * n];
-                    matmul(&a, ta, b0, tb, &one, &mut alone, &Pool::new());
-                    for i in 0..m {
-                        for j in 0..n {
-                            let got = out[s * m * n + i * n + j];
-                            let at = (threads, ta, tb, s, i, j);
-                            assert_eq!(got.to_bits(), alone[i * n + j].to_bits(), "{at:?}");
-                            let av = |l: usize| if ta { a[l * m + i] } else { a[i * k + l] };
-                            let bv = |l: usize| if tb { b0[j * k + l] } else { b0[l * n + j] };
-                            let want = fused_chain(av, bv, k);
-                            assert!(got.to_bits() == want.to_bits() || got.is_nan() && want.is_nan(), "{at:?}");
-                        }
+            shared_a_batches_equal_each_product_alone(&a, ta, &b, tb, (bt, m, k, n));
+        }
+    }
+
+    /// Batches of `op(b)` (bt of them) against one `op(a)`, on one thread and on two: every
+    /// batch's bits equal its product alone and the fused-chain specification. Returns the
+    /// batched result (of the last thread count).
+    fn shared_a_batches_equal_each_product_alone(
+        a: &[f64],
+        ta: bool,
+        b: &[f64],
+        tb: bool,
+        (bt, m, k, n): (usize, usize, usize, usize),
+    ) -> Vec<f64> {
+        let ashape = if ta { [k, m] } else { [m, k] };
+        let bshape = if tb { [n, k] } else { [k, n] };
+        let p = matmul_plan(&ashape, ta, &[&[bt][..], &bshape].concat(), tb).unwrap();
+        assert!(!p.a_batched && p.b_batched && p.batch == bt);
+        let one = matmul_plan(&ashape, ta, &bshape, tb).unwrap();
+        let mut out = vec![0.0; bt * m * n];
+        for threads in [1, 2] {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            pool.install(|| matmul(a, ta, b, tb, &p, &mut out, &Pool::new()));
+            for s in 0..bt {
+                let b0 = &b[s * k * n..(s + 1) * k * n];
+                let mut alone = vec![0.0; m * n];
+                matmul(a, ta, b0, tb, &one, &mut alone, &Pool::new());
+                for i in 0..m {
+                    for j in 0..n {
+                        let got = out[s * m * n + i * n + j];
+                        let at = (threads, ta, tb, s, i, j);
+                        assert_eq!(got.to_bits(), alone[i * n + j].to_bits(), "{at:?}");
+                        let av = |l: usize| if ta { a[l * m + i] } else { a[i * k + l] };
+                        let bv = |l: usize| if tb { b0[j * k + l] } else { b0[l * n + j] };
+                        let want = fused_chain(av, bv, k);
+                        assert!(got.to_bits() == want.to_bits() || got.is_nan() && want.is_nan(), "{at:?}");
                     }
                 }
             }
         }
+        out
     }
 
     /// Batches sharing a sparse left operand (`sparse_a_products`: ht's skinning weights) give
@@ -1100,29 +1112,11 @@ mod tests {
             let strides = if ta { (1, m) } else { (k, 1) };
             let rows = sparse_rows(&a, strides, m, k).expect("a quarter or fewer of a's entries count");
             assert_eq!(rows.starts[12] - rows.starts[11], 0);
-            let ashape = if ta { [k, m] } else { [m, k] };
-            let p = matmul_plan(&ashape, ta, &[bt, k, n], false).unwrap();
-            let one = matmul_plan(&ashape, ta, &[k, n], false).unwrap();
-            for threads in [1, 2] {
-                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
-                let mut out = vec![0.0; bt * m * n];
-                pool.install(|| matmul(&a, ta, &b, false, &p, &mut out, &Pool::new()));
-                for s in 0..bt {
-                    let b0 = &b[s * k * n..(s + 1) * k * n];
-                    let mut alone = vec![0.0; m * n];
-                    matmul(&a, ta, b0, false, &one, &mut alone, &Pool::new());
-                    for i in 0..m {
-                        for j in 0..n {
-                            let got = out[s * m * n + i * n + j];
-                            let at = (threads, ta, s, i, j);
-                            assert_eq!(got.to_bits(), alone[i * n + j].to_bits(), "{at:?}");
-                            let want = fused_chain(|l| value(i, l), |l| b0[l * n + j], k);
-                            assert!(got.to_bits() == want.to_bits() || got.is_nan() && want.is_nan(), "{at:?}");
-                            if i == 11 {
-                                assert_eq!(got.to_bits(), 0.0f64.to_bits(), "{at:?}");
-                            }
-                        }
-                    }
+            // Row 11 has no entry that counts: +0 in every batch.
+            let out = shared_a_batches_equal_each_product_alone(&a, ta, &b, false, (bt, m, k, n));
+            for s in 0..bt {
+                for j in 0..n {
+                    assert_eq!(out[s * m * n + 11 * n + j].to_bits(), 0.0f64.to_bits(), "{:?}", (ta, s, j));
                 }
             }
         }

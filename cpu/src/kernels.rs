@@ -401,11 +401,7 @@ pub fn fold_lanes<T: Elem>(op: HistOp, x: &[T]) -> T {
 fn extremum_f64<T: Elem>(op: HistOp, x: &[T]) -> Option<T> {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::any::TypeId::of::<T>() != std::any::TypeId::of::<f64>() {
-            return None;
-        }
-        // SAFETY: `T` is `f64` (checked just above), so the slice is one of f64.
-        let xs = unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<f64>(), x.len()) };
+        let xs = crate::simd::f64s(x)?;
         let r = if crate::simd::avx512() {
             // SAFETY: the running CPU has AVX-512 F.
             unsafe { extremum_avx512(xs, op) }

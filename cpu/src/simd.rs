@@ -38,6 +38,21 @@ pub fn avx512() -> bool {
     }
 }
 
+/// `x` as a slice of f64, when `T` is f64: for the kernels written for f64 alone (the
+/// AVX-512 exp, the extremum, ht's tiny products), which the generic code hands its slices.
+pub fn f64s<T: 'static>(x: &[T]) -> Option<&[f64]> {
+    // SAFETY: `T` is `f64` (the type ids are equal), so the slice is one of f64.
+    (std::any::TypeId::of::<T>() == std::any::TypeId::of::<f64>())
+        .then(|| unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<f64>(), x.len()) })
+}
+
+/// [`f64s`] for a mutable slice.
+pub fn f64s_mut<T: 'static>(x: &mut [T]) -> Option<&mut [f64]> {
+    // SAFETY: as in `f64s`.
+    (std::any::TypeId::of::<T>() == std::any::TypeId::of::<f64>())
+        .then(|| unsafe { std::slice::from_raw_parts_mut(x.as_mut_ptr().cast::<f64>(), x.len()) })
+}
+
 /// `wider!(kernel, kernel_avx2, <T: Bound>(arg: Type, ..) -> Ret)` (the generic parameter and
 /// the result optional) defines `kernel_avx2`: `kernel` inlined into a function compiled with
 /// AVX2 and FMA (x86-64 only).

@@ -72,6 +72,16 @@ fn split_ln2<const STEPS: u32>(x: f64) -> (f64, f64, f64) {
     (shifted, n, (x - n * (LN2_HI / steps)) - n * (LN2_LO / steps))
 }
 
+/// [`split_ln2`] in fused multiply-adds (`n LN2_HI / STEPS` is exact, so the first step of r
+/// is the same either way; the second is rounded once rather than twice): f64 exp's.
+#[inline(always)]
+fn split_ln2_fused<const STEPS: u32>(x: f64) -> (f64, f64, f64) {
+    let steps = f64::from(STEPS);
+    let shifted = x.mul_add(LOG2E * steps, SHIFTER);
+    let n = shifted - SHIFTER;
+    (shifted, n, (-n).mul_add(LN2_LO / steps, (-n).mul_add(LN2_HI / steps, x)))
+}
+
 /// `1/2! + r/3! + ... + r^7/9!` (the Taylor terms of `expm1(r)` from r^2 to r^9, over r^2) by
 /// Estrin's scheme: the terms in pairs, pairs of pairs, ..., a short dependency chain. The
 /// LSTM's 14-lane cells evaluate five exps per lane in short loops, which wait on that chain
@@ -190,11 +200,7 @@ const STEP_BIAS: u64 = 1 << 16;
 pub fn exp_f64(x: f64) -> f64 {
     let x = if x > 710.0 { 710.0 } else { x };
     let x = if x < -746.0 { -746.0 } else { x };
-    // Cody-Waite as `split_ln2`, in fused multiply-adds (n LN2_HI / 32 is exact, so the first
-    // step of r is the same either way).
-    let shifted = x.mul_add(LOG2E * EXP2_STEPS as f64, SHIFTER);
-    let n = shifted - SHIFTER;
-    let r = (-n).mul_add(LN2_LO / EXP2_STEPS as f64, (-n).mul_add(LN2_HI / EXP2_STEPS as f64, x));
+    let (shifted, _, r) = split_ln2_fused::<{ EXP2_STEPS as u32 }>(x);
     let steps = shifted.to_bits().wrapping_sub(SHIFTER.to_bits()).wrapping_add(STEP_BIAS);
     let [hi, lo] = EXP2_TABLE[(steps % EXP2_STEPS as u64) as usize];
     let r2 = r * r;
@@ -509,26 +515,12 @@ pub fn map_unary<T: Elem>(op: UnaryOp, xs: &[T], out: &mut [T]) {
     #[cfg(target_arch = "x86_64")]
     if op == UnaryOp::Exp
         && simd::avx512()
-        && let Some((xs, out)) = as_f64(xs, out)
+        && let (Some(xs), Some(out)) = (simd::f64s(xs), simd::f64s_mut(out))
     {
         // SAFETY: the running CPU has AVX-512 (F, DQ, VL).
         return unsafe { exp_f64_avx512(xs, out) };
     }
     simd::dispatch!(map_unary_base | map_unary_avx2(op, xs, out))
-}
-
-/// `xs` and `out` as f64 slices, when `T` is f64.
-fn as_f64<'a, T: Elem>(xs: &'a [T], out: &'a mut [T]) -> Option<(&'a [f64], &'a mut [f64])> {
-    if std::any::TypeId::of::<T>() != std::any::TypeId::of::<f64>() {
-        return None;
-    }
-    // SAFETY: T is f64.
-    Some(unsafe {
-        (
-            std::slice::from_raw_parts(xs.as_ptr().cast::<f64>(), xs.len()),
-            std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<f64>(), out.len()),
-        )
-    })
 }
 
 /// [`EXP2_TABLE`]'s rounded entries, then its rests, each as four vectors of eight.
